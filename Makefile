@@ -1,0 +1,62 @@
+# shardinit developer entry points. Every target sets up what it needs (idempotent):
+#   make demo   - the main job (creates .venv, installs deps, builds, runs the demo)
+#   make test   - cargo test + pytest (fast profile)
+#   make lint   - fmt, clippy, ruff, mypy, stubtest
+#   make bench  - benchmarks against torch (prints ratios measured in the same run)
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+DEPS_STAMP := $(VENV)/.deps-installed
+BUILD_STAMP := $(VENV)/.shardinit-built
+RUST_SOURCES := $(shell find rust -name '*.rs' -o -name Cargo.toml) Cargo.toml
+PY_SOURCES := $(shell find python -name '*.py' -o -name '*.pyi' -o -name py.typed)
+
+export VIRTUAL_ENV := $(CURDIR)/$(VENV)
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: setup demo test test-rust test-python test-slow lint bench wheel clean
+
+setup: $(BUILD_STAMP)
+
+$(DEPS_STAMP): requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -r requirements-dev.txt
+	touch $@
+
+$(BUILD_STAMP): $(DEPS_STAMP) $(RUST_SOURCES) pyproject.toml
+	$(VENV)/bin/maturin develop --release
+	touch $@
+
+demo: setup
+	$(PY) -m shardinit demo
+
+test: test-rust test-python
+
+test-rust:
+	cargo test --workspace --all-targets
+
+test-python: setup
+	$(PY) -m pytest -q
+
+test-slow: setup
+	HYPOTHESIS_PROFILE=slow $(PY) -m pytest -q -m "slow or not slow"
+
+lint: setup
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings
+	$(VENV)/bin/ruff check python tests benches examples
+	$(VENV)/bin/ruff format --check python tests benches examples
+	$(VENV)/bin/mypy
+	$(PY) -m mypy.stubtest shardinit._core
+
+bench: setup
+	$(PY) benches/compare_torch.py
+
+wheel: $(DEPS_STAMP)
+	$(VENV)/bin/maturin build --release --out dist
+
+clean:
+	rm -rf target dist $(VENV)

@@ -1,0 +1,65 @@
+"""Argument checks shared by the public API: every error names the argument and the
+allowed range; nothing is clamped or guessed."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from typing import Any
+
+from .errors import ShardInitError
+
+U64_MAX = 2**64 - 1
+
+
+def check_int(arg: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
+    """Returns ``value`` as an ``int`` if it is an integer (not a bool) in [low, high].
+
+    Raises:
+        TypeError: ``value`` is not an integer.
+        ShardInitError: ``value`` is outside [low, high].
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        try:
+            # Accept integer-like objects such as numpy integers and 0-d int tensors.
+            if isinstance(value, bool) or isinstance(value, float):
+                raise TypeError
+            value = operator.index(value)
+        except TypeError:
+            raise TypeError(f"{arg} must be an int, got {type(value).__name__} {value!r}") from None
+    value = int(value)
+    if (low is not None and value < low) or (high is not None and value > high):
+        lo = "-inf" if low is None else str(low)
+        hi = "inf" if high is None else str(high)
+        raise ShardInitError(f"{arg} must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def check_real(arg: str, value: Any) -> float:
+    """Returns ``value`` as a finite ``float``.
+
+    Raises:
+        TypeError: ``value`` is not a real number.
+        ShardInitError: ``value`` is NaN or infinite.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{arg} must be a real number, got {type(value).__name__} {value!r}")
+    result = float(value)
+    if not math.isfinite(result):
+        raise ShardInitError(f"{arg} must be a finite number, got {result}")
+    return result
+
+
+def check_name(arg: str, value: Any) -> str:
+    """Returns ``value`` if it is a non-empty ``str``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{arg} must be a str, got {type(value).__name__} {value!r}")
+    if not value:
+        raise ShardInitError(f"{arg} must be a non-empty string")
+    return value
+
+
+def check_seed(value: Any) -> int:
+    """Returns ``value`` if it is an int in [0, 2^64)."""
+    return check_int("seed", value, low=0, high=U64_MAX)

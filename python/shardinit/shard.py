@@ -1,0 +1,321 @@
+"""Filling regions of a parameter: ``init_shard``, ``init_box``, ``full``.
+
+CPU outputs are written by the Rust core straight into the tensor's memory with the GIL
+released. CUDA outputs are generated into two pinned host buffers of bounded size
+(``CUDA_CHUNK_BYTES`` each) and copied asynchronously, so generating chunk k+1 overlaps
+the host-to-device copy of chunk k and host memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import _core
+from ._validate import check_int
+from .errors import ShardInitError
+from .spec import ParamSpec
+
+__all__ = [
+    "CUDA_CHUNK_BYTES",
+    "box_of_shard",
+    "full",
+    "get_num_threads",
+    "init_box",
+    "init_flat",
+    "init_shard",
+    "set_num_threads",
+]
+
+#: Bytes per pinned staging buffer on the CUDA path (two are used).
+CUDA_CHUNK_BYTES = 32 * 1024 * 1024
+
+_thread_setting: int | None = None
+_thread_lock = threading.Lock()
+
+Box = tuple[tuple[int, int], ...]
+
+
+def set_num_threads(threads: int | None) -> None:
+    """Sets how many threads shardinit's core uses; ``None`` restores the default.
+
+    The default is every core, or ``torch.get_num_threads()`` if that is lower (so
+    shardinit never oversubscribes a process that limited torch's intra-op pool). The
+    values produced never depend on this setting.
+    """
+    global _thread_setting
+    if threads is not None:
+        threads = check_int("threads", threads, low=1, high=4096)
+    with _thread_lock:
+        _thread_setting = threads
+
+
+def get_num_threads() -> int:
+    """The number of threads the core will use for the next call."""
+    if _thread_setting is not None:
+        return _thread_setting
+    cores = os.cpu_count() or 1
+    return max(1, min(cores, torch.get_num_threads()))
+
+
+def _writable_view(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
+    """A numpy array aliasing ``tensor``'s memory (CPU, contiguous), for the core."""
+    flat = tensor.detach()
+    if flat.dtype in (torch.bfloat16, torch.float16):
+        # numpy has no bfloat16: hand over the raw 16-bit patterns.
+        flat = flat.view(torch.int16)
+    return flat.numpy()
+
+
+def _check_out(out: Any, spec: ParamSpec, shape: tuple[int, ...]) -> torch.Tensor:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    if out.layout != torch.strided:
+        raise ShardInitError(f"out must have layout torch.strided, got {out.layout}")
+    if out.is_meta:
+        raise ShardInitError("out is a meta tensor; it has no memory to fill")
+    if out.device.type not in ("cpu", "cuda"):
+        raise ShardInitError(f"out must be on a cpu or cuda device, got {out.device}")
+    if tuple(out.shape) != shape:
+        raise ShardInitError(f"out has shape {tuple(out.shape)} but the region has shape {shape}")
+    if out.dtype != spec.dtype:
+        raise ShardInitError(f"out has dtype {out.dtype} but the spec has dtype {spec.dtype}")
+    if not out.is_contiguous():
+        raise ShardInitError("out must be contiguous (C order)")
+    return out
+
+
+def _resolve_device(device: Any) -> torch.device:
+    if device is None:
+        return torch.device("cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ShardInitError(f"device must be a torch device, got {device!r}: {error}") from None
+    if resolved.type not in ("cpu", "cuda"):
+        raise ShardInitError(f"device must be 'cpu' or a CUDA device, got {resolved}")
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ShardInitError(f"device is {resolved} but CUDA is not available")
+    return resolved
+
+
+def _fill_box_cpu(spec: ParamSpec, box: Box, offset: int, out: torch.Tensor) -> None:
+    base = spec.base_init
+    _core.fill_box(
+        spec.key64,
+        list(spec.shape),
+        base.kind,
+        base.params(),
+        spec.dtype_name,
+        list(box),
+        offset,
+        _writable_view(out),
+        get_num_threads(),
+    )
+
+
+def _fill_flat_cpu(spec: ParamSpec, start: int, out: torch.Tensor) -> None:
+    base = spec.base_init
+    _core.fill_flat(
+        spec.key64,
+        list(spec.shape),
+        base.kind,
+        base.params(),
+        spec.dtype_name,
+        start,
+        _writable_view(out),
+        get_num_threads(),
+    )
+
+
+def _fill_via_pinned(
+    dest: torch.Tensor, fill_part: Any, chunk_bytes: int = CUDA_CHUNK_BYTES
+) -> None:
+    """Fills the contiguous CUDA tensor ``dest`` chunk by chunk: ``fill_part(offset,
+    host_buffer)`` writes elements [offset, offset + len) into a pinned buffer, which is
+    then copied asynchronously while the next chunk is generated into the other buffer.
+    """
+    flat = dest.view(-1)
+    total = flat.numel()
+    if total == 0:
+        return
+    chunk = max(1, chunk_bytes // dest.element_size())
+    size = min(chunk, total)
+    staging = [torch.empty(size, dtype=dest.dtype, pin_memory=True) for _ in range(2)]
+    copied: list[torch.cuda.Event | None] = [None, None]
+    with torch.cuda.device(dest.device):
+        stream = torch.cuda.current_stream()
+        for index, offset in enumerate(range(0, total, chunk)):
+            slot = index % 2
+            pending = copied[slot]
+            if pending is not None:
+                # The copy out of this buffer must finish before it is overwritten.
+                pending.synchronize()
+            count = min(chunk, total - offset)
+            host = staging[slot][:count]
+            fill_part(offset, host)
+            flat[offset : offset + count].copy_(host, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(stream)
+            copied[slot] = event
+        for event in copied:
+            if event is not None:
+                # Keep the pinned buffers alive until their last copies are done.
+                event.synchronize()
+
+
+def _check_box(spec: ParamSpec, box: Any) -> Box:
+    if isinstance(box, (str, bytes)) or not isinstance(box, Sequence):
+        raise TypeError(f"box must be a sequence of (start, stop) pairs, got {box!r}")
+    if len(box) != len(spec.shape):
+        raise ShardInitError(
+            f"box has {len(box)} (start, stop) pairs but shape {spec.shape} has "
+            f"{len(spec.shape)} dims"
+        )
+    checked = []
+    for dim, pair in enumerate(box):
+        if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+            raise TypeError(f"box[{dim}] must be a (start, stop) pair, got {pair!r}")
+        size = spec.shape[dim]
+        start = check_int(f"box[{dim}] start", pair[0], low=0, high=size)
+        stop = check_int(f"box[{dim}] stop", pair[1], low=start, high=size)
+        checked.append((start, stop))
+    return tuple(checked)
+
+
+def _fill_box(
+    spec: ParamSpec, box: Box, device: Any, out: torch.Tensor | None
+) -> torch.Tensor:
+    shape = tuple(stop - start for start, stop in box)
+    if out is None:
+        target_device = _resolve_device(device)
+        out = torch.empty(shape, dtype=spec.dtype, device=target_device)
+    else:
+        out = _check_out(out, spec, shape)
+        if device is not None and _resolve_device(device) != out.device:
+            raise ShardInitError(f"device is {device} but out is on {out.device}")
+    if out.device.type == "cuda":
+        _fill_via_pinned(out, lambda offset, host: _fill_box_cpu(spec, box, offset, host))
+    else:
+        _fill_box_cpu(spec, box, 0, out)
+    return out
+
+
+def box_of_shard(spec: ParamSpec, rank: int, world: int, dim: int = 0) -> Box:
+    """The global box held by ``rank`` of ``world`` when sharding along ``dim`` with
+    ``torch.chunk`` / FSDP2 / DTensor ``Shard(dim)`` semantics."""
+    world = check_int("world", world, low=1)
+    rank = check_int("rank", rank, low=0, high=world - 1)
+    ndim = len(spec.shape)
+    if ndim == 0:
+        raise ShardInitError("dim: a 0-d parameter cannot be sharded; use full()")
+    dim = check_int("dim", dim, low=-ndim, high=ndim - 1) % ndim
+    start, stop = _core.chunk_range(spec.shape[dim], rank, world)
+    return tuple(
+        (start, stop) if d == dim else (0, size) for d, size in enumerate(spec.shape)
+    )
+
+
+def init_shard(
+    spec: ParamSpec,
+    rank: int,
+    world: int,
+    *,
+    dim: int = 0,
+    device: Any = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Generates ``rank``'s chunk of the parameter along ``dim``.
+
+    Chunks follow ``torch.chunk`` / FSDP2 / DTensor ``Shard(dim)``: size
+    ``ceil(n / world)``, trailing ranks possibly smaller or empty. The values are exactly
+    the matching slice of :func:`full`, for every world size.
+
+    Args:
+        spec: the parameter.
+        rank: this rank, in [0, world).
+        world: number of shards, >= 1.
+        dim: dimension to shard, in [-ndim, ndim).
+        device: None or "cpu" for a CPU tensor; a CUDA device to generate through pinned
+            memory and copy to the GPU.
+        out: an existing contiguous tensor of the chunk's shape and the spec's dtype to
+            fill in place (its device is used).
+
+    Returns:
+        The chunk (``out`` if given).
+
+    Raises:
+        TypeError: arguments of the wrong type.
+        ShardInitError: rank, world or dim out of range; ``out`` of the wrong shape,
+            dtype, layout or device.
+
+    Example:
+        >>> import torch, shardinit
+        >>> spec = shardinit.ParamSpec("w", (7, 4), seed=0)
+        >>> [shardinit.init_shard(spec, r, 3).shape[0] for r in range(3)]
+        [3, 3, 1]
+    """
+    if not isinstance(spec, ParamSpec):
+        raise TypeError(f"spec must be a ParamSpec, got {type(spec).__name__}")
+    return _fill_box(spec, box_of_shard(spec, rank, world, dim), device, out)
+
+
+def init_box(
+    spec: ParamSpec,
+    box: Sequence[tuple[int, int]],
+    *,
+    device: Any = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Generates the box ``box`` (one ``(start, stop)`` pair per dim, 0 <= start <= stop
+    <= size) of the parameter, in C order. See :func:`init_shard` for ``device`` and
+    ``out``.
+
+    Example:
+        >>> import torch, shardinit
+        >>> spec = shardinit.ParamSpec("w", (8, 8), seed=0)
+        >>> box = shardinit.init_box(spec, [(2, 4), (0, 3)])
+        >>> torch.equal(box, shardinit.full(spec)[2:4, 0:3])
+        True
+    """
+    if not isinstance(spec, ParamSpec):
+        raise TypeError(f"spec must be a ParamSpec, got {type(spec).__name__}")
+    return _fill_box(spec, _check_box(spec, box), device, out)
+
+
+def full(spec: ParamSpec, *, device: Any = None) -> torch.Tensor:
+    """The whole parameter (world 1)."""
+    if not isinstance(spec, ParamSpec):
+        raise TypeError(f"spec must be a ParamSpec, got {type(spec).__name__}")
+    return _fill_box(spec, tuple((0, size) for size in spec.shape), device, None)
+
+
+def init_flat(
+    spec: ParamSpec,
+    start: int,
+    stop: int,
+    *,
+    device: Any = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Generates flat elements ``[start, stop)`` of the row-major flattened parameter as a
+    1-D tensor (FSDP1 flat-parameter shards)."""
+    if not isinstance(spec, ParamSpec):
+        raise TypeError(f"spec must be a ParamSpec, got {type(spec).__name__}")
+    start = check_int("start", start, low=0, high=spec.numel)
+    stop = check_int("stop", stop, low=start, high=spec.numel)
+    shape = (stop - start,)
+    if out is None:
+        out = torch.empty(shape, dtype=spec.dtype, device=_resolve_device(device))
+    else:
+        out = _check_out(out, spec, shape)
+    if out.device.type == "cuda":
+        _fill_via_pinned(out, lambda offset, host: _fill_flat_cpu(spec, start + offset, host))
+    else:
+        _fill_flat_cpu(spec, start, out)
+    return out

@@ -1,0 +1,153 @@
+"""``ParamSpec``: everything that determines a parameter's values."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+import torch
+
+from . import _core
+from ._validate import check_int, check_name, check_seed
+from .errors import ShapeTooLargeError, ShardInitError
+from .init import BaseInit, Initializer, Normal
+
+__all__ = ["SUPPORTED_DTYPES", "ParamSpec"]
+
+#: torch dtypes of stream format v1, with their names in the core.
+SUPPORTED_DTYPES: dict[torch.dtype, str] = {
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.bfloat16: "bfloat16",
+    torch.float16: "float16",
+}
+
+
+def _check_shape(shape: Any) -> tuple[int, ...]:
+    if isinstance(shape, (int, str, bytes)) or not isinstance(shape, (Sequence, torch.Size)):
+        raise TypeError(f"shape must be a sequence of ints, got {type(shape).__name__} {shape!r}")
+    return tuple(
+        check_int(f"shape[{dim}]", size, low=0) for dim, size in enumerate(shape)
+    )
+
+
+class ParamSpec:
+    """What determines every element of a parameter (SPEC: seed, name, global shape,
+    dtype, initializer). Immutable and validated on construction.
+
+    Args:
+        name: canonical parameter name (non-empty), e.g. ``"layers.0.attention.wq.weight"``.
+        shape: the GLOBAL (unsharded) shape.
+        dtype: torch.float32, torch.float64, torch.bfloat16 or torch.float16.
+        init: an initializer from :mod:`shardinit.init` (default ``normal(0, 1)``).
+        seed: the run's seed, an int in [0, 2^64). Required.
+
+    Raises:
+        TypeError: an argument of the wrong type, or a missing seed.
+        ShardInitError: an empty name, negative sizes, a seed out of range, an
+            unsupported dtype, or an initializer that does not apply to the shape.
+        ShapeTooLargeError: more elements than stream format v1 can address.
+
+    Example:
+        >>> import torch, shardinit
+        >>> spec = shardinit.ParamSpec("w", (4, 3), torch.float32,
+        ...                            shardinit.init.uniform(-1, 1), seed=0)
+        >>> shardinit.full(spec).shape
+        torch.Size([4, 3])
+    """
+
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    init: Initializer
+    seed: int
+
+    def __init__(
+        self,
+        name: str,
+        shape: Sequence[int],
+        dtype: torch.dtype = torch.float32,
+        init: Initializer | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if seed is None:
+            raise TypeError("ParamSpec needs seed=<int in [0, 2^64)>; there is no default seed")
+        name = check_name("name", name)
+        shape_tuple = _check_shape(shape)
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype, got {type(dtype).__name__} {dtype!r}")
+        if dtype not in SUPPORTED_DTYPES:
+            allowed = ", ".join(str(d) for d in SUPPORTED_DTYPES)
+            raise ShardInitError(f"dtype must be one of {allowed}, got {dtype}")
+        if init is None:
+            init = Normal(0.0, 1.0)
+        if not isinstance(init, Initializer):
+            raise TypeError(
+                f"init must be a shardinit.init initializer, got {type(init).__name__} {init!r}"
+            )
+        seed = check_seed(seed)
+        numel = math.prod(shape_tuple)
+        max_numel = 2**63 if dtype == torch.float64 else 2**64 - 1
+        if numel > max_numel:
+            raise ShapeTooLargeError(
+                f"shape {shape_tuple} has {numel} elements; stream format v1 addresses at "
+                f"most {max_numel} elements of {dtype}"
+            )
+        for field, value in (
+            ("name", name),
+            ("shape", shape_tuple),
+            ("dtype", dtype),
+            ("init", init),
+            ("seed", seed),
+        ):
+            object.__setattr__(self, field, value)
+        object.__setattr__(self, "_frozen", True)
+        _ = self.base_init  # resolve now so errors surface at construction
+
+    def __setattr__(self, key: str, value: object) -> None:
+        if getattr(self, "_frozen", False) and key != "__dict__":
+            raise AttributeError(f"ParamSpec is immutable; cannot set {key}")
+        object.__setattr__(self, key, value)
+
+    def __delattr__(self, key: str) -> None:
+        raise AttributeError(f"ParamSpec is immutable; cannot delete {key}")
+
+    def _identity(self) -> tuple[object, ...]:
+        return (self.name, self.shape, self.dtype, self.init, self.seed)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ParamSpec):
+            return NotImplemented
+        return self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+    def __repr__(self) -> str:
+        return (
+            f"ParamSpec(name={self.name!r}, shape={self.shape}, dtype={self.dtype}, "
+            f"init={self.init!r}, seed={self.seed})"
+        )
+
+    @cached_property
+    def base_init(self) -> BaseInit:
+        """The stream-v1 initializer after resolving fans from the global shape."""
+        return self.init.resolve(self.shape)
+
+    @cached_property
+    def key64(self) -> int:
+        """The 64-bit Philox key of this parameter (SPEC §1)."""
+        return int(_core.key64(self.seed, self.name))
+
+    @property
+    def numel(self) -> int:
+        """Number of elements of the global shape."""
+        return math.prod(self.shape)
+
+    @property
+    def dtype_name(self) -> str:
+        """The dtype's name in the core (``"float32"``, ...)."""
+        return SUPPORTED_DTYPES[self.dtype]

@@ -1,0 +1,124 @@
+//! The one error type of the core.
+
+use std::fmt;
+
+/// Everything the core can refuse. Each variant names the offending argument so the
+/// bindings can raise a specific exception with a clear message.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The parameter name is empty.
+    EmptyName,
+    /// An initializer parameter is NaN or infinite.
+    NonFinite {
+        /// Name of the initializer argument (`"mean"`, `"std"`, `"a"`, ...).
+        arg: &'static str,
+        /// The value given.
+        value: f64,
+    },
+    /// A standard deviation is negative.
+    NegativeStd {
+        /// The value given.
+        std: f64,
+    },
+    /// An interval `[a, b]` (uniform or truncation bounds) is empty or reversed.
+    EmptyInterval {
+        /// Lower bound given.
+        a: f64,
+        /// Upper bound given.
+        b: f64,
+    },
+    /// The number of elements of the global shape does not fit the stream's 64-bit
+    /// word positions (2^64 - 1 elements for one-word dtypes, 2^63 for float64).
+    ShapeTooLarge {
+        /// The global shape given.
+        global_shape: Vec<u64>,
+        /// Largest element count allowed for this dtype.
+        max_numel: u128,
+    },
+    /// A box has the wrong number of dimensions.
+    BoxRankMismatch {
+        /// Dimensions of the box.
+        box_dims: usize,
+        /// Dimensions of the global shape.
+        shape_dims: usize,
+    },
+    /// A box range is reversed or exceeds the global shape.
+    BoxOutOfBounds {
+        /// The dimension.
+        dim: usize,
+        /// Range start.
+        start: u64,
+        /// Range stop (exclusive).
+        stop: u64,
+        /// Size of the global shape along `dim`.
+        size: u64,
+    },
+    /// A flat element range exceeds the global number of elements.
+    RangeOutOfBounds {
+        /// First element.
+        start: u64,
+        /// Number of elements requested.
+        len: u64,
+        /// Global number of elements.
+        numel: u64,
+    },
+    /// The output buffer has the wrong number of elements.
+    OutputSizeMismatch {
+        /// Elements the region holds.
+        expected: u64,
+        /// Elements the buffer holds.
+        got: u64,
+    },
+    /// `rank`/`world`/`dim` arguments of a chunked shard are out of range.
+    InvalidShard {
+        /// Which argument (`"rank"`, `"world"`, `"dim"`).
+        arg: &'static str,
+        /// The value given.
+        value: u64,
+        /// Description of the allowed range.
+        allowed: String,
+    },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::EmptyName => write!(f, "name must be a non-empty string"),
+            Error::NonFinite { arg, value } => {
+                write!(f, "{arg} must be a finite number, got {value}")
+            }
+            Error::NegativeStd { std } => write!(f, "std must be >= 0, got {std}"),
+            Error::EmptyInterval { a, b } => {
+                write!(f, "a must be < b, got a={a}, b={b}")
+            }
+            Error::ShapeTooLarge { global_shape, max_numel } => write!(
+                f,
+                "shape {global_shape:?} has more elements than stream format v1 can \
+                 address for this dtype (at most {max_numel})"
+            ),
+            Error::BoxRankMismatch { box_dims, shape_dims } => write!(
+                f,
+                "box has {box_dims} (start, stop) pairs but the shape has {shape_dims} dims"
+            ),
+            Error::BoxOutOfBounds { dim, start, stop, size } => write!(
+                f,
+                "box[{dim}] = ({start}, {stop}) must satisfy 0 <= start <= stop <= {size}"
+            ),
+            Error::RangeOutOfBounds { start, len, numel } => write!(
+                f,
+                "element range [{start}, {start} + {len}) exceeds the {numel} elements of \
+                 the shape"
+            ),
+            Error::OutputSizeMismatch { expected, got } => write!(
+                f,
+                "out has {got} elements but the region has {expected}"
+            ),
+            Error::InvalidShard { arg, value, allowed } => {
+                write!(f, "{arg} must be {allowed}, got {value}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}

@@ -1,0 +1,438 @@
+//! Shard geometry and the fill kernels: write any region of a parameter's global
+//! tensor into a caller-provided contiguous buffer.
+//!
+//! Two kinds of region:
+//! * a **flat range** `[start, start + len)` of flat row-major element indices
+//!   (FSDP1 flat-parameter shards);
+//! * a **box**, one `(start, stop)` range per dimension of the global shape, written in
+//!   C order (DTensor shards, `torch.chunk` pieces).
+//!
+//! Work is split into chunks of [`CHUNK_ELEMENTS`] output elements. Each element's value
+//! depends only on its global flat index, so the result never depends on how the work
+//! is split or on the thread count.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+use crate::init::{Element, Init, Sampler};
+use crate::philox::{philox4x32_10, Backend, Stream, BATCH_BLOCKS};
+use crate::Error;
+
+/// Output elements per unit of parallel work (256 KiB of float32): large enough that
+/// scheduling costs nothing, small enough to balance across cores and stay in L2.
+pub const CHUNK_ELEMENTS: usize = 1 << 16;
+
+/// One parameter of stream format v1, everything but the dtype (which comes from the
+/// output element type): the key, the global shape and the base initializer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ParamStream {
+    /// The key (SPEC §1), see [`crate::key64`].
+    pub key64: u64,
+    /// The global (unsharded) shape.
+    pub global_shape: Vec<u64>,
+    /// The base initializer.
+    pub init: Init,
+}
+
+/// How many threads a fill may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Threads {
+    /// All cores (rayon's global pool).
+    #[default]
+    All,
+    /// Exactly this many threads; `Count(1)` runs on the calling thread only.
+    Count(usize),
+}
+
+/// Number of elements of `global_shape`, or an error if it does not fit `max_numel`.
+///
+/// # Errors
+/// [`Error::ShapeTooLarge`].
+pub fn checked_numel(global_shape: &[u64], max_numel: u64) -> Result<u64, Error> {
+    let mut numel: u128 = 1;
+    for &size in global_shape {
+        numel = numel.saturating_mul(u128::from(size));
+    }
+    if numel > u128::from(max_numel) {
+        return Err(Error::ShapeTooLarge {
+            global_shape: global_shape.to_vec(),
+            max_numel: u128::from(max_numel),
+        });
+    }
+    Ok(numel as u64)
+}
+
+/// The `rank`-th of `world` chunks of a dimension of `size`, with `torch.chunk` /
+/// FSDP2 / DTensor `Shard(dim)` semantics: chunks of `ceil(size / world)`, the last
+/// non-empty one possibly shorter, trailing ones empty. Returns `(start, stop)`.
+///
+/// # Errors
+/// [`Error::InvalidShard`] if `world == 0` or `rank >= world`.
+///
+/// ```
+/// use shardinit_core::chunk_range;
+/// let chunks: Vec<_> = (0..3).map(|rank| chunk_range(7, rank, 3).unwrap()).collect();
+/// assert_eq!(chunks, [(0, 3), (3, 6), (6, 7)]);
+/// assert_eq!(chunk_range(4, 2, 3).unwrap(), (4, 4)); // an empty trailing chunk
+/// ```
+pub fn chunk_range(size: u64, rank: u64, world: u64) -> Result<(u64, u64), Error> {
+    if world == 0 {
+        return Err(Error::InvalidShard {
+            arg: "world",
+            value: world,
+            allowed: ">= 1".into(),
+        });
+    }
+    if rank >= world {
+        return Err(Error::InvalidShard {
+            arg: "rank",
+            value: rank,
+            allowed: format!("in [0, {world}) (world = {world})"),
+        });
+    }
+    let chunk = size.div_ceil(world);
+    let start = rank.saturating_mul(chunk).min(size);
+    let stop = start.saturating_add(chunk).min(size);
+    Ok((start, stop))
+}
+
+/// Checks a box against a global shape; returns its number of elements.
+///
+/// # Errors
+/// [`Error::BoxRankMismatch`] or [`Error::BoxOutOfBounds`].
+pub fn box_numel(global_shape: &[u64], region: &[(u64, u64)]) -> Result<u64, Error> {
+    if region.len() != global_shape.len() {
+        return Err(Error::BoxRankMismatch {
+            box_dims: region.len(),
+            shape_dims: global_shape.len(),
+        });
+    }
+    let mut numel: u64 = 1;
+    for (dim, (&(start, stop), &size)) in region.iter().zip(global_shape).enumerate() {
+        if start > stop || stop > size {
+            return Err(Error::BoxOutOfBounds { dim, start, stop, size });
+        }
+        // Cannot overflow: bounded by the global numel, which the caller checked.
+        numel = numel.saturating_mul(stop - start);
+    }
+    Ok(numel)
+}
+
+/// A box as a sequence of *runs*: stretches contiguous both in the global tensor and
+/// in the output. The innermost fully covered dims merge into the run.
+struct RunLayout {
+    /// Elements per run.
+    run_len: u64,
+    /// Global flat index of the first element of the first run.
+    base: u64,
+    /// For each leading dim that indexes runs: (extent in the box, global stride).
+    leading: Vec<(u64, u64)>,
+}
+
+impl RunLayout {
+    /// `global_shape` has a checked numel and `region` is valid and non-empty.
+    fn new(global_shape: &[u64], region: &[(u64, u64)]) -> RunLayout {
+        let dims = global_shape.len();
+        let mut strides = vec![1u64; dims];
+        for d in (0..dims.saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * global_shape[d + 1];
+        }
+        // The run starts at the outermost dim below which everything is fully covered.
+        let mut run_dim = dims;
+        while run_dim > 0 && region[run_dim - 1] == (0, global_shape[run_dim - 1]) {
+            run_dim -= 1;
+        }
+        let (run_len, leading_dims) = if run_dim == 0 {
+            (global_shape.iter().product(), 0)
+        } else {
+            let (start, stop) = region[run_dim - 1];
+            ((stop - start) * strides[run_dim - 1], run_dim - 1)
+        };
+        let base = region.iter().zip(&strides).map(|(&(start, _), &stride)| start * stride).sum();
+        let leading = (0..leading_dims)
+            .map(|d| (region[d].1 - region[d].0, strides[d]))
+            .collect();
+        RunLayout { run_len, base, leading }
+    }
+
+    /// Global flat index of the first element of run `run` (C order over `leading`).
+    fn run_start(&self, mut run: u64) -> u64 {
+        let mut offset = 0;
+        for &(extent, stride) in self.leading.iter().rev() {
+            offset += (run % extent) * stride;
+            run /= extent;
+        }
+        self.base + offset
+    }
+}
+
+/// Writes elements `[start, start + out.len())` (global flat indices) of one parameter.
+/// Single-threaded; the building block of all fills.
+fn fill_flat_serial<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, out: &mut [T]) {
+    if let Sampler::Constant { value } = *sampler {
+        out.fill(T::from_f64(value));
+        return;
+    }
+    if T::DTYPE.words_per_element() == 2 {
+        fill_two_word(stream, sampler, start, out);
+    } else {
+        fill_one_word(stream, sampler, start, out);
+    }
+}
+
+/// Elements of one-word dtypes: element `i` uses word `i`.
+#[inline(always)]
+fn fill_one_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, out: &mut [T]) {
+    let backend = Backend::detect();
+    let key = stream.key_words();
+    let mut index = start;
+    let mut written = 0;
+    let mut batch = [0u32; 4 * BATCH_BLOCKS];
+    while written < out.len() {
+        let skip = (index & 3) as usize;
+        let remaining = out.len() - written;
+        let words: &[u32] = if skip + remaining <= 4 {
+            // A short piece inside one block: one scalar block instead of a batch.
+            let block = philox4x32_10([(index >> 2) as u32, (index >> 34) as u32, 0, 0], key);
+            batch[..4].copy_from_slice(&block);
+            &batch[skip..skip + remaining]
+        } else {
+            backend.blocks(index >> 2, key, &mut batch);
+            let take = (batch.len() - skip).min(remaining);
+            &batch[skip..skip + take]
+        };
+        let dest = &mut out[written..written + words.len()];
+        match *sampler {
+            Sampler::Uniform { .. } => {
+                for (slot, &word) in dest.iter_mut().zip(words) {
+                    *slot = T::from_f64(sampler.one_word(word));
+                }
+            }
+            _ => {
+                for (slot, &word) in dest.iter_mut().zip(words) {
+                    *slot = T::from_f64(sampler.one_word(word));
+                }
+            }
+        }
+        written += words.len();
+        index += words.len() as u64;
+    }
+}
+
+/// float64 elements: element `i` uses words `2i` and `2i + 1` (both in block `i >> 1`).
+#[inline(always)]
+fn fill_two_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, out: &mut [T]) {
+    let backend = Backend::detect();
+    let key = stream.key_words();
+    let mut index = start;
+    let mut written = 0;
+    let mut batch = [0u32; 4 * BATCH_BLOCKS];
+    while written < out.len() {
+        // Words of element `index` start at word 2*index = 4*(index>>1) + 2*(index&1).
+        let skip_pairs = (index & 1) as usize;
+        let remaining = out.len() - written;
+        let pairs: &[u32] = if skip_pairs + remaining <= 2 {
+            let block = philox4x32_10([(index >> 1) as u32, (index >> 33) as u32, 0, 0], key);
+            batch[..4].copy_from_slice(&block);
+            &batch[2 * skip_pairs..2 * (skip_pairs + remaining)]
+        } else {
+            backend.blocks(index >> 1, key, &mut batch);
+            let take = (batch.len() / 2 - skip_pairs).min(remaining);
+            &batch[2 * skip_pairs..2 * (skip_pairs + take)]
+        };
+        let count = pairs.len() / 2;
+        for (slot, pair) in out[written..written + count].iter_mut().zip(pairs.chunks_exact(2)) {
+            *slot = T::from_f64(sampler.two_words(pair[0], pair[1]));
+        }
+        written += count;
+        index += count as u64;
+    }
+}
+
+/// Cached thread pools for explicit thread counts (building a pool costs far more than
+/// a small fill).
+fn pool_with(threads: usize) -> Arc<rayon::ThreadPool> {
+    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
+    let pools = POOLS.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut pools = pools.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    pools
+        .entry(threads)
+        .or_insert_with(|| {
+            Arc::new(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(|i| format!("shardinit-{i}"))
+                    .build()
+                    .expect("failed to spawn shardinit worker threads"),
+            )
+        })
+        .clone()
+}
+
+/// Runs `work(chunk_index, chunk)` over `CHUNK_ELEMENTS`-sized chunks of `out`.
+fn for_each_chunk<T, F>(out: &mut [T], threads: Threads, work: F)
+where
+    T: Send,
+    F: Fn(usize, &mut [T]) + Send + Sync,
+{
+    let serial = matches!(threads, Threads::Count(n) if n <= 1) || out.len() <= CHUNK_ELEMENTS;
+    if serial {
+        for (index, chunk) in out.chunks_mut(CHUNK_ELEMENTS).enumerate() {
+            work(index, chunk);
+        }
+        return;
+    }
+    let mut run = move || {
+        out.par_chunks_mut(CHUNK_ELEMENTS)
+            .enumerate()
+            .for_each(|(index, chunk)| work(index, chunk));
+    };
+    match threads {
+        Threads::All => run(),
+        Threads::Count(n) => pool_with(n).install(run),
+    }
+}
+
+impl ParamStream {
+    fn checked<T: Element>(&self) -> Result<(Stream, Sampler, u64), Error> {
+        let numel = checked_numel(&self.global_shape, T::DTYPE.max_numel())?;
+        let sampler = self.init.prepare()?;
+        Ok((Stream::new(self.key64), sampler, numel))
+    }
+
+    /// Fills `out` with elements `[start, start + out.len())` of the flattened global
+    /// tensor (FSDP1 flat shards).
+    ///
+    /// # Errors
+    /// Invalid initializer, a shape too large for the dtype, or a range past the end.
+    pub fn fill_flat<T: Element>(
+        &self,
+        start: u64,
+        out: &mut [T],
+        threads: Threads,
+    ) -> Result<(), Error> {
+        let (stream, sampler, numel) = self.checked::<T>()?;
+        let len = out.len() as u64;
+        if start.checked_add(len).is_none_or(|end| end > numel) {
+            return Err(Error::RangeOutOfBounds { start, len, numel });
+        }
+        for_each_chunk(out, threads, |index, chunk| {
+            let chunk_start = start + (index * CHUNK_ELEMENTS) as u64;
+            fill_flat_serial(&stream, &sampler, chunk_start, chunk);
+        });
+        Ok(())
+    }
+
+    /// Fills `out` with elements `[out_offset, out_offset + out.len())`, in C order, of
+    /// the box `region` (one `(start, stop)` per dim). `out_offset = 0` and `out.len()`
+    /// equal to the box's element count fills the whole box; other values let a caller
+    /// stream a large box through a bounded buffer (the CUDA path does).
+    ///
+    /// # Errors
+    /// Invalid initializer, a shape too large for the dtype, a box that does not fit the
+    /// shape, or a part that runs past the end of the box.
+    pub fn fill_box<T: Element>(
+        &self,
+        region: &[(u64, u64)],
+        out_offset: u64,
+        out: &mut [T],
+        threads: Threads,
+    ) -> Result<(), Error> {
+        let (stream, sampler, _) = self.checked::<T>()?;
+        let box_len = box_numel(&self.global_shape, region)?;
+        let len = out.len() as u64;
+        if out_offset.checked_add(len).is_none_or(|end| end > box_len) {
+            return Err(Error::OutputSizeMismatch {
+                expected: box_len.saturating_sub(out_offset),
+                got: len,
+            });
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let layout = RunLayout::new(&self.global_shape, region);
+        for_each_chunk(out, threads, |index, chunk| {
+            let mut position = out_offset + (index * CHUNK_ELEMENTS) as u64;
+            let mut done = 0usize;
+            while done < chunk.len() {
+                let run = position / layout.run_len;
+                let within = position % layout.run_len;
+                let take = ((layout.run_len - within) as usize).min(chunk.len() - done);
+                let global_start = layout.run_start(run) + within;
+                fill_flat_serial(&stream, &sampler, global_start, &mut chunk[done..done + take]);
+                done += take;
+                position += take as u64;
+            }
+        });
+        Ok(())
+    }
+}
+
+/// A mutable output buffer of one of the supported dtypes, for callers (like the Python
+/// bindings) that choose the dtype at run time.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum OutBuf<'a> {
+    /// float32 elements.
+    F32(&'a mut [f32]),
+    /// float64 elements.
+    F64(&'a mut [f64]),
+    /// bfloat16 elements.
+    BF16(&'a mut [bf16]),
+    /// float16 elements.
+    F16(&'a mut [f16]),
+}
+
+impl OutBuf<'_> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            OutBuf::F32(s) => s.len(),
+            OutBuf::F64(s) => s.len(),
+            OutBuf::BF16(s) => s.len(),
+            OutBuf::F16(s) => s.len(),
+        }
+    }
+
+    /// Whether the buffer holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl ParamStream {
+    /// [`ParamStream::fill_flat`] for a run-time dtype.
+    ///
+    /// # Errors
+    /// As [`ParamStream::fill_flat`].
+    pub fn fill_flat_dyn(&self, start: u64, out: OutBuf<'_>, threads: Threads) -> Result<(), Error> {
+        match out {
+            OutBuf::F32(s) => self.fill_flat(start, s, threads),
+            OutBuf::F64(s) => self.fill_flat(start, s, threads),
+            OutBuf::BF16(s) => self.fill_flat(start, s, threads),
+            OutBuf::F16(s) => self.fill_flat(start, s, threads),
+        }
+    }
+
+    /// [`ParamStream::fill_box`] for a run-time dtype.
+    ///
+    /// # Errors
+    /// As [`ParamStream::fill_box`].
+    pub fn fill_box_dyn(
+        &self,
+        region: &[(u64, u64)],
+        out_offset: u64,
+        out: OutBuf<'_>,
+        threads: Threads,
+    ) -> Result<(), Error> {
+        match out {
+            OutBuf::F32(s) => self.fill_box(region, out_offset, s, threads),
+            OutBuf::F64(s) => self.fill_box(region, out_offset, s, threads),
+            OutBuf::BF16(s) => self.fill_box(region, out_offset, s, threads),
+            OutBuf::F16(s) => self.fill_box(region, out_offset, s, threads),
+        }
+    }
+}

@@ -1,0 +1,413 @@
+//! Initializers (SPEC §3–4): how stream words become element values.
+//!
+//! Every value is computed in binary64 by a fixed sequence of operations and then
+//! rounded to the target dtype (float32 once; bfloat16 and float16 via float32, which
+//! is what torch's `.to()` does).
+
+use half::{bf16, f16};
+
+use crate::math;
+use crate::Error;
+
+/// 2^-24: the U24 map's scale.
+const TWO_POW_M24: f64 = 1.0 / 16_777_216.0;
+/// 2^-32: the U32 map's scale.
+const TWO_POW_M32: f64 = 1.0 / 4_294_967_296.0;
+/// 2^-53: the U52 map's scale.
+const TWO_POW_M53: f64 = 1.0 / 9_007_199_254_740_992.0;
+
+/// `U24(w) = (w >> 8) * 2^-24`, in [0, 1) (SPEC §3).
+#[inline(always)]
+pub fn u24(word: u32) -> f64 {
+    f64::from(word >> 8) * TWO_POW_M24
+}
+
+/// `U32(w) = (w + 0.5) * 2^-32`, in (0, 1), never 0 or 1 (SPEC §3).
+#[inline(always)]
+pub fn u32_open(word: u32) -> f64 {
+    (f64::from(word) + 0.5) * TWO_POW_M32
+}
+
+/// `U52(w0, w1) = (2m + 1) * 2^-53` with `m = ((w0 >> 6) << 26) | (w1 >> 6)`, in
+/// (0, 1), never 0 or 1 (SPEC §3).
+#[inline(always)]
+pub fn u52_open(word0: u32, word1: u32) -> f64 {
+    let m = (u64::from(word0 >> 6) << 26) | u64::from(word1 >> 6);
+    (2 * m + 1) as f64 * TWO_POW_M53
+}
+
+/// A floating-point element type the core can write.
+pub trait Element: Copy + Send + Sync + 'static {
+    /// The stream-v1 dtype of this element type.
+    const DTYPE: Dtype;
+    /// Rounds a binary64 value to this type as SPEC §4 prescribes.
+    fn from_f64(value: f64) -> Self;
+}
+
+impl Element for f64 {
+    const DTYPE: Dtype = Dtype::F64;
+    #[inline(always)]
+    fn from_f64(value: f64) -> Self {
+        value
+    }
+}
+
+impl Element for f32 {
+    const DTYPE: Dtype = Dtype::F32;
+    #[inline(always)]
+    fn from_f64(value: f64) -> Self {
+        // `as` rounds to nearest, ties to even (IEEE-754 default).
+        value as f32
+    }
+}
+
+impl Element for bf16 {
+    const DTYPE: Dtype = Dtype::BF16;
+    #[inline(always)]
+    fn from_f64(value: f64) -> Self {
+        // Via float32, as torch's `.to(torch.bfloat16)` of a float32 tensor.
+        bf16::from_f32(value as f32)
+    }
+}
+
+impl Element for f16 {
+    const DTYPE: Dtype = Dtype::F16;
+    #[inline(always)]
+    fn from_f64(value: f64) -> Self {
+        // Via float32, as torch's `.to(torch.float16)` of a float32 tensor.
+        f16::from_f32(value as f32)
+    }
+}
+
+/// Target dtypes of stream format v1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    /// IEEE binary32.
+    F32,
+    /// IEEE binary64: two stream words per element.
+    F64,
+    /// bfloat16 (rounded from float32).
+    BF16,
+    /// IEEE binary16 (rounded from float32).
+    F16,
+}
+
+impl Dtype {
+    /// Stream words consumed per element: 2 for float64, 1 otherwise (SPEC §3).
+    pub fn words_per_element(self) -> u64 {
+        match self {
+            Dtype::F64 => 2,
+            _ => 1,
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size_bytes(self) -> usize {
+        match self {
+            Dtype::F64 => 8,
+            Dtype::F32 => 4,
+            Dtype::BF16 | Dtype::F16 => 2,
+        }
+    }
+
+    /// Largest element count whose word positions fit in 64 bits.
+    pub fn max_numel(self) -> u64 {
+        match self {
+            Dtype::F64 => 1 << 63,
+            _ => u64::MAX,
+        }
+    }
+}
+
+/// A base initializer of SPEC §4. Fan-based initializers (kaiming, xavier, torch.nn
+/// defaults) resolve to one of these from the global shape before they reach the core.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Init {
+    /// Every element equal to `value` (zeros, ones, constant). Consumes no words.
+    Constant {
+        /// The value.
+        value: f64,
+    },
+    /// Uniform on [a, b).
+    Uniform {
+        /// Lower bound.
+        a: f64,
+        /// Upper bound.
+        b: f64,
+    },
+    /// Normal with the given mean and standard deviation.
+    Normal {
+        /// Mean.
+        mean: f64,
+        /// Standard deviation (>= 0).
+        std: f64,
+    },
+    /// Normal(mean, std) truncated to [a, b] by inverse-CDF sampling.
+    TruncNormal {
+        /// Mean.
+        mean: f64,
+        /// Standard deviation (> 0).
+        std: f64,
+        /// Lower truncation bound.
+        a: f64,
+        /// Upper truncation bound.
+        b: f64,
+    },
+}
+
+fn finite(arg: &'static str, value: f64) -> Result<(), Error> {
+    if value.is_finite() {
+        Ok(())
+    } else {
+        Err(Error::NonFinite { arg, value })
+    }
+}
+
+impl Init {
+    /// Checks the parameters: all finite, `std >= 0` (`> 0` for trunc_normal), `a < b`.
+    ///
+    /// # Errors
+    /// [`Error::NonFinite`], [`Error::NegativeStd`] or [`Error::EmptyInterval`].
+    pub fn validate(&self) -> Result<(), Error> {
+        match *self {
+            Init::Constant { value } => finite("value", value),
+            Init::Uniform { a, b } => {
+                finite("a", a)?;
+                finite("b", b)?;
+                if a < b {
+                    Ok(())
+                } else {
+                    Err(Error::EmptyInterval { a, b })
+                }
+            }
+            Init::Normal { mean, std } => {
+                finite("mean", mean)?;
+                finite("std", std)?;
+                if std < 0.0 {
+                    return Err(Error::NegativeStd { std });
+                }
+                Ok(())
+            }
+            Init::TruncNormal { mean, std, a, b } => {
+                finite("mean", mean)?;
+                finite("std", std)?;
+                finite("a", a)?;
+                finite("b", b)?;
+                if std <= 0.0 {
+                    // std == 0 would make the standardized bounds infinite or NaN.
+                    return Err(Error::NegativeStd { std });
+                }
+                if a >= b {
+                    return Err(Error::EmptyInterval { a, b });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Precomputes the per-parameter constants of the sampler (validating first).
+    ///
+    /// # Errors
+    /// As [`Init::validate`].
+    pub fn prepare(&self) -> Result<Sampler, Error> {
+        self.validate()?;
+        Ok(match *self {
+            Init::Constant { value } => Sampler::Constant { value },
+            Init::Uniform { a, b } => Sampler::Uniform { a, width: b - a },
+            Init::Normal { mean, std } => Sampler::Normal { mean, std },
+            Init::TruncNormal { mean, std, a, b } => {
+                Sampler::TruncNormal(TruncNormal::new(mean, std, a, b))
+            }
+        })
+    }
+}
+
+/// Constants of a truncated normal, chosen so that an interval far in either tail keeps
+/// full precision (SPEC §4): the sample is `PhiInv(t)` with
+/// `t = Phi(al) + U * (Phi(be) - Phi(al))`; when `t > 1/2` it is computed as
+/// `-PhiInv(1 - t)` with `1 - t = Phi(-be) + (1 - U) * mass`, which involves no
+/// cancellation (`1 - U` is exact for the U32 and U52 maps).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TruncNormal {
+    mean: f64,
+    std: f64,
+    a: f64,
+    b: f64,
+    /// Phi(al).
+    lower_cdf: f64,
+    /// Phi(-be) = 1 - Phi(be).
+    upper_tail: f64,
+    /// Phi(be) - Phi(al), computed without cancellation for the interval's position.
+    mass: f64,
+}
+
+impl TruncNormal {
+    fn new(mean: f64, std: f64, a: f64, b: f64) -> TruncNormal {
+        let alpha = (a - mean) / std;
+        let beta = (b - mean) / std;
+        let lower_cdf = math::phi(alpha);
+        let upper_tail = math::phi(-beta);
+        let mass = if alpha >= 0.0 {
+            // Both bounds in the upper tail: difference of upper-tail probabilities.
+            math::phi(-alpha) - upper_tail
+        } else if beta <= 0.0 {
+            // Both bounds in the lower tail.
+            math::phi(beta) - lower_cdf
+        } else {
+            // Straddles the mean: two non-negative halves, no cancellation.
+            0.5 * (math::erf(beta * std::f64::consts::FRAC_1_SQRT_2)
+                + math::erf(-alpha * std::f64::consts::FRAC_1_SQRT_2))
+        };
+        TruncNormal { mean, std, a, b, lower_cdf, upper_tail, mass }
+    }
+
+    /// The sample for uniform `u` in (0, 1) whose complement `1 - u` is exact.
+    #[inline(always)]
+    pub fn sample(&self, u: f64) -> f64 {
+        let t = self.lower_cdf + u * self.mass;
+        let x = if t <= 0.5 {
+            math::phi_inv(t, 1.0 - t)
+        } else {
+            let q = self.upper_tail + (1.0 - u) * self.mass;
+            -math::phi_inv(q, 1.0 - q)
+        };
+        let value = self.mean + self.std * x;
+        // Clamp (not reject): rounding can step just outside [a, b].
+        value.max(self.a).min(self.b)
+    }
+}
+
+/// A validated initializer with its per-parameter constants precomputed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum Sampler {
+    /// Constant fill.
+    Constant {
+        /// The value.
+        value: f64,
+    },
+    /// `a + width * U`.
+    Uniform {
+        /// Lower bound.
+        a: f64,
+        /// `b - a`.
+        width: f64,
+    },
+    /// `mean + std * PhiInv(U)`.
+    Normal {
+        /// Mean.
+        mean: f64,
+        /// Standard deviation.
+        std: f64,
+    },
+    /// Truncated normal.
+    TruncNormal(TruncNormal),
+}
+
+impl Sampler {
+    /// Whether this sampler consumes stream words at all.
+    pub fn uses_words(&self) -> bool {
+        !matches!(self, Sampler::Constant { .. })
+    }
+
+    /// Value of an element of a one-word dtype (float32, bfloat16, float16) from its
+    /// word `w_i`, in binary64 before rounding.
+    #[inline(always)]
+    pub fn one_word(&self, word: u32) -> f64 {
+        match *self {
+            Sampler::Constant { value } => value,
+            Sampler::Uniform { a, width } => a + width * u24(word),
+            Sampler::Normal { mean, std } => {
+                let u = u32_open(word);
+                mean + std * math::phi_inv(u, 1.0 - u)
+            }
+            Sampler::TruncNormal(ref t) => t.sample(u32_open(word)),
+        }
+    }
+
+    /// Value of a float64 element from its words `w_2i`, `w_2i+1`.
+    #[inline(always)]
+    pub fn two_words(&self, word0: u32, word1: u32) -> f64 {
+        match *self {
+            Sampler::Constant { value } => value,
+            Sampler::Uniform { a, width } => a + width * u52_open(word0, word1),
+            Sampler::Normal { mean, std } => {
+                let u = u52_open(word0, word1);
+                mean + std * math::phi_inv(u, 1.0 - u)
+            }
+            Sampler::TruncNormal(ref t) => t.sample(u52_open(word0, word1)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uniform_maps_hit_their_documented_ends() {
+        assert_eq!(u24(0), 0.0);
+        assert_eq!(u24(u32::MAX), 1.0 - TWO_POW_M24);
+        assert_eq!(u32_open(0), 0.5 * TWO_POW_M32);
+        assert_eq!(u32_open(u32::MAX), 1.0 - 0.5 * TWO_POW_M32);
+        assert_eq!(u52_open(0, 0), TWO_POW_M53);
+        assert_eq!(u52_open(u32::MAX, u32::MAX), 1.0 - TWO_POW_M53);
+        // 1 - U is exact for U32 and U52, which the trunc_normal sampler relies on.
+        let u = u52_open(0x1234_5678, 0x9abc_def0);
+        assert_eq!((1.0 - u) + u, 1.0);
+        assert_eq!(1.0 - (1.0 - u), u);
+    }
+
+    #[test]
+    fn validation_names_the_argument() {
+        let bad = [
+            (Init::Normal { mean: 0.0, std: -1.0 }, "std must be >= 0"),
+            (Init::Normal { mean: f64::NAN, std: 1.0 }, "mean must be a finite"),
+            (Init::Uniform { a: 1.0, b: 1.0 }, "a must be < b"),
+            (Init::Uniform { a: 0.0, b: f64::INFINITY }, "b must be a finite"),
+            (Init::TruncNormal { mean: 0.0, std: 1.0, a: 2.0, b: -2.0 }, "a must be < b"),
+            (Init::TruncNormal { mean: 0.0, std: 0.0, a: -2.0, b: 2.0 }, "std"),
+            (Init::Constant { value: f64::NEG_INFINITY }, "value must be a finite"),
+        ];
+        for (init, message) in bad {
+            let err = init.validate().unwrap_err().to_string();
+            assert!(err.contains(message), "{init:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn trunc_normal_stays_inside_the_interval_and_its_tail() {
+        for (a, b) in [(-2.0, 2.0), (5.0, 5.5), (-30.0, -29.0), (8.0, 40.0), (-0.1, 1e-9)] {
+            let sampler = Init::TruncNormal { mean: 0.0, std: 1.0, a, b }.prepare().unwrap();
+            for word in [0u32, 1, 1 << 31, u32::MAX - 1, u32::MAX, 0x2bc9_fb9e] {
+                let value = sampler.one_word(word);
+                assert!((a..=b).contains(&value), "[{a}, {b}] word {word:#x}: {value}");
+            }
+            // Monotone in the word: inverse-CDF sampling preserves order.
+            let lo = sampler.one_word(0);
+            let mid = sampler.one_word(1 << 31);
+            let hi = sampler.one_word(u32::MAX);
+            assert!(lo <= mid && mid <= hi, "[{a}, {b}]: {lo} {mid} {hi}");
+            if a > 4.0 {
+                // Far in the upper tail the smallest sample sits right at a (the
+                // density falls off like exp(-a * x)), not at some rounding artefact.
+                assert!(lo - a < 1e-6 * (b - a), "{lo}");
+                assert!(lo > a || lo == a);
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_and_f16_round_through_f32() {
+        // Just above a bf16 (f16) rounding tie: rounding binary64 directly would round
+        // up, but the value first rounds to float32 onto the tie, which then rounds to
+        // even (down). SPEC §4 prescribes the route through float32, like torch.
+        let above_bf16_tie = 1.0 + f64::powi(2.0, -8) + f64::powi(2.0, -30);
+        assert_eq!(<bf16 as Element>::from_f64(above_bf16_tie), bf16::ONE);
+        assert_eq!(bf16::from_f64(above_bf16_tie), bf16::from_f32(1.0 + 1.0 / 128.0));
+        let above_f16_tie = 1.0 + f64::powi(2.0, -11) + f64::powi(2.0, -30);
+        assert_eq!(<f16 as Element>::from_f64(above_f16_tie), f16::ONE);
+        assert_eq!(f16::from_f64(above_f16_tie), f16::from_f32(1.0 + 1.0 / 1024.0));
+    }
+}

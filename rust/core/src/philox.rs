@@ -1,0 +1,325 @@
+//! Philox4x32-10 (Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as easy as
+//! 1, 2, 3", SC'11) and the stream-v1 word stream built on it.
+//!
+//! Units used throughout this module:
+//! * a **word** is one `u32` of output; words are numbered from 0 by a `u64` *word
+//!   position* `j`;
+//! * a **block** is one call of the Philox block function: four words. Word `j` is
+//!   output word `j & 3` of block `j >> 2`;
+//! * block `b` uses the 128-bit counter `(b as u32, (b >> 32) as u32, 0, 0)`, so the
+//!   carry from the low into the high counter word happens every 2^32 blocks
+//!   (2^34 words).
+
+/// Philox round multiplier for counter words 0 and 1.
+const PHILOX_M0: u32 = 0xD251_1F53;
+/// Philox round multiplier for counter words 2 and 3.
+const PHILOX_M1: u32 = 0xCD9E_8D57;
+/// Weyl increment of key word 0 (golden ratio).
+const PHILOX_W0: u32 = 0x9E37_79B9;
+/// Weyl increment of key word 1 (sqrt(3) - 1).
+const PHILOX_W1: u32 = 0xBB67_AE85;
+/// Number of rounds: the "-10" in Philox4x32-10.
+const PHILOX_ROUNDS: usize = 10;
+
+/// Full 32x32 -> 64 bit product split into (high, low) words.
+#[inline(always)]
+fn mul_hi_lo(a: u32, b: u32) -> (u32, u32) {
+    let product = u64::from(a) * u64::from(b);
+    ((product >> 32) as u32, product as u32)
+}
+
+/// The Philox4x32-10 block function: one 128-bit counter and a 64-bit key to four
+/// output words. This is the scalar reference; every batched path must agree with it.
+///
+/// ```
+/// // Random123 known-answer vector (kat_vectors, philox4x32_10, all zeros).
+/// let out = shardinit_core::philox::philox4x32_10([0; 4], [0; 2]);
+/// assert_eq!(out, [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]);
+/// ```
+#[inline(always)]
+pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
+    let [mut c0, mut c1, mut c2, mut c3] = counter;
+    let [mut k0, mut k1] = key;
+    for round in 0..PHILOX_ROUNDS {
+        if round > 0 {
+            k0 = k0.wrapping_add(PHILOX_W0);
+            k1 = k1.wrapping_add(PHILOX_W1);
+        }
+        let (hi0, lo0) = mul_hi_lo(PHILOX_M0, c0);
+        let (hi1, lo1) = mul_hi_lo(PHILOX_M1, c2);
+        (c0, c1, c2, c3) = (hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0);
+    }
+    [c0, c1, c2, c3]
+}
+
+/// Number of blocks computed together by [`Stream::fill_blocks`]; chosen so the
+/// lane loops below map onto 8 x 32-bit SIMD registers (AVX2) or two NEON registers.
+pub const BATCH_BLOCKS: usize = 8;
+
+/// Philox over [`BATCH_BLOCKS`] consecutive blocks starting at `first_block`, written as
+/// lane-parallel loops so the compiler can vectorize them. Output is in stream order:
+/// `out[4 * i + w]` is word `w` of block `first_block + i`. Bit-identical to calling
+/// [`philox4x32_10`] per block (tested).
+#[inline(always)]
+fn philox_batch(first_block: u64, key: [u32; 2], out: &mut [u32; 4 * BATCH_BLOCKS]) {
+    let mut c0 = [0u32; BATCH_BLOCKS];
+    let mut c1 = [0u32; BATCH_BLOCKS];
+    let mut c2 = [0u32; BATCH_BLOCKS];
+    let mut c3 = [0u32; BATCH_BLOCKS];
+    for lane in 0..BATCH_BLOCKS {
+        let block = first_block.wrapping_add(lane as u64);
+        c0[lane] = block as u32;
+        c1[lane] = (block >> 32) as u32;
+    }
+    let [mut k0, mut k1] = key;
+    for round in 0..PHILOX_ROUNDS {
+        if round > 0 {
+            k0 = k0.wrapping_add(PHILOX_W0);
+            k1 = k1.wrapping_add(PHILOX_W1);
+        }
+        for lane in 0..BATCH_BLOCKS {
+            let p0 = u64::from(PHILOX_M0) * u64::from(c0[lane]);
+            let p1 = u64::from(PHILOX_M1) * u64::from(c2[lane]);
+            let n0 = ((p1 >> 32) as u32) ^ c1[lane] ^ k0;
+            let n1 = p1 as u32;
+            let n2 = ((p0 >> 32) as u32) ^ c3[lane] ^ k1;
+            let n3 = p0 as u32;
+            c0[lane] = n0;
+            c1[lane] = n1;
+            c2[lane] = n2;
+            c3[lane] = n3;
+        }
+    }
+    for lane in 0..BATCH_BLOCKS {
+        out[4 * lane] = c0[lane];
+        out[4 * lane + 1] = c1[lane];
+        out[4 * lane + 2] = c2[lane];
+        out[4 * lane + 3] = c3[lane];
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{philox_batch, BATCH_BLOCKS};
+
+    /// The same code as `philox_batch`, compiled with AVX2 enabled so the lane loops
+    /// become 256-bit vector instructions (`vpmuludq`, `vpxor`).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 (checked by the caller with
+    /// `is_x86_feature_detected!`).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn philox_batch_avx2(
+        first_block: u64,
+        key: [u32; 2],
+        out: &mut [u32; 4 * BATCH_BLOCKS],
+    ) {
+        philox_batch(first_block, key, out);
+    }
+
+    /// The same code as `philox_batch`, compiled for AVX-512.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F (checked by the caller).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn philox_batch_avx512(
+        first_block: u64,
+        key: [u32; 2],
+        out: &mut [u32; 4 * BATCH_BLOCKS],
+    ) {
+        philox_batch(first_block, key, out);
+    }
+}
+
+/// Which implementation of the batched block function this CPU runs. All give the
+/// same bits; only speed differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Portable code (auto-vectorized for the baseline target features).
+    Portable,
+    /// x86-64 AVX2, selected at run time.
+    Avx2,
+    /// x86-64 AVX-512F, selected at run time.
+    Avx512,
+}
+
+impl Backend {
+    /// The fastest backend this CPU supports.
+    pub fn detect() -> Backend {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f") {
+                return Backend::Avx512;
+            }
+            if std::is_x86_feature_detected!("avx2") {
+                return Backend::Avx2;
+            }
+        }
+        Backend::Portable
+    }
+
+    /// Computes [`BATCH_BLOCKS`] blocks starting at `first_block` with this backend.
+    #[inline]
+    pub fn blocks(self, first_block: u64, key: [u32; 2], out: &mut [u32; 4 * BATCH_BLOCKS]) {
+        match self {
+            Backend::Portable => philox_batch(first_block, key, out),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Backend::Avx2` is only constructed by `detect` after
+            // `is_x86_feature_detected!("avx2")` returned true.
+            Backend::Avx2 => unsafe { x86::philox_batch_avx2(first_block, key, out) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Backend::Avx512` is only constructed by `detect` after
+            // `is_x86_feature_detected!("avx512f")` returned true.
+            Backend::Avx512 => unsafe { x86::philox_batch_avx512(first_block, key, out) },
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => philox_batch(first_block, key, out),
+        }
+    }
+}
+
+/// The stream-v1 word stream of one key: an infinite sequence of `u32` words addressed
+/// by a `u64` word position (see the module docs for the units).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stream {
+    key: [u32; 2],
+}
+
+impl Stream {
+    /// The stream of `key64` (SPEC §1): key words `k0 = key64 & 0xFFFFFFFF`,
+    /// `k1 = key64 >> 32`.
+    pub fn new(key64: u64) -> Stream {
+        Stream { key: [key64 as u32, (key64 >> 32) as u32] }
+    }
+
+    /// The two 32-bit Philox key words.
+    pub fn key_words(&self) -> [u32; 2] {
+        self.key
+    }
+
+    /// Block `block` (a block index, four words) of the stream.
+    #[inline]
+    pub fn block(&self, block: u64) -> [u32; 4] {
+        philox4x32_10([block as u32, (block >> 32) as u32, 0, 0], self.key)
+    }
+
+    /// Word at word position `word_pos` (a word index, not a byte or block index).
+    pub fn word(&self, word_pos: u64) -> u32 {
+        self.block(word_pos >> 2)[(word_pos & 3) as usize]
+    }
+
+    /// Fills `out` with the words at word positions `start_word .. start_word +
+    /// out.len()`. Positions wrap modulo 2^64 (the stream is periodic with period 2^66
+    /// words in principle, but v1 only addresses the first 2^64).
+    pub fn fill_words(&self, start_word: u64, out: &mut [u32]) {
+        let backend = Backend::detect();
+        let mut pos = start_word;
+        let mut written = 0usize;
+        let mut batch = [0u32; 4 * BATCH_BLOCKS];
+        while written < out.len() {
+            let first_block = pos >> 2;
+            let skip = (pos & 3) as usize;
+            backend.blocks(first_block, self.key, &mut batch);
+            let take = (batch.len() - skip).min(out.len() - written);
+            out[written..written + take].copy_from_slice(&batch[skip..skip + take]);
+            written += take;
+            pos = pos.wrapping_add(take as u64);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Known-answer vectors from Random123 (kat_vectors: "philox4x32 10"), as quoted in
+    // SPEC §2: counter words c0..c3, key words k0 k1 -> output words.
+    const RANDOM123_KAT: [([u32; 4], [u32; 2], [u32; 4]); 3] = [
+        ([0, 0, 0, 0], [0, 0], [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]),
+        (
+            [0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff],
+            [0xffffffff, 0xffffffff],
+            [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd],
+        ),
+        (
+            [0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344],
+            [0xa4093822, 0x299f31d0],
+            [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1],
+        ),
+    ];
+
+    #[test]
+    fn random123_known_answers() {
+        for (counter, key, expected) in RANDOM123_KAT {
+            assert_eq!(philox4x32_10(counter, key), expected, "counter {counter:x?}");
+        }
+    }
+
+    #[test]
+    fn spec_golden_words_key_w_seed_0() {
+        // SPEC §6: words 0..7 of key64(0, "w") = 0x47a94443d83ccf19.
+        let stream = Stream::new(0x47a9_4443_d83c_cf19);
+        let mut words = [0u32; 8];
+        stream.fill_words(0, &mut words);
+        assert_eq!(
+            words,
+            [
+                0x2bc9fb9e, 0xfacb47fe, 0x3673388e, 0xb56d6438, 0x1330000a, 0x2d5a56bb,
+                0xaf195d98, 0xad0fe342
+            ]
+        );
+    }
+
+    #[test]
+    fn spec_golden_words_cross_the_high_counter_carry() {
+        // SPEC §6: words 2^34-2 .. 2^34+1 of key64(2^64-1, "layers.0.attention.wq.weight").
+        let stream = Stream::new(0x6b59_ead9_09d7_045b);
+        let mut words = [0u32; 4];
+        stream.fill_words((1u64 << 34) - 2, &mut words);
+        assert_eq!(words, [0x30594d3f, 0xcdcb0eab, 0x508c2186, 0x1973be7f]);
+        // Block 2^32 uses counter (0, 1, 0, 0): the carry went into c1.
+        assert_eq!(stream.block(1 << 32), philox4x32_10([0, 1, 0, 0], stream.key_words()));
+        assert_eq!(stream.word((1u64 << 34) + 1), 0x1973be7f);
+    }
+
+    #[test]
+    fn every_backend_matches_the_scalar_reference() {
+        let key = [0x1234_5678, 0x9abc_def0];
+        let mut backends = vec![Backend::Portable, Backend::detect()];
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            backends.push(Backend::Avx2);
+        }
+        for backend in backends {
+            for first_block in [0u64, 1, 7, (1 << 32) - 3, u64::MAX - 3] {
+                let mut batch = [0u32; 4 * BATCH_BLOCKS];
+                backend.blocks(first_block, key, &mut batch);
+                for lane in 0..BATCH_BLOCKS {
+                    let block = first_block.wrapping_add(lane as u64);
+                    let expected = philox4x32_10([block as u32, (block >> 32) as u32, 0, 0], key);
+                    assert_eq!(&batch[4 * lane..4 * lane + 4], &expected, "{backend:?} {block}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fill_words_slices_agree_with_a_longer_fill() {
+        let stream = Stream::new(42);
+        let mut long = vec![0u32; 200];
+        stream.fill_words(5, &mut long);
+        for start in [5u64, 6, 7, 8, 9, 36, 37, 100] {
+            for len in [0usize, 1, 3, 4, 5, 31, 33, 64] {
+                let offset = (start - 5) as usize;
+                if offset + len > long.len() {
+                    continue;
+                }
+                let mut part = vec![0u32; len];
+                stream.fill_words(start, &mut part);
+                assert_eq!(part, long[offset..offset + len], "start {start} len {len}");
+                if len > 0 {
+                    assert_eq!(stream.word(start), part[0]);
+                }
+            }
+        }
+    }
+}

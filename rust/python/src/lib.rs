@@ -1,0 +1,33 @@
+//! `shardinit._core`: the thin PyO3 layer over `shardinit-core`.
+//!
+//! It only extracts arguments, releases the GIL around O(n) work, writes straight into
+//! the caller's buffer, and maps core errors to specific Python exceptions. All
+//! validation that needs torch happens in the Python package.
+
+mod buffers;
+mod errors;
+mod stream;
+
+use pyo3::prelude::*;
+
+/// The extension module. Every function releases the GIL for its O(n) part.
+#[pymodule(gil_used = false)]
+mod _core {
+    #[pymodule_export]
+    use crate::errors::{InternalError, ShapeTooLargeError, ShardInitError};
+    #[pymodule_export]
+    use crate::stream::{chunk_range, fill_box, fill_flat, key64, stream_words};
+
+    /// Version of the stream format this build implements (SPEC v1).
+    #[pymodule_export]
+    const STREAM_FORMAT_VERSION: u32 = crate::stream::STREAM_FORMAT_VERSION;
+
+    use pyo3::prelude::*;
+
+    #[pymodule_init]
+    fn init(module: &Bound<'_, PyModule>) -> PyResult<()> {
+        module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        module.add("backend", format!("{:?}", shardinit_core::Backend::detect()).to_lowercase())?;
+        Ok(())
+    }
+}
