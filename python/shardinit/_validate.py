@@ -20,20 +20,18 @@ def check_int(arg: str, value: Any, *, low: int | None = None, high: int | None 
         TypeError: ``value`` is not an integer.
         ShardInitError: ``value`` is outside [low, high].
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        try:
-            # Accept integer-like objects such as numpy integers and 0-d int tensors.
-            if isinstance(value, bool) or isinstance(value, float):
-                raise TypeError
-            value = operator.index(value)
-        except TypeError:
-            raise TypeError(f"{arg} must be an int, got {type(value).__name__} {value!r}") from None
-    value = int(value)
-    if (low is not None and value < low) or (high is not None and value > high):
+    if isinstance(value, (bool, float)):
+        raise TypeError(f"{arg} must be an int, got {type(value).__name__} {value!r}")
+    try:
+        # Accepts ints and integer-like objects (numpy integers, 0-d integer tensors).
+        result = int(operator.index(value))
+    except TypeError:
+        raise TypeError(f"{arg} must be an int, got {type(value).__name__} {value!r}") from None
+    if (low is not None and result < low) or (high is not None and result > high):
         lo = "-inf" if low is None else str(low)
         hi = "inf" if high is None else str(high)
-        raise ShardInitError(f"{arg} must be in [{lo}, {hi}], got {value}")
-    return value
+        raise ShardInitError(f"{arg} must be in [{lo}, {hi}], got {result}")
+    return result
 
 
 def check_real(arg: str, value: Any) -> float:
@@ -57,6 +55,14 @@ def check_name(arg: str, value: Any) -> str:
         raise TypeError(f"{arg} must be a str, got {type(value).__name__} {value!r}")
     if not value:
         raise ShardInitError(f"{arg} must be a non-empty string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        # Lone surrogates have no UTF-8 form, so SPEC §1's key cannot be computed.
+        raise ShardInitError(
+            f"{arg} must be encodable as UTF-8, got {value!r} ({error.reason} at index "
+            f"{error.start})"
+        ) from None
     return value
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from . import _core
-from ._validate import check_int
+from ._validate import U64_MAX, check_int
 from .errors import ShardInitError
 from .spec import ParamSpec
 
@@ -37,6 +37,21 @@ CUDA_CHUNK_BYTES = 32 * 1024 * 1024
 
 _thread_setting: int | None = None
 _thread_lock = threading.Lock()
+# fork() copies only the calling thread: in a child forked after the core ran on worker
+# threads, its thread pools would wait forever for workers that do not exist there. Such
+# a child runs the core on its calling thread only (the values never depend on it).
+_pools_used = False
+_forked_after_pools = False
+
+
+def _after_fork_in_child() -> None:
+    global _forked_after_pools, _thread_lock
+    _thread_lock = threading.Lock()  # it may have been held by a thread that is gone
+    if _pools_used:
+        _forked_after_pools = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 Box = tuple[tuple[int, int], ...]
 
@@ -56,11 +71,22 @@ def set_num_threads(threads: int | None) -> None:
 
 
 def get_num_threads() -> int:
-    """The number of threads the core will use for the next call."""
+    """The number of threads the core will use for the next call (1 in a process forked
+    after shardinit ran multi-threaded: worker threads do not survive ``fork``)."""
+    if _forked_after_pools:
+        return 1
     if _thread_setting is not None:
         return _thread_setting
     cores = os.cpu_count() or 1
     return max(1, min(cores, torch.get_num_threads()))
+
+
+def _threads_for_call() -> int:
+    global _pools_used
+    threads = get_num_threads()
+    if threads > 1:
+        _pools_used = True
+    return threads
 
 
 def _writable_view(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
@@ -77,8 +103,13 @@ def _check_out(out: Any, spec: ParamSpec, shape: tuple[int, ...]) -> torch.Tenso
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
     if out.layout != torch.strided:
         raise ShardInitError(f"out must have layout torch.strided, got {out.layout}")
+    if out.is_nested:
+        raise ShardInitError("out must be a plain strided tensor, got a nested tensor")
     if out.is_meta:
         raise ShardInitError("out is a meta tensor; it has no memory to fill")
+    if out.is_neg() or out.is_conj():
+        # A lazy negated/conjugated view: writing through it would not mean what it says.
+        raise ShardInitError("out has its negative or conjugate bit set; resolve it first")
     if out.device.type not in ("cpu", "cuda"):
         raise ShardInitError(f"out must be on a cpu or cuda device, got {out.device}")
     if tuple(out.shape) != shape:
@@ -104,7 +135,8 @@ def _resolve_device(device: Any) -> torch.device:
     return resolved
 
 
-def _fill_box_cpu(spec: ParamSpec, box: Box, offset: int, out: torch.Tensor) -> None:
+def _fill_box_cpu(spec: ParamSpec, box: Box, offset: int | None, out: torch.Tensor) -> None:
+    """Fills the whole box (``offset`` None) or elements [offset, offset + len) of it."""
     base = spec.base_init
     _core.fill_box(
         spec.key64,
@@ -115,7 +147,7 @@ def _fill_box_cpu(spec: ParamSpec, box: Box, offset: int, out: torch.Tensor) -> 
         list(box),
         offset,
         _writable_view(out),
-        get_num_threads(),
+        _threads_for_call(),
     )
 
 
@@ -129,7 +161,7 @@ def _fill_flat_cpu(spec: ParamSpec, start: int, out: torch.Tensor) -> None:
         spec.dtype_name,
         start,
         _writable_view(out),
-        get_num_threads(),
+        _threads_for_call(),
     )
 
 
@@ -160,13 +192,13 @@ def _fill_via_pinned(
             host = staging[slot][:count]
             fill_part(offset, host)
             flat[offset : offset + count].copy_(host, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record(stream)
-            copied[slot] = event
-        for event in copied:
-            if event is not None:
+            copy_done = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            copy_done.record(stream)
+            copied[slot] = copy_done
+        for last_copy in copied:
+            if last_copy is not None:
                 # Keep the pinned buffers alive until their last copies are done.
-                event.synchronize()
+                last_copy.synchronize()
 
 
 def _check_box(spec: ParamSpec, box: Any) -> Box:
@@ -202,14 +234,14 @@ def _fill_box(
     if out.device.type == "cuda":
         _fill_via_pinned(out, lambda offset, host: _fill_box_cpu(spec, box, offset, host))
     else:
-        _fill_box_cpu(spec, box, 0, out)
+        _fill_box_cpu(spec, box, None, out)
     return out
 
 
 def box_of_shard(spec: ParamSpec, rank: int, world: int, dim: int = 0) -> Box:
     """The global box held by ``rank`` of ``world`` when sharding along ``dim`` with
     ``torch.chunk`` / FSDP2 / DTensor ``Shard(dim)`` semantics."""
-    world = check_int("world", world, low=1)
+    world = check_int("world", world, low=1, high=U64_MAX)
     rank = check_int("rank", rank, low=0, high=world - 1)
     ndim = len(spec.shape)
     if ndim == 0:
@@ -314,6 +346,8 @@ def init_flat(
         out = torch.empty(shape, dtype=spec.dtype, device=_resolve_device(device))
     else:
         out = _check_out(out, spec, shape)
+        if device is not None and _resolve_device(device) != out.device:
+            raise ShardInitError(f"device is {device} but out is on {out.device}")
     if out.device.type == "cuda":
         _fill_via_pinned(out, lambda offset, host: _fill_flat_cpu(spec, start + offset, host))
     else:

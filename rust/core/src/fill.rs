@@ -326,15 +326,33 @@ impl ParamStream {
         Ok(())
     }
 
+    /// Fills `out` with the box `region` (one `(start, stop)` per dim) of the global
+    /// tensor, in C order. `out` must hold exactly the box's elements.
+    ///
+    /// # Errors
+    /// Invalid initializer, a shape too large for the dtype, a box that does not fit the
+    /// shape, or an `out` of the wrong length.
+    pub fn fill_box<T: Element>(
+        &self,
+        region: &[(u64, u64)],
+        out: &mut [T],
+        threads: Threads,
+    ) -> Result<(), Error> {
+        let box_len = box_numel(&self.global_shape, region)?;
+        if out.len() as u64 != box_len {
+            return Err(Error::OutputSizeMismatch { expected: box_len, got: out.len() as u64 });
+        }
+        self.fill_box_part(region, 0, out, threads)
+    }
+
     /// Fills `out` with elements `[out_offset, out_offset + out.len())`, in C order, of
-    /// the box `region` (one `(start, stop)` per dim). `out_offset = 0` and `out.len()`
-    /// equal to the box's element count fills the whole box; other values let a caller
-    /// stream a large box through a bounded buffer (the CUDA path does).
+    /// the box `region`, so a caller can stream a large box through a bounded buffer
+    /// (the CUDA path does).
     ///
     /// # Errors
     /// Invalid initializer, a shape too large for the dtype, a box that does not fit the
     /// shape, or a part that runs past the end of the box.
-    pub fn fill_box<T: Element>(
+    pub fn fill_box_part<T: Element>(
         &self,
         region: &[(u64, u64)],
         out_offset: u64,
@@ -417,22 +435,35 @@ impl ParamStream {
         }
     }
 
-    /// [`ParamStream::fill_box`] for a run-time dtype.
+    /// [`ParamStream::fill_box`] (`out_offset: None`) or
+    /// [`ParamStream::fill_box_part`] (`Some(offset)`) for a run-time dtype.
     ///
     /// # Errors
-    /// As [`ParamStream::fill_box`].
+    /// As those functions.
     pub fn fill_box_dyn(
         &self,
         region: &[(u64, u64)],
-        out_offset: u64,
+        out_offset: Option<u64>,
         out: OutBuf<'_>,
         threads: Threads,
     ) -> Result<(), Error> {
+        fn dispatch<T: Element>(
+            param: &ParamStream,
+            region: &[(u64, u64)],
+            out_offset: Option<u64>,
+            out: &mut [T],
+            threads: Threads,
+        ) -> Result<(), Error> {
+            match out_offset {
+                None => param.fill_box(region, out, threads),
+                Some(offset) => param.fill_box_part(region, offset, out, threads),
+            }
+        }
         match out {
-            OutBuf::F32(s) => self.fill_box(region, out_offset, s, threads),
-            OutBuf::F64(s) => self.fill_box(region, out_offset, s, threads),
-            OutBuf::BF16(s) => self.fill_box(region, out_offset, s, threads),
-            OutBuf::F16(s) => self.fill_box(region, out_offset, s, threads),
+            OutBuf::F32(s) => dispatch(self, region, out_offset, s, threads),
+            OutBuf::F64(s) => dispatch(self, region, out_offset, s, threads),
+            OutBuf::BF16(s) => dispatch(self, region, out_offset, s, threads),
+            OutBuf::F16(s) => dispatch(self, region, out_offset, s, threads),
         }
     }
 }

@@ -405,9 +405,9 @@ mod tests {
         // even (down). SPEC §4 prescribes the route through float32, like torch.
         let above_bf16_tie = 1.0 + f64::powi(2.0, -8) + f64::powi(2.0, -30);
         assert_eq!(<bf16 as Element>::from_f64(above_bf16_tie), bf16::ONE);
-        assert_eq!(bf16::from_f64(above_bf16_tie), bf16::from_f32(1.0 + 1.0 / 128.0));
+        assert_eq!(above_bf16_tie as f32, 1.0 + 1.0 / 256.0); // on the tie in float32
         let above_f16_tie = 1.0 + f64::powi(2.0, -11) + f64::powi(2.0, -30);
         assert_eq!(<f16 as Element>::from_f64(above_f16_tie), f16::ONE);
-        assert_eq!(f16::from_f64(above_f16_tie), f16::from_f32(1.0 + 1.0 / 1024.0));
+        assert_eq!(above_f16_tie as f32, 1.0 + 1.0 / 2048.0);
     }
 }

@@ -176,6 +176,8 @@ const LN2_LO_PM: [f64; 2] = [
     1.90821492927058770002e-10,  // 0x3dea39ef 0x35793c76
     -1.90821492927058770002e-10, // 0xbdea39ef 0x35793c76
 ];
+// fdlibm's literal for 1/ln2 (the same bits as `std::f64::consts::LOG2_E`).
+#[allow(clippy::approx_constant)]
 const INVLN2: f64 = 1.44269504088896338700e+00; // 0x3ff71547 0x652b82fe
 const TWOM1000: f64 = 9.33263618503218878990e-302; // 2^-1000 = 0x01700000 0
 const P1: f64 = 1.66666666666666019037e-01; // 0x3FC55555 0x5555553E
@@ -489,11 +491,11 @@ pub fn erfc(x: f64) -> f64 {
 // ---------------------------------------------------------------------------------
 
 /// `1/sqrt(2)` rounded to binary64 (0x3FE6A09E667F3BCD).
-const FRAC_1_SQRT_2_HI: f64 = 7.0710678118654757e-01;
+const FRAC_1_SQRT_2_HI: f64 = std::f64::consts::FRAC_1_SQRT_2;
 /// `1/sqrt(2) - FRAC_1_SQRT_2_HI` rounded to binary64 (-0x1.bdd3413b26456p-55).
 const FRAC_1_SQRT_2_LO: f64 = -4.833646656726457e-17;
 /// `2/sqrt(pi)` rounded to binary64 (0x3FF20DD750429B6D).
-const TWO_OVER_SQRT_PI: f64 = 1.1283791670955126;
+const TWO_OVER_SQRT_PI: f64 = std::f64::consts::FRAC_2_SQRT_PI;
 /// Veltkamp splitting constant `2^27 + 1`.
 const SPLITTER: f64 = 134217729.0;
 
@@ -533,11 +535,12 @@ fn two_prod(a: f64, b: f64) -> (f64, f64) {
 ///
 /// `phi(-inf) = 0`, `phi(+inf) = 1`, `phi(NaN) = NaN`.
 pub fn phi(x: f64) -> f64 {
-    // NaN fails the comparison. For |x| >= 64 the result is 0 or 1 in binary64.
-    if !(x.abs() < 64.0) {
-        if x.is_nan() {
-            return x;
-        }
+    if x.is_nan() {
+        return x;
+    }
+    // For |x| >= 64 the result is 0 or 1 in binary64 (and the exact product below
+    // must not overflow).
+    if x.abs() >= 64.0 {
         return if x > 0.0 { 1.0 } else { 0.0 };
     }
     // t = x/sqrt(2) as th + tl (exact product by the constant's high part, plus the

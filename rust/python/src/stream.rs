@@ -65,8 +65,9 @@ fn threads_from(threads: usize) -> Threads {
     }
 }
 
-/// Fills `out` with elements `[out_offset, out_offset + len(out))` (C order) of the box
-/// `region` of the parameter. The GIL is released while generating.
+/// Fills `out` with the box `region` of the parameter in C order: the whole box when
+/// `out_offset` is None (then `out` must hold exactly the box), else elements
+/// `[out_offset, out_offset + len(out))` of it. The GIL is released while generating.
 #[pyfunction]
 #[pyo3(signature = (key, global_shape, init_kind, init_params, dtype, region, out_offset, out, threads=0))]
 #[allow(clippy::too_many_arguments)] // mirrors the Python-side call, one value per argument
@@ -78,7 +79,7 @@ pub fn fill_box(
     init_params: (f64, f64, f64, f64),
     dtype: &str,
     region: Vec<(u64, u64)>,
-    out_offset: u64,
+    out_offset: Option<u64>,
     out: &Bound<'_, PyAny>,
     threads: usize,
 ) -> PyResult<()> {
@@ -131,4 +132,17 @@ pub fn fill_flat(
 #[pyfunction]
 pub fn chunk_range(size: u64, rank: u64, world: u64) -> PyResult<(u64, u64)> {
     shardinit_core::chunk_range(size, rank, world).map_err(to_py_err)
+}
+
+/// Phi, the standard normal CDF, exactly as the core computes it (for verification).
+#[pyfunction]
+pub fn phi(x: f64) -> f64 {
+    shardinit_core::math::phi(x)
+}
+
+/// PhiInv(p) with `q = 1 - p` supplied exactly, as the core computes it (for
+/// verification).
+#[pyfunction]
+pub fn phi_inv(p: f64, q: f64) -> f64 {
+    shardinit_core::math::phi_inv(p, q)
 }
