@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import math
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -103,6 +104,9 @@ class Uniform(BaseInit):
         b = check_real("b", self.b)
         if not a < b:
             raise ShardInitError(f"uniform needs a < b, got a={a}, b={b}")
+        if not math.isfinite(b - a):
+            # a + (b - a) * U would be +-inf or NaN for every element.
+            raise ShardInitError(f"uniform needs b - a to be finite, got a={a}, b={b}")
         object.__setattr__(self, "a", a)
         object.__setattr__(self, "b", b)
 
@@ -123,6 +127,12 @@ class Normal(BaseInit):
         std = check_real("std", self.std)
         if std < 0:
             raise ShardInitError(f"std must be >= 0, got {std}")
+        if not math.isfinite(abs(mean) + _MAX_ABS_Z * std):
+            # |PhiInv(U)| <= 8.3 for every U of SPEC §3: larger values would overflow.
+            raise ShardInitError(
+                f"std={std} with mean={mean} overflows binary64 (|mean| + 9 * std must "
+                f"be finite)"
+            )
         object.__setattr__(self, "mean", mean)
         object.__setattr__(self, "std", std)
 
@@ -149,6 +159,7 @@ class TruncNormal(BaseInit):
             raise ShardInitError(f"trunc_normal needs std > 0, got {std}")
         if not a < b:
             raise ShardInitError(f"trunc_normal needs a < b, got a={a}, b={b}")
+        _check_tail(mean, std, a, b)
         for field, value in (("mean", mean), ("std", std), ("a", a), ("b", b)):
             object.__setattr__(self, field, value)
 
@@ -156,21 +167,84 @@ class TruncNormal(BaseInit):
         return (self.mean, self.std, self.a, self.b)
 
 
-def _meta(global_shape: Sequence[int]) -> torch.Tensor:
-    # A meta tensor costs nothing and lets torch compute fans with its own code.
-    return torch.empty(tuple(global_shape), device="meta")
+#: Bound on |PhiInv(U)| over every U of SPEC §3 (PhiInv(2^-53) is about -8.2).
+_MAX_ABS_Z = 9.0
+
+
+def _check_tail(mean: float, std: float, a: float, b: float) -> None:
+    """Rejects a truncation interval so far in one tail that the probabilities of
+    SPEC §4 leave binary64's normal range (about 37.5 std): there the core can no longer
+    keep precision, and past about 38.5 std it would return ``b`` (or ``a``) for every
+    element."""
+    alpha = (a - mean) / std
+    beta = (b - mean) / std
+    distance = alpha if alpha > 0 else -beta if beta < 0 else 0.0
+    if 0.5 * math.erfc(distance / math.sqrt(2.0)) < sys.float_info.min:
+        raise ShardInitError(
+            f"trunc_normal interval [a, b] = [{a}, {b}] lies {distance:.4g} std from the "
+            f"mean {mean}; its probability underflows binary64 (at most about 37.5 std "
+            f"is supported)"
+        )
+
+
+def _fans(global_shape: Sequence[int], initializer: str) -> tuple[int, int]:
+    """(fan_in, fan_out) of ``global_shape`` exactly as
+    ``torch.nn.init._calculate_fan_in_and_fan_out`` computes them (Python ints), without
+    building a tensor: torch refuses meta tensors of more than 2^63 bytes, and virtual
+    shapes of stream format v1 go up to 2^64 - 1 elements."""
+    shape = tuple(global_shape)
+    if len(shape) < 2:
+        raise ShardInitError(
+            "Fan in and fan out can not be computed for tensor with fewer than 2 "
+            f"dimensions (torch's own error): init {initializer} needs a shape with at "
+            f"least 2 dims, got shape {shape}"
+        )
+    receptive_field_size = math.prod(shape[2:])
+    return shape[1] * receptive_field_size, shape[0] * receptive_field_size
 
 
 def _check_mode(mode: str) -> str:
+    if not isinstance(mode, str):
+        raise TypeError(f"mode must be a str, got {type(mode).__name__} {mode!r}")
     if mode not in ("fan_in", "fan_out"):
         raise ShardInitError(f"mode must be 'fan_in' or 'fan_out', got {mode!r}")
     return mode
 
 
 def _check_nonlinearity(nonlinearity: str, a: float) -> str:
-    # torch.nn.init.calculate_gain raises ValueError for unknown names: surface it now.
-    torch.nn.init.calculate_gain(nonlinearity, a)  # type: ignore[arg-type]
+    if not isinstance(nonlinearity, str):
+        raise TypeError(
+            f"nonlinearity must be a str, got {type(nonlinearity).__name__} {nonlinearity!r}"
+        )
+    try:
+        # torch.nn.init.calculate_gain raises ValueError for unknown names.
+        torch.nn.init.calculate_gain(nonlinearity, a)  # type: ignore[arg-type]
+    except ValueError as error:
+        raise ShardInitError(
+            f"nonlinearity must be one torch.nn.init.calculate_gain accepts, got "
+            f"{nonlinearity!r} ({error})"
+        ) from None
     return nonlinearity
+
+
+def _check_gain(gain: float) -> float:
+    gain = check_real("gain", gain)
+    if gain < 0:
+        raise ShardInitError(f"gain must be >= 0, got {gain}")
+    return gain
+
+
+def _uniform_bound(bound: float, arg: str) -> BaseInit:
+    """``U(-bound, bound)``; a zero bound (torch fills zeros) is the constant 0."""
+    if not math.isfinite(bound):
+        raise ShardInitError(f"{arg} gives an infinite bound for U(-bound, bound)")
+    return Constant(0.0) if bound == 0 else Uniform(-bound, bound)
+
+
+def _normal_std(std: float, arg: str) -> BaseInit:
+    if not math.isfinite(std):
+        raise ShardInitError(f"{arg} gives an infinite std for N(0, std)")
+    return Normal(0.0, std)
 
 
 @dataclass(frozen=True)
@@ -187,14 +261,15 @@ class KaimingUniform(Initializer):
         _check_nonlinearity(self.nonlinearity, self.a)
 
     def resolve(self, global_shape: Sequence[int]) -> BaseInit:
-        tensor = _meta(global_shape)
-        if 0 in tensor.shape:
-            return Constant(0.0)  # nothing to fill, as torch (which warns and returns)
-        fan = torch.nn.init._calculate_correct_fan(tensor, self.mode)
+        if 0 in tuple(global_shape):
+            # Nothing to fill; torch warns and returns before computing fans.
+            return Constant(0.0)
+        fan_in, fan_out = _fans(global_shape, "kaiming_uniform")
+        fan = fan_in if self.mode == "fan_in" else fan_out
         gain = torch.nn.init.calculate_gain(self.nonlinearity, self.a)  # type: ignore[arg-type]
         std = gain / math.sqrt(fan)
         bound = math.sqrt(3.0) * std
-        return Uniform(-bound, bound)
+        return _uniform_bound(bound, f"kaiming_uniform(a={self.a})")
 
 
 @dataclass(frozen=True)
@@ -211,13 +286,14 @@ class KaimingNormal(Initializer):
         _check_nonlinearity(self.nonlinearity, self.a)
 
     def resolve(self, global_shape: Sequence[int]) -> BaseInit:
-        tensor = _meta(global_shape)
-        if 0 in tensor.shape:
+        if 0 in tuple(global_shape):
+            # Nothing to fill; torch warns and returns before computing fans.
             return Constant(0.0)
-        fan = torch.nn.init._calculate_correct_fan(tensor, self.mode)
+        fan_in, fan_out = _fans(global_shape, "kaiming_normal")
+        fan = fan_in if self.mode == "fan_in" else fan_out
         gain = torch.nn.init.calculate_gain(self.nonlinearity, self.a)  # type: ignore[arg-type]
         std = gain / math.sqrt(fan)
-        return Normal(0.0, std)
+        return _normal_std(std, f"kaiming_normal(a={self.a})")
 
 
 @dataclass(frozen=True)
@@ -227,15 +303,15 @@ class XavierUniform(Initializer):
     gain: float = 1.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gain", check_real("gain", self.gain))
+        object.__setattr__(self, "gain", _check_gain(self.gain))
 
     def resolve(self, global_shape: Sequence[int]) -> BaseInit:
-        fan_in, fan_out = torch.nn.init._calculate_fan_in_and_fan_out(_meta(global_shape))
+        fan_in, fan_out = _fans(global_shape, "xavier_uniform")
         if fan_in + fan_out == 0:
             return Constant(0.0)
         std = self.gain * math.sqrt(2.0 / float(fan_in + fan_out))
         bound = math.sqrt(3.0) * std
-        return Uniform(-bound, bound)
+        return _uniform_bound(bound, f"gain={self.gain}")
 
 
 @dataclass(frozen=True)
@@ -245,14 +321,14 @@ class XavierNormal(Initializer):
     gain: float = 1.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gain", check_real("gain", self.gain))
+        object.__setattr__(self, "gain", _check_gain(self.gain))
 
     def resolve(self, global_shape: Sequence[int]) -> BaseInit:
-        fan_in, fan_out = torch.nn.init._calculate_fan_in_and_fan_out(_meta(global_shape))
+        fan_in, fan_out = _fans(global_shape, "xavier_normal")
         if fan_in + fan_out == 0:
             return Constant(0.0)
         std = self.gain * math.sqrt(2.0 / float(fan_in + fan_out))
-        return Normal(0.0, std)
+        return _normal_std(std, f"gain={self.gain}")
 
 
 def zeros() -> Constant:
