@@ -170,3 +170,10 @@ def test_numpy_ints_are_accepted_as_ranks() -> None:
     assert torch.equal(
         shardinit.init_shard(spec, np.int64(1), np.int32(2)), shardinit.full(spec)[3:]
     )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")
+def test_cuda_device_without_cuda_is_a_clear_error() -> None:
+    spec = shardinit.ParamSpec("w", (4, 4), seed=0)
+    with pytest.raises(shardinit.ShardInitError, match="device is cuda.*CUDA is not available"):
+        shardinit.init_shard(spec, 0, 2, device="cuda")

@@ -91,7 +91,8 @@ def _threads_for_call() -> int:
 
 def _writable_view(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
     """A numpy array aliasing ``tensor``'s memory (CPU, contiguous), for the core."""
-    flat = tensor.detach()
+    # 1-D: a 0-d array's buffer has no shape, which the core's buffer access rejects.
+    flat = tensor.detach().view(-1)
     if flat.dtype in (torch.bfloat16, torch.float16):
         # numpy has no bfloat16: hand over the raw 16-bit patterns.
         flat = flat.view(torch.int16)
@@ -165,9 +166,7 @@ def _fill_flat_cpu(spec: ParamSpec, start: int, out: torch.Tensor) -> None:
     )
 
 
-def _fill_via_pinned(
-    dest: torch.Tensor, fill_part: Any, chunk_bytes: int = CUDA_CHUNK_BYTES
-) -> None:
+def _fill_via_pinned(dest: torch.Tensor, fill_part: Any, chunk_bytes: int | None = None) -> None:
     """Fills the contiguous CUDA tensor ``dest`` chunk by chunk: ``fill_part(offset,
     host_buffer)`` writes elements [offset, offset + len) into a pinned buffer, which is
     then copied asynchronously while the next chunk is generated into the other buffer.
@@ -176,7 +175,7 @@ def _fill_via_pinned(
     total = flat.numel()
     if total == 0:
         return
-    chunk = max(1, chunk_bytes // dest.element_size())
+    chunk = max(1, (chunk_bytes or CUDA_CHUNK_BYTES) // dest.element_size())
     size = min(chunk, total)
     staging = [torch.empty(size, dtype=dest.dtype, pin_memory=True) for _ in range(2)]
     copied: list[torch.cuda.Event | None] = [None, None]
