@@ -271,7 +271,7 @@ pub fn exp(x: f64) -> f64 {
 // fdlibm s_erf.c constants.
 const TINY: f64 = 1e-300;
 const ERX: f64 = 8.45062911510467529297e-01; // 0x3FEB0AC1 0x60000000
-// Coefficients for approximation to erf on [0, 0.84375]
+                                             // Coefficients for approximation to erf on [0, 0.84375]
 const EFX: f64 = 1.28379167095512586316e-01; // 0x3FC06EBA 0x8214DB69
 const EFX8: f64 = 1.02703333676410069053e+00; // 0x3FF06EBA 0x8214DB69
 const PP0: f64 = 1.28379167095512558561e-01; // 0x3FC06EBA 0x8214DB68
@@ -284,7 +284,7 @@ const QQ2: f64 = 6.50222499887672944485e-02; // 0x3FB0A54C 0x5536CEBA
 const QQ3: f64 = 5.08130628187576562776e-03; // 0x3F74D022 0xC4D36B0F
 const QQ4: f64 = 1.32494738004321644526e-04; // 0x3F215DC9 0x221C1A10
 const QQ5: f64 = -3.96022827877536812320e-06; // 0xBED09C43 0x42A26120
-// Coefficients for approximation to erf in [0.84375, 1.25]
+                                              // Coefficients for approximation to erf in [0.84375, 1.25]
 const PA0: f64 = -2.36211856075265944077e-03; // 0xBF6359B8 0xBEF77538
 const PA1: f64 = 4.14856118683748331666e-01; // 0x3FDA8D00 0xAD92B34D
 const PA2: f64 = -3.72207876035701323847e-01; // 0xBFD7D240 0xFBB8C3F1
@@ -298,7 +298,7 @@ const QA3: f64 = 7.18286544141962662868e-02; // 0x3FB2635C 0xD99FE9A7
 const QA4: f64 = 1.26171219808761642112e-01; // 0x3FC02660 0xE763351F
 const QA5: f64 = 1.36370839120290507362e-02; // 0x3F8BEDC2 0x6B51DD1C
 const QA6: f64 = 1.19844998467991074170e-02; // 0x3F888B54 0x5735151D
-// Coefficients for approximation to erfc in [1.25, 1/0.35]
+                                             // Coefficients for approximation to erfc in [1.25, 1/0.35]
 const RA0: f64 = -9.86494403484714822705e-03; // 0xBF843412 0x600D6435
 const RA1: f64 = -6.93858572707181764372e-01; // 0xBFE63416 0xE4BA7360
 const RA2: f64 = -1.05586262253232909814e+01; // 0xC0251E04 0x41B0E726
@@ -315,7 +315,7 @@ const SA5: f64 = 4.29008140027567833386e+02; // 0x407AD021 0x57700314
 const SA6: f64 = 1.08635005541779435134e+02; // 0x405B28A3 0xEE48AE2C
 const SA7: f64 = 6.57024977031928170135e+00; // 0x401A47EF 0x8E484A93
 const SA8: f64 = -6.04244152148580987438e-02; // 0xBFAEEFF2 0xEE749A62
-// Coefficients for approximation to erfc in [1/0.35, 28]
+                                              // Coefficients for approximation to erfc in [1/0.35, 28]
 const RB0: f64 = -9.86494292470009928597e-03; // 0xBF843412 0x39E86F4A
 const RB1: f64 = -7.99283237680523006574e-01; // 0xBFE993BA 0x70C285DE
 const RB2: f64 = -1.77579549177547519889e+01; // 0xC031C209 0x555F995A
@@ -406,7 +406,7 @@ pub fn erf(x: f64) -> f64 {
 /// For `x >= 1.25` it computes `exp(-z*z - 0.5625) * exp((z - x)*(z + x) + R/S) / x`
 /// where `z` is `x` with its low 32 bits cleared (so `z*z` is exact), which keeps
 /// full relative accuracy in the tail until the result underflows (near
-/// `x = 26.55` it becomes subnormal and it is `0` from about `x = 27.3`).
+/// `x = 26.55` it becomes subnormal and it is `0` from about `x = 27.2`).
 /// `erfc(+inf) = 0`, `erfc(-inf) = 2`, `erfc(NaN) = NaN`.
 pub fn erfc(x: f64) -> f64 {
     let hx = hi_word(x);
@@ -458,8 +458,7 @@ pub fn erfc(x: f64) -> f64 {
                 1.0 + s
                     * (SA1
                         + s * (SA2
-                            + s * (SA3
-                                + s * (SA4 + s * (SA5 + s * (SA6 + s * (SA7 + s * SA8))))))),
+                            + s * (SA3 + s * (SA4 + s * (SA5 + s * (SA6 + s * (SA7 + s * SA8))))))),
             )
         } else {
             // |x| >= 1/.35 ~ 2.857143
@@ -530,8 +529,11 @@ fn two_prod(a: f64, b: f64) -> (f64, f64) {
 /// `0.5 * (erfc(hi) - lo * (2/sqrt(pi)) * exp(-hi*hi))`, the first-order Taylor
 /// correction; the second-order term is far below an ulp. [`erfc`] is fdlibm's.
 ///
-/// Measured against mpmath (50 digits): at most 2 ulp over 400k points on
-/// `[-38.5, 8.5]` (denser in the lower tail).
+/// Measured against mpmath (50 digits) over 125k points on `[-38.5, 8.5]`, denser
+/// in the lower tail: at most 2.85 ulp (relative; at `x = -24.047`). The maximum
+/// over each unit interval of `[-38, -1]` is between 2 and 2.9 ulp, and it is at
+/// most 1 ulp for `x > 0`. Most of it is fdlibm's `erfc` (2.5 ulp max on
+/// `[0.84, 27]`).
 ///
 /// `phi(-inf) = 0`, `phi(+inf) = 1`, `phi(NaN) = NaN`.
 pub fn phi(x: f64) -> f64 {
@@ -584,6 +586,7 @@ const B4: f64 = 2.1213794301586595867e+4;
 const B5: f64 = 3.9307895800092710610e+4;
 const B6: f64 = 2.8729085735721942674e+4;
 const B7: f64 = 5.2264952788528545610e+3;
+
 // Intermediate tail, r = sqrt(-log(min(p, q))) <= 5, polynomials in r - 1.6.
 const C0: f64 = 1.42343711074968357734e0;
 const C1: f64 = 4.63033784615654529590e0;
@@ -600,6 +603,7 @@ const D4: f64 = 1.48103976427480074590e-1;
 const D5: f64 = 1.51986665636164571966e-2;
 const D6: f64 = 5.47593808499534494600e-4;
 const D7: f64 = 1.05075007164441684324e-9;
+
 // Far tail, r > 5, polynomials in r - 5.
 const E0: f64 = 6.65790464350110377720e0;
 const E1: f64 = 5.46378491116411436990e0;
@@ -701,12 +705,29 @@ pub fn phi_inv_tail(p: f64, q: f64) -> f64 {
 /// `|p - 0.5| <= 0.425`, otherwise [`phi_inv_tail`]; the result is always exactly
 /// one of the two. `phi_inv(p, q) == -phi_inv(q, p)` holds exactly.
 ///
-/// Returns `-inf` for `p == 0`, `+inf` for `q == 0`, NaN if `p` or `q` is NaN (or
-/// `p` is outside `[0, 1]`).
+/// Returns `-inf` for `p == 0`, `+inf` for `q == 0`, NaN if `p` or `q` is NaN (or,
+/// with `q = 1 - p`, if `p` is outside `[0, 1]`).
 ///
-/// Measured error against mpmath (50 digits, exact `PhiInv` of the binary64
-/// input): see the module tests; at most MAXULP ulp over U32 inputs
-/// `(w + 0.5) * 2^-32` and U52 inputs `(2m + 1) * 2^-53` near 0 and 1.
+/// # Accuracy
+///
+/// Measured against the exact `PhiInv` of the binary64 input (mpmath, 50 digits),
+/// over about 700k U32 inputs `(w + 0.5) * 2^-32` (uniform, log-spaced towards both
+/// ends, all `w` within 3000 of both ends and 2000 of the 0.075/0.925 split) and
+/// about 150k U52 inputs `(2m + 1) * 2^-53` (log-spaced towards 0 and 1, the 3000
+/// extreme values at each end, and around both splits):
+///
+/// | region | U32 max | U52 max |
+/// |---|---|---|
+/// | central, `0.075 <= p <= 0.925` | 5.67 ulp | 5.31 ulp |
+/// | tail, `r <= 5` (`min(p, q) >= 1.4e-11`) | 4.94 ulp | 5.14 ulp |
+/// | tail, `r > 5` (`min(p, q) < 1.4e-11`) | not reached | 3.19 ulp |
+///
+/// so at most 6 ulp from the correctly rounded value (about 2 in 10,000 inputs are
+/// 5 or 6 ulp away; over 80% are within 1; the smallest U32 value, `2^-33`, is in
+/// the `r <= 5` tail). AS 241's approximation error itself (the rational functions
+/// evaluated exactly) measured below 0.8 ulp everywhere; the rest is rounding in evaluating the two degree-7
+/// polynomials and their quotient in plain binary64 (and, in the tails, the < 1
+/// ulp error of [`log`]).
 pub fn phi_inv(p: f64, q: f64) -> f64 {
     if p.is_nan() || q.is_nan() {
         return f64::NAN;
@@ -860,37 +881,37 @@ mod tests {
     #[test]
     fn log_known_values() {
         let table: &[(u64, u64)] = &[
-        (0x0000000000000001, 0xc0874385446d71c3), // log(5e-324)
-        (0x00000000000026be, 0xc086f9e75a613381), // log(4.9e-320)
-        (0x000012688b70e62b, 0xc0864e69394d9508), // log(1e-310)
-        (0x0010000000000000, 0xc086232bdd7abcd2), // log(2.2250738585072014e-308)
-        (0x01a56e1fc2f8f359, 0xc085963447f87fb5), // log(1e-300)
-        (0x16687e92154ef7ac, 0xc07cc845b54b54f2), // log(1e-200)
-        (0x2b2bff2ee48e0530, 0xc06cc845b54b54f2), // log(1e-100)
-        (0x3ee4f8b588e368f1, 0xc027069e2aa2aa5b), // log(1e-05)
-        (0x3f50624dd2f1a9fc, 0xc01ba18a998fffa0), // log(0.001)
-        (0x3fb999999999999a, 0xc0026bb1bbb55515), // log(0.1)
-        (0x3fd3333333333333, 0xbff34378fcbda721), // log(0.3)
-        (0x3fe0000000000000, 0xbfe62e42fefa39ef), // log(0.5)
-        (0x3fe6a09e667f3bcd, 0xbfd62e42fefa39ee), // log(0.7071067811865476)
-        (0x3fe8000000000000, 0xbfd269621134db92), // log(0.75)
-        (0x3fefffffffffffff, 0xbca0000000000000), // log(0.9999999999999999)
-        (0x3fefffffca501acb, 0xbe7ad7f2b1049b9f), // log(0.9999999)
-        (0x3ff000001ad7f29b, 0x3e7ad7f2847b6492), // log(1.0000001)
-        (0x3ff0000000000001, 0x3cafffffffffffff), // log(1.0000000000000002)
-        (0x3ff45ca6cc6694ad, 0x3fcedba2f2b5aadd), // log(1.272620008888491)
-        (0x3ff6a09e65dc27df, 0x3fd62e42fd2cf8f6), // log(1.41421356)
-        (0x3ff8000000000000, 0x3fd9f323ecbf984c), // log(1.5)
-        (0x4000000000000000, 0x3fe62e42fefa39ef), // log(2.0)
-        (0x4005bf0a8b145769, 0x3ff0000000000000), // log(2.718281828459045)
-        (0x4008000000000000, 0x3ff193ea7aad030b), // log(3.0)
-        (0x401c000000000000, 0x3fff2272ae325a57), // log(7.0)
-        (0x4024000000000000, 0x40026bb1bbb55516), // log(10.0)
-        (0x40f0000000000000, 0x40262e42fefa39ef), // log(65536.0)
-        (0x40fe240c9fbe76c9, 0x40277281cad8a844), // log(123456.789)
-        (0x4202a05f20000000, 0x4037069e2aa2aa5b), // log(10000000000.0)
-        (0x7e37e43c8800759c, 0x4085963447f87fb5), // log(1e+300)
-        (0x7fefffffffffffff, 0x40862e42fefa39ef), // log(1.7976931348623157e+308)
+            (0x0000000000000001, 0xc0874385446d71c3), // log(5e-324)
+            (0x00000000000026be, 0xc086f9e75a613381), // log(4.9e-320)
+            (0x000012688b70e62b, 0xc0864e69394d9508), // log(1e-310)
+            (0x0010000000000000, 0xc086232bdd7abcd2), // log(2.2250738585072014e-308)
+            (0x01a56e1fc2f8f359, 0xc085963447f87fb5), // log(1e-300)
+            (0x16687e92154ef7ac, 0xc07cc845b54b54f2), // log(1e-200)
+            (0x2b2bff2ee48e0530, 0xc06cc845b54b54f2), // log(1e-100)
+            (0x3ee4f8b588e368f1, 0xc027069e2aa2aa5b), // log(1e-05)
+            (0x3f50624dd2f1a9fc, 0xc01ba18a998fffa0), // log(0.001)
+            (0x3fb999999999999a, 0xc0026bb1bbb55515), // log(0.1)
+            (0x3fd3333333333333, 0xbff34378fcbda721), // log(0.3)
+            (0x3fe0000000000000, 0xbfe62e42fefa39ef), // log(0.5)
+            (0x3fe6a09e667f3bcd, 0xbfd62e42fefa39ee), // log(0.7071067811865476)
+            (0x3fe8000000000000, 0xbfd269621134db92), // log(0.75)
+            (0x3fefffffffffffff, 0xbca0000000000000), // log(0.9999999999999999)
+            (0x3fefffffca501acb, 0xbe7ad7f2b1049b9f), // log(0.9999999)
+            (0x3ff000001ad7f29b, 0x3e7ad7f2847b6492), // log(1.0000001)
+            (0x3ff0000000000001, 0x3cafffffffffffff), // log(1.0000000000000002)
+            (0x3ff45ca6cc6694ad, 0x3fcedba2f2b5aadd), // log(1.272620008888491)
+            (0x3ff6a09e65dc27df, 0x3fd62e42fd2cf8f6), // log(1.41421356)
+            (0x3ff8000000000000, 0x3fd9f323ecbf984c), // log(1.5)
+            (0x4000000000000000, 0x3fe62e42fefa39ef), // log(2.0)
+            (0x4005bf0a8b145769, 0x3ff0000000000000), // log(2.718281828459045)
+            (0x4008000000000000, 0x3ff193ea7aad030b), // log(3.0)
+            (0x401c000000000000, 0x3fff2272ae325a57), // log(7.0)
+            (0x4024000000000000, 0x40026bb1bbb55516), // log(10.0)
+            (0x40f0000000000000, 0x40262e42fefa39ef), // log(65536.0)
+            (0x40fe240c9fbe76c9, 0x40277281cad8a844), // log(123456.789)
+            (0x4202a05f20000000, 0x4037069e2aa2aa5b), // log(10000000000.0)
+            (0x7e37e43c8800759c, 0x4085963447f87fb5), // log(1e+300)
+            (0x7fefffffffffffff, 0x40862e42fefa39ef), // log(1.7976931348623157e+308)
         ];
         // fdlibm e_log.c: error < 1 ulp, so at most 1 ulp from the rounded value.
         check1("log", log, table, 1);
@@ -912,36 +933,36 @@ mod tests {
     #[test]
     fn exp_known_values() {
         let table: &[(u64, u64)] = &[
-        (0x3bc79ca10c924223, 0x3ff0000000000000), // exp(1e-20)
-        (0xbbc79ca10c924223, 0x3ff0000000000000), // exp(-1e-20)
-        (0x3e29c511dc3a41df, 0x3ff0000000ce288f), // exp(3e-09)
-        (0x3fb999999999999a, 0x3ff1aec7b35a00d4), // exp(0.1)
-        (0xbfb999999999999a, 0x3fecf46d99d52b3a), // exp(-0.1)
-        (0x3fd62e33eff19503, 0x3ff6a099138a089d), // exp(0.34657)
-        (0x3fe0000000000000, 0x3ffa61298e1e069c), // exp(0.5)
-        (0xbfe0000000000000, 0x3fe368b2fc6f960a), // exp(-0.5)
-        (0x3fe62e42fefa39ef, 0x4000000000000000), // exp(0.6931471805599453)
-        (0x3ff0000000000000, 0x4005bf0a8b145769), // exp(1.0)
-        (0xbff0000000000000, 0x3fd78b56362cef38), // exp(-1.0)
-        (0x3ff0a29c779a6b51, 0x4006a07f99728ef9), // exp(1.0397)
-        (0x3ff8000000000000, 0x4011ed3fe64fc541), // exp(1.5)
-        (0x4000000000000000, 0x401d8e64b8d4ddae), // exp(2.0)
-        (0xc000000000000000, 0x3fc152aaa3bf81cc), // exp(-2.0)
-        (0x4024000000000000, 0x40d5829dcf950560), // exp(10.0)
-        (0xc024000000000000, 0x3f07cd79b5647c9b), // exp(-10.0)
-        (0x4034800000000000, 0x41c7d6c4f0bcdd5c), // exp(20.5)
-        (0xc042c00000000000, 0x3c8dd5c566301ec8), // exp(-37.5)
-        (0xc04499d59d70fb9d, 0x3c378f9658d0d3a7), // exp(-41.20183151261083)
-        (0x4049000000000000, 0x44719103e4080b45), // exp(50.0)
-        (0xc049000000000000, 0x3b6d257d547e083f), // exp(-50.0)
-        (0x4059000000000000, 0x48f3494a9b171bf5), // exp(100.0)
-        (0xc059000000000000, 0x36ea8c1f14e2af5d), // exp(-100.0)
-        (0x4085e00000000000, 0x7f0d945df4f8ec8e), // exp(700.0)
-        (0x40862d999999999a, 0x7fed75ae7a50ee14), // exp(709.7)
-        (0xc085e00000000000, 0x00d14f2b0fb9307f), // exp(-700.0)
-        (0xc086240000000000, 0x000e6cf6d08897ac), // exp(-708.5)
-        (0xc086800000000000, 0x0000000993b4dc95), // exp(-720.0)
-        (0xc087480000000000, 0x0000000000000001), // exp(-745.0)
+            (0x3bc79ca10c924223, 0x3ff0000000000000), // exp(1e-20)
+            (0xbbc79ca10c924223, 0x3ff0000000000000), // exp(-1e-20)
+            (0x3e29c511dc3a41df, 0x3ff0000000ce288f), // exp(3e-09)
+            (0x3fb999999999999a, 0x3ff1aec7b35a00d4), // exp(0.1)
+            (0xbfb999999999999a, 0x3fecf46d99d52b3a), // exp(-0.1)
+            (0x3fd62e33eff19503, 0x3ff6a099138a089d), // exp(0.34657)
+            (0x3fe0000000000000, 0x3ffa61298e1e069c), // exp(0.5)
+            (0xbfe0000000000000, 0x3fe368b2fc6f960a), // exp(-0.5)
+            (0x3fe62e42fefa39ef, 0x4000000000000000), // exp(0.6931471805599453)
+            (0x3ff0000000000000, 0x4005bf0a8b145769), // exp(1.0)
+            (0xbff0000000000000, 0x3fd78b56362cef38), // exp(-1.0)
+            (0x3ff0a29c779a6b51, 0x4006a07f99728ef9), // exp(1.0397)
+            (0x3ff8000000000000, 0x4011ed3fe64fc541), // exp(1.5)
+            (0x4000000000000000, 0x401d8e64b8d4ddae), // exp(2.0)
+            (0xc000000000000000, 0x3fc152aaa3bf81cc), // exp(-2.0)
+            (0x4024000000000000, 0x40d5829dcf950560), // exp(10.0)
+            (0xc024000000000000, 0x3f07cd79b5647c9b), // exp(-10.0)
+            (0x4034800000000000, 0x41c7d6c4f0bcdd5c), // exp(20.5)
+            (0xc042c00000000000, 0x3c8dd5c566301ec8), // exp(-37.5)
+            (0xc04499d59d70fb9d, 0x3c378f9658d0d3a7), // exp(-41.20183151261083)
+            (0x4049000000000000, 0x44719103e4080b45), // exp(50.0)
+            (0xc049000000000000, 0x3b6d257d547e083f), // exp(-50.0)
+            (0x4059000000000000, 0x48f3494a9b171bf5), // exp(100.0)
+            (0xc059000000000000, 0x36ea8c1f14e2af5d), // exp(-100.0)
+            (0x4085e00000000000, 0x7f0d945df4f8ec8e), // exp(700.0)
+            (0x40862d999999999a, 0x7fed75ae7a50ee14), // exp(709.7)
+            (0xc085e00000000000, 0x00d14f2b0fb9307f), // exp(-700.0)
+            (0xc086240000000000, 0x000e6cf6d08897ac), // exp(-708.5)
+            (0xc086800000000000, 0x0000000993b4dc95), // exp(-720.0)
+            (0xc087480000000000, 0x0000000000000001), // exp(-745.0)
         ];
         // fdlibm e_exp.c: error < 1 ulp.
         check1("exp", exp, table, 1);
@@ -962,20 +983,20 @@ mod tests {
     #[test]
     fn erfc_known_values() {
         let table: &[(u64, u64)] = &[
-        (0xc014000000000000, 0x3fffffffffffe4f4), // erfc(-5.0)
-        (0xbff0000000000000, 0x3ffd7bb3d3a08445), // erfc(-1.0)
-        (0xbfe0000000000000, 0x3ff853f7ae0c76e9), // erfc(-0.5)
-        (0x3ddb7cdfd9d7bdbb, 0x3feffffffff07dde), // erfc(1e-10)
-        (0x3fc999999999999a, 0x3fe8df9ed1d36839), // erfc(0.2)
-        (0x3fe0000000000000, 0x3fdeb02147ce245c), // erfc(0.5)
-        (0x3ff0000000000000, 0x3fc4226162fbddd5), // erfc(1.0)
-        (0x4000000000000000, 0x3f7328f5ec350e67), // erfc(2.0)
-        (0x4008000000000000, 0x3ef729df6503422a), // erfc(3.0)
-        (0x4014000000000000, 0x3d7b0c1a759f7739), // erfc(5.0)
-        (0x4024000000000000, 0x36a7d8a7f2a8a2d0), // erfc(10.0)
-        (0x4034000000000000, 0x1b8b54f244df93df), // erfc(20.0)
-        (0x403a000000000000, 0x02a284bfe1cdea24), // erfc(26.0)
-        (0x403ab33333333333, 0x000000f78e200288), // erfc(26.7)
+            (0xc014000000000000, 0x3fffffffffffe4f4), // erfc(-5.0)
+            (0xbff0000000000000, 0x3ffd7bb3d3a08445), // erfc(-1.0)
+            (0xbfe0000000000000, 0x3ff853f7ae0c76e9), // erfc(-0.5)
+            (0x3ddb7cdfd9d7bdbb, 0x3feffffffff07dde), // erfc(1e-10)
+            (0x3fc999999999999a, 0x3fe8df9ed1d36839), // erfc(0.2)
+            (0x3fe0000000000000, 0x3fdeb02147ce245c), // erfc(0.5)
+            (0x3ff0000000000000, 0x3fc4226162fbddd5), // erfc(1.0)
+            (0x4000000000000000, 0x3f7328f5ec350e67), // erfc(2.0)
+            (0x4008000000000000, 0x3ef729df6503422a), // erfc(3.0)
+            (0x4014000000000000, 0x3d7b0c1a759f7739), // erfc(5.0)
+            (0x4024000000000000, 0x36a7d8a7f2a8a2d0), // erfc(10.0)
+            (0x4034000000000000, 0x1b8b54f244df93df), // erfc(20.0)
+            (0x403a000000000000, 0x02a284bfe1cdea24), // erfc(26.0)
+            (0x403ab33333333333, 0x000000f78e200288), // erfc(26.7)
         ];
         // fdlibm's erfc is a few ulp in the tail (measured max 2.5 ulp on [-6, 27.5]).
         check1("erfc", erfc, table, 3);
@@ -989,18 +1010,18 @@ mod tests {
     #[test]
     fn erf_known_values() {
         let table: &[(u64, u64)] = &[
-        (0xc008000000000000, 0xbfefffd1ac4135f9), // erf(-3.0)
-        (0xbff0000000000000, 0xbfeaf767a741088b), // erf(-1.0)
-        (0xbfe0000000000000, 0xbfe0a7ef5c18edd2), // erf(-0.5)
-        (0x01a56e1fc2f8f359, 0x01a82e6d98711d3a), // erf(1e-300)
-        (0x3ddb7cdfd9d7bdbb, 0x3ddf044332d68161), // erf(1e-10)
-        (0x3fc999999999999a, 0x3fcc8184b8b25f1c), // erf(0.2)
-        (0x3fe0000000000000, 0x3fe0a7ef5c18edd2), // erf(0.5)
-        (0x3feccccccccccccd, 0x3fe98045a6c8a2e6), // erf(0.9)
-        (0x3ff0000000000000, 0x3feaf767a741088b), // erf(1.0)
-        (0x4000000000000000, 0x3fefd9ae142795e3), // erf(2.0)
-        (0x4008000000000000, 0x3fefffd1ac4135f9), // erf(3.0)
-        (0x4014000000000000, 0x3fefffffffffc9e8), // erf(5.0)
+            (0xc008000000000000, 0xbfefffd1ac4135f9), // erf(-3.0)
+            (0xbff0000000000000, 0xbfeaf767a741088b), // erf(-1.0)
+            (0xbfe0000000000000, 0xbfe0a7ef5c18edd2), // erf(-0.5)
+            (0x01a56e1fc2f8f359, 0x01a82e6d98711d3a), // erf(1e-300)
+            (0x3ddb7cdfd9d7bdbb, 0x3ddf044332d68161), // erf(1e-10)
+            (0x3fc999999999999a, 0x3fcc8184b8b25f1c), // erf(0.2)
+            (0x3fe0000000000000, 0x3fe0a7ef5c18edd2), // erf(0.5)
+            (0x3feccccccccccccd, 0x3fe98045a6c8a2e6), // erf(0.9)
+            (0x3ff0000000000000, 0x3feaf767a741088b), // erf(1.0)
+            (0x4000000000000000, 0x3fefd9ae142795e3), // erf(2.0)
+            (0x4008000000000000, 0x3fefffd1ac4135f9), // erf(3.0)
+            (0x4014000000000000, 0x3fefffffffffc9e8), // erf(5.0)
         ];
         check1("erf", erf, table, 1);
         assert_eq!(erf(0.0).to_bits(), 0);
@@ -1014,23 +1035,23 @@ mod tests {
     #[test]
     fn phi_known_values() {
         let table: &[(u64, u64)] = &[
-        (0xc043000000000000, 0x00000000037b23b8), // phi(-38.0) = 2.8854283600687843e-316
-        (0xc042800000000000, 0x01ceaccc6bfeb0af), // phi(-37.0) = 5.7255712225245768e-300
-        (0xc03e000000000000, 0x16f7795ad05ea397), // phi(-30.0) = 4.9067139271481871e-198
-        (0xc0380c132c6c37c8, 0x257ef99c2a3e5e48), // phi(-24.047167564793) = 4.468623032118068e-128
-        (0xc034000000000000, 0x2d8c0bd0f1880783), // phi(-20.0) = 2.7536241186062337e-89
-        (0xc024000000000000, 0x3b226c75e84fb10d), // phi(-10.0) = 7.6198530241605261e-24
-        (0xc014000000000000, 0x3e933ca2f2133831), // phi(-5.0) = 2.8665157187919391e-7
-        (0xc000000000000000, 0x3f974bcf82c9d860), // phi(-2.0) = 0.022750131948179207
-        (0xbff0000000000000, 0x3fc44ed0bb7cb20b), // phi(-1.0) = 0.15865525393145705
-        (0xbfe0000000000000, 0x3fd3bf143b9aa712), // phi(-0.5) = 0.3085375387259869
-        (0xbddb7cdfd9d7bdbb, 0x3fdffffffff508b1), // phi(-1e-10) = 0.49999999996010577
-        (0x0000000000000000, 0x3fe0000000000000), // phi(0.0) = 0.5
-        (0x3fe0000000000000, 0x3fe62075e232ac77), // phi(0.5) = 0.6914624612740131
-        (0x3ff0000000000000, 0x3feaec4bd120d37d), // phi(1.0) = 0.84134474606854295
-        (0x4000000000000000, 0x3fef45a183e9b13d), // phi(2.0) = 0.97724986805182079
-        (0x4014000000000000, 0x3fefffff661ae86f), // phi(5.0) = 0.99999971334842812
-        (0x4020000000000000, 0x3feffffffffffffa), // phi(8.0) = 0.99999999999999938
+            (0xc043000000000000, 0x00000000037b23b8), // phi(-38.0) = 2.8854283600687843e-316
+            (0xc042800000000000, 0x01ceaccc6bfeb0af), // phi(-37.0) = 5.7255712225245768e-300
+            (0xc03e000000000000, 0x16f7795ad05ea397), // phi(-30.0) = 4.9067139271481871e-198
+            (0xc0380c132c6c37c8, 0x257ef99c2a3e5e48), // phi(-24.047167564793) = 4.468623032118068e-128
+            (0xc034000000000000, 0x2d8c0bd0f1880783), // phi(-20.0) = 2.7536241186062337e-89
+            (0xc024000000000000, 0x3b226c75e84fb10d), // phi(-10.0) = 7.6198530241605261e-24
+            (0xc014000000000000, 0x3e933ca2f2133831), // phi(-5.0) = 2.8665157187919391e-7
+            (0xc000000000000000, 0x3f974bcf82c9d860), // phi(-2.0) = 0.022750131948179207
+            (0xbff0000000000000, 0x3fc44ed0bb7cb20b), // phi(-1.0) = 0.15865525393145705
+            (0xbfe0000000000000, 0x3fd3bf143b9aa712), // phi(-0.5) = 0.3085375387259869
+            (0xbddb7cdfd9d7bdbb, 0x3fdffffffff508b1), // phi(-1e-10) = 0.49999999996010577
+            (0x0000000000000000, 0x3fe0000000000000), // phi(0.0) = 0.5
+            (0x3fe0000000000000, 0x3fe62075e232ac77), // phi(0.5) = 0.6914624612740131
+            (0x3ff0000000000000, 0x3feaec4bd120d37d), // phi(1.0) = 0.84134474606854295
+            (0x4000000000000000, 0x3fef45a183e9b13d), // phi(2.0) = 0.97724986805182079
+            (0x4014000000000000, 0x3fefffff661ae86f), // phi(5.0) = 0.99999971334842812
+            (0x4020000000000000, 0x3feffffffffffffa), // phi(8.0) = 0.99999999999999938
         ];
         // Measured max 2.9 ulp (relative, including the lower tail).
         check1("phi", phi, table, 3);
@@ -1074,46 +1095,54 @@ mod tests {
         // otherwise, so the pairs where 1 - p (or 1 - q) is not representable are
         // still exact references for the argument phi_inv actually uses.
         let table: &[(u64, u64, u64)] = &[
-        (0x3ca0000000000000, 0x3fefffffffffffff, 0xc0206b48528cea52), // p=1.1102230246251565e-16 q=0.9999999999999999 -> -8.2095361516013868556
-        (0x3de0000000000000, 0x3feffffffff00000, 0xc0195a1198fcf3d6), // p=1.1641532182693481e-10 q=0.9999999998835847 -> -6.3379577545537892525
-        (0x01a56e1fc2f8f359, 0x3ff0000000000000, 0xc04286074064c26e), // p=1e-300 q=1.0 -> -37.047096299361199237 (1 - p not representable; q unused)
-        (0x0000000000000001, 0x3ff0000000000000, 0xc0433bd3f27fcd03), // p=5e-324 q=1.0 -> -38.467405617144346251 (1 - p not representable; q unused)
-        (0x3ddb7cdfd9d7bdbb, 0x3ff0000000000000, 0xc0197203597a2155), // p=1e-10 q=1.0 -> -6.3613409024040561991 (1 - p not representable; q unused)
-        (0x3f50624dd2f1a9fc, 0x3feff7ced916872b, 0xc008b8cbb7204471), // p=0.001 q=0.999 -> -3.0902323061678135354 (1 - p not representable; q unused)
-        (0x3f947ae147ae147b, 0x3fef5c28f5c28f5c, 0xc0006e13e8aadfdc), // p=0.02 q=0.98 -> -2.0537489106318230443 (1 - p not representable; q unused)
-        (0x3fb3333332800000, 0x3fed999999b00000, 0xbff708522723041b), // p=0.07499999983701855 q=0.9250000001629815 -> -1.4395314720898173254
-        (0x3fed999999b00000, 0x3fb3333332800000, 0x3ff708522723041b), // p=0.9250000001629815 q=0.07499999983701855 -> 1.4395314720898173254
-        (0x3fb3333333800000, 0x3fed999999900000, 0xbff7085226b1fc71), // p=0.0750000000698492 q=0.9249999999301508 -> -1.4395314704450153116
-        (0x3fed999999900000, 0x3fb3333333800000, 0x3ff7085226b1fc71), // p=0.9249999999301508 q=0.0750000000698492 -> 1.4395314704450153116
-        (0x3fb3333334800000, 0x3fed999999700000, 0xbff708522640f4c7), // p=0.07500000030267984 q=0.9249999996973202 -> -1.4395314688002133017
-        (0x3fed999999700000, 0x3fb3333334800000, 0x3ff708522640f4c7), // p=0.9249999996973202 q=0.07500000030267984 -> 1.4395314688002133017
-        (0x3fb3333335800000, 0x3fed999999500000, 0xbff7085225cfed1e), // p=0.07500000053551048 q=0.9249999994644895 -> -1.4395314671554112957
-        (0x3fed999999500000, 0x3fb3333335800000, 0x3ff7085225cfed1e), // p=0.9249999994644895 q=0.07500000053551048 -> 1.4395314671554112957
-        (0x3fd3bf238a600000, 0x3fe6206e3ad00000, 0xbfdfffd4853905a0), // p=0.3085411883657798 q=0.6914588116342202 -> -0.49998963365586670761
-        (0x3fdf9e4048ca6b12, 0x3fe030dfdb9aca77, 0xbf8ea0efb9f0f35f), // p=0.49403388126818115 q=0.5059661187318188 -> -0.014955399381614218233
-        (0x3f16e5ae00000000, 0x3fefff48d2900000, 0xc00e064254d5a8c8), // p=8.734583389014006e-05 q=0.9999126541661099 -> -3.753056204576839765
-        (0x3df30d0c80000000, 0x3fefffffffd9e5e7, 0xc018cfbaee1065d1), // p=2.7722812934172225e-10 q=0.9999999997227719 -> -6.2028615186222429566
-        (0x3ce3000000000000, 0x3fefffffffffffed, 0xc01f649b7adde661), // p=2.1094237467877974e-15 q=0.9999999999999979 -> -7.8482493589341128522
-        (0x3fd3333333333333, 0x3fe6666666666666, 0xbfe0c7e39582c5fb), // p=0.3 q=0.7 -> -0.52440051270804081597 (1 - p not representable; q unused)
-        (0x3fe0000000000000, 0x3fe0000000000000, 0x0000000000000000), // p=0.5 q=0.5 -> 0.0
-        (0x3fe6666666666666, 0x3fd3333333333334, 0x3fe0c7e39582c5fa), // p=0.7 q=0.30000000000000004 -> 0.52440051270804065631
-        (0x3fef5c28f5c28f5c, 0x3f947ae147ae1480, 0x40006e13e8aadfdb), // p=0.98 q=0.020000000000000018 -> 2.0537489106318226861
-        (0x3fefffffffffffff, 0x3ca0000000000000, 0x40206b48528cea52), // p=0.9999999999999999 q=1.1102230246251565e-16 -> 8.2095361516013868556
-        (0x3feffffffff00000, 0x3de0000000000000, 0x40195a1198fcf3d6), // p=0.9999999998835847 q=1.1641532182693481e-10 -> 6.3379577545537892525
-        (0x3ff0000000000000, 0x01a56e1fc2f8f359, 0x404286074064c26e), // p=1.0 q=1e-300 -> 37.047096299361199237 (1 - q not representable; p unused)
-        (0x3ff0000000000000, 0x3ddb7cdfd9d7bdbb, 0x40197203597a2155), // p=1.0 q=1e-10 -> 6.3613409024040561991 (1 - q not representable; p unused)
-        (0x3feff7ced916872b, 0x3f50624dd2f1aa00, 0x4008b8cbb7204470), // p=0.999 q=0.0010000000000000009 -> 3.0902323061678132778
-        (0x3dae8a1000000000, 0x3feffffffffe175f, 0xc01aa1b284a91079), // p=1.388766879273362e-11 q=0.9999999999861123 -> -6.6579075554073989141
-        (0x3dae8a3000000000, 0x3feffffffffe175d, 0xc01aa1b1e6eab81f), // p=1.3887890837338546e-11 q=0.9999999999861121 -> -6.6579052048455474566
-        (0x3dae8a5000000000, 0x3feffffffffe175b, 0xc01aa1b1492d018e), // p=1.388811288194347e-11 q=0.9999999999861119 -> -6.6579028543204812886
+            (0x3ca0000000000000, 0x3fefffffffffffff, 0xc0206b48528cea52), // p=1.1102230246251565e-16 q=0.9999999999999999 -> -8.2095361516013868556
+            (0x3de0000000000000, 0x3feffffffff00000, 0xc0195a1198fcf3d6), // p=1.1641532182693481e-10 q=0.9999999998835847 -> -6.3379577545537892525
+            (0x01a56e1fc2f8f359, 0x3ff0000000000000, 0xc04286074064c26e), // p=1e-300 q=1.0 -> -37.047096299361199237 (1 - p not representable; q unused)
+            (0x0000000000000001, 0x3ff0000000000000, 0xc0433bd3f27fcd03), // p=5e-324 q=1.0 -> -38.467405617144346251 (1 - p not representable; q unused)
+            (0x3ddb7cdfd9d7bdbb, 0x3ff0000000000000, 0xc0197203597a2155), // p=1e-10 q=1.0 -> -6.3613409024040561991 (1 - p not representable; q unused)
+            (0x3f50624dd2f1a9fc, 0x3feff7ced916872b, 0xc008b8cbb7204471), // p=0.001 q=0.999 -> -3.0902323061678135354 (1 - p not representable; q unused)
+            (0x3f947ae147ae147b, 0x3fef5c28f5c28f5c, 0xc0006e13e8aadfdc), // p=0.02 q=0.98 -> -2.0537489106318230443 (1 - p not representable; q unused)
+            (0x3fb3333332800000, 0x3fed999999b00000, 0xbff708522723041b), // p=0.07499999983701855 q=0.9250000001629815 -> -1.4395314720898173254
+            (0x3fed999999b00000, 0x3fb3333332800000, 0x3ff708522723041b), // p=0.9250000001629815 q=0.07499999983701855 -> 1.4395314720898173254
+            (0x3fb3333333800000, 0x3fed999999900000, 0xbff7085226b1fc71), // p=0.0750000000698492 q=0.9249999999301508 -> -1.4395314704450153116
+            (0x3fed999999900000, 0x3fb3333333800000, 0x3ff7085226b1fc71), // p=0.9249999999301508 q=0.0750000000698492 -> 1.4395314704450153116
+            (0x3fb3333334800000, 0x3fed999999700000, 0xbff708522640f4c7), // p=0.07500000030267984 q=0.9249999996973202 -> -1.4395314688002133017
+            (0x3fed999999700000, 0x3fb3333334800000, 0x3ff708522640f4c7), // p=0.9249999996973202 q=0.07500000030267984 -> 1.4395314688002133017
+            (0x3fb3333335800000, 0x3fed999999500000, 0xbff7085225cfed1e), // p=0.07500000053551048 q=0.9249999994644895 -> -1.4395314671554112957
+            (0x3fed999999500000, 0x3fb3333335800000, 0x3ff7085225cfed1e), // p=0.9249999994644895 q=0.07500000053551048 -> 1.4395314671554112957
+            (0x3fd3bf238a600000, 0x3fe6206e3ad00000, 0xbfdfffd4853905a0), // p=0.3085411883657798 q=0.6914588116342202 -> -0.49998963365586670761
+            (0x3fe59e8e0ff00000, 0x3fd4c2e3e0200000, 0x3fdd25fbf263a9f5), // p=0.6756048499373719 q=0.3243951500626281 -> 0.45544336958724266743 (worst found: 5.67 ulp, U32)
+            (0x3f20e1f900000000, 0x3feffef1e0700000, 0xc00d3c91247c6d3a), // p=0.00012880482245236635 q=0.9998711951775476 -> -3.6545737123939521032
+            (0x3fe6139007d5f4b7, 0x3fd3d8dff0541692, 0x3fdfb6cfd46f0bb5), // p=0.6898880150835315 q=0.3101119849164685 -> 0.49553294892774187369 (5.31 ulp, U52)
+            (0x3de9cfc700000000, 0x3fefffffffe63039, 0xc0190e2c50a592c6), // p=1.8780432764486932e-10 q=0.9999999998121957 -> -6.2638409234102195994 (5.14 ulp, U52 tail)
+            (0x3fdf9e4048ca6b12, 0x3fe030dfdb9aca77, 0xbf8ea0efb9f0f35f), // p=0.49403388126818115 q=0.5059661187318188 -> -0.014955399381614218233
+            (0x3f16e5ae00000000, 0x3fefff48d2900000, 0xc00e064254d5a8c8), // p=8.734583389014006e-05 q=0.9999126541661099 -> -3.753056204576839765
+            (0x3df30d0c80000000, 0x3fefffffffd9e5e7, 0xc018cfbaee1065d1), // p=2.7722812934172225e-10 q=0.9999999997227719 -> -6.2028615186222429566
+            (0x3ce3000000000000, 0x3fefffffffffffed, 0xc01f649b7adde661), // p=2.1094237467877974e-15 q=0.9999999999999979 -> -7.8482493589341128522
+            (0x3fd3333333333333, 0x3fe6666666666666, 0xbfe0c7e39582c5fb), // p=0.3 q=0.7 -> -0.52440051270804081597 (1 - p not representable; q unused)
+            (0x3fe0000000000000, 0x3fe0000000000000, 0x0000000000000000), // p=0.5 q=0.5 -> 0.0
+            (0x3fe6666666666666, 0x3fd3333333333334, 0x3fe0c7e39582c5fa), // p=0.7 q=0.30000000000000004 -> 0.52440051270804065631
+            (0x3fef5c28f5c28f5c, 0x3f947ae147ae1480, 0x40006e13e8aadfdb), // p=0.98 q=0.020000000000000018 -> 2.0537489106318226861
+            (0x3fefffffffffffff, 0x3ca0000000000000, 0x40206b48528cea52), // p=0.9999999999999999 q=1.1102230246251565e-16 -> 8.2095361516013868556
+            (0x3feffffffff00000, 0x3de0000000000000, 0x40195a1198fcf3d6), // p=0.9999999998835847 q=1.1641532182693481e-10 -> 6.3379577545537892525
+            (0x3ff0000000000000, 0x01a56e1fc2f8f359, 0x404286074064c26e), // p=1.0 q=1e-300 -> 37.047096299361199237 (1 - q not representable; p unused)
+            (0x3ff0000000000000, 0x3ddb7cdfd9d7bdbb, 0x40197203597a2155), // p=1.0 q=1e-10 -> 6.3613409024040561991 (1 - q not representable; p unused)
+            (0x3feff7ced916872b, 0x3f50624dd2f1aa00, 0x4008b8cbb7204470), // p=0.999 q=0.0010000000000000009 -> 3.0902323061678132778
+            (0x3dae8a1000000000, 0x3feffffffffe175f, 0xc01aa1b284a91079), // p=1.388766879273362e-11 q=0.9999999999861123 -> -6.6579075554073989141
+            (0x3dae8a3000000000, 0x3feffffffffe175d, 0xc01aa1b1e6eab81f), // p=1.3887890837338546e-11 q=0.9999999999861121 -> -6.6579052048455474566
+            (0x3dae8a5000000000, 0x3feffffffffe175b, 0xc01aa1b1492d018e), // p=1.388811288194347e-11 q=0.9999999999861119 -> -6.6579028543204812886
         ];
-        // Measured max over dense U32/U52 sweeps: 5.4 ulp (see phi_inv's doc); the
-        // worst cases found are among the points above.
+        // Measured max over dense U32/U52 sweeps: 5.67 ulp (see phi_inv's doc), i.e.
+        // at most 6 ulp from the correctly rounded value; the worst cases found are
+        // among the points above.
         for &(pb, qb, rb) in table {
             let (p, q, want) = (f(pb), f(qb), f(rb));
             let got = phi_inv(p, q);
             let d = ulp_diff(got, want);
-            assert!(d <= 6, "phi_inv({p:e}, {q:e}) = {got:e}, want {want:e}: {d} ulp");
+            assert!(
+                d <= 6,
+                "phi_inv({p:e}, {q:e}) = {got:e}, want {want:e}: {d} ulp"
+            );
         }
     }
 
@@ -1210,7 +1239,11 @@ mod tests {
                 (1.0 - q, q)
             };
             let y = phi_inv(p, q);
-            let tol = if x.abs() < 1.0 { 2e-15 } else { 8.0 * f64::EPSILON * x.abs() };
+            let tol = if x.abs() < 1.0 {
+                2e-15
+            } else {
+                8.0 * f64::EPSILON * x.abs()
+            };
             assert!((y - x).abs() <= tol, "x={x}: phi_inv(phi(x)) = {y}");
             x += 0.0078125 * 3.0;
         }
