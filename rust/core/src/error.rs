@@ -92,16 +92,27 @@ impl fmt::Display for Error {
             Error::EmptyInterval { a, b } => {
                 write!(f, "a must be < b, got a={a}, b={b}")
             }
-            Error::ShapeTooLarge { global_shape, max_numel } => write!(
+            Error::ShapeTooLarge {
+                global_shape,
+                max_numel,
+            } => write!(
                 f,
                 "shape {global_shape:?} has more elements than stream format v1 can \
                  address for this dtype (at most {max_numel})"
             ),
-            Error::BoxRankMismatch { box_dims, shape_dims } => write!(
+            Error::BoxRankMismatch {
+                box_dims,
+                shape_dims,
+            } => write!(
                 f,
                 "box has {box_dims} (start, stop) pairs but the shape has {shape_dims} dims"
             ),
-            Error::BoxOutOfBounds { dim, start, stop, size } => write!(
+            Error::BoxOutOfBounds {
+                dim,
+                start,
+                stop,
+                size,
+            } => write!(
                 f,
                 "box[{dim}] = ({start}, {stop}) must satisfy 0 <= start <= stop <= {size}"
             ),
@@ -110,11 +121,14 @@ impl fmt::Display for Error {
                 "element range [{start}, {start} + {len}) exceeds the {numel} elements of \
                  the shape"
             ),
-            Error::OutputSizeMismatch { expected, got } => write!(
-                f,
-                "out has {got} elements but the region has {expected}"
-            ),
-            Error::InvalidShard { arg, value, allowed } => {
+            Error::OutputSizeMismatch { expected, got } => {
+                write!(f, "out has {got} elements but the region has {expected}")
+            }
+            Error::InvalidShard {
+                arg,
+                value,
+                allowed,
+            } => {
                 write!(f, "{arg} must be {allowed}, got {value}")
             }
         }

@@ -113,7 +113,12 @@ pub fn box_numel(global_shape: &[u64], region: &[(u64, u64)]) -> Result<u64, Err
     let mut numel: u64 = 1;
     for (dim, (&(start, stop), &size)) in region.iter().zip(global_shape).enumerate() {
         if start > stop || stop > size {
-            return Err(Error::BoxOutOfBounds { dim, start, stop, size });
+            return Err(Error::BoxOutOfBounds {
+                dim,
+                start,
+                stop,
+                size,
+            });
         }
         // Cannot overflow: bounded by the global numel, which the caller checked.
         numel = numel.saturating_mul(stop - start);
@@ -151,11 +156,19 @@ impl RunLayout {
             let (start, stop) = region[run_dim - 1];
             ((stop - start) * strides[run_dim - 1], run_dim - 1)
         };
-        let base = region.iter().zip(&strides).map(|(&(start, _), &stride)| start * stride).sum();
+        let base = region
+            .iter()
+            .zip(&strides)
+            .map(|(&(start, _), &stride)| start * stride)
+            .sum();
         let leading = (0..leading_dims)
             .map(|d| (region[d].1 - region[d].0, strides[d]))
             .collect();
-        RunLayout { run_len, base, leading }
+        RunLayout {
+            run_len,
+            base,
+            leading,
+        }
     }
 
     /// Global flat index of the first element of run `run` (C order over `leading`).
@@ -244,7 +257,10 @@ fn fill_two_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, out
             &batch[2 * skip_pairs..2 * (skip_pairs + take)]
         };
         let count = pairs.len() / 2;
-        for (slot, pair) in out[written..written + count].iter_mut().zip(pairs.chunks_exact(2)) {
+        for (slot, pair) in out[written..written + count]
+            .iter_mut()
+            .zip(pairs.chunks_exact(2))
+        {
             *slot = T::from_f64(sampler.two_words(pair[0], pair[1]));
         }
         written += count;
@@ -257,7 +273,9 @@ fn fill_two_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, out
 fn pool_with(threads: usize) -> Arc<rayon::ThreadPool> {
     static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
     let pools = POOLS.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut pools = pools.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut pools = pools
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     pools
         .entry(threads)
         .or_insert_with(|| {
@@ -340,7 +358,10 @@ impl ParamStream {
     ) -> Result<(), Error> {
         let box_len = box_numel(&self.global_shape, region)?;
         if out.len() as u64 != box_len {
-            return Err(Error::OutputSizeMismatch { expected: box_len, got: out.len() as u64 });
+            return Err(Error::OutputSizeMismatch {
+                expected: box_len,
+                got: out.len() as u64,
+            });
         }
         self.fill_box_part(region, 0, out, threads)
     }
@@ -380,7 +401,12 @@ impl ParamStream {
                 let within = position % layout.run_len;
                 let take = ((layout.run_len - within) as usize).min(chunk.len() - done);
                 let global_start = layout.run_start(run) + within;
-                fill_flat_serial(&stream, &sampler, global_start, &mut chunk[done..done + take]);
+                fill_flat_serial(
+                    &stream,
+                    &sampler,
+                    global_start,
+                    &mut chunk[done..done + take],
+                );
                 done += take;
                 position += take as u64;
             }
@@ -426,7 +452,12 @@ impl ParamStream {
     ///
     /// # Errors
     /// As [`ParamStream::fill_flat`].
-    pub fn fill_flat_dyn(&self, start: u64, out: OutBuf<'_>, threads: Threads) -> Result<(), Error> {
+    pub fn fill_flat_dyn(
+        &self,
+        start: u64,
+        out: OutBuf<'_>,
+        threads: Threads,
+    ) -> Result<(), Error> {
         match out {
             OutBuf::F32(s) => self.fill_flat(start, s, threads),
             OutBuf::F64(s) => self.fill_flat(start, s, threads),

@@ -52,7 +52,7 @@ pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
     [c0, c1, c2, c3]
 }
 
-/// Number of blocks computed together by [`Stream::fill_blocks`]; chosen so the
+/// Number of blocks computed together by [`Backend::blocks`]; chosen so the
 /// lane loops below map onto 8 x 32-bit SIMD registers (AVX2) or two NEON registers.
 pub const BATCH_BLOCKS: usize = 8;
 
@@ -188,7 +188,9 @@ impl Stream {
     /// The stream of `key64` (SPEC §1): key words `k0 = key64 & 0xFFFFFFFF`,
     /// `k1 = key64 >> 32`.
     pub fn new(key64: u64) -> Stream {
-        Stream { key: [key64 as u32, (key64 >> 32) as u32] }
+        Stream {
+            key: [key64 as u32, (key64 >> 32) as u32],
+        }
     }
 
     /// The two 32-bit Philox key words.
@@ -234,7 +236,11 @@ mod tests {
     // Known-answer vectors from Random123 (kat_vectors: "philox4x32 10"), as quoted in
     // SPEC §2: counter words c0..c3, key words k0 k1 -> output words.
     const RANDOM123_KAT: [([u32; 4], [u32; 2], [u32; 4]); 3] = [
-        ([0, 0, 0, 0], [0, 0], [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]),
+        (
+            [0, 0, 0, 0],
+            [0, 0],
+            [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8],
+        ),
         (
             [0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff],
             [0xffffffff, 0xffffffff],
@@ -250,7 +256,11 @@ mod tests {
     #[test]
     fn random123_known_answers() {
         for (counter, key, expected) in RANDOM123_KAT {
-            assert_eq!(philox4x32_10(counter, key), expected, "counter {counter:x?}");
+            assert_eq!(
+                philox4x32_10(counter, key),
+                expected,
+                "counter {counter:x?}"
+            );
         }
     }
 
@@ -263,8 +273,8 @@ mod tests {
         assert_eq!(
             words,
             [
-                0x2bc9fb9e, 0xfacb47fe, 0x3673388e, 0xb56d6438, 0x1330000a, 0x2d5a56bb,
-                0xaf195d98, 0xad0fe342
+                0x2bc9fb9e, 0xfacb47fe, 0x3673388e, 0xb56d6438, 0x1330000a, 0x2d5a56bb, 0xaf195d98,
+                0xad0fe342
             ]
         );
     }
@@ -277,7 +287,10 @@ mod tests {
         stream.fill_words((1u64 << 34) - 2, &mut words);
         assert_eq!(words, [0x30594d3f, 0xcdcb0eab, 0x508c2186, 0x1973be7f]);
         // Block 2^32 uses counter (0, 1, 0, 0): the carry went into c1.
-        assert_eq!(stream.block(1 << 32), philox4x32_10([0, 1, 0, 0], stream.key_words()));
+        assert_eq!(
+            stream.block(1 << 32),
+            philox4x32_10([0, 1, 0, 0], stream.key_words())
+        );
         assert_eq!(stream.word((1u64 << 34) + 1), 0x1973be7f);
     }
 
@@ -296,7 +309,11 @@ mod tests {
                 for lane in 0..BATCH_BLOCKS {
                     let block = first_block.wrapping_add(lane as u64);
                     let expected = philox4x32_10([block as u32, (block >> 32) as u32, 0, 0], key);
-                    assert_eq!(&batch[4 * lane..4 * lane + 4], &expected, "{backend:?} {block}");
+                    assert_eq!(
+                        &batch[4 * lane..4 * lane + 4],
+                        &expected,
+                        "{backend:?} {block}"
+                    );
                 }
             }
         }

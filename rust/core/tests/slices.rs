@@ -9,8 +9,16 @@ fn inits() -> Vec<Init> {
     vec![
         Init::Constant { value: 0.25 },
         Init::Uniform { a: -0.5, b: 2.0 },
-        Init::Normal { mean: 0.1, std: 0.02 },
-        Init::TruncNormal { mean: 0.0, std: 1.0, a: -2.0, b: 2.0 },
+        Init::Normal {
+            mean: 0.1,
+            std: 0.02,
+        },
+        Init::TruncNormal {
+            mean: 0.0,
+            std: 1.0,
+            a: -2.0,
+            b: 2.0,
+        },
     ]
 }
 
@@ -65,7 +73,9 @@ fn check_region<T: Element + Default + PartialEq + std::fmt::Debug>(
     let piece = 7;
     let mut pieces = vec![T::default(); expected.len()];
     for (i, chunk) in pieces.chunks_mut(piece).enumerate() {
-        param.fill_box_part(region, (i * piece) as u64, chunk, threads).unwrap();
+        param
+            .fill_box_part(region, (i * piece) as u64, chunk, threads)
+            .unwrap();
     }
     assert_eq!(pieces, expected);
 }
@@ -128,7 +138,11 @@ proptest! {
 fn shards_for_every_world_and_dim_equal_full() {
     let shape = vec![7u64, 5, 3];
     for init in inits() {
-        let param = ParamStream { key64: 99, global_shape: shape.clone(), init };
+        let param = ParamStream {
+            key64: 99,
+            global_shape: shape.clone(),
+            init,
+        };
         for world in 1..=9 {
             for dim in 0..3 {
                 for rank in 0..world {
@@ -148,15 +162,24 @@ fn thread_count_never_changes_the_bits() {
     let param = ParamStream {
         key64: 7,
         global_shape: vec![301, 1013],
-        init: Init::TruncNormal { mean: 0.0, std: 0.02, a: -0.04, b: 0.04 },
+        init: Init::TruncNormal {
+            mean: 0.0,
+            std: 0.02,
+            a: -0.04,
+            b: 0.04,
+        },
     };
     let region = [(3u64, 290u64), (11u64, 1000u64)];
     let n = 287 * 989;
     let mut one = vec![0f32; n];
     let mut two = vec![0f32; n];
     let mut all = vec![0f32; n];
-    param.fill_box(&region, &mut one, Threads::Count(1)).unwrap();
-    param.fill_box(&region, &mut two, Threads::Count(2)).unwrap();
+    param
+        .fill_box(&region, &mut one, Threads::Count(1))
+        .unwrap();
+    param
+        .fill_box(&region, &mut two, Threads::Count(2))
+        .unwrap();
     param.fill_box(&region, &mut all, Threads::All).unwrap();
     assert_eq!(one, two);
     assert_eq!(one, all);
@@ -187,15 +210,31 @@ fn uniform_elements_follow_the_spec_formula_at_far_offsets() {
 fn spec_golden_element_values() {
     // SPEC §6: seed 0, name "w", elements 0..3.
     let key = shardinit_core::key64(0, "w").unwrap();
-    let uniform = ParamStream { key64: key, global_shape: vec![4], init: Init::Uniform { a: 0.0, b: 1.0 } };
-    let normal = ParamStream { key64: key, global_shape: vec![4], init: Init::Normal { mean: 0.0, std: 1.0 } };
+    let uniform = ParamStream {
+        key64: key,
+        global_shape: vec![4],
+        init: Init::Uniform { a: 0.0, b: 1.0 },
+    };
+    let normal = ParamStream {
+        key64: key,
+        global_shape: vec![4],
+        init: Init::Normal {
+            mean: 0.0,
+            std: 1.0,
+        },
+    };
     let u = full::<f32>(&uniform);
     assert_eq!(u, [0.171_050_73, 0.979_664_27, 0.212_695_6, 0.708_700_4]);
     let n = full::<f32>(&normal);
     let bits: Vec<u32> = n.iter().map(|x| x.to_bits()).collect();
     assert_eq!(bits, [0xbf73_3495, 0x4002_ffd6, 0xbf4c_0ef0, 0x3f0c_b212]);
     let n64 = full::<f64>(&normal);
-    let golden: [f64; 4] = [-0.950_021_076_179_305_2, -0.797_102_890_239_395_7, -1.439_876_477_938_700_5, 0.478_859_767_398_901_1];
+    let golden: [f64; 4] = [
+        -0.950_021_076_179_305_2,
+        -0.797_102_890_239_395_7,
+        -1.439_876_477_938_700_5,
+        0.478_859_767_398_901_1,
+    ];
     for (got, want) in n64.iter().zip(golden) {
         // "exact values correctly rounded; an implementation may differ in the last bits"
         let ulps = (got.to_bits() as i64 - want.to_bits() as i64).unsigned_abs();
@@ -205,23 +244,56 @@ fn spec_golden_element_values() {
 
 #[test]
 fn errors_name_the_problem() {
-    let param = ParamStream { key64: 1, global_shape: vec![4, 4], init: Init::Normal { mean: 0.0, std: 1.0 } };
+    let param = ParamStream {
+        key64: 1,
+        global_shape: vec![4, 4],
+        init: Init::Normal {
+            mean: 0.0,
+            std: 1.0,
+        },
+    };
     let mut out = vec![0f32; 3];
-    let err = param.fill_box(&[(0, 2), (0, 2)], &mut out, Threads::All).unwrap_err();
-    assert!(err.to_string().contains("out has 3 elements but the region has 4"), "{err}");
-    let err = param.fill_box(&[(0, 5), (0, 2)], &mut out, Threads::All).unwrap_err();
+    let err = param
+        .fill_box(&[(0, 2), (0, 2)], &mut out, Threads::All)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("out has 3 elements but the region has 4"),
+        "{err}"
+    );
+    let err = param
+        .fill_box(&[(0, 5), (0, 2)], &mut out, Threads::All)
+        .unwrap_err();
     assert!(err.to_string().contains("box[0] = (0, 5)"), "{err}");
-    let err = param.fill_box(&[(0, 2)], &mut out, Threads::All).unwrap_err();
+    let err = param
+        .fill_box(&[(0, 2)], &mut out, Threads::All)
+        .unwrap_err();
     assert!(err.to_string().contains("1 (start, stop) pairs"), "{err}");
     let err = param.fill_flat(15, &mut out, Threads::All).unwrap_err();
     assert!(err.to_string().contains("exceeds the 16 elements"), "{err}");
-    let huge = ParamStream { key64: 1, global_shape: vec![1 << 32, 1 << 32], init: Init::Constant { value: 0.0 } };
+    let huge = ParamStream {
+        key64: 1,
+        global_shape: vec![1 << 32, 1 << 32],
+        init: Init::Constant { value: 0.0 },
+    };
     let err = huge.fill_flat(0, &mut out, Threads::All).unwrap_err();
-    assert!(err.to_string().contains("more elements than stream format v1"), "{err}");
-    let half_huge = ParamStream { key64: 1, global_shape: vec![1 << 32, 1 << 31], init: Init::Constant { value: 0.0 } };
+    assert!(
+        err.to_string()
+            .contains("more elements than stream format v1"),
+        "{err}"
+    );
+    let half_huge = ParamStream {
+        key64: 1,
+        global_shape: vec![1 << 32, 1 << 31],
+        init: Init::Constant { value: 0.0 },
+    };
     let mut out64 = vec![0f64; 3];
     assert!(half_huge.fill_flat(0, &mut out64, Threads::All).is_ok());
-    let over = ParamStream { key64: 1, global_shape: vec![1 << 32, (1 << 31) + 1], init: Init::Constant { value: 0.0 } };
+    let over = ParamStream {
+        key64: 1,
+        global_shape: vec![1 << 32, (1 << 31) + 1],
+        init: Init::Constant { value: 0.0 },
+    };
     assert!(over.fill_flat(0, &mut out64, Threads::All).is_err());
     assert!(over.fill_flat(0, &mut out, Threads::All).is_ok());
 }

@@ -18,12 +18,18 @@ pub struct RawOut {
 
 fn checked<T: BufferElement>(buffer: &PyBuffer<T>, dtype: &'static str) -> PyResult<RawOut> {
     if buffer.readonly() {
-        return Err(PyValueError::new_err("out must be writable, got a read-only buffer"));
+        return Err(PyValueError::new_err(
+            "out must be writable, got a read-only buffer",
+        ));
     }
     if !buffer.is_c_contiguous() {
         return Err(PyValueError::new_err("out must be C-contiguous"));
     }
-    Ok(RawOut { address: buffer.buf_ptr() as usize, len: buffer.item_count(), dtype })
+    Ok(RawOut {
+        address: buffer.buf_ptr() as usize,
+        len: buffer.item_count(),
+        dtype,
+    })
 }
 
 /// A buffer of one of the dtypes the core writes, kept alive while it is written.
@@ -78,12 +84,22 @@ impl RawOut {
         // bit pattern is valid, so reinterpreting 16-bit items is sound.
         unsafe {
             match self.dtype {
-                "float32" => OutBuf::F32(std::slice::from_raw_parts_mut(self.address as *mut f32, len)),
-                "float64" => OutBuf::F64(std::slice::from_raw_parts_mut(self.address as *mut f64, len)),
-                "bfloat16" => {
-                    OutBuf::BF16(std::slice::from_raw_parts_mut(self.address as *mut bf16, len))
-                }
-                _ => OutBuf::F16(std::slice::from_raw_parts_mut(self.address as *mut f16, len)),
+                "float32" => OutBuf::F32(std::slice::from_raw_parts_mut(
+                    self.address as *mut f32,
+                    len,
+                )),
+                "float64" => OutBuf::F64(std::slice::from_raw_parts_mut(
+                    self.address as *mut f64,
+                    len,
+                )),
+                "bfloat16" => OutBuf::BF16(std::slice::from_raw_parts_mut(
+                    self.address as *mut bf16,
+                    len,
+                )),
+                _ => OutBuf::F16(std::slice::from_raw_parts_mut(
+                    self.address as *mut f16,
+                    len,
+                )),
             }
         }
     }

@@ -23,7 +23,9 @@ pub fn key64(seed: u64, name: &str) -> PyResult<u64> {
 pub fn stream_words(py: Python<'_>, key: u64, start: u64, out: &Bound<'_, PyAny>) -> PyResult<()> {
     let buffer: PyBuffer<u32> = PyBuffer::get(out)?;
     if buffer.readonly() || !buffer.is_c_contiguous() {
-        return Err(PyValueError::new_err("out must be a writable C-contiguous uint32 buffer"));
+        return Err(PyValueError::new_err(
+            "out must be a writable C-contiguous uint32 buffer",
+        ));
     }
     let address = buffer.buf_ptr() as usize;
     let len = buffer.item_count();
@@ -48,7 +50,12 @@ fn parse_init(kind: &str, params: (f64, f64, f64, f64)) -> PyResult<Init> {
         "constant" => Init::Constant { value: p0 },
         "uniform" => Init::Uniform { a: p0, b: p1 },
         "normal" => Init::Normal { mean: p0, std: p1 },
-        "trunc_normal" => Init::TruncNormal { mean: p0, std: p1, a: p2, b: p3 },
+        "trunc_normal" => Init::TruncNormal {
+            mean: p0,
+            std: p1,
+            a: p2,
+            b: p3,
+        },
         other => {
             return Err(PyTypeError::new_err(format!(
                 "init kind must be constant, uniform, normal or trunc_normal, got {other}"
@@ -83,7 +90,11 @@ pub fn fill_box(
     out: &Bound<'_, PyAny>,
     threads: usize,
 ) -> PyResult<()> {
-    let param = ParamStream { key64: key, global_shape, init: parse_init(init_kind, init_params)? };
+    let param = ParamStream {
+        key64: key,
+        global_shape,
+        init: parse_init(init_kind, init_params)?,
+    };
     let owned = OwnedOut::get(out, dtype)?;
     let raw = owned.raw(dtype)?;
     let result = py.detach(|| {
@@ -114,7 +125,11 @@ pub fn fill_flat(
     out: &Bound<'_, PyAny>,
     threads: usize,
 ) -> PyResult<()> {
-    let param = ParamStream { key64: key, global_shape, init: parse_init(init_kind, init_params)? };
+    let param = ParamStream {
+        key64: key,
+        global_shape,
+        init: parse_init(init_kind, init_params)?,
+    };
     let owned = OwnedOut::get(out, dtype)?;
     let raw = owned.raw(dtype)?;
     let result = py.detach(|| {
