@@ -14,10 +14,13 @@ Example:
     True
 """
 
-from . import init
+from . import init, presets
 from ._core import STREAM_FORMAT_VERSION
 from ._core import __version__ as __version__
 from .errors import InternalError, ShapeTooLargeError, ShardInitError
+from .fingerprint import fingerprint, fingerprint_model, model_digest
+from .fsdp1 import fsdp1_param_init_fn
+from .materialize import canonical_name, materialize
 from .shard import (
     box_of_shard,
     full,
@@ -38,6 +41,10 @@ __all__ = [
     "ShapeTooLargeError",
     "ShardInitError",
     "box_of_shard",
+    "canonical_name",
+    "fingerprint",
+    "fingerprint_model",
+    "fsdp1_param_init_fn",
     "full",
     "get_num_threads",
     "init",
@@ -45,6 +52,9 @@ __all__ = [
     "init_flat",
     "init_shard",
     "key",
+    "materialize",
+    "model_digest",
+    "presets",
     "set_num_threads",
     "stream_words",
 ]

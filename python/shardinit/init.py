@@ -236,8 +236,9 @@ def _check_gain(gain: float) -> float:
 
 def _uniform_bound(bound: float, arg: str) -> BaseInit:
     """``U(-bound, bound)``; a zero bound (torch fills zeros) is the constant 0."""
-    if not math.isfinite(bound):
-        raise ShardInitError(f"{arg} gives an infinite bound for U(-bound, bound)")
+    if not math.isfinite(2.0 * bound):
+        # The width b - a = 2 * bound must be finite too (see Uniform).
+        raise ShardInitError(f"{arg} gives a bound {bound} too large for U(-bound, bound)")
     return Constant(0.0) if bound == 0 else Uniform(-bound, bound)
 
 

@@ -125,10 +125,16 @@ def _check_out(out: Any, spec: ParamSpec, shape: tuple[int, ...]) -> torch.Tenso
 def _resolve_device(device: Any) -> torch.device:
     if device is None:
         return torch.device("cpu")
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+        raise TypeError(
+            f"device must be None, a str, an int or a torch.device, got "
+            f"{type(device).__name__} {device!r}"
+        )
     try:
         resolved = torch.device(device)
     except (RuntimeError, TypeError) as error:
-        raise ShardInitError(f"device must be a torch device, got {device!r}: {error}") from None
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ShardInitError(f"device must be a torch device, got {device!r}: {reason}") from None
     if resolved.type not in ("cpu", "cuda"):
         raise ShardInitError(f"device must be 'cpu' or a CUDA device, got {resolved}")
     if resolved.type == "cuda" and not torch.cuda.is_available():

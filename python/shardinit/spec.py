@@ -10,9 +10,9 @@ from typing import Any
 import torch
 
 from . import _core
-from ._validate import check_int, check_name, check_seed
+from ._validate import U64_MAX, check_int, check_name, check_seed
 from .errors import ShapeTooLargeError, ShardInitError
-from .init import BaseInit, Initializer, Normal
+from .init import BaseInit, Constant, Initializer, Normal, Uniform
 
 __all__ = ["SUPPORTED_DTYPES", "ParamSpec"]
 
@@ -28,9 +28,36 @@ SUPPORTED_DTYPES: dict[torch.dtype, str] = {
 def _check_shape(shape: Any) -> tuple[int, ...]:
     if isinstance(shape, (int, str, bytes)) or not isinstance(shape, (Sequence, torch.Size)):
         raise TypeError(f"shape must be a sequence of ints, got {type(shape).__name__} {shape!r}")
-    return tuple(
-        check_int(f"shape[{dim}]", size, low=0) for dim, size in enumerate(shape)
-    )
+    sizes = tuple(check_int(f"shape[{dim}]", size, low=0) for dim, size in enumerate(shape))
+    for dim, size in enumerate(sizes):
+        if size > U64_MAX:
+            # Even with a zero elsewhere (0 elements), a size must fit the core's u64.
+            raise ShapeTooLargeError(
+                f"shape[{dim}] = {size} does not fit in 64 bits; stream format v1 sizes "
+                f"are at most 2^64 - 1"
+            )
+    return sizes
+
+
+def _check_fits_dtype(base: BaseInit, dtype: torch.dtype) -> None:
+    """Rejects initializers whose values certainly overflow ``dtype`` to +-inf (a constant
+    or a uniform bound out of range): SPEC §4 would round them to inf without a word."""
+    if dtype == torch.float64:
+        return
+    if isinstance(base, Constant):
+        bounds = {"value": base.value}
+    elif isinstance(base, Uniform):
+        bounds = {"a": base.a, "b": base.b}
+    else:
+        return  # normal: unbounded tails; trunc_normal: clamped to [a, b] in binary64
+    for arg, value in bounds.items():
+        # Round as SPEC §4 does: to float32 first, then to the target.
+        rounded = torch.tensor(value, dtype=torch.float64).to(torch.float32).to(dtype)
+        if not bool(torch.isfinite(rounded)):
+            raise ShardInitError(
+                f"init {arg}={value} overflows {dtype} (largest finite value "
+                f"{torch.finfo(dtype).max}); every element would be +-inf"
+            )
 
 
 class ParamSpec:
@@ -105,7 +132,8 @@ class ParamSpec:
         ):
             object.__setattr__(self, field, value)
         object.__setattr__(self, "_frozen", True)
-        _ = self.base_init  # resolve now so errors surface at construction
+        # Resolve now so errors surface at construction.
+        _check_fits_dtype(self.base_init, dtype)
 
     def __setattr__(self, key: str, value: object) -> None:
         if getattr(self, "_frozen", False) and key != "__dict__":

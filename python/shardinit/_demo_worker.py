@@ -1,0 +1,187 @@
+"""One rank of ``shardinit demo`` / ``shardinit fingerprint --world N`` (run by
+:func:`shardinit._launch.launch`; not a public API).
+
+Builds a built-in model on the meta device, applies FSDP2 ``fully_shard`` (optionally on
+top of tensor parallelism) on a CPU mesh with gloo, materializes the local shards with
+shardinit, fingerprints every parameter, and optionally then runs torch's own path
+(``reset_parameters`` on the DTensor shards, after ``torch.manual_seed``) on the same
+model. Writes ``rank<r>.json`` into ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .fingerprint import fingerprint_model
+from .materialize import canonical_name, materialize
+from .models import build_model
+from .shard import set_num_threads
+
+
+def rss_bytes() -> int:
+    """This process's resident set size now."""
+    with open("/proc/self/statm") as statm:
+        pages = int(statm.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def build_sharded(model_name: str, world: int, tp: int) -> tuple[nn.Module, Any]:
+    """The built-in model on meta, with TP (if ``tp > 1``) and FSDP2 applied; its mesh."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    model = build_model(model_name)
+    if tp > 1:
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            RowwiseParallel,
+            parallelize_module,
+        )
+
+        mesh = init_device_mesh("cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
+        plan = {
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(),
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(),
+            "feed_forward.w3": ColwiseParallel(),
+        }
+        for block in model.layers:
+            parallelize_module(block, mesh["tp"], plan)
+        dp_mesh = mesh["dp"]
+    else:
+        mesh = init_device_mesh("cpu", (world,))
+        dp_mesh = mesh
+    for block in model.layers:
+        fully_shard(block, mesh=dp_mesh)
+    fully_shard(model, mesh=dp_mesh)
+    return model, mesh
+
+
+def _local_digests(model: nn.Module) -> dict[str, list[Any]]:
+    """Per parameter: [local shape, SHA-256 of the local shard's bytes], to tell whether
+    ranks hold copies of each other."""
+    from torch.distributed.tensor import DTensor
+
+    result: dict[str, list[Any]] = {}
+    for name, param in model.named_parameters():
+        local = param.to_local() if isinstance(param, DTensor) else param.detach()
+        raw = local.detach().contiguous().view(-1).view(torch.uint8).numpy()
+        result[canonical_name(name)] = [list(local.shape), hashlib.sha256(raw.data).hexdigest()]
+    return result
+
+
+def _local_runs(model: nn.Module) -> dict[str, list[list[list[int]]]]:
+    """Per parameter: the global index runs this rank holds, per dim."""
+    from torch.distributed.tensor import DTensor
+
+    from .placements import local_runs_of
+
+    result: dict[str, list[list[list[int]]]] = {}
+    for name, param in model.named_parameters():
+        canonical = canonical_name(name)
+        if isinstance(param, DTensor):
+            runs = local_runs_of(param, name=canonical)
+        else:
+            runs = [[(0, size)] for size in param.shape]
+        result[canonical] = [[list(run) for run in dim] for dim in runs]
+    return result
+
+
+def _local_bytes(model: nn.Module) -> int:
+    from torch.distributed.tensor import DTensor
+
+    total = 0
+    for param in model.parameters():
+        local = param.to_local() if isinstance(param, DTensor) else param
+        total += local.numel() * local.element_size()
+    return total
+
+
+def _say(rank: int, message: str) -> None:
+    if rank == 0:
+        print(message, flush=True)
+
+
+@torch.no_grad()
+def main(argv: list[str] | None = None) -> int:
+    """Runs one rank; see the module docstring."""
+    parser = argparse.ArgumentParser(prog="python -m shardinit._demo_worker")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--torch-path", action="store_true")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+    torch.set_num_threads(threads)
+    set_num_threads(threads)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        model, _ = build_sharded(args.model, world, args.tp)
+        _say(rank, "built on meta + fully_shard; materializing with shardinit.materialize")
+        rss_before = rss_bytes()
+        dist.barrier()
+        start = time.perf_counter()
+        materialize(model, seed=args.seed)
+        seconds = time.perf_counter() - start
+        peak = peak_rss_bytes()
+        _say(rank, f"materialized in {seconds:.2f} s; fingerprinting")
+        start = time.perf_counter()
+        shardinit_fp = fingerprint_model(model)
+        fp_seconds = time.perf_counter() - start
+        _say(rank, f"fingerprinted in {fp_seconds:.2f} s")
+        result: dict[str, Any] = {
+            "rank": rank,
+            "world": world,
+            "seconds": seconds,
+            "fingerprint_seconds": fp_seconds,
+            "rss_before": rss_before,
+            "peak_rss": peak,
+            "bytes": _local_bytes(model),
+            "local_runs": _local_runs(model),
+            "shapes": {canonical_name(n): list(p.shape) for n, p in model.named_parameters()},
+            "fingerprints": shardinit_fp,
+        }
+        if args.torch_path:
+            _say(rank, "running torch's path: manual_seed + reset_parameters on the shards")
+            torch.manual_seed(args.seed)
+            start = time.perf_counter()
+            for module in model.modules():
+                reset = getattr(module, "reset_parameters", None)
+                if callable(reset):
+                    reset()
+            result["torch_seconds"] = time.perf_counter() - start
+            result["torch_fingerprints"] = fingerprint_model(model)
+            result["torch_local"] = _local_digests(model)
+        Path(args.out, f"rank{rank}.json").write_text(json.dumps(result))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

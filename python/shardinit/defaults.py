@@ -1,0 +1,149 @@
+"""torch.nn's default initializers, as shardinit initializers.
+
+Each supported module type's ``reset_parameters`` is mirrored: the same distribution and
+exactly the same bounds / std (computed in Python floats from the GLOBAL shapes, as
+torch computes them from the full tensor), and the same post-fixes (an Embedding's
+``padding_idx`` row is zero). Buffers of normalization layers are set as
+``reset_running_stats`` sets them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from . import init
+from .init import Initializer
+
+__all__ = ["DefaultInit", "default_buffer_value", "default_init", "parent_overrides"]
+
+Shapes = Mapping[str, tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class DefaultInit:
+    """A module's default for one parameter.
+
+    Attributes:
+        init: the initializer of the whole parameter.
+        zero_rows: indices along dim 0 set to zero afterwards (an Embedding's
+            ``padding_idx``), as torch's ``_fill_padding_idx_with_zero``.
+    """
+
+    init: Initializer
+    zero_rows: tuple[int, ...] = ()
+
+
+def _symmetric_uniform(bound: float) -> Initializer:
+    # torch's uniform_(-0, 0) fills zeros; shardinit's uniform needs a < b.
+    return init.uniform(-bound, bound) if bound > 0 else init.zeros()
+
+
+def _fan_in(shape: tuple[int, ...]) -> int:
+    fan_in, _ = torch.nn.init._calculate_fan_in_and_fan_out(torch.empty(shape, device="meta"))
+    return int(fan_in)
+
+
+def _linear_like(attr: str, shapes: Shapes) -> DefaultInit | None:
+    # Linear and _ConvNd: kaiming_uniform_(a=sqrt(5)) and a bias bound of 1/sqrt(fan_in).
+    if attr == "weight":
+        return DefaultInit(init.kaiming_uniform(a=math.sqrt(5)))
+    if attr == "bias" and "weight" in shapes:
+        fan_in = _fan_in(shapes["weight"])
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        return DefaultInit(_symmetric_uniform(bound))
+    return None
+
+
+def _affine_norm(attr: str) -> DefaultInit | None:
+    if attr == "weight":
+        return DefaultInit(init.ones())
+    if attr == "bias":
+        return DefaultInit(init.zeros())
+    return None
+
+
+def _embedding(module: nn.Embedding | nn.EmbeddingBag, attr: str) -> DefaultInit | None:
+    if attr != "weight":
+        return None
+    padding_idx = module.padding_idx
+    rows = () if padding_idx is None else (int(padding_idx),)
+    return DefaultInit(init.normal(0.0, 1.0), zero_rows=rows)
+
+
+def _multihead_attention(attr: str) -> DefaultInit | None:
+    if attr in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight"):
+        return DefaultInit(init.xavier_uniform())
+    if attr == "in_proj_bias":
+        return DefaultInit(init.zeros())
+    if attr in ("bias_k", "bias_v"):
+        return DefaultInit(init.xavier_normal())
+    return None
+
+
+def default_init(module: nn.Module, attr: str, shapes: Shapes) -> DefaultInit | None:
+    """torch.nn's default for parameter ``attr`` of ``module``, or None if unknown.
+
+    Args:
+        module: the module that owns the parameter.
+        attr: the parameter's attribute name on ``module`` (e.g. ``"weight"``).
+        shapes: the GLOBAL shapes of ``module``'s parameters, by attribute name (a bias
+            bound depends on the weight's fan-in).
+
+    Returns:
+        The default, or None for module types or attributes without a known default.
+
+    Example:
+        >>> from torch import nn
+        >>> default_init(nn.Linear(4, 3), "bias", {"weight": (3, 4)}).init
+        Uniform(a=-0.5, b=0.5)
+    """
+    if isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)):
+        # Includes ConvTranspose: torch takes the fan-in of the weight tensor as stored.
+        return _linear_like(attr, shapes)
+    if isinstance(module, nn.Bilinear):
+        if attr in ("weight", "bias") and "weight" in shapes:
+            return DefaultInit(_symmetric_uniform(1 / math.sqrt(shapes["weight"][1])))
+        return None
+    if isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
+        return _embedding(module, attr)
+    if isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, nn.modules.batchnorm._NormBase)):
+        # _NormBase covers BatchNorm1d/2d/3d, SyncBatchNorm and InstanceNorm1d/2d/3d.
+        return _affine_norm(attr)
+    if isinstance(module, nn.MultiheadAttention):
+        return _multihead_attention(attr)
+    if isinstance(module, (nn.RNNBase, nn.RNNCellBase)):
+        hidden_size = int(module.hidden_size)
+        bound = 1.0 / math.sqrt(hidden_size) if hidden_size > 0 else 0
+        return DefaultInit(_symmetric_uniform(bound))
+    if isinstance(module, nn.PReLU) and attr == "weight":
+        return DefaultInit(init.constant(float(module.init)))
+    return None
+
+
+def parent_overrides(root: nn.Module) -> dict[tuple[int, str], DefaultInit]:
+    """Defaults that a parent module imposes on a child's parameters, keyed by
+    ``(id(child), attr)``: ``MultiheadAttention._reset_parameters`` zeroes
+    ``out_proj.bias`` after the ``out_proj`` Linear set its own default.
+    """
+    overrides: dict[tuple[int, str], DefaultInit] = {}
+    for module in root.modules():
+        if isinstance(module, nn.MultiheadAttention) and module.in_proj_bias is not None:
+            overrides[(id(module.out_proj), "bias")] = DefaultInit(init.zeros())
+    return overrides
+
+
+def default_buffer_value(module: nn.Module, name: str) -> float | None:
+    """The value torch gives buffer ``name`` of ``module`` (a constant fill), or None.
+
+    Normalization layers: ``running_mean`` 0, ``running_var`` 1, ``num_batches_tracked``
+    0, as ``reset_running_stats``.
+    """
+    if isinstance(module, nn.modules.batchnorm._NormBase):
+        values = {"running_mean": 0.0, "running_var": 1.0, "num_batches_tracked": 0.0}
+        return values.get(name)
+    return None

@@ -1,0 +1,197 @@
+"""The ``shardinit`` command line end to end: exit codes mean what they say."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import shardinit
+from shardinit.cli import run
+from shardinit.models import MODELS, build_model
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = run(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# ------------------------------------------------------------------------- bad arguments
+
+BAD_ARGUMENTS = [
+    [],
+    ["bogus"],
+    ["demo", "--worlds", "0"],
+    ["demo", "--worlds", "1,x"],
+    ["demo", "--worlds", "2,2"],
+    ["demo", "--seed", "-1"],
+    ["demo", "--seed", str(2**64)],
+    ["demo", "--model", "gpt-5"],
+    ["demo", "--tp", "2", "--worlds", "1,2"],
+    ["plan", "--world", "2"],
+    ["plan", "--model", "tiny"],
+    ["plan", "--model", "tiny", "--shapes", "x.json", "--world", "2"],
+    ["plan", "--model", "tiny", "--world", "4", "--tp", "3"],
+    ["plan", "--shapes", "/nonexistent/shapes.json", "--world", "2"],
+    ["fingerprint", "--expect", "xyz"],
+    ["fingerprint", "--world", "3", "--tp", "2"],
+    ["fingerprint", "--world", "-2"],
+]
+
+
+@pytest.mark.parametrize("argv", BAD_ARGUMENTS, ids=lambda argv: " ".join(argv) or "<none>")
+def test_bad_arguments_exit_2_with_one_line_error(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _run(argv, capsys)
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("usage: shardinit")
+    errors = [line for line in lines if "error:" in line]
+    assert len(errors) == 1 and errors[0] == lines[-1]
+    assert re.match(r"^shardinit( \w+)?: error: \S", errors[0])
+    assert "Traceback" not in err
+
+
+def test_bad_shapes_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "shapes.json"
+    path.write_text('{"w": [4, -1]}')
+    code, _, err = _run(["plan", "--shapes", str(path), "--world", "2"], capsys)
+    assert code == 2
+    assert err.strip().splitlines()[-1].startswith("shardinit plan: error: shapes file")
+
+
+def test_bad_arguments_in_a_real_process_have_no_traceback() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "shardinit", "demo", "--worlds", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "shardinit demo: error: argument --worlds: expected a positive integer, got 0"
+    )
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(["plan", "--help"], capsys)
+    assert code == 0
+    assert "--shapes FILE" in out
+
+
+# ---------------------------------------------------------------------------------- plan
+
+
+def test_plan_model_bytes_and_estimates(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(["plan", "--model", "tiny", "--world", "2"], capsys)
+    assert code == 0
+    total = MODELS["tiny"].num_params() * 4
+    # every tiny parameter has an even number of rows: exactly half on each rank
+    assert f"rank    0: {total / 2 / 1024:.2f} KiB" in out
+    assert f"rank    1: {total / 2 / 1024:.2f} KiB" in out
+    assert "tok_embeddings.weight  (512, 64)  (Shard(dim=0),)" in out
+    assert "r0 [0:256, :]  r1 [256:512, :]" in out
+    assert "layers.*.attention.wq.weight x2  (64, 64)" in out
+    estimates = dict(
+        re.findall(
+            r"^  (FSDP1, model built|FSDP1, meta|FSDP2, meta|shardinit)\S* .*?"
+            r"([\d.]+ \w?i?B)$",
+            out,
+            re.M,
+        )
+    )
+    assert estimates["shardinit"] == f"{total / 2 / 1024:.2f} KiB"
+    assert estimates["FSDP2, meta"] == estimates["shardinit"]
+    # FSDP1 on CPU holds the whole model plus a flat copy of a unit
+    assert float(estimates["FSDP1, model built"].split()[0]) * 1024 > total
+
+
+def test_plan_shapes_file_uneven(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "shapes.json"
+    path.write_text(json.dumps({"w": [7, 4], "b": {"shape": [7], "dtype": "bfloat16"}}))
+    code, out, _ = _run(["plan", "--shapes", str(path), "--world", "3"], capsys)
+    assert code == 0
+    # torch.chunk: 7 rows on 3 ranks -> 3, 3, 1
+    assert "r0 [0:3, :]  r1 [3:6, :]  r2 [6:7, :]" in out
+    assert "r0 [0:3]  r1 [3:6]  r2 [6:7]" in out
+    assert "rank    0: 54 B" in out  # 3*4 float32 + 3 bfloat16
+    assert "rank    2: 18 B" in out  # 1*4 float32 + 1 bfloat16
+
+
+def test_plan_tp_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(["plan", "--model", "tiny", "--world", "4", "--tp", "2"], capsys)
+    assert code == 0
+    assert "(_StridedShard(dim=0, sf=2), Shard(dim=0))" in out
+    # column-wise: rank 1 (dp 0, tp 1) holds the first dp half of TP shard 1
+    assert "r0 [0:16, :]  r1 [32:48, :]  r2 [16:32, :]  r3 [48:64, :]" in out
+    assert "n/a (FSDP1 with TP not modeled)" in out
+
+
+# --------------------------------------------------------------------------- fingerprint
+
+
+def _fingerprint_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    code, out, err = _run(["fingerprint", "--json", *argv], capsys)
+    assert code == 0, err
+    result: dict[str, object] = json.loads(out)
+    return result
+
+
+@pytest.mark.distributed
+def test_fingerprint_same_for_worlds_1_and_2(capsys: pytest.CaptureFixture[str]) -> None:
+    one = _fingerprint_json(["--model", "tiny", "--seed", "3"], capsys)
+    two = _fingerprint_json(["--model", "tiny", "--seed", "3", "--world", "2"], capsys)
+    assert one["model_digest"] == two["model_digest"]
+    assert one["fingerprints"] == two["fingerprints"]
+    # and equal to fingerprinting the full tensors built here
+    model = shardinit.materialize(build_model("tiny"), seed=3)
+    fingerprints = one["fingerprints"]
+    assert isinstance(fingerprints, dict)
+    assert fingerprints["layers.1.feed_forward.w2.weight"] == shardinit.fingerprint(
+        model.layers[1].feed_forward.w2.weight
+    )
+    other_seed = _fingerprint_json(["--model", "tiny", "--seed", "4"], capsys)
+    assert other_seed["model_digest"] != one["model_digest"]
+
+
+def test_fingerprint_expect(capsys: pytest.CaptureFixture[str]) -> None:
+    digest = _fingerprint_json(["--seed", "9"], capsys)["model_digest"]
+    assert isinstance(digest, str)
+    code, out, _ = _run(["fingerprint", "--seed", "9", "--expect", digest], capsys)
+    assert code == 0
+    assert out.strip().splitlines()[-1].split() == ["model", "digest", digest]
+    wrong = "0" * 16 if digest != "0" * 16 else "1" * 16
+    code, _, err = _run(["fingerprint", "--seed", "9", "--expect", wrong], capsys)
+    assert code == 1
+    assert f"model digest {digest} != expected {wrong}" in err
+
+
+# ---------------------------------------------------------------------------------- demo
+
+
+@pytest.mark.distributed
+def test_demo_tiny_worlds_1_and_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(["demo", "--model", "tiny", "--worlds", "1,2", "--seed", "5"], capsys)
+    assert code == 0, out
+    assert "=> shardinit: all 21 parameters identical across world sizes 1, 2" in out
+    assert out.strip().splitlines()[-1].startswith("PASS")
+    # shardinit's world-1 digest is the digest of the plainly materialized model
+    model = shardinit.materialize(build_model("tiny"), seed=5)
+    expected = shardinit.model_digest(shardinit.fingerprint_model(model))
+    digest_line = next(line for line in out.splitlines() if "model digest" in line)
+    assert digest_line.split()[-2:] == [expected, expected]
+    # torch's own path: layout-dependent; rank shards are copies on a CPU mesh
+    match = re.search(r"=> torch: (\d+) of 21 parameters differ", out)
+    assert match is not None and int(match.group(1)) >= 15
+    copies = re.search(r"exact copies of each other for (\d+) of (\d+) parameters", out)
+    assert copies is not None and copies.group(1) == copies.group(2)

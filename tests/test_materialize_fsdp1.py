@@ -1,0 +1,133 @@
+"""FSDP1 (``FullyShardedDataParallel``) on 2 and 3 CPU ranks, ``use_orig_params`` True
+and False: ``fsdp1_param_init_fn`` only allocates, ``materialize`` fills each rank's flat
+shard; the full parameters (``summon_full_params``) equal ``shardinit.full`` bit for bit."""
+
+from __future__ import annotations
+
+import functools
+from functools import partial
+
+import pytest
+import shardinit
+import torch
+from materialize_workers import (
+    Block,
+    Checks,
+    TinyLM,
+    check,
+    expect_equal,
+    expected_full,
+    run_group,
+    tinylm_expected_defaults,
+)
+from shardinit import init
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+pytestmark = pytest.mark.distributed
+
+SEED = 99
+
+
+def _wrap(use_orig_params: bool, dtype: torch.dtype) -> FSDP:
+    with torch.device("meta"):
+        model = TinyLM().to(dtype)
+    return FSDP(
+        model,
+        auto_wrap_policy=ModuleWrapPolicy({Block}),
+        device_id=torch.device("cpu"),
+        param_init_fn=functools.partial(shardinit.fsdp1_param_init_fn, device="cpu"),
+        use_orig_params=use_orig_params,
+    )
+
+
+def _check_full(model: FSDP, expected: dict[str, init.Initializer], dtype: torch.dtype) -> None:
+    seen = []
+    with FSDP.summon_full_params(model):
+        for raw, param in model.named_parameters():
+            name = shardinit.canonical_name(raw)
+            rows = (5,) if name == "tok_embeddings.weight" else ()
+            full = param.detach().clone()
+            want = expected_full(name, tuple(full.shape), dtype, expected[name], SEED, rows)
+            expect_equal(name, full, want)
+            seen.append(name)
+        inner = model.module
+        assert torch.equal(inner.output.weight, inner.tok_embeddings.weight), "tie lost"
+    assert sorted(seen) == sorted(expected), seen
+
+
+def _check_padding_zero(model: FSDP) -> None:
+    # Padding after the last parameter of each local flat shard stays zero.
+    for unit in FSDP.fsdp_modules(model):
+        handle = unit._handle
+        if handle is None:
+            continue
+        flat = handle.flat_param
+        used = sum(i.numel_in_shard or 0 for i in flat._shard_param_infos)
+        pad = flat._shard_numel_padded
+        if pad:
+            assert torch.all(flat.data[-pad:] == 0), "end padding not zero"
+        assert used <= flat.numel()
+
+
+def _check_refuse(model: FSDP) -> None:
+    try:
+        shardinit.materialize(model, seed=SEED)
+    except shardinit.ShardInitError as error:
+        assert "already materialized" in str(error)
+    else:
+        raise AssertionError("materialize accepted a materialized FSDP1 model")
+
+
+def fsdp1_scenario(rank: int, world: int) -> Checks:
+    checks: Checks = {}
+    for use_orig in (True, False):
+        tag = f"orig{use_orig}"
+        model = _wrap(use_orig, torch.float32)
+        shardinit.materialize(model, seed=SEED)
+        expected = tinylm_expected_defaults(model.module, torch.float32)
+        check(checks, f"defaults_{tag}", partial(_check_full, model, expected, torch.float32))
+        check(checks, f"padding_{tag}", partial(_check_padding_zero, model))
+        check(checks, f"refuse_{tag}", partial(_check_refuse, model))
+    bf16 = _wrap(False, torch.bfloat16)
+    rules = {"*norm.weight": init.ones(), "*.bias": init.zeros(), "*": init.normal(0, 0.02)}
+    shardinit.materialize(bf16, seed=SEED, rules=rules)
+    expected_bf16 = {
+        name: init.ones()
+        if name.endswith("norm.weight")
+        else init.zeros()
+        if name.endswith("bias")
+        else init.normal(0, 0.02)
+        for name in tinylm_expected_defaults(bf16.module, torch.bfloat16)
+    }
+
+    # Rules replace the Embedding default, so no padding row: compare without zero rows.
+    def check_bf16() -> None:
+        with FSDP.summon_full_params(bf16):
+            for raw, param in bf16.named_parameters():
+                name = shardinit.canonical_name(raw)
+                want = expected_full(
+                    name, tuple(param.shape), torch.bfloat16, expected_bf16[name], SEED
+                )
+                expect_equal(name, param.detach().clone(), want)
+
+    check(checks, "rules_bf16", check_bf16)
+    return checks
+
+
+@functools.cache
+def results(world: int) -> dict[str, list[str]]:
+    return run_group(world, fsdp1_scenario)
+
+
+CHECKS = [
+    f"{kind}_orig{flag}" for kind in ("defaults", "padding", "refuse") for flag in (True, False)
+] + ["rules_bf16"]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("name", CHECKS)
+def test_fsdp1(world: int, name: str) -> None:
+    outcome = results(world)
+    assert "<scenario>" not in outcome, outcome["<scenario>"]
+    assert outcome.get(name) == [], "\n".join(outcome.get(name, ["did not run"]))

@@ -1,0 +1,127 @@
+"""FSDP2 + tensor parallelism on a 2x2 CPU mesh: ColwiseParallel weights end up as
+``(_StridedShard(0, sf=2), Shard(0))`` and RowwiseParallel ones as ``(Shard(0),
+Shard(1))``; after ``materialize`` every gathered parameter equals ``shardinit.full``."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import shardinit
+import torch
+from materialize_workers import (
+    Block,
+    Checks,
+    bias_default,
+    check,
+    expect_equal,
+    expected_full,
+    kaiming_a5,
+    run_group,
+)
+from shardinit import init
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    RowwiseParallel,
+    parallelize_module,
+)
+from torch.distributed.tensor.placement_types import _StridedShard
+
+pytestmark = pytest.mark.distributed
+
+SEED = 7
+# 7 rows over tp=2 then dp=2: uneven at both levels. (torch's TP forward itself rejects
+# this uneven Colwise->Rowwise pair, so this file checks values, not a training step.)
+DIM, HIDDEN = 12, 7
+
+
+class Stack(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(Block(DIM, HIDDEN) for _ in range(2))
+        self.head = nn.Linear(DIM, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+PLAN = {
+    "attention.wq": ColwiseParallel(),
+    "attention.wo": RowwiseParallel(),
+    "w1": ColwiseParallel(),
+    "w2": RowwiseParallel(),
+}
+
+
+def _build(dtype: torch.dtype) -> tuple[Stack, dict[str, init.Initializer]]:
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    with torch.device("meta"):
+        model = Stack().to(dtype)
+    for layer in model.layers:
+        parallelize_module(layer, mesh["tp"], PLAN)
+        fully_shard(layer, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+    expected: dict[str, init.Initializer] = {}
+    for i in range(2):
+        p = f"layers.{i}."
+        expected[p + "attention_norm.weight"] = init.ones()
+        expected[p + "attention.wq.weight"] = kaiming_a5((DIM, DIM))
+        expected[p + "attention.wo.weight"] = kaiming_a5((DIM, DIM))
+        expected[p + "ffn_norm.weight"] = init.ones()
+        expected[p + "ffn_norm.bias"] = init.zeros()
+        expected[p + "w1.weight"] = kaiming_a5((HIDDEN, DIM))
+        expected[p + "w1.bias"] = bias_default(DIM)
+        expected[p + "w2.weight"] = kaiming_a5((DIM, HIDDEN))
+        expected[p + "w2.bias"] = bias_default(HIDDEN)
+    expected["head.weight"] = kaiming_a5((5, DIM))
+    expected["head.bias"] = bias_default(DIM)
+    return model, expected
+
+
+def _check_all(model: Stack, expected: dict[str, init.Initializer], dtype: torch.dtype) -> None:
+    names = []
+    for name, param in model.named_parameters():
+        assert isinstance(param, DTensor), name
+        full = param.full_tensor()
+        expect_equal(
+            name, full, expected_full(name, tuple(full.shape), dtype, expected[name], SEED)
+        )
+        names.append(name)
+    assert sorted(names) == sorted(expected)
+
+
+def _check_layouts(model: Stack) -> None:
+    w1 = model.layers[0].w1.weight
+    assert isinstance(w1.placements[0], _StridedShard), w1.placements
+    w2 = model.layers[0].w2.weight
+    assert [p.dim for p in w2.placements] == [0, 1], w2.placements
+
+
+def tp_scenario(rank: int, world: int) -> Checks:
+    checks: Checks = {}
+    model, expected = _build(torch.float32)
+    shardinit.materialize(model, seed=SEED)
+    check(checks, "layouts", lambda: _check_layouts(model))
+    check(checks, "defaults", lambda: _check_all(model, expected, torch.float32))
+    bf16, expected_bf16 = _build(torch.bfloat16)
+    shardinit.materialize(bf16, seed=SEED)
+    check(checks, "defaults_bf16", lambda: _check_all(bf16, expected_bf16, torch.bfloat16))
+    return checks
+
+
+@functools.cache
+def results() -> dict[str, list[str]]:
+    return run_group(4, tp_scenario)
+
+
+@pytest.mark.parametrize("name", ["layouts", "defaults", "defaults_bf16"])
+def test_fsdp2_tp_2x2(name: str) -> None:
+    outcome = results()
+    assert "<scenario>" not in outcome, outcome["<scenario>"]
+    assert outcome.get(name) == [], "\n".join(outcome.get(name, ["did not run"]))

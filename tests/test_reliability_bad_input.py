@@ -1,0 +1,348 @@
+"""Bad-input battery over every public function: each bad argument gets a specific
+exception (TypeError for a wrong type, ``shardinit.ShardInitError``, a ValueError, for a
+bad value) whose message names the argument.
+
+The table below is also the source of ``docs/errors.md``:
+
+    .venv/bin/python tests/test_reliability_bad_input.py > docs/errors.md
+
+and ``test_docs_errors_table_is_current`` fails when the two drift apart.
+"""
+
+# ruff: noqa: E501  (the case table keeps one case per line)
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import shardinit
+from shardinit import init
+
+NAN = math.nan
+INF = math.inf
+SPEC = shardinit.ParamSpec("w", (4, 3), torch.float32, init.normal(), seed=0)
+SCALAR = shardinit.ParamSpec("s", (), torch.float32, init.normal(), seed=0)
+SIZE_ERROR = shardinit.ShapeTooLargeError
+E = shardinit.ShardInitError
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input: ``call()`` must raise ``error`` with a message matching ``match``."""
+
+    function: str
+    argument: str
+    bad: str
+    call: Callable[[], object]
+    error: type[BaseException]
+    match: str
+
+
+def _quiet(make: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+    """Builds a tensor whose constructor warns (prototype layouts), without the warning
+    (pytest turns warnings into errors)."""
+
+    def build() -> torch.Tensor:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return make()
+
+    return build
+
+
+def _out(make: Callable[[], torch.Tensor]) -> Callable[[], object]:
+    return lambda: shardinit.init_shard(SPEC, 0, 1, out=make())
+
+
+def _spec(**overrides: object) -> Callable[[], object]:
+    args: dict[str, object] = {"name": "w", "shape": (4, 3), "seed": 0}
+    args.update(overrides)
+    return lambda: shardinit.ParamSpec(**args)  # type: ignore[arg-type]
+
+
+CASES: list[Case] = [
+    # ---- key(seed, name) --------------------------------------------------------------
+    Case("key", "seed", "1.5", lambda: shardinit.key(1.5, "w"), TypeError, r"^seed must be an int, got float"),
+    Case("key", "seed", "nan", lambda: shardinit.key(NAN, "w"), TypeError, r"^seed must be an int"),
+    Case("key", "seed", "'0'", lambda: shardinit.key("0", "w"), TypeError, r"^seed must be an int, got str"),
+    Case("key", "seed", "None", lambda: shardinit.key(None, "w"), TypeError, r"^seed must be an int"),
+    Case("key", "seed", "True", lambda: shardinit.key(True, "w"), TypeError, r"^seed must be an int, got bool"),
+    Case("key", "seed", "np.float64(3.0)", lambda: shardinit.key(np.float64(3.0), "w"), TypeError, r"^seed must be an int"),
+    Case("key", "seed", "torch.tensor(1.5)", lambda: shardinit.key(torch.tensor(1.5), "w"), TypeError, r"^seed must be an int"),
+    Case("key", "seed", "-1", lambda: shardinit.key(-1, "w"), E, r"^seed must be in \[0, 18446744073709551615\], got -1"),
+    Case("key", "seed", "2**64", lambda: shardinit.key(2**64, "w"), E, r"^seed must be in \[0, 18446744073709551615\]"),
+    Case("key", "name", "b'w'", lambda: shardinit.key(0, b"w"), TypeError, r"^name must be a str, got bytes"),
+    Case("key", "name", "None", lambda: shardinit.key(0, None), TypeError, r"^name must be a str"),
+    Case("key", "name", "''", lambda: shardinit.key(0, ""), E, r"^name must be a non-empty string"),
+    Case("key", "name", "'\\ud800' (lone surrogate)", lambda: shardinit.key(0, "\ud800"), E, r"^name must be encodable as UTF-8"),
+    # ---- stream_words(seed, name, start, count) ---------------------------------------
+    Case("stream_words", "seed", "-1", lambda: shardinit.stream_words(-1, "w", 0, 1), E, r"^seed must be in"),
+    Case("stream_words", "name", "''", lambda: shardinit.stream_words(0, "", 0, 1), E, r"^name must be a non-empty"),
+    Case("stream_words", "start", "-1", lambda: shardinit.stream_words(0, "w", -1, 1), E, r"^start must be in \[0, 18446744073709551615\], got -1"),
+    Case("stream_words", "start", "2**64", lambda: shardinit.stream_words(0, "w", 2**64, 0), E, r"^start must be in"),
+    Case("stream_words", "start", "1.0", lambda: shardinit.stream_words(0, "w", 1.0, 1), TypeError, r"^start must be an int, got float"),
+    Case("stream_words", "count", "-1", lambda: shardinit.stream_words(0, "w", 0, -1), E, r"^count must be in \[0, 1099511627776\], got -1"),
+    Case("stream_words", "count", "2**40 + 1", lambda: shardinit.stream_words(0, "w", 0, 2**40 + 1), E, r"^count must be in \[0, 1099511627776\]"),
+    Case("stream_words", "count", "'8'", lambda: shardinit.stream_words(0, "w", 0, "8"), TypeError, r"^count must be an int, got str"),
+    Case("stream_words", "start + count", "2**64 - 1 and 2", lambda: shardinit.stream_words(0, "w", 2**64 - 1, 2), E, r"^start \+ count must be <= 2\^64"),
+    # ---- ParamSpec(name, shape, dtype, init, seed) ------------------------------------
+    Case("ParamSpec", "name", "3", _spec(name=3), TypeError, r"^name must be a str, got int"),
+    Case("ParamSpec", "name", "''", _spec(name=""), E, r"^name must be a non-empty string"),
+    Case("ParamSpec", "name", "'\\udc80'", _spec(name="\udc80"), E, r"^name must be encodable as UTF-8"),
+    Case("ParamSpec", "shape", "4", _spec(shape=4), TypeError, r"^shape must be a sequence of ints, got int"),
+    Case("ParamSpec", "shape", "'4'", _spec(shape="4"), TypeError, r"^shape must be a sequence of ints, got str"),
+    Case("ParamSpec", "shape", "None", _spec(shape=None), TypeError, r"^shape must be a sequence of ints"),
+    Case("ParamSpec", "shape", "{2, 3} (a set)", _spec(shape={2, 3}), TypeError, r"^shape must be a sequence of ints, got set"),
+    Case("ParamSpec", "shape", "(4.0, 3)", _spec(shape=(4.0, 3)), TypeError, r"^shape\[0\] must be an int, got float"),
+    Case("ParamSpec", "shape", "(4, nan)", _spec(shape=(4, NAN)), TypeError, r"^shape\[1\] must be an int, got float"),
+    Case("ParamSpec", "shape", "(4, -1)", _spec(shape=(4, -1)), E, r"^shape\[1\] must be in \[0, inf\], got -1"),
+    Case("ParamSpec", "shape", "(2**32, 2**32)", _spec(shape=(2**32, 2**32)), SIZE_ERROR, r"^shape \(4294967296, 4294967296\) has 18446744073709551616 elements; stream format v1 addresses at most 18446744073709551615"),
+    Case("ParamSpec", "shape", "(2**63 + 1,), float64", _spec(shape=(2**63 + 1,), dtype=torch.float64), SIZE_ERROR, r"at most 9223372036854775808 elements of torch.float64"),
+    Case("ParamSpec", "shape", "(2**70, 0)", _spec(shape=(2**70, 0)), SIZE_ERROR, r"^shape\[0\] = 1180591620717411303424 does not fit in 64 bits"),
+    Case("ParamSpec", "dtype", "'float32'", _spec(dtype="float32"), TypeError, r"^dtype must be a torch.dtype, got str"),
+    Case("ParamSpec", "dtype", "np.float32", _spec(dtype=np.float32), TypeError, r"^dtype must be a torch.dtype"),
+    Case("ParamSpec", "dtype", "torch.int32", _spec(dtype=torch.int32), E, r"^dtype must be one of torch.float32, torch.float64, torch.bfloat16, torch.float16, got torch.int32"),
+    Case("ParamSpec", "dtype", "torch.complex64", _spec(dtype=torch.complex64), E, r"^dtype must be one of .*got torch.complex64"),
+    Case("ParamSpec", "init", "'normal'", _spec(init="normal"), TypeError, r"^init must be a shardinit.init initializer, got str"),
+    Case("ParamSpec", "init", "init.Normal (the class)", _spec(init=init.Normal), TypeError, r"^init must be a shardinit.init initializer"),
+    Case("ParamSpec", "init", "kaiming_uniform() on shape (5,)", _spec(shape=(5,), init=init.kaiming_uniform()), E, r"init kaiming_uniform needs a shape with at least 2 dims, got shape \(5,\)"),
+    Case("ParamSpec", "init", "xavier_normal() on shape ()", _spec(shape=(), init=init.xavier_normal()), E, r"init xavier_normal needs a shape with at least 2 dims, got shape \(\)"),
+    Case("ParamSpec", "init", "constant(1e300), float32", _spec(init=init.constant(1e300)), E, r"^init value=1e\+300 overflows torch.float32"),
+    Case("ParamSpec", "init", "uniform(-1e5, 1e5), float16", _spec(init=init.uniform(-1e5, 1e5), dtype=torch.float16), E, r"^init a=-100000.0 overflows torch.float16"),
+    Case("ParamSpec", "init", "xavier_uniform(gain=1e308)", _spec(init=init.xavier_uniform(1e308)), E, r"^gain=1e\+308 gives a bound .* too large for U\(-bound, bound\)"),
+    Case("ParamSpec", "seed", "missing", lambda: shardinit.ParamSpec("w", (4, 3)), TypeError, r"^ParamSpec needs seed=<int in \[0, 2\^64\)>"),
+    Case("ParamSpec", "seed", "-1", _spec(seed=-1), E, r"^seed must be in \[0, 18446744073709551615\]"),
+    Case("ParamSpec", "seed", "1.0", _spec(seed=1.0), TypeError, r"^seed must be an int, got float"),
+    # ---- init_shard(spec, rank, world, *, dim, device, out) ---------------------------
+    Case("init_shard", "spec", "'w'", lambda: shardinit.init_shard("w", 0, 1), TypeError, r"^spec must be a ParamSpec, got str"),
+    Case("init_shard", "rank", "-1", lambda: shardinit.init_shard(SPEC, -1, 2), E, r"^rank must be in \[0, 1\], got -1"),
+    Case("init_shard", "rank", "world (2)", lambda: shardinit.init_shard(SPEC, 2, 2), E, r"^rank must be in \[0, 1\], got 2"),
+    Case("init_shard", "rank", "0.0", lambda: shardinit.init_shard(SPEC, 0.0, 2), TypeError, r"^rank must be an int, got float"),
+    Case("init_shard", "rank", "True", lambda: shardinit.init_shard(SPEC, True, 2), TypeError, r"^rank must be an int, got bool"),
+    Case("init_shard", "world", "0", lambda: shardinit.init_shard(SPEC, 0, 0), E, r"^world must be in \[1, 18446744073709551615\], got 0"),
+    Case("init_shard", "world", "2**64", lambda: shardinit.init_shard(SPEC, 0, 2**64), E, r"^world must be in \[1, 18446744073709551615\]"),
+    Case("init_shard", "world", "nan", lambda: shardinit.init_shard(SPEC, 0, NAN), TypeError, r"^world must be an int, got float"),
+    Case("init_shard", "dim", "2 (2-d spec)", lambda: shardinit.init_shard(SPEC, 0, 2, dim=2), E, r"^dim must be in \[-2, 1\], got 2"),
+    Case("init_shard", "dim", "-3 (2-d spec)", lambda: shardinit.init_shard(SPEC, 0, 2, dim=-3), E, r"^dim must be in \[-2, 1\], got -3"),
+    Case("init_shard", "dim", "'0'", lambda: shardinit.init_shard(SPEC, 0, 2, dim="0"), TypeError, r"^dim must be an int, got str"),
+    Case("init_shard", "dim", "0 (0-d spec)", lambda: shardinit.init_shard(SCALAR, 0, 1), E, r"^dim: a 0-d parameter cannot be sharded"),
+    Case("init_shard", "device", "'meta'", lambda: shardinit.init_shard(SPEC, 0, 1, device="meta"), E, r"^device must be 'cpu' or a CUDA device, got meta"),
+    Case("init_shard", "device", "'nonsense'", lambda: shardinit.init_shard(SPEC, 0, 1, device="nonsense"), E, r"^device must be a torch device, got 'nonsense'"),
+    Case("init_shard", "device", "1.5", lambda: shardinit.init_shard(SPEC, 0, 1, device=1.5), TypeError, r"^device must be None, a str, an int or a torch.device, got float"),
+    Case("init_shard", "device", "torch.float32", lambda: shardinit.init_shard(SPEC, 0, 1, device=torch.float32), TypeError, r"^device must be None, a str, an int or a torch.device"),
+    Case("init_shard", "out", "a numpy array", _out(lambda: np.empty((4, 3), np.float32)), TypeError, r"^out must be a torch.Tensor, got ndarray"),
+    Case("init_shard", "out", "a list", _out(lambda: [0.0] * 12), TypeError, r"^out must be a torch.Tensor, got list"),
+    Case("init_shard", "out", "shape (3, 4)", _out(lambda: torch.empty(3, 4)), E, r"^out has shape \(3, 4\) but the region has shape \(4, 3\)"),
+    Case("init_shard", "out", "dtype float64", _out(lambda: torch.empty(4, 3, dtype=torch.float64)), E, r"^out has dtype torch.float64 but the spec has dtype torch.float32"),
+    Case("init_shard", "out", "dtype int32", _out(lambda: torch.empty(4, 3, dtype=torch.int32)), E, r"^out has dtype torch.int32"),
+    Case("init_shard", "out", "transposed (non-contiguous)", _out(lambda: torch.empty(3, 4).t()), E, r"^out must be contiguous \(C order\)"),
+    Case("init_shard", "out", "expanded (stride 0)", _out(lambda: torch.empty(1, 3).expand(4, 3)), E, r"^out must be contiguous"),
+    Case("init_shard", "out", "every other row (strided view)", _out(lambda: torch.empty(8, 3)[::2]), E, r"^out must be contiguous"),
+    Case("init_shard", "out", "meta tensor", _out(lambda: torch.empty(4, 3, device="meta")), E, r"^out is a meta tensor; it has no memory to fill"),
+    Case("init_shard", "out", "sparse COO", _out(lambda: torch.zeros(4, 3).to_sparse()), E, r"^out must have layout torch.strided, got torch.sparse_coo"),
+    Case("init_shard", "out", "nested tensor", _out(_quiet(lambda: torch.nested.nested_tensor([torch.empty(3)] * 4))), E, r"^out must be a plain strided tensor, got a nested tensor"),
+    Case("init_shard", "out", "negative-bit view", _out(lambda: torch.empty(4, 3)._neg_view()), E, r"^out has its negative or conjugate bit set"),
+    Case("init_shard", "device", "'meta' with a cpu out", lambda: shardinit.init_shard(SPEC, 0, 1, device="meta", out=torch.empty(4, 3)), E, r"^device must be 'cpu' or a CUDA device, got meta"),
+    # ---- init_box(spec, box, *, device, out) ------------------------------------------
+    Case("init_box", "spec", "None", lambda: shardinit.init_box(None, [(0, 1), (0, 1)]), TypeError, r"^spec must be a ParamSpec, got NoneType"),
+    Case("init_box", "box", "None", lambda: shardinit.init_box(SPEC, None), TypeError, r"^box must be a sequence of \(start, stop\) pairs, got None"),
+    Case("init_box", "box", "'ab'", lambda: shardinit.init_box(SPEC, "ab"), TypeError, r"^box must be a sequence of \(start, stop\) pairs"),
+    Case("init_box", "box", "a numpy array", lambda: shardinit.init_box(SPEC, np.array([[0, 1], [0, 3]])), TypeError, r"^box must be a sequence of \(start, stop\) pairs"),
+    Case("init_box", "box", "1 pair for 2 dims", lambda: shardinit.init_box(SPEC, [(0, 1)]), E, r"^box has 1 \(start, stop\) pairs but shape \(4, 3\) has 2 dims"),
+    Case("init_box", "box", "[(0, 1, 2), (0, 3)]", lambda: shardinit.init_box(SPEC, [(0, 1, 2), (0, 3)]), TypeError, r"^box\[0\] must be a \(start, stop\) pair"),
+    Case("init_box", "box", "[slice(0, 1), slice(0, 3)]", lambda: shardinit.init_box(SPEC, [slice(0, 1), slice(0, 3)]), TypeError, r"^box\[0\] must be a \(start, stop\) pair"),
+    Case("init_box", "box", "[(-1, 1), (0, 3)]", lambda: shardinit.init_box(SPEC, [(-1, 1), (0, 3)]), E, r"^box\[0\] start must be in \[0, 4\], got -1"),
+    Case("init_box", "box", "[(0, 5), (0, 3)]", lambda: shardinit.init_box(SPEC, [(0, 5), (0, 3)]), E, r"^box\[0\] stop must be in \[0, 4\], got 5"),
+    Case("init_box", "box", "[(2, 1), (0, 3)] (reversed)", lambda: shardinit.init_box(SPEC, [(2, 1), (0, 3)]), E, r"^box\[0\] stop must be in \[2, 4\], got 1"),
+    Case("init_box", "box", "[(0.0, 1), (0, 3)]", lambda: shardinit.init_box(SPEC, [(0.0, 1), (0, 3)]), TypeError, r"^box\[0\] start must be an int, got float"),
+    Case("init_box", "box", "[(0, 1), (0, inf)]", lambda: shardinit.init_box(SPEC, [(0, 1), (0, INF)]), TypeError, r"^box\[1\] stop must be an int, got float"),
+    Case("init_box", "out", "shape (1, 1) for a 2 x 3 box", lambda: shardinit.init_box(SPEC, [(0, 2), (0, 3)], out=torch.empty(1, 1)), E, r"^out has shape \(1, 1\) but the region has shape \(2, 3\)"),
+    Case("init_box", "device", "'meta'", lambda: shardinit.init_box(SPEC, [(0, 2), (0, 3)], device="meta"), E, r"^device must be 'cpu' or a CUDA device"),
+    # ---- init_flat(spec, start, stop, *, device, out) ---------------------------------
+    Case("init_flat", "spec", "3", lambda: shardinit.init_flat(3, 0, 1), TypeError, r"^spec must be a ParamSpec, got int"),
+    Case("init_flat", "start", "-1", lambda: shardinit.init_flat(SPEC, -1, 2), E, r"^start must be in \[0, 12\], got -1"),
+    Case("init_flat", "start", "0.0", lambda: shardinit.init_flat(SPEC, 0.0, 2), TypeError, r"^start must be an int, got float"),
+    Case("init_flat", "stop", "13 (numel 12)", lambda: shardinit.init_flat(SPEC, 0, 13), E, r"^stop must be in \[0, 12\], got 13"),
+    Case("init_flat", "stop", "2 < start 3", lambda: shardinit.init_flat(SPEC, 3, 2), E, r"^stop must be in \[3, 12\], got 2"),
+    Case("init_flat", "stop", "'2'", lambda: shardinit.init_flat(SPEC, 0, "2"), TypeError, r"^stop must be an int, got str"),
+    Case("init_flat", "out", "shape (1, 2)", lambda: shardinit.init_flat(SPEC, 0, 2, out=torch.empty(1, 2)), E, r"^out has shape \(1, 2\) but the region has shape \(2,\)"),
+    Case("init_flat", "out", "meta tensor", lambda: shardinit.init_flat(SPEC, 0, 2, out=torch.empty(2, device="meta")), E, r"^out is a meta tensor"),
+    Case("init_flat", "device", "'meta' with a cpu out", lambda: shardinit.init_flat(SPEC, 0, 2, device="meta", out=torch.empty(2)), E, r"^device must be 'cpu' or a CUDA device, got meta"),
+    # ---- full(spec, *, device) --------------------------------------------------------
+    Case("full", "spec", "None", lambda: shardinit.full(None), TypeError, r"^spec must be a ParamSpec, got NoneType"),
+    Case("full", "device", "'meta'", lambda: shardinit.full(SPEC, device="meta"), E, r"^device must be 'cpu' or a CUDA device, got meta"),
+    Case("full", "device", "-1", lambda: shardinit.full(SPEC, device=-1), E, r"^device must be a torch device, got -1"),
+    # ---- box_of_shard(spec, rank, world, dim) ------------------------------------------
+    Case("box_of_shard", "world", "0", lambda: shardinit.box_of_shard(SPEC, 0, 0), E, r"^world must be in \[1, "),
+    Case("box_of_shard", "dim", "5", lambda: shardinit.box_of_shard(SPEC, 0, 1, 5), E, r"^dim must be in \[-2, 1\], got 5"),
+    # ---- shardinit.init constructors ----------------------------------------------------
+    Case("init.zeros", "(none)", "an argument", lambda: init.zeros(1), TypeError, r"zeros\(\) takes 0 positional arguments"),
+    Case("init.ones", "(none)", "an argument", lambda: init.ones(1), TypeError, r"ones\(\) takes 0 positional arguments"),
+    Case("init.constant", "value", "'1'", lambda: init.constant("1"), TypeError, r"^value must be a real number, got str"),
+    Case("init.constant", "value", "None", lambda: init.constant(None), TypeError, r"^value must be a real number, got NoneType"),
+    Case("init.constant", "value", "nan", lambda: init.constant(NAN), E, r"^value must be a finite number, got nan"),
+    Case("init.constant", "value", "-inf", lambda: init.constant(-INF), E, r"^value must be a finite number, got -inf"),
+    Case("init.uniform", "a", "'0'", lambda: init.uniform("0", 1), TypeError, r"^a must be a real number, got str"),
+    Case("init.uniform", "a", "torch.tensor(0.0)", lambda: init.uniform(torch.tensor(0.0), 1), TypeError, r"^a must be a real number, got Tensor"),
+    Case("init.uniform", "a", "nan", lambda: init.uniform(NAN, 1), E, r"^a must be a finite number, got nan"),
+    Case("init.uniform", "b", "inf", lambda: init.uniform(0, INF), E, r"^b must be a finite number, got inf"),
+    Case("init.uniform", "a, b", "a == b", lambda: init.uniform(1, 1), E, r"^uniform needs a < b, got a=1.0, b=1.0"),
+    Case("init.uniform", "a, b", "a > b", lambda: init.uniform(1, 0), E, r"^uniform needs a < b, got a=1.0, b=0.0"),
+    Case("init.uniform", "a, b", "-1e308, 1e308", lambda: init.uniform(-1e308, 1e308), E, r"^uniform needs b - a to be finite"),
+    Case("init.normal", "mean", "nan", lambda: init.normal(NAN, 1), E, r"^mean must be a finite number, got nan"),
+    Case("init.normal", "std", "-1", lambda: init.normal(0, -1), E, r"^std must be >= 0, got -1.0"),
+    Case("init.normal", "std", "inf", lambda: init.normal(0, INF), E, r"^std must be a finite number, got inf"),
+    Case("init.normal", "std", "'1'", lambda: init.normal(0, "1"), TypeError, r"^std must be a real number, got str"),
+    Case("init.normal", "std", "1e308", lambda: init.normal(0, 1e308), E, r"^std=1e\+308 with mean=0.0 overflows binary64"),
+    Case("init.trunc_normal", "mean", "'0'", lambda: init.trunc_normal("0"), TypeError, r"^mean must be a real number, got str"),
+    Case("init.trunc_normal", "std", "0", lambda: init.trunc_normal(0, 0), E, r"^trunc_normal needs std > 0, got 0.0"),
+    Case("init.trunc_normal", "std", "-1", lambda: init.trunc_normal(0, -1), E, r"^trunc_normal needs std > 0, got -1.0"),
+    Case("init.trunc_normal", "a", "nan", lambda: init.trunc_normal(0, 1, NAN, 2), E, r"^a must be a finite number, got nan"),
+    Case("init.trunc_normal", "b", "inf", lambda: init.trunc_normal(0, 1, -2, INF), E, r"^b must be a finite number, got inf"),
+    Case("init.trunc_normal", "a, b", "a == b", lambda: init.trunc_normal(0, 1, 1, 1), E, r"^trunc_normal needs a < b, got a=1.0, b=1.0"),
+    Case("init.trunc_normal", "a, b", "[100, 101] with std 1", lambda: init.trunc_normal(0, 1, 100, 101), E, r"^trunc_normal interval \[a, b\] = \[100.0, 101.0\] lies 100 std from the mean"),
+    Case("init.kaiming_uniform", "a", "nan", lambda: init.kaiming_uniform(a=NAN), E, r"^a must be a finite number, got nan"),
+    Case("init.kaiming_uniform", "a", "'x'", lambda: init.kaiming_uniform(a="x"), TypeError, r"^a must be a real number, got str"),
+    Case("init.kaiming_uniform", "mode", "'fan'", lambda: init.kaiming_uniform(mode="fan"), E, r"^mode must be 'fan_in' or 'fan_out', got 'fan'"),
+    Case("init.kaiming_uniform", "mode", "1", lambda: init.kaiming_uniform(mode=1), TypeError, r"^mode must be a str, got int"),
+    Case("init.kaiming_uniform", "nonlinearity", "'foo'", lambda: init.kaiming_uniform(nonlinearity="foo"), E, r"^nonlinearity must be one torch.nn.init.calculate_gain accepts, got 'foo'"),
+    Case("init.kaiming_uniform", "nonlinearity", "None", lambda: init.kaiming_uniform(nonlinearity=None), TypeError, r"^nonlinearity must be a str, got NoneType"),
+    Case("init.kaiming_normal", "a", "inf", lambda: init.kaiming_normal(a=INF), E, r"^a must be a finite number, got inf"),
+    Case("init.kaiming_normal", "mode", "'in'", lambda: init.kaiming_normal(mode="in"), E, r"^mode must be 'fan_in' or 'fan_out'"),
+    Case("init.kaiming_normal", "nonlinearity", "'gelu'", lambda: init.kaiming_normal(nonlinearity="gelu"), E, r"^nonlinearity must be one torch.nn.init.calculate_gain accepts, got 'gelu'"),
+    Case("init.xavier_uniform", "gain", "-1", lambda: init.xavier_uniform(-1), E, r"^gain must be >= 0, got -1.0"),
+    Case("init.xavier_uniform", "gain", "nan", lambda: init.xavier_uniform(NAN), E, r"^gain must be a finite number, got nan"),
+    Case("init.xavier_uniform", "gain", "'1'", lambda: init.xavier_uniform("1"), TypeError, r"^gain must be a real number, got str"),
+    Case("init.xavier_normal", "gain", "-0.5", lambda: init.xavier_normal(-0.5), E, r"^gain must be >= 0, got -0.5"),
+    Case("init.xavier_normal", "gain", "inf", lambda: init.xavier_normal(INF), E, r"^gain must be a finite number, got inf"),
+    # ---- set_num_threads(threads) -------------------------------------------------------
+    Case("set_num_threads", "threads", "0", lambda: shardinit.set_num_threads(0), E, r"^threads must be in \[1, 4096\], got 0"),
+    Case("set_num_threads", "threads", "-1", lambda: shardinit.set_num_threads(-1), E, r"^threads must be in \[1, 4096\], got -1"),
+    Case("set_num_threads", "threads", "10**6", lambda: shardinit.set_num_threads(10**6), E, r"^threads must be in \[1, 4096\], got 1000000"),
+    Case("set_num_threads", "threads", "2.0", lambda: shardinit.set_num_threads(2.0), TypeError, r"^threads must be an int, got float"),
+    Case("set_num_threads", "threads", "'2'", lambda: shardinit.set_num_threads("2"), TypeError, r"^threads must be an int, got str"),
+    Case("set_num_threads", "threads", "True", lambda: shardinit.set_num_threads(True), TypeError, r"^threads must be an int, got bool"),
+]
+
+if not torch.cuda.is_available():
+    CASES.append(
+        Case("init_shard", "device", "'cuda' (no CUDA here)", lambda: shardinit.init_shard(SPEC, 0, 1, device="cuda"), E, r"^device is cuda but CUDA is not available")
+    )
+
+
+def _case_id(case: Case) -> str:
+    return f"{case.function}-{case.argument}-{case.bad}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_bad_input_raises_a_specific_error_naming_the_argument(case: Case) -> None:
+    threads_before = shardinit.get_num_threads()
+    with pytest.raises(case.error, match=case.match) as caught:
+        case.call()
+    # Exactly the documented class: a TypeError is not a ShardInitError, and bad values
+    # are ShardInitErrors (ValueErrors), never bare ValueErrors from torch or numpy.
+    assert type(caught.value) is case.error
+    if case.error is not TypeError:
+        assert isinstance(caught.value, shardinit.ShardInitError)
+        assert isinstance(caught.value, ValueError)
+    assert shardinit.get_num_threads() == threads_before  # a refused setting changes nothing
+
+
+def test_every_public_function_has_bad_input_cases() -> None:
+    covered = {case.function for case in CASES}
+    public = {"key", "stream_words", "ParamSpec", "init_shard", "init_box", "init_flat", "full",
+              "box_of_shard", "set_num_threads"}
+    public |= {f"init.{name}" for name in init.__all__ if name[0].islower()}
+    assert public <= covered, public - covered
+
+
+def test_refused_out_is_left_untouched() -> None:
+    """A refused call writes nothing: an ``out`` of the wrong shape keeps its contents."""
+    out = torch.full((3, 4), 5.0)
+    with pytest.raises(shardinit.ShardInitError, match="out has shape"):
+        shardinit.init_shard(SPEC, 0, 1, out=out)
+    assert torch.equal(out, torch.full((3, 4), 5.0))
+
+
+def test_requires_grad_out_is_filled_without_recording_autograd() -> None:
+    """Like torch.nn.init (under no_grad), filling a leaf that requires grad works and
+    leaves no graph behind."""
+    out = torch.empty(4, 3, requires_grad=True)
+    result = shardinit.init_shard(SPEC, 0, 1, out=out)
+    assert result is out and out.grad_fn is None
+    assert torch.equal(out.detach(), shardinit.full(SPEC))
+
+
+def test_storage_offset_out_is_filled_in_place() -> None:
+    """A contiguous view that starts inside a bigger storage is valid and written where
+    it lives (the elements before it untouched)."""
+    storage = torch.full((13,), 9.0)
+    out = storage[1:].view(4, 3)
+    shardinit.init_shard(SPEC, 0, 1, out=out)
+    assert storage[0] == 9.0
+    assert torch.equal(storage[1:].view(4, 3), shardinit.full(SPEC))
+
+
+def test_zero_dim_parameter_fills() -> None:
+    value = shardinit.full(SCALAR)
+    assert value.shape == () and torch.isfinite(value)
+    assert torch.equal(shardinit.init_box(SCALAR, ()), value)
+    assert torch.equal(shardinit.init_flat(SCALAR, 0, 1), value.reshape(1))
+
+
+def _markdown() -> str:
+    lines = [
+        "# Errors: what each bad input raises",
+        "",
+        "Every public function checks its arguments before any work. A wrong **type** raises",
+        "`TypeError`; a bad **value** raises `shardinit.ShardInitError`, a `ValueError`",
+        "subclass (`shardinit.ShapeTooLargeError`, a `ShardInitError`, for shapes past what",
+        "stream format v1 addresses). The message always names the argument. A bug inside",
+        "the Rust core (a panic) is reported as `shardinit.InternalError`, a `RuntimeError`,",
+        "never a crash of the interpreter.",
+        "",
+        "This table is generated from the test battery",
+        "(`tests/test_reliability_bad_input.py`, which checks each row and fails when this",
+        "file is stale); regenerate it with",
+        "",
+        "    .venv/bin/python tests/test_reliability_bad_input.py > docs/errors.md",
+        "",
+        "| function | argument | bad value | exception | message |",
+        "|---|---|---|---|---|",
+    ]
+    for case in CASES:
+        if "CUDA is not available" in case.match:
+            continue  # depends on the machine
+        try:
+            case.call()
+        except BaseException as error:  # noqa: BLE001 - recorded, any kind
+            message = str(error).splitlines()[0]
+            kind = type(error).__name__
+        else:
+            raise AssertionError(f"{_case_id(case)} was accepted")
+        if len(message) > 140:
+            message = message[:137] + "..."
+        cells = [case.function, case.argument, case.bad, kind, message]
+        lines.append("| " + " | ".join(f"`{c}`".replace("|", "\\|") for c in cells) + " |")
+    shardinit.set_num_threads(None)
+    return "\n".join(lines) + "\n"
+
+
+def test_docs_errors_table_is_current() -> None:
+    doc = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
+    assert doc.read_text(encoding="utf-8") == _markdown(), (
+        "docs/errors.md is stale: regenerate it with "
+        "`.venv/bin/python tests/test_reliability_bad_input.py > docs/errors.md`"
+    )
+
+
+if __name__ == "__main__":
+    sys.stdout.write(_markdown())

@@ -1,0 +1,356 @@
+"""Property tests: any region of any parameter equals the same region of the whole,
+bit for bit, for every shape, dtype, initializer, world size and dim; and on virtual
+shapes far too large to materialize, the values agree with SPEC §3-4 recomputed from
+``stream_words`` (exactly for uniform, through the element's flat index otherwise).
+
+Examples per property come from the hypothesis profile (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+import torch
+from _reliability_ref import (
+    assert_close_to_f64,
+    bits_equal,
+    normal_reference,
+    round_to,
+    runs_of_box,
+    uniform_reference,
+    uniforms,
+)
+from hypothesis import given, note
+
+import shardinit
+from shardinit import init
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+ONE_WORD = [torch.float32, torch.bfloat16, torch.float16]
+NONLINEARITIES = ["linear", "relu", "leaky_relu", "tanh", "sigmoid", "selu", "conv2d"]
+
+names = st.one_of(
+    st.sampled_from(["w", "layers.0.attention.wq.weight", "emb.weight", "é.ü.weight"]),
+    # Hypothesis' default text has no lone surrogates (they have no UTF-8 form).
+    st.text(min_size=1, max_size=12),
+)
+seeds = st.one_of(st.integers(0, 2**64 - 1), st.sampled_from([0, 1, 2**63, 2**64 - 1]))
+moderate = st.floats(-4.0, 4.0, allow_nan=False, allow_infinity=False)
+positive = st.floats(0.01, 4.0, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def base_inits(draw: st.DrawFn) -> init.Initializer:
+    which = draw(st.sampled_from(["zeros", "ones", "constant", "uniform", "normal", "trunc"]))
+    if which == "zeros":
+        return init.zeros()
+    if which == "ones":
+        return init.ones()
+    if which == "constant":
+        return init.constant(draw(moderate))
+    if which == "uniform":
+        a = draw(moderate)
+        return init.uniform(a, a + draw(positive))
+    if which == "normal":
+        return init.normal(draw(moderate), draw(st.floats(0.0, 4.0)))
+    mean, std = draw(moderate), draw(positive)
+    # Bounds within a few std of the mean (far tails have their own tests).
+    low = mean + std * draw(st.floats(-4.0, 3.0))
+    return init.trunc_normal(mean, std, low, low + std * draw(st.floats(0.05, 6.0)))
+
+
+@st.composite
+def fan_inits(draw: st.DrawFn) -> init.Initializer:
+    which = draw(st.sampled_from(["ku", "kn", "xu", "xn"]))
+    if which in ("ku", "kn"):
+        make = init.kaiming_uniform if which == "ku" else init.kaiming_normal
+        return make(
+            a=draw(st.floats(0.0, 5.0)),
+            mode=draw(st.sampled_from(["fan_in", "fan_out"])),
+            nonlinearity=draw(st.sampled_from(NONLINEARITIES)),
+        )
+    make_x = init.xavier_uniform if which == "xu" else init.xavier_normal
+    return make_x(gain=draw(st.floats(0.1, 3.0)))
+
+
+def inits_for(ndim: int) -> st.SearchStrategy[init.Initializer]:
+    return st.one_of(base_inits(), fan_inits()) if ndim >= 2 else base_inits()
+
+
+# Sizes: 0, 1, primes, powers of two and neighbours (chunk and block edges).
+small_sizes = st.one_of(
+    st.sampled_from([0, 1, 2, 3, 4, 5, 7, 8, 9, 11, 13, 16, 17, 31, 64, 65]),
+    st.integers(0, 40),
+)
+small_shapes = st.lists(small_sizes, min_size=0, max_size=5).filter(
+    lambda shape: math.prod(shape) <= 3000
+)
+
+
+@st.composite
+def small_specs(draw: st.DrawFn) -> shardinit.ParamSpec:
+    shape = tuple(draw(small_shapes))
+    return shardinit.ParamSpec(
+        draw(names), shape, draw(st.sampled_from(DTYPES)), draw(inits_for(len(shape))),
+        seed=draw(seeds),
+    )
+
+
+@st.composite
+def boxes(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    box = []
+    for size in shape:
+        start = draw(st.integers(0, size))
+        box.append((start, draw(st.integers(start, size))))
+    return tuple(box)
+
+
+@given(spec=small_specs(), world=st.integers(1, 17), data=st.data())
+def test_shards_of_every_world_and_dim_concatenate_to_full(
+    spec: shardinit.ParamSpec, world: int, data: st.DataObject
+) -> None:
+    whole = shardinit.full(spec)
+    assert whole.shape == spec.shape and whole.dtype == spec.dtype
+    if not spec.shape:
+        with pytest.raises(shardinit.ShardInitError, match="dim"):
+            shardinit.init_shard(spec, 0, world)
+        return
+    ndim = len(spec.shape)
+    dim = data.draw(st.integers(-ndim, ndim - 1), label="dim")
+    shards = [shardinit.init_shard(spec, rank, world, dim=dim) for rank in range(world)]
+    expected = torch.chunk(whole, world, dim=dim) if spec.shape[dim] else ()
+    for rank, shard in enumerate(shards):
+        # torch.chunk may return fewer than `world` pieces: the rest are empty.
+        if rank < len(expected):
+            assert bits_equal(shard, expected[rank]), rank
+        else:
+            assert shard.shape[dim % ndim] == 0
+    assert bits_equal(torch.cat(shards, dim=dim), whole)
+
+
+@given(spec=small_specs(), data=st.data())
+def test_random_box_and_flat_range_equal_slices_of_full(
+    spec: shardinit.ParamSpec, data: st.DataObject
+) -> None:
+    whole = shardinit.full(spec)
+    box = data.draw(boxes(spec.shape), label="box")
+    expected = whole[tuple(slice(start, stop) for start, stop in box)]
+    assert bits_equal(shardinit.init_box(spec, box), expected)
+    out = torch.full(expected.shape, 7.0, dtype=spec.dtype)
+    assert shardinit.init_box(spec, box, out=out) is out
+    assert bits_equal(out, expected)
+
+    start = data.draw(st.integers(0, spec.numel), label="start")
+    stop = data.draw(st.integers(start, spec.numel), label="stop")
+    assert bits_equal(shardinit.init_flat(spec, start, stop), whole.reshape(-1)[start:stop])
+
+
+@given(spec=small_specs())
+def test_half_dtypes_are_the_float32_values_rounded(spec: shardinit.ParamSpec) -> None:
+    # SPEC §4: a bfloat16/float16 parameter is exactly the rounding of the float32 one.
+    as_f32 = shardinit.ParamSpec(spec.name, spec.shape, torch.float32, spec.init, seed=spec.seed)
+    f32 = shardinit.full(as_f32)
+    for dtype in (torch.bfloat16, torch.float16):
+        half = shardinit.ParamSpec(spec.name, spec.shape, dtype, spec.init, seed=spec.seed)
+        assert bits_equal(shardinit.full(half), f32.to(dtype))
+
+
+@given(
+    shape=small_shapes.filter(lambda s: len(s) >= 2),
+    gain_init=fan_inits(),
+)
+def test_fans_match_torch(shape: list[int], gain_init: init.Initializer) -> None:
+    """The fan-based initializers resolve to torch.nn.init's bound or std, computed from
+    the same shape by torch itself."""
+    base = gain_init.resolve(shape)
+    tensor = torch.empty(shape)
+    if 0 in shape and isinstance(gain_init, (init.KaimingUniform, init.KaimingNormal)):
+        assert base == init.Constant(0.0)
+        return
+    fan_in, fan_out = torch.nn.init._calculate_fan_in_and_fan_out(tensor)
+    if isinstance(gain_init, (init.KaimingUniform, init.KaimingNormal)):
+        fan = torch.nn.init._calculate_correct_fan(tensor, gain_init.mode)
+        std = torch.nn.init.calculate_gain(gain_init.nonlinearity, gain_init.a) / math.sqrt(fan)
+    else:
+        if fan_in + fan_out == 0:
+            assert base == init.Constant(0.0)
+            return
+        std = gain_init.gain * math.sqrt(2.0 / float(fan_in + fan_out))
+    if isinstance(gain_init, (init.KaimingUniform, init.XavierUniform)):
+        bound = math.sqrt(3.0) * std
+        assert base == (init.Constant(0.0) if bound == 0 else init.Uniform(-bound, bound))
+    else:
+        assert base == init.Normal(0.0, std)
+
+
+@given(spec=small_specs().filter(lambda s: s.base_init.kind == "uniform"))
+def test_uniform_equals_spec_formula_on_small_shapes(spec: shardinit.ParamSpec) -> None:
+    runs = [(0, spec.numel)] if spec.numel else []
+    assert bits_equal(shardinit.full(spec), uniform_reference(spec, runs, spec.shape))
+
+
+# ---- virtual shapes: more than 2^32 elements, only small boxes are generated ----------
+
+
+@st.composite
+def huge_shapes(draw: st.DrawFn, dtype: torch.dtype) -> tuple[int, ...]:
+    limit = 2**63 if dtype == torch.float64 else 2**64 - 1
+    ndim = draw(st.integers(1, 5))
+    if ndim == 1:
+        return (draw(st.integers(2**32 + 1, limit)),)
+    shape = []
+    remaining = limit
+    for _ in range(ndim):
+        # Keep the product <= limit while letting any dim be huge.
+        size = draw(st.integers(1, max(1, min(remaining, 2**40))))
+        shape.append(size)
+        remaining //= size
+    total = math.prod(shape)
+    if total <= 2**32:
+        # Stretch the last dim past 2^32 elements overall (within the limit).
+        others = total // shape[-1]
+        shape[-1] = draw(st.integers(2**32 // others + 1, limit // others))
+    return tuple(shape)
+
+
+@st.composite
+def huge_specs(draw: st.DrawFn, kinds: tuple[str, ...]) -> shardinit.ParamSpec:
+    dtype = draw(st.sampled_from(DTYPES))
+    shape = draw(huge_shapes(dtype))
+    kind = draw(st.sampled_from(kinds))
+    if kind == "uniform":
+        a = draw(moderate)
+        initializer: init.Initializer = init.uniform(a, a + draw(positive))
+    elif kind == "normal":
+        initializer = init.normal(draw(moderate), draw(positive))
+    elif kind == "fan":
+        initializer = draw(fan_inits()) if len(shape) >= 2 else draw(base_inits())
+    else:
+        initializer = draw(base_inits())
+    return shardinit.ParamSpec(draw(names), shape, dtype, initializer, seed=draw(seeds))
+
+
+@st.composite
+def small_boxes_of(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """A box of at most 3 elements per dim, anywhere, often touching the far end."""
+    box = []
+    for size in shape:
+        length = draw(st.integers(1, min(3, size)))
+        start = draw(st.one_of(st.just(size - length), st.integers(0, size - length)))
+        box.append((start, start + length))
+    return tuple(box)
+
+
+@given(spec=huge_specs(("uniform",)), data=st.data())
+def test_huge_virtual_uniform_box_equals_spec_formula(
+    spec: shardinit.ParamSpec, data: st.DataObject
+) -> None:
+    box = data.draw(small_boxes_of(spec.shape), label="box")
+    note(f"numel = 2^{math.log2(spec.numel):.2f}")
+    got = shardinit.init_box(spec, box)
+    shape = tuple(stop - start for start, stop in box)
+    assert bits_equal(got, uniform_reference(spec, runs_of_box(spec.shape, box), shape))
+
+
+@given(spec=huge_specs(("uniform", "normal", "fan", "any")), data=st.data())
+def test_huge_virtual_box_equals_each_element_by_flat_index(
+    spec: shardinit.ParamSpec, data: st.DataObject
+) -> None:
+    box = data.draw(small_boxes_of(spec.shape), label="box")
+    got = shardinit.init_box(spec, box).reshape(-1)
+    flat = [first + k for first, length in runs_of_box(spec.shape, box) for k in range(length)]
+    assert len(flat) == got.numel()
+    for position, index in enumerate(flat):
+        one = shardinit.init_flat(spec, index, index + 1)
+        assert bits_equal(got[position : position + 1], one), index
+    if spec.base_init.kind == "normal":
+        # And close to mean + std * PhiInv(U32) with an independent PhiInv (scipy).
+        assert_close_to_f64(
+            got, normal_reference(spec, runs_of_box(spec.shape, box)), spec.base_init.params()[1]
+        )
+
+
+@given(spec=huge_specs(("uniform",)), data=st.data())
+def test_huge_virtual_flat_range_equals_spec_formula(
+    spec: shardinit.ParamSpec, data: st.DataObject
+) -> None:
+    length = data.draw(st.integers(0, 70), label="length")
+    start = data.draw(
+        st.one_of(st.just(spec.numel - length), st.integers(0, spec.numel - length)),
+        label="start",
+    )
+    got = shardinit.init_flat(spec, start, start + length)
+    runs = [(start, length)] if length else []
+    assert bits_equal(got, uniform_reference(spec, runs, (length,)))
+
+
+@given(
+    dtype=st.sampled_from(DTYPES),
+    size=st.integers(2**32 + 1, 2**62),
+    cols=st.integers(1, 4),
+    data=st.data(),
+)
+def test_huge_virtual_shard_of_a_big_world(
+    dtype: torch.dtype, size: int, cols: int, data: st.DataObject
+) -> None:
+    """init_shard along a dim of more than 2^32 rows, with a world big enough that each
+    shard is a few rows: equals the torch.chunk box and the SPEC formula."""
+    spec = shardinit.ParamSpec("far.weight", (size, cols), dtype, init.uniform(-1, 1), seed=7)
+    world = data.draw(st.integers(-(-size // 8), size), label="world")
+    rank = data.draw(st.one_of(st.just(world - 1), st.integers(0, world - 1)), label="rank")
+    chunk = -(-size // world)
+    start, stop = min(rank * chunk, size), min(rank * chunk + chunk, size)
+    shard = shardinit.init_shard(spec, rank, world)
+    assert shard.shape == (stop - start, cols)
+    box = ((start, stop), (0, cols))
+    assert bits_equal(shard, shardinit.init_box(spec, box))
+    expected = uniform_reference(spec, runs_of_box(spec.shape, box), shard.shape)
+    assert bits_equal(shard, expected)
+
+
+@pytest.mark.parametrize("dtype", ONE_WORD)
+def test_one_word_dtypes_share_words(dtype: torch.dtype) -> None:
+    """Element i of every one-word dtype uses word i (SPEC §3), checked at i = 2^40."""
+    spec = shardinit.ParamSpec("w", (2**41,), dtype, init.uniform(0, 1), seed=3)
+    got = shardinit.init_flat(spec, 2**40, 2**40 + 9)
+    u = uniforms(spec, [(2**40, 9)], "u24")
+    assert bits_equal(got, round_to(u, dtype))
+
+
+@pytest.mark.slow
+@given(spec=small_specs(), world=st.integers(1, 17), data=st.data())
+def test_slow_out_buffers_and_thread_counts_do_not_change_values(
+    spec: shardinit.ParamSpec, world: int, data: st.DataObject
+) -> None:
+    whole = shardinit.full(spec)
+    threads = data.draw(st.integers(1, 8), label="threads")
+    try:
+        shardinit.set_num_threads(threads)
+        if spec.shape:
+            dim = data.draw(st.integers(0, len(spec.shape) - 1), label="dim")
+            pieces = []
+            for rank in range(world):
+                box = shardinit.box_of_shard(spec, rank, world, dim)
+                out = torch.empty(tuple(b - a for a, b in box), dtype=spec.dtype)
+                pieces.append(shardinit.init_shard(spec, rank, world, dim=dim, out=out))
+            assert bits_equal(torch.cat(pieces, dim=dim), whole)
+        else:
+            assert bits_equal(shardinit.full(spec), whole)
+    finally:
+        shardinit.set_num_threads(None)
+
+
+def test_numpy_reference_reads_the_golden_words() -> None:
+    """The reference helpers themselves: SPEC §6 golden words and float32 uniforms."""
+    words = shardinit.stream_words(0, "w", 0, 8)
+    assert [f"{w:08x}" for w in words] == (
+        "2bc9fb9e facb47fe 3673388e b56d6438 1330000a 2d5a56bb af195d98 ad0fe342".split()
+    )
+    spec = shardinit.ParamSpec("w", (4,), torch.float32, init.uniform(0, 1), seed=0)
+    ref = uniform_reference(spec, [(0, 4)], (4,))
+    np.testing.assert_array_equal(
+        ref.numpy(), np.array([0.17105073, 0.97966427, 0.2126956, 0.7087004], np.float32)
+    )
