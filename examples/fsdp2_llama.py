@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 
-import shardinit
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
+
+import shardinit
 
 
 class Attention(nn.Module):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -28,3 +29,14 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``@pytest.mark.slow`` tests run only when a marker expression is given (``make
+    test-slow`` passes ``-m "slow or not slow"``); plain ``pytest`` skips them."""
+    if config.getoption("markexpr"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with `make test-slow`")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

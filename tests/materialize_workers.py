@@ -17,12 +17,13 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-import shardinit
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from shardinit import init
 from torch import nn
+
+import shardinit
+from shardinit import init
 
 Checks = dict[str, str | None]
 

@@ -8,7 +8,6 @@ import functools
 from functools import partial
 
 import pytest
-import shardinit
 import torch
 from materialize_workers import (
     Block,
@@ -20,9 +19,11 @@ from materialize_workers import (
     run_group,
     tinylm_expected_defaults,
 )
-from shardinit import init
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+import shardinit
+from shardinit import init
 
 pytestmark = pytest.mark.distributed
 

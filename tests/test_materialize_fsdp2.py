@@ -8,7 +8,6 @@ import functools
 import math
 
 import pytest
-import shardinit
 import torch
 import torch.distributed as dist
 from materialize_workers import (
@@ -20,12 +19,14 @@ from materialize_workers import (
     run_group,
     tinylm_expected_defaults,
 )
-from shardinit import init
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.distributed.tensor.placement_types import _StridedShard
+
+import shardinit
+from shardinit import init
 
 pytestmark = pytest.mark.distributed
 

@@ -12,9 +12,10 @@ import itertools
 
 import pytest
 import torch
+from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
+
 from shardinit import ShardInitError
 from shardinit.placements import local_boxes, local_runs
-from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
 
 
 def torch_indices(size: int, mesh_shape, coordinate, placements) -> list[int]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 
 import pytest
-import shardinit
 import torch
 from materialize_workers import (
     Block,
@@ -19,7 +18,6 @@ from materialize_workers import (
     kaiming_a5,
     run_group,
 )
-from shardinit import init
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -30,6 +28,9 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 from torch.distributed.tensor.placement_types import _StridedShard
+
+import shardinit
+from shardinit import init
 
 pytestmark = pytest.mark.distributed
 

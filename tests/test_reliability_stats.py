@@ -1,0 +1,191 @@
+"""Statistical quality of the values: Kolmogorov-Smirnov and Anderson-Darling tests of
+every initializer against its exact distribution at several sizes, p-values across
+many seeds, and correlation between the streams of neighbouring names and seeds.
+
+Every test uses fixed seeds, so the outcomes are deterministic; the significance level
+(alpha) of each test is stated and chosen so that a correct generator fails none of them
+by chance (1e-3 per test, Bonferroni-style 5-sigma bounds for correlations), while a
+wrong map (e.g. U24 swapped for raw bits, a bad PhiInv, a missing word offset) fails at
+these sizes by many orders of magnitude.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+
+import shardinit
+from shardinit import init
+
+ALPHA = 1e-3  # per-test significance level for KS and AD
+
+
+def ad_statistic(samples: np.ndarray, cdf: np.ndarray) -> float:
+    """Anderson-Darling A^2 of a sample against a fully specified continuous CDF
+    (``cdf`` = F at the sorted samples)."""
+    n = len(samples)
+    f = np.clip(cdf, 1e-300, 1 - 1e-16)
+    i = np.arange(1, n + 1)
+    return float(-n - np.mean((2 * i - 1) * (np.log(f) + np.log1p(-f[::-1]))))
+
+
+def ad_pvalue(a2: float) -> float:
+    """P(A^2 > a2) for a fully specified distribution, by Marsaglia & Marsaglia's
+    asymptotic ADinf (J. Stat. Software 9(2), 2004), accurate to ~1e-4 for n >= 1000."""
+    z = a2
+    if z < 2:
+        cdf = math.exp(-1.2337141 / z) / math.sqrt(z) * (
+            2.00012 + (0.247105 - (0.0649821 - (0.0347962 - (0.011672 - 0.00168691 * z) * z)
+                                   * z) * z) * z
+        )
+    else:
+        cdf = math.exp(-math.exp(
+            1.0776 - (2.30695 - (0.43424 - (0.082433 - (0.008056 - 0.0003146 * z) * z) * z)
+                      * z) * z
+        ))
+    return 1.0 - cdf
+
+
+def test_ad_pvalue_reproduces_the_published_critical_values() -> None:
+    # D'Agostino & Stephens (1986), table 4.2, case 0: 2.492 at 5 %, 3.857 at 1 %.
+    assert ad_pvalue(2.492) == pytest.approx(0.05, abs=2e-4)
+    assert ad_pvalue(3.857) == pytest.approx(0.01, abs=5e-4)
+
+
+def exact_distribution(base: init.BaseInit) -> scipy.stats.rv_continuous:
+    mean_or_a, p1, p2, p3 = base.params()
+    if base.kind == "uniform":
+        return scipy.stats.uniform(loc=mean_or_a, scale=p1 - mean_or_a)
+    if base.kind == "normal":
+        return scipy.stats.norm(loc=mean_or_a, scale=p1)
+    assert base.kind == "trunc_normal"
+    mean, std, a, b = base.params()
+    return scipy.stats.truncnorm((a - mean) / std, (b - mean) / std, loc=mean, scale=std)
+
+
+INITIALIZERS = {
+    "uniform(-0.5, 2)": init.uniform(-0.5, 2.0),
+    "normal(1, 3)": init.normal(1.0, 3.0),
+    "trunc_normal(0, 0.02, -0.04, 0.04)": init.trunc_normal(0.0, 0.02, -0.04, 0.04),
+    "trunc_normal(0, 1, 1, 4) (one-sided)": init.trunc_normal(0.0, 1.0, 1.0, 4.0),
+    "trunc_normal(0, 1, 6, 9) (far tail)": init.trunc_normal(0.0, 1.0, 6.0, 9.0),
+    "kaiming_uniform(a=sqrt(5))": init.kaiming_uniform(a=5**0.5),
+    "kaiming_normal(relu)": init.kaiming_normal(nonlinearity="relu"),
+    "xavier_uniform": init.xavier_uniform(),
+    "xavier_normal(gain=2)": init.xavier_normal(gain=2.0),
+}
+
+
+@pytest.mark.parametrize("size", [1_000, 100_000, 1_000_000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("label", list(INITIALIZERS))
+def test_ks_and_anderson_darling_of_every_initializer(
+    label: str, dtype: torch.dtype, size: int
+) -> None:
+    """KS and AD p-values > 1e-3 against the exact distribution (float32 rounding moves a
+    value by <= 2^-24 relative: far below what n = 1e6 resolves, ~1e-3)."""
+    columns = 1000 if size >= 1000 else size
+    spec = shardinit.ParamSpec(
+        f"stats.{label}", (size // columns, columns), dtype, INITIALIZERS[label], seed=size
+    )
+    values = np.sort(shardinit.full(spec).to(torch.float64).numpy().ravel())
+    distribution = exact_distribution(spec.base_init)
+    ks = scipy.stats.kstest(values, distribution.cdf)
+    a2 = ad_statistic(values, distribution.cdf(values))
+    assert ks.pvalue > ALPHA, (ks.statistic, ks.pvalue)
+    assert ad_pvalue(a2) > ALPHA, a2
+    # Support: never outside the bounds (trunc_normal clamps, uniform is [a, b)).
+    support = distribution.support()
+    assert support[0] <= values[0] and values[-1] <= support[1]
+
+
+@pytest.mark.parametrize("kind", ["uniform", "normal", "trunc_normal"])
+def test_pvalues_over_many_seeds_are_uniform(kind: str) -> None:
+    """Second level: KS p-values of 200 parameters (n = 2,000 each, seeds 0..199) are
+    themselves uniform on [0, 1] (KS p > 1e-3): catches too-good fits and seed-dependent
+    bias that one sample cannot."""
+    initializer = {"uniform": init.uniform(), "normal": init.normal(),
+                   "trunc_normal": init.trunc_normal()}[kind]
+    pvalues = []
+    for seed in range(200):
+        spec = shardinit.ParamSpec("w", (2000,), torch.float32, initializer, seed=seed)
+        values = shardinit.full(spec).to(torch.float64).numpy()
+        pvalues.append(scipy.stats.kstest(values, exact_distribution(spec.base_init).cdf).pvalue)
+    assert scipy.stats.kstest(pvalues, "uniform").pvalue > ALPHA
+
+
+N_WORDS = 1 << 20
+#: 5 standard errors of a correlation coefficient of independent samples of N_WORDS.
+CORRELATION_BOUND = 5 / math.sqrt(N_WORDS)
+
+
+def _u32(seed: int, name: str, start: int = 0) -> np.ndarray:
+    words = shardinit.stream_words(seed, name, start, N_WORDS)
+    return (words.astype(np.float64) + 0.5) * 2.0**-32
+
+
+NEIGHBOURS = [
+    [(0, f"layers.{i}.mlp.w1.weight") for i in range(8)],       # adjacent layer names
+    [(seed, "w") for seed in range(8)],                         # adjacent seeds
+    [(0, name) for name in ["a", "b", "c", "aa", "ab", "a.", "a ", "A"]],  # one-char changes
+    [(2**64 - 1 - i, "emb.weight") for i in range(4)] + [(2**63 + i, "emb.weight") for i in range(4)],
+]
+
+
+@pytest.mark.parametrize("keys", NEIGHBOURS, ids=["layers", "seeds", "names", "high seeds"])
+def test_streams_of_neighbouring_keys_are_uncorrelated(keys: list[tuple[int, str]]) -> None:
+    """Pearson correlation of U32 values, and fraction of equal bits, between the streams
+    of every pair of neighbouring keys (2^20 words each): within 5 standard errors of 0
+    and 1/2 (alpha ~ 6e-7 per pair)."""
+    streams = [_u32(seed, name) for seed, name in keys]
+    words = [shardinit.stream_words(seed, name, 0, N_WORDS) for seed, name in keys]
+    correlations = np.corrcoef(np.stack(streams))
+    off_diagonal = correlations[~np.eye(len(keys), dtype=bool)]
+    assert np.max(np.abs(off_diagonal)) < CORRELATION_BOUND, off_diagonal
+    bits_sd = 0.5 / math.sqrt(32 * N_WORDS)
+    for first, second in zip(words, words[1:], strict=False):
+        equal_bits = np.unpackbits(~(first ^ second).view(np.uint8)).mean()
+        assert abs(equal_bits - 0.5) < 5 * bits_sd, equal_bits
+
+
+def test_words_within_a_stream_are_uncorrelated_at_small_lags() -> None:
+    """Lags 1..8 (inside a 4-word Philox block and across blocks), and the two words of
+    a float64 element: |r| < 5 standard errors."""
+    u = _u32(0, "w", start=2**40)
+    for lag in range(1, 9):
+        r = np.corrcoef(u[:-lag], u[lag:])[0, 1]
+        assert abs(r) < CORRELATION_BOUND, (lag, r)
+    pairs = u[: N_WORDS - N_WORDS % 2].reshape(-1, 2)
+    r_pair = np.corrcoef(pairs[:, 0], pairs[:, 1])[0, 1]
+    assert abs(r_pair) < 5 / math.sqrt(len(pairs)), r_pair
+
+
+def test_parameters_of_neighbouring_names_are_uncorrelated() -> None:
+    """At the initializer level: the weights of layers 0..7 (trunc_normal, bfloat16 as in
+    training) are pairwise uncorrelated within 5 standard errors."""
+    shape = (512, 512)
+    weights = [
+        shardinit.full(
+            shardinit.ParamSpec(f"layers.{i}.attention.wq.weight", shape, torch.bfloat16,
+                                init.trunc_normal(std=0.02), seed=1234)
+        ).to(torch.float64).numpy().ravel()
+        for i in range(8)
+    ]
+    correlations = np.corrcoef(np.stack(weights))
+    off_diagonal = correlations[~np.eye(8, dtype=bool)]
+    assert np.max(np.abs(off_diagonal)) < 5 / math.sqrt(math.prod(shape)), off_diagonal
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label", list(INITIALIZERS))
+def test_slow_ks_and_ad_at_ten_million(label: str) -> None:
+    spec = shardinit.ParamSpec(f"stats.big.{label}", (10_000, 1000), torch.float64,
+                               INITIALIZERS[label], seed=99)
+    values = np.sort(shardinit.full(spec).numpy().ravel())
+    distribution = exact_distribution(spec.base_init)
+    assert scipy.stats.kstest(values, distribution.cdf).pvalue > ALPHA
+    assert ad_pvalue(ad_statistic(values, distribution.cdf(values))) > ALPHA
