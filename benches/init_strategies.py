@@ -206,7 +206,7 @@ def _plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.4))
     width = 0.8 / len(results)
     for index, (strategy, per_world) in enumerate(results.items()):
         xs = [w + (index - (len(results) - 1) / 2) * width for w in range(len(worlds))]
@@ -224,9 +224,10 @@ def _plot(
         axis.set_xticks(range(len(worlds)), [f"world {w}" for w in worlds])
         axis.set_ylabel(ylabel)
         axis.grid(axis="y", alpha=0.3)
-    axes[0].legend(fontsize=7, loc="upper right")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=2, frameon=False)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
 
@@ -243,6 +244,29 @@ def _splice(doc: Path, table: str) -> bool:
     return True
 
 
+def _write_outputs(
+    results: dict[str, dict[int, list[dict[str, Any]]]],
+    worlds: list[int],
+    title: str,
+    torch_version: str,
+    date: str,
+) -> None:
+    """Writes the plot, the table file and the doc's table."""
+    table = _table(results, worlds)
+    _plot(results, worlds, title, ROOT / "docs" / "img" / "init_strategies.png")
+    note = (
+        f"{title}. torch {torch_version}, {date}. Time and peak RSS are the "
+        "maximum over ranks; 'above baseline' subtracts the RSS of the process after "
+        "importing torch and a warm-up on the tiny model, before building this model."
+    )
+    (ROOT / "docs" / "init_strategies_table.md").write_text(f"{note}\n\n{table}\n")
+    spliced = _splice(ROOT / "docs" / "how-fsdp-initializes.md", f"{note}\n\n{table}")
+    print(
+        "wrote docs/img/init_strategies.png, docs/init_strategies_table.md"
+        + (" and the doc table" if spliced else "")
+    )
+
+
 def main() -> int:
     """Runs the benchmark (or one worker rank with ``--worker``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -253,9 +277,21 @@ def main() -> int:
     parser.add_argument("--worker", choices=STRATEGIES, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument(
+        "--replot", action="store_true", help="redraw plot and table from the saved JSON"
+    )
     args = parser.parse_args()
     if args.worker:
         _worker(args.worker, args.model, args.seed, args.out)
+        return 0
+    if args.replot:
+        saved = json.loads((ROOT / "benches" / "results" / "init_strategies.json").read_text())
+        saved_results = {
+            strategy: {int(world): ranks for world, ranks in per_world.items()}
+            for strategy, per_world in saved["results"].items()
+        }
+        saved_worlds = sorted(next(iter(saved_results.values())))
+        _write_outputs(saved_results, saved_worlds, saved["title"], saved["torch"], saved["date"])
         return 0
 
     sys.path.insert(0, str(ROOT / "python"))
@@ -309,18 +345,7 @@ def main() -> int:
     raw = ROOT / "benches" / "results" / "init_strategies.json"
     raw.parent.mkdir(parents=True, exist_ok=True)
     raw.write_text(json.dumps(meta, indent=1))
-    _plot(results, worlds, title, ROOT / "docs" / "img" / "init_strategies.png")
-    note = (
-        f"{title}. torch {torch.__version__}, {meta['date']}. Time and peak RSS are the "
-        "maximum over ranks; 'above baseline' subtracts the RSS of the process after "
-        "importing torch and before building the model."
-    )
-    (ROOT / "docs" / "init_strategies_table.md").write_text(f"{note}\n\n{table}\n")
-    spliced = _splice(ROOT / "docs" / "how-fsdp-initializes.md", f"{note}\n\n{table}")
-    print(
-        f"\nwrote {raw.relative_to(ROOT)}, docs/img/init_strategies.png, "
-        f"docs/init_strategies_table.md{' and the doc table' if spliced else ''}"
-    )
+    _write_outputs(results, worlds, title, torch.__version__, str(meta["date"]))
     return 0
 
 

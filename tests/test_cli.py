@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 import shardinit
 from shardinit.cli import run
 from shardinit.models import MODELS, build_model
@@ -102,18 +103,21 @@ def test_plan_model_bytes_and_estimates(capsys: pytest.CaptureFixture[str]) -> N
     assert "tok_embeddings.weight  (512, 64)  (Shard(dim=0),)" in out
     assert "r0 [0:256, :]  r1 [256:512, :]" in out
     assert "layers.*.attention.wq.weight x2  (64, 64)" in out
-    estimates = dict(
-        re.findall(
-            r"^  (FSDP1, model built|FSDP1, meta|FSDP2, meta|shardinit)\S* .*?"
-            r"([\d.]+ \w?i?B)$",
-            out,
-            re.M,
-        )
-    )
-    assert estimates["shardinit"] == f"{total / 2 / 1024:.2f} KiB"
-    assert estimates["FSDP2, meta"] == estimates["shardinit"]
+    section = out.split("Estimated peak parameter memory per rank")[1]
+    estimates = dict(re.findall(r"^  (\S.*?)\s{2,}([\d.]+ (?:B|KiB|MiB|GiB))$", section, re.M))
+    assert list(estimates) == [
+        "FSDP1, model built on CPU on every rank",
+        "FSDP1, meta + param_init_fn per unit",
+        "FSDP1 + shardinit.fsdp1_param_init_fn",
+        "FSDP2, meta + to_empty + reset_parameters",
+        "FSDP2 + shardinit.materialize",
+    ]
+    half = f"{total / 2 / 1024:.2f} KiB"
+    assert estimates["FSDP2 + shardinit.materialize"] == half
+    assert estimates["FSDP2, meta + to_empty + reset_parameters"] == half
     # FSDP1 on CPU holds the whole model plus a flat copy of a unit
-    assert float(estimates["FSDP1, model built"].split()[0]) * 1024 > total
+    fsdp1_cpu = float(estimates["FSDP1, model built on CPU on every rank"].split()[0]) * 1024
+    assert fsdp1_cpu > total
 
 
 def test_plan_shapes_file_uneven(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

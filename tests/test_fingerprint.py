@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import shardinit
 import torch
+
+import shardinit
 from shardinit.fingerprint import fingerprint, fingerprint_model, model_digest
 
 # The function shardinit.fingerprint shadows its module's name on the package.
@@ -176,12 +177,13 @@ def _worker(out: str) -> None:
     """Each case: a full tensor, identical on every rank, turned into a DTensor with a given
     mesh and placements; the DTensor's fingerprint must equal the full tensor's."""
     import torch.distributed as dist
-    from shardinit.models import build_model
-    from shardinit.placements import local_runs
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.placement_types import Replicate, Shard, _StridedShard
+
+    from shardinit.models import build_model
+    from shardinit.placements import local_runs
 
     rank = int(os.environ["RANK"])
     dist.init_process_group("gloo")

@@ -38,7 +38,7 @@ def _within(seconds: float, work: Callable[[], Any]) -> Any:
     def run() -> None:
         try:
             result["value"] = work()
-        except BaseException as error:  # noqa: BLE001 - re-raised on the test thread
+        except BaseException as error:
             result["error"] = error
 
     thread = threading.Thread(target=run, daemon=True)
@@ -138,8 +138,11 @@ def test_two_single_threaded_fills_overlap_in_time() -> None:
         intervals: list[tuple[float, float]] = [(0.0, 0.0)] * 2
         barrier = threading.Barrier(2)
 
-        def fill(index: int, intervals: list[tuple[float, float]] = intervals,
-                 barrier: threading.Barrier = barrier) -> None:
+        def fill(
+            index: int,
+            intervals: list[tuple[float, float]] = intervals,
+            barrier: threading.Barrier = barrier,
+        ) -> None:
             barrier.wait()
             start = time.perf_counter()
             shardinit.full(specs[index])
@@ -179,7 +182,9 @@ def test_no_deadlock_in_a_child_forked_after_multithreaded_fills() -> None:
         """
     )
     result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True,
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
         timeout=DEADLOCK_TIMEOUT_S,
     )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
@@ -207,7 +212,9 @@ def test_no_deadlock_in_dataloader_workers() -> None:
         """
     )
     result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True,
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
         timeout=DEADLOCK_TIMEOUT_S,
     )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
@@ -303,14 +310,15 @@ PEAK_SCRIPT = textwrap.dedent(
 def _peak_growth(shard_bytes: int, dtype: str) -> int:
     result = subprocess.run(
         [sys.executable, "-c", PEAK_SCRIPT, str(shard_bytes), dtype],
-        capture_output=True, text=True, timeout=600, check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
     )
     return int(result.stdout.split()[-1])
 
 
-@pytest.mark.parametrize(
-    "dtype", ["float32", pytest.param("bfloat16", marks=pytest.mark.slow)]
-)
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=pytest.mark.slow)])
 def test_peak_rss_of_a_512_mib_shard(dtype: str) -> None:
     """Peak RSS (ru_maxrss, minus the RSS just before the call) grows by the shard
     (512 MiB) plus at most 64 MiB: no staging copy, no buffer the size of the shard or of

@@ -100,7 +100,11 @@ def test_golden_words_across_the_block_carry_as_elements() -> None:
 @pytest.mark.parametrize(
     ("shape", "dtype", "pattern"),
     [
-        ((2**32, 2**32), torch.float32, r"18446744073709551616 elements.*at most 18446744073709551615"),
+        (
+            (2**32, 2**32),
+            torch.float32,
+            r"18446744073709551616 elements.*at most 18446744073709551615",
+        ),
         ((2**64,), torch.bfloat16, r"shape\[0\] = 18446744073709551616 does not fit in 64 bits"),
         ((2**63 + 1,), torch.float64, r"9223372036854775809 elements.*at most 9223372036854775808"),
         ((2**62, 3), torch.float64, r"at most 9223372036854775808 elements of torch.float64"),

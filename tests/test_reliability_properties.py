@@ -94,7 +94,10 @@ small_shapes = st.lists(small_sizes, min_size=0, max_size=5).filter(
 def small_specs(draw: st.DrawFn) -> shardinit.ParamSpec:
     shape = tuple(draw(small_shapes))
     return shardinit.ParamSpec(
-        draw(names), shape, draw(st.sampled_from(DTYPES)), draw(inits_for(len(shape))),
+        draw(names),
+        shape,
+        draw(st.sampled_from(DTYPES)),
+        draw(inits_for(len(shape))),
         seed=draw(seeds),
     )
 
@@ -347,7 +350,7 @@ def test_numpy_reference_reads_the_golden_words() -> None:
     """The reference helpers themselves: SPEC §6 golden words and float32 uniforms."""
     words = shardinit.stream_words(0, "w", 0, 8)
     assert [f"{w:08x}" for w in words] == (
-        "2bc9fb9e facb47fe 3673388e b56d6438 1330000a 2d5a56bb af195d98 ad0fe342".split()
+        "2bc9fb9e facb47fe 3673388e b56d6438 1330000a 2d5a56bb af195d98 ad0fe342".split()  # noqa: SIM905
     )
     spec = shardinit.ParamSpec("w", (4,), torch.float32, init.uniform(0, 1), seed=0)
     ref = uniform_reference(spec, [(0, 4)], (4,))

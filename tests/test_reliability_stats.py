@@ -11,10 +11,13 @@ these sizes by many orders of magnitude.
 
 from __future__ import annotations
 
+import itertools
 import math
+from typing import Any
 
 import numpy as np
 import pytest
+import scipy.special
 import scipy.stats
 import torch
 
@@ -38,15 +41,22 @@ def ad_pvalue(a2: float) -> float:
     asymptotic ADinf (J. Stat. Software 9(2), 2004), accurate to ~1e-4 for n >= 1000."""
     z = a2
     if z < 2:
-        cdf = math.exp(-1.2337141 / z) / math.sqrt(z) * (
-            2.00012 + (0.247105 - (0.0649821 - (0.0347962 - (0.011672 - 0.00168691 * z) * z)
-                                   * z) * z) * z
+        cdf = (
+            math.exp(-1.2337141 / z)
+            / math.sqrt(z)
+            * (
+                2.00012
+                + (0.247105 - (0.0649821 - (0.0347962 - (0.011672 - 0.00168691 * z) * z) * z) * z)
+                * z
+            )
         )
     else:
-        cdf = math.exp(-math.exp(
-            1.0776 - (2.30695 - (0.43424 - (0.082433 - (0.008056 - 0.0003146 * z) * z) * z)
-                      * z) * z
-        ))
+        cdf = math.exp(
+            -math.exp(
+                1.0776
+                - (2.30695 - (0.43424 - (0.082433 - (0.008056 - 0.0003146 * z) * z) * z) * z) * z
+            )
+        )
     return 1.0 - cdf
 
 
@@ -56,15 +66,43 @@ def test_ad_pvalue_reproduces_the_published_critical_values() -> None:
     assert ad_pvalue(3.857) == pytest.approx(0.01, abs=5e-4)
 
 
-def exact_distribution(base: init.BaseInit) -> scipy.stats.rv_continuous:
-    mean_or_a, p1, p2, p3 = base.params()
+class TruncNormal:
+    """The truncated normal's CDF with scipy.special.ndtr, in the tail nearer the
+    interval (no cancellation); ~20x faster than scipy.stats.truncnorm.cdf."""
+
+    def __init__(self, mean: float, std: float, a: float, b: float) -> None:
+        self.mean, self.std, self.a, self.b = mean, std, a, b
+        self.alpha, self.beta = (a - mean) / std, (b - mean) / std
+
+    def cdf(self, x: np.ndarray) -> np.ndarray:
+        z = (np.asarray(x) - self.mean) / self.std
+        if self.alpha >= 0:  # upper tail: survival functions
+            top = scipy.special.ndtr(-self.alpha)
+            return (top - scipy.special.ndtr(-z)) / (top - scipy.special.ndtr(-self.beta))
+        low = scipy.special.ndtr(self.alpha)
+        return (scipy.special.ndtr(z) - low) / (scipy.special.ndtr(self.beta) - low)
+
+    def support(self) -> tuple[float, float]:
+        return (self.a, self.b)
+
+
+def exact_distribution(base: init.BaseInit) -> Any:
+    """The exact distribution (``.cdf``, ``.support()``) of a base initializer."""
+    mean_or_a, p1, _, _ = base.params()
     if base.kind == "uniform":
         return scipy.stats.uniform(loc=mean_or_a, scale=p1 - mean_or_a)
     if base.kind == "normal":
         return scipy.stats.norm(loc=mean_or_a, scale=p1)
     assert base.kind == "trunc_normal"
-    mean, std, a, b = base.params()
-    return scipy.stats.truncnorm((a - mean) / std, (b - mean) / std, loc=mean, scale=std)
+    return TruncNormal(*base.params())
+
+
+def test_fast_truncated_normal_cdf_matches_scipy() -> None:
+    x = np.linspace(-0.05, 9.5, 2001)
+    for mean, std, a, b in [(0, 0.02, -0.04, 0.04), (0, 1, 1, 4), (0, 1, 6, 9), (1, 2, -9, -1)]:
+        ours = TruncNormal(mean, std, a, b).cdf(np.clip(x, a, b))
+        ref = scipy.stats.truncnorm((a - mean) / std, (b - mean) / std, loc=mean, scale=std)
+        np.testing.assert_allclose(ours, ref.cdf(np.clip(x, a, b)), rtol=1e-9, atol=1e-12)
 
 
 INITIALIZERS = {
@@ -81,7 +119,9 @@ INITIALIZERS = {
 
 
 @pytest.mark.parametrize("size", [1_000, 100_000, 1_000_000])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, pytest.param(torch.float64, marks=pytest.mark.slow)], ids=str
+)
 @pytest.mark.parametrize("label", list(INITIALIZERS))
 def test_ks_and_anderson_darling_of_every_initializer(
     label: str, dtype: torch.dtype, size: int
@@ -108,8 +148,11 @@ def test_pvalues_over_many_seeds_are_uniform(kind: str) -> None:
     """Second level: KS p-values of 200 parameters (n = 2,000 each, seeds 0..199) are
     themselves uniform on [0, 1] (KS p > 1e-3): catches too-good fits and seed-dependent
     bias that one sample cannot."""
-    initializer = {"uniform": init.uniform(), "normal": init.normal(),
-                   "trunc_normal": init.trunc_normal()}[kind]
+    initializer = {
+        "uniform": init.uniform(),
+        "normal": init.normal(),
+        "trunc_normal": init.trunc_normal(),
+    }[kind]
     pvalues = []
     for seed in range(200):
         spec = shardinit.ParamSpec("w", (2000,), torch.float32, initializer, seed=seed)
@@ -129,10 +172,11 @@ def _u32(seed: int, name: str, start: int = 0) -> np.ndarray:
 
 
 NEIGHBOURS = [
-    [(0, f"layers.{i}.mlp.w1.weight") for i in range(8)],       # adjacent layer names
-    [(seed, "w") for seed in range(8)],                         # adjacent seeds
+    [(0, f"layers.{i}.mlp.w1.weight") for i in range(8)],  # adjacent layer names
+    [(seed, "w") for seed in range(8)],  # adjacent seeds
     [(0, name) for name in ["a", "b", "c", "aa", "ab", "a.", "a ", "A"]],  # one-char changes
-    [(2**64 - 1 - i, "emb.weight") for i in range(4)] + [(2**63 + i, "emb.weight") for i in range(4)],
+    [(2**64 - 1 - i, "emb.weight") for i in range(4)]
+    + [(2**63 + i, "emb.weight") for i in range(4)],
 ]
 
 
@@ -147,7 +191,7 @@ def test_streams_of_neighbouring_keys_are_uncorrelated(keys: list[tuple[int, str
     off_diagonal = correlations[~np.eye(len(keys), dtype=bool)]
     assert np.max(np.abs(off_diagonal)) < CORRELATION_BOUND, off_diagonal
     bits_sd = 0.5 / math.sqrt(32 * N_WORDS)
-    for first, second in zip(words, words[1:], strict=False):
+    for first, second in itertools.pairwise(words):
         equal_bits = np.unpackbits(~(first ^ second).view(np.uint8)).mean()
         assert abs(equal_bits - 0.5) < 5 * bits_sd, equal_bits
 
@@ -170,9 +214,17 @@ def test_parameters_of_neighbouring_names_are_uncorrelated() -> None:
     shape = (512, 512)
     weights = [
         shardinit.full(
-            shardinit.ParamSpec(f"layers.{i}.attention.wq.weight", shape, torch.bfloat16,
-                                init.trunc_normal(std=0.02), seed=1234)
-        ).to(torch.float64).numpy().ravel()
+            shardinit.ParamSpec(
+                f"layers.{i}.attention.wq.weight",
+                shape,
+                torch.bfloat16,
+                init.trunc_normal(std=0.02),
+                seed=1234,
+            )
+        )
+        .to(torch.float64)
+        .numpy()
+        .ravel()
         for i in range(8)
     ]
     correlations = np.corrcoef(np.stack(weights))
@@ -183,8 +235,9 @@ def test_parameters_of_neighbouring_names_are_uncorrelated() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("label", list(INITIALIZERS))
 def test_slow_ks_and_ad_at_ten_million(label: str) -> None:
-    spec = shardinit.ParamSpec(f"stats.big.{label}", (10_000, 1000), torch.float64,
-                               INITIALIZERS[label], seed=99)
+    spec = shardinit.ParamSpec(
+        f"stats.big.{label}", (10_000, 1000), torch.float64, INITIALIZERS[label], seed=99
+    )
     values = np.sort(shardinit.full(spec).numpy().ravel())
     distribution = exact_distribution(spec.base_init)
     assert scipy.stats.kstest(values, distribution.cdf).pvalue > ALPHA

@@ -34,15 +34,23 @@ def parse_key(text: str) -> tuple[int, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--key", type=parse_key, action="append", required=True, metavar="SEED:NAME",
+        "--key",
+        type=parse_key,
+        action="append",
+        required=True,
+        metavar="SEED:NAME",
         help="a stream; repeat to interleave several word by word",
     )
     parser.add_argument(
-        "--start", type=lambda s: int(s, 0), default=0,
+        "--start",
+        type=lambda s: int(s, 0),
+        default=0,
         help="first word position of each stream (default 0)",
     )
     parser.add_argument(
-        "--words", type=lambda s: int(float(s)), default=0,
+        "--words",
+        type=lambda s: int(float(s)),
+        default=0,
         help="words per stream to write, 0 (default) for until stdout closes",
     )
     args = parser.parse_args(argv)

@@ -17,6 +17,7 @@ Example:
 from . import init, presets
 from ._core import STREAM_FORMAT_VERSION
 from ._core import __version__ as __version__
+from .capture import CapturedInit, UnsupportedInitOpError, capture_init
 from .errors import InternalError, ShapeTooLargeError, ShardInitError
 from .fingerprint import fingerprint, fingerprint_model, model_digest
 from .fsdp1 import fsdp1_param_init_fn
@@ -36,12 +37,15 @@ from .stream import key, stream_words
 __all__ = [
     "STREAM_FORMAT_VERSION",
     "SUPPORTED_DTYPES",
+    "CapturedInit",
     "InternalError",
     "ParamSpec",
     "ShapeTooLargeError",
     "ShardInitError",
+    "UnsupportedInitOpError",
     "box_of_shard",
     "canonical_name",
+    "capture_init",
     "fingerprint",
     "fingerprint_model",
     "fsdp1_param_init_fn",

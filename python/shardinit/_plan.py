@@ -15,7 +15,9 @@ own baseline) and follow the allocation order of each strategy:
 * FSDP1, meta + ``param_init_fn``: per unit, the unit's parameters are allocated whole and
   initialized, then flattened (a second copy) and sharded.
 * FSDP2, meta + ``to_empty`` + ``reset_parameters``: only the local shards are allocated.
-* shardinit: only the local shards are allocated, and filled in place.
+* FSDP1 + ``shardinit.fsdp1_param_init_fn``: as FSDP1 meta (FSDP1 itself allocates and
+  flattens whole units); shardinit only fills the local flat shards.
+* FSDP2 + shardinit: only the local shards are allocated, and filled in place.
 """
 
 from __future__ import annotations
@@ -123,9 +125,12 @@ class Plan:
                 peak = max(peak, current + 2 * size)  # unit materialized + its flat copy
                 current += shard
             estimates["fsdp1_meta"] = peak
+            # FSDP1 still allocates and flattens whole units; shardinit only fills them.
+            estimates["shardinit_fsdp1"] = peak
         else:
             estimates["fsdp1_cpu"] = None
             estimates["fsdp1_meta"] = None
+            estimates["shardinit_fsdp1"] = None
         estimates["fsdp2"] = shard_peak
         estimates["shardinit"] = shard_peak
         return estimates

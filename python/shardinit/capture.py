@@ -28,6 +28,7 @@ capture: the ``torch.nn.init`` functions are patched for its duration.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import threading
@@ -161,8 +162,9 @@ class ParamRecord:
     def covers_all(self) -> bool:
         """Whether the fills together cover every element (then the parameter's values
         do not depend on anything before ``init_fn``)."""
-        return box_union_covers([op.region for op in self.ops if not isinstance(op.action, Scale)],
-                                self.shape)
+        return box_union_covers(
+            [op.region for op in self.ops if not isinstance(op.action, Scale)], self.shape
+        )
 
 
 @dataclass(frozen=True)
@@ -197,10 +199,9 @@ def box_union_covers(boxes: Sequence[Box], shape: Sequence[int], max_cells: int 
     cuts = []
     for dim, size in enumerate(shape):
         points = sorted({0, size, *(b[dim][0] for b in boxes), *(b[dim][1] for b in boxes)})
-        cuts.append([(lo, hi) for lo, hi in zip(points, points[1:], strict=False) if lo < hi])
+        cuts.append([(lo, hi) for lo, hi in itertools.pairwise(points) if lo < hi])
     if math.prod(len(c) for c in cuts) > max_cells:
         return False
-    import itertools
 
     for cell in itertools.product(*cuts):
         if not any(
@@ -275,7 +276,7 @@ def view_region(
             remaining //= shape[dim]
             dim -= 1
         axes.append(None)
-    box = tuple((s, s + c) for s, c in zip(start, count, strict=True))
+    box = tuple((int(s), int(s + c)) for s, c in zip(start, count, strict=True))
     if math.prod(count) != view.numel():
         raise ValueError("the view's elements are not a box of the parameter")
     return box, tuple(axes)
@@ -479,7 +480,9 @@ class _Recorder(TorchFunctionMode):
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        init_name = _INIT_BY_FUNC.get(func)
+        # torch.nn.init's functions dispatch to the name in their module's globals:
+        # the original, or (during the capture) the patched one.
+        init_name = _INIT_BY_FUNC.get(func) or getattr(func, "_shardinit_init", None)
         if init_name is not None:
             return self.nn_init(init_name, args, kwargs)
         name = _func_name(func)
@@ -487,6 +490,8 @@ class _Recorder(TorchFunctionMode):
             return func(*args, **kwargs)
         target = self.lookup(args[0]) if args else None
         if name == "data.__set__" and target is not None:
+            if len(args) > 1 and _same_view(args[0], args[1]):
+                return None  # `p.data /= 4` stores p.data back into p.data
             raise self.fail(target[0], "param.data = tensor", "it replaces the values")
         if target is not None and (
             name in _RANDOM_METHODS or name in _FILL_METHODS or name in _SCALE_METHODS
@@ -501,10 +506,15 @@ class _Recorder(TorchFunctionMode):
                         raise self.fail(slots[0], name, "it copies the values (a read)")
             return result
         if slots:
-            verb = "writes" if name.endswith("_") or name.startswith("__i") else "reads"
-            raise self.fail(slots[0], name, f"it {verb} the parameter's values")
+            if name == "copy_" and target is not None:
+                why = "copying values from another tensor is not replayable shard-locally"
+            elif name.endswith("_") or name.startswith("__i") or name == "__setitem__":
+                why = "this in-place operation on the parameter's values is not replayable"
+            else:
+                why = "it reads the parameter's values (they do not exist on meta)"
+            raise self.fail(slots[0], name, why)
         if name.endswith("_") and args and isinstance(args[0], torch.Tensor):
-            buffer = self.buffer_storages.get(_storage_id(args[0]))
+            buffer = self.buffer_storages.get(_storage_id(args[0]) or -1)
             if buffer is not None:
                 self.written_buffers.add(buffer)
         return func(*args, **kwargs)
@@ -538,17 +548,21 @@ class _Recorder(TorchFunctionMode):
         elif name == "__setitem__":
             index, value = rest
             op = f"[{index!r}] = {value!r}"
-            constant = self.scalar_arg(slot, op, value)
             view = tensor[index]
+            if _same_view(view, value):
+                # `w[idx] *= 2`: Python stores the scaled view back into itself.
+                return None
+            constant = self.scalar_arg(slot, op, value)
             if self.lookup(view) is None:
                 raise self.fail(slot, op, "advanced indexing writes a region that is not a box")
             self.record(slot, base, view, Fill(Constant(constant)), op)
             return None
         else:
             divide = name in ("div_", "__itruediv__")
-            (other,) = _bind(rest, kwargs, ("other",), (None,))[:1]
-            if "rounding_mode" in kwargs and kwargs["rounding_mode"] is not None:
+            if kwargs.get("rounding_mode") is not None:
                 raise self.fail(slot, f"{name}(rounding_mode=...)", "rounding is not supported")
+            plain = {k: v for k, v in kwargs.items() if k != "rounding_mode"}
+            (other,) = _bind(rest, plain, ("other",), (None,))
             op = f"{'div_' if divide else 'mul_'}({other!r})"
             factor = self.scalar_arg(slot, op, other)
             action = Scale(factor, divide)
@@ -582,16 +596,18 @@ class _Recorder(TorchFunctionMode):
             if slots:
                 raise self.fail(slots[0], f"torch.nn.init.{name}", "it reads a parameter")
             if isinstance(tensor, torch.Tensor):
-                buffer = self.buffer_storages.get(_storage_id(tensor))
+                buffer = self.buffer_storages.get(_storage_id(tensor) or -1)
                 if buffer is not None:
                     self.written_buffers.add(buffer)
             with torch._C.DisableTorchFunction():
                 return _ORIGINAL_INIT[name](*args, **kwargs)
         slot, base = hit
         assert isinstance(tensor, torch.Tensor)
-        op = f"torch.nn.init.{name}(" + ", ".join(
-            [*(repr(a) for a in rest), *(f"{k}={v!r}" for k, v in kw.items())]
-        ) + ")"
+        op = (
+            f"torch.nn.init.{name}("
+            + ", ".join([*(repr(a) for a in rest), *(f"{k}={v!r}" for k, v in kw.items())])
+            + ")"
+        )
         action: Action
         if name in ("orthogonal_", "sparse_"):
             raise self.fail(slot, op, "its values depend on the whole tensor (QR / random "
@@ -657,12 +673,25 @@ def _storage_id(tensor: torch.Tensor) -> int | None:
         return None
 
 
+def _same_view(view: torch.Tensor, value: Any) -> bool:
+    return bool(
+        isinstance(value, torch.Tensor)
+        and value.is_meta
+        and _storage_id(value) == _storage_id(view)
+        and value.storage_offset() == view.storage_offset()
+        and value.shape == view.shape
+        and value.stride() == view.stride()
+    )
+
+
 def _uniform(low: float, high: float) -> BaseInit:
     # torch's uniform_(a, a) fills a; shardinit's Uniform needs a < b.
     return Constant(low) if low == high else Uniform(low, high)
 
 
-def _probe(name: str, tensor: torch.Tensor, args: Sequence[Any], kwargs: Mapping[str, Any]) -> BaseInit:
+def _probe(
+    name: str, tensor: torch.Tensor, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> BaseInit:
     """Runs torch's own ``torch.nn.init.<name>`` on a meta tensor of ``tensor``'s shape
     and catches the ``uniform_`` / ``normal_`` call it ends with: the bound / std is
     exactly torch's, computed from that shape."""
@@ -678,7 +707,7 @@ def _probe(name: str, tensor: torch.Tensor, args: Sequence[Any], kwargs: Mapping
         return probe
 
     # Instance attributes shadow the Tensor methods for torch's Python code.
-    probe.uniform_ = uniform_  # type: ignore[method-assign]
+    probe.uniform_ = uniform_  # type: ignore[method-assign,assignment]
     probe.normal_ = normal_  # type: ignore[method-assign]
     with torch._C.DisableTorchFunction():
         _ORIGINAL_INIT[name](probe, *args, **kwargs)
@@ -760,16 +789,27 @@ def _patched_init(recorder: _Recorder) -> Iterator[None]:
             return recorder.nn_init(name, args, kwargs)
 
         patched.__name__ = name
+        patched._shardinit_init = name  # type: ignore[attr-defined]
         patched.__qualname__ = name
         return patched
 
+    def no_grad_trunc_normal(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        # Reached by code holding the original trunc_normal_ (`from torch.nn.init import
+        # trunc_normal_`), which looks this helper up in torch.nn.init at call time.
+        return recorder.nn_init("trunc_normal_", (tensor, *args), kwargs)
+
     for name in _INIT_FUNCTIONS:
         setattr(torch.nn.init, name, make(name))
+    helper = getattr(torch.nn.init, "_no_grad_trunc_normal_", None)
+    if helper is not None:
+        torch.nn.init._no_grad_trunc_normal_ = no_grad_trunc_normal
     try:
         yield
     finally:
         for name, func in _ORIGINAL_INIT.items():
             setattr(torch.nn.init, name, func)
+        if helper is not None:
+            torch.nn.init._no_grad_trunc_normal_ = helper
 
 
 def _buffer_storages(module: nn.Module) -> dict[int, str]:

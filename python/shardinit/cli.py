@@ -363,17 +363,16 @@ def _plan(args: argparse.Namespace, parser: _Parser) -> int:
         "fsdp1_cpu": "FSDP1, model built on CPU on every rank",
         "fsdp1_meta": "FSDP1, meta + param_init_fn per unit",
         "fsdp2": "FSDP2, meta + to_empty + reset_parameters",
-        "shardinit": "shardinit.materialize (FSDP2 or FSDP1)",
+        "shardinit_fsdp1": "FSDP1 + shardinit.fsdp1_param_init_fn",
+        "shardinit": "FSDP2 + shardinit.materialize",
     }
     _say("\nEstimated peak parameter memory per rank during init (busiest rank; add the")
     _say("process baseline of an imported torch, ~0.5 GiB on CPU):")
     for key, value in plan.peak_estimates().items():
         text = _human(value) if value is not None else "n/a (FSDP1 with TP not modeled)"
         _say(f"  {labels[key]:<44} {text}")
-    _say(
-        "  FSDP2's values are not usable as they are: on a CPU mesh every rank draws the same "
-        "numbers; on CUDA they depend on the layout (see docs/how-fsdp-initializes.md)."
-    )
+    _say("  FSDP2's own values are not layout-independent: on a CPU mesh every rank draws the")
+    _say("  same numbers; on CUDA they depend on the layout (docs/how-fsdp-initializes.md).")
     return 0
 
 

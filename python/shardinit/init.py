@@ -130,8 +130,7 @@ class Normal(BaseInit):
         if not math.isfinite(abs(mean) + _MAX_ABS_Z * std):
             # |PhiInv(U)| <= 8.3 for every U of SPEC §3: larger values would overflow.
             raise ShardInitError(
-                f"std={std} with mean={mean} overflows binary64 (|mean| + 9 * std must "
-                f"be finite)"
+                f"std={std} with mean={mean} overflows binary64 (|mean| + 9 * std must be finite)"
             )
         object.__setattr__(self, "mean", mean)
         object.__setattr__(self, "std", std)

@@ -19,10 +19,12 @@ from torch import nn
 
 from . import fsdp1
 from ._validate import check_seed
+from .capture import CapturedInit, ParamRecord, capture_init
 from .defaults import DefaultInit, default_buffer_value, default_init, parent_overrides
 from .errors import ShardInitError
-from .init import Initializer
+from .init import Initializer, zeros
 from .placements import Run, local_boxes, local_runs_of
+from .replay import base_ops, recompute_buffers, replay_runs
 from .shard import _resolve_device, init_box, init_flat
 from .spec import ParamSpec
 
@@ -164,6 +166,9 @@ class _Plan:
     choice: DefaultInit
     runs: list[list[Run]]
     is_dtensor: bool
+    # What init_fn did to it (capture_init); replayed instead of ``choice``, which is
+    # then only what the parameter held before init_fn (if init_fn covers part of it).
+    record: ParamRecord | None = None
 
 
 @dataclass
@@ -320,6 +325,7 @@ def materialize(
     rules: Rules | None = None,
     buffer_init: BufferInit | None = None,
     overwrite: bool = False,
+    init_fn: Callable[[], object] | None = None,
 ) -> nn.Module:
     """Fills every parameter of ``module`` with its stream-v1 values, shard-locally.
 
@@ -349,6 +355,13 @@ def materialize(
         buffer_init: ``buffer_init(module, name, tensor)`` fills a buffer that was on
             meta and has no known default (``tensor`` is already allocated).
         overwrite: also refill parameters that are already materialized.
+        init_fn: the model's own init code (e.g. ``model.init_weights``), captured once
+            on meta stand-ins (:func:`shardinit.capture_init`) before anything is
+            allocated and replayed shard-locally: parameters it touches get exactly the
+            operations it applied (rules and defaults only give what a parameter held
+            before, where init_fn covers part of it); buffers it computes are
+            recomputed by running it again for real after allocation. See
+            docs/capturing-init.md.
 
     Returns:
         ``module``, filled in place.
@@ -358,6 +371,8 @@ def materialize(
         ShardInitError: parameters with no rule and no known default, meta buffers with
             no default and no ``buffer_init``, already materialized parameters without
             ``overwrite=True``, unsupported placements or dtypes.
+        UnsupportedInitOpError: ``init_fn`` does something that cannot be replayed
+            shard-locally (raised before anything is allocated).
 
     Example:
         >>> import torch, shardinit
@@ -377,6 +392,8 @@ def materialize(
         raise TypeError(f"overwrite must be a bool, got {type(overwrite).__name__}")
     if buffer_init is not None and not callable(buffer_init):
         raise TypeError(f"buffer_init must be callable, got {type(buffer_init).__name__}")
+    if init_fn is not None and not callable(init_fn):
+        raise TypeError(f"init_fn must be callable, got {type(init_fn).__name__}")
     target = None if device is None else _resolve_device(device)
     rule_list = _check_rules(rules)
     overrides = parent_overrides(module)
@@ -386,6 +403,14 @@ def materialize(
     regions = fsdp1.flat_regions(module, canonical_name) if fsdp1.uses_fsdp1(module) else []
     managed = fsdp1.managed_params(module) if regions else set()
     slots = _collect_slots(module, managed)
+    captured: CapturedInit | None = None
+    if init_fn is not None:
+        if regions:
+            raise ShardInitError(
+                "materialize: init_fn is not supported with FSDP1 units; use FSDP2 "
+                "(fully_shard) or rules"
+            )
+        captured = capture_init(module, init_fn)
     missing: list[str] = []
     plans: list[_Plan] = []
     for slot in slots:
@@ -396,7 +421,11 @@ def materialize(
             for name, param in owner._parameters.items()
             if param is not None
         }
-        choice = _choose_init(slot.name, owner, attr, shapes, rule_list, overrides)
+        record = captured.params.get(slot.name) if captured is not None else None
+        if record is not None and record.covers_all():
+            choice: DefaultInit | None = DefaultInit(zeros())  # unused: replayed instead
+        else:
+            choice = _choose_init(slot.name, owner, attr, shapes, rule_list, overrides)
         if choice is None:
             missing.append(f"{slot.name} ({type(owner).__name__})")
             continue
@@ -405,7 +434,7 @@ def materialize(
         runs = (
             local_runs_of(tensor, name=slot.name) if _is_dtensor(tensor) else _full_runs(spec.shape)
         )
-        plans.append(_Plan(slot, spec, choice, runs, is_dtensor))
+        plans.append(_Plan(slot, spec, choice, runs, is_dtensor, record))
     region_plans: list[tuple[fsdp1.FlatRegion, ParamSpec, DefaultInit]] = []
     region_shapes: dict[int, dict[str, tuple[int, ...]]] = {}
     for region in regions:
@@ -451,7 +480,8 @@ def materialize(
             )
 
     buffers = _collect_meta_buffers(module)
-    unknown = [b.name for b in buffers if b.default is None]
+    computed = set(captured.buffers) if captured is not None else set()
+    unknown = [b.name for b in buffers if b.default is None and b.name not in computed]
     if unknown and buffer_init is None:
         raise ShardInitError(
             f"materialize: {len(unknown)} buffer(s) on the meta device have no known "
@@ -487,6 +517,14 @@ def materialize(
     # 3. Fill.
     with torch.no_grad():
         for plan in plans:
+            if plan.record is not None:
+                prior = (
+                    ()
+                    if plan.record.covers_all()
+                    else base_ops(plan.choice.init, plan.spec.shape, plan.choice.zero_rows)
+                )
+                replay_runs(plan.record, seed, plan.runs, _local(plan.slot.tensor()), prior=prior)
+                continue
             _fill_local(plan.spec, plan.choice, plan.runs, _local(plan.slot.tensor()))
         for flat_param in {id(region.flat_param): region.flat_param for region in regions}.values():
             flat_param.data.zero_()  # padding between and after parameters stays zero
@@ -497,10 +535,14 @@ def materialize(
         for buffer in buffers:
             value = buffer.module._buffers[buffer.attr]
             assert value is not None
+            if buffer.name in computed:
+                continue  # recomputed below by running init_fn for real
             if buffer.default is not None:
                 value.fill_(buffer.default)
             else:
                 assert buffer_init is not None
                 buffer_init(buffer.module, buffer.attr, value)
             fsdp1.take_meta_buffers(buffer.module)
+    if captured is not None:
+        recompute_buffers(module, captured)
     return module

@@ -18,7 +18,8 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use crate::init::{Element, Init, Sampler};
-use crate::philox::{philox4x32_10, Backend, Stream, BATCH_BLOCKS};
+use crate::kernel;
+use crate::philox::{Backend, Stream};
 use crate::Error;
 
 /// Output elements per unit of parallel work (256 KiB of float32): large enough that
@@ -184,87 +185,46 @@ impl RunLayout {
 
 /// Writes elements `[start, start + out.len())` (global flat indices) of one parameter.
 /// Single-threaded; the building block of all fills.
-fn fill_flat_serial<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, out: &mut [T]) {
+fn fill_flat_serial<T: Element>(
+    backend: Backend,
+    stream: &Stream,
+    sampler: &Sampler,
+    start: u64,
+    out: &mut [T],
+) {
     if let Sampler::Constant { value } = *sampler {
         out.fill(T::from_f64(value));
         return;
     }
-    if T::DTYPE.words_per_element() == 2 {
-        fill_two_word(stream, sampler, start, out);
-    } else {
-        fill_one_word(stream, sampler, start, out);
+    let two_words = T::DTYPE.words_per_element() == 2;
+    match (backend, two_words) {
+        (Backend::Scalar, false) => scalar_one_word(stream, sampler, start, out),
+        (Backend::Scalar, true) => scalar_two_word(stream, sampler, start, out),
+        (_, false) => kernel::fill_one_word(backend, stream.key_words(), sampler, start, out),
+        (_, true) => kernel::fill_two_word(backend, stream.key_words(), sampler, start, out),
     }
 }
 
-/// Elements of one-word dtypes: element `i` uses word `i`.
-#[inline(always)]
-fn fill_one_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, out: &mut [T]) {
-    let backend = Backend::detect();
-    let key = stream.key_words();
+/// The scalar reference for one-word dtypes: element `i` is
+/// `T::from_f64(sampler.one_word(word i))`, one Philox block at a time.
+fn scalar_one_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, out: &mut [T]) {
     let mut index = start;
-    let mut written = 0;
-    let mut batch = [0u32; 4 * BATCH_BLOCKS];
-    while written < out.len() {
-        let skip = (index & 3) as usize;
-        let remaining = out.len() - written;
-        let words: &[u32] = if skip + remaining <= 4 {
-            // A short piece inside one block: one scalar block instead of a batch.
-            let block = philox4x32_10([(index >> 2) as u32, (index >> 34) as u32, 0, 0], key);
-            batch[..4].copy_from_slice(&block);
-            &batch[skip..skip + remaining]
-        } else {
-            backend.blocks(index >> 2, key, &mut batch);
-            let take = (batch.len() - skip).min(remaining);
-            &batch[skip..skip + take]
-        };
-        let dest = &mut out[written..written + words.len()];
-        match *sampler {
-            Sampler::Uniform { .. } => {
-                for (slot, &word) in dest.iter_mut().zip(words) {
-                    *slot = T::from_f64(sampler.one_word(word));
-                }
-            }
-            _ => {
-                for (slot, &word) in dest.iter_mut().zip(words) {
-                    *slot = T::from_f64(sampler.one_word(word));
-                }
-            }
-        }
-        written += words.len();
-        index += words.len() as u64;
+    for slot in out.iter_mut() {
+        let block = stream.block(index >> 2);
+        *slot = T::from_f64(sampler.one_word(block[(index & 3) as usize]));
+        index += 1;
     }
 }
 
-/// float64 elements: element `i` uses words `2i` and `2i + 1` (both in block `i >> 1`).
-#[inline(always)]
-fn fill_two_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, out: &mut [T]) {
-    let backend = Backend::detect();
-    let key = stream.key_words();
+/// The scalar reference for float64: element `i` uses words `2i` and `2i + 1` (both in
+/// block `i >> 1`).
+fn scalar_two_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, out: &mut [T]) {
     let mut index = start;
-    let mut written = 0;
-    let mut batch = [0u32; 4 * BATCH_BLOCKS];
-    while written < out.len() {
-        // Words of element `index` start at word 2*index = 4*(index>>1) + 2*(index&1).
-        let skip_pairs = (index & 1) as usize;
-        let remaining = out.len() - written;
-        let pairs: &[u32] = if skip_pairs + remaining <= 2 {
-            let block = philox4x32_10([(index >> 1) as u32, (index >> 33) as u32, 0, 0], key);
-            batch[..4].copy_from_slice(&block);
-            &batch[2 * skip_pairs..2 * (skip_pairs + remaining)]
-        } else {
-            backend.blocks(index >> 1, key, &mut batch);
-            let take = (batch.len() / 2 - skip_pairs).min(remaining);
-            &batch[2 * skip_pairs..2 * (skip_pairs + take)]
-        };
-        let count = pairs.len() / 2;
-        for (slot, pair) in out[written..written + count]
-            .iter_mut()
-            .zip(pairs.chunks_exact(2))
-        {
-            *slot = T::from_f64(sampler.two_words(pair[0], pair[1]));
-        }
-        written += count;
-        index += count as u64;
+    for slot in out.iter_mut() {
+        let block = stream.block(index >> 1);
+        let pair = 2 * (index & 1) as usize;
+        *slot = T::from_f64(sampler.two_words(block[pair], block[pair + 1]));
+        index += 1;
     }
 }
 
@@ -332,6 +292,25 @@ impl ParamStream {
         out: &mut [T],
         threads: Threads,
     ) -> Result<(), Error> {
+        self.fill_flat_using(Backend::detect(), start, out, threads)
+    }
+
+    /// [`ParamStream::fill_flat`] with a forced backend (tests and benchmarks compare
+    /// them; every backend gives the same bits).
+    ///
+    /// # Errors
+    /// As [`ParamStream::fill_flat`].
+    ///
+    /// # Panics
+    /// If this CPU cannot run `backend` ([`Backend::is_available`]).
+    pub fn fill_flat_using<T: Element>(
+        &self,
+        backend: Backend,
+        start: u64,
+        out: &mut [T],
+        threads: Threads,
+    ) -> Result<(), Error> {
+        assert!(backend.is_available(), "backend {backend:?} is not supported");
         let (stream, sampler, numel) = self.checked::<T>()?;
         let len = out.len() as u64;
         if start.checked_add(len).is_none_or(|end| end > numel) {
@@ -339,7 +318,7 @@ impl ParamStream {
         }
         for_each_chunk(out, threads, |index, chunk| {
             let chunk_start = start + (index * CHUNK_ELEMENTS) as u64;
-            fill_flat_serial(&stream, &sampler, chunk_start, chunk);
+            fill_flat_serial(backend, &stream, &sampler, chunk_start, chunk);
         });
         Ok(())
     }
@@ -380,6 +359,26 @@ impl ParamStream {
         out: &mut [T],
         threads: Threads,
     ) -> Result<(), Error> {
+        self.fill_box_part_using(Backend::detect(), region, out_offset, out, threads)
+    }
+
+    /// [`ParamStream::fill_box_part`] with a forced backend (tests and benchmarks
+    /// compare them; every backend gives the same bits).
+    ///
+    /// # Errors
+    /// As [`ParamStream::fill_box_part`].
+    ///
+    /// # Panics
+    /// If this CPU cannot run `backend` ([`Backend::is_available`]).
+    pub fn fill_box_part_using<T: Element>(
+        &self,
+        backend: Backend,
+        region: &[(u64, u64)],
+        out_offset: u64,
+        out: &mut [T],
+        threads: Threads,
+    ) -> Result<(), Error> {
+        assert!(backend.is_available(), "backend {backend:?} is not supported");
         let (stream, sampler, _) = self.checked::<T>()?;
         let box_len = box_numel(&self.global_shape, region)?;
         let len = out.len() as u64;
@@ -402,6 +401,7 @@ impl ParamStream {
                 let take = ((layout.run_len - within) as usize).min(chunk.len() - done);
                 let global_start = layout.run_start(run) + within;
                 fill_flat_serial(
+                    backend,
                     &stream,
                     &sampler,
                     global_start,

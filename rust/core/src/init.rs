@@ -42,6 +42,14 @@ pub trait Element: Copy + Send + Sync + 'static {
     const DTYPE: Dtype;
     /// Rounds a binary64 value to this type as SPEC §4 prescribes.
     fn from_f64(value: f64) -> Self;
+    /// Rounds `values[i]` into `out[i]` for every `i` (the shorter length wins),
+    /// exactly as [`Element::from_f64`] does, written so the loop vectorizes.
+    #[inline(always)]
+    fn from_f64_lanes(values: &[f64], out: &mut [Self]) {
+        for (slot, &value) in out.iter_mut().zip(values) {
+            *slot = Self::from_f64(value);
+        }
+    }
 }
 
 impl Element for f64 {
@@ -68,6 +76,12 @@ impl Element for bf16 {
         // Via float32, as torch's `.to(torch.bfloat16)` of a float32 tensor.
         bf16::from_f32(value as f32)
     }
+    #[inline(always)]
+    fn from_f64_lanes(values: &[f64], out: &mut [Self]) {
+        for (slot, &value) in out.iter_mut().zip(values) {
+            *slot = bf16::from_bits(bf16_bits_from_f32(value as f32));
+        }
+    }
 }
 
 impl Element for f16 {
@@ -77,6 +91,66 @@ impl Element for f16 {
         // Via float32, as torch's `.to(torch.float16)` of a float32 tensor.
         f16::from_f32(value as f32)
     }
+    #[inline(always)]
+    fn from_f64_lanes(values: &[f64], out: &mut [Self]) {
+        for (slot, &value) in out.iter_mut().zip(values) {
+            *slot = f16::from_bits(f16_bits_from_f32(value as f32));
+        }
+    }
+}
+
+/// `bf16::from_f32(x).to_bits()` (round to nearest even; NaN stays NaN with the quiet
+/// bit set, as `half` does) written without branches, so that lane loops vectorize.
+/// Tested against `half` on every f32 bit pattern class.
+#[inline(always)]
+pub fn bf16_bits_from_f32(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let is_nan = (bits & 0x7fff_ffff) > 0x7f80_0000;
+    // Round up when the first dropped bit is set and the value is not exactly half way
+    // to an even result (the other dropped bits or the kept lowest bit are set).
+    let round_up = (bits & 0x8000) != 0 && (bits & 0x1_7fff) != 0;
+    let rounded = (bits >> 16) + u32::from(round_up);
+    let nan = (bits >> 16) | 0x0040;
+    (if is_nan { nan } else { rounded }) as u16
+}
+
+/// `f16::from_f32(x).to_bits()` (IEEE round to nearest even, subnormals, overflow to
+/// infinity; NaN keeps its top mantissa bits with the quiet bit set, as `half`'s
+/// software conversion and the F16C instruction do) written without branches, so that
+/// lane loops vectorize. Tested against `half` on every f32 bit pattern class.
+#[inline(always)]
+pub fn f16_bits_from_f32(x: f32) -> u16 {
+    let bits = x.to_bits();
+    let sign = (bits >> 16) & 0x8000;
+    let exp = bits & 0x7f80_0000;
+    let man = bits & 0x007f_ffff;
+    // Infinity and NaN.
+    let inf_nan = 0x7c00 | if man != 0 { 0x0200 } else { 0 } | (man >> 13);
+    // Exponent rebiased for binary16 (may be out of range; selected away below).
+    let half_exp = (exp >> 23) as i32 - 127 + 15;
+    // Normal results: drop 13 mantissa bits, round to nearest even. A carry out of the
+    // mantissa correctly bumps the exponent (up to infinity).
+    let normal_round = (man & 0x1000) != 0 && (man & 0x2fff) != 0;
+    let normal = ((((half_exp.clamp(0, 31)) as u32) << 10) | (man >> 13)) + u32::from(normal_round);
+    // Subnormal results (half_exp in -10 ..= 0): shift the full significand right by
+    // 14 - half_exp (14 ..= 24) bits, round to nearest even.
+    let shift = (14 - half_exp).clamp(14, 24) as u32;
+    let significand = man | 0x0080_0000;
+    let round_bit = 1u32 << (shift - 1);
+    let sub_round = (significand & round_bit) != 0 && (significand & (3 * round_bit - 1)) != 0;
+    let subnormal = (significand >> shift) + u32::from(sub_round);
+    let magnitude = if exp == 0x7f80_0000 {
+        inf_nan
+    } else if half_exp >= 0x1f {
+        0x7c00
+    } else if half_exp > 0 {
+        normal
+    } else if half_exp >= -10 {
+        subnormal
+    } else {
+        0
+    };
+    (sign | magnitude) as u16
 }
 
 /// Target dtypes of stream format v1.
@@ -270,6 +344,20 @@ impl TruncNormal {
         }
     }
 
+    /// `(mean, std, a, b, Phi(al), Phi(-be), mass)`, for the lane kernels.
+    #[inline(always)]
+    pub(crate) fn constants(&self) -> (f64, f64, f64, f64, f64, f64, f64) {
+        (
+            self.mean,
+            self.std,
+            self.a,
+            self.b,
+            self.lower_cdf,
+            self.upper_tail,
+            self.mass,
+        )
+    }
+
     /// The sample for uniform `u` in (0, 1) whose complement `1 - u` is exact.
     #[inline(always)]
     pub fn sample(&self, u: f64) -> f64 {
@@ -458,6 +546,51 @@ mod tests {
                 assert!(lo - a < 1e-6 * (b - a), "{lo}");
             }
         }
+    }
+
+    /// Checks the branch-free conversions against `half` on `bits`.
+    fn check_conversions(bits: impl Iterator<Item = u32>) {
+        for b in bits {
+            let x = f32::from_bits(b);
+            assert_eq!(bf16_bits_from_f32(x), bf16::from_f32(x).to_bits(), "{b:#010x}");
+            assert_eq!(f16_bits_from_f32(x), f16::from_f32(x).to_bits(), "{b:#010x}");
+        }
+    }
+
+    #[test]
+    fn lane_conversions_equal_half_on_a_sample_of_every_class() {
+        // A stride through all 2^32 patterns (odd, so every residue of the rounding bits
+        // is hit), plus every pattern around the places where rounding changes:
+        // zero / subnormals, f16's subnormal and overflow thresholds, infinity and NaN,
+        // and 1.0, for both signs.
+        let strided = (0..=u32::MAX / 4099).map(|i| i * 4099);
+        check_conversions(strided);
+        for sign in [0u32, 0x8000_0000] {
+            for centre in [
+                0x0000_0000u32,
+                0x0080_0000, // smallest normal f32
+                0x3300_0000, // 2^-25: below f16's smallest subnormal / 2
+                0x3380_0000, // 2^-24: f16's smallest subnormal
+                0x3880_0000, // 2^-14: f16's smallest normal
+                0x3f80_0000, // 1.0
+                0x477f_e000, // 65504: f16's largest finite
+                0x7f7f_ffff, // largest finite f32
+                0x7f80_0000, // infinity, then NaNs
+                0x7fc0_0000, // quiet NaN
+            ] {
+                let lo = centre.saturating_sub(1 << 16);
+                let hi = centre.saturating_add(1 << 16).min(0x7fff_ffff);
+                check_conversions((lo..=hi).map(|b| b | sign));
+            }
+        }
+    }
+
+    /// Every f32 bit pattern (about a minute): `cargo test -p shardinit-core --release
+    /// -- --ignored exhaustive`.
+    #[test]
+    #[ignore = "slow: all 2^32 patterns"]
+    fn lane_conversions_equal_half_exhaustive() {
+        check_conversions(0..=u32::MAX);
     }
 
     #[test]

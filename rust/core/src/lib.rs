@@ -4,6 +4,7 @@
 mod error;
 pub mod fill;
 pub mod init;
+mod kernel;
 mod key;
 pub mod math;
 pub mod philox;

@@ -640,7 +640,7 @@ pub const PHI_INV_SPLIT1: f64 = 0.425;
 ///
 /// `p - 0.5` is exact for every `p` with `1 - p` representable (in particular for
 /// all U32 and U52 values); the measured error is stated on [`phi_inv`].
-#[inline]
+#[inline(always)]
 pub fn phi_inv_central(p: f64) -> f64 {
     let d = p - 0.5;
     let r = 0.180625 - d * d;
@@ -739,6 +739,106 @@ pub fn phi_inv(p: f64, q: f64) -> f64 {
     }
 }
 
+// ---------------------------------------------------------------------------------
+// Lane versions for the SIMD kernels: the same operations, in the same order.
+// ---------------------------------------------------------------------------------
+
+/// Lanes per group of [`phi_inv_tail_lanes`]: one AVX-512 register of f64, two AVX2.
+const TAIL_GROUP: usize = 8;
+
+/// `f64::from(k)` for `|k| < 2^51`, without a 64-bit integer conversion (which AVX2
+/// lacks): the bit pattern of `2^52 + 2^51 + k` minus `2^52 + 2^51`, both exact.
+#[inline(always)]
+fn small_i64_to_f64(k: i64) -> f64 {
+    const MAGIC: f64 = 6_755_399_441_055_744.0; // 2^52 + 2^51
+    f64::from_bits(MAGIC.to_bits().wrapping_add(k as u64)) - MAGIC
+}
+
+/// [`log`] of a positive normal `x` on the path that [`phi_inv_tail`] takes for all but
+/// a few inputs (`x = 2^k (1 + f)` with `k != 0` and `|f| >= 2^-20`), written without
+/// branches: both of fdlibm's final formulas are computed and one is selected. Returns
+/// the value and whether `x` is off that path (then the value is meaningless and the
+/// caller must use [`log`]). The integer steps are fdlibm's, done in 64-bit lanes
+/// (every intermediate fits, so the values are the same as in 32 bits).
+#[inline(always)]
+fn log_common_path(x: f64) -> (f64, bool) {
+    let bits = x.to_bits();
+    let hx = (bits >> 32) as i64; // x > 0: the sign bit is clear
+    let off_path_range = !(0x0010_0000..0x7ff0_0000).contains(&hx);
+    let mut k = ((hx as u64) >> 20) as i64 - 1023;
+    let hx = hx & 0x000f_ffff;
+    let i = (hx + 0x95f64) & 0x0010_0000;
+    let x = f64::from_bits((((hx | (i ^ 0x3ff0_0000)) as u64) << 32) | (bits & 0xffff_ffff));
+    k += i >> 20;
+    let f = x - 1.0;
+    let tiny_f = (0x000f_ffff & (2 + hx)) < 3;
+    let s = f / (2.0 + f);
+    let dk = small_i64_to_f64(k);
+    let z = s * s;
+    let mut i = hx - 0x6147a;
+    let w = z * z;
+    let j = 0x6b851 - hx;
+    let t1 = w * (LG2 + w * (LG4 + w * LG6));
+    let t2 = z * (LG1 + w * (LG3 + w * (LG5 + w * LG7)));
+    i |= j;
+    let r = t2 + t1;
+    let hfsq = 0.5 * f * f;
+    let with_hfsq = dk * LN2_HI - ((hfsq - (s * (hfsq + r) + dk * LN2_LO)) - f);
+    let without = dk * LN2_HI - ((s * (f - r) - dk * LN2_LO) - f);
+    let value = if i > 0 { with_hfsq } else { without };
+    (value, off_path_range || tiny_f || k == 0)
+}
+
+/// [`phi_inv_tail`] on one group of lanes, `q = 1 - p`. Returns a bit mask of the lanes
+/// it does not cover (an argument off [`log_common_path`], `min(p, q) == 0`, or
+/// `r > 5`, which U32 never reaches); their `x` is meaningless.
+#[inline(always)]
+fn phi_inv_tail_group(p: &[f64; TAIL_GROUP], x: &mut [f64; TAIL_GROUP]) -> u32 {
+    let mut fallback = [false; TAIL_GROUP];
+    for lane in 0..TAIL_GROUP {
+        let p = p[lane];
+        let q = 1.0 - p;
+        let lower = p < 0.5;
+        let s = if lower { p } else { q };
+        let (log_s, off_path) = log_common_path(s);
+        let r = (-log_s).sqrt();
+        fallback[lane] = off_path || !(r <= 5.0);
+        let r = r - 1.6;
+        // Horner, highest coefficient first, exactly as in `phi_inv_tail`.
+        let num = ((((((C7 * r + C6) * r + C5) * r + C4) * r + C3) * r + C2) * r + C1) * r + C0;
+        let den = ((((((D7 * r + D6) * r + D5) * r + D4) * r + D3) * r + D2) * r + D1) * r + 1.0;
+        let v = num / den;
+        x[lane] = if lower { -v } else { v };
+    }
+    let mut mask = 0;
+    for (lane, &fall) in fallback.iter().enumerate() {
+        mask |= u32::from(fall) << lane;
+    }
+    mask
+}
+
+/// `out[i] = phi_inv_tail(p[i], 1 - p[i])` for `i < p.len()` (`out` at least as long),
+/// the same bits as [`phi_inv_tail`], computed in groups of lanes with the library's
+/// own `log` written branch-free; the rare lanes that need one of `log`'s or
+/// `phi_inv_tail`'s other branches are computed by the scalar functions.
+#[inline(always)]
+pub fn phi_inv_tail_lanes(p: &[f64], out: &mut [f64]) {
+    for (p, out) in p.chunks(TAIL_GROUP).zip(out.chunks_mut(TAIL_GROUP)) {
+        // Pad a short group with a harmless argument on the common path.
+        let mut group = [0.01f64; TAIL_GROUP];
+        group[..p.len()].copy_from_slice(p);
+        let mut x = [0f64; TAIL_GROUP];
+        let mut fallback = phi_inv_tail_group(&group, &mut x);
+        fallback &= (1u32 << p.len()) - 1;
+        while fallback != 0 {
+            let lane = fallback.trailing_zeros() as usize;
+            x[lane] = phi_inv_tail(p[lane], 1.0 - p[lane]);
+            fallback &= fallback - 1;
+        }
+        out[..p.len()].copy_from_slice(&x[..p.len()]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -769,6 +869,54 @@ mod tests {
                 "{name}({x:e}) = {got:e} ({:#018x}), want {want:e} ({rb:#018x}): {d} ulp",
                 got.to_bits()
             );
+        }
+    }
+
+    #[test]
+    fn tail_lanes_equal_the_scalar_tail() {
+        let mut ps = vec![0.0, 1.0, 0.5, 0.074_999, 0.925_001, f64::MIN_POSITIVE, 5e-324];
+        // Powers of two and their neighbours (log's |f| < 2^-20 branch), both tails.
+        for e in 4..1070 {
+            let base = f64::powi(2.0, -e);
+            for bits_off in [-3i64, -1, 0, 1, 2, 1 << 30, -(1 << 30)] {
+                let p = f64::from_bits((base.to_bits() as i64 + bits_off) as u64);
+                ps.push(p);
+                ps.push(1.0 - p);
+            }
+        }
+        // Every U32 value in the lower tail with a stride, and their complements.
+        for w in (0u32..322_122_547).step_by(977) {
+            let p = (f64::from(w) + 0.5) * f64::powi(2.0, -32);
+            ps.push(p);
+            ps.push(1.0 - p);
+        }
+        // U52 values log-spaced towards 0 (r > 5 below about 1.4e-11).
+        let mut p = 0.075;
+        while p > 1e-300 {
+            ps.push(p);
+            ps.push(1.0 - p);
+            p *= 0.937;
+        }
+        let mut lanes = vec![0f64; ps.len()];
+        phi_inv_tail_lanes(&ps, &mut lanes);
+        for (&p, &got) in ps.iter().zip(&lanes) {
+            let want = phi_inv_tail(p, 1.0 - p);
+            assert_eq!(got.to_bits(), want.to_bits(), "p = {p:e}: {got:e} vs {want:e}");
+        }
+        // Short slices (padding of the last group).
+        for len in 0..20 {
+            let mut out = vec![0f64; len];
+            phi_inv_tail_lanes(&ps[..len], &mut out);
+            for (&p, &got) in ps[..len].iter().zip(&out) {
+                assert_eq!(got.to_bits(), phi_inv_tail(p, 1.0 - p).to_bits());
+            }
+        }
+    }
+
+    #[test]
+    fn small_integer_conversion_is_exact() {
+        for k in -1200i64..1200 {
+            assert_eq!(small_i64_to_f64(k), k as f64);
         }
     }
 

@@ -61,7 +61,7 @@ pub const BATCH_BLOCKS: usize = 8;
 /// `out[4 * i + w]` is word `w` of block `first_block + i`. Bit-identical to calling
 /// [`philox4x32_10`] per block (tested).
 #[inline(always)]
-fn philox_batch(first_block: u64, key: [u32; 2], out: &mut [u32; 4 * BATCH_BLOCKS]) {
+pub(crate) fn philox_batch(first_block: u64, key: [u32; 2], out: &mut [u32; 4 * BATCH_BLOCKS]) {
     let mut c0 = [0u32; BATCH_BLOCKS];
     let mut c1 = [0u32; BATCH_BLOCKS];
     let mut c2 = [0u32; BATCH_BLOCKS];
@@ -205,11 +205,15 @@ pub(crate) mod x86 {
     }
 }
 
-/// Which implementation of the batched block function this CPU runs. All give the
-/// same bits; only speed differs.
+/// Which implementation of the batched block function (and of the fill kernels built
+/// on it) runs. All give the same bits; only speed differs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// Portable code (auto-vectorized for the baseline target features).
+    /// The scalar reference: one block and one element at a time, straight from the
+    /// definitions ([`philox4x32_10`], [`crate::Sampler::one_word`]). Slow; every other
+    /// backend is tested against it.
+    Scalar,
+    /// Portable lane code (auto-vectorized for the baseline target features).
     Portable,
     /// x86-64 AVX2, selected at run time.
     Avx2,
@@ -218,35 +222,90 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// The fastest backend this CPU supports.
+    /// The fastest backend this CPU supports (detected once, then cached).
+    #[inline]
     pub fn detect() -> Backend {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::is_x86_feature_detected!("avx512f") {
-                return Backend::Avx512;
+        static DETECTED: std::sync::OnceLock<Backend> = std::sync::OnceLock::new();
+        *DETECTED.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::is_x86_feature_detected!("avx512f")
+                    && std::is_x86_feature_detected!("avx2")
+                {
+                    return Backend::Avx512;
+                }
+                if std::is_x86_feature_detected!("avx2") {
+                    return Backend::Avx2;
+                }
             }
-            if std::is_x86_feature_detected!("avx2") {
-                return Backend::Avx2;
+            Backend::Portable
+        })
+    }
+
+    /// Every backend this CPU can run, the scalar reference first (for tests and
+    /// benchmarks that force a path).
+    pub fn available() -> Vec<Backend> {
+        [
+            Backend::Scalar,
+            Backend::Portable,
+            Backend::Avx2,
+            Backend::Avx512,
+        ]
+        .into_iter()
+        .filter(|backend| backend.is_available())
+        .collect()
+    }
+
+    /// Whether this CPU can run `self` (a cached feature check, cheap).
+    #[inline]
+    pub fn is_available(self) -> bool {
+        match self {
+            Backend::Scalar | Backend::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx2 => std::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            Backend::Avx512 => {
+                std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx2")
             }
+            #[cfg(not(target_arch = "x86_64"))]
+            Backend::Avx2 | Backend::Avx512 => false,
         }
-        Backend::Portable
     }
 
     /// Computes [`BATCH_BLOCKS`] blocks starting at `first_block` with this backend.
+    ///
+    /// # Panics
+    /// If this CPU cannot run `self` (see [`Backend::is_available`]).
     #[inline]
     pub fn blocks(self, first_block: u64, key: [u32; 2], out: &mut [u32; 4 * BATCH_BLOCKS]) {
         match self {
+            Backend::Scalar => {
+                for (lane, words) in out.chunks_exact_mut(4).enumerate() {
+                    let block = first_block.wrapping_add(lane as u64);
+                    words.copy_from_slice(&philox4x32_10(
+                        [block as u32, (block >> 32) as u32, 0, 0],
+                        key,
+                    ));
+                }
+            }
             Backend::Portable => philox_batch(first_block, key, out),
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Backend::Avx2` is only constructed by `detect` after
-            // `is_x86_feature_detected!("avx2")` returned true.
-            Backend::Avx2 => unsafe { x86::philox_batch_avx2(first_block, key, out) },
+            Backend::Avx2 => {
+                assert!(std::is_x86_feature_detected!("avx2"), "no AVX2 on this CPU");
+                // SAFETY: AVX2 support was just checked.
+                unsafe { x86::philox_batch_avx2_intrinsics(first_block, key, out) }
+            }
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Backend::Avx512` is only constructed by `detect` after
-            // `is_x86_feature_detected!("avx512f")` returned true.
-            Backend::Avx512 => unsafe { x86::philox_batch_avx512(first_block, key, out) },
+            Backend::Avx512 => {
+                assert!(
+                    std::is_x86_feature_detected!("avx512f"),
+                    "no AVX-512F on this CPU"
+                );
+                // SAFETY: AVX-512F support was just checked.
+                unsafe { x86::philox_batch_avx512(first_block, key, out) }
+            }
             #[cfg(not(target_arch = "x86_64"))]
-            _ => philox_batch(first_block, key, out),
+            Backend::Avx2 | Backend::Avx512 => panic!("{self:?} needs an x86-64 CPU"),
         }
     }
 }
@@ -371,12 +430,7 @@ mod tests {
     #[test]
     fn every_backend_matches_the_scalar_reference() {
         let key = [0x1234_5678, 0x9abc_def0];
-        let mut backends = vec![Backend::Portable, Backend::detect()];
-        #[cfg(target_arch = "x86_64")]
-        if std::is_x86_feature_detected!("avx2") {
-            backends.push(Backend::Avx2);
-        }
-        for backend in backends {
+        for backend in Backend::available() {
             for first_block in [0u64, 1, 7, (1 << 32) - 3, u64::MAX - 3] {
                 let mut batch = [0u32; 4 * BATCH_BLOCKS];
                 backend.blocks(first_block, key, &mut batch);

@@ -1,0 +1,452 @@
+//! The batched fill kernels: Philox words, the transform to values and the rounding to
+//! the target dtype, fused per step of [`STEP_WORDS`] words (16 blocks) that never
+//! leave the L1 cache.
+//!
+//! Every transform is written as loops over fixed-size lane arrays, so the compiler
+//! turns them into SIMD instructions; each lane performs exactly the operations of the
+//! scalar reference ([`Sampler::one_word`], [`Sampler::two_words`],
+//! [`Element::from_f64`]) in the same order. Rust never contracts `a * b + c` into a
+//! fused multiply-add and never reassociates floating-point arithmetic, and the vector
+//! `+ - * / sqrt` are the same correctly rounded IEEE-754 operations as the scalar ones,
+//! so vectorizing cannot change a bit (tested: every backend equals [`Backend::Scalar`]).
+//!
+//! The inverse normal CDF is the one transform with branches (AS 241's central region
+//! and two tails). All lanes first run the branch-free central approximation; the
+//! lanes outside it (about 15% for U32) are then compacted and run through the tail
+//! formula, again in lanes ([`math::phi_inv_tail_lanes`]), with the rare lanes that
+//! formula does not cover handed to the scalar [`math::phi_inv_tail`].
+
+use crate::init::{Element, Sampler, TruncNormal};
+use crate::math;
+use crate::philox::{philox_batch, Backend, BATCH_BLOCKS};
+
+/// Philox blocks per kernel step.
+const STEP_BLOCKS: usize = 2 * BATCH_BLOCKS;
+/// Stream words per kernel step: 64 one-word elements or 32 float64 elements.
+pub(crate) const STEP_WORDS: usize = 4 * STEP_BLOCKS;
+
+/// 2^-24: the U24 map's scale.
+const TWO_POW_M24: f64 = 1.0 / 16_777_216.0;
+/// 2^-53.
+const TWO_POW_M53: f64 = 1.0 / 9_007_199_254_740_992.0;
+
+/// A source of [`STEP_WORDS`] consecutive stream words.
+trait WordSource: Copy {
+    /// Words `4 * first_block ..` of the stream of `key`, in stream order.
+    fn step(self, first_block: u64, key: [u32; 2], out: &mut [u32; STEP_WORDS]);
+}
+
+/// The portable lane code.
+#[derive(Clone, Copy)]
+struct PortableWords;
+
+impl WordSource for PortableWords {
+    #[inline(always)]
+    fn step(self, first_block: u64, key: [u32; 2], out: &mut [u32; STEP_WORDS]) {
+        for (half, words) in out.chunks_exact_mut(4 * BATCH_BLOCKS).enumerate() {
+            let first = first_block.wrapping_add((half * BATCH_BLOCKS) as u64);
+            philox_batch(first, key, words.try_into().expect("a batch of words"));
+        }
+    }
+}
+
+/// AVX2 intrinsics. Only constructed after AVX2 was detected on this CPU.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Avx2Words(());
+
+#[cfg(target_arch = "x86_64")]
+impl WordSource for Avx2Words {
+    #[inline(always)]
+    fn step(self, first_block: u64, key: [u32; 2], out: &mut [u32; STEP_WORDS]) {
+        for (half, words) in out.chunks_exact_mut(4 * BATCH_BLOCKS).enumerate() {
+            let first = first_block.wrapping_add((half * BATCH_BLOCKS) as u64);
+            // SAFETY: an `Avx2Words` exists only once AVX2 support has been detected
+            // (see `fill_one_word` / `fill_two_word`).
+            unsafe {
+                crate::philox::x86::philox_batch_avx2_intrinsics(
+                    first,
+                    key,
+                    words.try_into().expect("a batch of words"),
+                );
+            }
+        }
+    }
+}
+
+/// `U24(w)` as the lanes compute it: `w >> 8` fits an `i32`, whose conversion to f64
+/// vectorizes (the unsigned one does not on AVX2); the value is the same, exactly.
+#[inline(always)]
+fn u24_lane(word: u32) -> f64 {
+    f64::from((word >> 8) as i32) * TWO_POW_M24
+}
+
+/// `U32(w) = (w + 0.5) * 2^-32` as the lanes compute it: the bit pattern of
+/// `1 + (2w + 1) * 2^-33` minus 1. Both steps are exact, so this is the same value as
+/// [`crate::init::u32_open`], without an unsigned integer conversion.
+#[inline(always)]
+fn u32_open_lane(word: u32) -> f64 {
+    f64::from_bits(0x3ff0_0000_0000_0000 | (u64::from(word) << 20) | (1 << 19)) - 1.0
+}
+
+/// `U52(w0, w1) = (2m + 1) * 2^-53` as the lanes compute it: `(1 + m * 2^-52) - 1`
+/// is exactly `m * 2^-52`, and adding `2^-53` is exact because the sum `(2m + 1) *
+/// 2^-53 < 1` has at most 53 significant bits. The same value as
+/// [`crate::init::u52_open`], without a 64-bit integer conversion.
+#[inline(always)]
+fn u52_open_lane(word0: u32, word1: u32) -> f64 {
+    let m = (u64::from(word0 >> 6) << 26) | u64::from(word1 >> 6);
+    (f64::from_bits(0x3ff0_0000_0000_0000 | m) - 1.0) + TWO_POW_M53
+}
+
+/// `PhiInv(p[i])` into `x[i]` (with `q = 1 - p[i]`), exactly as [`math::phi_inv`].
+#[inline(always)]
+fn phi_inv_lanes<const N: usize>(p: &[f64; N], x: &mut [f64; N]) {
+    for i in 0..N {
+        x[i] = math::phi_inv_central(p[i]);
+    }
+    // Compact the tail lanes (|p - 0.5| > 0.425, or NaN: phi_inv's NaN check is
+    // subsumed, since the central formula of a NaN is NaN) through a bit mask, which
+    // the compiler builds with vector compares.
+    const { assert!(N <= 64) };
+    let mut is_tail = [false; N];
+    for i in 0..N {
+        is_tail[i] = (p[i] - 0.5).abs() > math::PHI_INV_SPLIT1;
+    }
+    let mut mask = 0u64;
+    for (i, &tail) in is_tail.iter().enumerate() {
+        mask |= u64::from(tail) << i;
+    }
+    if mask == 0 {
+        return;
+    }
+    let mut tail_index = [0u8; N];
+    let mut tail_p = [0f64; N];
+    let mut count = 0;
+    while mask != 0 {
+        let i = mask.trailing_zeros() as usize;
+        tail_index[count] = i as u8;
+        tail_p[count] = p[i];
+        count += 1;
+        mask &= mask - 1;
+    }
+    let mut tail_x = [0f64; N];
+    math::phi_inv_tail_lanes(&tail_p[..count], &mut tail_x);
+    for k in 0..count {
+        x[usize::from(tail_index[k])] = tail_x[k];
+    }
+}
+
+/// `Sampler::Normal` over lanes of uniforms `u`.
+#[inline(always)]
+fn normal_lanes<const N: usize>(mean: f64, std: f64, u: &[f64; N], value: &mut [f64; N]) {
+    let mut x = [0f64; N];
+    phi_inv_lanes(u, &mut x);
+    for i in 0..N {
+        value[i] = mean + std * x[i];
+    }
+}
+
+/// [`TruncNormal::sample`] over lanes of uniforms `u`.
+#[inline(always)]
+fn trunc_normal_lanes<const N: usize>(t: &TruncNormal, u: &[f64; N], value: &mut [f64; N]) {
+    let (mean, std, a, b, lower_cdf, upper_tail, mass) = t.constants();
+    let mut p = [0f64; N];
+    let mut upper = [false; N];
+    for i in 0..N {
+        let lower_t = lower_cdf + u[i] * mass;
+        let upper_q = upper_tail + (1.0 - u[i]) * mass;
+        upper[i] = !(lower_t <= 0.5);
+        p[i] = if upper[i] { upper_q } else { lower_t };
+    }
+    let mut x = [0f64; N];
+    phi_inv_lanes(&p, &mut x);
+    for i in 0..N {
+        let x = if upper[i] { -x[i] } else { x[i] };
+        value[i] = (mean + std * x).max(a).min(b);
+    }
+}
+
+/// Values of one step of a one-word dtype: element `k` from word `words[k]`.
+#[inline(always)]
+fn transform_one_word<T: Element>(
+    sampler: &Sampler,
+    words: &[u32; STEP_WORDS],
+    out: &mut [T; STEP_WORDS],
+) {
+    let mut value = [0f64; STEP_WORDS];
+    match *sampler {
+        Sampler::Uniform { a, width } => {
+            for k in 0..STEP_WORDS {
+                value[k] = a + width * u24_lane(words[k]);
+            }
+        }
+        Sampler::Normal { mean, std } => {
+            let mut u = [0f64; STEP_WORDS];
+            for k in 0..STEP_WORDS {
+                u[k] = u32_open_lane(words[k]);
+            }
+            normal_lanes(mean, std, &u, &mut value);
+        }
+        Sampler::TruncNormal(ref t) => {
+            let mut u = [0f64; STEP_WORDS];
+            for k in 0..STEP_WORDS {
+                u[k] = u32_open_lane(words[k]);
+            }
+            trunc_normal_lanes(t, &u, &mut value);
+        }
+        Sampler::Constant { value: c } => value.fill(c),
+    }
+    T::from_f64_lanes(&value, out);
+}
+
+/// Values of one step of float64: element `k` from words `words[2k]`, `words[2k + 1]`.
+#[inline(always)]
+fn transform_two_word<T: Element>(
+    sampler: &Sampler,
+    words: &[u32; STEP_WORDS],
+    out: &mut [T; STEP_WORDS / 2],
+) {
+    const N: usize = STEP_WORDS / 2;
+    let mut u = [0f64; N];
+    for k in 0..N {
+        u[k] = u52_open_lane(words[2 * k], words[2 * k + 1]);
+    }
+    let mut value = [0f64; N];
+    match *sampler {
+        Sampler::Uniform { a, width } => {
+            for k in 0..N {
+                value[k] = a + width * u[k];
+            }
+        }
+        Sampler::Normal { mean, std } => normal_lanes(mean, std, &u, &mut value),
+        Sampler::TruncNormal(ref t) => trunc_normal_lanes(t, &u, &mut value),
+        Sampler::Constant { value: c } => value.fill(c),
+    }
+    T::from_f64_lanes(&value, out);
+}
+
+/// Elements `[start, start + out.len())` of a one-word dtype (element `i` uses word `i`).
+#[inline(always)]
+fn one_word_steps<T: Element, W: WordSource>(
+    words_of: W,
+    key: [u32; 2],
+    sampler: &Sampler,
+    start: u64,
+    out: &mut [T],
+) {
+    let mut words = [0u32; STEP_WORDS];
+    let mut index = start;
+    let mut done = 0;
+    while done < out.len() {
+        // Only the first step can start mid-block; after it `index` is a multiple of 4.
+        let skip = (index & 3) as usize;
+        let take = (STEP_WORDS - skip).min(out.len() - done);
+        words_of.step(index >> 2, key, &mut words);
+        if take == STEP_WORDS {
+            let dest: &mut [T; STEP_WORDS] = (&mut out[done..done + STEP_WORDS])
+                .try_into()
+                .expect("a full step");
+            transform_one_word(sampler, &words, dest);
+        } else {
+            // A partial step (the first or the last): transform all, keep a part.
+            let mut values = [T::from_f64(0.0); STEP_WORDS];
+            transform_one_word(sampler, &words, &mut values);
+            out[done..done + take].copy_from_slice(&values[skip..skip + take]);
+        }
+        done += take;
+        index += take as u64;
+    }
+}
+
+/// Elements `[start, start + out.len())` of float64 (element `i` uses words `2i`,
+/// `2i + 1`: half of block `i >> 1`).
+#[inline(always)]
+fn two_word_steps<T: Element, W: WordSource>(
+    words_of: W,
+    key: [u32; 2],
+    sampler: &Sampler,
+    start: u64,
+    out: &mut [T],
+) {
+    const N: usize = STEP_WORDS / 2;
+    let mut words = [0u32; STEP_WORDS];
+    let mut index = start;
+    let mut done = 0;
+    while done < out.len() {
+        let skip = (index & 1) as usize;
+        let take = (N - skip).min(out.len() - done);
+        words_of.step(index >> 1, key, &mut words);
+        if take == N {
+            let dest: &mut [T; N] = (&mut out[done..done + N])
+                .try_into()
+                .expect("a full step");
+            transform_two_word(sampler, &words, dest);
+        } else {
+            let mut values = [T::from_f64(0.0); N];
+            transform_two_word(sampler, &words, &mut values);
+            out[done..done + take].copy_from_slice(&values[skip..skip + take]);
+        }
+        done += take;
+        index += take as u64;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{one_word_steps, two_word_steps, Avx2Words, Element, Sampler};
+
+    /// [`one_word_steps`] with AVX2 words and AVX2 lane code.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn one_word_avx2<T: Element>(
+        key: [u32; 2],
+        sampler: &Sampler,
+        start: u64,
+        out: &mut [T],
+    ) {
+        one_word_steps(Avx2Words(()), key, sampler, start, out);
+    }
+
+    /// [`two_word_steps`] with AVX2 words and AVX2 lane code.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn two_word_avx2<T: Element>(
+        key: [u32; 2],
+        sampler: &Sampler,
+        start: u64,
+        out: &mut [T],
+    ) {
+        two_word_steps(Avx2Words(()), key, sampler, start, out);
+    }
+
+    /// [`one_word_steps`] with AVX2 words and AVX-512 lane code.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F and AVX2.
+    #[target_feature(enable = "avx512f,avx2")]
+    pub(super) unsafe fn one_word_avx512<T: Element>(
+        key: [u32; 2],
+        sampler: &Sampler,
+        start: u64,
+        out: &mut [T],
+    ) {
+        one_word_steps(Avx2Words(()), key, sampler, start, out);
+    }
+
+    /// [`two_word_steps`] with AVX2 words and AVX-512 lane code.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F and AVX2.
+    #[target_feature(enable = "avx512f,avx2")]
+    pub(super) unsafe fn two_word_avx512<T: Element>(
+        key: [u32; 2],
+        sampler: &Sampler,
+        start: u64,
+        out: &mut [T],
+    ) {
+        two_word_steps(Avx2Words(()), key, sampler, start, out);
+    }
+}
+
+/// Panics unless this CPU can run `backend` (a forced backend in a test or benchmark).
+fn check_available(backend: Backend) {
+    assert!(
+        backend.is_available(),
+        "backend {backend:?} is not supported by this CPU"
+    );
+}
+
+/// Elements `[start, start + out.len())` of a one-word dtype with a batched backend
+/// (not [`Backend::Scalar`], which the caller handles).
+pub(crate) fn fill_one_word<T: Element>(
+    backend: Backend,
+    key: [u32; 2],
+    sampler: &Sampler,
+    start: u64,
+    out: &mut [T],
+) {
+    match backend {
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx2 => {
+            check_available(backend);
+            // SAFETY: AVX2 support was just checked.
+            unsafe { x86::one_word_avx2(key, sampler, start, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx512 => {
+            check_available(backend);
+            // SAFETY: AVX-512F and AVX2 support were just checked (`available` lists
+            // `Avx512` only when both are present).
+            unsafe { x86::one_word_avx512(key, sampler, start, out) }
+        }
+        _ => {
+            check_available(backend);
+            one_word_steps(PortableWords, key, sampler, start, out);
+        }
+    }
+}
+
+/// Elements `[start, start + out.len())` of float64 with a batched backend (not
+/// [`Backend::Scalar`]).
+pub(crate) fn fill_two_word<T: Element>(
+    backend: Backend,
+    key: [u32; 2],
+    sampler: &Sampler,
+    start: u64,
+    out: &mut [T],
+) {
+    match backend {
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx2 => {
+            check_available(backend);
+            // SAFETY: AVX2 support was just checked.
+            unsafe { x86::two_word_avx2(key, sampler, start, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx512 => {
+            check_available(backend);
+            // SAFETY: AVX-512F and AVX2 support were just checked.
+            unsafe { x86::two_word_avx512(key, sampler, start, out) }
+        }
+        _ => {
+            check_available(backend);
+            two_word_steps(PortableWords, key, sampler, start, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::init::{u24, u32_open, u52_open};
+
+    #[test]
+    fn lane_uniform_maps_equal_the_definitions() {
+        let mut words = vec![0u32, 1, 2, 255, 256, 0x7fff_ffff, 0x8000_0000, u32::MAX];
+        let mut x = 0x9e37_79b9u32;
+        for _ in 0..100_000 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            words.push(x);
+        }
+        for (i, &w) in words.iter().enumerate() {
+            assert_eq!(u24_lane(w).to_bits(), u24(w).to_bits(), "{w:#x}");
+            assert_eq!(u32_open_lane(w).to_bits(), u32_open(w).to_bits(), "{w:#x}");
+            let w1 = words[(i * 7 + 3) % words.len()];
+            assert_eq!(
+                u52_open_lane(w, w1).to_bits(),
+                u52_open(w, w1).to_bits(),
+                "{w:#x} {w1:#x}"
+            );
+        }
+        for (w0, w1) in [(0, 0), (u32::MAX, u32::MAX), (0, u32::MAX), (u32::MAX, 0)] {
+            assert_eq!(u52_open_lane(w0, w1), u52_open(w0, w1));
+        }
+    }
+}

@@ -1,0 +1,141 @@
+"""``materialize(init_fn=...)`` under FSDP2 on CPU meshes of 1-3 ranks (gloo): the gathered
+parameters equal, bit for bit, the world-1 replay of the same captured init code on a
+plain meta model (so every world gives the same bits; test_capture.py checks that replay
+against the expected initializers and against the init code run eagerly with torch).
+Shapes are chosen so shard boundaries cut through the captured sub-regions."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+from capture_models import HFModel, TitanLlama, eager
+from materialize_workers import Checks, check, expect_equal, run_group
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+
+import shardinit
+from shardinit.replay import replay_full
+
+pytestmark = pytest.mark.distributed
+
+SEED = 4242
+
+
+def _titan() -> TitanLlama:
+    # wqkv has 30 rows with the q/kv boundary at row 10: world 2 cuts it at row 15.
+    return TitanLlama(vocab=37, dim=10, hidden=14, layers=2)
+
+
+def _hf() -> HFModel:
+    return HFModel(vocab=29, dim=6, n_layer=2)
+
+
+def _reference(factory: object, init_name: str) -> dict[str, torch.Tensor]:
+    with torch.device("meta"):
+        model = factory()  # type: ignore[operator]
+    captured = shardinit.capture_init(model, getattr(model, init_name))
+    return {name: replay_full(record, SEED) for name, record in captured.params.items()}
+
+
+def _shard(model: nn.Module, blocks: list[nn.Module], world: int) -> None:
+    mesh = init_device_mesh("cpu", (world,))
+    for block in blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def _check_gathered(model: nn.Module, reference: dict[str, torch.Tensor]) -> None:
+    seen = []
+    for name, param in model.named_parameters():
+        assert isinstance(param, DTensor), f"{name} is not a DTensor"
+        expect_equal(name, param.full_tensor(), reference[name])
+        seen.append(name)
+    assert sorted(seen) == sorted(reference), seen
+
+
+def _check_titan(world: int) -> None:
+    with torch.device("meta"):
+        model = _titan()
+    _shard(model, list(model.layers.values()), world)
+    shardinit.materialize(model, seed=SEED, init_fn=model.init_weights)
+    _check_gathered(model, _reference(_titan, "init_weights"))
+    # The rotary buffer was recomputed for real, as torch computes it.
+    expected = eager(_titan, lambda m: None, SEED).freqs_cis
+    expect_equal("freqs_cis", model.freqs_cis, expected)
+    loss = model(torch.arange(6).reshape(1, 6)).logsumexp(-1).mean()
+    loss.backward()
+    assert math.isfinite(loss.item())
+
+
+def _check_hf(world: int) -> None:
+    with torch.device("meta"):
+        model = _hf()
+    _shard(model, list(model.h), world)
+    shardinit.materialize(model, seed=SEED, init_fn=model.init)
+    _check_gathered(model, _reference(_hf, "init"))
+    assert not model.wpe.weight.full_tensor()[0].any(), "padding row not zero"
+    assert model.lm_head.weight is model.wte.weight, "tie broken"
+
+
+def _check_reset_parameters(world: int) -> None:
+    def build() -> nn.Sequential:
+        with torch.device("meta"):
+            return nn.Sequential(nn.Embedding(7, 5, padding_idx=4), nn.Linear(5, 9))
+
+    model, reference = build(), build()
+    _shard(model, [], world)
+    _shard(reference, [], world)
+
+    def reset() -> None:
+        model[0].reset_parameters()
+        model[1].reset_parameters()
+
+    shardinit.materialize(model, seed=SEED, init_fn=reset)
+    shardinit.materialize(reference, seed=SEED)  # torch.nn defaults, no init_fn
+    for (name, param), (_, want) in zip(
+        model.named_parameters(), reference.named_parameters(), strict=True
+    ):
+        expect_equal(name, param.full_tensor(), want.full_tensor())
+
+
+def capture_scenario(rank: int, world: int) -> Checks:
+    checks: Checks = {}
+    check(checks, "titan", lambda: _check_titan(world))
+    check(checks, "hf", lambda: _check_hf(world))
+    check(checks, "reset_parameters", lambda: _check_reset_parameters(world))
+    return checks
+
+
+@functools.cache
+def results(world: int) -> dict[str, list[str]]:
+    return run_group(world, capture_scenario)
+
+
+def _assert_passed(world: int, name: str) -> None:
+    outcome = results(world)
+    assert "<scenario>" not in outcome, outcome["<scenario>"]
+    assert name in outcome, f"check {name} did not run: {sorted(outcome)}"
+    assert outcome[name] == [], "\n".join(outcome[name])
+
+
+WORLDS = [1, 2, 3]
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_fsdp2_torchtitan_init_weights_bit_exact(world: int) -> None:
+    _assert_passed(world, "titan")
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_fsdp2_hugging_face_init_weights_bit_exact(world: int) -> None:
+    _assert_passed(world, "hf")
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_fsdp2_reset_parameters_equals_defaults(world: int) -> None:
+    _assert_passed(world, "reset_parameters")
