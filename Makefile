@@ -16,7 +16,7 @@ PY_SOURCES := $(shell find python -name '*.py' -o -name '*.pyi' -o -name py.type
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-rust test-python test-slow lint bench wheel clean
+.PHONY: setup demo test test-rust test-python test-slow fuzz quality lint bench wheel clean
 
 setup: $(BUILD_STAMP)
 
@@ -43,6 +43,13 @@ test-python: setup
 
 test-slow: setup
 	HYPOTHESIS_PROFILE=slow $(PY) -m pytest -q -m "slow or not slow"
+	FUZZ_CASES=200000 cargo test --release --manifest-path fuzz/Cargo.toml
+
+fuzz:
+	tools/fuzz.sh 300
+
+quality: setup
+	tools/run_dieharder.sh
 
 lint: setup
 	cargo fmt --all --check

@@ -1,6 +1,6 @@
 //! The batched fill kernels: Philox words, the transform to values and the rounding to
-//! the target dtype, fused per step of [`STEP_WORDS`] words (16 blocks) that never
-//! leave the L1 cache.
+//! the target dtype, fused per step of [`BIG_STEP`] words (64 blocks; [`SMALL_STEP`]
+//! words at the ends of a range) whose intermediates never leave the L1 cache.
 //!
 //! Every transform is written as loops over fixed-size lane arrays, so the compiler
 //! turns them into SIMD instructions; each lane performs exactly the operations of the
@@ -13,27 +13,33 @@
 //! The inverse normal CDF is the one transform with branches (AS 241's central region
 //! and two tails). All lanes first run the branch-free central approximation; the
 //! lanes outside it (about 15% for U32) are then compacted and run through the tail
-//! formula, again in lanes ([`math::phi_inv_tail_lanes`]), with the rare lanes that
+//! formula, again in lanes ([`math::phi_inv_tail_slice`]), with the rare lanes that
 //! formula does not cover handed to the scalar [`math::phi_inv_tail`].
 
 use crate::init::{Element, Sampler, TruncNormal};
 use crate::math;
 use crate::philox::{philox_batch, Backend, BATCH_BLOCKS};
 
-/// Philox blocks per kernel step.
-const STEP_BLOCKS: usize = 2 * BATCH_BLOCKS;
-/// Stream words per kernel step: 64 one-word elements or 32 float64 elements.
-pub(crate) const STEP_WORDS: usize = 4 * STEP_BLOCKS;
+/// Stream words per full kernel step (64 blocks): 256 one-word or 128 float64
+/// elements. Large enough that the compacted tail lanes of the inverse normal CDF
+/// (about 15%) fill whole vector groups.
+const BIG_STEP: usize = 256;
+/// Stream words per step at the ends of a range (16 blocks), so that short runs of a
+/// box do not pay for a full step.
+const SMALL_STEP: usize = 64;
+/// Words of one Philox batch.
+const BATCH_WORDS: usize = 4 * BATCH_BLOCKS;
 
 /// 2^-24: the U24 map's scale.
 const TWO_POW_M24: f64 = 1.0 / 16_777_216.0;
 /// 2^-53.
 const TWO_POW_M53: f64 = 1.0 / 9_007_199_254_740_992.0;
 
-/// A source of [`STEP_WORDS`] consecutive stream words.
+/// A source of consecutive stream words.
 trait WordSource: Copy {
-    /// Words `4 * first_block ..` of the stream of `key`, in stream order.
-    fn step(self, first_block: u64, key: [u32; 2], out: &mut [u32; STEP_WORDS]);
+    /// Words `4 * first_block .. 4 * first_block + out.len()` of the stream of `key`,
+    /// in stream order; `out.len()` is a multiple of a batch (32 words).
+    fn step(self, first_block: u64, key: [u32; 2], out: &mut [u32]);
 }
 
 /// The portable lane code.
@@ -42,9 +48,9 @@ struct PortableWords;
 
 impl WordSource for PortableWords {
     #[inline(always)]
-    fn step(self, first_block: u64, key: [u32; 2], out: &mut [u32; STEP_WORDS]) {
-        for (half, words) in out.chunks_exact_mut(4 * BATCH_BLOCKS).enumerate() {
-            let first = first_block.wrapping_add((half * BATCH_BLOCKS) as u64);
+    fn step(self, first_block: u64, key: [u32; 2], out: &mut [u32]) {
+        for (batch, words) in out.chunks_exact_mut(BATCH_WORDS).enumerate() {
+            let first = first_block.wrapping_add((batch * BATCH_BLOCKS) as u64);
             philox_batch(first, key, words.try_into().expect("a batch of words"));
         }
     }
@@ -58,9 +64,9 @@ struct Avx2Words(());
 #[cfg(target_arch = "x86_64")]
 impl WordSource for Avx2Words {
     #[inline(always)]
-    fn step(self, first_block: u64, key: [u32; 2], out: &mut [u32; STEP_WORDS]) {
-        for (half, words) in out.chunks_exact_mut(4 * BATCH_BLOCKS).enumerate() {
-            let first = first_block.wrapping_add((half * BATCH_BLOCKS) as u64);
+    fn step(self, first_block: u64, key: [u32; 2], out: &mut [u32]) {
+        for (batch, words) in out.chunks_exact_mut(BATCH_WORDS).enumerate() {
+            let first = first_block.wrapping_add((batch * BATCH_BLOCKS) as u64);
             // SAFETY: an `Avx2Words` exists only once AVX2 support has been detected
             // (see `fill_one_word` / `fill_two_word`).
             unsafe {
@@ -102,36 +108,40 @@ fn u52_open_lane(word0: u32, word1: u32) -> f64 {
 /// `PhiInv(p[i])` into `x[i]` (with `q = 1 - p[i]`), exactly as [`math::phi_inv`].
 #[inline(always)]
 fn phi_inv_lanes<const N: usize>(p: &[f64; N], x: &mut [f64; N]) {
-    for i in 0..N {
-        x[i] = math::phi_inv_central(p[i]);
+    // Groups of 16 lanes: four AVX2 registers whose dependency chains interleave.
+    const { assert!(N % 16 == 0) };
+    for (p, x) in p.chunks_exact(16).zip(x.chunks_exact_mut(16)) {
+        let p: &[f64; 16] = p.try_into().expect("16 lanes");
+        x.copy_from_slice(&math::phi_inv_central_lanes(p));
     }
     // Compact the tail lanes (|p - 0.5| > 0.425, or NaN: phi_inv's NaN check is
     // subsumed, since the central formula of a NaN is NaN) through a bit mask, which
     // the compiler builds with vector compares.
-    const { assert!(N <= 64) };
     let mut is_tail = [false; N];
     for i in 0..N {
         is_tail[i] = (p[i] - 0.5).abs() > math::PHI_INV_SPLIT1;
     }
-    let mut mask = 0u64;
-    for (i, &tail) in is_tail.iter().enumerate() {
-        mask |= u64::from(tail) << i;
-    }
-    if mask == 0 {
-        return;
-    }
-    let mut tail_index = [0u8; N];
+    let mut tail_index = [0u16; N];
     let mut tail_p = [0f64; N];
     let mut count = 0;
-    while mask != 0 {
-        let i = mask.trailing_zeros() as usize;
-        tail_index[count] = i as u8;
-        tail_p[count] = p[i];
-        count += 1;
-        mask &= mask - 1;
+    for (chunk, flags) in is_tail.chunks(64).enumerate() {
+        let mut mask = 0u64;
+        for (i, &tail) in flags.iter().enumerate() {
+            mask |= u64::from(tail) << i;
+        }
+        while mask != 0 {
+            let i = 64 * chunk + mask.trailing_zeros() as usize;
+            tail_index[count] = i as u16;
+            tail_p[count] = p[i];
+            count += 1;
+            mask &= mask - 1;
+        }
+    }
+    if count == 0 {
+        return;
     }
     let mut tail_x = [0f64; N];
-    math::phi_inv_tail_lanes(&tail_p[..count], &mut tail_x);
+    math::phi_inv_tail_slice(&tail_p[..count], &mut tail_x);
     for k in 0..count {
         x[usize::from(tail_index[k])] = tail_x[k];
     }
@@ -169,28 +179,28 @@ fn trunc_normal_lanes<const N: usize>(t: &TruncNormal, u: &[f64; N], value: &mut
 
 /// Values of one step of a one-word dtype: element `k` from word `words[k]`.
 #[inline(always)]
-fn transform_one_word<T: Element>(
+fn transform_one_word<T: Element, const N: usize>(
     sampler: &Sampler,
-    words: &[u32; STEP_WORDS],
-    out: &mut [T; STEP_WORDS],
+    words: &[u32; N],
+    out: &mut [T; N],
 ) {
-    let mut value = [0f64; STEP_WORDS];
+    let mut value = [0f64; N];
     match *sampler {
         Sampler::Uniform { a, width } => {
-            for k in 0..STEP_WORDS {
+            for k in 0..N {
                 value[k] = a + width * u24_lane(words[k]);
             }
         }
         Sampler::Normal { mean, std } => {
-            let mut u = [0f64; STEP_WORDS];
-            for k in 0..STEP_WORDS {
+            let mut u = [0f64; N];
+            for k in 0..N {
                 u[k] = u32_open_lane(words[k]);
             }
             normal_lanes(mean, std, &u, &mut value);
         }
         Sampler::TruncNormal(ref t) => {
-            let mut u = [0f64; STEP_WORDS];
-            for k in 0..STEP_WORDS {
+            let mut u = [0f64; N];
+            for k in 0..N {
                 u[k] = u32_open_lane(words[k]);
             }
             trunc_normal_lanes(t, &u, &mut value);
@@ -200,14 +210,15 @@ fn transform_one_word<T: Element>(
     T::from_f64_lanes(&value, out);
 }
 
-/// Values of one step of float64: element `k` from words `words[2k]`, `words[2k + 1]`.
+/// Values of one step of float64: element `k` from words `words[2k]`, `words[2k + 1]`
+/// (`words.len() == 2 * N`).
 #[inline(always)]
-fn transform_two_word<T: Element>(
+fn transform_two_word<T: Element, const N: usize>(
     sampler: &Sampler,
-    words: &[u32; STEP_WORDS],
-    out: &mut [T; STEP_WORDS / 2],
+    words: &[u32],
+    out: &mut [T; N],
 ) {
-    const N: usize = STEP_WORDS / 2;
+    assert_eq!(words.len(), 2 * N, "two words per element");
     let mut u = [0f64; N];
     for k in 0..N {
         u[k] = u52_open_lane(words[2 * k], words[2 * k + 1]);
@@ -235,22 +246,34 @@ fn one_word_steps<T: Element, W: WordSource>(
     start: u64,
     out: &mut [T],
 ) {
-    let mut words = [0u32; STEP_WORDS];
     let mut index = start;
     let mut done = 0;
     while done < out.len() {
         // Only the first step can start mid-block; after it `index` is a multiple of 4.
         let skip = (index & 3) as usize;
-        let take = (STEP_WORDS - skip).min(out.len() - done);
+        let remaining = out.len() - done;
+        if skip == 0 && remaining >= BIG_STEP {
+            let mut words = [0u32; BIG_STEP];
+            words_of.step(index >> 2, key, &mut words);
+            let dest: &mut [T; BIG_STEP] = (&mut out[done..done + BIG_STEP])
+                .try_into()
+                .expect("a full step");
+            transform_one_word(sampler, &words, dest);
+            done += BIG_STEP;
+            index += BIG_STEP as u64;
+            continue;
+        }
+        let mut words = [0u32; SMALL_STEP];
         words_of.step(index >> 2, key, &mut words);
-        if take == STEP_WORDS {
-            let dest: &mut [T; STEP_WORDS] = (&mut out[done..done + STEP_WORDS])
+        let take = (SMALL_STEP - skip).min(remaining);
+        if take == SMALL_STEP {
+            let dest: &mut [T; SMALL_STEP] = (&mut out[done..done + SMALL_STEP])
                 .try_into()
                 .expect("a full step");
             transform_one_word(sampler, &words, dest);
         } else {
             // A partial step (the first or the last): transform all, keep a part.
-            let mut values = [T::from_f64(0.0); STEP_WORDS];
+            let mut values = [T::from_f64(0.0); SMALL_STEP];
             transform_one_word(sampler, &words, &mut values);
             out[done..done + take].copy_from_slice(&values[skip..skip + take]);
         }
@@ -269,21 +292,34 @@ fn two_word_steps<T: Element, W: WordSource>(
     start: u64,
     out: &mut [T],
 ) {
-    const N: usize = STEP_WORDS / 2;
-    let mut words = [0u32; STEP_WORDS];
+    const BIG: usize = BIG_STEP / 2;
+    const SMALL: usize = SMALL_STEP / 2;
     let mut index = start;
     let mut done = 0;
     while done < out.len() {
         let skip = (index & 1) as usize;
-        let take = (N - skip).min(out.len() - done);
+        let remaining = out.len() - done;
+        if skip == 0 && remaining >= BIG {
+            let mut words = [0u32; BIG_STEP];
+            words_of.step(index >> 1, key, &mut words);
+            let dest: &mut [T; BIG] = (&mut out[done..done + BIG])
+                .try_into()
+                .expect("a full step");
+            transform_two_word(sampler, &words, dest);
+            done += BIG;
+            index += BIG as u64;
+            continue;
+        }
+        let mut words = [0u32; SMALL_STEP];
         words_of.step(index >> 1, key, &mut words);
-        if take == N {
-            let dest: &mut [T; N] = (&mut out[done..done + N])
+        let take = (SMALL - skip).min(remaining);
+        if take == SMALL {
+            let dest: &mut [T; SMALL] = (&mut out[done..done + SMALL])
                 .try_into()
                 .expect("a full step");
             transform_two_word(sampler, &words, dest);
         } else {
-            let mut values = [T::from_f64(0.0); N];
+            let mut values = [T::from_f64(0.0); SMALL];
             transform_two_word(sampler, &words, &mut values);
             out[done..done + take].copy_from_slice(&values[skip..skip + take]);
         }
