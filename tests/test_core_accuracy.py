@@ -68,7 +68,9 @@ def test_phi_inv_on_u52_inputs_including_both_extreme_tails() -> None:
     rng = random.Random(99)
     ms = [0, 1, 2, 3, 2**52 - 1, 2**52 - 2, 2**51, 2**51 - 1]
     ms += [rng.randrange(2**52) for _ in range(300)]
-    ms += [rng.randrange(2**12) for _ in range(50)] + [2**52 - 1 - rng.randrange(2**12) for _ in range(50)]
+    ms += [rng.randrange(2**12) for _ in range(50)] + [
+        2**52 - 1 - rng.randrange(2**12) for _ in range(50)
+    ]
     worst = 0.0
     for m in ms:
         p = mpmath.mpf(2 * m + 1) / 2**53  # exact U52
@@ -113,7 +115,9 @@ def test_trunc_normal_far_in_the_upper_tail_keeps_precision() -> None:
 
 
 def test_trunc_normal_far_in_the_lower_tail_float32() -> None:
-    spec = shardinit.ParamSpec("lower", (256,), torch.float32, init.trunc_normal(0, 1, -12, -11), seed=0)
+    spec = shardinit.ParamSpec(
+        "lower", (256,), torch.float32, init.trunc_normal(0, 1, -12, -11), seed=0
+    )
     values = shardinit.full(spec)
     assert values.min().item() >= -12 and values.max().item() <= -11
     # Density ~ exp(-x^2/2) piles mass against -11: the median sits within 0.1 of it.

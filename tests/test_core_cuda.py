@@ -49,4 +49,6 @@ def test_cuda_default_chunking_large_shard() -> None:
 def test_cuda_device_mismatch_with_out_is_refused() -> None:
     spec = shardinit.ParamSpec("w", (4, 4), seed=0)
     with pytest.raises(shardinit.ShardInitError, match="device"):
-        shardinit.init_box(spec, [(0, 4), (0, 4)], device="cpu", out=torch.empty(4, 4, device="cuda"))
+        shardinit.init_box(
+            spec, [(0, 4), (0, 4)], device="cpu", out=torch.empty(4, 4, device="cuda")
+        )

@@ -19,8 +19,12 @@ from shardinit import init
 ALPHA = 1e-4
 
 
-def sample(initializer: init.Initializer, n: int, dtype: torch.dtype = torch.float64,
-           shape: tuple[int, ...] | None = None) -> np.ndarray[Any, Any]:
+def sample(
+    initializer: init.Initializer,
+    n: int,
+    dtype: torch.dtype = torch.float64,
+    shape: tuple[int, ...] | None = None,
+) -> np.ndarray[Any, Any]:
     spec = shardinit.ParamSpec("dist.w", shape or (n,), dtype, initializer, seed=2024)
     return shardinit.full(spec).to(torch.float64).reshape(-1).numpy()
 
@@ -96,7 +100,11 @@ SHAPES = [(256, 128), (64, 32, 3, 3), (10, 7, 5), (3, 1000)]
     ("ours", "theirs", "kwargs"),
     [
         (init.kaiming_uniform, torch.nn.init.kaiming_uniform_, {"a": math.sqrt(5)}),
-        (init.kaiming_uniform, torch.nn.init.kaiming_uniform_, {"mode": "fan_out", "nonlinearity": "relu"}),
+        (
+            init.kaiming_uniform,
+            torch.nn.init.kaiming_uniform_,
+            {"mode": "fan_out", "nonlinearity": "relu"},
+        ),
         (init.kaiming_normal, torch.nn.init.kaiming_normal_, {}),
         (init.kaiming_normal, torch.nn.init.kaiming_normal_, {"a": 0.1, "mode": "fan_out"}),
         (init.xavier_uniform, torch.nn.init.xavier_uniform_, {"gain": 2.0}),

@@ -123,7 +123,9 @@ def test_values_depend_on_seed_name_and_dtype_words_but_not_on_shape() -> None:
 
 
 def test_same_bits_with_one_thread_and_with_all_threads() -> None:
-    spec = shardinit.ParamSpec("big", (517, 1031), torch.float32, init.trunc_normal(std=0.5), seed=9)
+    spec = shardinit.ParamSpec(
+        "big", (517, 1031), torch.float32, init.trunc_normal(std=0.5), seed=9
+    )
     try:
         shardinit.set_num_threads(1)
         assert shardinit.get_num_threads() == 1
@@ -175,5 +177,5 @@ def test_numpy_ints_are_accepted_as_ranks() -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without CUDA")
 def test_cuda_device_without_cuda_is_a_clear_error() -> None:
     spec = shardinit.ParamSpec("w", (4, 4), seed=0)
-    with pytest.raises(shardinit.ShardInitError, match="device is cuda.*CUDA is not available"):
+    with pytest.raises(shardinit.ShardInitError, match=r"device is cuda.*CUDA is not available"):
         shardinit.init_shard(spec, 0, 2, device="cuda")

@@ -225,9 +225,7 @@ def _check_box(spec: ParamSpec, box: Any) -> Box:
     return tuple(checked)
 
 
-def _fill_box(
-    spec: ParamSpec, box: Box, device: Any, out: torch.Tensor | None
-) -> torch.Tensor:
+def _fill_box(spec: ParamSpec, box: Box, device: Any, out: torch.Tensor | None) -> torch.Tensor:
     shape = tuple(stop - start for start, stop in box)
     if out is None:
         target_device = _resolve_device(device)
@@ -253,9 +251,7 @@ def box_of_shard(spec: ParamSpec, rank: int, world: int, dim: int = 0) -> Box:
         raise ShardInitError("dim: a 0-d parameter cannot be sharded; use full()")
     dim = check_int("dim", dim, low=-ndim, high=ndim - 1) % ndim
     start, stop = _core.chunk_range(spec.shape[dim], rank, world)
-    return tuple(
-        (start, stop) if d == dim else (0, size) for d, size in enumerate(spec.shape)
-    )
+    return tuple((start, stop) if d == dim else (0, size) for d, size in enumerate(spec.shape))
 
 
 def init_shard(

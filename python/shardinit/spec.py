@@ -85,7 +85,6 @@ class ParamSpec:
         torch.Size([4, 3])
     """
 
-
     name: str
     shape: tuple[int, ...]
     dtype: torch.dtype
