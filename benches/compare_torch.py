@@ -46,9 +46,7 @@ def machine() -> str:
     model = platform.processor() or platform.machine()
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        fields = dict(
-            line.split(":", 1) for line in out.splitlines() if ":" in line
-        )
+        fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
         model = fields.get("Model name", model).strip()
         flags = fields.get("Flags", "")
         simd = [f for f in ("avx512f", "avx2", "fma") if f in flags.split()]
@@ -103,7 +101,7 @@ def throughput_table(numel: int, repeats: int) -> list[tuple[str, float, float]]
             bytes_f32,
         ),
         (
-            "trunc_normal_(0.02, -2σ, 2σ)",
+            "trunc_normal_(0.02, +-2 std)",
             ours(init.trunc_normal(0.0, 0.02, -0.04, 0.04)),
             "torch.nn.init.trunc_normal_",
             lambda: torch.nn.init.trunc_normal_(out, 0.0, 0.02, -0.04, 0.04),
@@ -149,49 +147,66 @@ def throughput_table(numel: int, repeats: int) -> list[tuple[str, float, float]]
         ref_gbs = nbytes / statistics.median(t_ref) / 1e9
         rows.append((f"shardinit {name}", ours_gbs, ours_gbs / ref_gbs))
         rows.append((f"  {ref_name}", ref_gbs, 1.0))
-    # Single-thread numbers for scale (torch's CPU RNG is serial anyway).
     return rows
 
 
 def world_table(numel: int, repeats: int) -> list[tuple[int, float, float]]:
-    """Rows (world, ms for rank 0's shard, full time / world in ms)."""
+    """Rows (world, ms for rank 0's shard, full time / world in ms). The full tensor and
+    the shard are timed alternately, so both medians see the same load."""
     shape = (numel // 4096, 4096)
     spec = shardinit.ParamSpec(NAME, shape, torch.float32, init.normal(0.0, 0.02), seed=SEED)
+    full_buf = torch.empty(shape, dtype=torch.float32)
     rows = []
-    full_ms = 0.0
     for world in [1, 2, 4, 8, 16, 32, 64]:
         chunk = shardinit.box_of_shard(spec, 0, world)
         buf = torch.empty(tuple(b - a for a, b in chunk), dtype=torch.float32)
-        ms = 1e3 * median_seconds(
-            lambda w=world, b=buf: shardinit.init_shard(spec, 0, w, out=b), repeats
-        )
-        if world == 1:
-            full_ms = ms
-        rows.append((world, ms, full_ms / world))
+        t_full, t_shard = [], []
+        for _ in range(repeats):
+            t_full.append(median_seconds(lambda: shardinit.init_shard(spec, 0, 1, out=full_buf), 1))
+            t_shard.append(
+                median_seconds(lambda w=world, b=buf: shardinit.init_shard(spec, 0, w, out=b), 1)
+            )
+        full_ms = 1e3 * statistics.median(t_full)
+        rows.append((world, 1e3 * statistics.median(t_shard), full_ms / world))
     return rows
 
 
 RSS_CHILD = r"""
 import resource, sys, torch, shardinit
 from shardinit import init
+
+
+def status_kib(field):
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
 numel, world = int(sys.argv[1]), int(sys.argv[2])
 shape = (numel // 4096, 4096)
 spec = shardinit.ParamSpec("w", shape, torch.float32, init.normal(0.0, 0.02), seed=1)
-if world:
+shardinit.init_shard(spec, 0, 4096)  # warm up: thread pool, lazy imports
+try:
+    # Reset the peak-RSS counter (Linux >= 4.0), so the peak of `import torch` does
+    # not hide the shard's.
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
+    before = status_kib("VmRSS")
+    shard = shardinit.init_shard(spec, 0, world)
+    peak = status_kib("VmHWM")
+except OSError:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     shard = shardinit.init_shard(spec, 0, world)
-    nbytes = shard.numel() * shard.element_size()
-else:
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    nbytes = 0
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(before * 1024, after * 1024, nbytes)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(before * 1024, peak * 1024, shard.numel() * shard.element_size())
 """
 
 
 def rss_table(numel: int) -> list[tuple[str, float, float, float]]:
-    """Rows (what, shard MiB, peak RSS growth MiB, growth - shard MiB), measured in fresh
-    processes (ru_maxrss after imports vs after generating the shard)."""
+    """Rows (what, shard MiB, peak RSS growth MiB, growth - shard MiB), each in a fresh
+    process: peak RSS while generating the shard minus RSS just before."""
     rows = []
     for world in [1, 8, 64]:
         out = subprocess.run(
@@ -206,16 +221,22 @@ def rss_table(numel: int) -> list[tuple[str, float, float, float]]:
     return rows
 
 
-def huge_virtual_tensor() -> tuple[str, float]:
-    """A shard of a 2^40-element (4 TiB float32) tensor: 2^40 / 2^16 = 2^24 elements."""
-    spec = shardinit.ParamSpec(
-        "huge", (1 << 24, 1 << 16), torch.float32, init.normal(0.0, 0.02), seed=SEED
-    )
-    world = 1 << 16
-    chunk = shardinit.box_of_shard(spec, world - 1, world)
-    buf = torch.empty(tuple(b - a for a, b in chunk), dtype=torch.float32)
-    ms = 1e3 * median_seconds(lambda: shardinit.init_shard(spec, world - 1, world, out=buf), 3)
-    return (f"last of 65536 shards of 2^40 (shard {buf.numel()} elements)", ms)
+def huge_virtual_tensor(repeats: int) -> list[tuple[str, int, float]]:
+    """A shard of a 2^40-element (4 TiB float32) virtual tensor next to a shard of the
+    same size of a 2^24-element tensor: (what, shard elements, ms)."""
+    rows = []
+    for what, shape, world in [
+        ("shard 65535 of 65536 of a 2^40-element tensor", (1 << 24, 1 << 16), 1 << 16),
+        ("the whole of a 2^24-element tensor", (1 << 8, 1 << 16), 1),
+    ]:
+        spec = shardinit.ParamSpec("huge", shape, torch.float32, init.normal(0.0, 0.02), seed=SEED)
+        chunk = shardinit.box_of_shard(spec, world - 1, world)
+        buf = torch.empty(tuple(b - a for a, b in chunk), dtype=torch.float32)
+        ms = 1e3 * median_seconds(
+            lambda s=spec, w=world, b=buf: shardinit.init_shard(s, w - 1, w, out=b), repeats
+        )
+        rows.append((what, buf.numel(), ms))
+    return rows
 
 
 def main() -> None:
@@ -227,8 +248,10 @@ def main() -> None:
     numel = args.numel - args.numel % 4096
 
     print(f"machine: {machine()}")
-    print(f"tensor: {numel} float32 elements ({numel * 4 / 2**20:.0f} MiB), "
-          f"median of {args.repeats} runs, shardinit and reference interleaved\n")
+    print(
+        f"tensor: {numel} float32 elements ({numel * 4 / 2**20:.0f} MiB), "
+        f"median of {args.repeats} runs, shardinit and reference interleaved\n"
+    )
     print(f"{'':46} {'GB/s':>8} {'ratio':>8}")
     for name, gbs, ratio in throughput_table(numel, args.repeats):
         ratio_text = f"{ratio:7.2f}x" if not name.startswith("  ") else ""
@@ -236,7 +259,7 @@ def main() -> None:
     if args.quick:
         return
 
-    print("\ninit_shard(spec, rank=0, world), normal float32, same tensor")
+    print("\ninit_shard(spec, rank=0, world), normal float32, same tensor (full timed alongside)")
     print(f"{'world':>6} {'ms':>10} {'full/world ms':>14} {'excess ms':>10}")
     for world, ms, ideal in world_table(numel, args.repeats):
         print(f"{world:6d} {ms:10.2f} {ideal:14.2f} {ms - ideal:10.2f}")
@@ -246,8 +269,9 @@ def main() -> None:
     for what, shard_mib, grow, extra in rss_table(numel):
         print(f"{what:26} {shard_mib:10.1f} {grow:15.1f} {extra:10.1f}")
 
-    what, ms = huge_virtual_tensor()
-    print(f"\n2^40-element virtual tensor: {what}: {ms:.2f} ms")
+    print("\nshard-proportional time for a huge virtual tensor (normal float32)")
+    for what, elements, ms in huge_virtual_tensor(args.repeats):
+        print(f"{what:48} {elements:10d} elements {ms:9.2f} ms")
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
     usage = resource.getrusage(resource.RUSAGE_SELF)
     print(f"(benchmark process peak RSS {usage.ru_maxrss / 1024:.0f} MiB)")

@@ -1,9 +1,11 @@
 //! Criterion benchmarks of the core, reported in bytes/s of output: raw words, uniform
-//! f32, normal f32, trunc_normal f32, normal bf16, each on 1 thread and on all threads.
+//! f32, normal f32, trunc_normal f32, normal bf16, each on 1 thread and on all threads;
+//! then uniform / normal / trunc_normal f32 on one thread for every backend this CPU
+//! runs (the scalar reference, the portable lane code, AVX2, AVX-512).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use half::bf16;
-use shardinit_core::{Init, ParamStream, Stream, Threads};
+use shardinit_core::{Backend, Init, ParamStream, Stream, Threads};
 
 const ELEMENTS: usize = 1 << 22;
 
@@ -65,6 +67,30 @@ fn bench(c: &mut Criterion) {
             b.iter(|| p.fill_flat(0, &mut out16, threads).unwrap());
         });
         group.throughput(Throughput::Bytes((ELEMENTS * 4) as u64));
+    }
+    group.finish();
+
+    // Each backend on one thread (the scalar reference is slow: fewer elements).
+    let mut group = c.benchmark_group("backends");
+    group.sample_size(10);
+    let elements = 1 << 18;
+    let mut out = vec![0f32; elements];
+    group.throughput(Throughput::Bytes((elements * 4) as u64));
+    for backend in Backend::available() {
+        for (name, init) in inits {
+            let p = ParamStream {
+                key64: 7,
+                global_shape: vec![elements as u64],
+                init,
+            };
+            let id = BenchmarkId::new(name, format!("{backend:?}"));
+            group.bench_with_input(id, &p, |b, p| {
+                b.iter(|| {
+                    p.fill_flat_using(backend, 0, &mut out, Threads::Count(1))
+                        .unwrap()
+                });
+            });
+        }
     }
     group.finish();
 }

@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 #: Bytes per pinned staging buffer on the CUDA path (two are used).
-CUDA_CHUNK_BYTES = 32 * 1024 * 1024
+CUDA_CHUNK_BYTES = 16 * 1024 * 1024
 
 _thread_setting: int | None = None
 _thread_lock = threading.Lock()
@@ -77,7 +77,13 @@ def get_num_threads() -> int:
         return 1
     if _thread_setting is not None:
         return _thread_setting
-    cores = os.cpu_count() or 1
+    # The CPUs this process may run on (a container or taskset can allow fewer than the
+    # machine has); never more threads than torch's intra-op pool either, so a caller
+    # that limited torch (or runs one process per core) limits shardinit too.
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cores = os.cpu_count() or 1
     return max(1, min(cores, torch.get_num_threads()))
 
 

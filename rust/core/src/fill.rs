@@ -208,23 +208,21 @@ fn fill_flat_serial<T: Element>(
 /// The scalar reference for one-word dtypes: element `i` is
 /// `T::from_f64(sampler.one_word(word i))`, one Philox block at a time.
 fn scalar_one_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, out: &mut [T]) {
-    let mut index = start;
-    for slot in out.iter_mut() {
+    // `out` first: the index range is never advanced past the last element.
+    for (slot, index) in out.iter_mut().zip(start..) {
         let block = stream.block(index >> 2);
         *slot = T::from_f64(sampler.one_word(block[(index & 3) as usize]));
-        index += 1;
     }
 }
 
 /// The scalar reference for float64: element `i` uses words `2i` and `2i + 1` (both in
 /// block `i >> 1`).
 fn scalar_two_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, out: &mut [T]) {
-    let mut index = start;
-    for slot in out.iter_mut() {
+    // `out` first: the index range is never advanced past the last element.
+    for (slot, index) in out.iter_mut().zip(start..) {
         let block = stream.block(index >> 1);
         let pair = 2 * (index & 1) as usize;
         *slot = T::from_f64(sampler.two_words(block[pair], block[pair + 1]));
-        index += 1;
     }
 }
 
@@ -310,7 +308,10 @@ impl ParamStream {
         out: &mut [T],
         threads: Threads,
     ) -> Result<(), Error> {
-        assert!(backend.is_available(), "backend {backend:?} is not supported");
+        assert!(
+            backend.is_available(),
+            "backend {backend:?} is not supported"
+        );
         let (stream, sampler, numel) = self.checked::<T>()?;
         let len = out.len() as u64;
         if start.checked_add(len).is_none_or(|end| end > numel) {
@@ -378,7 +379,10 @@ impl ParamStream {
         out: &mut [T],
         threads: Threads,
     ) -> Result<(), Error> {
-        assert!(backend.is_available(), "backend {backend:?} is not supported");
+        assert!(
+            backend.is_available(),
+            "backend {backend:?} is not supported"
+        );
         let (stream, sampler, _) = self.checked::<T>()?;
         let box_len = box_numel(&self.global_shape, region)?;
         let len = out.len() as u64;

@@ -36,6 +36,9 @@ pub fn u52_open(word0: u32, word1: u32) -> f64 {
     (2 * m + 1) as f64 * TWO_POW_M53
 }
 
+/// Elements per pass of the two-pass 16-bit roundings.
+const LANE_CHUNK: usize = 64;
+
 /// A floating-point element type the core can write.
 pub trait Element: Copy + Send + Sync + 'static {
     /// The stream-v1 dtype of this element type.
@@ -78,8 +81,16 @@ impl Element for bf16 {
     }
     #[inline(always)]
     fn from_f64_lanes(values: &[f64], out: &mut [Self]) {
-        for (slot, &value) in out.iter_mut().zip(values) {
-            *slot = bf16::from_bits(bf16_bits_from_f32(value as f32));
+        // Two passes, so that the integer rounding runs on full-width 32-bit lanes
+        // rather than on the four floats one f64 -> f32 conversion yields.
+        for (values, out) in values.chunks(LANE_CHUNK).zip(out.chunks_mut(LANE_CHUNK)) {
+            let mut singles = [0f32; LANE_CHUNK];
+            for (single, &value) in singles.iter_mut().zip(values) {
+                *single = value as f32;
+            }
+            for (slot, &single) in out.iter_mut().zip(&singles) {
+                *slot = bf16::from_bits(bf16_bits_from_f32(single));
+            }
         }
     }
 }
@@ -93,8 +104,15 @@ impl Element for f16 {
     }
     #[inline(always)]
     fn from_f64_lanes(values: &[f64], out: &mut [Self]) {
-        for (slot, &value) in out.iter_mut().zip(values) {
-            *slot = f16::from_bits(f16_bits_from_f32(value as f32));
+        // Two passes, as for bf16.
+        for (values, out) in values.chunks(LANE_CHUNK).zip(out.chunks_mut(LANE_CHUNK)) {
+            let mut singles = [0f32; LANE_CHUNK];
+            for (single, &value) in singles.iter_mut().zip(values) {
+                *single = value as f32;
+            }
+            for (slot, &single) in out.iter_mut().zip(&singles) {
+                *slot = f16::from_bits(f16_bits_from_f32(single));
+            }
         }
     }
 }
@@ -106,10 +124,10 @@ impl Element for f16 {
 pub fn bf16_bits_from_f32(x: f32) -> u16 {
     let bits = x.to_bits();
     let is_nan = (bits & 0x7fff_ffff) > 0x7f80_0000;
-    // Round up when the first dropped bit is set and the value is not exactly half way
-    // to an even result (the other dropped bits or the kept lowest bit are set).
-    let round_up = (bits & 0x8000) != 0 && (bits & 0x1_7fff) != 0;
-    let rounded = (bits >> 16) + u32::from(round_up);
+    // Round to nearest even: adding 0x7fff plus the lowest kept bit carries into the
+    // kept bits exactly when the dropped half is above half way, or at half way with
+    // an odd kept part. No overflow: without NaNs, bits + 0x8000 < 2^32.
+    let rounded = (bits.wrapping_add(0x7fff + ((bits >> 16) & 1))) >> 16;
     let nan = (bits >> 16) | 0x0040;
     (if is_nan { nan } else { rounded }) as u16
 }
@@ -552,8 +570,16 @@ mod tests {
     fn check_conversions(bits: impl Iterator<Item = u32>) {
         for b in bits {
             let x = f32::from_bits(b);
-            assert_eq!(bf16_bits_from_f32(x), bf16::from_f32(x).to_bits(), "{b:#010x}");
-            assert_eq!(f16_bits_from_f32(x), f16::from_f32(x).to_bits(), "{b:#010x}");
+            assert_eq!(
+                bf16_bits_from_f32(x),
+                bf16::from_f32(x).to_bits(),
+                "{b:#010x}"
+            );
+            assert_eq!(
+                f16_bits_from_f32(x),
+                f16::from_f32(x).to_bits(),
+                "{b:#010x}"
+            );
         }
     }
 

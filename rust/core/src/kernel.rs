@@ -65,17 +65,13 @@ struct Avx2Words(());
 impl WordSource for Avx2Words {
     #[inline(always)]
     fn step(self, first_block: u64, key: [u32; 2], out: &mut [u32]) {
-        for (batch, words) in out.chunks_exact_mut(BATCH_WORDS).enumerate() {
-            let first = first_block.wrapping_add((batch * BATCH_BLOCKS) as u64);
+        // Two batches at a time: their rounds interleave (more independent work).
+        const PAIR: usize = 2 * BATCH_WORDS;
+        for (pair, words) in out.chunks_exact_mut(PAIR).enumerate() {
+            let first = first_block.wrapping_add((pair * 2 * BATCH_BLOCKS) as u64);
             // SAFETY: an `Avx2Words` exists only once AVX2 support has been detected
             // (see `fill_one_word` / `fill_two_word`).
-            unsafe {
-                crate::philox::x86::philox_batch_avx2_intrinsics(
-                    first,
-                    key,
-                    words.try_into().expect("a batch of words"),
-                );
-            }
+            unsafe { crate::philox::x86::philox_avx2::<2>(first, key, words) };
         }
     }
 }
@@ -108,11 +104,8 @@ fn u52_open_lane(word0: u32, word1: u32) -> f64 {
 /// `PhiInv(p[i])` into `x[i]` (with `q = 1 - p[i]`), exactly as [`math::phi_inv`].
 #[inline(always)]
 fn phi_inv_lanes<const N: usize>(p: &[f64; N], x: &mut [f64; N]) {
-    // Groups of 16 lanes: four AVX2 registers whose dependency chains interleave.
-    const { assert!(N % 16 == 0) };
-    for (p, x) in p.chunks_exact(16).zip(x.chunks_exact_mut(16)) {
-        let p: &[f64; 16] = p.try_into().expect("16 lanes");
-        x.copy_from_slice(&math::phi_inv_central_lanes(p));
+    for i in 0..N {
+        x[i] = math::phi_inv_central(p[i]);
     }
     // Compact the tail lanes (|p - 0.5| > 0.425, or NaN: phi_inv's NaN check is
     // subsumed, since the central formula of a NaN is NaN) through a bit mask, which
@@ -124,11 +117,7 @@ fn phi_inv_lanes<const N: usize>(p: &[f64; N], x: &mut [f64; N]) {
     let mut tail_index = [0u16; N];
     let mut tail_p = [0f64; N];
     let mut count = 0;
-    for (chunk, flags) in is_tail.chunks(64).enumerate() {
-        let mut mask = 0u64;
-        for (i, &tail) in flags.iter().enumerate() {
-            mask |= u64::from(tail) << i;
-        }
+    let mut gather = |chunk: usize, mut mask: u64| {
         while mask != 0 {
             let i = 64 * chunk + mask.trailing_zeros() as usize;
             tail_index[count] = i as u16;
@@ -136,6 +125,13 @@ fn phi_inv_lanes<const N: usize>(p: &[f64; N], x: &mut [f64; N]) {
             count += 1;
             mask &= mask - 1;
         }
+    };
+    if N >= 64 {
+        for (chunk, flags) in is_tail.chunks_exact(64).enumerate() {
+            gather(chunk, bit_mask::<64>(flags.try_into().expect("64 flags")));
+        }
+    } else {
+        gather(0, bit_mask::<N>(&is_tail));
     }
     if count == 0 {
         return;
@@ -145,6 +141,17 @@ fn phi_inv_lanes<const N: usize>(p: &[f64; N], x: &mut [f64; N]) {
     for k in 0..count {
         x[usize::from(tail_index[k])] = tail_x[k];
     }
+}
+
+/// Bit `i` set where `flags[i]` (`M <= 64`), in a loop the compiler turns into vector
+/// compares and a move-mask.
+#[inline(always)]
+fn bit_mask<const M: usize>(flags: &[bool; M]) -> u64 {
+    let mut mask = 0u64;
+    for (i, &flag) in flags.iter().enumerate() {
+        mask |= u64::from(flag) << i;
+    }
+    mask
 }
 
 /// `Sampler::Normal` over lanes of uniforms `u`.
@@ -166,7 +173,9 @@ fn trunc_normal_lanes<const N: usize>(t: &TruncNormal, u: &[f64; N], value: &mut
     for i in 0..N {
         let lower_t = lower_cdf + u[i] * mass;
         let upper_q = upper_tail + (1.0 - u[i]) * mass;
-        upper[i] = !(lower_t <= 0.5);
+        // Exactly the scalar `if t <= 0.5 { lower } else { upper }`.
+        let lower = lower_t <= 0.5;
+        upper[i] = !lower;
         p[i] = if upper[i] { upper_q } else { lower_t };
     }
     let mut x = [0f64; N];

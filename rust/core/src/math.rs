@@ -743,17 +743,11 @@ pub fn phi_inv(p: f64, q: f64) -> f64 {
 // Lane versions for the SIMD kernels: the same operations, in the same order.
 // ---------------------------------------------------------------------------------
 
-/// `[f(0), f(1), ..., f(W - 1)]` as a plain loop (vectorizes; `std::array::from_fn`
-/// does not reliably).
-macro_rules! lanes {
-    (|$i:ident| $body:expr) => {{
-        let mut out = [Default::default(); W];
-        for $i in 0..W {
-            out[$i] = $body;
-        }
-        out
-    }};
-}
+/// Lanes per block of [`phi_inv_tail_slice`].
+const TAIL_BLOCK: usize = 64;
+/// Lanes per vector step inside a block (one AVX2 register of f64; the stage loops
+/// below run over whole quads, so no lane is left to scalar remainder code).
+const QUAD: usize = 4;
 
 /// `f64::from(k)` for `|k| < 2^51`, without a 64-bit integer conversion (which AVX2
 /// lacks): the bit pattern of `2^52 + 2^51 + k` minus `2^52 + 2^51`, both exact.
@@ -763,119 +757,112 @@ fn small_i64_to_f64(k: i64) -> f64 {
     f64::from_bits(MAGIC.to_bits().wrapping_add(k as u64)) - MAGIC
 }
 
-/// Horner's rule `((c[0] * r + c[1]) * r + ...) * r + c[last]` on every lane, one
-/// coefficient at a time across all lanes, so the lanes' dependency chains interleave.
-/// Per lane it is exactly the scalar expression `(((c0 * r + c1) * r + ...)`.
-#[inline(always)]
-fn horner_lanes<const W: usize, const C: usize>(coefficients: [f64; C], r: &[f64; W]) -> [f64; W] {
-    let mut acc = [coefficients[0]; W];
-    for &c in &coefficients[1..] {
-        acc = lanes!(|i| acc[i] * r[i] + c);
-    }
-    acc
-}
-
-/// [`phi_inv_central`] on `W` lanes: the same operations per lane.
-#[inline(always)]
-pub fn phi_inv_central_lanes<const W: usize>(p: &[f64; W]) -> [f64; W] {
-    let d: [f64; W] = lanes!(|i| p[i] - 0.5);
-    let r: [f64; W] = lanes!(|i| 0.180625 - d[i] * d[i]);
-    let num = horner_lanes([A7, A6, A5, A4, A3, A2, A1, A0], &r);
-    let den = horner_lanes([B7, B6, B5, B4, B3, B2, B1, 1.0], &r);
-    lanes!(|i| d[i] * num[i] / den[i])
-}
-
-/// [`phi_inv_tail`] on `W` lanes with `q = 1 - p`: the same operations per lane, on the
-/// path that all but a few arguments take: [`log`] of a positive normal
-/// `s = 2^k (1 + f)` with `k != 0` and `|f| >= 2^-20` (both of fdlibm's final formulas
-/// computed, one selected), then the `r <= 5` rational function. Returns the values and
-/// a bit mask of the lanes off that path (`min(p, q)` zero, subnormal or NaN,
-/// `|f| < 2^-20`, or `r > 5`, which U32 never reaches), whose values are meaningless.
-/// The integer steps of `log` are fdlibm's, done in 64-bit lanes (every intermediate
-/// fits, so the values are those of the 32-bit original).
-#[inline(always)]
-pub fn phi_inv_tail_lanes<const W: usize>(p: &[f64; W]) -> ([f64; W], u64) {
-    const { assert!(W <= 64) };
-    let lower: [bool; W] = lanes!(|i| p[i] < 0.5);
-    let s: [f64; W] = lanes!(|i| if lower[i] { p[i] } else { 1.0 - p[i] });
-    // log's argument reduction (fdlibm e_log.c), on the high words.
-    let hx: [i64; W] = lanes!(|i| (s[i].to_bits() >> 32) as i64); // s >= 0: no sign bit
-    let off_range: [bool; W] = lanes!(|i| !(0x0010_0000..0x7ff0_0000).contains(&hx[i]));
-    let hx_low: [i64; W] = lanes!(|i| hx[i] & 0x000f_ffff);
-    let carry: [i64; W] = lanes!(|i| (hx_low[i] + 0x95f64) & 0x0010_0000);
-    let k: [i64; W] = lanes!(|i| ((hx[i] as u64) >> 20) as i64 - 1023 + (carry[i] >> 20));
-    let x: [f64; W] = lanes!(|i| f64::from_bits(
-        (((hx_low[i] | (carry[i] ^ 0x3ff0_0000)) as u64) << 32) | (s[i].to_bits() & 0xffff_ffff)
-    ));
-    let f: [f64; W] = lanes!(|i| x[i] - 1.0);
-    let off_path: [bool; W] =
-        lanes!(|i| off_range[i] || (0x000f_ffff & (2 + hx_low[i])) < 3 || k[i] == 0);
-    let ratio: [f64; W] = lanes!(|i| f[i] / (2.0 + f[i]));
-    let dk: [f64; W] = lanes!(|i| small_i64_to_f64(k[i]));
-    let z: [f64; W] = lanes!(|i| ratio[i] * ratio[i]);
-    let w: [f64; W] = lanes!(|i| z[i] * z[i]);
-    let t1: [f64; W] = lanes!(|i| w[i] * (LG2 + w[i] * (LG4 + w[i] * LG6)));
-    let t2: [f64; W] = lanes!(|i| z[i] * (LG1 + w[i] * (LG3 + w[i] * (LG5 + w[i] * LG7))));
-    let with_hfsq: [bool; W] = lanes!(|i| ((hx_low[i] - 0x6147a) | (0x6b851 - hx_low[i])) > 0);
-    let rr: [f64; W] = lanes!(|i| t2[i] + t1[i]);
-    let hfsq: [f64; W] = lanes!(|i| 0.5 * f[i] * f[i]);
-    let log_s: [f64; W] = lanes!(|i| {
-        let (f, s, dk, rr, hfsq) = (f[i], ratio[i], dk[i], rr[i], hfsq[i]);
-        if with_hfsq[i] {
-            dk * LN2_HI - ((hfsq - (s * (hfsq + rr) + dk * LN2_LO)) - f)
-        } else {
-            dk * LN2_HI - ((s * (f - rr) - dk * LN2_LO) - f)
-        }
-    });
-    // AS 241's r <= 5 tail.
-    let root: [f64; W] = lanes!(|i| (-log_s[i]).sqrt());
-    let r: [f64; W] = lanes!(|i| root[i] - 1.6);
-    let num = horner_lanes([C7, C6, C5, C4, C3, C2, C1, C0], &r);
-    let den = horner_lanes([D7, D6, D5, D4, D3, D2, D1, 1.0], &r);
-    let value: [f64; W] = lanes!(|i| {
-        let v = num[i] / den[i];
-        if lower[i] {
-            -v
-        } else {
-            v
-        }
-    });
-    let mut fallback = 0u64;
-    for i in 0..W {
-        fallback |= u64::from(off_path[i] || !(root[i] <= 5.0)) << i;
-    }
-    (value, fallback)
-}
-
 /// `out[i] = phi_inv_tail(p[i], 1 - p[i])` for every `i < p.len()` (`out` at least as
-/// long): the same bits as [`phi_inv_tail`], computed with [`phi_inv_tail_lanes`] in
-/// groups of 16 lanes (8 for a short last group) and the scalar function for the lanes
-/// that one does not cover.
+/// long): the same bits as [`phi_inv_tail`], computed in vector lanes.
+///
+/// The lanes run the path that all but a few arguments take: [`log`] of a positive
+/// normal `s = 2^k (1 + f)` with `k != 0` and `|f| >= 2^-20` (both of fdlibm's final
+/// formulas computed, one selected), then the `r <= 5` rational function. Lanes off
+/// that path (`min(p, q)` zero, subnormal or NaN, `|f| < 2^-20`, or `r > 5`, which U32
+/// never reaches) are recomputed with the scalar [`phi_inv_tail`]. The integer steps
+/// of `log` are fdlibm's, done in 64-bit lanes (every intermediate fits, so the values
+/// are those of the 32-bit original).
+///
+/// The work is split into stages, each a loop over all lanes of a block, so that the
+/// long dependency chains (two divisions, a square root, two degree-7 polynomials) of
+/// several lanes overlap.
 #[inline(always)]
 pub fn phi_inv_tail_slice(p: &[f64], out: &mut [f64]) {
-    let mut chunks = p.chunks(16).zip(out.chunks_mut(16));
-    for (p, out) in &mut chunks {
-        if p.len() <= 8 {
-            tail_group::<8>(p, out);
-        } else {
-            tail_group::<16>(p, out);
-        }
+    for (p, out) in p.chunks(TAIL_BLOCK).zip(out.chunks_mut(TAIL_BLOCK)) {
+        tail_block(p, out);
     }
 }
 
-/// One group of [`phi_inv_tail_slice`]: `p.len() <= W`.
+/// One block of [`phi_inv_tail_slice`]: `p.len() <= TAIL_BLOCK`.
 #[inline(always)]
-fn tail_group<const W: usize>(p: &[f64], out: &mut [f64]) {
-    // Pad a short group with a harmless argument on the common path.
-    let mut group = [0.01f64; W];
-    group[..p.len()].copy_from_slice(p);
-    let (x, mut fallback) = phi_inv_tail_lanes(&group);
-    out[..p.len()].copy_from_slice(&x[..p.len()]);
-    fallback &= (1u64 << p.len()) - 1;
-    while fallback != 0 {
-        let lane = fallback.trailing_zeros() as usize;
-        out[lane] = phi_inv_tail(p[lane], 1.0 - p[lane]);
-        fallback &= fallback - 1;
+fn tail_block(p_in: &[f64], out: &mut [f64]) {
+    const M: usize = TAIL_BLOCK;
+    let n = p_in.len();
+    let quads = n.div_ceil(QUAD);
+    // Pad with a harmless argument on the common path.
+    let mut p = [0.01f64; M];
+    p[..n].copy_from_slice(p_in);
+    let mut lower = [false; M];
+    let mut off_path = [false; M];
+    let mut f = [0f64; M];
+    let mut dk = [0f64; M];
+    let mut hx_low = [0i64; M];
+    // Stage 1: s = min(p, q) and log's argument reduction.
+    for quad in 0..quads {
+        for lane in QUAD * quad..QUAD * quad + QUAD {
+            let q = 1.0 - p[lane];
+            lower[lane] = p[lane] < 0.5;
+            let s = if lower[lane] { p[lane] } else { q };
+            let bits = s.to_bits();
+            let hx = (bits >> 32) as i64; // s >= 0: the sign bit is clear
+            let off_range = !(0x0010_0000..0x7ff0_0000).contains(&hx);
+            let mut k = ((hx as u64) >> 20) as i64 - 1023;
+            let hx = hx & 0x000f_ffff;
+            let i = (hx + 0x95f64) & 0x0010_0000;
+            let x =
+                f64::from_bits((((hx | (i ^ 0x3ff0_0000)) as u64) << 32) | (bits & 0xffff_ffff));
+            k += i >> 20;
+            f[lane] = x - 1.0;
+            let tiny_f = (0x000f_ffff & (2 + hx)) < 3;
+            off_path[lane] = off_range || tiny_f || k == 0;
+            dk[lane] = small_i64_to_f64(k);
+            hx_low[lane] = hx;
+        }
+    }
+    // Stage 2: s = f / (2 + f).
+    let mut ratio = [0f64; M];
+    for quad in 0..quads {
+        for lane in QUAD * quad..QUAD * quad + QUAD {
+            ratio[lane] = f[lane] / (2.0 + f[lane]);
+        }
+    }
+    // Stage 3: the rest of log, then r = sqrt(-log(s)) - 1.6.
+    let mut r = [0f64; M];
+    for quad in 0..quads {
+        for lane in QUAD * quad..QUAD * quad + QUAD {
+            let (f, s, dk, hx) = (f[lane], ratio[lane], dk[lane], hx_low[lane]);
+            let z = s * s;
+            let mut i = hx - 0x6147a;
+            let w = z * z;
+            let j = 0x6b851 - hx;
+            let t1 = w * (LG2 + w * (LG4 + w * LG6));
+            let t2 = z * (LG1 + w * (LG3 + w * (LG5 + w * LG7)));
+            i |= j;
+            let rr = t2 + t1;
+            let hfsq = 0.5 * f * f;
+            let with_hfsq = dk * LN2_HI - ((hfsq - (s * (hfsq + rr) + dk * LN2_LO)) - f);
+            let without = dk * LN2_HI - ((s * (f - rr) - dk * LN2_LO) - f);
+            let log_s = if i > 0 { with_hfsq } else { without };
+            let root = (-log_s).sqrt();
+            // `phi_inv_tail` takes the `r <= 5` branch exactly when this holds.
+            let intermediate = root <= 5.0;
+            off_path[lane] |= !intermediate;
+            r[lane] = root - 1.6;
+        }
+    }
+    // Stage 4: the r <= 5 rational function, Horner, exactly as in `phi_inv_tail`.
+    let mut x = [0f64; M];
+    for quad in 0..quads {
+        for lane in QUAD * quad..QUAD * quad + QUAD {
+            let r = r[lane];
+            let num = ((((((C7 * r + C6) * r + C5) * r + C4) * r + C3) * r + C2) * r + C1) * r + C0;
+            let den =
+                ((((((D7 * r + D6) * r + D5) * r + D4) * r + D3) * r + D2) * r + D1) * r + 1.0;
+            let v = num / den;
+            x[lane] = if lower[lane] { -v } else { v };
+        }
+    }
+    for lane in 0..n {
+        out[lane] = if off_path[lane] {
+            phi_inv_tail(p[lane], 1.0 - p[lane])
+        } else {
+            x[lane]
+        };
     }
 }
 
@@ -914,7 +901,15 @@ mod tests {
 
     #[test]
     fn tail_lanes_equal_the_scalar_tail() {
-        let mut ps = vec![0.0, 1.0, 0.5, 0.074_999, 0.925_001, f64::MIN_POSITIVE, 5e-324];
+        let mut ps = vec![
+            0.0,
+            1.0,
+            0.5,
+            0.074_999,
+            0.925_001,
+            f64::MIN_POSITIVE,
+            5e-324,
+        ];
         // Powers of two and their neighbours (log's |f| < 2^-20 branch), both tails.
         for e in 4..1070 {
             let base = f64::powi(2.0, -e);
@@ -941,7 +936,11 @@ mod tests {
         phi_inv_tail_slice(&ps, &mut lanes);
         for (&p, &got) in ps.iter().zip(&lanes) {
             let want = phi_inv_tail(p, 1.0 - p);
-            assert_eq!(got.to_bits(), want.to_bits(), "p = {p:e}: {got:e} vs {want:e}");
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "p = {p:e}: {got:e} vs {want:e}"
+            );
         }
         // Short slices (padding of the last group).
         for len in 0..20 {

@@ -100,14 +100,15 @@ pub(crate) fn philox_batch(first_block: u64, key: [u32; 2], out: &mut [u32; 4 * 
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    use super::{philox_batch, BATCH_BLOCKS, PHILOX_M0, PHILOX_M1, PHILOX_ROUNDS, PHILOX_W0,
-                PHILOX_W1};
+    use super::{
+        philox_batch, BATCH_BLOCKS, PHILOX_M0, PHILOX_M1, PHILOX_ROUNDS, PHILOX_W0, PHILOX_W1,
+    };
     use core::arch::x86_64::{
         __m256i, _mm256_add_epi32, _mm256_blend_epi32, _mm256_cmpgt_epi32, _mm256_mul_epu32,
         _mm256_permute2x128_si256, _mm256_set1_epi32, _mm256_setr_epi32, _mm256_setzero_si256,
         _mm256_slli_epi64, _mm256_srli_epi64, _mm256_storeu_si256, _mm256_sub_epi32,
-        _mm256_unpackhi_epi32, _mm256_unpackhi_epi64, _mm256_unpacklo_epi32,
-        _mm256_unpacklo_epi64, _mm256_xor_si256,
+        _mm256_unpackhi_epi32, _mm256_unpackhi_epi64, _mm256_unpacklo_epi32, _mm256_unpacklo_epi64,
+        _mm256_xor_si256,
     };
 
     /// `(high, low)` 32-bit halves of the eight 32x32-bit products `a[lane] * m`.
@@ -126,33 +127,36 @@ pub(crate) mod x86 {
         (hi, lo)
     }
 
-    /// Philox over 8 consecutive blocks with explicit AVX2 instructions (one block per
-    /// 32-bit lane), transposed to stream order: `out[4 * i + w]` is word `w` of block
+    /// Philox over `8 * S` consecutive blocks with explicit AVX2 instructions (one
+    /// block per 32-bit lane, `S` independent sets of registers whose rounds
+    /// interleave), transposed to stream order: `out[4 * i + w]` is word `w` of block
     /// `first_block + i`. Bit-identical to `philox_batch` (tested).
     ///
-    /// # Safety
-    /// The CPU must support AVX2 (checked by the caller with
-    /// `is_x86_feature_detected!`).
+    /// # Panics
+    /// If `out.len() != 32 * S`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(crate) fn philox_batch_avx2_intrinsics(
-        first_block: u64,
-        key: [u32; 2],
-        out: &mut [u32; 4 * BATCH_BLOCKS],
-    ) {
-        let base_lo = first_block as u32;
-        let base_hi = (first_block >> 32) as u32;
-        let base = _mm256_set1_epi32(base_lo as i32);
-        let mut c0 = _mm256_add_epi32(base, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        // A lane whose low counter word wrapped past 2^32 carries into the high word:
-        // unsigned `c0 < base_lo`, done as a signed compare after flipping the sign bits.
+    pub(crate) fn philox_avx2<const S: usize>(first_block: u64, key: [u32; 2], out: &mut [u32]) {
+        assert_eq!(out.len(), 4 * BATCH_BLOCKS * S, "words for {S} batches");
         let flip = _mm256_set1_epi32(i32::MIN);
-        let wrapped =
-            _mm256_cmpgt_epi32(_mm256_xor_si256(base, flip), _mm256_xor_si256(c0, flip));
-        // `wrapped` is -1 where the carry happened: subtracting it adds 1 (mod 2^32).
-        let mut c1 = _mm256_sub_epi32(_mm256_set1_epi32(base_hi as i32), wrapped);
-        let mut c2 = _mm256_setzero_si256();
-        let mut c3 = _mm256_setzero_si256();
+        let lane_offsets = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let mut c0 = [_mm256_setzero_si256(); S];
+        let mut c1 = [_mm256_setzero_si256(); S];
+        let mut c2 = [_mm256_setzero_si256(); S];
+        let mut c3 = [_mm256_setzero_si256(); S];
+        for set in 0..S {
+            let first = first_block.wrapping_add((set * BATCH_BLOCKS) as u64);
+            let base = _mm256_set1_epi32(first as u32 as i32);
+            c0[set] = _mm256_add_epi32(base, lane_offsets);
+            // A lane whose low counter word wrapped past 2^32 carries into the high
+            // word: unsigned `c0 < base`, as a signed compare after flipping sign bits.
+            let wrapped = _mm256_cmpgt_epi32(
+                _mm256_xor_si256(base, flip),
+                _mm256_xor_si256(c0[set], flip),
+            );
+            // `wrapped` is -1 where the carry happened: subtracting it adds 1 (mod 2^32).
+            c1[set] = _mm256_sub_epi32(_mm256_set1_epi32((first >> 32) as u32 as i32), wrapped);
+        }
         let m0 = _mm256_set1_epi32(PHILOX_M0 as i32);
         let m1 = _mm256_set1_epi32(PHILOX_M1 as i32);
         let [mut k0, mut k1] = key;
@@ -161,32 +165,41 @@ pub(crate) mod x86 {
                 k0 = k0.wrapping_add(PHILOX_W0);
                 k1 = k1.wrapping_add(PHILOX_W1);
             }
-            let (hi0, lo0) = mul_hi_lo_x8(c0, m0);
-            let (hi1, lo1) = mul_hi_lo_x8(c2, m1);
-            let n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32(k0 as i32));
-            let n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32(k1 as i32));
-            (c0, c1, c2, c3) = (n0, lo1, n2, lo0);
+            let key0 = _mm256_set1_epi32(k0 as i32);
+            let key1 = _mm256_set1_epi32(k1 as i32);
+            for set in 0..S {
+                let (hi0, lo0) = mul_hi_lo_x8(c0[set], m0);
+                let (hi1, lo1) = mul_hi_lo_x8(c2[set], m1);
+                let n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1[set]), key0);
+                let n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3[set]), key1);
+                (c0[set], c1[set], c2[set], c3[set]) = (n0, lo1, n2, lo0);
+            }
         }
-        // 4 x 8 transpose: register w holds word w of blocks 0..7; stream order wants
-        // the four words of block 0, then of block 1, ...
-        let t0 = _mm256_unpacklo_epi32(c0, c1); // a0 b0 a1 b1 | a4 b4 a5 b5
-        let t1 = _mm256_unpackhi_epi32(c0, c1); // a2 b2 a3 b3 | a6 b6 a7 b7
-        let t2 = _mm256_unpacklo_epi32(c2, c3); // c0 d0 c1 d1 | c4 d4 c5 d5
-        let t3 = _mm256_unpackhi_epi32(c2, c3); // c2 d2 c3 d3 | c6 d6 c7 d7
-        let u0 = _mm256_unpacklo_epi64(t0, t2); // block 0 | block 4
-        let u1 = _mm256_unpackhi_epi64(t0, t2); // block 1 | block 5
-        let u2 = _mm256_unpacklo_epi64(t1, t3); // block 2 | block 6
-        let u3 = _mm256_unpackhi_epi64(t1, t3); // block 3 | block 7
-        let rows = [
-            _mm256_permute2x128_si256::<0x20>(u0, u1),
-            _mm256_permute2x128_si256::<0x20>(u2, u3),
-            _mm256_permute2x128_si256::<0x31>(u0, u1),
-            _mm256_permute2x128_si256::<0x31>(u2, u3),
-        ];
-        for (i, row) in rows.into_iter().enumerate() {
-            // SAFETY: `out` holds 32 words; row `i` covers words 8i .. 8i + 8, in bounds,
-            // and `storeu` has no alignment requirement.
-            unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(8 * i).cast::<__m256i>(), row) };
+        for set in 0..S {
+            // 4 x 8 transpose: register w holds word w of blocks 0..7; stream order
+            // wants the four words of block 0, then of block 1, ...
+            let t0 = _mm256_unpacklo_epi32(c0[set], c1[set]); // a0 b0 a1 b1 | a4 b4 a5 b5
+            let t1 = _mm256_unpackhi_epi32(c0[set], c1[set]); // a2 b2 a3 b3 | a6 b6 a7 b7
+            let t2 = _mm256_unpacklo_epi32(c2[set], c3[set]); // c0 d0 c1 d1 | c4 d4 c5 d5
+            let t3 = _mm256_unpackhi_epi32(c2[set], c3[set]); // c2 d2 c3 d3 | c6 d6 c7 d7
+            let u0 = _mm256_unpacklo_epi64(t0, t2); // block 0 | block 4
+            let u1 = _mm256_unpackhi_epi64(t0, t2); // block 1 | block 5
+            let u2 = _mm256_unpacklo_epi64(t1, t3); // block 2 | block 6
+            let u3 = _mm256_unpackhi_epi64(t1, t3); // block 3 | block 7
+            let rows = [
+                _mm256_permute2x128_si256::<0x20>(u0, u1),
+                _mm256_permute2x128_si256::<0x20>(u2, u3),
+                _mm256_permute2x128_si256::<0x31>(u0, u1),
+                _mm256_permute2x128_si256::<0x31>(u2, u3),
+            ];
+            let words = &mut out[32 * set..32 * set + 32];
+            for (i, row) in rows.into_iter().enumerate() {
+                // SAFETY: `words` holds 32 words; row `i` covers words 8i .. 8i + 8, in
+                // bounds, and `storeu` has no alignment requirement.
+                unsafe {
+                    _mm256_storeu_si256(words.as_mut_ptr().add(8 * i).cast::<__m256i>(), row);
+                }
+            }
         }
     }
 
@@ -229,8 +242,7 @@ impl Backend {
         *DETECTED.get_or_init(|| {
             #[cfg(target_arch = "x86_64")]
             {
-                if std::is_x86_feature_detected!("avx512f")
-                    && std::is_x86_feature_detected!("avx2")
+                if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx2")
                 {
                     return Backend::Avx512;
                 }
@@ -293,7 +305,7 @@ impl Backend {
             Backend::Avx2 => {
                 assert!(std::is_x86_feature_detected!("avx2"), "no AVX2 on this CPU");
                 // SAFETY: AVX2 support was just checked.
-                unsafe { x86::philox_batch_avx2_intrinsics(first_block, key, out) }
+                unsafe { x86::philox_avx2::<1>(first_block, key, out) }
             }
             #[cfg(target_arch = "x86_64")]
             Backend::Avx512 => {

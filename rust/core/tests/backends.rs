@@ -173,7 +173,13 @@ fn boxes_agree_across_backends() {
         let len = 27 * 35 * 7;
         let mut reference = vec![0f32; len];
         param
-            .fill_box_part_using(Backend::Scalar, &region, 0, &mut reference, Threads::Count(1))
+            .fill_box_part_using(
+                Backend::Scalar,
+                &region,
+                0,
+                &mut reference,
+                Threads::Count(1),
+            )
             .unwrap();
         for backend in backends() {
             let mut got = vec![0f32; len];
