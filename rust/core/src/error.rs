@@ -70,6 +70,13 @@ pub enum Error {
         /// Elements the buffer holds.
         got: u64,
     },
+    /// The operating system refused to start the requested worker threads.
+    ThreadPool {
+        /// Threads requested.
+        threads: usize,
+        /// What the thread-pool builder reported.
+        reason: String,
+    },
     /// `rank`/`world`/`dim` arguments of a chunked shard are out of range.
     InvalidShard {
         /// Which argument (`"rank"`, `"world"`, `"dim"`).
@@ -124,6 +131,11 @@ impl fmt::Display for Error {
             Error::OutputSizeMismatch { expected, got } => {
                 write!(f, "out has {got} elements but the region has {expected}")
             }
+            Error::ThreadPool { threads, reason } => write!(
+                f,
+                "could not start {threads} worker threads ({reason}); lower the count with \
+                 shardinit.set_num_threads"
+            ),
             Error::InvalidShard {
                 arg,
                 value,

@@ -227,29 +227,32 @@ fn scalar_two_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, o
 }
 
 /// Cached thread pools for explicit thread counts (building a pool costs far more than
-/// a small fill).
-fn pool_with(threads: usize) -> Arc<rayon::ThreadPool> {
+/// a small fill). The operating system may refuse the threads (limits on processes or
+/// address space): that is an error for the caller, not a panic.
+fn pool_with(threads: usize) -> Result<Arc<rayon::ThreadPool>, Error> {
     static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
     let pools = POOLS.get_or_init(|| Mutex::new(HashMap::new()));
     let mut pools = pools
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    pools
-        .entry(threads)
-        .or_insert_with(|| {
-            Arc::new(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .thread_name(|i| format!("shardinit-{i}"))
-                    .build()
-                    .expect("failed to spawn shardinit worker threads"),
-            )
-        })
-        .clone()
+    if let Some(pool) = pools.get(&threads) {
+        return Ok(pool.clone());
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("shardinit-{i}"))
+        .build()
+        .map_err(|error| Error::ThreadPool {
+            threads,
+            reason: error.to_string(),
+        })?;
+    let pool = Arc::new(pool);
+    pools.insert(threads, pool.clone());
+    Ok(pool)
 }
 
 /// Runs `work(chunk_index, chunk)` over `CHUNK_ELEMENTS`-sized chunks of `out`.
-fn for_each_chunk<T, F>(out: &mut [T], threads: Threads, work: F)
+fn for_each_chunk<T, F>(out: &mut [T], threads: Threads, work: F) -> Result<(), Error>
 where
     T: Send,
     F: Fn(usize, &mut [T]) + Send + Sync,
@@ -259,7 +262,7 @@ where
         for (index, chunk) in out.chunks_mut(CHUNK_ELEMENTS).enumerate() {
             work(index, chunk);
         }
-        return;
+        return Ok(());
     }
     let mut run = move || {
         out.par_chunks_mut(CHUNK_ELEMENTS)
@@ -268,8 +271,9 @@ where
     };
     match threads {
         Threads::All => run(),
-        Threads::Count(n) => pool_with(n).install(run),
+        Threads::Count(n) => pool_with(n)?.install(run),
     }
+    Ok(())
 }
 
 impl ParamStream {
@@ -320,8 +324,7 @@ impl ParamStream {
         for_each_chunk(out, threads, |index, chunk| {
             let chunk_start = start + (index * CHUNK_ELEMENTS) as u64;
             fill_flat_serial(backend, &stream, &sampler, chunk_start, chunk);
-        });
-        Ok(())
+        })
     }
 
     /// Fills `out` with the box `region` (one `(start, stop)` per dim) of the global
@@ -414,8 +417,7 @@ impl ParamStream {
                 done += take;
                 position += take as u64;
             }
-        });
-        Ok(())
+        })
     }
 }
 

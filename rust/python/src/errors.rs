@@ -28,6 +28,8 @@ create_exception!(
 pub fn to_py_err(error: Error) -> PyErr {
     match error {
         Error::ShapeTooLarge { .. } => ShapeTooLargeError::new_err(error.to_string()),
+        // Not a bad value: the machine refused a resource.
+        Error::ThreadPool { .. } => PyRuntimeError::new_err(error.to_string()),
         other => ShardInitError::new_err(other.to_string()),
     }
 }

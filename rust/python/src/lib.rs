@@ -16,7 +16,9 @@ mod _core {
     #[pymodule_export]
     use crate::errors::{InternalError, ShapeTooLargeError, ShardInitError};
     #[pymodule_export]
-    use crate::stream::{chunk_range, fill_box, fill_flat, key64, phi, phi_inv, stream_words};
+    use crate::stream::{
+        chunk_range, fill_box, fill_flat, key64, panic_for_test, phi, phi_inv, stream_words,
+    };
 
     /// Version of the stream format this build implements (SPEC v1).
     #[pymodule_export]

@@ -161,3 +161,12 @@ pub fn phi(x: f64) -> f64 {
 pub fn phi_inv(p: f64, q: f64) -> f64 {
     shardinit_core::math::phi_inv(p, q)
 }
+
+/// Panics inside the same GIL-released, panic-catching path every fill uses, so tests can
+/// prove a panic in the core surfaces as `InternalError` and never aborts the process.
+#[pyfunction]
+#[pyo3(name = "_panic_for_test")]
+pub fn panic_for_test(py: Python<'_>, message: &str) -> PyResult<()> {
+    let message = message.to_owned();
+    py.detach(|| catch_panic(move || -> Result<(), shardinit_core::Error> { panic!("{message}") }))
+}
