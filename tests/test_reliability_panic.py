@@ -18,7 +18,7 @@ from shardinit import _core
 def test_a_panic_in_the_core_becomes_internal_error() -> None:
     # `_panic_for_test` panics inside the same GIL-released, catch_unwind-wrapped path
     # that every fill takes.
-    with pytest.raises(shardinit.InternalError, match="please report.*boom at 42") as caught:
+    with pytest.raises(shardinit.InternalError, match=r"please report.*boom at 42") as caught:
         _core._panic_for_test("boom at 42")
     assert isinstance(caught.value, RuntimeError)
     # The interpreter and the core are still usable, with the same values.
