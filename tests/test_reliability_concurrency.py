@@ -161,6 +161,18 @@ def test_two_single_threaded_fills_overlap_in_time() -> None:
     assert best >= 0.5, best
 
 
+def _run_script_expecting_ok(script: str) -> None:
+    """Runs ``script`` in a fresh interpreter; it must print exactly "ok" in time (a hang
+    past DEADLOCK_TIMEOUT_S fails the test instead of hanging the suite)."""
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=DEADLOCK_TIMEOUT_S,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
 def test_no_deadlock_in_a_child_forked_after_multithreaded_fills() -> None:
     """fork() copies only the calling thread: a child of a process whose fills ran on
     worker threads must not wait for workers that do not exist (it runs them on its own
@@ -181,13 +193,7 @@ def test_no_deadlock_in_a_child_forked_after_multithreaded_fills() -> None:
         print("ok")
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=DEADLOCK_TIMEOUT_S,
-    )
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+    _run_script_expecting_ok(script)
 
 
 def test_no_deadlock_in_dataloader_workers() -> None:
@@ -211,13 +217,7 @@ def test_no_deadlock_in_dataloader_workers() -> None:
         print("ok")
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=DEADLOCK_TIMEOUT_S,
-    )
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+    _run_script_expecting_ok(script)
 
 
 def test_inside_torch_autograd_and_futures() -> None:
