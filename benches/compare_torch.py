@@ -129,6 +129,13 @@ def throughput_table(numel: int, repeats: int) -> list[tuple[str, float, float]]
             bytes_f32,  # elements/s shown as float32 bytes/s, so the ratio is per element
         ),
         (
+            "uniform_ bfloat16 (per element)",
+            ours(init.uniform(-1.0, 1.0), out_bf16),
+            "shardinit uniform_ float32",
+            ours(init.uniform(-1.0, 1.0)),
+            bytes_f32,  # per element, as above
+        ),
+        (
             "constant_ (shardinit zeros)",
             ours(init.zeros()),
             "torch.Tensor.fill_ (write limit)",

@@ -53,6 +53,12 @@ pub trait Element: Copy + Send + Sync + 'static {
             *slot = Self::from_f64(value);
         }
     }
+    /// As [`Element::from_f64_lanes`] for values that are not NaN (the caller knows:
+    /// finite sampler constants). The same bits; bfloat16 skips its NaN handling.
+    #[inline(always)]
+    fn from_f64_lanes_not_nan(values: &[f64], out: &mut [Self]) {
+        Self::from_f64_lanes(values, out);
+    }
 }
 
 impl Element for f64 {
@@ -93,6 +99,18 @@ impl Element for bf16 {
             }
         }
     }
+    #[inline(always)]
+    fn from_f64_lanes_not_nan(values: &[f64], out: &mut [Self]) {
+        for (values, out) in values.chunks(LANE_CHUNK).zip(out.chunks_mut(LANE_CHUNK)) {
+            let mut singles = [0f32; LANE_CHUNK];
+            for (single, &value) in singles.iter_mut().zip(values) {
+                *single = value as f32;
+            }
+            for (slot, &single) in out.iter_mut().zip(&singles) {
+                *slot = bf16::from_bits(bf16_bits_from_f32_not_nan(single));
+            }
+        }
+    }
 }
 
 impl Element for f16 {
@@ -130,6 +148,14 @@ pub fn bf16_bits_from_f32(x: f32) -> u16 {
     let rounded = (bits.wrapping_add(0x7fff + ((bits >> 16) & 1))) >> 16;
     let nan = (bits >> 16) | 0x0040;
     (if is_nan { nan } else { rounded }) as u16
+}
+
+/// [`bf16_bits_from_f32`] of an `x` that is not NaN: the rounding alone (infinities
+/// come out right: `0x7f80_0000 + 0x7fff` keeps the high half).
+#[inline(always)]
+pub fn bf16_bits_from_f32_not_nan(x: f32) -> u16 {
+    let bits = x.to_bits();
+    (bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16) as u16
 }
 
 /// `f16::from_f32(x).to_bits()` (IEEE round to nearest even, subnormals, overflow to
@@ -580,6 +606,13 @@ mod tests {
                 f16::from_f32(x).to_bits(),
                 "{b:#010x}"
             );
+            if !x.is_nan() {
+                assert_eq!(
+                    bf16_bits_from_f32_not_nan(x),
+                    bf16::from_f32(x).to_bits(),
+                    "{b:#010x}"
+                );
+            }
         }
     }
 

@@ -236,13 +236,20 @@ fn uniform_one_word<T: Element, const N: usize>(
     words: &[u32; N],
     out: &mut [T; N],
 ) {
+    // Finite `a` and `width` and `U24` in [0, 1): no NaN (an infinite width, from
+    // `b - a` overflowing, would give inf * 0 = NaN at `U24 = 0`).
+    let finite = a.is_finite() && width.is_finite();
     for (words, out) in words.chunks_exact(GROUP).zip(out.chunks_exact_mut(GROUP)) {
         let words: &[u32; GROUP] = words.try_into().expect("a group of words");
         let mut value = [0f64; GROUP];
         for k in 0..GROUP {
             value[k] = a + width * u24_lane(words[k]);
         }
-        T::from_f64_lanes(&value, out);
+        if finite {
+            T::from_f64_lanes_not_nan(&value, out);
+        } else {
+            T::from_f64_lanes(&value, out);
+        }
     }
 }
 
@@ -290,7 +297,13 @@ fn normal_one_word<T: Element, const N: usize>(
     for k in 0..count {
         value[usize::from(scratch.tail_index[k])] = mean + std * scratch.tail_x[k];
     }
-    T::from_f64_lanes(value, out);
+    // `U32` is in (0, 1), so `PhiInv` is finite; with finite `mean` and `std` no value
+    // is NaN (at worst `std * x` overflows to an infinity).
+    if mean.is_finite() && std.is_finite() {
+        T::from_f64_lanes_not_nan(value, out);
+    } else {
+        T::from_f64_lanes(value, out);
+    }
 }
 
 /// Values of one step of a one-word dtype: element `k` from word `words[k]`.
