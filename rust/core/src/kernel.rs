@@ -238,14 +238,46 @@ fn uniform_one_word<T: Element, const N: usize>(
 ) {
     // Finite `a` and `width` and `U24` in [0, 1): no NaN (an infinite width, from
     // `b - a` overflowing, would give inf * 0 = NaN at `U24 = 0`).
-    let finite = a.is_finite() && width.is_finite();
+    if a.is_finite() && width.is_finite() {
+        // `width * U24(w)` is `width * 2^-24` times the integer `w >> 8`: the same real
+        // product, so the same rounding, whenever `width * 2^-24` is exact (it is
+        // unless it lands below the normal range). One multiplication instead of two.
+        let scaled = width * TWO_POW_M24;
+        if scaled / TWO_POW_M24 == width {
+            uniform_groups(
+                a,
+                scaled,
+                words,
+                out,
+                |word| f64::from((word >> 8) as i32),
+                true,
+            );
+        } else {
+            uniform_groups(a, width, words, out, u24_lane, true);
+        }
+    } else {
+        uniform_groups(a, width, words, out, u24_lane, false);
+    }
+}
+
+/// `a + scale * map(word)` per group of lanes, rounded to `T` (`not_nan`: the caller
+/// knows no value is NaN).
+#[inline(always)]
+fn uniform_groups<T: Element, const N: usize>(
+    a: f64,
+    scale: f64,
+    words: &[u32; N],
+    out: &mut [T; N],
+    map: impl Fn(u32) -> f64,
+    not_nan: bool,
+) {
     for (words, out) in words.chunks_exact(GROUP).zip(out.chunks_exact_mut(GROUP)) {
         let words: &[u32; GROUP] = words.try_into().expect("a group of words");
         let mut value = [0f64; GROUP];
         for k in 0..GROUP {
-            value[k] = a + width * u24_lane(words[k]);
+            value[k] = a + scale * map(words[k]);
         }
-        if finite {
+        if not_nan {
             T::from_f64_lanes_not_nan(&value, out);
         } else {
             T::from_f64_lanes(&value, out);
