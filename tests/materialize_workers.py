@@ -8,6 +8,7 @@ group serves many test functions (spawning costs seconds on a 2-core machine).
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import math
 import os
@@ -24,6 +25,7 @@ from torch import nn
 
 import shardinit
 from shardinit import init
+from shardinit._launch import exit_worker
 
 Checks = dict[str, str | None]
 
@@ -37,6 +39,7 @@ def free_port() -> int:
 def _entry(
     rank: int, world: int, port: int, out_dir: str, scenario: Callable[..., Checks], args: Any
 ) -> None:
+    faulthandler.enable()  # a native abort prints every thread's Python stack
     torch.set_num_threads(1)
     shardinit.set_num_threads(1)
     dist.init_process_group(
@@ -51,6 +54,7 @@ def _entry(
             json.dump(checks, handle)
     finally:
         dist.destroy_process_group()
+    exit_worker(0)
 
 
 def run_group(world: int, scenario: Callable[..., Checks], *args: Any) -> dict[str, list[str]]:

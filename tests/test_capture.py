@@ -335,6 +335,26 @@ def test_materialize_partial_init_fn_keeps_defaults_elsewhere() -> None:
     assert torch.equal(model[1].bias.detach(), reference[1].bias.detach())
 
 
+def test_rules_shadowed_by_init_fn_are_named_in_a_warning() -> None:
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+
+    def init_fn() -> None:
+        nn.init.zeros_(model[0].weight)  # all of it: a rule for it can never apply
+
+    rules = {"0.weight": shardinit.init.ones(), nn.Linear: shardinit.init.normal(0.0, 0.5)}
+    with pytest.warns(
+        UserWarning, match=r"1 parameter\(s\) completely.*0\.weight \(rule '0\.weight'\)"
+    ):
+        shardinit.materialize(model, seed=SEED, init_fn=init_fn, rules=rules)
+    assert torch.equal(model[0].weight.detach(), torch.zeros(4, 4))  # init_fn won
+    # The type rule still applies where init_fn does not write.
+    spec = shardinit.ParamSpec(
+        "1.weight", (2, 4), torch.float32, shardinit.init.normal(0.0, 0.5), seed=SEED
+    )
+    assert torch.equal(model[1].weight.detach(), shardinit.full(spec))
+
+
 def test_materialize_error_before_allocation() -> None:
     with torch.device("meta"):
         model = HFModel()

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import shardinit
+from shardinit._launch import exit_worker
 from shardinit.fingerprint import fingerprint, fingerprint_model, model_digest
 
 # The function shardinit.fingerprint shadows its module's name on the package.
@@ -260,4 +261,5 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     _worker(parser.parse_args().out)
+    exit_worker(0)
     sys.exit(0)

@@ -175,8 +175,8 @@ def _run_script_expecting_ok(script: str) -> None:
 
 def test_no_deadlock_in_a_child_forked_after_multithreaded_fills() -> None:
     """fork() copies only the calling thread: a child of a process whose fills ran on
-    worker threads must not wait for workers that do not exist (it runs them on its own
-    thread instead), and gets the same values."""
+    worker threads must not wait for workers that do not exist (the core builds new
+    ones in the child), and gets the same values, multi-threaded again."""
     script = textwrap.dedent(
         """
         import os, torch, shardinit
@@ -186,7 +186,7 @@ def test_no_deadlock_in_a_child_forked_after_multithreaded_fills() -> None:
         pid = os.fork()
         if pid == 0:
             ok = torch.equal(shardinit.full(spec), reference)
-            os._exit(0 if ok and shardinit.get_num_threads() == 1 else 3)
+            os._exit(0 if ok and shardinit.get_num_threads() == 2 else 3)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0, status
         assert shardinit.get_num_threads() == 2    # the parent keeps its setting

@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import resource
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ._launch import exit_worker
 from .fingerprint import fingerprint_model
 from .materialize import canonical_name, materialize
 from .models import build_model
@@ -184,4 +184,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_worker(main())

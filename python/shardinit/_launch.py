@@ -16,13 +16,23 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-__all__ = ["LaunchError", "free_port", "launch", "threads_per_rank"]
+__all__ = ["LaunchError", "exit_worker", "free_port", "launch", "threads_per_rank"]
 
 
 class LaunchError(RuntimeError):
     """A worker process failed or timed out (message: its last lines of stderr)."""
+
+
+def exit_worker(code: int) -> NoReturn:
+    """Ends a worker process that has written its result and destroyed its process
+    group, skipping the interpreter's teardown: on a loaded machine, torch's gloo
+    teardown has aborted a finished rank there ("terminate called without an active
+    exception"), failing a run whose results were complete."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def free_port() -> int:

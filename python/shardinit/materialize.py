@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard
@@ -412,6 +413,7 @@ def materialize(
             )
         captured = capture_init(module, init_fn)
     missing: list[str] = []
+    shadowed: list[str] = []
     plans: list[_Plan] = []
     for slot in slots:
         owner, attr = slot.owners[0]
@@ -424,6 +426,9 @@ def materialize(
         record = captured.params.get(slot.name) if captured is not None else None
         if record is not None and record.covers_all():
             choice: DefaultInit | None = DefaultInit(zeros())  # unused: replayed instead
+            matching = [key for key, _ in rule_list if _rule_matches(key, slot.name, owner, attr)]
+            if matching:
+                shadowed.append(f"{slot.name} (rule {matching[0]!r})")
         else:
             choice = _choose_init(slot.name, owner, attr, shapes, rule_list, overrides)
         if choice is None:
@@ -460,6 +465,16 @@ def materialize(
             "e.g. rules={'blocks.*.scale': shardinit.init.ones(), "
             "MyModule: shardinit.init.normal(0.0, 0.02), "
             "(MyModule, 'bias'): shardinit.init.zeros()}"
+        )
+
+    if shadowed:
+        # Not an error: the outcome is defined (init_fn wins, as documented), but a rule
+        # that can never apply is most likely a mistake in the caller's setup.
+        warnings.warn(
+            f"materialize: init_fn sets {len(shadowed)} parameter(s) completely, so the "
+            f"rules matching them are not used: {_listing(shadowed)}",
+            UserWarning,
+            stacklevel=2,
         )
 
     if not overwrite:

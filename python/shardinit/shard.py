@@ -37,18 +37,14 @@ CUDA_CHUNK_BYTES = 16 * 1024 * 1024
 
 _thread_setting: int | None = None
 _thread_lock = threading.Lock()
-# fork() copies only the calling thread: in a child forked after the core ran on worker
-# threads, its thread pools would wait forever for workers that do not exist there. Such
-# a child runs the core on its calling thread only (the values never depend on it).
-_pools_used = False
-_forked_after_pools = False
+# fork() copies only the calling thread. The core notices a forked child (a new process
+# id) and builds its own worker threads there; this lock may have been held by a thread
+# that does not exist in the child.
 
 
 def _after_fork_in_child() -> None:
-    global _forked_after_pools, _thread_lock
-    _thread_lock = threading.Lock()  # it may have been held by a thread that is gone
-    if _pools_used:
-        _forked_after_pools = True
+    global _thread_lock
+    _thread_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -71,10 +67,7 @@ def set_num_threads(threads: int | None) -> None:
 
 
 def get_num_threads() -> int:
-    """The number of threads the core will use for the next call (1 in a process forked
-    after shardinit ran multi-threaded: worker threads do not survive ``fork``)."""
-    if _forked_after_pools:
-        return 1
+    """The number of threads the core will use for the next call."""
     if _thread_setting is not None:
         return _thread_setting
     # The CPUs this process may run on (a container or taskset can allow fewer than the
@@ -85,14 +78,6 @@ def get_num_threads() -> int:
     except (AttributeError, OSError):  # not on Linux
         cores = os.cpu_count() or 1
     return max(1, min(cores, torch.get_num_threads()))
-
-
-def _threads_for_call() -> int:
-    global _pools_used
-    threads = get_num_threads()
-    if threads > 1:
-        _pools_used = True
-    return threads
 
 
 def _writable_view(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
@@ -160,7 +145,7 @@ def _fill_box_cpu(spec: ParamSpec, box: Box, offset: int | None, out: torch.Tens
         list(box),
         offset,
         _writable_view(out),
-        _threads_for_call(),
+        get_num_threads(),
     )
 
 
@@ -174,7 +159,7 @@ def _fill_flat_cpu(spec: ParamSpec, start: int, out: torch.Tensor) -> None:
         spec.dtype_name,
         start,
         _writable_view(out),
-        _threads_for_call(),
+        get_num_threads(),
     )
 
 

@@ -41,7 +41,7 @@ pub struct ParamStream {
 /// How many threads a fill may use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Threads {
-    /// All cores (rayon's global pool).
+    /// Every CPU this process may use (`std::thread::available_parallelism`).
     #[default]
     All,
     /// Exactly this many threads; `Count(1)` runs on the calling thread only.
@@ -226,16 +226,36 @@ fn scalar_two_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, o
     }
 }
 
-/// Cached thread pools for explicit thread counts (building a pool costs far more than
-/// a small fill). The operating system may refuse the threads (limits on processes or
+/// The thread pools built so far, per thread count, and the process that built them.
+struct Pools {
+    pid: u32,
+    by_threads: HashMap<usize, Arc<rayon::ThreadPool>>,
+}
+
+/// A cached thread pool of `threads` threads (building a pool costs far more than a
+/// small fill). The operating system may refuse the threads (limits on processes or
 /// address space): that is an error for the caller, not a panic.
+///
+/// `fork()` copies only the calling thread, so in a forked child the parent's pools
+/// have no workers and would wait forever: a child (a new process id) leaks them
+/// (dropping one would signal threads that do not exist) and builds its own.
 fn pool_with(threads: usize) -> Result<Arc<rayon::ThreadPool>, Error> {
-    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
-    let pools = POOLS.get_or_init(|| Mutex::new(HashMap::new()));
+    static POOLS: OnceLock<Mutex<Pools>> = OnceLock::new();
+    let pools = POOLS.get_or_init(|| {
+        Mutex::new(Pools {
+            pid: std::process::id(),
+            by_threads: HashMap::new(),
+        })
+    });
     let mut pools = pools
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(pool) = pools.get(&threads) {
+    let pid = std::process::id();
+    if pools.pid != pid {
+        std::mem::forget(std::mem::take(&mut pools.by_threads));
+        pools.pid = pid;
+    }
+    if let Some(pool) = pools.by_threads.get(&threads) {
         return Ok(pool.clone());
     }
     let pool = rayon::ThreadPoolBuilder::new()
@@ -247,8 +267,13 @@ fn pool_with(threads: usize) -> Result<Arc<rayon::ThreadPool>, Error> {
             reason: error.to_string(),
         })?;
     let pool = Arc::new(pool);
-    pools.insert(threads, pool.clone());
+    pools.by_threads.insert(threads, pool.clone());
     Ok(pool)
+}
+
+/// The number of threads of [`Threads::All`]: the CPUs this process may use.
+fn all_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
 
 /// Runs `work(chunk_index, chunk)` over `CHUNK_ELEMENTS`-sized chunks of `out`.
@@ -257,22 +282,23 @@ where
     T: Send,
     F: Fn(usize, &mut [T]) + Send + Sync,
 {
-    let serial = matches!(threads, Threads::Count(n) if n <= 1) || out.len() <= CHUNK_ELEMENTS;
+    let threads = match threads {
+        Threads::All => all_threads(),
+        Threads::Count(n) => n,
+    };
+    let serial = threads <= 1 || out.len() <= CHUNK_ELEMENTS;
     if serial {
         for (index, chunk) in out.chunks_mut(CHUNK_ELEMENTS).enumerate() {
             work(index, chunk);
         }
         return Ok(());
     }
-    let mut run = move || {
+    let run = move || {
         out.par_chunks_mut(CHUNK_ELEMENTS)
             .enumerate()
             .for_each(|(index, chunk)| work(index, chunk));
     };
-    match threads {
-        Threads::All => run(),
-        Threads::Count(n) => pool_with(n)?.install(run),
-    }
+    pool_with(threads)?.install(run);
     Ok(())
 }
 
