@@ -1,6 +1,8 @@
 """FSDP2 + tensor parallelism on a 2x2 CPU mesh: ColwiseParallel weights end up as
 ``(_StridedShard(0, sf=2), Shard(0))`` and RowwiseParallel ones as ``(Shard(0),
-Shard(1))``; after ``materialize`` every gathered parameter equals ``shardinit.full``."""
+Shard(1))``; after ``materialize`` every gathered parameter equals ``shardinit.full``.
+The same group also checks HSDP (``fully_shard`` on a 2-D mesh: ``(Replicate(),
+Shard(0))``), where both replicas must hold the same values."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from torch.distributed.tensor.parallel import (
     RowwiseParallel,
     parallelize_module,
 )
-from torch.distributed.tensor.placement_types import _StridedShard
+from torch.distributed.tensor.placement_types import Replicate, Shard, _StridedShard
 
 import shardinit
 from shardinit import init
@@ -60,14 +62,7 @@ PLAN = {
 }
 
 
-def _build(dtype: torch.dtype) -> tuple[Stack, dict[str, init.Initializer]]:
-    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
-    with torch.device("meta"):
-        model = Stack().to(dtype)
-    for layer in model.layers:
-        parallelize_module(layer, mesh["tp"], PLAN)
-        fully_shard(layer, mesh=mesh["dp"])
-    fully_shard(model, mesh=mesh["dp"])
+def _expected() -> dict[str, init.Initializer]:
     expected: dict[str, init.Initializer] = {}
     for i in range(2):
         p = f"layers.{i}."
@@ -82,7 +77,41 @@ def _build(dtype: torch.dtype) -> tuple[Stack, dict[str, init.Initializer]]:
         expected[p + "w2.bias"] = bias_default(HIDDEN)
     expected["head.weight"] = kaiming_a5((5, DIM))
     expected["head.bias"] = bias_default(DIM)
-    return model, expected
+    return expected
+
+
+def _build(dtype: torch.dtype) -> tuple[Stack, dict[str, init.Initializer]]:
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    with torch.device("meta"):
+        model = Stack().to(dtype)
+    for layer in model.layers:
+        parallelize_module(layer, mesh["tp"], PLAN)
+        fully_shard(layer, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+    return model, _expected()
+
+
+def _build_hsdp() -> Stack:
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
+    with torch.device("meta"):
+        model = Stack()
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def _check_hsdp(model: Stack) -> None:
+    _check_all(model, _expected(), torch.float32)
+    for name, param in model.named_parameters():
+        assert isinstance(param, DTensor), name
+        assert tuple(param.placements) == (Replicate(), Shard(0)), (name, param.placements)
+        # Both replicas hold the same rows: gather the local shards across "replicate".
+        local = param.to_local().detach().contiguous()
+        group = param.device_mesh.get_group("replicate")
+        copies = [torch.empty_like(local) for _ in range(2)]
+        torch.distributed.all_gather(copies, local, group=group)
+        expect_equal(name + " (replica)", copies[1], copies[0])
 
 
 def _check_all(model: Stack, expected: dict[str, init.Initializer], dtype: torch.dtype) -> None:
@@ -113,6 +142,9 @@ def tp_scenario(rank: int, world: int) -> Checks:
     bf16, expected_bf16 = _build(torch.bfloat16)
     shardinit.materialize(bf16, seed=SEED)
     check(checks, "defaults_bf16", lambda: _check_all(bf16, expected_bf16, torch.bfloat16))
+    hsdp = _build_hsdp()
+    shardinit.materialize(hsdp, seed=SEED)
+    check(checks, "hsdp", lambda: _check_hsdp(hsdp))
     return checks
 
 
@@ -121,7 +153,7 @@ def results() -> dict[str, list[str]]:
     return run_group(4, tp_scenario)
 
 
-@pytest.mark.parametrize("name", ["layouts", "defaults", "defaults_bf16"])
+@pytest.mark.parametrize("name", ["layouts", "defaults", "defaults_bf16", "hsdp"])
 def test_fsdp2_tp_2x2(name: str) -> None:
     outcome = results()
     assert "<scenario>" not in outcome, outcome["<scenario>"]
