@@ -19,6 +19,7 @@ from materialize_workers import (
     run_group,
     tinylm_expected_defaults,
 )
+from torch import nn
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
@@ -80,8 +81,36 @@ def _check_refuse(model: FSDP) -> None:
         raise AssertionError("materialize accepted a materialized FSDP1 model")
 
 
+class _TiedAcrossUnits(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight
+
+
+def _check_tie_split_refused(use_orig_params: bool) -> None:
+    init_fn = functools.partial(shardinit.fsdp1_param_init_fn, device="cpu")
+    with torch.device("meta"):
+        model = _TiedAcrossUnits()
+    kwargs = {"param_init_fn": init_fn, "device_id": torch.device("cpu")}
+    model.head = FSDP(model.head, use_orig_params=use_orig_params, **kwargs)  # type: ignore[assignment]
+    wrapped = FSDP(model, use_orig_params=use_orig_params, **kwargs)
+    try:
+        shardinit.materialize(wrapped, seed=SEED)
+    except shardinit.ShardInitError as error:
+        message = str(error)
+        assert "split across FSDP1 units: head.weight = emb.weight (units head, <root>)" in (
+            message
+        ), message
+    else:
+        raise AssertionError("materialize accepted a tie split across FSDP1 units")
+
+
 def fsdp1_scenario(rank: int, world: int) -> Checks:
     checks: Checks = {}
+    for use_orig in (True, False):
+        check(checks, f"tie_split_orig{use_orig}", partial(_check_tie_split_refused, use_orig))
     for use_orig in (True, False):
         tag = f"orig{use_orig}"
         model = _wrap(use_orig, torch.float32)
@@ -122,7 +151,9 @@ def results(world: int) -> dict[str, list[str]]:
 
 
 CHECKS = [
-    f"{kind}_orig{flag}" for kind in ("defaults", "padding", "refuse") for flag in (True, False)
+    f"{kind}_orig{flag}"
+    for kind in ("defaults", "padding", "refuse", "tie_split")
+    for flag in (True, False)
 ] + ["rules_bf16"]
 
 

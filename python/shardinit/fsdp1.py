@@ -30,6 +30,7 @@ __all__ = [
     "mark_filled",
     "peek_meta_buffers",
     "take_meta_buffers",
+    "ties_split_across_units",
     "uses_fsdp1",
 ]
 
@@ -39,6 +40,11 @@ _UNFILLED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
 # On a meta parameter, the attribute naming the tensor allocated for it, so a parameter
 # shared by two modules (tied weights) stays one tensor after allocation.
 _ALLOCATED_ATTR = "_shardinit_allocated"
+# On a meta parameter, the attribute listing the (module, attr) pairs that hold it.
+_OWNERS_ATTR = "_shardinit_owners"
+# Owner lists of parameters held by two or more modules (tied weights): FSDP1 keeps a
+# tie only when every holder is in one unit, which materialize checks.
+_TIES: list[list[tuple[weakref.ref[nn.Module], str]]] = []
 # Buffers fsdp1_param_init_fn allocated (they were on meta): materialize sets them.
 _META_BUFFERS: weakref.WeakKeyDictionary[nn.Module, set[str]] = weakref.WeakKeyDictionary()
 
@@ -97,6 +103,12 @@ def fsdp1_param_init_fn(module: nn.Module, device: Any = None) -> None:
                 torch.empty_like(param, device=target), requires_grad=param.requires_grad
             )
             setattr(param, _ALLOCATED_ATTR, new)
+            setattr(param, _OWNERS_ATTR, [(weakref.ref(module), attr)])
+        else:
+            owners = getattr(param, _OWNERS_ATTR)
+            owners.append((weakref.ref(module), attr))
+            if len(owners) == 2:
+                _TIES.append(owners)
         module._parameters[attr] = new
         allocated = True
     for attr, buffer in list(module._buffers.items()):
@@ -206,6 +218,35 @@ def flat_regions(root: nn.Module, canonical: Any) -> list[FlatRegion]:
                 )
             )
     return regions
+
+
+def ties_split_across_units(root: nn.Module, canonical: Any) -> list[str]:
+    """Parameters that fsdp1_param_init_fn saw shared by modules of ``root`` that are
+    in different FSDP1 units, as ``"a = b (units X, Y)"`` lines. FSDP1 supports a
+    shared parameter only inside one unit: across units the tie the model declared
+    does not survive wrapping."""
+    unit_of: dict[int, str] = {}
+    path_of: dict[int, str] = {}
+
+    def walk(module: nn.Module, path: str, unit: str | None) -> None:
+        if is_fsdp1(module):
+            unit = canonical(path) if path else "<root>"
+        path_of[id(module)] = path
+        if unit is not None:
+            unit_of[id(module)] = unit
+        for name, child in module.named_children():
+            walk(child, f"{path}.{name}" if path else name, unit)
+
+    walk(root, "", None)
+    split = []
+    for owners in _TIES:
+        alive = [(ref(), attr) for ref, attr in owners]
+        held = [(m, a) for m, a in alive if m is not None and id(m) in unit_of]
+        units = [unit_of[id(m)] for m, _ in held]
+        if len(set(units)) > 1:
+            names = [canonical(f"{path_of[id(m)]}.{a}" if path_of[id(m)] else a) for m, a in held]
+            split.append(f"{' = '.join(names)} (units {', '.join(units)})")
+    return split
 
 
 def managed_params(root: nn.Module) -> set[tuple[int, str]]:

@@ -371,7 +371,8 @@ def materialize(
         TypeError: arguments of the wrong type.
         ShardInitError: parameters with no rule and no known default, meta buffers with
             no default and no ``buffer_init``, already materialized parameters without
-            ``overwrite=True``, unsupported placements or dtypes.
+            ``overwrite=True``, unsupported placements or dtypes, tied parameters split
+            across FSDP1 units.
         UnsupportedInitOpError: ``init_fn`` does something that cannot be replayed
             shard-locally (raised before anything is allocated).
 
@@ -402,6 +403,15 @@ def materialize(
     # 1. Plan everything (names, initializers, regions) before touching any tensor, so
     #    an error leaves the model as it was.
     regions = fsdp1.flat_regions(module, canonical_name) if fsdp1.uses_fsdp1(module) else []
+    split = fsdp1.ties_split_across_units(module, canonical_name) if regions else []
+    if split:
+        raise ShardInitError(
+            f"materialize: {len(split)} tied parameter(s) are split across FSDP1 units: "
+            f"{_listing(split)}. FSDP1 supports a shared parameter only inside one unit "
+            "(across units it is flattened more than once, and the tie is gone); wrap the "
+            "modules that share it in one unit (leave them out of auto_wrap_policy) or "
+            "use FSDP2 (fully_shard), which keeps ties"
+        )
     managed = fsdp1.managed_params(module) if regions else set()
     slots = _collect_slots(module, managed)
     captured: CapturedInit | None = None
