@@ -2,11 +2,13 @@
 ``(_StridedShard(0, sf=2), Shard(0))`` and RowwiseParallel ones as ``(Shard(0),
 Shard(1))``; after ``materialize`` every gathered parameter equals ``shardinit.full``.
 The same group also checks HSDP (``fully_shard`` on a 2-D mesh: ``(Replicate(),
-Shard(0))``), where both replicas must hold the same values."""
+Shard(0))``), where both replicas must hold the same values, and ``init_fn`` capture
+replayed on the TP layouts (multi-box local shards), against its world-1 replay."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -33,6 +35,7 @@ from torch.distributed.tensor.placement_types import Replicate, Shard, _StridedS
 
 import shardinit
 from shardinit import init
+from shardinit.replay import replay_full
 
 pytestmark = pytest.mark.distributed
 
@@ -114,6 +117,41 @@ def _check_hsdp(model: Stack) -> None:
         expect_equal(name + " (replica)", copies[1], copies[0])
 
 
+def _init_fn(model: Stack) -> Callable[[], None]:
+    """Init code whose writes cut through the TP and FSDP shard boundaries."""
+
+    def init_weights() -> None:
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                nn.init.ones_(param)
+            elif name.endswith("bias"):
+                nn.init.zeros_(param)
+            else:
+                nn.init.trunc_normal_(param, 0.0, 0.02, -0.04, 0.04)
+        model.layers[0].w1.weight.data[3:].mul_(0.5)  # Colwise: (_StridedShard, Shard)
+        model.layers[1].w2.weight.data[:, 2:5].normal_(0.0, 1.0)  # Rowwise: dims 0 and 1
+        nn.init.kaiming_uniform_(model.head.weight, a=1.0)
+
+    return init_weights
+
+
+def _check_capture_tp(model: Stack) -> None:
+    with torch.device("meta"):
+        plain = Stack()
+    captured = shardinit.capture_init(plain, _init_fn(plain))
+    reference = {name: replay_full(record, SEED) for name, record in captured.params.items()}
+    names = []
+    for name, param in model.named_parameters():
+        assert isinstance(param, DTensor), name
+        expect_equal(name, param.full_tensor(), reference[name])
+        names.append(name)
+    assert sorted(names) == sorted(reference), names
+    # Not the layout-free default values: the captured ops were applied.
+    assert not torch.equal(
+        reference["layers.1.w2.weight"][:, 2:5], reference["layers.1.w2.weight"][:, 5:8]
+    )
+
+
 def _check_all(model: Stack, expected: dict[str, init.Initializer], dtype: torch.dtype) -> None:
     names = []
     for name, param in model.named_parameters():
@@ -142,6 +180,9 @@ def tp_scenario(rank: int, world: int) -> Checks:
     bf16, expected_bf16 = _build(torch.bfloat16)
     shardinit.materialize(bf16, seed=SEED)
     check(checks, "defaults_bf16", lambda: _check_all(bf16, expected_bf16, torch.bfloat16))
+    captured, _ = _build(torch.float32)
+    shardinit.materialize(captured, seed=SEED, init_fn=_init_fn(captured))
+    check(checks, "capture", lambda: _check_capture_tp(captured))
     hsdp = _build_hsdp()
     shardinit.materialize(hsdp, seed=SEED)
     check(checks, "hsdp", lambda: _check_hsdp(hsdp))
@@ -153,7 +194,7 @@ def results() -> dict[str, list[str]]:
     return run_group(4, tp_scenario)
 
 
-@pytest.mark.parametrize("name", ["layouts", "defaults", "defaults_bf16", "hsdp"])
+@pytest.mark.parametrize("name", ["layouts", "defaults", "defaults_bf16", "capture", "hsdp"])
 def test_fsdp2_tp_2x2(name: str) -> None:
     outcome = results()
     assert "<scenario>" not in outcome, outcome["<scenario>"]
