@@ -5,6 +5,7 @@ shard; the full parameters (``summon_full_params``) equal ``shardinit.full`` bit
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from functools import partial
 
 import pytest
@@ -107,8 +108,65 @@ def _check_tie_split_refused(use_orig_params: bool) -> None:
         raise AssertionError("materialize accepted a tie split across FSDP1 units")
 
 
+def _tinylm_init(model: TinyLM) -> Callable[[], None]:
+    """Init code for TinyLM: full fills everywhere but one weight, which is only scaled
+    in part (so its default values are replayed first), cutting through flat shards."""
+
+    def init_weights() -> None:
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                nn.init.ones_(param)
+            elif name.endswith("bias") or name == "layers.0.w1.weight":
+                continue  # keep the torch.nn default
+            else:
+                nn.init.trunc_normal_(param, 0.0, 0.02, -0.04, 0.04)
+        model.layers[0].w1.weight.data[1:].mul_(0.5)
+        model.tok_embeddings.weight.data[3:20].normal_(0.0, 1.0)
+
+    return init_weights
+
+
+def _check_captured(use_orig_params: bool) -> None:
+    with torch.device("meta"):
+        model = TinyLM()
+    captured = shardinit.capture_init(model, _tinylm_init(model))  # before wrapping
+    wrapped = FSDP(
+        model,
+        auto_wrap_policy=ModuleWrapPolicy({Block}),
+        device_id=torch.device("cpu"),
+        param_init_fn=functools.partial(shardinit.fsdp1_param_init_fn, device="cpu"),
+        use_orig_params=use_orig_params,
+    )
+    shardinit.materialize(wrapped, seed=SEED, init_fn=captured)
+    with torch.device("meta"):
+        plain = TinyLM()
+    shardinit.materialize(plain, seed=SEED, init_fn=_tinylm_init(plain))  # world-1 replay
+    want = dict(plain.named_parameters())
+    seen = []
+    with FSDP.summon_full_params(wrapped):
+        for raw, param in wrapped.named_parameters():
+            name = shardinit.canonical_name(raw)
+            expect_equal(name, param.detach().clone(), want[name].detach())
+            seen.append(name)
+    assert sorted(seen) == sorted(want), seen
+    assert "layers.0.w1.weight" in captured and not captured["layers.0.w1.weight"].covers_all()
+
+
+def _check_plain_init_fn_refused() -> None:
+    model = _wrap(False, torch.float32)
+    try:
+        shardinit.materialize(model, seed=SEED, init_fn=lambda: None)
+    except shardinit.ShardInitError as error:
+        assert "capture it on the meta model before wrapping" in str(error), str(error)
+    else:
+        raise AssertionError("materialize accepted a plain init_fn for FSDP1")
+
+
 def fsdp1_scenario(rank: int, world: int) -> Checks:
     checks: Checks = {}
+    for use_orig in (True, False):
+        check(checks, f"captured_orig{use_orig}", partial(_check_captured, use_orig))
+    check(checks, "plain_init_fn_refused", _check_plain_init_fn_refused)
     for use_orig in (True, False):
         check(checks, f"tie_split_orig{use_orig}", partial(_check_tie_split_refused, use_orig))
     for use_orig in (True, False):
@@ -152,9 +210,9 @@ def results(world: int) -> dict[str, list[str]]:
 
 CHECKS = [
     f"{kind}_orig{flag}"
-    for kind in ("defaults", "padding", "refuse", "tie_split")
+    for kind in ("defaults", "padding", "refuse", "tie_split", "captured")
     for flag in (True, False)
-] + ["rules_bf16"]
+] + ["rules_bf16", "plain_init_fn_refused"]
 
 
 @pytest.mark.parametrize("world", [2, 3])

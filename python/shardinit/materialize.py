@@ -25,7 +25,7 @@ from .defaults import DefaultInit, default_buffer_value, default_init, parent_ov
 from .errors import ShardInitError
 from .init import Initializer, zeros
 from .placements import Run, local_boxes, local_runs_of
-from .replay import base_ops, recompute_buffers, replay_runs
+from .replay import base_ops, recompute_buffers, replay_flat, replay_runs
 from .shard import _resolve_device, init_box, init_flat
 from .spec import ParamSpec
 
@@ -132,6 +132,17 @@ def _choose_init(
     if override is not None:
         return override
     return default_init(owner, attr, shapes)
+
+
+def _check_record(record: ParamRecord, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """A captured record must describe the parameter it is replayed into (a CapturedInit
+    passed in may come from another model)."""
+    if tuple(record.shape) != tuple(shape) or record.dtype != dtype:
+        raise ShardInitError(
+            f"materialize: init_fn's capture of {record.name} is {tuple(record.shape)} "
+            f"{record.dtype}, but the parameter is {tuple(shape)} {dtype}; capture the "
+            "same model (same shapes and dtypes) that is materialized"
+        )
 
 
 def _make_spec(
@@ -326,7 +337,7 @@ def materialize(
     rules: Rules | None = None,
     buffer_init: BufferInit | None = None,
     overwrite: bool = False,
-    init_fn: Callable[[], object] | None = None,
+    init_fn: Callable[[], object] | CapturedInit | None = None,
 ) -> nn.Module:
     """Fills every parameter of ``module`` with its stream-v1 values, shard-locally.
 
@@ -361,7 +372,10 @@ def materialize(
             allocated and replayed shard-locally: parameters it touches get exactly the
             operations it applied (rules and defaults only give what a parameter held
             before, where init_fn covers part of it); buffers it computes are
-            recomputed by running it again for real after allocation. See
+            recomputed by running it again for real after allocation. Or a
+            ``CapturedInit`` from ``capture_init``: required for FSDP1, whose flat
+            parameters hide the original ones, so capture on the meta model before
+            wrapping (buffers it computes then need defaults or ``buffer_init``). See
             docs/capturing-init.md.
 
     Returns:
@@ -394,8 +408,8 @@ def materialize(
         raise TypeError(f"overwrite must be a bool, got {type(overwrite).__name__}")
     if buffer_init is not None and not callable(buffer_init):
         raise TypeError(f"buffer_init must be callable, got {type(buffer_init).__name__}")
-    if init_fn is not None and not callable(init_fn):
-        raise TypeError(f"init_fn must be callable, got {type(init_fn).__name__}")
+    if init_fn is not None and not (callable(init_fn) or isinstance(init_fn, CapturedInit)):
+        raise TypeError(f"init_fn must be callable or a CapturedInit, got {type(init_fn).__name__}")
     target = None if device is None else _resolve_device(device)
     rule_list = _check_rules(rules)
     overrides = parent_overrides(module)
@@ -415,11 +429,15 @@ def materialize(
     managed = fsdp1.managed_params(module) if regions else set()
     slots = _collect_slots(module, managed)
     captured: CapturedInit | None = None
-    if init_fn is not None:
+    if isinstance(init_fn, CapturedInit):
+        captured = init_fn
+    elif init_fn is not None:
         if regions:
             raise ShardInitError(
-                "materialize: init_fn is not supported with FSDP1 units; use FSDP2 "
-                "(fully_shard) or rules"
+                "materialize: FSDP1's flat parameters hide the original ones from "
+                "init_fn; capture it on the meta model before wrapping, then pass the "
+                "result: captured = shardinit.capture_init(model, model.init_weights); "
+                "materialize(fsdp_model, seed=..., init_fn=captured)"
             )
         captured = capture_init(module, init_fn)
     missing: list[str] = []
@@ -434,6 +452,8 @@ def materialize(
             if param is not None
         }
         record = captured.params.get(slot.name) if captured is not None else None
+        if record is not None:
+            _check_record(record, tuple(tensor.shape), tensor.dtype)
         if record is not None and record.covers_all():
             choice: DefaultInit | None = DefaultInit(zeros())  # unused: replayed instead
             matching = [key for key, _ in rule_list if _rule_matches(key, slot.name, owner, attr)]
@@ -450,24 +470,30 @@ def materialize(
             local_runs_of(tensor, name=slot.name) if _is_dtensor(tensor) else _full_runs(spec.shape)
         )
         plans.append(_Plan(slot, spec, choice, runs, is_dtensor, record))
-    region_plans: list[tuple[fsdp1.FlatRegion, ParamSpec, DefaultInit]] = []
+    region_plans: list[tuple[fsdp1.FlatRegion, ParamSpec, DefaultInit, ParamRecord | None]] = []
     region_shapes: dict[int, dict[str, tuple[int, ...]]] = {}
     for region in regions:
         region_shapes.setdefault(id(region.module), {})[region.attr] = region.global_shape
     for region in regions:
-        choice = _choose_init(
-            region.name,
-            region.module,
-            region.attr,
-            region_shapes[id(region.module)],
-            rule_list,
-            overrides,
-        )
+        record = captured.params.get(region.name) if captured is not None else None
+        if record is not None:
+            _check_record(record, region.global_shape, region.flat_param.dtype)
+        if record is not None and record.covers_all():
+            choice = DefaultInit(zeros())  # unused: replayed instead
+        else:
+            choice = _choose_init(
+                region.name,
+                region.module,
+                region.attr,
+                region_shapes[id(region.module)],
+                rule_list,
+                overrides,
+            )
         if choice is None:
             missing.append(f"{region.name} ({type(region.module).__name__})")
             continue
         spec = _make_spec(region.name, region.global_shape, region.flat_param.dtype, choice, seed)
-        region_plans.append((region, spec, choice))
+        region_plans.append((region, spec, choice, record))
     if missing:
         raise ShardInitError(
             f"materialize: no rule and no torch.nn default initializer for {len(missing)} "
@@ -491,7 +517,7 @@ def materialize(
         filled = [plan.spec.name for plan in plans if _is_filled(plan.slot.tensor())]
         filled += [
             region.name
-            for region, _, _ in region_plans
+            for region, _, _, _ in region_plans
             if not fsdp1.is_unfilled(region.module)
             and region.flat_param.numel() > 0
             and not region.flat_param.is_meta
@@ -505,7 +531,10 @@ def materialize(
             )
 
     buffers = _collect_meta_buffers(module)
-    computed = set(captured.buffers) if captured is not None else set()
+    # init_fn is rerun for the buffers it computes, except under FSDP1: its flat
+    # parameters cannot be swapped for stand-ins, so those buffers need defaults or
+    # buffer_init like any other.
+    computed = set(captured.buffers) if captured is not None and not regions else set()
     unknown = [b.name for b in buffers if b.default is None and b.name not in computed]
     if unknown and buffer_init is None:
         raise ShardInitError(
@@ -553,8 +582,20 @@ def materialize(
             _fill_local(plan.spec, plan.choice, plan.runs, _local(plan.slot.tensor()))
         for flat_param in {id(region.flat_param): region.flat_param for region in regions}.values():
             flat_param.data.zero_()  # padding between and after parameters stays zero
-        for region, spec, choice in region_plans:
-            _fill_flat_region(region, spec, choice)
+        for region, spec, choice, record in region_plans:
+            if record is None:
+                _fill_flat_region(region, spec, choice)
+                continue
+            count = region.stop - region.start
+            if count == 0:
+                continue
+            prior = (
+                ()
+                if record.covers_all()
+                else base_ops(choice.init, region.global_shape, choice.zero_rows)
+            )
+            out = region.flat_param.data[region.offset : region.offset + count]
+            replay_flat(record, seed, region.start, region.stop, out, prior=prior)
         for region in regions:
             fsdp1.mark_filled(region.module)
         for buffer in buffers:
@@ -568,6 +609,6 @@ def materialize(
                 assert buffer_init is not None
                 buffer_init(buffer.module, buffer.attr, value)
             fsdp1.take_meta_buffers(buffer.module)
-    if captured is not None:
+    if captured is not None and not regions:
         recompute_buffers(module, captured)
     return module
