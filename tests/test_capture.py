@@ -355,6 +355,31 @@ def test_rules_shadowed_by_init_fn_are_named_in_a_warning() -> None:
     assert torch.equal(model[1].weight.detach(), shardinit.full(spec))
 
 
+def test_captured_init_recomputes_buffers_only_on_the_model_it_was_taken_on() -> None:
+    with torch.device("meta"):
+        template, other, same = TitanLlama(), TitanLlama(), TitanLlama()
+    reference = eager(TitanLlama, lambda m: m.init_weights(), SEED)
+    # Taken on `same` and given back to it: init_weights recomputes its freqs_cis.
+    shardinit.materialize(same, seed=SEED, init_fn=shardinit.capture_init(same, same.init_weights))
+    assert torch.equal(same.freqs_cis, reference.freqs_cis)
+    # Taken on another object: running it would compute the template's buffer, not
+    # this model's, so the buffer needs buffer_init like any unknown meta buffer.
+    captured = shardinit.capture_init(template, template.init_weights)
+    with pytest.raises(shardinit.ShardInitError, match="freqs_cis"):
+        shardinit.materialize(other, seed=SEED, init_fn=captured)
+    assert all(p.is_meta for p in other.parameters())
+
+    def buffer_init(module: nn.Module, name: str, tensor: torch.Tensor) -> None:
+        tensor.copy_(module._precompute_freqs_cis())
+
+    shardinit.materialize(other, seed=SEED, init_fn=captured, buffer_init=buffer_init)
+    assert torch.equal(other.freqs_cis, reference.freqs_cis)
+    for (name, got), (_, want) in zip(
+        other.named_parameters(), same.named_parameters(), strict=True
+    ):
+        assert torch.equal(got.detach(), want.detach()), name
+
+
 def test_materialize_error_before_allocation() -> None:
     with torch.device("meta"):
         model = HFModel()

@@ -33,6 +33,7 @@ import math
 import os
 import threading
 import traceback
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -177,11 +178,22 @@ class CapturedInit:
         buffers: canonical names of buffers ``init_fn`` assigned or wrote in place
             (recomputed for real by :func:`shardinit.replay.recompute_buffers`).
         init_fn: the captured callable.
+        module_ref: a weak reference to the module captured on (see
+            :meth:`captured_on`).
     """
 
     params: Mapping[str, ParamRecord]
     buffers: tuple[str, ...]
     init_fn: Callable[[], object] = field(repr=False)
+    # The module captured on (weakly): ``init_fn`` computes buffers of that object only.
+    module_ref: Callable[[], nn.Module | None] = field(
+        default=lambda: None, repr=False, compare=False
+    )
+
+    def captured_on(self, module: nn.Module) -> bool:
+        """Whether this was captured on ``module`` itself (so running ``init_fn``
+        computes ``module``'s buffers)."""
+        return self.module_ref() is module
 
     def __contains__(self, name: object) -> bool:
         return name in self.params
@@ -903,4 +915,4 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
         for slot in slots
         if slot.ops
     }
-    return CapturedInit(params, tuple(written), init_fn)
+    return CapturedInit(params, tuple(written), init_fn, weakref.ref(module))

@@ -222,30 +222,31 @@ def flat_regions(root: nn.Module, canonical: Any) -> list[FlatRegion]:
 
 def ties_split_across_units(root: nn.Module, canonical: Any) -> list[str]:
     """Parameters that fsdp1_param_init_fn saw shared by modules of ``root`` that are
-    in different FSDP1 units, as ``"a = b (units X, Y)"`` lines. FSDP1 supports a
-    shared parameter only inside one unit: across units the tie the model declared
-    does not survive wrapping."""
-    unit_of: dict[int, str] = {}
+    in different FSDP1 units (or partly outside every unit), as ``"a = b (units X, Y)"``
+    lines. FSDP1 supports a shared parameter only inside one unit: across units the tie
+    the model declared does not survive wrapping."""
+    unit_of: dict[int, tuple[int, str]] = {}  # module -> (id of its unit, unit name)
     path_of: dict[int, str] = {}
+    outside = (0, "<no FSDP1 unit>")
 
-    def walk(module: nn.Module, path: str, unit: str | None) -> None:
+    def walk(module: nn.Module, path: str, unit: tuple[int, str]) -> None:
         if is_fsdp1(module):
-            unit = canonical(path) if path else "<root>"
+            unit = (id(module), canonical(path) if path else "<root>")
         path_of[id(module)] = path
-        if unit is not None:
-            unit_of[id(module)] = unit
+        unit_of[id(module)] = unit
         for name, child in module.named_children():
             walk(child, f"{path}.{name}" if path else name, unit)
 
-    walk(root, "", None)
+    walk(root, "", outside)
     split = []
     for owners in _TIES:
         alive = [(ref(), attr) for ref, attr in owners]
         held = [(m, a) for m, a in alive if m is not None and id(m) in unit_of]
         units = [unit_of[id(m)] for m, _ in held]
-        if len(set(units)) > 1:
+        if len({unit_id for unit_id, _ in units}) > 1:
             names = [canonical(f"{path_of[id(m)]}.{a}" if path_of[id(m)] else a) for m, a in held]
-            split.append(f"{' = '.join(names)} (units {', '.join(units)})")
+            unit_names = ", ".join(name for _, name in units)
+            split.append(f"{' = '.join(names)} (units {unit_names})")
     return split
 
 

@@ -375,8 +375,9 @@ def materialize(
             recomputed by running it again for real after allocation. Or a
             ``CapturedInit`` from ``capture_init``: required for FSDP1, whose flat
             parameters hide the original ones, so capture on the meta model before
-            wrapping (buffers it computes then need defaults or ``buffer_init``). See
-            docs/capturing-init.md.
+            wrapping. Buffers are recomputed only when it was captured on ``module``
+            itself and not under FSDP1; otherwise they need defaults or
+            ``buffer_init``. See docs/capturing-init.md.
 
     Returns:
         ``module``, filled in place.
@@ -423,8 +424,8 @@ def materialize(
             f"materialize: {len(split)} tied parameter(s) are split across FSDP1 units: "
             f"{_listing(split)}. FSDP1 supports a shared parameter only inside one unit "
             "(across units it is flattened more than once, and the tie is gone); wrap the "
-            "modules that share it in one unit (leave them out of auto_wrap_policy) or "
-            "use FSDP2 (fully_shard), which keeps ties"
+            "modules that share it in one unit (leave them out of auto_wrap_policy), or "
+            "with FSDP2 pass them to one fully_shard call"
         )
     managed = fsdp1.managed_params(module) if regions else set()
     slots = _collect_slots(module, managed)
@@ -531,10 +532,11 @@ def materialize(
             )
 
     buffers = _collect_meta_buffers(module)
-    # init_fn is rerun for the buffers it computes, except under FSDP1: its flat
-    # parameters cannot be swapped for stand-ins, so those buffers need defaults or
-    # buffer_init like any other.
-    computed = set(captured.buffers) if captured is not None and not regions else set()
+    # init_fn is rerun for the buffers it computes, if it computes them on this very
+    # model and not under FSDP1 (whose flat parameters cannot be swapped for stand-ins);
+    # otherwise those buffers need defaults or buffer_init like any other.
+    rerun = captured is not None and not regions and captured.captured_on(module)
+    computed = set(captured.buffers) if captured is not None and rerun else set()
     unknown = [b.name for b in buffers if b.default is None and b.name not in computed]
     if unknown and buffer_init is None:
         raise ShardInitError(
@@ -609,6 +611,6 @@ def materialize(
                 assert buffer_init is not None
                 buffer_init(buffer.module, buffer.attr, value)
             fsdp1.take_meta_buffers(buffer.module)
-    if captured is not None and not regions:
+    if captured is not None and rerun:
         recompute_buffers(module, captured)
     return module

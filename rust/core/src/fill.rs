@@ -12,6 +12,8 @@
 //! is split or on the thread count.
 
 use std::collections::HashMap;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use half::{bf16, f16};
@@ -226,36 +228,55 @@ fn scalar_two_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, o
     }
 }
 
-/// The thread pools built so far, per thread count, and the process that built them.
+/// The thread pools one process built, per thread count.
 struct Pools {
+    /// The process that built them.
     pid: u32,
-    by_threads: HashMap<usize, Arc<rayon::ThreadPool>>,
+    by_threads: Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>,
+}
+
+/// This process's pool table. `fork()` copies only the calling thread: in a forked
+/// child the parent's pools have no workers (waiting on them would hang) and the
+/// table's lock may be held by a thread that does not exist there. So the table is
+/// reached through a pointer whose `pid` is checked *before* locking, and a child (a
+/// new process id) installs a fresh table, leaking the parent's (dropping a pool would
+/// signal threads that do not exist). Published tables are never freed.
+fn pools() -> &'static Pools {
+    static TABLE: AtomicPtr<Pools> = AtomicPtr::new(ptr::null_mut());
+    let pid = std::process::id();
+    loop {
+        let current = TABLE.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer in TABLE came from `Box::into_raw` below and was
+        // published by a successful compare-exchange; published tables are never freed,
+        // so it is valid for the rest of the program.
+        if let Some(table) = unsafe { current.as_ref() } {
+            if table.pid == pid {
+                return table;
+            }
+        }
+        let fresh = Box::into_raw(Box::new(Pools {
+            pid,
+            by_threads: Mutex::new(HashMap::new()),
+        }));
+        match TABLE.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
+            // SAFETY: just published; never freed (see above).
+            Ok(_) => return unsafe { &*fresh },
+            // SAFETY: `fresh` lost the race and was never published: this is its only
+            // owner.
+            Err(_) => drop(unsafe { Box::from_raw(fresh) }),
+        }
+    }
 }
 
 /// A cached thread pool of `threads` threads (building a pool costs far more than a
 /// small fill). The operating system may refuse the threads (limits on processes or
 /// address space): that is an error for the caller, not a panic.
-///
-/// `fork()` copies only the calling thread, so in a forked child the parent's pools
-/// have no workers and would wait forever: a child (a new process id) leaks them
-/// (dropping one would signal threads that do not exist) and builds its own.
 fn pool_with(threads: usize) -> Result<Arc<rayon::ThreadPool>, Error> {
-    static POOLS: OnceLock<Mutex<Pools>> = OnceLock::new();
-    let pools = POOLS.get_or_init(|| {
-        Mutex::new(Pools {
-            pid: std::process::id(),
-            by_threads: HashMap::new(),
-        })
-    });
-    let mut pools = pools
+    let mut by_threads = pools()
+        .by_threads
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let pid = std::process::id();
-    if pools.pid != pid {
-        std::mem::forget(std::mem::take(&mut pools.by_threads));
-        pools.pid = pid;
-    }
-    if let Some(pool) = pools.by_threads.get(&threads) {
+    if let Some(pool) = by_threads.get(&threads) {
         return Ok(pool.clone());
     }
     let pool = rayon::ThreadPoolBuilder::new()
@@ -267,13 +288,15 @@ fn pool_with(threads: usize) -> Result<Arc<rayon::ThreadPool>, Error> {
             reason: error.to_string(),
         })?;
     let pool = Arc::new(pool);
-    pools.by_threads.insert(threads, pool.clone());
+    by_threads.insert(threads, pool.clone());
     Ok(pool)
 }
 
-/// The number of threads of [`Threads::All`]: the CPUs this process may use.
+/// The number of threads of [`Threads::All`]: the CPUs this process may use (read once:
+/// it may read cgroup files).
 fn all_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    static ALL: OnceLock<usize> = OnceLock::new();
+    *ALL.get_or_init(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
 }
 
 /// Runs `work(chunk_index, chunk)` over `CHUNK_ELEMENTS`-sized chunks of `out`.
@@ -283,10 +306,11 @@ where
     F: Fn(usize, &mut [T]) + Send + Sync,
 {
     let threads = match threads {
+        _ if out.len() <= CHUNK_ELEMENTS => 1,
         Threads::All => all_threads(),
         Threads::Count(n) => n,
     };
-    let serial = threads <= 1 || out.len() <= CHUNK_ELEMENTS;
+    let serial = threads <= 1;
     if serial {
         for (index, chunk) in out.chunks_mut(CHUNK_ELEMENTS).enumerate() {
             work(index, chunk);

@@ -271,6 +271,7 @@ fn uniform_groups<T: Element, const N: usize>(
     map: impl Fn(u32) -> f64,
     not_nan: bool,
 ) {
+    const { assert!(N % GROUP == 0, "whole groups") };
     for (words, out) in words.chunks_exact(GROUP).zip(out.chunks_exact_mut(GROUP)) {
         let words: &[u32; GROUP] = words.try_into().expect("a group of words");
         let mut value = [0f64; GROUP];
