@@ -162,8 +162,23 @@ def _check_plain_init_fn_refused() -> None:
         raise AssertionError("materialize accepted a plain init_fn for FSDP1")
 
 
+def _check_tie_outside_units_refused() -> None:
+    # The embedding is wrapped, the head sharing its weight is outside every unit.
+    init_fn = functools.partial(shardinit.fsdp1_param_init_fn, device="cpu")
+    with torch.device("meta"):
+        model = _TiedAcrossUnits()
+    model.emb = FSDP(model.emb, param_init_fn=init_fn, device_id=torch.device("cpu"))  # type: ignore[assignment]
+    try:
+        shardinit.materialize(model, seed=SEED)
+    except shardinit.ShardInitError as error:
+        assert "emb.weight" in str(error) and "<no FSDP1 unit>" in str(error), str(error)
+    else:
+        raise AssertionError("materialize accepted a tie leaving the FSDP1 units")
+
+
 def fsdp1_scenario(rank: int, world: int) -> Checks:
     checks: Checks = {}
+    check(checks, "tie_outside_units", _check_tie_outside_units_refused)
     for use_orig in (True, False):
         check(checks, f"captured_orig{use_orig}", partial(_check_captured, use_orig))
     check(checks, "plain_init_fn_refused", _check_plain_init_fn_refused)
@@ -212,7 +227,7 @@ CHECKS = [
     f"{kind}_orig{flag}"
     for kind in ("defaults", "padding", "refuse", "tie_split", "captured")
     for flag in (True, False)
-] + ["rules_bf16", "plain_init_fn_refused"]
+] + ["rules_bf16", "plain_init_fn_refused", "tie_outside_units"]
 
 
 @pytest.mark.parametrize("world", [2, 3])

@@ -238,8 +238,16 @@ def ties_split_across_units(root: nn.Module, canonical: Any) -> list[str]:
             walk(child, f"{path}.{name}" if path else name, unit)
 
     walk(root, "", outside)
+    groups = [list(owners) for owners in _TIES]
+    # A holder that fsdp1_param_init_fn never saw (outside every unit) still holds the
+    # meta parameter the others were allocated from.
+    for module in root.modules():
+        for attr, param in module._parameters.items():
+            owners = getattr(param, _OWNERS_ATTR, None) if param is not None else None
+            if owners is not None and param is not None and param.is_meta:
+                groups.append([*owners, (weakref.ref(module), attr)])
     split = []
-    for owners in _TIES:
+    for owners in groups:
         alive = [(ref(), attr) for ref, attr in owners]
         held = [(m, a) for m, a in alive if m is not None and id(m) in unit_of]
         units = [unit_of[id(m)] for m, _ in held]
