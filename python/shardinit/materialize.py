@@ -481,6 +481,13 @@ def materialize(
             _check_record(record, region.global_shape, region.flat_param.dtype)
         if record is not None and record.covers_all():
             choice = DefaultInit(zeros())  # unused: replayed instead
+            matching = [
+                key
+                for key, _ in rule_list
+                if _rule_matches(key, region.name, region.module, region.attr)
+            ]
+            if matching:
+                shadowed.append(f"{region.name} (rule {matching[0]!r})")
         else:
             choice = _choose_init(
                 region.name,
