@@ -87,29 +87,13 @@ impl Element for bf16 {
     }
     #[inline(always)]
     fn from_f64_lanes(values: &[f64], out: &mut [Self]) {
-        // Two passes, so that the integer rounding runs on full-width 32-bit lanes
-        // rather than on the four floats one f64 -> f32 conversion yields.
-        for (values, out) in values.chunks(LANE_CHUNK).zip(out.chunks_mut(LANE_CHUNK)) {
-            let mut singles = [0f32; LANE_CHUNK];
-            for (single, &value) in singles.iter_mut().zip(values) {
-                *single = value as f32;
-            }
-            for (slot, &single) in out.iter_mut().zip(&singles) {
-                *slot = bf16::from_bits(bf16_bits_from_f32(single));
-            }
-        }
+        via_f32_lanes(values, out, |x| bf16::from_bits(bf16_bits_from_f32(x)));
     }
     #[inline(always)]
     fn from_f64_lanes_not_nan(values: &[f64], out: &mut [Self]) {
-        for (values, out) in values.chunks(LANE_CHUNK).zip(out.chunks_mut(LANE_CHUNK)) {
-            let mut singles = [0f32; LANE_CHUNK];
-            for (single, &value) in singles.iter_mut().zip(values) {
-                *single = value as f32;
-            }
-            for (slot, &single) in out.iter_mut().zip(&singles) {
-                *slot = bf16::from_bits(bf16_bits_from_f32_not_nan(single));
-            }
-        }
+        via_f32_lanes(values, out, |x| {
+            bf16::from_bits(bf16_bits_from_f32_not_nan(x))
+        });
     }
 }
 
@@ -122,15 +106,22 @@ impl Element for f16 {
     }
     #[inline(always)]
     fn from_f64_lanes(values: &[f64], out: &mut [Self]) {
-        // Two passes, as for bf16.
-        for (values, out) in values.chunks(LANE_CHUNK).zip(out.chunks_mut(LANE_CHUNK)) {
-            let mut singles = [0f32; LANE_CHUNK];
-            for (single, &value) in singles.iter_mut().zip(values) {
-                *single = value as f32;
-            }
-            for (slot, &single) in out.iter_mut().zip(&singles) {
-                *slot = f16::from_bits(f16_bits_from_f32(single));
-            }
+        via_f32_lanes(values, out, |x| f16::from_bits(f16_bits_from_f32(x)));
+    }
+}
+
+/// `out[i] = round(values[i] as f32)` in two passes per chunk of [`LANE_CHUNK`], so that
+/// the 16-bit rounding runs on full-width 32-bit lanes rather than on the four floats
+/// one f64 -> f32 conversion yields.
+#[inline(always)]
+fn via_f32_lanes<T>(values: &[f64], out: &mut [T], round: impl Fn(f32) -> T) {
+    for (values, out) in values.chunks(LANE_CHUNK).zip(out.chunks_mut(LANE_CHUNK)) {
+        let mut singles = [0f32; LANE_CHUNK];
+        for (single, &value) in singles.iter_mut().zip(values) {
+            *single = value as f32;
+        }
+        for (slot, &single) in out.iter_mut().zip(&singles) {
+            *slot = round(single);
         }
     }
 }
