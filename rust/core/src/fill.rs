@@ -202,8 +202,12 @@ fn fill_flat_serial<T: Element>(
     match (backend, two_words) {
         (Backend::Scalar, false) => scalar_one_word(stream, sampler, start, out),
         (Backend::Scalar, true) => scalar_two_word(stream, sampler, start, out),
-        (_, false) => kernel::fill_one_word(backend, stream.key_words(), sampler, start, out),
-        (_, true) => kernel::fill_two_word(backend, stream.key_words(), sampler, start, out),
+        (_, false) => {
+            kernel::fill_lanes::<T, false>(backend, stream.key_words(), sampler, start, out)
+        }
+        (_, true) => {
+            kernel::fill_lanes::<T, true>(backend, stream.key_words(), sampler, start, out)
+        }
     }
 }
 
@@ -362,10 +366,7 @@ impl ParamStream {
         out: &mut [T],
         threads: Threads,
     ) -> Result<(), Error> {
-        assert!(
-            backend.is_available(),
-            "backend {backend:?} is not supported"
-        );
+        kernel::check_available(backend);
         let (stream, sampler, numel) = self.checked::<T>()?;
         let len = out.len() as u64;
         if start.checked_add(len).is_none_or(|end| end > numel) {
@@ -432,10 +433,7 @@ impl ParamStream {
         out: &mut [T],
         threads: Threads,
     ) -> Result<(), Error> {
-        assert!(
-            backend.is_available(),
-            "backend {backend:?} is not supported"
-        );
+        kernel::check_available(backend);
         let (stream, sampler, _) = self.checked::<T>()?;
         let box_len = box_numel(&self.global_shape, region)?;
         let len = out.len() as u64;

@@ -70,7 +70,7 @@ impl WordSource for Avx2Words {
         for (pair, words) in out.chunks_exact_mut(PAIR).enumerate() {
             let first = first_block.wrapping_add((pair * 2 * BATCH_BLOCKS) as u64);
             // SAFETY: an `Avx2Words` exists only once AVX2 support has been detected
-            // (see `fill_one_word` / `fill_two_word`).
+            // (see `fill_lanes`).
             unsafe { crate::philox::x86::philox_avx2::<2>(first, key, words) };
         }
     }
@@ -483,131 +483,87 @@ fn two_word_steps<T: Element, W: WordSource>(
     }
 }
 
+/// [`one_word_steps`] (`TWO_WORDS` false) or [`two_word_steps`] with the word source
+/// `W`; the lane code is compiled for the target features of the caller.
+#[inline(always)]
+fn steps<T: Element, W: WordSource, const TWO_WORDS: bool>(
+    words_of: W,
+    key: [u32; 2],
+    sampler: &Sampler,
+    start: u64,
+    out: &mut [T],
+) {
+    if TWO_WORDS {
+        two_word_steps(words_of, key, sampler, start, out);
+    } else {
+        one_word_steps(words_of, key, sampler, start, out);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{one_word_steps, two_word_steps, Avx2Words, Element, Sampler};
+    use super::{steps, Avx2Words, Element, Sampler};
 
-    /// [`one_word_steps`] with AVX2 words and AVX2 lane code.
+    /// [`steps`] with AVX2 words and AVX2 lane code.
     ///
     /// # Safety
     /// The CPU must support AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn one_word_avx2<T: Element>(
+    pub(super) unsafe fn avx2<T: Element, const TWO_WORDS: bool>(
         key: [u32; 2],
         sampler: &Sampler,
         start: u64,
         out: &mut [T],
     ) {
-        one_word_steps(Avx2Words(()), key, sampler, start, out);
+        steps::<T, _, TWO_WORDS>(Avx2Words(()), key, sampler, start, out);
     }
 
-    /// [`two_word_steps`] with AVX2 words and AVX2 lane code.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn two_word_avx2<T: Element>(
-        key: [u32; 2],
-        sampler: &Sampler,
-        start: u64,
-        out: &mut [T],
-    ) {
-        two_word_steps(Avx2Words(()), key, sampler, start, out);
-    }
-
-    /// [`one_word_steps`] with AVX2 words and AVX-512 lane code.
+    /// [`steps`] with AVX2 words and AVX-512 lane code.
     ///
     /// # Safety
     /// The CPU must support AVX-512F and AVX2.
     #[target_feature(enable = "avx512f,avx2")]
-    pub(super) unsafe fn one_word_avx512<T: Element>(
+    pub(super) unsafe fn avx512<T: Element, const TWO_WORDS: bool>(
         key: [u32; 2],
         sampler: &Sampler,
         start: u64,
         out: &mut [T],
     ) {
-        one_word_steps(Avx2Words(()), key, sampler, start, out);
-    }
-
-    /// [`two_word_steps`] with AVX2 words and AVX-512 lane code.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F and AVX2.
-    #[target_feature(enable = "avx512f,avx2")]
-    pub(super) unsafe fn two_word_avx512<T: Element>(
-        key: [u32; 2],
-        sampler: &Sampler,
-        start: u64,
-        out: &mut [T],
-    ) {
-        two_word_steps(Avx2Words(()), key, sampler, start, out);
+        steps::<T, _, TWO_WORDS>(Avx2Words(()), key, sampler, start, out);
     }
 }
 
 /// Panics unless this CPU can run `backend` (a forced backend in a test or benchmark).
-fn check_available(backend: Backend) {
+pub(crate) fn check_available(backend: Backend) {
     assert!(
         backend.is_available(),
         "backend {backend:?} is not supported by this CPU"
     );
 }
 
-/// Elements `[start, start + out.len())` of a one-word dtype with a batched backend
-/// (not [`Backend::Scalar`], which the caller handles).
-pub(crate) fn fill_one_word<T: Element>(
+/// Elements `[start, start + out.len())` with a batched backend (not
+/// [`Backend::Scalar`], which the caller handles): one word per element, or two
+/// (`TWO_WORDS`, float64).
+///
+/// # Panics
+/// If this CPU cannot run `backend`.
+pub(crate) fn fill_lanes<T: Element, const TWO_WORDS: bool>(
     backend: Backend,
     key: [u32; 2],
     sampler: &Sampler,
     start: u64,
     out: &mut [T],
 ) {
+    check_available(backend);
     match backend {
+        // SAFETY: AVX2 support was just checked.
         #[cfg(target_arch = "x86_64")]
-        Backend::Avx2 => {
-            check_available(backend);
-            // SAFETY: AVX2 support was just checked.
-            unsafe { x86::one_word_avx2(key, sampler, start, out) }
-        }
+        Backend::Avx2 => unsafe { x86::avx2::<T, TWO_WORDS>(key, sampler, start, out) },
+        // SAFETY: AVX-512F and AVX2 support were just checked (`available` lists
+        // `Avx512` only when both are present).
         #[cfg(target_arch = "x86_64")]
-        Backend::Avx512 => {
-            check_available(backend);
-            // SAFETY: AVX-512F and AVX2 support were just checked (`available` lists
-            // `Avx512` only when both are present).
-            unsafe { x86::one_word_avx512(key, sampler, start, out) }
-        }
-        _ => {
-            check_available(backend);
-            one_word_steps(PortableWords, key, sampler, start, out);
-        }
-    }
-}
-
-/// Elements `[start, start + out.len())` of float64 with a batched backend (not
-/// [`Backend::Scalar`]).
-pub(crate) fn fill_two_word<T: Element>(
-    backend: Backend,
-    key: [u32; 2],
-    sampler: &Sampler,
-    start: u64,
-    out: &mut [T],
-) {
-    match backend {
-        #[cfg(target_arch = "x86_64")]
-        Backend::Avx2 => {
-            check_available(backend);
-            // SAFETY: AVX2 support was just checked.
-            unsafe { x86::two_word_avx2(key, sampler, start, out) }
-        }
-        #[cfg(target_arch = "x86_64")]
-        Backend::Avx512 => {
-            check_available(backend);
-            // SAFETY: AVX-512F and AVX2 support were just checked.
-            unsafe { x86::two_word_avx512(key, sampler, start, out) }
-        }
-        _ => {
-            check_available(backend);
-            two_word_steps(PortableWords, key, sampler, start, out);
-        }
+        Backend::Avx512 => unsafe { x86::avx512::<T, TWO_WORDS>(key, sampler, start, out) },
+        _ => steps::<T, _, TWO_WORDS>(PortableWords, key, sampler, start, out),
     }
 }
 
