@@ -44,6 +44,7 @@ test-python: setup
 test-slow: setup
 	HYPOTHESIS_PROFILE=slow $(PY) -m pytest -q -m "slow or not slow"
 	FUZZ_CASES=200000 cargo test --release --manifest-path fuzz/Cargo.toml
+	cargo test -p shardinit-core --release --lib -- --ignored exhaustive
 
 fuzz:
 	tools/fuzz.sh 300

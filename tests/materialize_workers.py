@@ -77,6 +77,14 @@ def run_group(world: int, scenario: Callable[..., Checks], *args: Any) -> dict[s
         return merged
 
 
+def assert_check_passed(outcome: dict[str, list[str]], name: str) -> None:
+    """Fails unless the scenario ran to its end and check ``name`` passed on every rank
+    (``outcome`` as :func:`run_group` returns it)."""
+    assert "<scenario>" not in outcome, outcome["<scenario>"]
+    assert name in outcome, f"check {name} did not run: {sorted(outcome)}"
+    assert outcome[name] == [], "\n".join(outcome[name])
+
+
 def check(checks: Checks, name: str, fn: Callable[[], None]) -> None:
     """Runs ``fn``; records its assertion error (or any exception) under ``name``.
 
@@ -157,22 +165,29 @@ def bias_default(fan_in: int) -> init.Initializer:
     return init.uniform(-bound, bound)
 
 
+def block_expected_defaults(prefix: str, dim: int, hidden: int) -> dict[str, init.Initializer]:
+    """Expected torch.nn defaults of one ``Block`` whose names start with ``prefix``,
+    written out independently of shardinit."""
+    return {
+        prefix + "attention_norm.weight": init.ones(),
+        prefix + "attention.wq.weight": kaiming_a5((dim, dim)),
+        prefix + "attention.wo.weight": kaiming_a5((dim, dim)),
+        prefix + "ffn_norm.weight": init.ones(),
+        prefix + "ffn_norm.bias": init.zeros(),
+        prefix + "w1.weight": kaiming_a5((hidden, dim)),
+        prefix + "w1.bias": bias_default(dim),
+        prefix + "w2.weight": kaiming_a5((dim, hidden)),
+        prefix + "w2.bias": bias_default(hidden),
+    }
+
+
 def tinylm_expected_defaults(model: TinyLM, dtype: torch.dtype) -> dict[str, init.Initializer]:
     """Expected torch.nn defaults of TinyLM, written out independently of shardinit."""
     dim = model.norm.normalized_shape[0]
     hidden = model.layers[0].w1.out_features
     expected: dict[str, init.Initializer] = {"tok_embeddings.weight": init.normal(0.0, 1.0)}
     for i in range(len(model.layers)):
-        p = f"layers.{i}."
-        expected[p + "attention_norm.weight"] = init.ones()
-        expected[p + "attention.wq.weight"] = kaiming_a5((dim, dim))
-        expected[p + "attention.wo.weight"] = kaiming_a5((dim, dim))
-        expected[p + "ffn_norm.weight"] = init.ones()
-        expected[p + "ffn_norm.bias"] = init.zeros()
-        expected[p + "w1.weight"] = kaiming_a5((hidden, dim))
-        expected[p + "w1.bias"] = bias_default(dim)
-        expected[p + "w2.weight"] = kaiming_a5((dim, hidden))
-        expected[p + "w2.bias"] = bias_default(hidden)
+        expected.update(block_expected_defaults(f"layers.{i}.", dim, hidden))
     expected["norm.weight"] = init.ones()
     return expected
 

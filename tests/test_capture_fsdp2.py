@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 from capture_models import HFModel, TitanLlama, eager
-from materialize_workers import Checks, check, expect_equal, run_group
+from materialize_workers import Checks, assert_check_passed, check, expect_equal, run_group
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -117,10 +117,7 @@ def results(world: int) -> dict[str, list[str]]:
 
 
 def _assert_passed(world: int, name: str) -> None:
-    outcome = results(world)
-    assert "<scenario>" not in outcome, outcome["<scenario>"]
-    assert name in outcome, f"check {name} did not run: {sorted(outcome)}"
-    assert outcome[name] == [], "\n".join(outcome[name])
+    assert_check_passed(results(world), name)
 
 
 WORLDS = [1, 2, 3]

@@ -14,6 +14,7 @@ from materialize_workers import (
     Block,
     Checks,
     TinyLM,
+    assert_check_passed,
     check,
     expect_equal,
     expected_full,
@@ -237,6 +238,4 @@ CHECKS = [
 @pytest.mark.parametrize("world", [2, 3])
 @pytest.mark.parametrize("name", CHECKS)
 def test_fsdp1(world: int, name: str) -> None:
-    outcome = results(world)
-    assert "<scenario>" not in outcome, outcome["<scenario>"]
-    assert outcome.get(name) == [], "\n".join(outcome.get(name, ["did not run"]))
+    assert_check_passed(results(world), name)

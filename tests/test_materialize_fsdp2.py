@@ -13,6 +13,7 @@ import torch.distributed as dist
 from materialize_workers import (
     Checks,
     TinyLM,
+    assert_check_passed,
     check,
     expect_equal,
     expected_full,
@@ -168,10 +169,7 @@ WORLDS = [1, 2, 3, 4]
 
 
 def _assert_passed(world: int, name: str) -> None:
-    outcome = results(world)
-    assert "<scenario>" not in outcome, outcome["<scenario>"]
-    assert name in outcome, f"check {name} did not run: {sorted(outcome)}"
-    assert outcome[name] == [], "\n".join(outcome[name])
+    assert_check_passed(results(world), name)
 
 
 @pytest.mark.parametrize("world", WORLDS)

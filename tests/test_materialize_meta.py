@@ -287,7 +287,10 @@ def test_llm_preset() -> None:
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs a CUDA device (materialize to CUDA vs CPU; the CPU path runs everywhere)",
+)
 def test_cuda_matches_cpu() -> None:
     with torch.device("meta"):
         model = nn.Sequential(

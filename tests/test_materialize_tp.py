@@ -15,7 +15,9 @@ import torch
 from materialize_workers import (
     Block,
     Checks,
+    assert_check_passed,
     bias_default,
+    block_expected_defaults,
     check,
     expect_equal,
     expected_full,
@@ -68,16 +70,7 @@ PLAN = {
 def _expected() -> dict[str, init.Initializer]:
     expected: dict[str, init.Initializer] = {}
     for i in range(2):
-        p = f"layers.{i}."
-        expected[p + "attention_norm.weight"] = init.ones()
-        expected[p + "attention.wq.weight"] = kaiming_a5((DIM, DIM))
-        expected[p + "attention.wo.weight"] = kaiming_a5((DIM, DIM))
-        expected[p + "ffn_norm.weight"] = init.ones()
-        expected[p + "ffn_norm.bias"] = init.zeros()
-        expected[p + "w1.weight"] = kaiming_a5((HIDDEN, DIM))
-        expected[p + "w1.bias"] = bias_default(DIM)
-        expected[p + "w2.weight"] = kaiming_a5((DIM, HIDDEN))
-        expected[p + "w2.bias"] = bias_default(HIDDEN)
+        expected.update(block_expected_defaults(f"layers.{i}.", DIM, HIDDEN))
     expected["head.weight"] = kaiming_a5((5, DIM))
     expected["head.bias"] = bias_default(DIM)
     return expected
@@ -196,6 +189,4 @@ def results() -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("name", ["layouts", "defaults", "defaults_bf16", "capture", "hsdp"])
 def test_fsdp2_tp_2x2(name: str) -> None:
-    outcome = results()
-    assert "<scenario>" not in outcome, outcome["<scenario>"]
-    assert outcome.get(name) == [], "\n".join(outcome.get(name, ["did not run"]))
+    assert_check_passed(results(), name)

@@ -117,6 +117,17 @@ def _rule_matches(key: RuleKey, name: str, owner: nn.Module, attr: str) -> bool:
     return isinstance(owner, key)
 
 
+def _shadowed_rule(
+    name: str, owner: nn.Module, attr: str, rules: Sequence[tuple[RuleKey, Initializer]]
+) -> list[str]:
+    """``["name (rule key)"]`` for the first rule matching a parameter that init_fn sets
+    completely (so the rule can never apply), else ``[]``."""
+    for key, _ in rules:
+        if _rule_matches(key, name, owner, attr):
+            return [f"{name} (rule {key!r})"]
+    return []
+
+
 def _choose_init(
     name: str,
     owner: nn.Module,
@@ -457,9 +468,7 @@ def materialize(
             _check_record(record, tuple(tensor.shape), tensor.dtype)
         if record is not None and record.covers_all():
             choice: DefaultInit | None = DefaultInit(zeros())  # unused: replayed instead
-            matching = [key for key, _ in rule_list if _rule_matches(key, slot.name, owner, attr)]
-            if matching:
-                shadowed.append(f"{slot.name} (rule {matching[0]!r})")
+            shadowed += _shadowed_rule(slot.name, owner, attr, rule_list)
         else:
             choice = _choose_init(slot.name, owner, attr, shapes, rule_list, overrides)
         if choice is None:
@@ -467,6 +476,7 @@ def materialize(
             continue
         spec = _make_spec(slot.name, tuple(tensor.shape), tensor.dtype, choice, seed)
         is_dtensor = _is_dtensor(tensor)
+        # _is_dtensor again, not is_dtensor: the TypeGuard narrows `tensor` for mypy.
         runs = (
             local_runs_of(tensor, name=slot.name) if _is_dtensor(tensor) else _full_runs(spec.shape)
         )
@@ -481,13 +491,7 @@ def materialize(
             _check_record(record, region.global_shape, region.flat_param.dtype)
         if record is not None and record.covers_all():
             choice = DefaultInit(zeros())  # unused: replayed instead
-            matching = [
-                key
-                for key, _ in rule_list
-                if _rule_matches(key, region.name, region.module, region.attr)
-            ]
-            if matching:
-                shadowed.append(f"{region.name} (rule {matching[0]!r})")
+            shadowed += _shadowed_rule(region.name, region.module, region.attr, rule_list)
         else:
             choice = _choose_init(
                 region.name,

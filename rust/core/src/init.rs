@@ -635,10 +635,10 @@ mod tests {
         }
     }
 
-    /// Every f32 bit pattern (about a minute): `cargo test -p shardinit-core --release
-    /// -- --ignored exhaustive`.
+    /// Every f32 bit pattern (about a minute in release): `make test-slow` runs it;
+    /// `make test` runs the sampled test above, which covers every rounding class.
     #[test]
-    #[ignore = "slow: all 2^32 patterns"]
+    #[ignore = "all 2^32 f32 patterns take about a minute; run by `make test-slow`"]
     fn lane_conversions_equal_half_exhaustive() {
         check_conversions(0..=u32::MAX);
     }
