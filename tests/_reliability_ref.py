@@ -1,9 +1,9 @@
-"""An independent reading of SPEC §3-4 in numpy, for the reliability tests.
+"""An independent reading of stream-format.md §3-4 in numpy, for the reliability tests.
 
 Words come from ``shardinit.stream_words`` (whose Philox and keys are checked against
-the SPEC's known answers elsewhere); everything after the words, which words an element
+the stream format's known answers elsewhere); everything after the words, which words an element
 uses, the uniform maps and the rounding to the target dtype, is recomputed here from the
-SPEC text, not from the package.
+stream-format.md text, not from the package.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def runs_of_box(shape: Sequence[int], box: Sequence[tuple[int, int]]) -> list[tu
 
 
 def uniforms(spec: shardinit.ParamSpec, runs: list[tuple[int, int]], kind: str) -> np.ndarray:
-    """The SPEC §3 uniform of each element of ``runs``: U24 (``kind="u24"``) or U32
+    """The stream-format.md §3 uniform of each element of ``runs``: U24 (``kind="u24"``) or U32
     (``"u32"``) of word i for one-word dtypes, U52 of words 2i, 2i+1 for float64."""
     parts = []
     for first, length in runs:
@@ -95,7 +95,7 @@ def uniforms(spec: shardinit.ParamSpec, runs: list[tuple[int, int]], kind: str) 
 
 
 def round_to(values: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    """SPEC §4 rounding of binary64 values: float64 kept; float32 once; bfloat16 and
+    """stream-format.md §4 rounding of binary64 values: float64 kept; float32 once; bfloat16 and
     float16 via float32."""
     tensor = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64))
     if dtype == torch.float64:
@@ -116,7 +116,7 @@ def uniform_reference(
 
 def normal_reference(spec: shardinit.ParamSpec, runs: list[tuple[int, int]]) -> np.ndarray:
     """mean + std * PhiInv(U) in binary64 with scipy's ndtri for PhiInv: close to, not
-    bit-equal with, the library's own PhiInv (SPEC allows a few ulps)."""
+    bit-equal with, the library's own PhiInv (stream-format.md §4 allows a few ulps)."""
     base = spec.base_init
     assert base.kind == "normal"
     mean, std = base.params()[:2]

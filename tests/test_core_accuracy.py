@@ -1,4 +1,4 @@
-"""Accuracy of the library's own Phi and PhiInv against mpmath at 60 digits (SPEC §4:
+"""Accuracy of the library's own Phi and PhiInv against mpmath at 60 digits (stream-format.md §4:
 "at most a few units in the last place of binary64 ... including the tails").
 
 The references are computed here, independently of the implementation: PhiInv by
@@ -19,7 +19,7 @@ from shardinit import _core, init
 
 mpmath.mp.dps = 60
 
-#: Largest error accepted, in units in the last place of the binary64 result. SPEC §4
+#: Largest error accepted, in units in the last place of the binary64 result. stream-format.md §4
 #: asks for "a few"; sweeps of ~850k inputs measured at most 5.67 (central region), see
 #: docs/stream-format.md.
 MAX_ULPS = 6

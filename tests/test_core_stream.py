@@ -1,4 +1,5 @@
-"""Stream format v1 through the Python API: keys, raw words, golden values (SPEC §1-2, §6)."""
+"""Stream format v1 through the Python API: keys, raw words, golden values
+(stream-format.md §1-2, §6)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 
 import shardinit
 
-# SPEC §6 golden values, computed independently of this project.
+# stream-format.md §6 golden values, computed independently of this project.
 GOLDEN_KEY_W = 0x47A94443D83CCF19
 GOLDEN_WORDS_W = [
     0x2BC9FB9E, 0xFACB47FE, 0x3673388E, 0xB56D6438,

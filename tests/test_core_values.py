@@ -1,5 +1,5 @@
-"""Element values: SPEC §6 golden values, shards and boxes equal to ``full`` bit for bit,
-dtype rounding as torch's ``.to()``, and thread-count independence."""
+"""Element values: stream-format.md §6 golden values, shards and boxes equal to ``full``
+bit for bit, dtype rounding as torch's ``.to()``, and thread-count independence."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def test_spec_golden_normal_float64_within_an_ulp_or_two() -> None:
     got = shardinit.full(spec).tolist()
     exact = [-0.9500210761793052, -0.7971028902393957, -1.4398764779387005, 0.4788597673989011]
     for value, reference in zip(got, exact, strict=True):
-        # SPEC §6: correctly rounded references; "an implementation may differ in the
+        # stream-format.md §6: correctly rounded references; "an implementation may differ in the
         # last bits". This build measures <= 2 ulp; allow 4.
         assert abs(value - reference) <= 4 * math.ulp(reference), (value, reference)
 

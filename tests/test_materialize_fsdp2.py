@@ -86,7 +86,7 @@ def _check_llm_preset(world: int) -> None:
             expected_init = init.normal(0.0, 0.02)
         expected = expected_full(name, tuple(full.shape), torch.bfloat16, expected_init, SEED)
         expect_equal(name, full, expected)
-        # bf16 is exactly the rounding of the float32 stream (SPEC §4).
+        # bf16 is exactly the rounding of the float32 stream (stream-format.md §4).
         as_f32 = expected_full(name, tuple(full.shape), torch.float32, expected_init, SEED)
         expect_equal(name, full, as_f32.to(torch.bfloat16))
 

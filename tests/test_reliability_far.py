@@ -1,5 +1,5 @@
 """Far offsets: shards at the far end of virtual tensors of 2^40, 2^62 and up to
-2^64 - 1 elements agree with ``stream_words`` and the SPEC formulas, cost memory in
+2^64 - 1 elements agree with ``stream_words`` and the stream-format.md formulas, cost memory in
 proportion to the shard only, and shapes past 64 bits get ``ShapeTooLargeError``."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_far_corner_box_of_a_2_31_square(dtype: torch.dtype) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 def test_last_elements_of_the_largest_one_word_tensor(dtype: torch.dtype) -> None:
-    numel = 2**64 - 1  # the most SPEC v1 addresses: words 0 .. 2^64 - 2
+    numel = 2**64 - 1  # the most stream format v1 addresses: words 0 .. 2^64 - 2
     spec = shardinit.ParamSpec("max", (numel,), dtype, init.uniform(-1, 1), seed=2**64 - 1)
     got = shardinit.init_flat(spec, numel - 9, numel)
     assert bits_equal(got, uniform_reference(spec, [(numel - 9, 9)], (9,)))
@@ -81,7 +81,7 @@ def test_last_element_of_the_largest_float64_tensor() -> None:
 
 
 def test_golden_words_across_the_block_carry_as_elements() -> None:
-    """SPEC §6: words 2^34-2 .. 2^34+1 of key (2^64-1, "layers.0.attention.wq.weight")
+    """stream-format.md §6: words 2^34-2 .. 2^34+1 of key (2^64-1, "layers.0.attention.wq.weight")
     cross the 2^32-block carry; as float32 uniform(0, 1) elements they are U24 of the
     golden words (hex from the SPEC, not from the library)."""
     golden = np.array([0x30594D3F, 0xCDCB0EAB, 0x508C2186, 0x1973BE7F], dtype=np.uint32)

@@ -1,6 +1,6 @@
 """Property tests: any region of any parameter equals the same region of the whole,
 bit for bit, for every shape, dtype, initializer, world size and dim; and on virtual
-shapes far too large to materialize, the values agree with SPEC §3-4 recomputed from
+shapes far too large to materialize, the values agree with stream-format.md §3-4 recomputed from
 ``stream_words`` (exactly for uniform, through the element's flat index otherwise).
 
 Examples per property come from the hypothesis profile (tests/conftest.py).
@@ -153,7 +153,7 @@ def test_random_box_and_flat_range_equal_slices_of_full(
 
 @given(spec=small_specs())
 def test_half_dtypes_are_the_float32_values_rounded(spec: shardinit.ParamSpec) -> None:
-    # SPEC §4: a bfloat16/float16 parameter is exactly the rounding of the float32 one.
+    # stream-format.md §4: a bfloat16/float16 parameter is exactly the rounding of the float32 one.
     as_f32 = shardinit.ParamSpec(spec.name, spec.shape, torch.float32, spec.init, seed=spec.seed)
     f32 = shardinit.full(as_f32)
     for dtype in (torch.bfloat16, torch.float16):
@@ -295,7 +295,7 @@ def test_huge_virtual_shard_of_a_big_world(
     dtype: torch.dtype, cols: int, data: st.DataObject
 ) -> None:
     """init_shard along a dim of more than 2^32 rows, with a world big enough that each
-    shard is a few rows: equals the torch.chunk box and the SPEC formula."""
+    shard is a few rows: equals the torch.chunk box and the stream-format.md formula."""
     # Up to the largest shape stream v1 addresses: 2^64 - 1 elements (2^63 for float64,
     # two words each); bad_input tests the error beyond it.
     max_numel = 2**63 if dtype == torch.float64 else 2**64 - 1
@@ -315,7 +315,7 @@ def test_huge_virtual_shard_of_a_big_world(
 
 @pytest.mark.parametrize("dtype", ONE_WORD)
 def test_one_word_dtypes_share_words(dtype: torch.dtype) -> None:
-    """Element i of every one-word dtype uses word i (SPEC §3), checked at i = 2^40."""
+    """Element i of every one-word dtype uses word i (stream-format.md §3), checked at i = 2^40."""
     spec = shardinit.ParamSpec("w", (2**41,), dtype, init.uniform(0, 1), seed=3)
     got = shardinit.init_flat(spec, 2**40, 2**40 + 9)
     u = uniforms(spec, [(2**40, 9)], "u24")
@@ -346,7 +346,7 @@ def test_slow_out_buffers_and_thread_counts_do_not_change_values(
 
 
 def test_numpy_reference_reads_the_golden_words() -> None:
-    """The reference helpers themselves: SPEC §6 golden words and float32 uniforms."""
+    """The reference helpers themselves: stream-format.md §6 golden words and float32 uniforms."""
     words = shardinit.stream_words(0, "w", 0, 8)
     assert [f"{w:08x}" for w in words] == (
         "2bc9fb9e facb47fe 3673388e b56d6438 1330000a 2d5a56bb af195d98 ad0fe342".split()  # noqa: SIM905

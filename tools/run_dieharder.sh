@@ -35,7 +35,7 @@ CORE="${DIEHARDER_CORE_TESTS:-0 3 4 8 15 100 205 209}"
 
 # label | stream_to_stdout.py arguments
 STREAMS=(
-    "seed 0, name w (SPEC §6 golden key), from word 0|--key 0:w"
+    "seed 0, name w (stream-format.md §6 golden key), from word 0|--key 0:w"
     "seed 2^64-1, layers.0.attention.wq.weight, from word 2^34 - 2^20 (across the 2^32-block carry)|--key 18446744073709551615:layers.0.attention.wq.weight --start 0x3FFF00000"
     "8 adjacent names layers.0..7.mlp.w1.weight (seed 0), interleaved word by word|--key 0:layers.0.mlp.w1.weight --key 0:layers.1.mlp.w1.weight --key 0:layers.2.mlp.w1.weight --key 0:layers.3.mlp.w1.weight --key 0:layers.4.mlp.w1.weight --key 0:layers.5.mlp.w1.weight --key 0:layers.6.mlp.w1.weight --key 0:layers.7.mlp.w1.weight"
     "8 adjacent seeds 0..7, name w, interleaved word by word|--key 0:w --key 1:w --key 2:w --key 3:w --key 4:w --key 5:w --key 6:w --key 7:w"

@@ -24,7 +24,7 @@ use shardinit_core::{
 /// One fuzz case (derived from the fuzzer's bytes by `arbitrary`).
 #[derive(Arbitrary, Debug)]
 pub struct Input {
-    /// The key (SPEC §1).
+    /// The key (stream-format.md §1).
     pub key64: u64,
     /// Small global shape: each byte % 8 is a size; at most 5 dims are used.
     pub small_shape: Vec<u8>,

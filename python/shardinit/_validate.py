@@ -58,7 +58,7 @@ def check_name(arg: str, value: Any) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as error:
-        # Lone surrogates have no UTF-8 form, so SPEC §1's key cannot be computed.
+        # Lone surrogates have no UTF-8 form, so stream-format.md §1's key cannot be computed.
         raise ShardInitError(
             f"{arg} must be encodable as UTF-8, got {value!r} ({error.reason} at index "
             f"{error.start})"

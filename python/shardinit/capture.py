@@ -64,7 +64,7 @@ __all__ = [
 #: A box of a parameter in GLOBAL coordinates: one half-open ``(start, stop)`` per dim.
 Box = tuple[tuple[int, int], ...]
 
-#: Path segments of wrappers, removed from canonical names (SPEC §5).
+#: Path segments of wrappers, removed from canonical names (stream-format.md §5).
 _WRAPPER_SEGMENTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
 
 
@@ -149,7 +149,7 @@ class ParamRecord:
     """What ``init_fn`` did to one parameter, in order.
 
     Attributes:
-        name: canonical name (SPEC §5).
+        name: canonical name (stream-format.md §5).
         shape: GLOBAL shape.
         dtype: the parameter's dtype.
         ops: the operations, first to last.

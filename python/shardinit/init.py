@@ -65,7 +65,7 @@ class Initializer(ABC):
 
 
 class BaseInit(Initializer):
-    """One of the initializers of stream format v1 (SPEC §4)."""
+    """One of the initializers of stream format v1 (stream-format.md §4)."""
 
     kind: str
 
@@ -128,7 +128,7 @@ class Normal(BaseInit):
         if std < 0:
             raise ShardInitError(f"std must be >= 0, got {std}")
         if not math.isfinite(abs(mean) + _MAX_ABS_Z * std):
-            # |PhiInv(U)| <= 8.3 for every U of SPEC §3: larger values would overflow.
+            # |PhiInv(U)| <= 8.3 for every U of stream-format.md §3: larger values would overflow.
             raise ShardInitError(
                 f"std={std} with mean={mean} overflows binary64 (|mean| + 9 * std must be finite)"
             )
@@ -166,13 +166,13 @@ class TruncNormal(BaseInit):
         return (self.mean, self.std, self.a, self.b)
 
 
-#: Bound on |PhiInv(U)| over every U of SPEC §3 (PhiInv(2^-53) is about -8.2).
+#: Bound on |PhiInv(U)| over every U of stream-format.md §3 (PhiInv(2^-53) is about -8.2).
 _MAX_ABS_Z = 9.0
 
 
 def _check_tail(mean: float, std: float, a: float, b: float) -> None:
     """Rejects a truncation interval so far in one tail that the probabilities of
-    SPEC §4 leave binary64's normal range (about 37.5 std): there the core can no longer
+    stream-format.md §4 leave binary64's normal range (about 37.5 std): there the core can no longer
     keep precision, and past about 38.5 std it would return ``b`` (or ``a``) for every
     element."""
     alpha = (a - mean) / std

@@ -43,14 +43,14 @@ Rules: TypeAlias = Mapping[RuleKey, Initializer] | Iterable[tuple[RuleKey, Initi
 #: ``buffer_init(module, name, tensor)`` fills ``tensor`` (already allocated) in place.
 BufferInit: TypeAlias = Callable[[nn.Module, str, torch.Tensor], None]
 
-#: Path segments of wrappers, removed from canonical names (SPEC §5).
+#: Path segments of wrappers, removed from canonical names (stream-format.md §5).
 WRAPPER_SEGMENTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
 
 _MAX_LISTED = 20
 
 
 def canonical_name(path: str) -> str:
-    """The canonical name (SPEC §5) of a dotted parameter path: wrapper segments
+    """The canonical name (stream-format.md §5) of a dotted parameter path: wrapper segments
     (``_fsdp_wrapped_module``, ``_checkpoint_wrapped_module``, ``_orig_mod``) removed.
 
     Example:
@@ -204,7 +204,7 @@ class _BufferSlot:
 
 def _collect_slots(root: nn.Module, managed: set[tuple[int, str]]) -> list[_Slot]:
     # named_modules(remove_duplicate=False) visits parameters in named_parameters() order,
-    # so the first path seen for a tied parameter is its canonical one (SPEC §5).
+    # so the first path seen for a tied parameter is its canonical one (stream-format.md §5).
     slots: dict[int, _Slot] = {}
     for path, module in root.named_modules(remove_duplicate=False):
         for attr, param in module._parameters.items():
@@ -364,9 +364,10 @@ def materialize(
 
     The initializer of a parameter is the first matching rule, else the torch.nn
     default of its module type (bounds from the GLOBAL shape, as ``reset_parameters``).
-    The canonical name (SPEC §5) drops wrapper segments; a tied parameter is named by its
-    first name in ``named_parameters()`` order and initialized once. Buffers left on meta
-    are set as torch sets them for normalization layers, else by ``buffer_init``.
+    The canonical name (stream-format.md §5) drops wrapper segments; a tied parameter is
+    named by its first name in ``named_parameters()`` order and initialized once. Buffers
+    left on meta are set as torch sets them for normalization layers, else by
+    ``buffer_init``.
 
     Args:
         module: the model (meta-device, FSDP2/TP-sharded, or FSDP1-wrapped).

@@ -41,7 +41,7 @@ def _check_shape(shape: Any) -> tuple[int, ...]:
 
 def _check_fits_dtype(base: BaseInit, dtype: torch.dtype) -> None:
     """Rejects initializers whose values certainly overflow ``dtype`` to +-inf (a constant
-    or a uniform bound out of range): SPEC §4 would round them to inf without a word."""
+    or a uniform bound out of range): stream-format.md §4 would round them to inf without a word."""
     if dtype == torch.float64:
         return
     if isinstance(base, Constant):
@@ -51,7 +51,7 @@ def _check_fits_dtype(base: BaseInit, dtype: torch.dtype) -> None:
     else:
         return  # normal: unbounded tails; trunc_normal: clamped to [a, b] in binary64
     for arg, value in bounds.items():
-        # Round as SPEC §4 does: to float32 first, then to the target.
+        # Round as stream-format.md §4 does: to float32 first, then to the target.
         rounded = torch.tensor(value, dtype=torch.float64).to(torch.float32).to(dtype)
         if not bool(torch.isfinite(rounded)):
             raise ShardInitError(
@@ -61,7 +61,7 @@ def _check_fits_dtype(base: BaseInit, dtype: torch.dtype) -> None:
 
 
 class ParamSpec:
-    """What determines every element of a parameter (SPEC: seed, name, global shape,
+    """What determines every element of a parameter (stream format: seed, name, global shape,
     dtype, initializer). Immutable and validated on construction.
 
     Args:
@@ -166,7 +166,7 @@ class ParamSpec:
 
     @cached_property
     def key64(self) -> int:
-        """The 64-bit Philox key of this parameter (SPEC §1)."""
+        """The 64-bit Philox key of this parameter (stream-format.md §1)."""
         return int(_core.key64(self.seed, self.name))
 
     @property

@@ -14,7 +14,7 @@ __all__ = ["key", "stream_words"]
 
 
 def key(seed: int, name: str) -> int:
-    """key64 of SPEC §1: the first 8 bytes (little-endian) of
+    """key64 of stream-format.md §1: the first 8 bytes (little-endian) of
     ``SHA-256(b"shardinit-v1\\0" || u64_le(seed) || utf8(name))``.
 
     Example:

@@ -32,7 +32,7 @@ pub const CHUNK_ELEMENTS: usize = 1 << 16;
 /// output element type): the key, the global shape and the base initializer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ParamStream {
-    /// The key (SPEC §1), see [`crate::key64`].
+    /// The key (stream-format.md §1), see [`crate::key64`].
     pub key64: u64,
     /// The global (unsharded) shape.
     pub global_shape: Vec<u64>,

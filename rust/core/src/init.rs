@@ -1,4 +1,4 @@
-//! Initializers (SPEC §3–4): how stream words become element values.
+//! Initializers (stream-format.md §3–4): how stream words become element values.
 //!
 //! Every value is computed in binary64 by a fixed sequence of operations and then
 //! rounded to the target dtype (float32 once; bfloat16 and float16 via float32, which
@@ -16,20 +16,20 @@ const TWO_POW_M32: f64 = 1.0 / 4_294_967_296.0;
 /// 2^-53: the U52 map's scale.
 const TWO_POW_M53: f64 = 1.0 / 9_007_199_254_740_992.0;
 
-/// `U24(w) = (w >> 8) * 2^-24`, in [0, 1) (SPEC §3).
+/// `U24(w) = (w >> 8) * 2^-24`, in [0, 1) (stream-format.md §3).
 #[inline(always)]
 pub fn u24(word: u32) -> f64 {
     f64::from(word >> 8) * TWO_POW_M24
 }
 
-/// `U32(w) = (w + 0.5) * 2^-32`, in (0, 1), never 0 or 1 (SPEC §3).
+/// `U32(w) = (w + 0.5) * 2^-32`, in (0, 1), never 0 or 1 (stream-format.md §3).
 #[inline(always)]
 pub fn u32_open(word: u32) -> f64 {
     (f64::from(word) + 0.5) * TWO_POW_M32
 }
 
 /// `U52(w0, w1) = (2m + 1) * 2^-53` with `m = ((w0 >> 6) << 26) | (w1 >> 6)`, in
-/// (0, 1), never 0 or 1 (SPEC §3).
+/// (0, 1), never 0 or 1 (stream-format.md §3).
 #[inline(always)]
 pub fn u52_open(word0: u32, word1: u32) -> f64 {
     let m = (u64::from(word0 >> 6) << 26) | u64::from(word1 >> 6);
@@ -43,7 +43,7 @@ const LANE_CHUNK: usize = 64;
 pub trait Element: Copy + Send + Sync + 'static {
     /// The stream-v1 dtype of this element type.
     const DTYPE: Dtype;
-    /// Rounds a binary64 value to this type as SPEC §4 prescribes.
+    /// Rounds a binary64 value to this type as stream-format.md §4 prescribes.
     fn from_f64(value: f64) -> Self;
     /// Rounds `values[i]` into `out[i]` for every `i` (the shorter length wins),
     /// exactly as [`Element::from_f64`] does, written so the loop vectorizes.
@@ -202,7 +202,7 @@ pub enum Dtype {
 }
 
 impl Dtype {
-    /// Stream words consumed per element: 2 for float64, 1 otherwise (SPEC §3).
+    /// Stream words consumed per element: 2 for float64, 1 otherwise (stream-format.md §3).
     pub fn words_per_element(self) -> u64 {
         match self {
             Dtype::F64 => 2,
@@ -228,7 +228,7 @@ impl Dtype {
     }
 }
 
-/// A base initializer of SPEC §4. Fan-based initializers (kaiming, xavier, torch.nn
+/// A base initializer of stream-format.md §4. Fan-based initializers (kaiming, xavier, torch.nn
 /// defaults) resolve to one of these from the global shape before they reach the core.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
@@ -333,7 +333,7 @@ impl Init {
 }
 
 /// Constants of a truncated normal, chosen so that an interval far in either tail keeps
-/// full precision (SPEC §4): the sample is `PhiInv(t)` with
+/// full precision (stream-format.md §4): the sample is `PhiInv(t)` with
 /// `t = Phi(al) + U * (Phi(be) - Phi(al))`; when `t > 1/2` it is computed as
 /// `-PhiInv(1 - t)` with `1 - t = Phi(-be) + (1 - U) * mass`, which involves no
 /// cancellation (`1 - U` is exact for the U32 and U52 maps).
@@ -647,7 +647,7 @@ mod tests {
     fn bf16_and_f16_round_through_f32() {
         // Just above a bf16 (f16) rounding tie: rounding binary64 directly would round
         // up, but the value first rounds to float32 onto the tie, which then rounds to
-        // even (down). SPEC §4 prescribes the route through float32, like torch.
+        // even (down). stream-format.md §4 prescribes the route through float32, like torch.
         let above_bf16_tie = 1.0 + f64::powi(2.0, -8) + f64::powi(2.0, -30);
         assert_eq!(<bf16 as Element>::from_f64(above_bf16_tie), bf16::ONE);
         assert_eq!(above_bf16_tie as f32, 1.0 + 1.0 / 256.0); // on the tie in float32

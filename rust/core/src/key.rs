@@ -1,4 +1,4 @@
-//! Key derivation (SPEC §1): the Philox key of a parameter is the first 8 bytes,
+//! Key derivation (stream-format.md §1): the Philox key of a parameter is the first 8 bytes,
 //! little-endian, of `SHA-256(b"shardinit-v1\0" || u64_le(seed) || utf8(name))`.
 
 use sha2::{Digest, Sha256};
@@ -8,14 +8,14 @@ use crate::Error;
 /// Domain-separation prefix of stream format v1.
 pub const KEY_DOMAIN_V1: &[u8] = b"shardinit-v1\x00";
 
-/// The 64-bit key of parameter `name` under `seed` (SPEC §1).
+/// The 64-bit key of parameter `name` under `seed` (stream-format.md §1).
 ///
 /// # Errors
 /// [`Error::EmptyName`] if `name` is empty: every parameter has a non-empty canonical
 /// name, and an empty one is almost always a bug in the caller's naming.
 ///
 /// ```
-/// // SPEC §6 golden value.
+/// // stream-format.md §6 golden value.
 /// assert_eq!(shardinit_core::key64(0, "w").unwrap(), 0x47a94443d83ccf19);
 /// ```
 pub fn key64(seed: u64, name: &str) -> Result<u64, Error> {
@@ -38,7 +38,7 @@ mod tests {
 
     #[test]
     fn spec_golden_keys() {
-        // SPEC §6, computed independently of this project.
+        // stream-format.md §6, computed independently of this project.
         assert_eq!(key64(0, "w").unwrap(), 0x47a9_4443_d83c_cf19);
         assert_eq!(
             key64(u64::MAX, "layers.0.attention.wq.weight").unwrap(),

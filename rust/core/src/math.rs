@@ -3,7 +3,7 @@
 //!
 //! # Why this crate owns these functions
 //!
-//! The stream format (SPEC.md section 4) requires every normal and truncated normal
+//! The stream format (stream-format.md §4) requires every normal and truncated normal
 //! value to be the same bits on every platform and every code path (scalar, SIMD,
 //! GPU). The platform math library (`f64::ln`, `f64::exp`, the C `erf`, ...) is not
 //! specified to the bit: results differ between glibc, musl, macOS, MSVC, CUDA's
@@ -633,7 +633,7 @@ pub const PHI_INV_SPLIT1: f64 = 0.425;
 /// ```
 ///
 /// It has no branches, so a SIMD implementation can evaluate it for all lanes. The
-/// operations and their order are normative (SPEC.md section 4): every code path
+/// operations and their order are normative (stream-format.md §4): every code path
 /// (scalar, SIMD, GPU) must perform exactly this sequence of `-`, `*`, `+`, `/`,
 /// without fma contraction, to give the same bits. Outside the central region the
 /// result is meaningless; [`phi_inv`] only calls it inside.
@@ -662,7 +662,7 @@ pub fn phi_inv_central(p: f64) -> f64 {
 /// ```
 ///
 /// Returns `-inf` for `p == 0` and `+inf` for `q == 0` (the smaller of the two is
-/// the one that is zero). The operations and their order are normative (SPEC.md
+/// the one that is zero). The operations and their order are normative (stream-format.md
 /// section 4): SIMD and GPU paths must perform exactly this sequence of operations,
 /// using this module's [`log`], without fma contraction.
 pub fn phi_inv_tail(p: f64, q: f64) -> f64 {

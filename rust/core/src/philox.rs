@@ -330,7 +330,7 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// The stream of `key64` (SPEC §1): key words `k0 = key64 & 0xFFFFFFFF`,
+    /// The stream of `key64` (stream-format.md §1): key words `k0 = key64 & 0xFFFFFFFF`,
     /// `k1 = key64 >> 32`.
     pub fn new(key64: u64) -> Stream {
         Stream {
@@ -379,7 +379,7 @@ mod tests {
     use super::*;
 
     // Known-answer vectors from Random123 (kat_vectors: "philox4x32 10"), as quoted in
-    // SPEC §2: counter words c0..c3, key words k0 k1 -> output words.
+    // stream-format.md §2: counter words c0..c3, key words k0 k1 -> output words.
     const RANDOM123_KAT: [([u32; 4], [u32; 2], [u32; 4]); 3] = [
         (
             [0, 0, 0, 0],
@@ -411,7 +411,7 @@ mod tests {
 
     #[test]
     fn spec_golden_words_key_w_seed_0() {
-        // SPEC §6: words 0..7 of key64(0, "w") = 0x47a94443d83ccf19.
+        // stream-format.md §6: words 0..7 of key64(0, "w") = 0x47a94443d83ccf19.
         let stream = Stream::new(0x47a9_4443_d83c_cf19);
         let mut words = [0u32; 8];
         stream.fill_words(0, &mut words);
@@ -426,7 +426,7 @@ mod tests {
 
     #[test]
     fn spec_golden_words_cross_the_high_counter_carry() {
-        // SPEC §6: words 2^34-2 .. 2^34+1 of key64(2^64-1, "layers.0.attention.wq.weight").
+        // stream-format.md §6: words 2^34-2 .. 2^34+1 of key64(2^64-1, "layers.0.attention.wq.weight").
         let stream = Stream::new(0x6b59_ead9_09d7_045b);
         let mut words = [0u32; 4];
         stream.fill_words((1u64 << 34) - 2, &mut words);

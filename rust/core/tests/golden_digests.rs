@@ -1,7 +1,7 @@
 //! Golden digests: SHA-256 of the little-endian bytes of fixed fills, committed as test
 //! vectors, so that a change that alters a single bit on any platform, backend or
 //! thread count fails loudly. The digests were computed with the scalar reference
-//! path (`Backend::Scalar`), the one that follows SPEC.md operation by operation, and
+//! path (`Backend::Scalar`), the one that follows docs/stream-format.md operation by operation, and
 //! every other backend must reproduce them.
 
 use half::{bf16, f16};

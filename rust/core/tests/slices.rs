@@ -208,7 +208,7 @@ fn uniform_elements_follow_the_spec_formula_at_far_offsets() {
 
 #[test]
 fn spec_golden_element_values() {
-    // SPEC §6: seed 0, name "w", elements 0..3.
+    // stream-format.md §6: seed 0, name "w", elements 0..3.
     let key = shardinit_core::key64(0, "w").unwrap();
     let uniform = ParamStream {
         key64: key,

@@ -20,7 +20,7 @@ mod _core {
         chunk_range, fill_box, fill_flat, key64, panic_for_test, phi, phi_inv, stream_words,
     };
 
-    /// Version of the stream format this build implements (SPEC v1).
+    /// Version of the stream format this build implements (stream format v1).
     #[pymodule_export]
     const STREAM_FORMAT_VERSION: u32 = crate::stream::STREAM_FORMAT_VERSION;
 

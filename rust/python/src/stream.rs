@@ -11,7 +11,7 @@ use crate::errors::{catch_panic, to_py_err};
 /// Version of the stream format this build implements.
 pub const STREAM_FORMAT_VERSION: u32 = 1;
 
-/// key64 of SPEC §1 for `seed` in [0, 2^64) and a non-empty `name`.
+/// key64 of stream-format.md §1 for `seed` in [0, 2^64) and a non-empty `name`.
 #[pyfunction]
 pub fn key64(seed: u64, name: &str) -> PyResult<u64> {
     shardinit_core::key64(seed, name).map_err(to_py_err)
