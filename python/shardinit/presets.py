@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from torch import nn
 
 from . import init
+from ._integration.materialize import RuleKey
 from ._validate import check_int, check_real
 from .errors import ShardInitError
 from .init import Initializer
-from .materialize import RuleKey
 
 __all__ = ["DEFAULT_NORM_PATTERNS", "DEFAULT_OUTPUT_PROJ_PATTERNS", "llm"]
 

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ._integration.placements import Run, local_boxes
 from .capture import (
     Box,
     CapturedInit,
@@ -49,7 +50,6 @@ from .capture import (
 )
 from .errors import ShardInitError
 from .init import Constant, Initializer
-from .placements import Run, local_boxes
 from .shard import _resolve_device, init_box
 from .spec import ParamSpec
 

@@ -35,8 +35,8 @@ import numpy.typing as npt
 import torch
 import torch.distributed as dist
 
-from .errors import ShardInitError
-from .materialize import canonical_name
+from .._names import canonical_name
+from ..errors import ShardInitError
 
 __all__ = [
     "FINGERPRINT_FORMAT",

@@ -1,7 +1,7 @@
 """shardinit.fingerprint: an independent reference, single-element sensitivity, and
 layout independence (partial sums over regions, and real DTensor layouts on 4 ranks).
 
-Run as a script (``python tests/test_fingerprint.py --out DIR`` with RANK etc. set), this
+Run as a script (``python tests/torch/test_fingerprint.py --out DIR`` with RANK etc. set), this
 file is also the worker of the distributed test.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
 import json
 import os
 import sys
@@ -20,11 +19,9 @@ import pytest
 import torch
 
 import shardinit
+from shardinit import fingerprint, fingerprint_model, model_digest
+from shardinit._integration import fingerprint as fp_module
 from shardinit._launch import exit_worker
-from shardinit.fingerprint import fingerprint, fingerprint_model, model_digest
-
-# The function shardinit.fingerprint shadows its module's name on the package.
-fp_module = importlib.import_module("shardinit.fingerprint")
 
 MASK = (1 << 64) - 1
 
@@ -183,8 +180,8 @@ def _worker(out: str) -> None:
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.placement_types import Replicate, Shard, _StridedShard
 
+    from shardinit._integration.placements import local_runs
     from shardinit.models import build_model
-    from shardinit.placements import local_runs
 
     rank = int(os.environ["RANK"])
     dist.init_process_group("gloo")

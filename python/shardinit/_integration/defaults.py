@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from . import init
-from .init import Initializer
+from .. import init
+from ..init import Initializer
 
 __all__ = ["DefaultInit", "default_buffer_value", "default_init", "parent_overrides"]
 

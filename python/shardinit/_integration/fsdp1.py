@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import ShardInitError
+from ..errors import ShardInitError
 
 __all__ = [
     "FlatRegion",

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import ShardInitError
+from ..errors import ShardInitError
 
 if TYPE_CHECKING:
     # Imported lazily at run time: torch.distributed.tensor adds seconds to

@@ -15,7 +15,7 @@ import torch
 from torch.distributed.tensor.placement_types import Partial, Replicate, Shard, _StridedShard
 
 from shardinit import ShardInitError
-from shardinit.placements import local_boxes, local_runs
+from shardinit._integration.placements import local_boxes, local_runs
 
 
 def torch_indices(size: int, mesh_shape, coordinate, placements) -> list[int]:

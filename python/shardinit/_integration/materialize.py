@@ -18,16 +18,17 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard
 import torch
 from torch import nn
 
+from .._names import canonical_name
+from .._validate import check_seed
+from ..capture import CapturedInit, ParamRecord, capture_init
+from ..errors import ShardInitError
+from ..init import Initializer, zeros
+from ..replay import base_ops, recompute_buffers, replay_flat, replay_runs
+from ..shard import _resolve_device, init_box, init_flat
+from ..spec import ParamSpec
 from . import fsdp1
-from ._validate import check_seed
-from .capture import CapturedInit, ParamRecord, capture_init
 from .defaults import DefaultInit, default_buffer_value, default_init, parent_overrides
-from .errors import ShardInitError
-from .init import Initializer, zeros
 from .placements import Run, local_boxes, local_runs_of
-from .replay import base_ops, recompute_buffers, replay_flat, replay_runs
-from .shard import _resolve_device, init_box, init_flat
-from .spec import ParamSpec
 
 if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor
@@ -43,21 +44,7 @@ Rules: TypeAlias = Mapping[RuleKey, Initializer] | Iterable[tuple[RuleKey, Initi
 #: ``buffer_init(module, name, tensor)`` fills ``tensor`` (already allocated) in place.
 BufferInit: TypeAlias = Callable[[nn.Module, str, torch.Tensor], None]
 
-#: Path segments of wrappers, removed from canonical names (stream-format.md §5).
-WRAPPER_SEGMENTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
-
 _MAX_LISTED = 20
-
-
-def canonical_name(path: str) -> str:
-    """The canonical name (stream-format.md §5) of a dotted parameter path: wrapper segments
-    (``_fsdp_wrapped_module``, ``_checkpoint_wrapped_module``, ``_orig_mod``) removed.
-
-    Example:
-        >>> canonical_name("_orig_mod.layers.0._fsdp_wrapped_module.attn.wq.weight")
-        'layers.0.attn.wq.weight'
-    """
-    return ".".join(part for part in path.split(".") if part not in WRAPPER_SEGMENTS)
 
 
 def _listing(names: Sequence[str]) -> str:
