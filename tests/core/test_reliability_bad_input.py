@@ -4,7 +4,7 @@ bad value) whose message names the argument.
 
 The table below is also the source of ``docs/errors.md``:
 
-    .venv/bin/python tests/test_reliability_bad_input.py > docs/errors.md
+    .venv/bin/python tests/core/test_reliability_bad_input.py > docs/errors.md
 
 and ``test_docs_errors_table_is_current`` fails when the two drift apart.
 """
@@ -329,10 +329,10 @@ def _markdown() -> str:
         "never a crash of the interpreter.",
         "",
         "This table is generated from the test battery",
-        "(`tests/test_reliability_bad_input.py`, which checks each row and fails when this",
+        "(`tests/core/test_reliability_bad_input.py`, which checks each row and fails when this",
         "file is stale); regenerate it with",
         "",
-        "    .venv/bin/python tests/test_reliability_bad_input.py > docs/errors.md",
+        "    .venv/bin/python tests/core/test_reliability_bad_input.py > docs/errors.md",
         "",
         "| function | argument | bad value | exception | message |",
         "|---|---|---|---|---|",
@@ -356,10 +356,10 @@ def _markdown() -> str:
 
 
 def test_docs_errors_table_is_current() -> None:
-    doc = Path(__file__).resolve().parent.parent / "docs" / "errors.md"
+    doc = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
     assert doc.read_text(encoding="utf-8") == _markdown(), (
         "docs/errors.md is stale: regenerate it with "
-        "`.venv/bin/python tests/test_reliability_bad_input.py > docs/errors.md`"
+        "`.venv/bin/python tests/core/test_reliability_bad_input.py > docs/errors.md`"
     )
 
 
