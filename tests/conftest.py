@@ -1,5 +1,13 @@
 """Shared pytest configuration.
 
+Opt-in markers: tests marked ``slow`` or ``wheel`` are collected but skipped unless their
+option is given, whatever ``-m`` expression selects them (so ``-m distributed`` never
+pulls in a slow test by accident):
+
+* ``--runslow`` (``make test-slow``): long runs, e.g. KS tests at ten million samples;
+* ``--runwheel`` (its own CI step, ``pytest --runwheel -m wheel``): builds the release
+  wheel with maturin and installs it into a fresh virtual env.
+
 Hypothesis profiles, chosen with the environment variable ``HYPOTHESIS_PROFILE``:
 
 * ``default`` (``make test``): few examples, so the whole suite stays fast on 2 cores;
@@ -30,13 +38,23 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
+# marker -> the command-line option that opts into running its tests.
+OPT_IN_MARKERS = {
+    "slow": ("--runslow", "run tests marked slow (make test-slow)"),
+    "wheel": ("--runwheel", "run tests marked wheel: build and install the release wheel"),
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    for option, help_text in OPT_IN_MARKERS.values():
+        parser.addoption(option, action="store_true", default=False, help=help_text)
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``@pytest.mark.slow`` tests run only when a marker expression is given (``make
-    test-slow`` passes ``-m "slow or not slow"``); plain ``pytest`` skips them."""
-    if config.getoption("markexpr"):
-        return
-    skip = pytest.mark.skip(reason="slow: run with `make test-slow`")
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+    for marker, (option, _) in OPT_IN_MARKERS.items():
+        if config.getoption(option):
+            continue
+        skip = pytest.mark.skip(reason=f"{marker}: run with `pytest {option}`")
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)

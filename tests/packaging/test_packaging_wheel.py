@@ -86,6 +86,7 @@ def link_distributions(names: set[str], target: Path) -> None:
                 link.symlink_to(source)
 
 
+@pytest.mark.wheel
 @pytest.mark.skipif(shutil.which("cargo") is None, reason="building the wheel needs cargo")
 def test_wheel_installs_and_runs_in_a_clean_env(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
