@@ -17,6 +17,7 @@ Example:
 from . import init, presets
 from ._core import STREAM_FORMAT_VERSION
 from ._core import __version__ as __version__
+from ._cuda import get_cuda_backend, set_cuda_backend
 from ._integration.fingerprint import fingerprint, fingerprint_model, model_digest
 from ._integration.fsdp1 import fsdp1_param_init_fn
 from ._integration.materialize import materialize
@@ -51,6 +52,7 @@ __all__ = [
     "fingerprint_model",
     "fsdp1_param_init_fn",
     "full",
+    "get_cuda_backend",
     "get_num_threads",
     "init",
     "init_box",
@@ -60,6 +62,7 @@ __all__ = [
     "materialize",
     "model_digest",
     "presets",
+    "set_cuda_backend",
     "set_num_threads",
     "stream_words",
 ]
