@@ -1,0 +1,135 @@
+"""``capture_init``: run a model's own init code once on stand-ins and record it."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+import weakref
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from .recorder import CaptureMode
+from .tracks import Track
+from .records import CapturedInit, ParamRecord
+from .standins import (
+    ParamGroup,
+    buffer_standins,
+    iter_tracks,
+    param_groups,
+    read_buffers,
+    replaced_error,
+    restore_flags,
+    snapshot_flags,
+)
+
+__all__ = ["capture_init"]
+
+_LOCK = threading.Lock()
+_MAX_LISTED = 10
+
+
+def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedInit:
+    """Runs ``init_fn()`` on stand-ins of ``module``'s parameters and buffers and records
+    what it does to each parameter, and the buffer values it computes.
+
+    The parameters are swapped for plain meta tensors of their GLOBAL shape (DTensors of
+    FSDP2 / tensor parallelism included) for the duration and put back after, so the
+    module is unchanged; meta buffers are swapped for real CPU tensors and the values
+    init code computes for them are kept. See docs/capturing-init.md for what is
+    recorded, the tie rule and what is refused.
+
+    Args:
+        module: the model, on the meta device or sharded (any parameter values are
+            ignored: only names, shapes and dtypes are read).
+        init_fn: a callable that initializes ``module`` in place when run normally, e.g.
+            ``model.init_weights`` or ``lambda: model.apply(model._init_weights)``.
+
+    Returns:
+        The :class:`CapturedInit`: per canonical parameter name, the ordered operations
+        with the box of the parameter each one covers; per computed buffer, its value.
+
+    Raises:
+        UnsupportedInitOpError: ``init_fn`` applied an operation that cannot be replayed
+            shard-locally (``orthogonal_``, ``sparse_``, copies of computed values,
+            arithmetic with tensors, reading values, a non-box region, replacing a
+            parameter).
+        ShardInitError: FSDP1 flat parameters, dtypes outside stream format v1, buffers
+            init code computes on the meta device or only in part.
+        TypeError: ``module`` is not an ``nn.Module`` or ``init_fn`` is not callable.
+
+    Warns:
+        UserWarning: writes to a tied parameter that its values do not take (see the tie
+            rule in docs/capturing-init.md), each with the holder and the call site.
+
+    Example:
+        >>> import torch, shardinit
+        >>> from torch import nn
+        >>> with torch.device("meta"):
+        ...     model = nn.Linear(4, 3)
+        >>> captured = shardinit.capture_init(model, lambda: nn.init.normal_(model.weight,
+        ...                                                                   std=0.02))
+        >>> captured["weight"].ops[0].action
+        Fill(init=Normal(mean=0.0, std=0.02))
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    if not callable(init_fn):
+        raise TypeError(f"init_fn must be callable, got {type(init_fn).__name__}")
+    with _LOCK:
+        groups = param_groups(module)
+        buffers = buffer_standins(module)
+        aliases = {
+            id(g.original.untyped_storage()): g.tracks[g.primary]
+            for g in groups
+            if g.original.is_meta and type(g.original) in (torch.Tensor, nn.Parameter)
+        }
+        tracks = [*iter_tracks(groups), *(b.track for b in buffers)]
+        recorder = CaptureMode(tracks, aliases)
+        flags = snapshot_flags(module)
+        for group in groups:
+            group.install()
+        for standin in buffers:
+            standin.module._buffers[standin.attr] = standin.track.base
+        try:
+            with recorder, torch.no_grad():
+                init_fn()
+        finally:
+            restore_flags(flags)
+            winners = [group.winner() for group in groups]
+            replaced = [path for group in groups for path in group.restore()]
+            values = read_buffers(buffers)
+        if recorder.error is not None:
+            raise recorder.error  # init_fn swallowed the exception: still unusable
+        if replaced:
+            raise replaced_error(replaced)
+    _warn_dropped(groups, winners)
+    params = {
+        group.name: ParamRecord(
+            group.name, tuple(winner.shape), winner.base.dtype, tuple(winner.ops)
+        )
+        for group, winner in zip(groups, winners, strict=True)
+        if winner.ops
+    }
+    return CapturedInit(params, tuple(sorted(values)), init_fn, values, weakref.ref(module))
+
+
+def _warn_dropped(groups: list[ParamGroup], winners: list[Track]) -> None:
+    dropped = [
+        f"{track.holder}: {op.op} at {op.where}"
+        for group, winner in zip(groups, winners, strict=True)
+        for track in {id(t): t for t in group.tracks}.values()
+        if track is not winner
+        for op in track.ops
+    ]
+    if dropped:
+        shown = "; ".join(dropped[:_MAX_LISTED])
+        more = len(dropped) - _MAX_LISTED
+        warnings.warn(
+            f"capture_init: {len(dropped)} write(s) to tied parameter holders are dropped, "
+            "because the parameter takes its tie source's init (as the library's own CPU "
+            f"init does: untied, then tied): {shown}" + (f" ... ({more} more)" if more > 0 else ""),
+            UserWarning,
+            stacklevel=3,
+        )

@@ -1,0 +1,170 @@
+"""What a capture records: per parameter, the ordered operations ``init_fn`` applied and
+the region (a box of the GLOBAL tensor) each one covers; and the buffers it computed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ...errors import ShardInitError
+from ...init import BaseInit
+from .regions import Box, box_union_covers
+
+__all__ = [
+    "Action",
+    "CapturedInit",
+    "CapturedOp",
+    "Dirac",
+    "Eye",
+    "Fill",
+    "Opaque",
+    "ParamRecord",
+    "Scale",
+    "UnsupportedInitOpError",
+]
+
+
+class UnsupportedInitOpError(ShardInitError):
+    """``init_fn`` did something to a parameter that cannot be replayed shard-locally
+    (or wrote a region that is not a box). The message names the parameter, the
+    operation and where it was called from."""
+
+
+@dataclass(frozen=True)
+class Fill:
+    """Every covered element gets the value of ``init`` at its own position in the
+    parameter's stream (a :class:`~shardinit.init.Constant` consumes no words)."""
+
+    init: BaseInit
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The covered elements' current values are multiplied (or divided, ``divide``) by
+    ``factor`` in the parameter's dtype, as torch's ``mul_`` / ``div_`` do."""
+
+    factor: float
+    divide: bool = False
+
+
+@dataclass(frozen=True)
+class Eye:
+    """``torch.nn.init.eye_`` on a 2-D view: 1 where the view's row equals its column.
+
+    Attributes:
+        axes: per view dim, the parameter dim it runs along (None: a size-1 view dim).
+        origin: the view's first element, in global coordinates.
+    """
+
+    axes: tuple[int | None, ...]
+    origin: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Dirac:
+    """``torch.nn.init.dirac_(view, groups)`` on a 3-5-D view (out, in, *kernel).
+
+    Attributes:
+        axes: per view dim, the parameter dim it runs along (None: a size-1 view dim).
+        origin: the view's first element, in global coordinates.
+        view_shape: the shape of the tensor ``dirac_`` was given.
+        groups: torch's ``groups`` argument.
+    """
+
+    axes: tuple[int | None, ...]
+    origin: tuple[int, ...]
+    view_shape: tuple[int, ...]
+    groups: int
+
+
+@dataclass(frozen=True)
+class Opaque:
+    """Values of a TEMPORARY that no recorded fill describes (an in-place op shardinit
+    cannot translate). Harmless unless copied into a parameter, which is then refused
+    with ``why``. Never part of a :class:`ParamRecord`."""
+
+    why: str
+
+
+Action = Fill | Scale | Eye | Dirac | Opaque
+
+
+@dataclass(frozen=True)
+class CapturedOp:
+    """One recorded operation on a parameter.
+
+    Attributes:
+        region: the box of the parameter it covers, in global coordinates.
+        action: what it does there.
+        op: the operation as written, e.g. ``"normal_(mean=0.0, std=0.02)"``.
+        where: the caller's ``file:line``.
+    """
+
+    region: Box
+    action: Action
+    op: str
+    where: str
+
+
+@dataclass(frozen=True)
+class ParamRecord:
+    """What ``init_fn`` did to one parameter, in order.
+
+    Attributes:
+        name: canonical name (docs/stream-format.md §5).
+        shape: GLOBAL shape.
+        dtype: the parameter's dtype.
+        ops: the operations, first to last.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    ops: tuple[CapturedOp, ...]
+
+    def covers_all(self) -> bool:
+        """Whether the fills together cover every element (then the parameter's values
+        do not depend on anything before ``init_fn``)."""
+        return box_union_covers(
+            [op.region for op in self.ops if not isinstance(op.action, Scale)], self.shape
+        )
+
+
+@dataclass(frozen=True)
+class CapturedInit:
+    """The result of :func:`shardinit.capture_init`.
+
+    Attributes:
+        params: per canonical parameter name, what ``init_fn`` did to it (parameters it
+            never touched are absent).
+        buffers: canonical names of the meta buffers ``init_fn`` computed (their values
+            are in ``buffer_values``).
+        init_fn: the captured callable.
+        buffer_values: per name in ``buffers``, the value ``init_fn`` computed for it
+            during the capture (on the CPU; buffers were real tensors there).
+        module_ref: a weak reference to the module captured on (see
+            :meth:`captured_on`).
+    """
+
+    params: Mapping[str, ParamRecord]
+    buffers: tuple[str, ...]
+    init_fn: Callable[[], object] = field(repr=False)
+    buffer_values: Mapping[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    # The module captured on (weakly): its buffers are the ones computed.
+    module_ref: Callable[[], nn.Module | None] = field(
+        default=lambda: None, repr=False, compare=False
+    )
+
+    def captured_on(self, module: nn.Module) -> bool:
+        """Whether this was captured on ``module`` itself (so the buffer values computed
+        are ``module``'s)."""
+        return self.module_ref() is module
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.params
+
+    def __getitem__(self, name: str) -> ParamRecord:
+        return self.params[name]

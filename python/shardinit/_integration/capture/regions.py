@@ -1,0 +1,255 @@
+"""Region arithmetic: boxes of a tensor, the box a view covers, and how the elements of
+one view land in another when values are copied.
+
+A region is a *box*: one half-open ``(start, stop)`` per dim of the base tensor. Copies
+(``copy_``, ``cat``, ``stack``, ``clone``) are followed in *flat runs*: the elements of a
+view, in the view's own row-major order, as runs of flat positions of its base.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+
+import torch
+
+__all__ = [
+    "Box",
+    "box_runs",
+    "box_union_covers",
+    "contains",
+    "flat_range_boxes",
+    "intersect",
+    "map_runs",
+    "view_region",
+    "view_runs",
+]
+
+#: A box of a tensor in its GLOBAL coordinates: one half-open ``(start, stop)`` per dim.
+Box = tuple[tuple[int, int], ...]
+#: A run of flat (row-major) positions ``[start, stop)``.
+Run = tuple[int, int]
+
+
+def intersect(a: Box, b: Box) -> Box | None:
+    """The common box of ``a`` and ``b``, or None when they do not meet."""
+    box = tuple((max(x0, y0), min(x1, y1)) for (x0, x1), (y0, y1) in zip(a, b, strict=True))
+    if any(start >= stop for start, stop in box):
+        return None
+    return box
+
+
+def contains(outer: Box, inner: Box) -> bool:
+    """Whether ``inner`` lies inside ``outer``."""
+    return all(o0 <= i0 and i1 <= o1 for (o0, o1), (i0, i1) in zip(outer, inner, strict=True))
+
+
+def box_union_covers(boxes: Sequence[Box], shape: Sequence[int], max_cells: int = 1 << 16) -> bool:
+    """Whether the union of ``boxes`` covers every element of ``shape`` (exactly, by
+    coordinate compression; False, conservatively, past ``max_cells`` cells)."""
+    full = tuple((0, size) for size in shape)
+    if math.prod(shape) == 0 or any(box == full for box in boxes):
+        return True
+    cuts = []
+    for dim, size in enumerate(shape):
+        points = sorted({0, size, *(b[dim][0] for b in boxes), *(b[dim][1] for b in boxes)})
+        cuts.append([(lo, hi) for lo, hi in itertools.pairwise(points) if lo < hi])
+    if math.prod(len(c) for c in cuts) > max_cells:
+        return False
+    for cell in itertools.product(*cuts):
+        if not any(
+            all(b[d][0] <= lo and hi <= b[d][1] for d, (lo, hi) in enumerate(cell)) for b in boxes
+        ):
+            return False
+    return True
+
+
+def _contiguous_strides(shape: Sequence[int]) -> list[int]:
+    strides = [1] * len(shape)
+    for dim in range(len(shape) - 2, -1, -1):
+        strides[dim] = strides[dim + 1] * max(shape[dim + 1], 1)
+    return strides
+
+
+def view_region(
+    view: torch.Tensor, base: torch.Tensor
+) -> tuple[Box, tuple[int | None, ...]] | None:
+    """The box of ``base`` (contiguous, same storage) that ``view`` covers.
+
+    Returns:
+        ``(box, axes)``: ``axes[k]`` is the base dim view dim ``k`` runs along, or None
+        (size 1, or it runs across several dims as in ``view(-1)``); None when the view
+        has no elements.
+
+    Raises:
+        ValueError: the view's elements are not a box of the base (a strided slice, an
+            expanded view, overlapping dims).
+    """
+    if view.numel() == 0:
+        return None
+    shape = tuple(base.shape)
+    cstride = _contiguous_strides(shape)
+    rel = view.storage_offset() - base.storage_offset()
+    if not 0 <= rel < max(base.numel(), 1):
+        raise ValueError("the view starts outside the tensor")
+    start = [
+        int(rel // cstride[dim] % max(shape[dim], 1)) if shape[dim] else 0
+        for dim in range(len(shape))
+    ]
+    count = [1] * len(shape)
+    used = [False] * len(shape)
+    axes: list[int | None] = []
+    for size, stride in zip(view.shape, view.stride(), strict=True):
+        if size == 1:
+            axes.append(None)
+            continue
+        inner = [d for d in range(len(shape)) if cstride[d] == stride and shape[d] > 1]
+        if not inner:
+            raise ValueError(f"a view dim of stride {stride} runs along no dim of the tensor")
+        dim = inner[-1]
+        if not used[dim] and start[dim] + size <= shape[dim]:
+            used[dim] = True
+            count[dim] = size
+            axes.append(dim)
+            continue
+        _merge_dims(dim, size, shape, start, count, used)
+        axes.append(None)
+    box = tuple((int(s), int(s + c)) for s, c in zip(start, count, strict=True))
+    if math.prod(count) != view.numel():
+        raise ValueError("the view's elements are not a box of the tensor")
+    return box, tuple(axes)
+
+
+def _merge_dims(
+    dim: int, size: int, shape: Sequence[int], start: list[int], count: list[int], used: list[bool]
+) -> None:
+    """A view dim of ``size`` running across base dims ``dim, dim - 1, ...``: each inner
+    one must be whole."""
+    remaining = size
+    while True:
+        if dim < 0 or used[dim]:
+            raise ValueError("a view dim runs across dims that are not whole")
+        used[dim] = True
+        if start[dim] + remaining <= shape[dim]:
+            count[dim] = remaining
+            return
+        if start[dim] != 0 or remaining % shape[dim]:
+            raise ValueError("a view dim runs across dims that are not whole")
+        count[dim] = shape[dim]
+        remaining //= shape[dim]
+        dim -= 1
+
+
+def flat_range_boxes(shape: Sequence[int], start: int, stop: int) -> list[tuple[int, Box]]:
+    """Splits flat elements ``[start, stop)`` of a row-major tensor of ``shape`` into
+    boxes, in order; each with its offset from ``start``.
+
+    Example:
+        >>> flat_range_boxes((3, 4), 2, 9)
+        [(0, ((0, 1), (2, 4))), (2, ((1, 2), (0, 4))), (6, ((2, 3), (0, 1)))]
+    """
+    shape = tuple(shape)
+    if start >= stop:
+        return []
+    if len(shape) <= 1:
+        return [(0, ((start, stop),) if shape else ())]
+    inner = math.prod(shape[1:])
+    pieces: list[tuple[int, Box]] = []
+    row, offset = divmod(start, inner)
+    position = start
+    if offset:  # a partial first row
+        end = min(stop, (row + 1) * inner)
+        for sub_offset, sub in flat_range_boxes(shape[1:], offset, end - row * inner):
+            pieces.append((position - start + sub_offset, ((row, row + 1), *sub)))
+        position = end
+        row += 1
+    full_rows = (stop - position) // inner
+    if full_rows:
+        pieces.append((position - start, ((row, row + full_rows), *((0, s) for s in shape[1:]))))
+        position += full_rows * inner
+        row += full_rows
+    if position < stop:  # a partial last row
+        for sub_offset, sub in flat_range_boxes(shape[1:], 0, stop - position):
+            pieces.append((position - start + sub_offset, ((row, row + 1), *sub)))
+    return pieces
+
+
+def box_runs(box: Box, shape: Sequence[int]) -> list[Run]:
+    """The flat runs of ``box`` of a row-major tensor of ``shape``, in the box's own
+    row-major order (adjacent runs merged).
+
+    Example:
+        >>> box_runs(((1, 3), (0, 4)), (3, 4)), box_runs(((0, 2), (1, 3)), (3, 4))
+        ([(4, 12)], [(1, 3), (5, 7)])
+    """
+    if any(start >= stop for start, stop in box):
+        return []
+    strides = _contiguous_strides(shape)
+    # Trailing dims the box covers whole (and the first partial one) form one run.
+    inner = len(box)
+    while inner > 0 and box[inner - 1] == (0, shape[inner - 1]):
+        inner -= 1
+    split = max(inner - 1, 0)
+    length = math.prod(stop - start for start, stop in box[split:])
+    runs: list[Run] = []
+    for index in itertools.product(*(range(start, stop) for start, stop in box[:split])):
+        first = sum(i * s for i, s in zip(index, strides, strict=False))
+        first += sum(start * strides[d] for d, (start, _) in enumerate(box) if d >= split)
+        if runs and runs[-1][1] == first:
+            runs[-1] = (runs[-1][0], first + length)
+        else:
+            runs.append((first, first + length))
+    return runs
+
+
+def view_runs(view: torch.Tensor, base: torch.Tensor) -> list[Run]:
+    """The elements of ``view`` (same storage as the contiguous ``base``) in the view's
+    row-major order, as flat runs of ``base``.
+
+    Raises:
+        ValueError: the view's order is not the base's (transposed or permuted dims,
+            strided or expanded views).
+    """
+    if view.numel() == 0:
+        return []
+    rel = int(view.storage_offset() - base.storage_offset())
+    if view.is_contiguous():
+        if not (rel >= 0 and rel + view.numel() <= base.numel()):
+            raise ValueError("the view lies outside the tensor")
+        return [(rel, rel + view.numel())]
+    region = view_region(view, base)
+    assert region is not None
+    box, axes = region
+    ordered = [axis for axis in axes if axis is not None]
+    if len(ordered) != sum(size > 1 for size in view.shape) or ordered != sorted(ordered):
+        raise ValueError("the view's elements are not in the tensor's row-major order")
+    return box_runs(box, tuple(base.shape))
+
+
+def map_runs(source: Sequence[Run], piece: Run, target: Sequence[Run]) -> Iterator[Run]:
+    """Where the flat positions ``piece`` of the source's base land in the target's base,
+    when the view with runs ``source`` is copied into the view with runs ``target``
+    (same number of elements, both in row-major order)."""
+    position = 0  # in the copied views' own order
+    target_runs = list(_positions(target))
+    for start, stop in source:
+        low, high = max(start, piece[0]), min(stop, piece[1])
+        if low < high:
+            yield from _slice_runs(target_runs, position + low - start, position + high - start)
+        position += stop - start
+
+
+def _positions(runs: Sequence[Run]) -> Iterator[tuple[int, Run]]:
+    position = 0
+    for run in runs:
+        yield position, run
+        position += run[1] - run[0]
+
+
+def _slice_runs(runs: Sequence[tuple[int, Run]], low: int, high: int) -> Iterator[Run]:
+    """Positions ``[low, high)`` of the concatenated ``runs`` (each with its position)."""
+    for position, (start, stop) in runs:
+        a, b = max(low, position), min(high, position + stop - start)
+        if a < b:
+            yield (start + a - position, start + b - position)

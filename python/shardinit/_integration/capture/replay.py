@@ -1,0 +1,265 @@
+"""Replay captured init code shard-locally from stream format v1.
+
+A :class:`~shardinit.capture.ParamRecord` lists, in order, the operations ``init_fn``
+applied to a parameter and the box of the GLOBAL tensor each one covers. Replaying it
+on a local region (a box of the global tensor) gives every element the value of the
+LAST operation that covered it:
+
+* a fill writes the intersection of its box with the local box; random values come from
+  the element's own position in the parameter's stream (``init_box`` of the whole
+  parameter's spec: same name and seed for every op), so disjoint regions never share
+  values and the result does not depend on the layout;
+* a scale multiplies (divides) the covered elements' current values in the parameter's
+  dtype, as torch's ``mul_`` / ``div_`` do after the fill;
+* ``eye_`` / ``dirac_`` compute each element from its global index.
+
+Example:
+    >>> import torch, shardinit
+    >>> from torch import nn
+    >>> with torch.device("meta"):
+    ...     emb = nn.Embedding(6, 4)
+    >>> def init_fn():
+    ...     emb.weight.data.normal_(mean=0.0, std=0.02)
+    ...     emb.weight.data[2].zero_()
+    >>> record = shardinit.capture_init(emb, init_fn)["weight"]
+    >>> full = replay_full(record, seed=0)
+    >>> torch.equal(replay_box(record, 0, ((2, 6), (0, 4))), full[2:6]), bool(full[2].any())
+    (True, False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..._names import buffer_holders
+from ...errors import ShardInitError
+from ...init import Constant, Initializer
+from ...shard import _resolve_device, init_box
+from ...spec import ParamSpec
+from ..placements import Run, local_boxes
+from .records import CapturedInit, CapturedOp, Dirac, Eye, Fill, ParamRecord, Scale
+from .regions import Box, box_union_covers, contains, flat_range_boxes, intersect
+
+__all__ = [
+    "base_ops",
+    "flat_range_boxes",
+    "replay_box",
+    "replay_flat",
+    "replay_full",
+    "replay_runs",
+    "write_buffers",
+]
+
+
+def base_ops(
+    initializer: Initializer, shape: Sequence[int], zero_rows: Sequence[int] = ()
+) -> tuple[CapturedOp, ...]:
+    """Operations that set a whole parameter with ``initializer`` (resolved from the
+    GLOBAL ``shape``) and then zero rows ``zero_rows`` along dim 0: what a parameter held
+    before ``init_fn`` ran (its module's default), to put in front of a record that
+    covers only part of it.
+    """
+    shape = tuple(shape)
+    whole = tuple((0, size) for size in shape)
+    ops = [CapturedOp(whole, Fill(initializer.resolve(shape)), "default", "<default>")]
+    for row in zero_rows:
+        region = ((row, row + 1), *whole[1:])
+        ops.append(CapturedOp(region, Fill(Constant(0.0)), "zero row", "<default>"))
+    return tuple(ops)
+
+
+def _check_ops(record: ParamRecord, extra: Sequence[CapturedOp]) -> list[CapturedOp]:
+    ops = [*extra, *record.ops]
+    fills = [op.region for op in ops if not isinstance(op.action, Scale)]
+    if not box_union_covers(fills, record.shape):
+        raise ShardInitError(
+            f"parameter {record.name}: init_fn sets only part of it and nothing sets the "
+            "rest (no rule or torch.nn default to start from); give it a rule or make "
+            "init_fn fill all of it"
+        )
+    return ops
+
+
+def _pattern(op: CapturedOp, box: Box, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The 0/1 values of an ``eye_`` / ``dirac_`` op on ``box`` (global coordinates)."""
+    action = op.action
+    assert isinstance(action, (Eye, Dirac))
+    ndim = len(box)
+    coords = []
+    for dim, (start, stop) in enumerate(box):
+        view_shape = [1] * ndim
+        view_shape[dim] = stop - start
+        coords.append(torch.arange(start, stop, device=device).reshape(view_shape))
+
+    def rel(view_dim: int) -> torch.Tensor:
+        axis = action.axes[view_dim]
+        if axis is None:
+            return torch.zeros((1,) * ndim, dtype=torch.long, device=device)
+        return coords[axis] - action.origin[axis]
+
+    if isinstance(action, Eye):
+        mask = rel(0) == rel(1)
+    else:
+        out_per_group = action.view_shape[0] // action.groups
+        min_dim = min(out_per_group, action.view_shape[1])
+        diagonal = rel(0) % out_per_group
+        mask = (diagonal < min_dim) & (rel(1) == diagonal)
+        for view_dim in range(2, len(action.view_shape)):
+            mask = mask & (rel(view_dim) == action.view_shape[view_dim] // 2)
+    shape = tuple(stop - start for start, stop in box)
+    return torch.broadcast_to(mask, shape).to(dtype)
+
+
+def replay_box(
+    record: ParamRecord,
+    seed: int,
+    box: Sequence[tuple[int, int]],
+    out: torch.Tensor | None = None,
+    *,
+    device: Any = None,
+    prior: Sequence[CapturedOp] = (),
+) -> torch.Tensor:
+    """The values of ``box`` (global coordinates) of the parameter after its captured
+    operations.
+
+    Args:
+        record: the parameter's captured operations.
+        seed: the run's seed.
+        box: one ``(start, stop)`` per dim of the GLOBAL shape.
+        out: a tensor of the box's shape and the parameter's dtype to write into (any
+            strides); allocated on ``device`` if None.
+        device: where to allocate when ``out`` is None (default the CPU).
+        prior: operations before ``init_fn`` (see :func:`base_ops`), needed when the
+            record does not cover the whole parameter.
+
+    Returns:
+        ``out`` (or the new tensor), filled.
+
+    Raises:
+        ShardInitError: the operations do not cover every element, or ``out`` has the
+            wrong shape or dtype.
+    """
+    local_box: Box = tuple((int(start), int(stop)) for start, stop in box)
+    shape = tuple(stop - start for start, stop in local_box)
+    if out is None:
+        out = torch.empty(shape, dtype=record.dtype, device=_resolve_device(device))
+    elif tuple(out.shape) != shape or out.dtype != record.dtype:
+        raise ShardInitError(
+            f"parameter {record.name}: out has shape {tuple(out.shape)} and dtype "
+            f"{out.dtype}, the box needs {shape} and {record.dtype}"
+        )
+    ops = _check_ops(record, prior)
+    pieces = [intersect(op.region, local_box) for op in ops]
+    with torch.no_grad():
+        for index, (op, piece) in enumerate(zip(ops, pieces, strict=True)):
+            if piece is None:
+                continue
+            if not isinstance(op.action, Scale) and any(
+                later is not None
+                and not isinstance(ops[k].action, Scale)
+                and contains(later, piece)
+                for k, later in enumerate(pieces[index + 1 :], start=index + 1)
+            ):
+                continue  # a later fill overwrites all of it: generate nothing
+            target = out[
+                tuple(
+                    slice(p0 - b0, p1 - b0)
+                    for (p0, p1), (b0, _) in zip(piece, local_box, strict=True)
+                )
+            ]
+            action = op.action
+            if isinstance(action, Fill):
+                spec = ParamSpec(record.name, record.shape, record.dtype, action.init, seed=seed)
+                if target.is_contiguous():
+                    init_box(spec, piece, out=target)
+                else:
+                    target.copy_(init_box(spec, piece, device=out.device))
+            elif isinstance(action, Scale):
+                if action.divide:
+                    target.div_(action.factor)
+                else:
+                    target.mul_(action.factor)
+            else:
+                target.copy_(_pattern(op, piece, record.dtype, out.device))
+    return out
+
+
+def replay_full(
+    record: ParamRecord, seed: int, *, device: Any = None, prior: Sequence[CapturedOp] = ()
+) -> torch.Tensor:
+    """The whole parameter after its captured operations (world 1)."""
+    return replay_box(
+        record, seed, tuple((0, size) for size in record.shape), device=device, prior=prior
+    )
+
+
+def replay_runs(
+    record: ParamRecord,
+    seed: int,
+    runs: Sequence[Sequence[Run]],
+    local: torch.Tensor,
+    *,
+    prior: Sequence[CapturedOp] = (),
+) -> None:
+    """Fills ``local``, the tensor holding the region ``runs`` (per dim, the runs of
+    global indices it holds, as :func:`shardinit.placements.local_runs` gives them).
+    """
+    for piece in local_boxes(runs):
+        index = tuple(
+            slice(begin, begin + stop - start)
+            for begin, (start, stop) in zip(piece.local_start, piece.global_box, strict=True)
+        )
+        replay_box(record, seed, piece.global_box, local[index], prior=prior)
+
+
+def replay_flat(
+    record: ParamRecord,
+    seed: int,
+    start: int,
+    stop: int,
+    out: torch.Tensor,
+    *,
+    prior: Sequence[CapturedOp] = (),
+) -> None:
+    """Fills the 1-D ``out`` with flat elements ``[start, stop)`` of the row-major
+    parameter (FSDP1 flat-shard ranges)."""
+    for offset, piece in flat_range_boxes(record.shape, start, stop):
+        count = 1
+        for low, high in piece:
+            count *= high - low
+        target = out[offset : offset + count].view(tuple(hi - lo for lo, hi in piece))
+        replay_box(record, seed, piece, target, prior=prior)
+
+
+def write_buffers(module: nn.Module, captured: CapturedInit) -> list[str]:
+    """Writes the buffer values ``captured.init_fn`` computed during the capture into
+    ``module``'s buffers (allocate them first: this is called after ``materialize``
+    allocated the module). A value of another shape or dtype than the buffer it goes to
+    (init code assigned a new tensor) replaces it, on the buffer's device.
+
+    Returns:
+        The canonical names of the written buffers.
+
+    Raises:
+        ShardInitError: a computed buffer is missing from ``module`` (another model).
+    """
+    written = []
+    for holder in buffer_holders(module):
+        value = captured.buffer_values.get(holder.name)
+        if value is None:
+            continue
+        old = holder.tensor
+        with torch.no_grad():
+            if old.shape == value.shape and old.dtype == value.dtype and not old.is_meta:
+                old.copy_(value)
+            else:
+                holder.module._buffers[holder.attr] = value.to(device=old.device).clone()
+        written.append(holder.name)
+    missing = sorted(set(captured.buffers) - set(written))
+    if missing:
+        raise ShardInitError(f"buffers {missing} computed by init_fn are not in this model")
+    return sorted(set(written))

@@ -1,0 +1,235 @@
+"""Stand-ins for a capture: what the model holds while ``init_fn`` runs, and how the
+result is read back.
+
+* Every parameter is replaced by a plain meta tensor of its GLOBAL shape (DTensors of
+  FSDP2 / tensor parallelism included); the originals are put back afterwards.
+* **Ties.** A tied parameter keeps one stand-in for all its holders, so init code writes
+  the shared tensor as eager torch does (the last write wins) -- except the holders a
+  model *declares* as tie targets, as transformers does (``all_tied_weights_keys``:
+  target -> source). transformers builds a model on the CPU untied, initializes it, and
+  ties it afterwards, so the source's init wins; those targets get stand-ins of their own,
+  and the parameter takes what its source holder holds when ``init_fn`` returns (after
+  the model's own ``tie_weights``, or untied). Writes that end up nowhere are reported.
+* Every meta buffer is replaced by a real CPU tensor, so the values init code computes
+  for it exist when ``init_fn`` returns; they are kept, and the meta buffer put back.
+* Plain flags init code sets on modules (transformers' ``_is_hf_initialized``) are
+  undone, so the same model can be captured again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..._names import canonical_name, param_slots, qualified
+from ..._torch_compat import is_flat_param
+from ...errors import ShardInitError
+from ...spec import SUPPORTED_DTYPES
+from .records import UnsupportedInitOpError
+from .tracks import Track
+
+__all__ = [
+    "BufferStandIn",
+    "ParamGroup",
+    "buffer_standins",
+    "param_groups",
+    "restore_flags",
+    "snapshot_flags",
+]
+
+Holder = tuple[nn.Module, str]
+_FLAG_TYPES = (bool, int, float, str, type(None))
+
+
+@dataclass
+class ParamGroup:
+    """One distinct parameter: its holders, and the stand-in each was given.
+
+    Attributes:
+        name: canonical name.
+        original: the parameter object the model held.
+        holders: ``(module, attr, path)`` per holder, canonical first.
+        tracks: per holder (same order), its stand-in's track (shared unless declared).
+        primary: index of the holder whose final stand-in gives the values.
+    """
+
+    name: str
+    original: nn.Parameter
+    holders: list[tuple[nn.Module, str, str]]
+    tracks: list[Track] = field(default_factory=list)
+    primary: int = 0
+
+    def install(self) -> None:
+        for (module, attr, _), track in zip(self.holders, self.tracks, strict=True):
+            module._parameters[attr] = track.base  # type: ignore[assignment]
+
+    def restore(self) -> list[str]:
+        """Puts the original back everywhere; returns holders init code replaced with
+        something other than a stand-in of this parameter."""
+        replaced = []
+        for module, attr, path in self.holders:
+            current = module._parameters.get(attr)
+            if not any(current is track.base for track in self.tracks):
+                replaced.append(path)
+            module._parameters[attr] = self.original
+        return replaced
+
+    def winner(self) -> Track:
+        module, attr, _ = self.holders[self.primary]
+        current = module._parameters.get(attr)
+        return next((t for t in self.tracks if t.base is current), self.tracks[self.primary])
+
+
+def _declared_tie_targets(module: nn.Module) -> Mapping[str, str]:
+    # transformers >= 5: {target path: source path} of the model's ties (post_init).
+    declared = getattr(module, "all_tied_weights_keys", None)
+    if not isinstance(declared, Mapping):
+        return {}
+    return {
+        str(k): str(v) for k, v in declared.items() if isinstance(k, str) and isinstance(v, str)
+    }
+
+
+def _standin(param: torch.Tensor) -> nn.Parameter:
+    return nn.Parameter(
+        torch.empty(tuple(param.shape), dtype=param.dtype, device="meta"),
+        requires_grad=param.requires_grad,
+    )
+
+
+def param_groups(module: nn.Module) -> list[ParamGroup]:
+    """One group per distinct parameter, with stand-ins made (not yet installed).
+
+    Raises:
+        ShardInitError: FSDP1 flat parameters, or dtypes outside stream format v1.
+    """
+    paths = {id(m): p for p, m in reversed(list(module.named_modules(remove_duplicate=False)))}
+    declared = _declared_tie_targets(module)
+    groups = []
+    for slot in param_slots(module):
+        if is_flat_param(slot.param):
+            raise ShardInitError(
+                "capture_init: FSDP1 flat parameters are not supported; capture the "
+                "model's init code before wrapping it in FullyShardedDataParallel"
+            )
+        if slot.param.dtype not in SUPPORTED_DTYPES:
+            raise ShardInitError(f"capture_init: parameter {slot.name} has dtype "
+                                 f"{slot.param.dtype}, not one of stream format v1")  # fmt: skip
+        holders = [(m, a, canonical_name(qualified(paths[id(m)], a))) for m, a in slot.owners]
+        group = ParamGroup(slot.name, slot.param, holders)
+        shared = Track(
+            "param", _standin(slot.param), f"parameter {slot.name!r}", slot.name, slot.name
+        )
+        for _, _, path in holders:
+            if path in declared and len(holders) > 1:
+                label = f"parameter {slot.name!r} (tied holder {path!r})"
+                group.tracks.append(Track("param", _standin(slot.param), label, slot.name, path))
+            else:
+                group.tracks.append(shared)
+        sources = [i for i, (_, _, path) in enumerate(holders) if path in declared.values()]
+        group.primary = sources[0] if sources else 0
+        groups.append(group)
+    return groups
+
+
+@dataclass
+class BufferStandIn:
+    """A meta buffer's real stand-in, per holder."""
+
+    name: str
+    module: nn.Module
+    attr: str
+    original: torch.Tensor
+    track: Track
+
+
+def _real_like(buffer: torch.Tensor) -> torch.Tensor:
+    # NaN where init code never writes (floating types): a read of it shows.
+    fill = float("nan") if buffer.is_floating_point() or buffer.is_complex() else 0
+    return torch.full(tuple(buffer.shape), fill, dtype=buffer.dtype, device="cpu")
+
+
+def buffer_standins(module: nn.Module) -> list[BufferStandIn]:
+    """Real CPU stand-ins for every meta buffer (one per buffer object)."""
+    made: dict[int, Track] = {}
+    found = []
+    for path, owner in module.named_modules():
+        for attr, buffer in owner._buffers.items():
+            if buffer is None or not buffer.is_meta:
+                continue
+            name = canonical_name(qualified(path, attr))
+            track = made.get(id(buffer))
+            if track is None:
+                track = made[id(buffer)] = Track(
+                    "buffer", _real_like(buffer), f"buffer {name!r}", name
+                )
+            found.append(BufferStandIn(name, owner, attr, buffer, track))
+    return found
+
+
+def read_buffers(standins: list[BufferStandIn]) -> dict[str, torch.Tensor]:
+    """The values init code computed, per buffer name; puts the meta buffers back.
+
+    Raises:
+        ShardInitError: a buffer written only in part, or assigned a meta tensor.
+    """
+    values: dict[str, torch.Tensor] = {}
+    problems = []
+    for standin in standins:
+        current = standin.module._buffers.get(standin.attr)
+        standin.module._buffers[standin.attr] = standin.original
+        if current is standin.track.base:
+            whole = tuple((0, size) for size in standin.track.shape)
+            if standin.track.written(whole) and standin.track.ops:
+                values[standin.name] = current
+            elif standin.track.ops:
+                problems.append(f"{standin.name} (init_fn wrote only part of it)")
+        elif current is not None and current is not standin.original:
+            if current.is_meta:
+                problems.append(f"{standin.name} (init_fn computed it on the meta device)")
+            else:
+                values[standin.name] = current.detach()
+    if problems:
+        raise ShardInitError(
+            f"capture_init: buffer(s) {', '.join(problems)} cannot be computed; compute "
+            "them on a real device (e.g. from the buffer's own device, which is the CPU "
+            "during the capture), or leave them to buffer_init"
+        )
+    return values
+
+
+def snapshot_flags(module: nn.Module) -> list[tuple[nn.Module, dict[str, Any]]]:
+    return [
+        (m, {k: v for k, v in vars(m).items() if isinstance(v, _FLAG_TYPES)})
+        for m in module.modules()
+    ]
+
+
+def restore_flags(saved: list[tuple[nn.Module, dict[str, Any]]]) -> None:
+    """Undoes plain flags init code set or changed on modules (tensors it assigned to
+    module attributes are kept)."""
+    for module, flags in saved:
+        state = vars(module)
+        for key in [k for k, v in state.items() if isinstance(v, _FLAG_TYPES) and k not in flags]:
+            del state[key]
+        state.update(flags)
+
+
+def iter_tracks(groups: list[ParamGroup]) -> Iterator[Track]:
+    seen: set[int] = set()
+    for group in groups:
+        for track in group.tracks:
+            if id(track) not in seen:
+                seen.add(id(track))
+                yield track
+
+
+def replaced_error(replaced: list[str]) -> UnsupportedInitOpError:
+    return UnsupportedInitOpError(
+        f"capture_init: init_fn replaced parameter(s) {sorted(set(replaced))} with new "
+        "objects; initialize them in place (e.g. with torch.nn.init) instead"
+    )

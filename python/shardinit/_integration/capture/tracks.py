@@ -1,0 +1,72 @@
+"""The tensors a capture follows, each with what has been written to it so far: a
+parameter's stand-in, a temporary that init code made (``new_empty``, ``torch.zeros``,
+``cat``, ...), or a buffer's real stand-in."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from .records import CapturedOp, Scale
+from .regions import Box, box_union_covers, intersect
+
+__all__ = ["Track", "storage_id"]
+
+TrackKind = Literal["param", "temp", "buffer"]
+
+
+def storage_id(tensor: torch.Tensor) -> int | None:
+    """The identity of ``tensor``'s storage (stable while the storage object lives: a
+    :class:`Track` keeps it alive), or None for tensors without one."""
+    try:
+        return id(tensor.untyped_storage())
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+@dataclass(eq=False)
+class Track:
+    """One followed tensor.
+
+    Attributes:
+        kind: ``"param"`` (a parameter's meta stand-in), ``"temp"`` (a temporary) or
+            ``"buffer"`` (a meta buffer's real CPU stand-in).
+        base: the contiguous tensor whose storage is followed; regions are its boxes.
+        label: how messages name it, e.g. ``parameter 'lm_head.weight'``.
+        name: the parameter's or buffer's canonical name ("" for temporaries).
+        holder: for a parameter stand-in, the dotted path of the holder it was made for.
+        ops: what was written, first to last (for buffers: only the regions matter).
+    """
+
+    kind: TrackKind
+    base: torch.Tensor
+    label: str
+    name: str = ""
+    holder: str = ""
+    ops: list[CapturedOp] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Holding the storage object keeps its id() from being reused during the capture.
+        self.storage = self.base.untyped_storage()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.base.shape)
+
+    def written(self, region: Box) -> bool:
+        """Whether recorded writes (anything but a scale) cover all of ``region``."""
+        if math.prod(stop - start for start, stop in region) == 0:
+            return True
+        pieces = []
+        for op in self.ops:
+            if isinstance(op.action, Scale):
+                continue
+            common = intersect(op.region, region)
+            if common is not None:
+                pieces.append(
+                    tuple((a - r0, b - r0) for (a, b), (r0, _) in zip(common, region, strict=True))
+                )
+        return box_union_covers(pieces, [stop - start for start, stop in region])
