@@ -10,11 +10,22 @@ kernels a GPU machine actually compiled.
 from __future__ import annotations
 
 import re
+import subprocess
+import tempfile
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["ENTRY_POINTS", "KINDS", "compile_variant", "mul_hi_count", "ptx_violations"]
+__all__ = [
+    "ENTRY_POINTS",
+    "KINDS",
+    "compile_variant",
+    "mul_hi_count",
+    "ptx_violations",
+    "sass_counts",
+]
 
 #: The kernel entry points and initializer kinds (every variant: kind x dtype x entry).
 ENTRY_POINTS = ("flat", "rows")
@@ -120,3 +131,18 @@ def compile_variant(
     if fusion:
         options["enable_fp_fusion"] = True
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def sass_counts(cubin: bytes) -> Counter[str]:
+    """Counts of the floating-point SASS opcodes (``DFMA``, ``DADD``, ``FFMA``, ``MUFU.*``,
+    ...) in ``cubin``, disassembled with the ``cuobjdump`` Triton bundles."""
+    import triton  # type: ignore[import-untyped]
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "kernel.cubin"
+        path.write_bytes(cubin)
+        sass = subprocess.run(
+            [str(tool), "-sass", str(path)], capture_output=True, text=True, check=True
+        ).stdout
+    return Counter(re.findall(r"\b(D(?:FMA|ADD|MUL)|F(?:FMA|ADD|MUL)|MUFU\.\w+)\b", sass))
