@@ -136,7 +136,7 @@ def compile_variant(
 def sass_counts(cubin: bytes) -> Counter[str]:
     """Counts of the floating-point SASS opcodes (``DFMA``, ``DADD``, ``FFMA``, ``MUFU.*``,
     ...) in ``cubin``, disassembled with the ``cuobjdump`` Triton bundles."""
-    import triton  # type: ignore[import-untyped]
+    import triton
 
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.TemporaryDirectory() as scratch:
