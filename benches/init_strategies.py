@@ -82,7 +82,7 @@ def _worker(strategy: str, model_name: str, seed: int, out: str) -> None:
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
     import shardinit
-    from shardinit.models import TransformerBlock, build_model
+    from shardinit.cli.models import TransformerBlock, build_model
 
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
@@ -295,8 +295,8 @@ def main() -> int:
         return 0
 
     sys.path.insert(0, str(ROOT / "python"))
-    from shardinit._launch import launch
-    from shardinit.models import describe
+    from shardinit.cli._launch import launch
+    from shardinit.cli.models import describe
 
     worlds = [int(w) for w in args.worlds.split(",")]
     strategies = [s for s in args.strategies.split(",") if s]

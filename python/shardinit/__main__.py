@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import sys
 
+from .cli import main
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the command line."""
-    from .cli import run
-
-    return run(sys.argv[1:] if argv is None else argv)
-
+__all__ = ["main"]
 
 if __name__ == "__main__":
     sys.exit(main())

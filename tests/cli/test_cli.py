@@ -6,13 +6,15 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import shardinit
-from shardinit.cli import run
-from shardinit.models import MODELS, build_model
+from shardinit.cli import _launch, run
+from shardinit.cli.models import MODELS, build_model
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -187,14 +189,102 @@ def test_fingerprint_expect(capsys: pytest.CaptureFixture[str]) -> None:
 def test_demo_tiny_worlds_1_and_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(["demo", "--model", "tiny", "--worlds", "1,2", "--seed", "5"], capsys)
     assert code == 0, out
-    assert "=> shardinit: all 21 parameters identical across world sizes 1, 2" in out
-    assert out.strip().splitlines()[-1].startswith("PASS")
-    # shardinit's world-1 digest is the digest of the plainly materialized model
+    lines = out.splitlines()
+    # The verdict comes first, after the progress lines: 16 random parameters (embedding,
+    # 14 Linear weights, output) differ on torch's path; 5 norm weights are ones.
+    verdict = "PASS: 21 of 21 parameters identical across worlds 1 and 2; "
+    verdict += "torch's path differs on 16 of 21"
+    assert verdict in lines
+    assert lines.index(verdict) < lines.index(
+        "Per world (time: slowest rank; memory: largest rank):"
+    )
+    # shardinit's digest is the digest of the plainly materialized model
     model = shardinit.materialize(build_model("tiny"), seed=5)
     expected = shardinit.model_digest(shardinit.fingerprint_model(model))
-    digest_line = next(line for line in out.splitlines() if "model digest" in line)
-    assert digest_line.split()[-2:] == [expected, expected]
+    assert f"shardinit's model digest at every world size: {expected}" in lines
+    # the per-parameter table only with --verbose or a difference
+    assert "shardinit fingerprints" not in out
+    assert "layers.1.feed_forward.w2.weight" not in out
     # torch's own path: layout-dependent; rank shards are copies on a CPU mesh
-    # 16 random parameters (embedding, 14 Linear weights, output); 5 norm weights are ones
-    assert "=> torch: 16 of 21 parameters differ across world sizes" in out
-    assert "exact copies of each other for 16 of 16 randomly initialized parameters" in out
+    assert "world 2: rank shards are exact copies of each other for 16 of 16 randomly" in out
+    assert lines[-1].startswith("total ")
+
+
+# The report from synthetic worker results: no processes, every number known.
+
+
+def _fake_worlds(differ_at: int | None) -> Callable[..., list[dict[str, Any]]]:
+    """A stand-in for the launcher: two parameters; ``a.weight`` gets another shardinit
+    fingerprint at world ``differ_at``; torch's path differs at every world on ``a``."""
+
+    def launch(module: str, world: int, args: list[str], **_: Any) -> list[dict[str, Any]]:
+        assert module == "shardinit.cli._worker" and "--torch-path" in args
+        fingerprints = {"a.weight": "aaaaaaaaaaaaaaaa", "b.weight": "bbbbbbbbbbbbbbbb"}
+        if world == differ_at:
+            fingerprints["a.weight"] = "cccccccccccccccc"
+        rank = {
+            "seconds": 0.5 * world,
+            "rss_before": 2**30,
+            "peak_rss": 2**30 + 3 * 2**20,
+            "bytes": 2**20 // world,
+            "shapes": {"a.weight": [8, 4], "b.weight": [4]},
+            "fingerprints": fingerprints,
+            "torch_seconds": 1.0,
+            "torch_fingerprints": {"a.weight": f"{world:016x}", "b.weight": "bbbbbbbbbbbbbbbb"},
+            "torch_local": {"a.weight": [[8 // world, 4], "same"], "b.weight": [[4], "b"]},
+        }
+        return [rank] * world
+
+    return launch
+
+
+def test_demo_report_verdict_resources_and_no_table(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(_launch, "launch", _fake_worlds(differ_at=None))
+    code, out, _ = _run(["demo", "--model", "tiny", "--worlds", "1,2,4"], capsys)
+    assert code == 0
+    lines = out.splitlines()
+    verdict = lines.index(
+        "PASS: 2 of 2 parameters identical across worlds 1, 2 and 4; torch's path differs on 1 of 2"
+    )
+    table = lines.index("Per world (time: slowest rank; memory: largest rank):")
+    assert verdict < table
+    rows = [line.split() for line in lines[table + 1 : table + 5]]
+    header = "world shardinit init torch's init generated/rank peak RSS/rank RSS added by init"
+    assert rows[0] == header.split()
+    assert rows[1] == ["1", "0.50", "s", "1.00", "s", "1.00", "MiB", "1.00", "GiB", "3.00", "MiB"]
+    assert rows[3] == ["4", "2.00", "s", "1.00", "s", "256.00", "KiB", "1.00", "GiB", "3.00", "MiB"]
+    assert "a.weight" not in out  # no per-parameter table
+    assert "the parameters that agree (1 of 2) are constants such as norms" in out
+    assert "world 4: rank shards are exact copies of each other for 1 of 1 randomly" in out
+
+
+def test_demo_verbose_prints_the_table(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(_launch, "launch", _fake_worlds(differ_at=None))
+    code, out, _ = _run(["demo", "--model", "tiny", "--worlds", "1,2", "--verbose"], capsys)
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()]
+    assert ["a.weight", "8x4", "aaaaaaaaaaaaaaaa", "aaaaaaaaaaaaaaaa"] in rows
+    assert ["b.weight", "4", "bbbbbbbbbbbbbbbb", "bbbbbbbbbbbbbbbb"] in rows
+    assert "<- differs" not in out
+
+
+def test_demo_difference_fails_and_prints_the_table(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(_launch, "launch", _fake_worlds(differ_at=2))
+    code, out, _ = _run(["demo", "--model", "tiny", "--worlds", "1,2"], capsys)
+    assert code == 1
+    lines = out.splitlines()
+    assert (
+        "FAIL: 1 of 2 parameters identical across worlds 1 and 2; torch's path differs on 1 of 2"
+    ) in lines
+    rows = [line.split() for line in lines]
+    assert ["a.weight", "8x4", "aaaaaaaaaaaaaaaa", "cccccccccccccccc", "<-", "differs"] in rows
+    assert ["b.weight", "4", "bbbbbbbbbbbbbbbb", "bbbbbbbbbbbbbbbb"] in rows
+    digests = next(row for row in rows if row[:2] == ["model", "digest"])
+    assert len(digests) == 4 and digests[2] != digests[3]
+    assert any(line.startswith("shardinit's model digests: world 1 ") for line in lines)

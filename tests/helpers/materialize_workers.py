@@ -1,80 +1,92 @@
 """Multi-process harness for the materialize tests (gloo on CPU, real torch.distributed).
 
-``run_group(world, scenario_fn)`` spawns ``world`` processes; each joins a gloo group,
-runs every check of ``scenario_fn`` (which returns ``{check name: error or None}``), and
-writes its results to a JSON file. The parent merges the ranks' results, so one spawned
-group serves many test functions (spawning costs seconds on a 2-core machine).
+``run_group(world, scenario_fn)`` starts ``world`` processes with the CLI's launcher
+(:func:`shardinit.cli._launch.launch`, the project's one launcher); each runs this file
+as a script, joins a gloo group, runs every check of ``scenario_fn`` (which returns
+``{check name: error or None}``), and writes its results to a JSON file. The parent
+merges the ranks' results, so one group serves many test functions (starting processes
+costs seconds on a 2-core machine).
 """
 
 from __future__ import annotations
 
+import argparse
 import faulthandler
+import importlib.util
+import inspect
 import json
 import math
 import os
-import socket
-import tempfile
+import sys
 import traceback
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 import shardinit
 from shardinit import init
-from shardinit._launch import exit_worker
+from shardinit.cli._launch import exit_worker, launch
 
 Checks = dict[str, str | None]
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def run_group(world: int, scenario: Callable[[int, int], Checks]) -> dict[str, list[str]]:
+    """Runs ``scenario(rank, world)`` (a module-level function of a test module) on
+    ``world`` ranks; returns, per check, the errors of all ranks (an empty list when
+    every rank passed)."""
+    # The ranks import the scenario's module from its file, with this process's
+    # sys.path (as torch.multiprocessing's spawn would give them).
+    where = ["--scenario-file", inspect.getfile(scenario), "--scenario", scenario.__qualname__]
+    results = launch(
+        str(Path(__file__).resolve()),
+        world,
+        [*where, "--module-name", scenario.__module__],
+        env={"PYTHONPATH": os.pathsep.join(path for path in sys.path if path)},
+    )
+    merged: dict[str, list[str]] = {}
+    for rank, checks in enumerate(results):
+        for name, error in checks.items():
+            merged.setdefault(name, [])
+            if error is not None:
+                merged[name].append(f"rank {rank}: {error}")
+    return merged
 
 
-def _entry(
-    rank: int, world: int, port: int, out_dir: str, scenario: Callable[..., Checks], args: Any
-) -> None:
+def _load_scenario(path: str, module_name: str, qualname: str) -> Callable[[int, int], Checks]:
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    scenario: Callable[[int, int], Checks] = getattr(module, qualname)
+    return scenario
+
+
+def _rank_main(argv: list[str]) -> None:
+    """One rank of :func:`run_group` (``RANK``/``WORLD_SIZE``/``MASTER_PORT`` from the
+    launcher)."""
+    parser = argparse.ArgumentParser()
+    for option in ("--scenario-file", "--module-name", "--scenario", "--out"):
+        parser.add_argument(option, required=True)
+    args = parser.parse_args(argv)
     faulthandler.enable()  # a native abort prints every thread's Python stack
     torch.set_num_threads(1)
     shardinit.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         try:
-            checks = scenario(rank, world, *args)
+            scenario = _load_scenario(args.scenario_file, args.module_name, args.scenario)
+            checks = scenario(rank, world)
         except Exception:
             checks = {"<scenario>": traceback.format_exc()}
-        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as handle:
-            json.dump(checks, handle)
+        Path(args.out, f"rank{rank}.json").write_text(json.dumps(checks))
     finally:
         dist.destroy_process_group()
     exit_worker(0)
-
-
-def run_group(world: int, scenario: Callable[..., Checks], *args: Any) -> dict[str, list[str]]:
-    """Runs ``scenario`` on ``world`` ranks; returns, per check, the errors of all ranks
-    (an empty list when every rank passed)."""
-    with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(
-            _entry,
-            args=(world, free_port(), out_dir, scenario, args),
-            nprocs=world,
-            join=True,
-        )
-        merged: dict[str, list[str]] = {}
-        for rank in range(world):
-            with open(os.path.join(out_dir, f"rank{rank}.json")) as handle:
-                for name, error in json.load(handle).items():
-                    merged.setdefault(name, [])
-                    if error is not None:
-                        merged[name].append(f"rank {rank}: {error}")
-        return merged
 
 
 def assert_check_passed(outcome: dict[str, list[str]], name: str) -> None:
@@ -204,3 +216,7 @@ def expected_full(
     for row in zero_rows:
         full[row] = 0
     return full
+
+
+if __name__ == "__main__":
+    _rank_main(sys.argv[1:])

@@ -1,12 +1,18 @@
-"""Built-in Llama-style model configs (tiny to 8B-shaped), built on the meta device.
+"""The one Llama-style model of the project: built-in configs (tiny to 8B-shaped) for
+the CLI, and the model ``examples/fsdp2_llama.py`` and the tests build.
 
-No weights are downloaded or allocated: :func:`build_model` returns a module whose
-parameters live on ``torch.device("meta")``, ready for ``fully_shard`` and shard-local
-materialization. Parameter names follow the Llama reference implementation
-(``tok_embeddings.weight``, ``layers.0.attention.wq.weight``, ...).
+Not a public library module: it serves ``shardinit demo``/``plan``/``fingerprint``, the
+example and the tests. No weights are downloaded or allocated: :func:`build_model`
+returns a module whose parameters live on ``torch.device("meta")``, ready for
+``fully_shard`` and shard-local materialization. Parameter names follow the Llama
+reference implementation (``tok_embeddings.weight``, ``layers.0.attention.wq.weight``,
+...). :meth:`Transformer.init_weights` is torchtitan's Llama init, for
+``shardinit.materialize(model, seed=..., init_fn=model.init_weights)``; the demo does not
+use it (it shows torch.nn's defaults). :data:`TP_PLAN` is the tensor-parallel plan the
+demo applies and ``shardinit plan`` predicts.
 
 Example:
-    >>> from shardinit.models import build_model, MODELS
+    >>> from shardinit.cli.models import build_model, MODELS
     >>> model = build_model("tiny")
     >>> next(model.parameters()).is_meta
     True
@@ -17,21 +23,26 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .errors import ShardInitError
+from ..errors import ShardInitError
 
 __all__ = [
     "DEFAULT_MODEL",
     "MODELS",
+    "TP_PLAN",
     "LlamaConfig",
+    "TPStyle",
     "Transformer",
+    "TransformerBlock",
     "build_model",
     "describe",
     "param_shapes",
+    "tp_style",
 ]
 
 
@@ -91,6 +102,46 @@ MODELS: dict[str, LlamaConfig] = {
 #: The config ``shardinit demo`` uses unless told otherwise.
 DEFAULT_MODEL = "demo"
 
+#: How tensor parallelism splits a Linear: its weight's rows ("colwise", output features)
+#: or columns ("rowwise", input features).
+TPStyle = Literal["colwise", "rowwise"]
+
+#: The tensor-parallel plan of a :class:`TransformerBlock`, by module path inside the
+#: block (Megatron's pairing: q/k/v and w1/w3 column-wise, the projections back to
+#: ``dim`` row-wise). ``shardinit demo`` applies it with ``parallelize_module``;
+#: ``shardinit plan`` predicts the placements it leads to (:func:`tp_style`).
+TP_PLAN: dict[str, TPStyle] = {
+    "attention.wq": "colwise",
+    "attention.wk": "colwise",
+    "attention.wv": "colwise",
+    "attention.wo": "rowwise",
+    "feed_forward.w1": "colwise",
+    "feed_forward.w2": "rowwise",
+    "feed_forward.w3": "colwise",
+}
+
+# A parameter is matched by its module's own name, so a shapes file with another prefix
+# (``model.layers.0.attention.wq.weight``) gets the same plan.
+_TP_STYLE_BY_MODULE: dict[str, TPStyle] = {
+    path.rsplit(".", 1)[-1]: style for path, style in TP_PLAN.items()
+}
+
+
+def tp_style(param_name: str) -> TPStyle | None:
+    """The :data:`TP_PLAN` style that splits parameter ``param_name``, or None.
+
+    Only the ``weight`` of a module named in the plan is split (the plan's Linears have
+    no bias); everything else stays whole under TP.
+
+    Example:
+        >>> tp_style("layers.3.attention.wo.weight"), tp_style("norm.weight")
+        ('rowwise', None)
+    """
+    module, _, attr = param_name.rpartition(".")
+    if attr != "weight":
+        return None
+    return _TP_STYLE_BY_MODULE.get(module.rpartition(".")[2])
+
 
 class Attention(nn.Module):
     """Grouped-query causal self-attention (no rotary embedding: shapes are what matter)."""
@@ -105,6 +156,12 @@ class Attention(nn.Module):
         self.wk = nn.Linear(config.dim, kv, bias=False)
         self.wv = nn.Linear(config.dim, kv, bias=False)
         self.wo = nn.Linear(config.dim, config.dim, bias=False)
+
+    def init_weights(self, init_std: float) -> None:
+        """torchtitan: q, k, v with std 0.02, the output projection with ``init_std``."""
+        for linear in (self.wq, self.wk, self.wv):
+            nn.init.trunc_normal_(linear.weight, mean=0.0, std=0.02)
+        nn.init.trunc_normal_(self.wo.weight, mean=0.0, std=init_std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Causal attention over ``x`` of shape (batch, seq, dim)."""
@@ -129,6 +186,12 @@ class FeedForward(nn.Module):
         self.w2 = nn.Linear(config.ffn_hidden, config.dim, bias=False)
         self.w3 = nn.Linear(config.dim, config.ffn_hidden, bias=False)
 
+    def init_weights(self, init_std: float) -> None:
+        """torchtitan: ``w1`` with std 0.02, ``w2`` and ``w3`` with ``init_std``."""
+        nn.init.trunc_normal_(self.w1.weight, mean=0.0, std=0.02)
+        for linear in (self.w2, self.w3):
+            nn.init.trunc_normal_(linear.weight, mean=0.0, std=init_std)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The feed-forward block."""
         result: torch.Tensor = self.w2(F.silu(self.w1(x)) * self.w3(x))
@@ -136,14 +199,27 @@ class FeedForward(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    """Pre-norm attention and feed-forward with residual connections."""
+    """Pre-norm attention and feed-forward with residual connections.
 
-    def __init__(self, config: LlamaConfig) -> None:
+    Args:
+        config: the model's shape.
+        layer_id: position in the stack; torchtitan scales the init std by it.
+    """
+
+    def __init__(self, config: LlamaConfig, layer_id: int = 0) -> None:
         super().__init__()
         self.attention = Attention(config)
         self.feed_forward = FeedForward(config)
         self.attention_norm = nn.RMSNorm(config.dim, eps=1e-5)
         self.ffn_norm = nn.RMSNorm(config.dim, eps=1e-5)
+        self.weight_init_std = 0.02 / (2 * (layer_id + 1)) ** 0.5
+
+    def init_weights(self) -> None:
+        """torchtitan: norms reset, projections with the depth-scaled std."""
+        for norm in (self.attention_norm, self.ffn_norm):
+            norm.reset_parameters()
+        self.attention.init_weights(self.weight_init_std)
+        self.feed_forward.init_weights(self.weight_init_std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """One block."""
@@ -159,9 +235,29 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = config
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.dim)
-        self.layers = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layers))
+        self.layers = nn.ModuleList(
+            TransformerBlock(config, layer_id) for layer_id in range(config.n_layers)
+        )
         self.norm = nn.RMSNorm(config.dim, eps=1e-5)
         self.output = nn.Linear(config.dim, config.vocab_size, bias=False)
+
+    def init_weights(self) -> None:
+        """torchtitan's Llama init: a standard normal embedding, depth-scaled truncated
+        normals in the blocks, and an output head cut off at 3 std."""
+        nn.init.normal_(self.tok_embeddings.weight)
+        for layer in self.layers:
+            assert isinstance(layer, TransformerBlock)
+            layer.init_weights()
+        self.norm.reset_parameters()
+        final_out_std = self.config.dim**-0.5
+        cutoff_factor = 3
+        nn.init.trunc_normal_(
+            self.output.weight,
+            mean=0.0,
+            std=final_out_std,
+            a=-cutoff_factor * final_out_std,
+            b=cutoff_factor * final_out_std,
+        )
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits of shape (batch, seq, vocab) for token ids of shape (batch, seq)."""

@@ -1,10 +1,11 @@
 """``shardinit plan``: layouts, bytes and estimated peak memory per rank, generating nothing.
 
 Layouts are those FSDP2 produces: ``fully_shard`` gives every parameter ``Shard(0)`` over
-the data-parallel mesh; with tensor parallelism (Llama names: ``wq``/``wk``/``wv``/
-``w1``/``w3`` column-wise, ``wo``/``w2`` row-wise) FSDP2 on top of TP gives
-``(_StridedShard(0, split_factor=tp), Shard(0))`` and ``(Shard(0), Shard(1))``, and
-parameters that TP does not touch are ``(Shard(0), Replicate())``.
+the data-parallel mesh; with tensor parallelism (the demo's plan,
+:data:`shardinit.cli.models.TP_PLAN`: column-wise and row-wise Linears by module name)
+FSDP2 on top of TP gives ``(_StridedShard(0, split_factor=tp), Shard(0))`` and
+``(Shard(0), Shard(1))``, and parameters that TP does not touch are
+``(Shard(0), Replicate())``.
 
 Peak-memory estimates count parameter bytes only (a process that imported torch adds its
 own baseline) and follow the allocation order of each strategy:
@@ -22,6 +23,7 @@ own baseline) and follow the allocation order of each strategy:
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
@@ -32,13 +34,13 @@ from pathlib import Path
 import torch
 from torch.distributed.tensor.placement_types import Placement, Replicate, Shard, _StridedShard
 
-from .errors import ShardInitError
-from .placements import Run, local_runs
+from .._integration.placements import Run, local_runs
+from ..errors import ShardInitError
+from ._args import MODELS_HELP, Parser, human_bytes, model_choice, positive, say
+from .models import describe, param_shapes, tp_style
 
-__all__ = ["Plan", "load_shapes", "make_plan"]
+__all__ = ["Plan", "add_command", "load_shapes", "make_plan", "run_plan"]
 
-_COLWISE = re.compile(r"(^|\.)(wq|wk|wv|w1|w3)\.weight$")
-_ROWWISE = re.compile(r"(^|\.)(wo|w2)\.weight$")
 _UNIT = re.compile(r"^(.*?\.?\d+)\.")
 
 _DTYPES = {
@@ -181,9 +183,10 @@ def _placements(name: str, shape: Sequence[int], tp: int) -> tuple[Placement, ..
         return (Shard(0),) if shape else (Replicate(),)
     if not shape:
         return (Replicate(), Replicate())
-    if _COLWISE.search(name) and len(shape) == 2:
+    style = tp_style(name) if len(shape) == 2 else None
+    if style == "colwise":
         return (_StridedShard(0, split_factor=tp), Shard(0))
-    if _ROWWISE.search(name) and len(shape) == 2:
+    if style == "rowwise":
         return (Shard(0), Shard(1))
     return (Shard(0), Replicate())
 
@@ -230,3 +233,106 @@ def format_runs(runs: Sequence[Sequence[Run]], shape: Sequence[int]) -> str:
         else:
             parts.append("+".join(f"{a}:{b}" for a, b in dim_runs))
     return "[" + ", ".join(parts) + "]"
+
+
+# ------------------------------------------------------------------------------ command
+
+_STRATEGY_LABELS = {
+    "fsdp1_cpu": "FSDP1, model built on CPU on every rank",
+    "fsdp1_meta": "FSDP1, meta + param_init_fn per unit",
+    "fsdp2": "FSDP2, meta + to_empty + reset_parameters",
+    "shardinit_fsdp1": "FSDP1 + shardinit.fsdp1_param_init_fn",
+    "shardinit": "FSDP2 + shardinit.materialize",
+}
+
+
+def add_command(commands: argparse._SubParsersAction[Parser]) -> Parser:
+    """Adds ``shardinit plan`` and its arguments to ``commands``."""
+    plan = commands.add_parser(
+        "plan",
+        help="per-rank regions, bytes and estimated peak memory; generates nothing",
+        description="Per-rank local regions under FSDP2 (+TP), bytes per rank and estimated "
+        "peak parameter memory per rank for each initialization strategy. No weights are "
+        "generated.",
+    )
+    source = plan.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", type=model_choice, help=MODELS_HELP)
+    source.add_argument(
+        "--shapes",
+        metavar="FILE",
+        help='JSON file: {"name": [d0, d1, ...]} or {"name": {"shape": [...], "dtype": ...}}',
+    )
+    plan.add_argument("--world", type=positive, required=True, help="number of ranks")
+    plan.add_argument("--tp", type=positive, default=1, help="tensor-parallel degree")
+    plan.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16", "float64"),
+        default="float32",
+        help="parameter dtype (default float32)",
+    )
+    plan.add_argument("--all-ranks", action="store_true", help="list regions of every rank")
+    return plan
+
+
+def run_plan(args: argparse.Namespace, parser: Parser) -> int:
+    """``shardinit plan``: prints the layout, bytes and peak estimates; exit status 0."""
+    dtype = _DTYPES[args.dtype]
+    try:
+        if args.model is not None:
+            shapes = {name: (shape, dtype) for name, shape in param_shapes(args.model).items()}
+            title = describe(args.model)
+        else:
+            shapes = load_shapes(args.shapes, dtype)
+            title = f"{args.shapes}: {len(shapes)} parameters"
+        plan = make_plan(shapes, args.world, args.tp)
+    except ShardInitError as error:
+        parser.error(str(error))
+    mesh = "x".join(map(str, plan.mesh_shape))
+    say(f"shardinit plan: {title}")
+    layout = "FSDP2 fully_shard" + (f" + {plan.tp}-way TP (mesh dp x tp)" if plan.tp > 1 else "")
+    say(f"  {layout} on {plan.world} rank(s), mesh {mesh}; nothing is generated\n")
+    ranks = list(range(plan.world))
+    if not args.all_ranks and plan.world > 8:
+        ranks = [0, 1, 2, plan.world - 2, plan.world - 1]
+    _print_regions(plan, ranks)
+    _print_bytes(plan, ranks)
+    _print_estimates(plan)
+    return 0
+
+
+def _print_regions(plan: Plan, ranks: list[int]) -> None:
+    """Each parameter's local region on each of ``ranks``; parameters with the same
+    shape and layout in numbered blocks (``layers.{0..31}``) print once."""
+    groups: dict[tuple[str, tuple[int, ...], str], list[ParamPlan]] = {}
+    for param in plan.params:
+        generic = re.sub(r"\.\d+\.", ".*.", param.name)
+        groups.setdefault((generic, param.shape, str(param.placements)), []).append(param)
+    say("Local region of each rank (global index ranges per dim; ':' = whole dim):")
+    for (generic, shape, placements), members in groups.items():
+        label = generic if len(members) > 1 else members[0].name
+        count = f" x{len(members)}" if len(members) > 1 else ""
+        say(f"  {label}{count}  {tuple(shape)}  {placements}")
+        regions = [f"r{r} {format_runs(members[0].runs[r], shape)}" for r in ranks]
+        if len(ranks) < plan.world:
+            regions.insert(3, "...")
+        for start in range(0, len(regions), 4):
+            say("      " + "  ".join(regions[start : start + 4]))
+
+
+def _print_bytes(plan: Plan, ranks: list[int]) -> None:
+    say("\nBytes of parameters per rank:")
+    for rank in ranks:
+        say(f"  rank {rank:>4}: {human_bytes(plan.rank_bytes(rank))}")
+    if len(ranks) < plan.world:
+        say(f"  ({plan.world - len(ranks)} more ranks; --all-ranks lists them)")
+    say(f"  whole model: {human_bytes(plan.total_bytes())}")
+
+
+def _print_estimates(plan: Plan) -> None:
+    say("\nEstimated peak parameter memory per rank during init (busiest rank; add the")
+    say("process baseline of an imported torch, ~0.5 GiB on CPU):")
+    for key, value in plan.peak_estimates().items():
+        text = human_bytes(value) if value is not None else "n/a (FSDP1 with TP not modeled)"
+        say(f"  {_STRATEGY_LABELS[key]:<44} {text}")
+    say("  FSDP2's own values are not layout-independent: on a CPU mesh every rank draws the")
+    say("  same numbers; on CUDA they depend on the layout (docs/how-fsdp-initializes.md).")

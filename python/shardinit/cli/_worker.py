@@ -1,11 +1,11 @@
 """One rank of ``shardinit demo`` / ``shardinit fingerprint --world N`` (run by
-:func:`shardinit._launch.launch`; not a public API).
+:func:`shardinit.cli._launch.launch`; not a public API).
 
 Builds a built-in model on the meta device, applies FSDP2 ``fully_shard`` (optionally on
-top of tensor parallelism) on a CPU mesh with gloo, materializes the local shards with
-shardinit, fingerprints every parameter, and optionally then runs torch's own path
-(``reset_parameters`` on the DTensor shards, after ``torch.manual_seed``) on the same
-model. Writes ``rank<r>.json`` into ``--out``.
+top of tensor parallelism, :data:`~shardinit.cli.models.TP_PLAN`) on a CPU mesh with
+gloo, materializes the local shards with shardinit, fingerprints every parameter, and
+optionally then runs torch's own path (``reset_parameters`` on the DTensor shards, after
+``torch.manual_seed``) on the same model. Writes ``rank<r>.json`` into ``--out``.
 """
 
 from __future__ import annotations
@@ -23,11 +23,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from .. import canonical_name, fingerprint_model, materialize, set_num_threads
 from ._launch import exit_worker
-from .fingerprint import fingerprint_model
-from .materialize import canonical_name, materialize
-from .models import build_model
-from .shard import set_num_threads
+from .models import TP_PLAN, build_model
 
 
 def rss_bytes() -> int:
@@ -56,15 +54,8 @@ def build_sharded(model_name: str, world: int, tp: int) -> tuple[nn.Module, Any]
         )
 
         mesh = init_device_mesh("cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
-        plan = {
-            "attention.wq": ColwiseParallel(),
-            "attention.wk": ColwiseParallel(),
-            "attention.wv": ColwiseParallel(),
-            "attention.wo": RowwiseParallel(),
-            "feed_forward.w1": ColwiseParallel(),
-            "feed_forward.w2": RowwiseParallel(),
-            "feed_forward.w3": ColwiseParallel(),
-        }
+        styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+        plan = {path: styles[style]() for path, style in TP_PLAN.items()}
         for block in model.layers:
             parallelize_module(block, mesh["tp"], plan)
         dp_mesh = mesh["dp"]
@@ -90,23 +81,6 @@ def _local_digests(model: nn.Module) -> dict[str, list[Any]]:
     return result
 
 
-def _local_runs(model: nn.Module) -> dict[str, list[list[list[int]]]]:
-    """Per parameter: the global index runs this rank holds, per dim."""
-    from torch.distributed.tensor import DTensor
-
-    from .placements import local_runs_of
-
-    result: dict[str, list[list[list[int]]]] = {}
-    for name, param in model.named_parameters():
-        canonical = canonical_name(name)
-        if isinstance(param, DTensor):
-            runs = local_runs_of(param, name=canonical)
-        else:
-            runs = [[(0, size)] for size in param.shape]
-        result[canonical] = [[list(run) for run in dim] for dim in runs]
-    return result
-
-
 def _local_bytes(model: nn.Module) -> int:
     from torch.distributed.tensor import DTensor
 
@@ -122,10 +96,50 @@ def _say(rank: int, message: str) -> None:
         print(message, flush=True)
 
 
+def _shardinit_path(model: nn.Module, seed: int, rank: int) -> dict[str, Any]:
+    """Materializes ``model`` with shardinit; time, memory, bytes and fingerprints."""
+    _say(rank, "built on meta + fully_shard; materializing with shardinit.materialize")
+    rss_before = rss_bytes()
+    dist.barrier()  # all ranks start the clock together
+    start = time.perf_counter()
+    materialize(model, seed=seed)
+    seconds = time.perf_counter() - start
+    peak = peak_rss_bytes()
+    _say(rank, f"materialized in {seconds:.2f} s; fingerprinting")
+    start = time.perf_counter()
+    fingerprints = fingerprint_model(model)
+    _say(rank, f"fingerprinted in {time.perf_counter() - start:.2f} s")
+    return {
+        "seconds": seconds,
+        "rss_before": rss_before,
+        "peak_rss": peak,
+        "bytes": _local_bytes(model),
+        "shapes": {canonical_name(n): list(p.shape) for n, p in model.named_parameters()},
+        "fingerprints": fingerprints,
+    }
+
+
+def _torch_path(model: nn.Module, seed: int, rank: int) -> dict[str, Any]:
+    """Re-initializes ``model`` the way torch users do; time, fingerprints, and local
+    digests (to tell whether ranks hold copies of each other)."""
+    _say(rank, "running torch's path: manual_seed + reset_parameters on the shards")
+    torch.manual_seed(seed)
+    start = time.perf_counter()
+    for module in model.modules():
+        reset = getattr(module, "reset_parameters", None)
+        if callable(reset):
+            reset()
+    return {
+        "torch_seconds": time.perf_counter() - start,
+        "torch_fingerprints": fingerprint_model(model),
+        "torch_local": _local_digests(model),
+    }
+
+
 @torch.no_grad()
 def main(argv: list[str] | None = None) -> int:
     """Runs one rank; see the module docstring."""
-    parser = argparse.ArgumentParser(prog="python -m shardinit._demo_worker")
+    parser = argparse.ArgumentParser(prog="python -m shardinit.cli._worker")
     parser.add_argument("--model", required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--tp", type=int, default=1)
@@ -141,41 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         model, _ = build_sharded(args.model, world, args.tp)
-        _say(rank, "built on meta + fully_shard; materializing with shardinit.materialize")
-        rss_before = rss_bytes()
-        dist.barrier()
-        start = time.perf_counter()
-        materialize(model, seed=args.seed)
-        seconds = time.perf_counter() - start
-        peak = peak_rss_bytes()
-        _say(rank, f"materialized in {seconds:.2f} s; fingerprinting")
-        start = time.perf_counter()
-        shardinit_fp = fingerprint_model(model)
-        fp_seconds = time.perf_counter() - start
-        _say(rank, f"fingerprinted in {fp_seconds:.2f} s")
-        result: dict[str, Any] = {
-            "rank": rank,
-            "world": world,
-            "seconds": seconds,
-            "fingerprint_seconds": fp_seconds,
-            "rss_before": rss_before,
-            "peak_rss": peak,
-            "bytes": _local_bytes(model),
-            "local_runs": _local_runs(model),
-            "shapes": {canonical_name(n): list(p.shape) for n, p in model.named_parameters()},
-            "fingerprints": shardinit_fp,
-        }
+        result: dict[str, Any] = {"rank": rank, "world": world}
+        result.update(_shardinit_path(model, args.seed, rank))
         if args.torch_path:
-            _say(rank, "running torch's path: manual_seed + reset_parameters on the shards")
-            torch.manual_seed(args.seed)
-            start = time.perf_counter()
-            for module in model.modules():
-                reset = getattr(module, "reset_parameters", None)
-                if callable(reset):
-                    reset()
-            result["torch_seconds"] = time.perf_counter() - start
-            result["torch_fingerprints"] = fingerprint_model(model)
-            result["torch_local"] = _local_digests(model)
+            result.update(_torch_path(model, args.seed, rank))
         Path(args.out, f"rank{rank}.json").write_text(json.dumps(result))
         dist.barrier()
     finally:

@@ -1,0 +1,71 @@
+"""What every ``shardinit`` subcommand shares: the parser class, argument types, output.
+
+Bad arguments end in one line ``shardinit <command>: error: ...`` after the usage, with
+exit status 2 and no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+from .models import MODELS
+
+_MAX_SEED = 2**64 - 1
+
+#: ``--model`` help text of every subcommand.
+MODELS_HELP = f"built-in Llama-style config: {', '.join(MODELS)}"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error, the usage, and exit status 2 (no traceback)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        first_line = message.strip().splitlines()[0] if message.strip() else "invalid usage"
+        self.exit(2, f"{self.prog}: error: {first_line}\n")
+
+
+def seed(text: str) -> int:
+    """``--seed``: an integer in [0, 2^64), decimal or with a base prefix (``0x``)."""
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seed must be an integer, got {text!r}") from None
+    if not 0 <= value <= _MAX_SEED:
+        raise argparse.ArgumentTypeError(f"seed must be in [0, 2^64), got {value}")
+    return value
+
+
+def positive(text: str) -> int:
+    """An integer >= 1 (``--world``, ``--tp``, ``--timeout``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def model_choice(text: str) -> str:
+    """``--model``: a key of :data:`shardinit.cli.models.MODELS`."""
+    if text not in MODELS:
+        raise argparse.ArgumentTypeError(
+            f"unknown model {text!r} (choose from {', '.join(MODELS)})"
+        )
+    return text
+
+
+def human_bytes(nbytes: float) -> str:
+    """``1.50 MiB``-style text (binary units, two decimals; whole bytes below 1 KiB)."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(nbytes) >= size:
+            return f"{nbytes / size:.2f} {unit}"
+    return f"{int(nbytes)} B"
+
+
+def say(text: str = "", *, end: str = "\n") -> None:
+    """Prints one line of a report to stdout now (progress must show while workers run)."""
+    print(text, end=end, flush=True)

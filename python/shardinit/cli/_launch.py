@@ -1,0 +1,209 @@
+"""The project's one launcher of local gloo worker processes: the CLI's demo and
+fingerprint, the benchmarks and the multi-rank tests all start their ranks here.
+
+Workers are ``python -m <module>`` (or ``python <script>.py``) subprocesses that
+rendezvous on a free TCP port of 127.0.0.1 only, get their rank from ``RANK`` /
+``WORLD_SIZE`` and write one JSON result file each into a temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+__all__ = ["LaunchError", "exit_worker", "free_port", "launch", "threads_per_rank"]
+
+
+class LaunchError(RuntimeError):
+    """A worker process failed or timed out (message: its last lines of stderr)."""
+
+
+def exit_worker(code: int) -> NoReturn:
+    """Ends a worker process that has written its result and destroyed its process
+    group, skipping the interpreter's teardown: on a loaded machine, torch's gloo
+    teardown has aborted a finished rank there ("terminate called without an active
+    exception"), failing a run whose results were complete."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def threads_per_rank(world: int) -> int:
+    """CPU threads each of ``world`` local ranks may use without oversubscribing."""
+    return max(1, (os.cpu_count() or 1) // world)
+
+
+def _command(module: str) -> list[str]:
+    """``python -m module``, or ``python path`` for a script path ending in ``.py``."""
+    return [sys.executable, module] if module.endswith(".py") else [sys.executable, "-m", module]
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def launch(
+    module: str,
+    world: int,
+    args: Sequence[str],
+    *,
+    timeout: float = 600.0,
+    on_line: Callable[[str], None] | None = None,
+    attempts: int = 2,
+    env: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Runs ``python -m module args --out DIR`` (``python module ...`` for a ``.py``
+    path) as ``world`` ranks and returns the JSON
+    object each rank wrote to ``DIR/rank<r>.json``, by rank.
+
+    Args:
+        module: the worker module (it must call ``init_process_group`` with
+            ``MASTER_ADDR``/``MASTER_PORT`` from the environment).
+        world: number of ranks.
+        args: extra command-line arguments for every rank.
+        timeout: seconds before the workers are killed.
+        on_line: called with each line rank 0 prints (progress); default: discarded.
+        attempts: tries (a new port each) when the rendezvous port was taken meanwhile.
+        env: extra environment variables for every rank (e.g. ``PYTHONPATH``), on top
+            of this process's environment.
+
+    Returns:
+        One dict per rank.
+
+    Raises:
+        LaunchError: a rank exited non-zero, wrote no result or ran past ``timeout``.
+    """
+    for attempt in range(attempts):
+        try:
+            return _launch_once(module, world, args, timeout, on_line, env or {})
+        except LaunchError as error:
+            if "address already in use" not in str(error).lower() or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _launch_once(
+    module: str,
+    world: int,
+    args: Sequence[str],
+    timeout: float,
+    on_line: Callable[[str], None] | None,
+    extra_env: Mapping[str, str],
+) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="shardinit-") as tmp:
+        out_dir = Path(tmp)
+        command = [*_command(module), *args, "--out", str(out_dir)]
+        procs = _start_ranks(command, world, out_dir, extra_env)
+        try:
+            _wait_for_ranks(procs, out_dir, time.monotonic() + timeout, timeout, on_line)
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                if proc.stdout is not None:
+                    proc.stdout.close()
+        return _collect_results(procs, out_dir)
+
+
+def _start_ranks(
+    command: list[str], world: int, out_dir: Path, extra_env: Mapping[str, str]
+) -> list[subprocess.Popen[str]]:
+    """Starts ``world`` ranks of ``command``; rank 0's stdout is piped (progress), every
+    rank's stderr goes to ``out_dir/rank<r>.stderr``."""
+    port = free_port()
+    threads = threads_per_rank(world)
+    procs: list[subprocess.Popen[str]] = []
+    for rank in range(world):
+        env = {**os.environ, **extra_env}
+        env.update(
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            RANK=str(rank),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK=str(rank),
+            OMP_NUM_THREADS=str(threads),
+            PYTHONUNBUFFERED="1",
+        )
+        stdout: Any = subprocess.PIPE if rank == 0 else subprocess.DEVNULL
+        with (out_dir / f"rank{rank}.stderr").open("w") as stderr:
+            procs.append(
+                subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr, text=True)
+            )
+    return procs
+
+
+def _wait_for_ranks(
+    procs: list[subprocess.Popen[str]],
+    out_dir: Path,
+    deadline: float,
+    timeout: float,
+    on_line: Callable[[str], None] | None,
+) -> None:
+    """Forwards rank 0's lines to ``on_line`` and waits for every rank until
+    ``deadline`` (``time.monotonic()``).
+
+    Raises:
+        LaunchError: a rank ran past the deadline.
+    """
+    first = procs[0]
+    if first.stdout is not None:
+        for line in first.stdout:
+            if on_line is not None:
+                on_line(line.rstrip("\n"))
+            if time.monotonic() > deadline:
+                break
+    for rank, proc in enumerate(procs):
+        remaining = max(0.1, deadline - time.monotonic())
+        try:
+            proc.wait(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            raise LaunchError(
+                f"rank {rank} of {len(procs)} ran past {timeout:.0f} s\n"
+                + _tail(out_dir / f"rank{rank}.stderr")
+            ) from None
+
+
+def _collect_results(procs: list[subprocess.Popen[str]], out_dir: Path) -> list[dict[str, Any]]:
+    """Each rank's JSON result, by rank.
+
+    Raises:
+        LaunchError: a rank exited non-zero or wrote no result.
+    """
+    world = len(procs)
+    failed = [rank for rank, proc in enumerate(procs) if proc.returncode != 0]
+    if failed:
+        # The first failing rank's stderr usually names the cause; others just lost
+        # their peer.
+        rank = failed[0]
+        raise LaunchError(
+            f"rank {rank} of {world} exited with status {procs[rank].returncode}\n"
+            + _tail(out_dir / f"rank{rank}.stderr")
+        )
+    results = []
+    for rank in range(world):
+        path = out_dir / f"rank{rank}.json"
+        if not path.exists():
+            raise LaunchError(f"rank {rank} of {world} wrote no result")
+        results.append(json.loads(path.read_text()))
+    return results
