@@ -13,12 +13,14 @@ and ``test_docs_errors_table_is_current`` fails when the two drift apart.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -46,6 +48,12 @@ class Case:
     call: Callable[[], object]
     error: type[BaseException]
     match: str
+
+
+def _with_environment(variable: str, value: str, call: Callable[[], object]) -> object:
+    """``call()`` with the environment variable ``variable`` set to ``value`` (restored)."""
+    with mock.patch.dict(os.environ, {variable: value}):
+        return call()
 
 
 def _quiet(make: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
@@ -247,6 +255,10 @@ CASES: list[Case] = [
     Case("set_num_threads", "threads", "2.0", lambda: shardinit.set_num_threads(2.0), TypeError, r"^threads must be an int, got float"),
     Case("set_num_threads", "threads", "'2'", lambda: shardinit.set_num_threads("2"), TypeError, r"^threads must be an int, got str"),
     Case("set_num_threads", "threads", "True", lambda: shardinit.set_num_threads(True), TypeError, r"^threads must be an int, got bool"),
+    # ---- set_cuda_backend(backend), SHARDINIT_CUDA_BACKEND (docs/gpu.md) ----------------
+    Case("set_cuda_backend", "backend", "3", lambda: shardinit.set_cuda_backend(3), TypeError, r"^backend must be a str or None, got int 3$"),
+    Case("set_cuda_backend", "backend", "'gpu'", lambda: shardinit.set_cuda_backend("gpu"), E, r"^backend must be one of 'auto', 'triton', 'host', got 'gpu'$"),
+    Case("get_cuda_backend", "SHARDINIT_CUDA_BACKEND", "'gpu'", lambda: _with_environment("SHARDINIT_CUDA_BACKEND", "gpu", shardinit.get_cuda_backend), E, r"^the environment variable SHARDINIT_CUDA_BACKEND must be one of 'auto', 'triton', 'host', got 'gpu'$"),
     # ---- get_num_threads() ----------------------------------------------------------------
     Case("get_num_threads", "(none)", "an argument", lambda: shardinit.get_num_threads(1), TypeError, r"get_num_threads\(\) takes 0 positional arguments but 1 was given$"),
     # ---- canonical_name(path) ---------------------------------------------------------------
@@ -452,6 +464,18 @@ def _markdown() -> str:
             message = message[:137] + "..."
         cells = [case.function, case.argument, case.bad, kind, message]
         lines.append("| " + " | ".join(f"`{c}`".replace("|", "\\|") for c in cells) + " |")
+    lines += [
+        "",
+        "The CUDA backend's machine-dependent rows (tested with Triton, ROCm and the runtime",
+        "mocked in `tests/cuda/test_cuda_backend.py`; see docs/gpu.md):",
+        "",
+        "| situation | result |",
+        "|---|---|",
+        "| `SHARDINIT_CUDA_BACKEND=gpu` | `ShardInitError` at the first CUDA fill (not at import), naming the variable and the value |",
+        "| backend `'triton'`, and Triton missing, older than 3.9, on ROCm, or its runtime does not start (no C compiler, no Python headers, no driver) | `ShardInitError` naming the reason and suggesting `'auto'` or `'host'`; nothing written to `out` |",
+        "| backend `'auto'`, and the kernel unavailable for any of those reasons | the host path (same bits), plus one `shardinit._cuda.CudaBackendWarning` (a `UserWarning`) per process saying why |",
+        "| any bad spec, box, range or `out`, whatever the backend | the error of the table above, checked before the backend is consulted |",
+    ]
     shardinit.set_num_threads(None)
     return "\n".join(lines) + "\n"
 
