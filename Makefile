@@ -20,10 +20,14 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 setup: $(BUILD_STAMP)
 
-$(DEPS_STAMP): requirements-dev.txt
+# Two files: requirements-nodeps.txt holds packages whose declared dependencies would
+# replace pins of requirements-dev.txt (see its comments); they go in without them, and
+# without build isolation (DeepSpeed's setup.py imports torch).
+$(DEPS_STAMP): requirements-dev.txt requirements-nodeps.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -r requirements-dev.txt
+	$(PY) -m pip install --no-deps --no-build-isolation -r requirements-nodeps.txt
 	touch $@
 
 $(BUILD_STAMP): $(DEPS_STAMP) $(RUST_SOURCES) pyproject.toml
@@ -35,7 +39,8 @@ demo: setup
 
 test: test-rust test-python
 
-test-rust:
+# cargo needs the venv too: pyo3's build script runs $(VIRTUAL_ENV)/bin/python.
+test-rust: $(DEPS_STAMP)
 	cargo test --workspace --all-targets
 
 test-python: setup
