@@ -1,8 +1,10 @@
-"""The CUDA path of init_shard / init_box / init_flat: generated through bounded pinned
+"""The host path of CUDA fills (backend "host"): generated through bounded pinned
 buffers and copied asynchronously; must equal the CPU result bit for bit. Skipped
 cleanly where CUDA is absent."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -16,6 +18,14 @@ pytestmark = [
 ]
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+
+
+@pytest.fixture(autouse=True)
+def host_backend() -> Iterator[None]:
+    """These tests are of the host path; tests/cuda/test_device_cuda.py has the kernel's."""
+    shardinit.set_cuda_backend("host")
+    yield
+    shardinit.set_cuda_backend(None)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
