@@ -16,7 +16,7 @@ PY_SOURCES := $(shell find python -name '*.py' -o -name '*.pyi' -o -name py.type
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-rust test-python test-slow fuzz quality lint bench wheel clean
+.PHONY: setup demo test test-rust test-python test-slow test-wheel msrv fuzz quality lint bench wheel clean
 
 setup: $(BUILD_STAMP)
 
@@ -47,9 +47,17 @@ test-python: setup
 	$(PY) -m pytest -q
 
 test-slow: setup
-	HYPOTHESIS_PROFILE=slow $(PY) -m pytest -q -m "slow or not slow"
+	HYPOTHESIS_PROFILE=slow $(PY) -m pytest -q --runslow
 	FUZZ_CASES=200000 cargo test --release --manifest-path fuzz/Cargo.toml
 	cargo test -p shardinit-core --release --lib -- --ignored exhaustive
+
+# The release wheel built by maturin, installed into a fresh venv (minutes: its own step).
+test-wheel: setup
+	$(PY) -m pytest -q --runwheel -m wheel
+
+# The library crates built with the Rust release that Cargo.toml's rust-version names.
+msrv: $(DEPS_STAMP)
+	tools/check_msrv.sh
 
 fuzz:
 	tools/fuzz.sh 300
