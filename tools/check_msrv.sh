@@ -5,7 +5,7 @@
 # release, unpacked into target/msrv-toolchain (no system change; rustup cannot fetch
 # other toolchains here). Only `--lib` is built: the dev-dependencies of the test suite
 # (proptest, criterion) need newer compilers, which is what the workspace's own toolchain
-# is for. Usage: tools/check_msrv.sh   (needs apt-get; run `apt-get update` once first)
+# is for. Usage: tools/check_msrv.sh   (needs apt-get and dpkg, as on Debian)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 msrv=$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)
@@ -19,9 +19,11 @@ fi
 root=$PWD/target/msrv-toolchain/$msrv
 if [[ ! -x $root/usr/bin/cargo ]]; then
     dl=$(mktemp -d)
-    (cd "$dl" && apt-get download -q "rustc-web=$deb" "cargo-web=$deb" \
-        "libstd-rust-web-dev=$deb" "libstd-rust-web-${msrv}=$deb" libllvm19 libpcre3 \
-        libhttp-parser2.9 2>&1 | grep -v '^W: Download is performed unsandboxed')
+    packages=("rustc-web=$deb" "cargo-web=$deb" "libstd-rust-web-dev=$deb"
+        "libstd-rust-web-${msrv}=$deb" libllvm19 libpcre3 libhttp-parser2.9)
+    # A machine whose package lists were never fetched knows no versions: fetch them once.
+    (cd "$dl" && { apt-get download -q "${packages[@]}" 2>/dev/null ||
+        { apt-get update -qq && apt-get download -q "${packages[@]}"; }; })
     for f in "$dl"/*.deb; do dpkg -x "$f" "$root"; done
     rm -rf "$dl"
 fi
