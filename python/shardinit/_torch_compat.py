@@ -3,6 +3,204 @@ was checked against.
 
 When torch changes one of these, this module is the only place to adapt; the tests of
 the callers (materialize, fingerprint, FSDP1, capture) say whether it still holds.
+``Module._parameters`` / ``Module._buffers`` are not wrapped here: they are the
+registries ``named_parameters()`` / ``named_buffers()`` read, and writing them directly
+is how a parameter is replaced without ``__setattr__``'s checks (torch's own
+``Module._apply`` does the same).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor.placement_types import Placement, _StridedShard
+
+__all__ = [
+    "CHECKED_TORCH",
+    "CONV_MODULES",
+    "NORM_MODULES",
+    "TRUNC_NORMAL_HELPER",
+    "FlatEntry",
+    "Fsdp1Unit",
+    "apply_to_tensors",
+    "disable_torch_function",
+    "fsdp1_unit",
+    "is_flat_param",
+    "is_strided_shard",
+    "split_factor",
+    "strided_shard",
+    "tree_flatten",
+]
+
+#: The torch release every API below was checked against.
+CHECKED_TORCH = "2.15.0"
+
+# --------------------------------------------------------------------------- torch.nn
+
+#: ``nn.modules.conv._ConvNd`` (checked 2.15.0): Conv1d/2d/3d and ConvTranspose, whose
+#: ``reset_parameters`` is Linear's.
+CONV_MODULES: tuple[type[nn.Module], ...] = (nn.modules.conv._ConvNd,)
+#: ``nn.modules.batchnorm._NormBase`` (checked 2.15.0): BatchNorm1d/2d/3d, SyncBatchNorm
+#: and InstanceNorm1d/2d/3d, with ``reset_running_stats``.
+NORM_MODULES: tuple[type[nn.Module], ...] = (nn.modules.batchnorm._NormBase,)
+
+
+def apply_to_tensors(module: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    """``Module._apply(fn)`` (checked 2.15.0): replaces every parameter and buffer of
+    ``module`` by ``fn(tensor)``, as ``to_empty`` does. FSDP2 overrides ``_apply`` to
+    re-register its sharded parameters afterwards, which ``to_empty`` alone would not
+    let shardinit restrict to meta tensors."""
+    module._apply(fn)  # type: ignore[no-untyped-call]
+
+
+#: ``torch.nn.init._no_grad_trunc_normal_`` (checked 2.15.0): the helper
+#: ``trunc_normal_`` looks up at call time, so code holding the original function is
+#: caught by replacing it.
+TRUNC_NORMAL_HELPER = "_no_grad_trunc_normal_"
+
+
+def disable_torch_function() -> AbstractContextManager[None]:
+    """``torch._C.DisableTorchFunction()`` (checked 2.15.0): runs torch's Python code
+    without ``__torch_function__`` modes seeing the calls."""
+    context: AbstractContextManager[None] = torch._C.DisableTorchFunction()
+    return context
+
+
+def tree_flatten(tree: Any) -> tuple[list[Any], Any]:
+    """``torch.utils._pytree.tree_flatten`` (checked 2.15.0): the leaves of nested
+    arguments, as torch's dispatch sees them."""
+    from torch.utils._pytree import tree_flatten as flatten
+
+    return flatten(tree)
+
+
+# --------------------------------------------------------------------------- DTensor
+
+
+def is_strided_shard(placement: Placement) -> TypeGuard[_StridedShard]:
+    """Whether ``placement`` is ``_StridedShard`` (checked 2.15.0; what FSDP2 on top of
+    tensor parallelism produces). In some torch versions it subclasses ``Shard``: test
+    this before ``Shard``."""
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    return isinstance(placement, _StridedShard)
+
+
+def split_factor(placement: _StridedShard) -> int:
+    """A ``_StridedShard``'s split factor as an int (checked 2.15.0: it keeps a possibly
+    symbolic ``split_factor`` and the concrete ``_split_factor_int()`` apart)."""
+    concrete = getattr(placement, "_split_factor_int", None)
+    if concrete is not None:
+        return int(concrete())
+    return int(placement.split_factor)
+
+
+def strided_shard(dim: int, split_factor: int) -> Placement:
+    """``_StridedShard(dim, split_factor=split_factor)`` (checked 2.15.0): the layout of
+    Megatron-core's ``partition_stride`` on its 1-D tensor-parallel group (see
+    :mod:`shardinit._integration.megatron`)."""
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    return _StridedShard(dim, split_factor=split_factor)
+
+
+# --------------------------------------------------------------------------- FSDP1
+
+
+def is_flat_param(param: torch.Tensor) -> bool:
+    """Whether ``param`` is FSDP1's ``FlatParameter`` (checked 2.15.0: a plain Parameter
+    marked ``_is_flat_param`` by torch's metaclass)."""
+    return bool(getattr(param, "_is_flat_param", False))
+
+
+@dataclass(frozen=True)
+class FlatEntry:
+    """One original parameter of an FSDP1 unit and the part of it this rank's flat shard
+    holds.
+
+    Attributes:
+        path: its dotted path relative to the unit.
+        module: the module that owns it.
+        attr: its attribute name on ``module``.
+        shape: its (global) shape.
+        offset: where the part starts in the local flat shard.
+        start: the first flat element of the parameter held here.
+        stop: one past the last (``start == stop`` when none is held).
+    """
+
+    path: str
+    module: nn.Module
+    attr: str
+    shape: tuple[int, ...]
+    offset: int
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class Fsdp1Unit:
+    """What shardinit reads of one FSDP1 unit.
+
+    Attributes:
+        flat_param: the local flat parameter (this rank's padded shard).
+        sharded_now: False while the unit is unsharded (``summon_full_params``, forward).
+        entries: its original parameters, in flat order.
+        shared: ``(module, attr)`` of the other holders of parameters shared inside it.
+    """
+
+    flat_param: torch.Tensor
+    sharded_now: bool
+    entries: tuple[FlatEntry, ...]
+    shared: tuple[tuple[nn.Module, str], ...]
+
+
+def fsdp1_unit(wrapper: nn.Module) -> Fsdp1Unit | None:
+    """The flat parameter of FSDP1 wrapper ``wrapper``, or None for a unit without
+    parameters. Checked 2.15.0: ``FullyShardedDataParallel._handle`` (a
+    ``FlatParamHandle``: ``flat_param``, ``uses_sharded_strategy``, ``is_sharded``) and
+    the ``FlatParameter`` fields ``_fqns``, ``_param_infos``, ``_shapes``,
+    ``_shard_param_infos`` (``in_shard``, ``offset_in_shard``, inclusive
+    ``intra_param_start_idx`` / ``intra_param_end_idx``) and ``_shared_param_infos``."""
+    handle = getattr(wrapper, "_handle", None)
+    if handle is None:
+        return None
+    flat_param = handle.flat_param
+    sharded_now = not handle.uses_sharded_strategy or bool(handle.is_sharded(flat_param))
+    return Fsdp1Unit(
+        flat_param=flat_param,
+        sharded_now=sharded_now,
+        entries=tuple(_flat_entries(flat_param)),
+        shared=tuple((info.module, info.param_name) for info in flat_param._shared_param_infos),
+    )
+
+
+def _flat_entries(flat_param: Any) -> Iterator[FlatEntry]:
+    for path, info, shape, shard in zip(
+        flat_param._fqns,
+        flat_param._param_infos,
+        flat_param._shapes,
+        flat_param._shard_param_infos,
+        strict=True,
+    ):
+        if shard.in_shard:
+            offset = int(shard.offset_in_shard)
+            start = int(shard.intra_param_start_idx)
+            stop = int(shard.intra_param_end_idx) + 1
+        else:
+            offset, start, stop = 0, 0, 0
+        yield FlatEntry(
+            path=path,
+            module=info.module,
+            attr=info.param_name,
+            shape=tuple(int(size) for size in shape),
+            offset=offset,
+            start=start,
+            stop=stop,
+        )

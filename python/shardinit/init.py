@@ -186,7 +186,7 @@ def _check_tail(mean: float, std: float, a: float, b: float) -> None:
         )
 
 
-def _fans(global_shape: Sequence[int], initializer: str) -> tuple[int, int]:
+def fan_in_and_fan_out(global_shape: Sequence[int], initializer: str) -> tuple[int, int]:
     """(fan_in, fan_out) of ``global_shape`` exactly as
     ``torch.nn.init._calculate_fan_in_and_fan_out`` computes them (Python ints), without
     building a tensor: torch refuses meta tensors of more than 2^63 bytes, and virtual
@@ -233,12 +233,27 @@ def _check_gain(gain: float) -> float:
     return gain
 
 
+def uniform_or_constant(a: float, b: float) -> BaseInit:
+    """What torch's ``uniform_(a, b)`` fills: ``U(a, b)``, or the constant ``a`` when
+    ``a == b`` (torch computes ``a + (b - a) * u``; shardinit's Uniform needs a < b).
+    ``a + 0.0`` is that sum for ``u``'s zero weight: it turns -0.0 into 0.0, as torch does.
+
+    Internal (not in ``__all__``): the one home of this rule for torch.nn's defaults and
+    for captured ``uniform_`` calls.
+
+    Example:
+        >>> uniform_or_constant(-0.0, 0.0), uniform_or_constant(-1.0, 1.0)
+        (Constant(value=0.0), Uniform(a=-1.0, b=1.0))
+    """
+    return Constant(a + 0.0) if a == b else Uniform(a, b)
+
+
 def _uniform_bound(bound: float, arg: str) -> BaseInit:
     """``U(-bound, bound)``; a zero bound (torch fills zeros) is the constant 0."""
     if not math.isfinite(2.0 * bound):
         # The width b - a = 2 * bound must be finite too (see Uniform).
         raise ShardInitError(f"{arg} gives a bound {bound} too large for U(-bound, bound)")
-    return Constant(0.0) if bound == 0 else Uniform(-bound, bound)
+    return uniform_or_constant(-bound, bound)
 
 
 def _normal_std(std: float, arg: str) -> BaseInit:
@@ -264,7 +279,7 @@ class KaimingUniform(Initializer):
         if 0 in tuple(global_shape):
             # Nothing to fill; torch warns and returns before computing fans.
             return Constant(0.0)
-        fan_in, fan_out = _fans(global_shape, "kaiming_uniform")
+        fan_in, fan_out = fan_in_and_fan_out(global_shape, "kaiming_uniform")
         fan = fan_in if self.mode == "fan_in" else fan_out
         gain = torch.nn.init.calculate_gain(self.nonlinearity, self.a)  # type: ignore[arg-type]
         std = gain / math.sqrt(fan)
@@ -289,7 +304,7 @@ class KaimingNormal(Initializer):
         if 0 in tuple(global_shape):
             # Nothing to fill; torch warns and returns before computing fans.
             return Constant(0.0)
-        fan_in, fan_out = _fans(global_shape, "kaiming_normal")
+        fan_in, fan_out = fan_in_and_fan_out(global_shape, "kaiming_normal")
         fan = fan_in if self.mode == "fan_in" else fan_out
         gain = torch.nn.init.calculate_gain(self.nonlinearity, self.a)  # type: ignore[arg-type]
         std = gain / math.sqrt(fan)
@@ -306,7 +321,7 @@ class XavierUniform(Initializer):
         object.__setattr__(self, "gain", _check_gain(self.gain))
 
     def resolve(self, global_shape: Sequence[int]) -> BaseInit:
-        fan_in, fan_out = _fans(global_shape, "xavier_uniform")
+        fan_in, fan_out = fan_in_and_fan_out(global_shape, "xavier_uniform")
         if fan_in + fan_out == 0:
             return Constant(0.0)
         std = self.gain * math.sqrt(2.0 / float(fan_in + fan_out))
@@ -324,7 +339,7 @@ class XavierNormal(Initializer):
         object.__setattr__(self, "gain", _check_gain(self.gain))
 
     def resolve(self, global_shape: Sequence[int]) -> BaseInit:
-        fan_in, fan_out = _fans(global_shape, "xavier_normal")
+        fan_in, fan_out = fan_in_and_fan_out(global_shape, "xavier_normal")
         if fan_in + fan_out == 0:
             return Constant(0.0)
         std = self.gain * math.sqrt(2.0 / float(fan_in + fan_out))

@@ -13,13 +13,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
 from .. import init
-from ..init import Initializer
-
-__all__ = ["DefaultInit", "default_buffer_value", "default_init", "parent_overrides"]
+from .._torch_compat import CONV_MODULES, NORM_MODULES
+from ..init import Initializer, fan_in_and_fan_out, uniform_or_constant
 
 Shapes = Mapping[str, tuple[int, ...]]
 
@@ -38,24 +36,14 @@ class DefaultInit:
     zero_rows: tuple[int, ...] = ()
 
 
-def _symmetric_uniform(bound: float) -> Initializer:
-    # torch's uniform_(-0, 0) fills zeros; shardinit's uniform needs a < b.
-    return init.uniform(-bound, bound) if bound > 0 else init.zeros()
-
-
-def _fan_in(shape: tuple[int, ...]) -> int:
-    fan_in, _ = torch.nn.init._calculate_fan_in_and_fan_out(torch.empty(shape, device="meta"))
-    return int(fan_in)
-
-
 def _linear_like(attr: str, shapes: Shapes) -> DefaultInit | None:
     # Linear and _ConvNd: kaiming_uniform_(a=sqrt(5)) and a bias bound of 1/sqrt(fan_in).
     if attr == "weight":
         return DefaultInit(init.kaiming_uniform(a=math.sqrt(5)))
     if attr == "bias" and "weight" in shapes:
-        fan_in = _fan_in(shapes["weight"])
+        fan_in, _ = fan_in_and_fan_out(shapes["weight"], "the bias bound")
         bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
-        return DefaultInit(_symmetric_uniform(bound))
+        return DefaultInit(uniform_or_constant(-bound, bound))
     return None
 
 
@@ -102,24 +90,24 @@ def default_init(module: nn.Module, attr: str, shapes: Shapes) -> DefaultInit | 
         >>> default_init(nn.Linear(4, 3), "bias", {"weight": (3, 4)}).init
         Uniform(a=-0.5, b=0.5)
     """
-    if isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)):
+    if isinstance(module, (nn.Linear, *CONV_MODULES)):
         # Includes ConvTranspose: torch takes the fan-in of the weight tensor as stored.
         return _linear_like(attr, shapes)
     if isinstance(module, nn.Bilinear):
         if attr in ("weight", "bias") and "weight" in shapes:
-            return DefaultInit(_symmetric_uniform(1 / math.sqrt(shapes["weight"][1])))
+            bound = 1 / math.sqrt(shapes["weight"][1])
+            return DefaultInit(uniform_or_constant(-bound, bound))
         return None
     if isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
         return _embedding(module, attr)
-    if isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, nn.modules.batchnorm._NormBase)):
-        # _NormBase covers BatchNorm1d/2d/3d, SyncBatchNorm and InstanceNorm1d/2d/3d.
+    if isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, *NORM_MODULES)):
         return _affine_norm(attr)
     if isinstance(module, nn.MultiheadAttention):
         return _multihead_attention(attr)
     if isinstance(module, (nn.RNNBase, nn.RNNCellBase)):
         hidden_size = int(module.hidden_size)
         bound = 1.0 / math.sqrt(hidden_size) if hidden_size > 0 else 0
-        return DefaultInit(_symmetric_uniform(bound))
+        return DefaultInit(uniform_or_constant(-bound, bound))
     if isinstance(module, nn.PReLU) and attr == "weight":
         return DefaultInit(init.constant(float(module.init)))
     return None
@@ -143,7 +131,7 @@ def default_buffer_value(module: nn.Module, name: str) -> float | None:
     Normalization layers: ``running_mean`` 0, ``running_var`` 1, ``num_batches_tracked``
     0, as ``reset_running_stats``.
     """
-    if isinstance(module, nn.modules.batchnorm._NormBase):
+    if isinstance(module, NORM_MODULES):
         values = {"running_mean": 0.0, "running_var": 1.0, "num_batches_tracked": 0.0}
         return values.get(name)
     return None

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -36,14 +37,12 @@ import torch
 import torch.distributed as dist
 
 from .._names import canonical_name
+from .._torch_compat import is_strided_shard
 from ..errors import ShardInitError
+from .placements import Run, local_runs
+from .zero3 import flat_partition_of
 
-__all__ = [
-    "FINGERPRINT_FORMAT",
-    "fingerprint",
-    "fingerprint_model",
-    "model_digest",
-]
+__all__ = ["fingerprint", "fingerprint_model", "model_digest"]
 
 #: Name of the fingerprint format; part of every digest.
 FINGERPRINT_FORMAT = "fp1"
@@ -60,6 +59,9 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _INDEX_SALT = np.uint64(0x5348415244494E49)  # "SHARDINI"
 _S27, _S30, _S31 = np.uint64(27), np.uint64(30), np.uint64(31)
+
+# What fingerprint() returns: model_digest accepts nothing else.
+_FINGERPRINT_RE = re.compile(r"[0-9a-f]{16}")
 
 _BITS_DTYPE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -168,9 +170,12 @@ def _digest(dtype: torch.dtype, global_shape: Sequence[int], total: int) -> str:
 def _dtensor_layout(
     tensor: Any,
 ) -> tuple[torch.Tensor, list[torch.Tensor], bool, Any]:
-    """For a DTensor: (local tensor, per-dim global indices, contributes?, mesh)."""
-    from torch.distributed.tensor._utils import _get_shard_size_and_offsets
-    from torch.distributed.tensor.placement_types import Replicate, Shard, _StridedShard
+    """For a DTensor: (local tensor, per-dim global indices, contributes?, mesh).
+
+    The global indices come from :func:`placements.local_runs`, the geometry materialize
+    fills by (checked against torch's own splitting in the placements tests).
+    """
+    from torch.distributed.tensor.placement_types import Replicate, Shard
 
     mesh = tensor.device_mesh
     placements = tuple(tensor.placements)
@@ -180,45 +185,34 @@ def _dtensor_layout(
         # This rank is not in the mesh: it holds nothing and contributes nothing.
         empty = torch.empty(0, dtype=tensor.dtype)
         return empty, [torch.empty(0, dtype=torch.int64)], False, mesh
-    contributes = True
-    offsets: dict[int, torch.Tensor] = {}
-    local_sizes = list(global_shape)
-    for mesh_dim, placement in enumerate(placements):
-        if isinstance(placement, Replicate):
-            # Replicated copies are counted once: by coordinate 0 along this mesh dim.
-            contributes = contributes and coordinate[mesh_dim] == 0
-        elif isinstance(placement, (Shard, _StridedShard)):
-            dim = placement.dim
-            size, index = _get_shard_size_and_offsets(
-                local_sizes[dim],
-                mesh.size(mesh_dim),
-                coordinate[mesh_dim],
-                placement,
-                offsets.get(dim),
-                global_shape[dim],
-                False,
-            )
-            local_sizes[dim] = size
-            if size > 0 and index is not None:
-                offsets[dim] = index[:size]
-            else:
-                offsets[dim] = torch.empty(0, dtype=torch.int64)
-        else:
+    for placement in placements:
+        if not (isinstance(placement, (Shard, Replicate)) or is_strided_shard(placement)):
             raise ShardInitError(
                 f"fingerprint supports Shard, _StridedShard and Replicate placements, got "
                 f"{placement} (reduce Partial tensors first)"
             )
+    # Replicated copies are counted once: by coordinate 0 along each replicated mesh dim.
+    contributes = all(
+        coordinate[mesh_dim] == 0
+        for mesh_dim, placement in enumerate(placements)
+        if isinstance(placement, Replicate)
+    )
+    runs = local_runs(global_shape, tuple(mesh.shape), tuple(coordinate), placements)
     local = tensor.to_local()
-    dim_indices = [
-        offsets[d] if d in offsets else torch.arange(global_shape[d], dtype=torch.int64)
-        for d in range(len(global_shape))
-    ]
-    if tuple(local.shape) != tuple(local_sizes):
+    local_sizes = tuple(sum(stop - start for start, stop in dim_runs) for dim_runs in runs)
+    if tuple(local.shape) != local_sizes:
         raise ShardInitError(
             f"local shard has shape {tuple(local.shape)} but its placements {placements} "
-            f"give {tuple(local_sizes)} (padded shards are not supported)"
+            f"give {local_sizes} (padded shards are not supported)"
         )
+    dim_indices = [_indices(dim_runs) for dim_runs in runs]
     return local, dim_indices, contributes, mesh
+
+
+def _indices(runs: Sequence[Run]) -> torch.Tensor:
+    """The global indices that ``runs`` spell out, in local order."""
+    parts = [torch.arange(start, stop, dtype=torch.int64) for start, stop in runs]
+    return torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64)
 
 
 def _is_dtensor(tensor: Any) -> bool:
@@ -232,6 +226,8 @@ def _is_dtensor(tensor: Any) -> bool:
 def _reduce_group(mesh: Any, group: Any) -> Any:
     if group is not None:
         return group
+    if not hasattr(mesh, "ndim"):  # a process group already (ZeRO-3 partitions)
+        return mesh
     if mesh.ndim == 1:
         return mesh.get_group()
     if mesh.size() == dist.get_world_size():
@@ -244,6 +240,12 @@ def _reduce_group(mesh: Any, group: Any) -> Any:
 
 def _local_part(tensor: Any) -> tuple[int, Any, torch.device, torch.dtype, tuple[int, ...]]:
     """(this rank's partial sum, group to reduce over or None, device, dtype, global shape)."""
+    zero3 = flat_partition_of(tensor) if isinstance(tensor, torch.Tensor) else None
+    if zero3 is not None:  # a ZeRO-3 partition: flat elements [start, start + count)
+        local, start, group, shape = zero3
+        flat = [torch.arange(start, start + local.numel(), dtype=torch.int64)]
+        partial = _partial_sum(local, (math.prod(shape),), flat)
+        return partial, group, local.device, tensor.dtype, shape
     if _is_dtensor(tensor):
         local, dim_indices, contributes, mesh = _dtensor_layout(tensor)
         if local.is_meta:
@@ -348,8 +350,13 @@ def fingerprint_model(
         order (tied parameters once, under their first name).
 
     Raises:
+        TypeError: ``module`` is not an ``nn.Module`` or ``buffers`` not a bool.
         ShardInitError: see :func:`fingerprint`.
     """
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    if not isinstance(buffers, bool):
+        raise TypeError(f"buffers must be a bool, got {type(buffers).__name__}")
     named: list[tuple[str, Any]] = [
         (canonical_name(name), param) for name, param in module.named_parameters()
     ]
@@ -362,12 +369,47 @@ def fingerprint_model(
 def model_digest(fingerprints: Mapping[str, str] | Iterable[tuple[str, str]]) -> str:
     """One 16-hex-digit digest of a per-parameter summary (names and fingerprints).
 
+    Raises:
+        TypeError: not a mapping or iterable of (str name, str fingerprint) pairs.
+        ShardInitError: a fingerprint that is not 16 lowercase hex digits.
+
     Example:
         >>> model_digest({"w": "0" * 16}) == model_digest([("w", "0" * 16)])
         True
     """
-    items = fingerprints.items() if isinstance(fingerprints, Mapping) else fingerprints
     hasher = hashlib.sha256(f"shardinit-{FINGERPRINT_FORMAT}-model\0".encode())
-    for name, digest in sorted(items):
+    for name, digest in sorted(_checked_pairs(fingerprints)):
         hasher.update(f"{name}\0{digest}\n".encode())
     return hasher.hexdigest()[:16]
+
+
+def _checked_pairs(fingerprints: Any) -> list[tuple[str, str]]:
+    """The (name, fingerprint) pairs of ``fingerprints``, each checked: a name is a str,
+    a fingerprint is what :func:`fingerprint` returns (16 lowercase hex digits)."""
+    if isinstance(fingerprints, Mapping):
+        items: Iterable[Any] = fingerprints.items()
+    elif isinstance(fingerprints, Iterable) and not isinstance(fingerprints, (str, bytes)):
+        items = fingerprints
+    else:
+        raise TypeError(
+            "fingerprints must be a mapping or an iterable of (name, fingerprint) pairs, "
+            f"got {type(fingerprints).__name__}"
+        )
+    pairs = []
+    for item in items:
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise TypeError(f"fingerprints must hold (name, fingerprint) pairs, got {item!r}")
+        name, digest = item
+        if not isinstance(name, str):
+            raise TypeError(f"fingerprints: name must be a str, got {type(name).__name__} {name!r}")
+        if not isinstance(digest, str):
+            raise TypeError(
+                f"fingerprints[{name!r}] must be a str, got {type(digest).__name__} {digest!r}"
+            )
+        if not _FINGERPRINT_RE.fullmatch(digest):
+            raise ShardInitError(
+                f"fingerprints[{name!r}] must be 16 lowercase hex digits (a "
+                f"shardinit.fingerprint), got {digest!r}"
+            )
+        pairs.append((name, digest))
+    return pairs

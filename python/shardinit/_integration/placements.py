@@ -24,15 +24,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .._torch_compat import is_strided_shard, split_factor
 from ..errors import ShardInitError
 
 if TYPE_CHECKING:
     # Imported lazily at run time: torch.distributed.tensor adds seconds to
     # ``import shardinit`` and is only needed for DTensor models.
     from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor.placement_types import Placement, _StridedShard
-
-__all__ = ["LocalBox", "local_boxes", "local_runs", "local_runs_of"]
+    from torch.distributed.tensor.placement_types import Placement
 
 #: A half-open range ``[start, stop)`` of global indices along one dim.
 Run = tuple[int, int]
@@ -130,22 +129,17 @@ def local_runs(
             f"{name}: mesh shape {tuple(mesh_shape)}, coordinate {tuple(coordinate)} and "
             f"placements {tuple(placements)} must have one entry per mesh dim"
         )
-    from torch.distributed.tensor.placement_types import (
-        Partial,
-        Replicate,
-        Shard,
-        _StridedShard,
-    )
+    from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
 
     runs: list[list[Run]] = [[(0, size)] if size > 0 else [] for size in global_shape]
     for mesh_dim, placement in enumerate(placements):
         num_chunks = int(mesh_shape[mesh_dim])
         index = int(coordinate[mesh_dim])
         # _StridedShard first: in some torch versions it is a subclass of Shard.
-        if isinstance(placement, _StridedShard):
+        if is_strided_shard(placement):
             dim = _check_dim(placement.dim, global_shape, placement, name)
-            split_factor = _split_factor(placement)
-            pieces = [_chunk(runs[dim], split_factor, j) for j in range(split_factor)]
+            pieces_count = split_factor(placement)
+            pieces = [_chunk(runs[dim], pieces_count, j) for j in range(pieces_count)]
             runs[dim] = _merge(
                 [run for piece in pieces for run in _chunk(piece, num_chunks, index)]
             )
@@ -167,14 +161,6 @@ def local_runs(
                 "Replicate"
             )
     return runs
-
-
-def _split_factor(placement: _StridedShard) -> int:
-    # torch 2.15 keeps a possibly symbolic ``split_factor`` and the concrete count apart.
-    concrete = getattr(placement, "_split_factor_int", None)
-    if concrete is not None:
-        return int(concrete())
-    return int(placement.split_factor)
 
 
 def _check_dim(dim: int, global_shape: Sequence[int], placement: Placement, name: str) -> int:
