@@ -1,16 +1,37 @@
-"""Canonical parameter names (docs/stream-format.md §5).
+"""Canonical names and parameter slots (docs/stream-format.md §5): the one walk over a
+model's parameters that materialize and capture_init share.
 
 A parameter's stream is keyed by its canonical name: the dotted path in the model with
 the segments that wrappers insert (FSDP1, activation checkpointing, ``torch.compile``)
-removed, so the same parameter has the same name wrapped or not.
+removed, so the same parameter has the same name wrapped or not. A parameter held by
+several modules (tied weights) is one slot, named by its first path in
+``named_parameters()`` order, with every ``(module, attr)`` that holds it.
 """
 
 from __future__ import annotations
 
-__all__ = ["WRAPPER_SEGMENTS", "canonical_name", "qualified"]
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+__all__ = [
+    "WRAPPER_SEGMENTS",
+    "BufferHolder",
+    "ParamSlot",
+    "buffer_holders",
+    "canonical_name",
+    "listing",
+    "param_slots",
+    "qualified",
+]
 
 #: Path segments of wrappers, removed from canonical names (stream-format.md §5).
 WRAPPER_SEGMENTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
+
+# Names shown in one error message before "... (N more)".
+_MAX_LISTED = 20
 
 
 def qualified(path: str, attr: str) -> str:
@@ -31,4 +52,96 @@ def canonical_name(path: str) -> str:
         >>> canonical_name("_orig_mod.layers.0._fsdp_wrapped_module.attn.wq.weight")
         'layers.0.attn.wq.weight'
     """
+    if not isinstance(path, str):
+        raise TypeError(f"path must be a str, got {type(path).__name__} {path!r}")
     return ".".join(part for part in path.split(".") if part not in WRAPPER_SEGMENTS)
+
+
+@dataclass
+class ParamSlot:
+    """One distinct parameter of a model.
+
+    Attributes:
+        name: its canonical name (its first path in ``named_parameters()`` order).
+        param: the parameter object the walk found.
+        owners: every ``(module, attr)`` holding it, the canonical holder first; more
+            than one for tied parameters.
+    """
+
+    name: str
+    param: nn.Parameter
+    owners: list[tuple[nn.Module, str]]
+
+    def current(self) -> torch.Tensor:
+        """The tensor the canonical holder has registered now (a new Parameter after
+        allocation, not necessarily :attr:`param`)."""
+        module, attr = self.owners[0]
+        tensor = module._parameters[attr]
+        assert tensor is not None, f"{self.name} was unregistered"
+        return tensor
+
+
+#: ``skip(module, attr, param)``: leave this holder out of the walk.
+SkipHolder = Callable[[nn.Module, str, nn.Parameter], bool]
+
+
+def param_slots(root: nn.Module, *, skip: SkipHolder | None = None) -> list[ParamSlot]:
+    """Every distinct parameter under ``root``, in ``named_parameters()`` order.
+
+    Args:
+        root: the model.
+        skip: holders to leave out (e.g. the ones an FSDP1 unit manages).
+
+    Example:
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Embedding(4, 2), nn.Linear(2, 4, bias=False))
+        >>> model[1].weight = model[0].weight
+        >>> [(slot.name, len(slot.owners)) for slot in param_slots(model)]
+        [('0.weight', 2)]
+    """
+    # named_modules(remove_duplicate=False) visits parameters in named_parameters() order,
+    # so the first path seen for a tied parameter is its canonical one (stream-format.md §5).
+    slots: dict[int, ParamSlot] = {}
+    for path, module in root.named_modules(remove_duplicate=False):
+        for attr, param in module._parameters.items():
+            if param is None or (skip is not None and skip(module, attr, param)):
+                continue
+            slot = slots.get(id(param))
+            if slot is None:
+                name = canonical_name(qualified(path, attr))
+                slots[id(param)] = ParamSlot(name, param, [(module, attr)])
+            elif not any(m is module and a == attr for m, a in slot.owners):
+                slot.owners.append((module, attr))
+    return list(slots.values())
+
+
+@dataclass(frozen=True)
+class BufferHolder:
+    """One registered buffer: its canonical name, the module holding it, its attribute
+    name there, and the tensor."""
+
+    name: str
+    module: nn.Module
+    attr: str
+    tensor: torch.Tensor
+
+
+def buffer_holders(root: nn.Module) -> Iterator[BufferHolder]:
+    """Every registered (not None) buffer under ``root``, in ``named_buffers()`` order;
+    each module once (a buffer object two modules hold comes once per module)."""
+    for path, module in root.named_modules():
+        for attr, buffer in module._buffers.items():
+            if buffer is not None:
+                yield BufferHolder(canonical_name(qualified(path, attr)), module, attr, buffer)
+
+
+def listing(names: Sequence[str]) -> str:
+    """Names for an error message: the first 20, then how many more.
+
+    Example:
+        >>> listing([f"w{i}" for i in range(22)])[-22:]
+        'w18, w19, ... (2 more)'
+    """
+    shown = ", ".join(names[:_MAX_LISTED])
+    more = len(names) - _MAX_LISTED
+    return shown + (f", ... ({more} more)" if more > 0 else "")

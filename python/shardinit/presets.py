@@ -9,12 +9,12 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from torch import nn
 
 from . import init
-from ._integration.materialize import RuleKey
+from ._integration.rules import RuleKey
 from ._validate import check_int, check_real
 from .errors import ShardInitError
 from .init import Initializer
@@ -95,6 +95,10 @@ def llm(
 
 
 def _check_patterns(arg: str, patterns: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(patterns, str) or not all(isinstance(p, str) for p in patterns):
+    if (
+        isinstance(patterns, str)
+        or not isinstance(patterns, Iterable)
+        or not all(isinstance(p, str) for p in patterns)
+    ):
         raise TypeError(f"{arg} must be a sequence of name globs (str), got {patterns!r}")
     return tuple(patterns)

@@ -208,6 +208,26 @@ def test_tied_parameter_named_by_first_name_and_stays_tied() -> None:
     assert torch.equal(model.embed.weight.detach(), shardinit.full(spec))
 
 
+def test_captured_record_matching_no_parameter_is_an_error() -> None:
+    # Captured on a model whose names differ: silently dropping the record would give
+    # 1.weight torch's default instead of the zeros init_fn wrote.
+    with torch.device("meta"):
+        template = nn.Sequential(nn.Linear(4, 3))
+        model = nn.Sequential(nn.Identity(), nn.Linear(4, 3))
+    captured = shardinit.capture_init(template, lambda: nn.init.zeros_(template[0].weight))
+    with pytest.raises(
+        shardinit.ShardInitError,
+        match=r"1 record\(s\) that match no parameter of the model: 0\.weight\.",
+    ):
+        shardinit.materialize(model, seed=SEED, init_fn=captured)
+    assert all(p.is_meta for p in model.parameters())  # nothing was touched
+    # The same capture on a model with the same names is replayed.
+    with torch.device("meta"):
+        same = nn.Sequential(nn.Linear(4, 3))
+    shardinit.materialize(same, seed=SEED, init_fn=captured)
+    assert torch.equal(same[0].weight.detach(), torch.zeros(3, 4))
+
+
 def test_canonical_names_drop_wrapper_segments() -> None:
     assert shardinit.canonical_name("_orig_mod.a._checkpoint_wrapped_module.b.w") == "a.b.w"
     with torch.device("meta"):

@@ -6,33 +6,26 @@ this rank's slice of it. Its ``_shard_param_infos`` say, per original parameter,
 the slice holds part of it, where (``offset_in_shard``, ``numel_in_shard``) and which
 flat element range of the parameter that is (``intra_param_start_idx`` to
 ``intra_param_end_idx``, inclusive). shardinit fills exactly those ranges with
-``init_flat``; alignment and end padding stay zero.
+``init_flat``; alignment and end padding stay zero. :func:`flat_targets` is FSDP1's
+region source for materialize.
 """
 
 from __future__ import annotations
 
+import functools
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from .._names import canonical_name, listing, qualified
+from .._torch_compat import FlatEntry, fsdp1_unit
 from ..errors import ShardInitError
+from ..shard import _resolve_device
+from .targets import FlatShard, FlatTarget
 
-__all__ = [
-    "FlatRegion",
-    "flat_regions",
-    "fsdp1_param_init_fn",
-    "is_fsdp1",
-    "is_unfilled",
-    "managed_params",
-    "mark_filled",
-    "peek_meta_buffers",
-    "take_meta_buffers",
-    "ties_split_across_units",
-    "uses_fsdp1",
-]
+__all__ = ["fsdp1_param_init_fn"]
 
 # Modules whose parameters fsdp1_param_init_fn allocated and materialize has not filled
 # yet: materialize fills them without overwrite=True.
@@ -82,7 +75,8 @@ def fsdp1_param_init_fn(module: nn.Module, device: Any = None) -> None:
             else the CPU. Bind it with ``functools.partial`` to choose.
 
     Raises:
-        TypeError: ``module`` is not an ``nn.Module``.
+        TypeError: ``module`` is not an ``nn.Module``, or ``device`` not a device.
+        ShardInitError: ``device`` is not 'cpu' or an available CUDA device.
 
     Example:
         >>> import functools, torch, shardinit
@@ -92,7 +86,7 @@ def fsdp1_param_init_fn(module: nn.Module, device: Any = None) -> None:
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
-    target = _default_device() if device is None else torch.device(device)
+    target = _default_device() if device is None else _resolve_device(device)
     allocated = False
     for attr, param in list(module._parameters.items()):
         if param is None or not param.is_meta:
@@ -141,86 +135,60 @@ def mark_filled(module: nn.Module) -> None:
     _UNFILLED.discard(module)
 
 
-@dataclass(frozen=True)
-class FlatRegion:
-    """One original parameter's part of this rank's flat-parameter shard.
-
-    Attributes:
-        name: canonical name.
-        module: the module that owns the original parameter.
-        attr: its attribute name on ``module``.
-        global_shape: the original parameter's (global) shape.
-        flat_param: the local flat parameter (the padded shard).
-        offset: where the part starts in ``flat_param``.
-        start: the first flat element of the original parameter held here.
-        stop: one past the last (``start == stop`` when none is held).
-    """
-
-    name: str
-    module: nn.Module
-    attr: str
-    global_shape: tuple[int, ...]
-    flat_param: torch.Tensor
-    offset: int
-    start: int
-    stop: int
-
-
-def flat_regions(root: nn.Module, canonical: Any) -> list[FlatRegion]:
-    """Every original parameter of every FSDP1 unit under ``root``, with the part of it
-    this rank's flat shard holds.
-
-    Args:
-        root: the (FSDP1-wrapped) model.
-        canonical: function mapping a raw dotted path to the canonical name.
+def flat_targets(root: nn.Module) -> tuple[list[FlatTarget], set[tuple[int, str]]]:
+    """FSDP1's region source for materialize: every original parameter of every FSDP1
+    unit under ``root``, with the part of it this rank's flat shard holds, and the
+    ``(id(module), attr)`` holders the units manage (the generic walk skips them).
 
     Raises:
-        ShardInitError: a unit that is not sharded as expected (e.g. its parameters are
-            currently unsharded, inside ``summon_full_params``).
+        ShardInitError: a unit that is not sharded right now (inside
+            ``summon_full_params``), or tied parameters split across units.
     """
-    regions: list[FlatRegion] = []
+    if not uses_fsdp1(root):
+        return [], set()
+    targets: list[FlatTarget] = []
     for path, wrapper in root.named_modules():
-        if not is_fsdp1(wrapper):
-            continue
-        handle = getattr(wrapper, "_handle", None)
-        if handle is None:
-            continue  # a unit without parameters
-        flat_param = handle.flat_param
-        if handle.uses_sharded_strategy and not handle.is_sharded(flat_param):
+        unit = fsdp1_unit(wrapper) if is_fsdp1(wrapper) else None
+        if unit is None:
+            continue  # not a unit, or a unit without parameters
+        if not unit.sharded_now:
             raise ShardInitError(
                 f"FSDP unit {path or '<root>'} is not sharded right now (called inside "
                 "summon_full_params or a forward?); call materialize outside of them"
             )
-        for fqn, info, shape, shard in zip(
-            flat_param._fqns,
-            flat_param._param_infos,
-            flat_param._shapes,
-            flat_param._shard_param_infos,
-            strict=True,
-        ):
-            raw = f"{path}.{fqn}" if path else fqn
-            if shard.in_shard:
-                offset = int(shard.offset_in_shard)
-                start = int(shard.intra_param_start_idx)
-                stop = int(shard.intra_param_end_idx) + 1
-            else:
-                offset, start, stop = 0, 0, 0
-            regions.append(
-                FlatRegion(
-                    name=canonical(raw),
-                    module=info.module,
-                    attr=info.param_name,
-                    global_shape=tuple(int(size) for size in shape),
-                    flat_param=flat_param,
-                    offset=offset,
-                    start=start,
-                    stop=stop,
-                )
-            )
-    return regions
+        shard = FlatShard(unit.flat_param)
+        targets += [_flat_target(path, entry, shard) for entry in unit.entries]
+    if not targets:
+        return [], set()
+    split = ties_split_across_units(root)
+    if split:
+        raise ShardInitError(
+            f"materialize: {len(split)} tied parameter(s) are split across FSDP1 units: "
+            f"{listing(split)}. FSDP1 supports a shared parameter only inside one unit "
+            "(across units it is flattened more than once, and the tie is gone); wrap the "
+            "modules that share it in one unit (leave them out of auto_wrap_policy), or "
+            "with FSDP2 pass them to one fully_shard call"
+        )
+    return targets, managed_params(root)
 
 
-def ties_split_across_units(root: nn.Module, canonical: Any) -> list[str]:
+def _flat_target(path: str, entry: FlatEntry, shard: FlatShard) -> FlatTarget:
+    return FlatTarget(
+        name=canonical_name(qualified(path, entry.path)),
+        owner=entry.module,
+        attr=entry.attr,
+        global_shape=entry.shape,
+        dtype=shard.tensor.dtype,
+        shard=shard,
+        offset=entry.offset,
+        start=entry.start,
+        stop=entry.stop,
+        fresh=is_unfilled(entry.module),
+        on_filled=functools.partial(mark_filled, entry.module),
+    )
+
+
+def ties_split_across_units(root: nn.Module) -> list[str]:
     """Parameters that fsdp1_param_init_fn saw shared by modules of ``root`` that are
     in different FSDP1 units (or partly outside every unit), as ``"a = b (units X, Y)"``
     lines. FSDP1 supports a shared parameter only inside one unit: across units the tie
@@ -231,11 +199,11 @@ def ties_split_across_units(root: nn.Module, canonical: Any) -> list[str]:
 
     def walk(module: nn.Module, path: str, unit: tuple[int, str]) -> None:
         if is_fsdp1(module):
-            unit = (id(module), canonical(path) if path else "<root>")
+            unit = (id(module), canonical_name(path) if path else "<root>")
         path_of[id(module)] = path
         unit_of[id(module)] = unit
         for name, child in module.named_children():
-            walk(child, f"{path}.{name}" if path else name, unit)
+            walk(child, qualified(path, name), unit)
 
     walk(root, "", outside)
     groups = [list(owners) for owners in _TIES]
@@ -252,7 +220,7 @@ def ties_split_across_units(root: nn.Module, canonical: Any) -> list[str]:
         held = [(m, a) for m, a in alive if m is not None and id(m) in unit_of]
         units = [unit_of[id(m)] for m, _ in held]
         if len({unit_id for unit_id, _ in units}) > 1:
-            names = [canonical(f"{path_of[id(m)]}.{a}" if path_of[id(m)] else a) for m, a in held]
+            names = [canonical_name(qualified(path_of[id(m)], a)) for m, a in held]
             unit_names = ", ".join(name for _, name in units)
             split.append(f"{' = '.join(names)} (units {unit_names})")
     return split
@@ -263,12 +231,9 @@ def managed_params(root: nn.Module) -> set[tuple[int, str]]:
     ``root`` manages (including shared ones), so the generic path leaves them alone."""
     managed: set[tuple[int, str]] = set()
     for wrapper in root.modules():
-        handle = getattr(wrapper, "_handle", None) if is_fsdp1(wrapper) else None
-        if handle is None:
+        unit = fsdp1_unit(wrapper) if is_fsdp1(wrapper) else None
+        if unit is None:
             continue
-        flat_param = handle.flat_param
-        for info in flat_param._param_infos:
-            managed.add((id(info.module), info.param_name))
-        for shared in flat_param._shared_param_infos:
-            managed.add((id(shared.module), shared.param_name))
+        managed.update((id(entry.module), entry.attr) for entry in unit.entries)
+        managed.update((id(module), attr) for module, attr in unit.shared)
     return managed

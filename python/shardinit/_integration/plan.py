@@ -1,0 +1,306 @@
+"""``materialize``'s plan: one record per parameter (where its values go, what they are)
+and per meta buffer, built and checked before any tensor is allocated, then carried out
+phase by phase (allocate, fill, buffers).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .._names import BufferHolder, buffer_holders, listing, param_slots
+from .._torch_compat import apply_to_tensors, is_flat_param
+from ..capture import CapturedInit, ParamRecord
+from ..errors import ShardInitError
+from ..replay import base_ops, recompute_buffers
+from ..spec import ParamSpec
+from . import fsdp1
+from .defaults import DefaultInit, default_buffer_value, parent_overrides
+from .placements import Run, local_runs_of
+from .rules import RuleList, choose_init, first_rule
+from .targets import (
+    InitValues,
+    LocalTarget,
+    ReplayValues,
+    Target,
+    Values,
+    is_dtensor,
+)
+
+#: ``buffer_init(module, name, tensor)`` fills ``tensor`` (already allocated) in place.
+BufferInit = Callable[[nn.Module, str, torch.Tensor], None]
+#: A region source: the targets of parameters a wrapper flattened away from the module
+#: tree, and the ``(id(module), attr)`` holders it manages (the generic walk skips them).
+FlatSource = Callable[[nn.Module], tuple[Sequence[Target], set[tuple[int, str]]]]
+#: Every region source. DeepSpeed ZeRO-3's padded flat partitions are one more entry.
+FLAT_SOURCES: tuple[FlatSource, ...] = (fsdp1.flat_targets,)
+
+
+@dataclass(frozen=True)
+class ParamPlan:
+    """One parameter: where this rank's part of it goes and what its values are."""
+
+    target: Target
+    values: Values
+
+
+@dataclass(frozen=True)
+class BufferPlan:
+    """One buffer left on the meta device: its constant default (None if unknown) and
+    whether init_fn computes it (then it is recomputed by running init_fn for real)."""
+
+    holder: BufferHolder
+    default: float | None
+    recomputed: bool
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything materialize will do, found before anything is allocated.
+
+    Attributes:
+        params: one plan per parameter that gets values.
+        buffers: one plan per buffer left on meta.
+        missing: parameters with no rule and no known default.
+        shadowed: parameters init_fn sets completely although a rule matches them.
+        unmatched: names of captured records that match no parameter.
+        captured: init_fn's capture, if any.
+        rerun: whether init_fn is run again for the buffers it computes.
+    """
+
+    params: list[ParamPlan]
+    buffers: list[BufferPlan]
+    missing: list[str]
+    shadowed: list[str]
+    unmatched: list[str]
+    captured: CapturedInit | None
+    rerun: bool
+
+    def check(self, *, overwrite: bool, buffer_init: BufferInit | None) -> None:
+        """Raises for everything that would go wrong later; warns about shadowed rules."""
+        if self.unmatched:
+            raise ShardInitError(
+                f"materialize: init_fn's capture has {len(self.unmatched)} record(s) that "
+                f"match no parameter of the model: {listing(self.unmatched)}. Capture the "
+                "same model that is materialized (canonical names must agree)"
+            )
+        if self.missing:
+            raise ShardInitError(
+                f"materialize: no rule and no torch.nn default initializer for "
+                f"{len(self.missing)} parameter(s): {listing(self.missing)}. Pass rules "
+                "(ordered, first match wins), e.g. rules={'blocks.*.scale': "
+                "shardinit.init.ones(), MyModule: shardinit.init.normal(0.0, 0.02), "
+                "(MyModule, 'bias'): shardinit.init.zeros()}"
+            )
+        if self.shadowed:
+            # Not an error: the outcome is defined (init_fn wins, as documented), but a
+            # rule that can never apply is most likely a mistake in the caller's setup.
+            warnings.warn(
+                f"materialize: init_fn sets {len(self.shadowed)} parameter(s) completely, "
+                f"so the rules matching them are not used: {listing(self.shadowed)}",
+                UserWarning,
+                stacklevel=3,  # materialize's caller
+            )
+        filled = [] if overwrite else [p.target.name for p in self.params if p.target.is_filled()]
+        if filled:
+            raise ShardInitError(
+                f"materialize: {len(filled)} parameter(s) are already materialized: "
+                f"{listing(filled)}. materialize fills meta-device models (and FSDP1 "
+                "units allocated by shardinit.fsdp1_param_init_fn); pass overwrite=True "
+                "to replace existing values"
+            )
+        unknown = [b.holder.name for b in self.buffers if b.default is None and not b.recomputed]
+        if unknown and buffer_init is None:
+            raise ShardInitError(
+                f"materialize: {len(unknown)} buffer(s) on the meta device have no known "
+                f"default: {listing(unknown)}. Pass buffer_init=fn, called as "
+                "fn(module, name, tensor) to fill each one in place"
+            )
+
+    def allocate(self, root: nn.Module, device: torch.device | None) -> None:
+        """Gives every meta parameter and buffer storage: DTensor shards on ``device``
+        (default the mesh's device), the rest on ``device`` (default the CPU)."""
+        local = [plan.target for plan in self.params if isinstance(plan.target, LocalTarget)]
+        meta_dtensors = [t for t in local if t.is_dtensor and t.local().is_meta]
+        if meta_dtensors:
+            mesh_device = _dtensor_device(meta_dtensors[0].slot.current(), device)
+
+            def allocate(tensor: torch.Tensor) -> torch.Tensor:
+                return torch.empty_like(tensor, device=mesh_device) if tensor.is_meta else tensor
+
+            # One pass over the root, not per parameter: FSDP2 re-registers its sharded
+            # parameters in its Module._apply override.
+            apply_to_tensors(root, allocate)
+            for target in local:
+                target.retie()
+        plain_device = device if device is not None else torch.device("cpu")
+        for plan in self.params:
+            plan.target.allocate(plain_device)
+        for buffer in self.buffers:
+            module, attr = buffer.holder.module, buffer.holder.attr
+            current = module._buffers[attr]
+            assert current is not None
+            if current.is_meta:
+                module._buffers[attr] = torch.empty_like(current, device=plain_device)
+
+    def fill(self) -> None:
+        """Writes every parameter's values into its target."""
+        with torch.no_grad():
+            for plan in self.params:
+                plan.target.fill(plan.values)
+
+    def fill_buffers(self, root: nn.Module, buffer_init: BufferInit | None) -> None:
+        """Sets each meta buffer to its default or by ``buffer_init``; then reruns init_fn
+        for the buffers it computes."""
+        with torch.no_grad():
+            for buffer in self.buffers:
+                module, attr = buffer.holder.module, buffer.holder.attr
+                value = module._buffers[attr]
+                assert value is not None
+                if buffer.recomputed:
+                    continue  # recomputed below by running init_fn for real
+                if buffer.default is not None:
+                    value.fill_(buffer.default)
+                else:
+                    assert buffer_init is not None
+                    buffer_init(module, attr, value)
+                fsdp1.take_meta_buffers(module)
+        if self.captured is not None and self.rerun:
+            recompute_buffers(root, self.captured)
+
+
+def _dtensor_device(tensor: torch.Tensor, device: torch.device | None) -> torch.device:
+    if device is not None:
+        return device
+    assert is_dtensor(tensor)
+    device_type = tensor.device_mesh.device_type
+    if device_type == "cuda":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device(device_type)
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def flat_targets(root: nn.Module) -> tuple[list[Target], set[tuple[int, str]]]:
+    """The targets of every region source, and the holders they manage."""
+    targets: list[Target] = []
+    managed: set[tuple[int, str]] = set()
+    for source in FLAT_SOURCES:
+        found, held = source(root)
+        targets += found
+        managed |= held
+    return targets, managed
+
+
+def local_targets(root: nn.Module, managed: set[tuple[int, str]]) -> list[LocalTarget]:
+    """A target for every parameter no region source manages: DTensor shards and plain
+    parameters, tied ones once.
+
+    Raises:
+        ShardInitError: a DTensor layout that is not supported.
+    """
+
+    def skip(module: nn.Module, attr: str, param: nn.Parameter) -> bool:
+        # A region source's flat parameter is filled through that source's targets.
+        return (id(module), attr) in managed or is_flat_param(param)
+
+    targets = []
+    for slot in param_slots(root, skip=skip):
+        param = slot.param
+        if is_dtensor(param):
+            runs = local_runs_of(param, name=slot.name)
+        else:
+            runs = _full_runs(tuple(param.shape))
+        targets.append(LocalTarget(slot, runs))
+    return targets
+
+
+def _full_runs(shape: Sequence[int]) -> list[list[Run]]:
+    return [[(0, size)] if size > 0 else [] for size in shape]
+
+
+def make_plan(
+    root: nn.Module,
+    targets: Sequence[Target],
+    *,
+    seed: int,
+    rules: RuleList,
+    captured: CapturedInit | None,
+    rerun: bool,
+) -> Plan:
+    """One plan per parameter (rules, defaults and init_fn's capture) and per meta
+    buffer. Nothing is allocated or written.
+
+    Raises:
+        ShardInitError: a capture that does not fit its parameter, or an initializer
+            that does not fit (see :class:`~shardinit.ParamSpec`).
+    """
+    shapes: dict[int, dict[str, tuple[int, ...]]] = {}
+    for target in targets:
+        for module, attr in target.holders:
+            shapes.setdefault(id(module), {})[attr] = target.global_shape
+    overrides = parent_overrides(root)
+    params: list[ParamPlan] = []
+    missing: list[str] = []
+    shadowed: list[str] = []
+    for target in targets:
+        owner, attr = target.holders[0]
+        record = captured.params.get(target.name) if captured is not None else None
+        if record is not None:
+            _check_record(record, target)
+            if record.covers_all():
+                key = first_rule(rules, target.name, owner, attr)
+                shadowed += [] if key is None else [f"{target.name} (rule {key!r})"]
+                params.append(ParamPlan(target, ReplayValues(record, seed)))
+                continue
+        choice = choose_init(rules, target.name, owner, attr, shapes, overrides)
+        if choice is None:
+            missing.append(f"{target.name} ({type(owner).__name__})")
+            continue
+        params.append(ParamPlan(target, _values(target, choice, record, seed)))
+    names = {target.name for target in targets}
+    unmatched = [name for name in captured.params if name not in names] if captured else []
+    computed = set(captured.buffers) if captured is not None and rerun else set()
+    return Plan(
+        params, _buffer_plans(root, computed), missing, shadowed, unmatched, captured, rerun
+    )
+
+
+def _values(target: Target, choice: DefaultInit, record: ParamRecord | None, seed: int) -> Values:
+    try:
+        spec = ParamSpec(target.name, target.global_shape, target.dtype, choice.init, seed=seed)
+    except ShardInitError as error:
+        raise ShardInitError(f"parameter {target.name}: {error}") from None
+    if record is None:
+        return InitValues(spec, choice.zero_rows)
+    # init_fn covers part of it: the rest keeps what the rule or default gives.
+    return ReplayValues(record, seed, base_ops(choice.init, spec.shape, choice.zero_rows))
+
+
+def _check_record(record: ParamRecord, target: Target) -> None:
+    """A captured record must describe the parameter it is replayed into (a CapturedInit
+    passed in may come from another model)."""
+    if tuple(record.shape) != target.global_shape or record.dtype != target.dtype:
+        raise ShardInitError(
+            f"materialize: init_fn's capture of {record.name} is {tuple(record.shape)} "
+            f"{record.dtype}, but the parameter is {target.global_shape} {target.dtype}; "
+            "capture the same model (same shapes and dtypes) that is materialized"
+        )
+
+
+def _buffer_plans(root: nn.Module, computed: set[str]) -> list[BufferPlan]:
+    plans: list[BufferPlan] = []
+    seen: set[int] = set()
+    for holder in buffer_holders(root):
+        pending = fsdp1.peek_meta_buffers(holder.module)
+        if id(holder.tensor) in seen or not (holder.tensor.is_meta or holder.attr in pending):
+            continue
+        seen.add(id(holder.tensor))
+        default = default_buffer_value(holder.module, holder.attr)
+        plans.append(BufferPlan(holder, default, holder.name in computed))
+    return plans

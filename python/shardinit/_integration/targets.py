@@ -1,0 +1,287 @@
+"""Where a parameter's values go, and what they are.
+
+A *target* is the part of one parameter this rank holds, with three methods that
+materialize calls in its phases: :meth:`~Target.is_filled` (checked before anything is
+allocated), :meth:`~Target.allocate` and :meth:`~Target.fill`. Two kinds exist:
+
+* :class:`LocalTarget`: a DTensor's local shard (a product of per-dim runs of global
+  indices) or a plain parameter (the whole tensor);
+* :class:`FlatTarget`: a flat element range of the parameter inside a 1-D shard that
+  holds several parameters with zero padding (FSDP1's flat parameter).
+
+A new sharding wrapper adds one class with the same methods (see :class:`Target`).
+*Values* say what to write: :class:`InitValues` (an initializer from a rule or torch.nn's
+default) or :class:`ReplayValues` (init_fn's captured operations); both write either
+form of region.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, TypeGuard
+
+import torch
+from torch import nn
+
+from .._names import ParamSlot
+from ..capture import CapturedOp, ParamRecord
+from ..replay import replay_flat, replay_runs
+from ..shard import init_box, init_flat
+from ..spec import ParamSpec
+from .placements import Run, local_boxes
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
+
+# --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class InitValues:
+    """Values from an initializer: ``spec``'s stream, then rows ``zero_rows`` along dim 0
+    set to zero (an Embedding's ``padding_idx``)."""
+
+    spec: ParamSpec
+    zero_rows: tuple[int, ...] = ()
+
+    def write_runs(self, runs: Sequence[Sequence[Run]], local: torch.Tensor) -> None:
+        """Writes the region ``runs`` (per dim, runs of global indices) into ``local``."""
+        boxes = local_boxes(runs)
+        if len(boxes) == 1 and local.is_contiguous():
+            init_box(self.spec, boxes[0].global_box, out=local)
+        else:
+            for box in boxes:
+                index = tuple(
+                    slice(begin, begin + stop - start)
+                    for begin, (start, stop) in zip(box.local_start, box.global_box, strict=True)
+                )
+                local[index].copy_(init_box(self.spec, box.global_box, device=local.device))
+        for row in self.zero_rows:
+            position = 0
+            for start, stop in runs[0] if runs else []:
+                if start <= row < stop:
+                    local[position + row - start].zero_()
+                    break
+                position += stop - start
+
+    def write_flat(self, start: int, stop: int, out: torch.Tensor) -> None:
+        """Writes flat elements ``[start, stop)`` of the row-major parameter into the 1-D
+        ``out``."""
+        init_flat(self.spec, start, stop, out=out)
+        row_size = 1
+        for size in self.spec.shape[1:]:
+            row_size *= size
+        for row in self.zero_rows:
+            low = max(row * row_size, start)
+            high = min((row + 1) * row_size, stop)
+            if low < high:
+                out[low - start : high - start].zero_()
+
+
+@dataclass(frozen=True)
+class ReplayValues:
+    """Values from init_fn's captured operations, after ``prior`` (what the parameter
+    held before init_fn, where the record does not cover all of it)."""
+
+    record: ParamRecord
+    seed: int
+    prior: tuple[CapturedOp, ...] = ()
+
+    def write_runs(self, runs: Sequence[Sequence[Run]], local: torch.Tensor) -> None:
+        """Writes the region ``runs`` (per dim, runs of global indices) into ``local``."""
+        replay_runs(self.record, self.seed, runs, local, prior=self.prior)
+
+    def write_flat(self, start: int, stop: int, out: torch.Tensor) -> None:
+        """Writes flat elements ``[start, stop)`` of the row-major parameter into the 1-D
+        ``out``."""
+        replay_flat(self.record, self.seed, start, stop, out, prior=self.prior)
+
+
+Values = InitValues | ReplayValues
+
+# --------------------------------------------------------------------------- targets
+
+
+class Target(Protocol):
+    """The part of one parameter that this rank holds.
+
+    A new region source (a sharding wrapper that hides parameters, e.g. DeepSpeed ZeRO-3's
+    padded flat partitions) adds one class with these attributes and methods, built by
+    a source function listed in :data:`shardinit._integration.plan.FLAT_SOURCES`.
+    """
+
+    @property
+    def name(self) -> str:
+        """Canonical name."""
+        ...
+
+    @property
+    def global_shape(self) -> tuple[int, ...]:
+        """The whole parameter's shape."""
+        ...
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The parameter's dtype."""
+        ...
+
+    @property
+    def holders(self) -> Sequence[tuple[nn.Module, str]]:
+        """Every ``(module, attr)`` holding the parameter, the canonical one first (rules
+        and torch.nn defaults are chosen by the first)."""
+        ...
+
+    def is_filled(self) -> bool:
+        """Whether the region already holds values (then only ``overwrite=True`` refills)."""
+        ...
+
+    def allocate(self, device: torch.device) -> None:
+        """Gives a region still on the meta device storage on ``device``."""
+        ...
+
+    def fill(self, values: Values) -> None:
+        """Writes ``values`` into the region (under ``torch.no_grad()``)."""
+        ...
+
+
+def is_dtensor(tensor: torch.Tensor) -> TypeGuard[DTensor]:
+    """Whether ``tensor`` is a DTensor, without importing torch.distributed.tensor."""
+    # No tensor is a DTensor unless torch.distributed.tensor was imported: checking
+    # sys.modules keeps that import (seconds) off the plain-model path.
+    module = sys.modules.get("torch.distributed.tensor")
+    dtensor_type = getattr(module, "DTensor", None)
+    return dtensor_type is not None and isinstance(tensor, dtensor_type)
+
+
+def local_of(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor holding this rank's elements: a DTensor's local shard, else itself."""
+    if is_dtensor(tensor):
+        local = tensor.to_local()
+        assert isinstance(local, torch.Tensor)
+        return local
+    return tensor
+
+
+@dataclass(eq=False)
+class LocalTarget:
+    """A DTensor's local shard (``runs`` from its placements) or a whole plain parameter.
+
+    DTensor shards on meta are allocated by one pass over the module before
+    :meth:`allocate` (see ``materialize``): FSDP2 must see that pass to re-register its
+    sharded parameters.
+    """
+
+    slot: ParamSlot
+    runs: list[list[Run]]
+
+    @property
+    def name(self) -> str:
+        return self.slot.name
+
+    @property
+    def global_shape(self) -> tuple[int, ...]:
+        return tuple(self.slot.param.shape)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.slot.param.dtype
+
+    @property
+    def holders(self) -> Sequence[tuple[nn.Module, str]]:
+        return self.slot.owners
+
+    @property
+    def is_dtensor(self) -> bool:
+        return is_dtensor(self.slot.param)
+
+    def local(self) -> torch.Tensor:
+        return local_of(self.slot.current())
+
+    def is_filled(self) -> bool:
+        local = self.local()
+        return not local.is_meta and local.numel() > 0
+
+    def allocate(self, device: torch.device) -> None:
+        tensor = self.slot.current()
+        if tensor.is_meta and not is_dtensor(tensor):
+            new = nn.Parameter(
+                torch.empty(tensor.shape, dtype=tensor.dtype, device=device),
+                requires_grad=tensor.requires_grad,
+            )
+            for owner, attr in self.slot.owners:
+                setattr(owner, attr, new)
+
+    def retie(self) -> None:
+        """Module._apply gives each module its own new Parameter: tie the other holders
+        back to the canonical one."""
+        primary = self.slot.current()
+        for module, attr in self.slot.owners[1:]:
+            if module._parameters[attr] is not primary:
+                setattr(module, attr, primary)
+
+    def fill(self, values: Values) -> None:
+        values.write_runs(self.runs, self.local())
+
+
+@dataclass(eq=False)
+class FlatShard:
+    """A 1-D local tensor holding parts of several parameters, with zero padding between
+    and after them (FSDP1's flat parameter)."""
+
+    tensor: torch.Tensor
+    cleared: bool = False
+
+    def clear_once(self) -> None:
+        """Zeroes the whole shard once, so padding no parameter covers is zero."""
+        if not self.cleared:
+            self.tensor.data.zero_()
+            self.cleared = True
+
+
+@dataclass(eq=False)
+class FlatTarget:
+    """Flat elements ``[start, stop)`` of one parameter, at ``offset`` in ``shard``.
+
+    Attributes:
+        name: canonical name.
+        owner: the module that owns the original parameter; attr: its name there.
+        global_shape, dtype: the original parameter's.
+        shard: the flat shard holding it.
+        offset: where the part starts in the shard.
+        start, stop: the flat element range held (``start == stop`` when none is).
+        fresh: the shard was allocated for shardinit to fill (not filled yet).
+        on_filled: called after :meth:`fill` (marks the region filled).
+    """
+
+    name: str
+    owner: nn.Module
+    attr: str
+    global_shape: tuple[int, ...]
+    dtype: torch.dtype
+    shard: FlatShard
+    offset: int
+    start: int
+    stop: int
+    fresh: bool
+    on_filled: Callable[[], None] = field(default=lambda: None)
+
+    @property
+    def holders(self) -> Sequence[tuple[nn.Module, str]]:
+        return [(self.owner, self.attr)]
+
+    def is_filled(self) -> bool:
+        tensor = self.shard.tensor
+        return not self.fresh and tensor.numel() > 0 and not tensor.is_meta
+
+    def allocate(self, device: torch.device) -> None:
+        # The wrapper allocated the shard (fsdp1_param_init_fn); only padding is left.
+        del device
+        self.shard.clear_once()
+
+    def fill(self, values: Values) -> None:
+        if self.stop > self.start:
+            out = self.shard.tensor.data[self.offset : self.offset + self.stop - self.start]
+            values.write_flat(self.start, self.stop, out)
+        self.on_filled()
