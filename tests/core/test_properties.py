@@ -1,20 +1,28 @@
 """Property tests: any region of any parameter equals the same region of the whole,
-bit for bit, for every shape, dtype, initializer, world size and dim; and on virtual
-shapes far too large to materialize, the values agree with stream-format.md §3-4 recomputed from
+bit for bit, for every shape, dtype, initializer, world size and dim; half dtypes are the
+float32 values rounded; fan-based initializers resolve to the arguments torch's own init
+passes; thread counts and ``out`` buffers change nothing; and on virtual shapes far too
+large to materialize, the values agree with stream-format.md §3-4 recomputed from
 ``stream_words`` (exactly for uniform, through the element's flat index otherwise).
 
-Examples per property come from the hypothesis profile (tests/conftest.py).
+Random examples per property come from the hypothesis profile (tests/conftest.py); each
+property also runs fixed examples (``@example``): every initializer of ``INITS`` in every
+dtype.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Callable
+from typing import Any
 
 import hypothesis.strategies as st
 import numpy as np
 import pytest
 import torch
-from _reliability_ref import (
+from hypothesis import example, given, note
+from stream_reference import (
     assert_close_to_f64,
     bits_equal,
     normal_reference,
@@ -23,7 +31,6 @@ from _reliability_ref import (
     uniform_reference,
     uniforms,
 )
-from hypothesis import given, note
 
 import shardinit
 from shardinit import init
@@ -31,6 +38,37 @@ from shardinit import init
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 ONE_WORD = [torch.float32, torch.bfloat16, torch.float16]
 NONLINEARITIES = ["linear", "relu", "leaky_relu", "tanh", "sigmoid", "selu", "conv2d"]
+
+#: One of each initializer with non-default arguments: the fixed examples of the properties.
+INITS = {
+    "zeros": init.zeros(),
+    "ones": init.ones(),
+    "constant": init.constant(-0.375),
+    "uniform": init.uniform(-0.5, 2.0),
+    "normal": init.normal(0.1, 0.02),
+    "trunc_normal": init.trunc_normal(0.0, 0.02, -0.04, 0.04),
+    "kaiming_uniform": init.kaiming_uniform(a=math.sqrt(5)),
+    "kaiming_normal": init.kaiming_normal(mode="fan_out", nonlinearity="relu"),
+    "xavier_uniform": init.xavier_uniform(gain=2.0),
+    "xavier_normal": init.xavier_normal(),
+}
+
+
+def with_examples(
+    make: Callable[[init.Initializer, torch.dtype], dict[str, Any]],
+    dtypes: list[torch.dtype] = DTYPES,
+) -> Callable[[Any], Any]:
+    """Adds ``@example(**make(initializer, dtype))`` for every initializer of ``INITS``
+    and every dtype of ``dtypes``."""
+
+    def decorate(test: Any) -> Any:
+        for initializer in INITS.values():
+            for dtype in dtypes:
+                test = example(**make(initializer, dtype))(test)
+        return test
+
+    return decorate
+
 
 names = st.one_of(
     st.sampled_from(["w", "layers.0.attention.wq.weight", "emb.weight", "é.ü.weight"]),
@@ -111,27 +149,31 @@ def boxes(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...
     return tuple(box)
 
 
-@given(spec=small_specs(), world=st.integers(1, 17), data=st.data())
-def test_shards_of_every_world_and_dim_concatenate_to_full(
-    spec: shardinit.ParamSpec, world: int, data: st.DataObject
-) -> None:
+@with_examples(
+    lambda initializer, dtype: {
+        "spec": shardinit.ParamSpec("layers.0.w", (11, 6, 3), dtype, initializer, seed=5)
+    }
+)
+@given(spec=small_specs())
+def test_shards_of_every_world_and_dim_equal_chunks_of_full(spec: shardinit.ParamSpec) -> None:
+    """For every world 1..17 and every dim (and a negative one), shard r equals piece r of
+    ``torch.chunk`` of the whole, and the shards concatenate to the whole. (A 0-d
+    parameter cannot be sharded: the bad-input battery checks that error.)"""
     whole = shardinit.full(spec)
     assert whole.shape == spec.shape and whole.dtype == spec.dtype
-    if not spec.shape:
-        with pytest.raises(shardinit.ShardInitError, match="dim"):
-            shardinit.init_shard(spec, 0, world)
-        return
     ndim = len(spec.shape)
-    dim = data.draw(st.integers(-ndim, ndim - 1), label="dim")
-    shards = [shardinit.init_shard(spec, rank, world, dim=dim) for rank in range(world)]
-    expected = torch.chunk(whole, world, dim=dim) if spec.shape[dim] else ()
-    for rank, shard in enumerate(shards):
-        # torch.chunk may return fewer than `world` pieces: the rest are empty.
-        if rank < len(expected):
-            assert bits_equal(shard, expected[rank]), rank
-        else:
-            assert shard.shape[dim % ndim] == 0
-    assert bits_equal(torch.cat(shards, dim=dim), whole)
+    # Every dim, and one negative spelling (the others map to the same code path).
+    for dim in [*range(ndim), -ndim] if ndim else []:
+        for world in range(1, 18):
+            shards = [shardinit.init_shard(spec, rank, world, dim=dim) for rank in range(world)]
+            expected = torch.chunk(whole, world, dim=dim) if spec.shape[dim] else ()
+            for rank, shard in enumerate(shards):
+                # torch.chunk may return fewer than `world` pieces: the rest are empty.
+                if rank < len(expected):
+                    assert bits_equal(shard, expected[rank]), (dim, world, rank)
+                else:
+                    assert shard.shape[dim] == 0, (dim, world, rank)
+            assert bits_equal(torch.cat(shards, dim=dim), whole), (dim, world)
 
 
 @given(spec=small_specs(), data=st.data())
@@ -148,9 +190,19 @@ def test_random_box_and_flat_range_equal_slices_of_full(
 
     start = data.draw(st.integers(0, spec.numel), label="start")
     stop = data.draw(st.integers(start, spec.numel), label="stop")
-    assert bits_equal(shardinit.init_flat(spec, start, stop), whole.reshape(-1)[start:stop])
+    flat = whole.reshape(-1)
+    # The drawn range, and the edges: everything, empty at both ends, the last element.
+    n = spec.numel
+    for first, last in [(start, stop), (0, n), (0, 0), (n, n), (max(n - 1, 0), n)]:
+        assert bits_equal(shardinit.init_flat(spec, first, last), flat[first:last])
 
 
+@with_examples(
+    lambda initializer, _: {
+        "spec": shardinit.ParamSpec("mlp.w2.weight", (64, 33), torch.float32, initializer, seed=3)
+    },
+    dtypes=[torch.float32],
+)
 @given(spec=small_specs())
 def test_half_dtypes_are_the_float32_values_rounded(spec: shardinit.ParamSpec) -> None:
     # stream-format.md §4: a bfloat16/float16 parameter is exactly the rounding of the float32 one.
@@ -161,32 +213,94 @@ def test_half_dtypes_are_the_float32_values_rounded(spec: shardinit.ParamSpec) -
         assert bits_equal(shardinit.full(half), f32.to(dtype))
 
 
-@given(
-    shape=small_shapes.filter(lambda s: len(s) >= 2),
-    gain_init=fan_inits(),
-)
-def test_fans_match_torch(shape: list[int], gain_init: init.Initializer) -> None:
-    """The fan-based initializers resolve to torch.nn.init's bound or std, computed from
-    the same shape by torch itself."""
-    base = gain_init.resolve(shape)
-    tensor = torch.empty(shape)
-    if 0 in shape and isinstance(gain_init, (init.KaimingUniform, init.KaimingNormal)):
-        assert base == init.Constant(0.0)
+def torch_fill_args(
+    initializer: init.Initializer, shape: tuple[int, ...]
+) -> tuple[str, tuple[float, ...]] | None:
+    """The (method, arguments) that torch.nn.init's own function for ``initializer``
+    passes to ``uniform_`` / ``normal_`` on a tensor of ``shape``; None where torch has
+    no bound to pass: kaiming skips zero-element tensors (with a warning), xavier divides
+    by a zero fan sum."""
+    if isinstance(initializer, (init.KaimingUniform, init.KaimingNormal)):
+        fn: Any = (
+            torch.nn.init.kaiming_uniform_
+            if isinstance(initializer, init.KaimingUniform)
+            else torch.nn.init.kaiming_normal_
+        )
+        kwargs: dict[str, Any] = {
+            "a": initializer.a,
+            "mode": initializer.mode,
+            "nonlinearity": initializer.nonlinearity,
+        }
+    else:
+        assert isinstance(initializer, (init.XavierUniform, init.XavierNormal))
+        fn = (
+            torch.nn.init.xavier_uniform_
+            if isinstance(initializer, init.XavierUniform)
+            else torch.nn.init.xavier_normal_
+        )
+        kwargs = {"gain": initializer.gain}
+    calls: list[tuple[str, tuple[float, ...]]] = []
+    originals = {name: getattr(torch.Tensor, name) for name in ("uniform_", "normal_")}
+
+    def recorder(name: str) -> Any:
+        def record(self: torch.Tensor, *args: Any, **kw: Any) -> torch.Tensor:
+            calls.append((name, tuple(float(arg) for arg in args)))
+            return originals[name](self, *args, **kw)
+
+        return record
+
+    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Initializing zero-element tensors is a no-op")
+        for name in originals:
+            patch.setattr(torch.Tensor, name, recorder(name))
+        try:
+            fn(torch.empty(shape), **kwargs)
+        except ZeroDivisionError:
+            return None
+    assert len(calls) <= 1, calls
+    return calls[0] if calls else None
+
+
+FAN_SHAPES = [(256, 128), (64, 32, 3, 3), (10, 7, 5), (3, 1000)]
+FAN_INITS = [
+    init.kaiming_uniform(a=math.sqrt(5)),
+    init.kaiming_uniform(mode="fan_out", nonlinearity="relu"),
+    init.kaiming_normal(),
+    init.kaiming_normal(a=0.1, mode="fan_out"),
+    init.xavier_uniform(gain=2.0),
+    init.xavier_normal(),
+]
+
+
+def _fan_examples(test: Any) -> Any:
+    for shape in FAN_SHAPES:
+        for initializer in FAN_INITS:
+            test = example(shape=list(shape), gain_init=initializer)(test)
+    return test
+
+
+@_fan_examples
+@given(shape=small_shapes.filter(lambda s: len(s) >= 2), gain_init=fan_inits())
+def test_fans_resolve_to_the_arguments_torch_passes(
+    shape: list[int], gain_init: init.Initializer
+) -> None:
+    """A fan-based initializer resolves, for a shape, to exactly the uniform bounds or
+    normal std that torch.nn.init's own function passes to ``uniform_`` / ``normal_`` for
+    that shape (recorded from torch, not recomputed). Where torch has no bound (a zero
+    fan) the initializer is the constant 0."""
+    resolved = gain_init.resolve(shape)
+    recorded = torch_fill_args(gain_init, tuple(shape))
+    if recorded is None:
+        assert 0 in shape
+        assert resolved == init.Constant(0.0)
         return
-    fan_in, fan_out = torch.nn.init._calculate_fan_in_and_fan_out(tensor)
-    if isinstance(gain_init, (init.KaimingUniform, init.KaimingNormal)):
-        fan = torch.nn.init._calculate_correct_fan(tensor, gain_init.mode)
-        std = torch.nn.init.calculate_gain(gain_init.nonlinearity, gain_init.a) / math.sqrt(fan)
+    method, args = recorded
+    if method == "uniform_":
+        low, high = args[:2]
+        assert resolved == (init.Constant(0.0) if high == 0 else init.Uniform(low, high))
     else:
-        if fan_in + fan_out == 0:
-            assert base == init.Constant(0.0)
-            return
-        std = gain_init.gain * math.sqrt(2.0 / float(fan_in + fan_out))
-    if isinstance(gain_init, (init.KaimingUniform, init.XavierUniform)):
-        bound = math.sqrt(3.0) * std
-        assert base == (init.Constant(0.0) if bound == 0 else init.Uniform(-bound, bound))
-    else:
-        assert base == init.Normal(0.0, std)
+        assert method == "normal_"
+        assert resolved == init.Normal(args[0], args[1])
 
 
 @given(spec=small_specs().filter(lambda s: s.base_init.kind == "uniform"))
@@ -322,22 +436,35 @@ def test_one_word_dtypes_share_words(dtype: torch.dtype) -> None:
     assert bits_equal(got, round_to(u, dtype))
 
 
-@pytest.mark.slow
-@given(spec=small_specs(), world=st.integers(1, 17), data=st.data())
-def test_slow_out_buffers_and_thread_counts_do_not_change_values(
-    spec: shardinit.ParamSpec, world: int, data: st.DataObject
+@example(
+    spec=shardinit.ParamSpec("big", (517, 1031), torch.float32, init.trunc_normal(std=0.5), seed=9),
+    world=3,
+    threads=1,
+    dim=1,
+)
+@given(
+    spec=small_specs(),
+    world=st.integers(1, 17),
+    threads=st.integers(1, 8),
+    dim=st.integers(0, 4),
+)
+def test_thread_counts_and_out_buffers_do_not_change_values(
+    spec: shardinit.ParamSpec, world: int, threads: int, dim: int
 ) -> None:
+    """Shards filled into ``out`` buffers (shaped by ``box_of_shard``) with any number of
+    core threads concatenate to ``full`` computed with the default thread count."""
     whole = shardinit.full(spec)
-    threads = data.draw(st.integers(1, 8), label="threads")
     try:
         shardinit.set_num_threads(threads)
+        assert shardinit.get_num_threads() == threads
         if spec.shape:
-            dim = data.draw(st.integers(0, len(spec.shape) - 1), label="dim")
+            dim %= len(spec.shape)
             pieces = []
             for rank in range(world):
                 box = shardinit.box_of_shard(spec, rank, world, dim)
                 out = torch.empty(tuple(b - a for a, b in box), dtype=spec.dtype)
                 pieces.append(shardinit.init_shard(spec, rank, world, dim=dim, out=out))
+                assert pieces[-1] is out
             assert bits_equal(torch.cat(pieces, dim=dim), whole)
         else:
             assert bits_equal(shardinit.full(spec), whole)
@@ -345,12 +472,9 @@ def test_slow_out_buffers_and_thread_counts_do_not_change_values(
         shardinit.set_num_threads(None)
 
 
-def test_numpy_reference_reads_the_golden_words() -> None:
-    """The reference helpers themselves: stream-format.md §6 golden words and float32 uniforms."""
-    words = shardinit.stream_words(0, "w", 0, 8)
-    assert [f"{w:08x}" for w in words] == (
-        "2bc9fb9e facb47fe 3673388e b56d6438 1330000a 2d5a56bb af195d98 ad0fe342".split()  # noqa: SIM905
-    )
+def test_numpy_reference_gives_the_golden_uniforms() -> None:
+    """The reference helper itself: stream-format.md §6 golden float32 uniforms (the
+    golden words are test_stream.py's)."""
     spec = shardinit.ParamSpec("w", (4,), torch.float32, init.uniform(0, 1), seed=0)
     ref = uniform_reference(spec, [(0, 4)], (4,))
     np.testing.assert_array_equal(

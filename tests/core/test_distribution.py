@@ -1,6 +1,9 @@
-"""Statistical quality of the values: Kolmogorov-Smirnov and Anderson-Darling tests of
-every initializer against its exact distribution at several sizes, p-values across
-many seeds, and correlation between the streams of neighbouring names and seeds.
+"""Distributions and statistical quality of the values: Kolmogorov-Smirnov and
+Anderson-Darling tests of every initializer against its exact distribution at several
+sizes (with the support, and the moments of the normal), the population of the normal's
+tails, p-values across many seeds, and correlation between the streams of neighbouring
+names and seeds. (That fan-based initializers resolve to torch's own bounds is a property
+in test_properties.py.)
 
 Every test uses fixed seeds, so the outcomes are deterministic; the significance level
 (alpha) of each test is stated and chosen so that a correct generator fails none of them
@@ -108,7 +111,10 @@ def test_fast_truncated_normal_cdf_matches_scipy() -> None:
 INITIALIZERS = {
     "uniform(-0.5, 2)": init.uniform(-0.5, 2.0),
     "normal(1, 3)": init.normal(1.0, 3.0),
+    "trunc_normal() (torch's default, [-2, 2])": init.trunc_normal(),
     "trunc_normal(0, 0.02, -0.04, 0.04)": init.trunc_normal(0.0, 0.02, -0.04, 0.04),
+    "trunc_normal(1, 2, 0.5, 9) (asymmetric)": init.trunc_normal(1.0, 2.0, 0.5, 9.0),
+    "trunc_normal(0, 1, 3, 4) (upper tail)": init.trunc_normal(0.0, 1.0, 3.0, 4.0),
     "trunc_normal(0, 1, 1, 4) (one-sided)": init.trunc_normal(0.0, 1.0, 1.0, 4.0),
     "trunc_normal(0, 1, 6, 9) (far tail)": init.trunc_normal(0.0, 1.0, 6.0, 9.0),
     "kaiming_uniform(a=sqrt(5))": init.kaiming_uniform(a=5**0.5),
@@ -118,16 +124,24 @@ INITIALIZERS = {
 }
 
 
-@pytest.mark.parametrize("size", [1_000, 100_000, 1_000_000])
-@pytest.mark.parametrize(
-    "dtype", [torch.float32, pytest.param(torch.float64, marks=pytest.mark.slow)], ids=str
-)
+SIZES = [
+    (torch.float32, 1_000),
+    (torch.float32, 100_000),
+    (torch.float32, 1_000_000),
+    (torch.float64, 1_000),
+    (torch.float64, 100_000),
+    pytest.param(torch.float64, 1_000_000, marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize(("dtype", "size"), SIZES, ids=lambda v: str(v).removeprefix("torch."))
 @pytest.mark.parametrize("label", list(INITIALIZERS))
 def test_ks_and_anderson_darling_of_every_initializer(
     label: str, dtype: torch.dtype, size: int
 ) -> None:
     """KS and AD p-values > 1e-3 against the exact distribution (float32 rounding moves a
-    value by <= 2^-24 relative: far below what n = 1e6 resolves, ~1e-3)."""
+    value by <= 2^-24 relative: far below what n = 1e6 resolves, ~1e-3), every value in
+    the support, and for the normal, mean and std within 5 standard errors."""
     columns = 1000 if size >= 1000 else size
     spec = shardinit.ParamSpec(
         f"stats.{label}", (size // columns, columns), dtype, INITIALIZERS[label], seed=size
@@ -141,6 +155,21 @@ def test_ks_and_anderson_darling_of_every_initializer(
     # Support: never outside the bounds (trunc_normal clamps, uniform is [a, b)).
     support = distribution.support()
     assert support[0] <= values[0] and values[-1] <= support[1]
+    if spec.base_init.kind == "normal":
+        mean, std = spec.base_init.params()[:2]
+        assert abs(values.mean() - mean) < 5 * std / math.sqrt(size)
+        assert abs(values.std() - std) < 5 * std / math.sqrt(2 * size)
+
+
+def test_normal_tails_are_populated_like_a_gaussian() -> None:
+    """The count of |x| > 4 std in 10^6 samples (expected ~63) is within 5 sigma of its
+    Poisson expectation: a PhiInv that flattened the tails would fail."""
+    n = 1_000_000
+    spec = shardinit.ParamSpec("dist.w", (n,), torch.float32, init.normal(), seed=2024)
+    values = shardinit.full(spec).to(torch.float64).numpy()
+    beyond_4 = int((np.abs(values) > 4).sum())
+    expected = n * 2 * scipy.stats.norm.sf(4)
+    assert abs(beyond_4 - expected) < 5 * math.sqrt(expected), beyond_4
 
 
 @pytest.mark.parametrize("kind", ["uniform", "normal", "trunc_normal"])

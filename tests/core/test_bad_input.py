@@ -4,7 +4,7 @@ bad value) whose message names the argument.
 
 The table below is also the source of ``docs/errors.md``:
 
-    .venv/bin/python tests/core/test_reliability_bad_input.py > docs/errors.md
+    .venv/bin/python tests/core/test_bad_input.py > docs/errors.md
 
 and ``test_docs_errors_table_is_current`` fails when the two drift apart.
 """
@@ -132,14 +132,18 @@ CASES: list[Case] = [
     Case("ParamSpec", "shape", "(2**32, 2**32)", _spec(shape=(2**32, 2**32)), SIZE_ERROR, r"^shape \(4294967296, 4294967296\) has 18446744073709551616 elements; stream format v1 addresses at most 18446744073709551615"),
     Case("ParamSpec", "shape", "(2**63 + 1,), float64", _spec(shape=(2**63 + 1,), dtype=torch.float64), SIZE_ERROR, r"at most 9223372036854775808 elements of torch.float64"),
     Case("ParamSpec", "shape", "(2**70, 0)", _spec(shape=(2**70, 0)), SIZE_ERROR, r"^shape\[0\] = 1180591620717411303424 does not fit in 64 bits"),
+    Case("ParamSpec", "shape", "(0, 2**64)", _spec(shape=(0, 2**64)), SIZE_ERROR, r"^shape\[1\] = 18446744073709551616 does not fit in 64 bits"),
+    Case("ParamSpec", "shape", "(2**64,), bfloat16", _spec(shape=(2**64,), dtype=torch.bfloat16), SIZE_ERROR, r"^shape\[0\] = 18446744073709551616 does not fit in 64 bits"),
+    Case("ParamSpec", "shape", "(2**62, 3), float64", _spec(shape=(2**62, 3), dtype=torch.float64), SIZE_ERROR, r"at most 9223372036854775808 elements of torch.float64"),
+    Case("ParamSpec", "shape", "(2**16,) * 5, float16", _spec(shape=(2**16,) * 5, dtype=torch.float16), SIZE_ERROR, r"^shape \(65536, 65536, 65536, 65536, 65536\) has 1208925819614629174706176 elements"),
     Case("ParamSpec", "dtype", "'float32'", _spec(dtype="float32"), TypeError, r"^dtype must be a torch.dtype, got str"),
     Case("ParamSpec", "dtype", "np.float32", _spec(dtype=np.float32), TypeError, r"^dtype must be a torch.dtype"),
     Case("ParamSpec", "dtype", "torch.int32", _spec(dtype=torch.int32), E, r"^dtype must be one of torch.float32, torch.float64, torch.bfloat16, torch.float16, got torch.int32"),
     Case("ParamSpec", "dtype", "torch.complex64", _spec(dtype=torch.complex64), E, r"^dtype must be one of .*got torch.complex64"),
     Case("ParamSpec", "init", "'normal'", _spec(init="normal"), TypeError, r"^init must be a shardinit.init initializer, got str"),
     Case("ParamSpec", "init", "init.Normal (the class)", _spec(init=init.Normal), TypeError, r"^init must be a shardinit.init initializer"),
-    Case("ParamSpec", "init", "kaiming_uniform() on shape (5,)", _spec(shape=(5,), init=init.kaiming_uniform()), E, r"init kaiming_uniform needs a shape with at least 2 dims, got shape \(5,\)"),
-    Case("ParamSpec", "init", "xavier_normal() on shape ()", _spec(shape=(), init=init.xavier_normal()), E, r"init xavier_normal needs a shape with at least 2 dims, got shape \(\)"),
+    Case("ParamSpec", "init", "kaiming_uniform() on shape (5,)", _spec(shape=(5,), init=init.kaiming_uniform()), E, r"^Fan in and fan out can not be computed for tensor with fewer than 2 dimensions \(torch's own error\): init kaiming_uniform needs a shape with at least 2 dims, got shape \(5,\)$"),
+    Case("ParamSpec", "init", "xavier_normal() on shape ()", _spec(shape=(), init=init.xavier_normal()), E, r"^Fan in and fan out can not be computed for tensor with fewer than 2 dimensions \(torch's own error\): init xavier_normal needs a shape with at least 2 dims, got shape \(\)$"),
     Case("ParamSpec", "init", "constant(1e300), float32", _spec(init=init.constant(1e300)), E, r"^init value=1e\+300 overflows torch.float32"),
     Case("ParamSpec", "init", "uniform(-1e5, 1e5), float16", _spec(init=init.uniform(-1e5, 1e5), dtype=torch.float16), E, r"^init a=-100000.0 overflows torch.float16"),
     Case("ParamSpec", "init", "xavier_uniform(gain=1e308)", _spec(init=init.xavier_uniform(1e308)), E, r"^gain=1e\+308 gives a bound .* too large for U\(-bound, bound\)"),
@@ -404,32 +408,6 @@ def test_refused_out_is_left_untouched() -> None:
     assert torch.equal(out, torch.full((3, 4), 5.0))
 
 
-def test_requires_grad_out_is_filled_without_recording_autograd() -> None:
-    """Like torch.nn.init (under no_grad), filling a leaf that requires grad works and
-    leaves no graph behind."""
-    out = torch.empty(4, 3, requires_grad=True)
-    result = shardinit.init_shard(SPEC, 0, 1, out=out)
-    assert result is out and out.grad_fn is None
-    assert torch.equal(out.detach(), shardinit.full(SPEC))
-
-
-def test_storage_offset_out_is_filled_in_place() -> None:
-    """A contiguous view that starts inside a bigger storage is valid and written where
-    it lives (the elements before it untouched)."""
-    storage = torch.full((13,), 9.0)
-    out = storage[1:].view(4, 3)
-    shardinit.init_shard(SPEC, 0, 1, out=out)
-    assert storage[0] == 9.0
-    assert torch.equal(storage[1:].view(4, 3), shardinit.full(SPEC))
-
-
-def test_zero_dim_parameter_fills() -> None:
-    value = shardinit.full(SCALAR)
-    assert value.shape == () and torch.isfinite(value)
-    assert torch.equal(shardinit.init_box(SCALAR, ()), value)
-    assert torch.equal(shardinit.init_flat(SCALAR, 0, 1), value.reshape(1))
-
-
 def _markdown() -> str:
     lines = [
         "# Errors: what each bad input raises",
@@ -442,10 +420,10 @@ def _markdown() -> str:
         "never a crash of the interpreter.",
         "",
         "This table is generated from the test battery",
-        "(`tests/core/test_reliability_bad_input.py`, which checks each row and fails when this",
+        "(`tests/core/test_bad_input.py`, which checks each row and fails when this",
         "file is stale); regenerate it with",
         "",
-        "    .venv/bin/python tests/core/test_reliability_bad_input.py > docs/errors.md",
+        "    .venv/bin/python tests/core/test_bad_input.py > docs/errors.md",
         "",
         "| function | argument | bad value | exception | message |",
         "|---|---|---|---|---|",
@@ -484,7 +462,7 @@ def test_docs_errors_table_is_current() -> None:
     doc = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
     assert doc.read_text(encoding="utf-8") == _markdown(), (
         "docs/errors.md is stale: regenerate it with "
-        "`.venv/bin/python tests/core/test_reliability_bad_input.py > docs/errors.md`"
+        "`.venv/bin/python tests/core/test_bad_input.py > docs/errors.md`"
     )
 
 

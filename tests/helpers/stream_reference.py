@@ -1,4 +1,5 @@
-"""An independent reading of stream-format.md §3-4 in numpy, for the reliability tests.
+"""An independent reading of stream-format.md §3-4 in numpy, for the core tests
+(test_properties.py, test_far.py, test_concurrency.py).
 
 Words come from ``shardinit.stream_words`` (whose Philox and keys are checked against
 the stream format's known answers elsewhere); everything after the words, which words an element

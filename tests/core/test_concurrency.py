@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from _reliability_ref import bits_equal
+from stream_reference import bits_equal
 
 import shardinit
 from shardinit import init
