@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch.distributed.tensor.placement_types import Placement, Replicate, Shard, _StridedShard
+from torch.distributed.tensor.placement_types import Placement, Replicate, Shard
 
 from .._integration.placements import Run, local_runs
+from .._torch_compat import strided_shard
 from ..errors import ShardInitError
 from ._args import MODELS_HELP, Parser, human_bytes, model_choice, positive, say
 from .models import describe, param_shapes, tp_style
@@ -185,7 +186,7 @@ def _placements(name: str, shape: Sequence[int], tp: int) -> tuple[Placement, ..
         return (Replicate(), Replicate())
     style = tp_style(name) if len(shape) == 2 else None
     if style == "colwise":
-        return (_StridedShard(0, split_factor=tp), Shard(0))
+        return (strided_shard(0, tp), Shard(0))
     if style == "rowwise":
         return (Shard(0), Shard(1))
     return (Shard(0), Replicate())
