@@ -19,6 +19,7 @@ import torch
 from . import _core
 from ._validate import U64_MAX, check_int
 from .errors import ShardInitError
+from .init import BaseInit, Constant, Normal, TruncNormal, Uniform
 from .spec import ParamSpec
 
 __all__ = [
@@ -131,6 +132,23 @@ def _resolve_device(device: Any) -> torch.device:
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ShardInitError(f"device is {resolved} but CUDA is not available")
     return resolved
+
+
+def _core_init(base: BaseInit) -> _core.Init:
+    """``base`` as the core's typed initializer (validated again by the core).
+
+    The one place where the Python initializers meet the core's; a GPU kernel passes the
+    result to ``_core.sampler_constants`` for the constants the CPU kernels use.
+    """
+    if isinstance(base, Constant):
+        return _core.Init.constant(base.value)
+    if isinstance(base, Uniform):
+        return _core.Init.uniform(base.a, base.b)
+    if isinstance(base, Normal):
+        return _core.Init.normal(base.mean, base.std)
+    if isinstance(base, TruncNormal):
+        return _core.Init.trunc_normal(base.mean, base.std, base.a, base.b)
+    raise TypeError(f"not a base initializer of stream format v1: {base!r}")
 
 
 def _fill_box_cpu(spec: ParamSpec, box: Box, offset: int | None, out: torch.Tensor) -> None:

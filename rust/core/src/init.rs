@@ -393,6 +393,23 @@ impl TruncNormal {
         )
     }
 
+    /// `Phi(al)`, the normal CDF at the standardized lower bound `al = (a - mean) / std`.
+    pub fn lower_cdf(&self) -> f64 {
+        self.lower_cdf
+    }
+
+    /// `Phi(-be) = 1 - Phi(be)`, the upper-tail probability beyond the standardized upper
+    /// bound `be = (b - mean) / std`.
+    pub fn upper_tail(&self) -> f64 {
+        self.upper_tail
+    }
+
+    /// `Phi(be) - Phi(al)`, the probability of `[a, b]`, computed without cancellation
+    /// for where the interval lies (stream-format.md §4).
+    pub fn mass(&self) -> f64 {
+        self.mass
+    }
+
     /// The sample for uniform `u` in (0, 1) whose complement `1 - u` is exact.
     #[inline(always)]
     pub fn sample(&self, u: f64) -> f64 {
@@ -437,6 +454,42 @@ pub enum Sampler {
 }
 
 impl Sampler {
+    /// The per-parameter constants of this sampler, by name, exactly as every fill
+    /// kernel uses them (stream-format.md §4), so that other implementations (a GPU
+    /// kernel) take them from here instead of recomputing them:
+    ///
+    /// | sampler | constants |
+    /// |---|---|
+    /// | constant | `value` |
+    /// | uniform | `a`, `width` (`b - a`) |
+    /// | normal | `mean`, `std` |
+    /// | trunc_normal | `mean`, `std`, `a`, `b`, `lower_cdf` (`Phi(al)`), `upper_tail` (`Phi(-be)`), `mass` (`Phi(be) - Phi(al)`) |
+    ///
+    /// ```
+    /// use shardinit_core::Init;
+    /// let sampler = Init::TruncNormal { mean: 0.0, std: 1.0, a: -2.0, b: 2.0 }.prepare().unwrap();
+    /// let constants = sampler.constants();
+    /// let names: Vec<_> = constants.iter().map(|&(name, _)| name).collect();
+    /// assert_eq!(names, ["mean", "std", "a", "b", "lower_cdf", "upper_tail", "mass"]);
+    /// assert!((constants[6].1 - 0.9544997361036416).abs() < 1e-15); // P(|Z| <= 2)
+    /// ```
+    pub fn constants(&self) -> Vec<(&'static str, f64)> {
+        match *self {
+            Sampler::Constant { value } => vec![("value", value)],
+            Sampler::Uniform { a, width } => vec![("a", a), ("width", width)],
+            Sampler::Normal { mean, std } => vec![("mean", mean), ("std", std)],
+            Sampler::TruncNormal(ref t) => vec![
+                ("mean", t.mean),
+                ("std", t.std),
+                ("a", t.a),
+                ("b", t.b),
+                ("lower_cdf", t.lower_cdf),
+                ("upper_tail", t.upper_tail),
+                ("mass", t.mass),
+            ],
+        }
+    }
+
     /// Whether this sampler consumes stream words at all.
     pub fn uses_words(&self) -> bool {
         !matches!(self, Sampler::Constant { .. })
@@ -544,6 +597,62 @@ mod tests {
             let err = init.validate().unwrap_err().to_string();
             assert!(err.contains(message), "{init:?}: {err}");
         }
+    }
+
+    #[test]
+    fn constants_are_the_ones_the_samplers_use() {
+        let trunc = Init::TruncNormal {
+            mean: 0.5,
+            std: 2.0,
+            a: -1.0,
+            b: 4.0,
+        }
+        .prepare()
+        .unwrap();
+        let constants = trunc.constants();
+        let Sampler::TruncNormal(t) = trunc else {
+            panic!("a trunc_normal sampler")
+        };
+        let (mean, std, a, b, lower_cdf, upper_tail, mass) = t.constants();
+        let expected = [
+            ("mean", mean),
+            ("std", std),
+            ("a", a),
+            ("b", b),
+            ("lower_cdf", lower_cdf),
+            ("upper_tail", upper_tail),
+            ("mass", mass),
+        ];
+        assert_eq!(constants, expected);
+        assert_eq!(
+            (t.lower_cdf(), t.upper_tail(), t.mass()),
+            (lower_cdf, upper_tail, mass)
+        );
+        // The sample recomputed from the published constants alone, for a lower-branch
+        // and an upper-branch word, is the sampler's value to the bit.
+        for word in [0x1234_5678u32, 0xf000_0000] {
+            let u = u32_open(word);
+            let t_lower = lower_cdf + u * mass;
+            let x = if t_lower <= 0.5 {
+                math::phi_inv(t_lower, 1.0 - t_lower)
+            } else {
+                let q = upper_tail + (1.0 - u) * mass;
+                -math::phi_inv(q, 1.0 - q)
+            };
+            let value = (mean + std * x).max(a).min(b);
+            assert_eq!(value.to_bits(), trunc.one_word(word).to_bits(), "{word:#x}");
+        }
+        let uniform = Init::Uniform { a: -3.0, b: 5.0 }.prepare().unwrap();
+        assert_eq!(uniform.constants(), [("a", -3.0), ("width", 8.0)]);
+        let normal = Init::Normal {
+            mean: 1.0,
+            std: 0.25,
+        }
+        .prepare()
+        .unwrap();
+        assert_eq!(normal.constants(), [("mean", 1.0), ("std", 0.25)]);
+        let constant = Init::Constant { value: -0.0 }.prepare().unwrap();
+        assert_eq!(constant.constants()[0].1.to_bits(), (-0.0f64).to_bits());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 mod buffers;
 mod errors;
 mod stream;
+mod types;
 
 use pyo3::prelude::*;
 
@@ -19,6 +20,8 @@ mod _core {
     use crate::stream::{
         chunk_range, fill_box, fill_flat, key64, panic_for_test, phi, phi_inv, stream_words,
     };
+    #[pymodule_export]
+    use crate::types::{sampler_constants, PyInit};
 
     /// Version of the stream format this build implements (stream format v1).
     #[pymodule_export]
