@@ -18,9 +18,9 @@ from typing import Any
 from torch import nn
 
 from .._validate import check_seed
-from ..capture import CapturedInit, capture_init
 from ..errors import ShardInitError
 from ..shard import _resolve_device
+from .capture import CapturedInit, capture_init
 from .plan import BufferInit, flat_targets, local_targets, make_plan
 from .rules import Rules, check_rules
 
@@ -70,11 +70,11 @@ def materialize(
             on meta stand-ins (:func:`shardinit.capture_init`) before anything is
             allocated and replayed shard-locally: parameters it touches get exactly the
             operations it applied (rules and defaults only give what a parameter held
-            before, where init_fn covers part of it); buffers it computes are
-            recomputed by running it again for real after allocation. Or a
+            before, where init_fn covers part of it); buffers it computes get the
+            values it computed during the capture, written after allocation. Or a
             ``CapturedInit`` from ``capture_init``: required for FSDP1, whose flat
             parameters hide the original ones, so capture on the meta model before
-            wrapping. Buffers are recomputed only when it was captured on ``module``
+            wrapping. Buffers are written only when it was captured on ``module``
             itself and not under FSDP1; otherwise they need defaults or
             ``buffer_init``. See docs/capturing-init.md.
 
@@ -110,11 +110,18 @@ def materialize(
     flat, managed = flat_targets(module)
     targets = [*local_targets(module, managed), *flat]
     captured = _captured(module, init_fn, hides_params=bool(flat))
-    # init_fn is rerun for the buffers it computes, if it computes them on this very
+    # The buffer values init_fn computed are written if it computed them on this very
     # model and no wrapper flattened its parameters (flat parameters cannot be swapped
     # for stand-ins); otherwise those buffers need defaults or buffer_init.
-    rerun = captured is not None and not flat and captured.captured_on(module)
-    plan = make_plan(module, targets, seed=seed, rules=rule_list, captured=captured, rerun=rerun)
+    write_computed = captured is not None and not flat and captured.captured_on(module)
+    plan = make_plan(
+        module,
+        targets,
+        seed=seed,
+        rules=rule_list,
+        captured=captured,
+        write_computed=write_computed,
+    )
     # 2. Check.
     plan.check(overwrite=overwrite, buffer_init=buffer_init)
     # 3. Allocate, 4. fill, 5. buffers.

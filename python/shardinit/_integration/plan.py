@@ -14,11 +14,10 @@ from torch import nn
 
 from .._names import BufferHolder, buffer_holders, listing, param_slots
 from .._torch_compat import apply_to_tensors, is_flat_param
-from ..capture import CapturedInit, ParamRecord
 from ..errors import ShardInitError
-from ..replay import base_ops, recompute_buffers
 from ..spec import ParamSpec
 from . import fsdp1
+from .capture import CapturedInit, ParamRecord, base_ops, write_buffers
 from .defaults import DefaultInit, default_buffer_value, parent_overrides
 from .placements import Run, local_runs_of
 from .rules import RuleList, choose_init, first_rule
@@ -51,11 +50,11 @@ class ParamPlan:
 @dataclass(frozen=True)
 class BufferPlan:
     """One buffer left on the meta device: its constant default (None if unknown) and
-    whether init_fn computes it (then it is recomputed by running init_fn for real)."""
+    whether init_fn computes it (then it gets the value computed during the capture)."""
 
     holder: BufferHolder
     default: float | None
-    recomputed: bool
+    computed: bool
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ class Plan:
         shadowed: parameters init_fn sets completely although a rule matches them.
         unmatched: names of captured records that match no parameter.
         captured: init_fn's capture, if any.
-        rerun: whether init_fn is run again for the buffers it computes.
+        write_computed: whether the buffer values init_fn computed are written.
     """
 
     params: list[ParamPlan]
@@ -78,7 +77,7 @@ class Plan:
     shadowed: list[str]
     unmatched: list[str]
     captured: CapturedInit | None
-    rerun: bool
+    write_computed: bool
 
     def check(self, *, overwrite: bool, buffer_init: BufferInit | None) -> None:
         """Raises for everything that would go wrong later; warns about shadowed rules."""
@@ -113,7 +112,7 @@ class Plan:
                 "units allocated by shardinit.fsdp1_param_init_fn); pass overwrite=True "
                 "to replace existing values"
             )
-        unknown = [b.holder.name for b in self.buffers if b.default is None and not b.recomputed]
+        unknown = [b.holder.name for b in self.buffers if b.default is None and not b.computed]
         if unknown and buffer_init is None:
             raise ShardInitError(
                 f"materialize: {len(unknown)} buffer(s) on the meta device have no known "
@@ -154,23 +153,23 @@ class Plan:
                 plan.target.fill(plan.values)
 
     def fill_buffers(self, root: nn.Module, buffer_init: BufferInit | None) -> None:
-        """Sets each meta buffer to its default or by ``buffer_init``; then reruns init_fn
-        for the buffers it computes."""
+        """Sets each meta buffer to its default or by ``buffer_init``; then writes the
+        values init_fn computed during the capture."""
         with torch.no_grad():
             for buffer in self.buffers:
                 module, attr = buffer.holder.module, buffer.holder.attr
                 value = module._buffers[attr]
                 assert value is not None
-                if buffer.recomputed:
-                    continue  # recomputed below by running init_fn for real
+                if buffer.computed:
+                    continue  # written below from the capture
                 if buffer.default is not None:
                     value.fill_(buffer.default)
                 else:
                     assert buffer_init is not None
                     buffer_init(module, attr, value)
                 fsdp1.take_meta_buffers(module)
-        if self.captured is not None and self.rerun:
-            recompute_buffers(root, self.captured)
+        if self.captured is not None and self.write_computed:
+            write_buffers(root, self.captured)
 
 
 def _dtensor_device(tensor: torch.Tensor, device: torch.device | None) -> torch.device:
@@ -231,7 +230,7 @@ def make_plan(
     seed: int,
     rules: RuleList,
     captured: CapturedInit | None,
-    rerun: bool,
+    write_computed: bool,
 ) -> Plan:
     """One plan per parameter (rules, defaults and init_fn's capture) and per meta
     buffer. Nothing is allocated or written.
@@ -265,9 +264,15 @@ def make_plan(
         params.append(ParamPlan(target, _values(target, choice, record, seed)))
     names = {target.name for target in targets}
     unmatched = [name for name in captured.params if name not in names] if captured else []
-    computed = set(captured.buffers) if captured is not None and rerun else set()
+    computed = set(captured.buffers) if captured is not None and write_computed else set()
     return Plan(
-        params, _buffer_plans(root, computed), missing, shadowed, unmatched, captured, rerun
+        params,
+        _buffer_plans(root, computed),
+        missing,
+        shadowed,
+        unmatched,
+        captured,
+        write_computed,
     )
 
 

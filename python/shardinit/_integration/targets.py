@@ -26,10 +26,9 @@ import torch
 from torch import nn
 
 from .._names import ParamSlot
-from ..capture import CapturedOp, ParamRecord
-from ..replay import replay_flat, replay_runs
 from ..shard import init_box, init_flat
 from ..spec import ParamSpec
+from .capture import CapturedOp, ParamRecord, replay_flat, replay_runs
 from .placements import Run, local_boxes
 
 if TYPE_CHECKING:
