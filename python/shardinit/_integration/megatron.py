@@ -1,0 +1,512 @@
+"""Megatron-core: fill each tensor-, pipeline- and expert-parallel partition in place.
+
+A Megatron-core model built without initialization holds, on every rank, only its local
+partitions. For each parameter this module derives three things, none of which depends
+on the TP, PP, VPP or EP sizes, and fills the local partition from stream format v1:
+
+* the REGION: a weight tagged ``tensor_model_parallel`` holds Megatron's stride split
+  of the global tensor along ``partition_dim`` over its module's ``tp_group`` (the
+  expert-TP group for experts). The global shape is the local one with
+  ``partition_dim`` multiplied by the group size. Stride 1 is ``Shard(d)``; stride s > 1
+  (a GLU ``linear_fc1`` stores ``[gate_r; up_r]``) is ``_StridedShard(d,
+  split_factor=s)`` on the 1-D group: Megatron splits the master into ``world * s``
+  pieces and rank r takes pieces ``r, r + world, ...``, which are exactly the chunks
+  :func:`~shardinit._integration.placements.local_runs` computes. Untagged parameters
+  are replicated (whole).
+* the CANONICAL NAME (docs/stream-format.md §5): wrapper ``module.`` segments removed,
+  ``decoder.layers.{i}`` renumbered to the global ``layer_number - 1``,
+  ``local_experts.{i}`` to the global expert index, and the last pipeline stage's copy
+  of a tied output layer (``shared_embedding``) named as the embedding, so both copies
+  get the same bits without Megatron's all-reduce.
+* the INITIALIZER: a rule, else the ``init_method`` Megatron gave the weight
+  (recorded by :func:`deferred_init`), else a preset from the ``TransformerConfig``.
+  Megatron's init callables (``functools.partial(torch.nn.init.normal_, ...)`` or any
+  ``torch.nn.init`` function) are captured once on a meta tensor of the GLOBAL shape, so
+  fan-based ones see global fans, as on Megatron's CPU-initialization path.
+
+Supported: megatron-core 0.16.1 (weights tagged by :func:`deferred_init`) and, for
+models built with ``perform_initialization=False``, the releases that tag weights
+themselves (0.17+; not installable on this project's Python 3.11).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any, TypeAlias
+
+import torch
+from torch import nn
+
+from .._names import canonical_name, listing
+from .._torch_compat import strided_shard
+from .._validate import check_seed
+from ..errors import ShardInitError
+from ..init import Initializer, ones, zeros
+from ..spec import SUPPORTED_DTYPES
+from .capture import ParamRecord, base_ops, capture_init, replay_runs
+from .placements import Run, local_runs
+from .rules import RuleKey, check_rules, rule_matches
+
+#: An init callable as Megatron takes it: ``fn(tensor)`` fills ``tensor`` in place.
+InitMethod: TypeAlias = Callable[[torch.Tensor], object]
+#: Ordered rules, first match wins: keys as in :func:`shardinit.materialize`, values a
+#: ``shardinit.init`` initializer or an init callable (captured on the GLOBAL shape).
+MegatronRules: TypeAlias = (
+    Mapping[RuleKey, Initializer | InitMethod] | Iterable[tuple[RuleKey, Initializer | InitMethod]]
+)
+
+#: On a weight tagged by :func:`deferred_init`: the ``init_method`` Megatron passed.
+_INIT_METHOD_ATTR = "_shardinit_init_method"
+_DEFERRED_LOCK = threading.Lock()
+
+
+# --------------------------------------------------------------------------- module types
+
+
+def _layers() -> Any:
+    from megatron.core.tensor_parallel import layers  # type: ignore[import-untyped]
+
+    return layers
+
+
+def _tp_module_types() -> tuple[type[nn.Module], ...]:
+    layers = _layers()
+    return (layers.ColumnParallelLinear, layers.RowParallelLinear, layers.VocabParallelEmbedding)
+
+
+def _wrapper_types() -> tuple[type[nn.Module], ...]:
+    """Modules that hold the model as ``.module`` (Float16Module, Megatron's and torch's
+    DDP): their ``module.`` segment is not part of a canonical name."""
+    from megatron.core.transformer.module import Float16Module  # type: ignore[import-untyped]
+
+    found: list[type[nn.Module]] = [Float16Module, nn.parallel.DistributedDataParallel]
+    try:
+        from megatron.core.distributed.data_parallel_base import (  # type: ignore[import-untyped]
+            _BaseDataParallel,
+        )
+    except ImportError:  # pragma: no cover - layout of older releases
+        pass
+    else:
+        found.append(_BaseDataParallel)
+    return tuple(found)
+
+
+def _unsupported_reason(module: nn.Module) -> str | None:
+    """Why shardinit refuses a module type, or None. These are not verified: their
+    weights either span local experts only (GroupedMLP's ``weight1`` is EP-dependent)
+    or come from Transformer Engine, whose CPU path still allocates full masters."""
+    kind = type(module)
+    if kind.__name__ == "GroupedMLP":
+        return "legacy GroupedMLP (its weights concatenate the local experts); use SequentialMLP"
+    if kind.__module__.startswith(("transformer_engine", "megatron.core.extensions")):
+        return "Transformer Engine layers are not supported yet; use the local spec"
+    return None
+
+
+# --------------------------------------------------------------------------- deferred init
+
+
+@contextmanager
+def deferred_init() -> Iterator[None]:
+    """Build a Megatron-core model without initializing its parallel weights.
+
+    Inside, build with ``perform_initialization=True`` (on CPU or GPU): Megatron's
+    ``_initialize_affine_weight_cpu`` / ``_gpu`` only tag each tensor-parallel weight
+    with its partition (``partition_dim``, ``partition_stride``) and remember its
+    ``init_method``; no full-size master is allocated and nothing is generated. Then
+    call :func:`materialize`. This is the route for megatron-core 0.16, whose
+    ``perform_initialization=False`` leaves weights untagged; later releases tag them
+    themselves.
+
+    Not thread-safe with other model construction in the same process (module
+    attributes of ``megatron.core.tensor_parallel.layers`` are patched).
+
+    Example:
+        >>> # with shardinit.megatron.deferred_init():
+        >>> #     model = GPTModel(config, spec, vocab_size=..., max_sequence_length=...)
+        >>> # shardinit.megatron.materialize(model, seed=0, config=config)
+    """
+    import inspect
+
+    layers = _layers()
+    originals = {
+        name: getattr(layers, name)
+        for name in ("_initialize_affine_weight_cpu", "_initialize_affine_weight_gpu")
+    }
+    signatures = {name: inspect.signature(function) for name, function in originals.items()}
+
+    def deferred(name: str) -> Callable[..., None]:
+        def tag_only(*args: Any, **kwargs: Any) -> None:
+            bound = signatures[name].bind(*args, **kwargs).arguments
+            if bound.get("skip_set_tensor_parallel_attributes", False):
+                return
+            weight = bound["weight"]
+            stride = bound.get("stride", 1)
+            layers.set_tensor_model_parallel_attributes(
+                weight, True, bound["partition_dim"], stride
+            )
+            setattr(weight, _INIT_METHOD_ATTR, bound["init_method"])
+
+        return tag_only
+
+    # Modules that imported the functions by name hold their own references.
+    holders = [layers, sys.modules.get("megatron.core.transformer.moe.experts")]
+    with _DEFERRED_LOCK:
+        saved = [
+            (holder, name, getattr(holder, name))
+            for holder in holders
+            if holder is not None
+            for name in originals
+            if hasattr(holder, name)
+        ]
+        for holder, name, _ in saved:
+            setattr(holder, name, deferred(name))
+        try:
+            yield
+        finally:
+            for holder, name, original in saved:
+                setattr(holder, name, original)
+
+
+# --------------------------------------------------------------------------- names
+
+
+@dataclass
+class _Entry:
+    """One distinct parameter of the model: canonical name, holder, tensor."""
+
+    name: str
+    owner: nn.Module
+    attr: str
+    param: nn.Parameter
+    owner_path: str  # canonical path of the owner (for presets by module role)
+
+
+def _walk(
+    module: nn.Module,
+    path: str,
+    wrappers: tuple[type, ...],
+    experts: Sequence[int] = (),
+    expert_list: bool = False,
+) -> Iterator[tuple[str, nn.Module]]:
+    """``(canonical path, module)`` of ``module`` and everything under it, with path
+    segments that do not depend on PP, VPP or EP (see the module docstring).
+
+    ``experts`` are the global indices of the nearest MoE layer's local experts;
+    ``expert_list`` says that ``module`` is its ``local_experts`` list."""
+    yield path, module
+    indices = getattr(module, "local_expert_indices", None)
+    if indices is not None:
+        experts = [int(index) for index in indices]
+    for name, child in module.named_children():
+        if isinstance(module, wrappers) and name == "module":
+            yield from _walk(child, path, wrappers, experts)
+            continue
+        segment = name
+        if name.isdigit() and expert_list and experts:
+            segment = str(experts[int(name)])  # local_experts.{i}: global expert index
+        elif (
+            name.isdigit() and isinstance(module, nn.ModuleList) and hasattr(child, "layer_number")
+        ):
+            layer_number: Any = child.layer_number
+            segment = str(int(layer_number) - 1)  # decoder.layers.{i}: global layer
+        child_path = f"{path}.{segment}" if path else segment
+        is_list = name == "local_experts" and isinstance(child, nn.ModuleList)
+        yield from _walk(child, child_path, wrappers, experts, is_list)
+
+
+_EMBEDDING_NAME = "embedding.word_embeddings.weight"
+
+
+def _entries(chunks: Sequence[nn.Module]) -> list[_Entry]:
+    wrappers = _wrapper_types()
+    entries: dict[int, _Entry] = {}
+    for chunk in chunks:
+        for path, module in _walk(chunk, "", wrappers):
+            owner_path = canonical_name(path)
+            for attr, param in module._parameters.items():
+                if param is None or id(param) in entries:
+                    continue
+                name = canonical_name(f"{path}.{attr}" if path else attr)
+                if getattr(param, "shared_embedding", False):
+                    name = _EMBEDDING_NAME  # the last stage's copy of a tied output layer
+                entries[id(param)] = _Entry(name, module, attr, param, owner_path)
+    return list(entries.values())
+
+
+def partition_names(model_or_chunks: nn.Module | Sequence[nn.Module]) -> dict[str, str]:
+    """``{named_parameters() name: canonical name}`` for this rank's partitions: the
+    names :func:`materialize` keys the streams by, equal for every TP/PP/VPP/EP layout.
+    """
+    chunks = _chunks(model_or_chunks)
+    canonical = {id(entry.param): entry.name for entry in _entries(chunks)}
+    names: dict[str, str] = {}
+    for index, chunk in enumerate(chunks):
+        prefix = f"{index}." if len(chunks) > 1 else ""
+        for name, param in chunk.named_parameters():
+            names[prefix + name] = canonical[id(param)]
+    return names
+
+
+# --------------------------------------------------------------------------- regions
+
+
+def _region(entry: _Entry) -> tuple[tuple[int, ...], list[list[Run]]]:
+    """The GLOBAL shape and the local runs of ``entry`` (see the module docstring)."""
+    local_shape = tuple(int(size) for size in entry.param.shape)
+    if not getattr(entry.param, "tensor_model_parallel", False):
+        return local_shape, [[(0, size)] if size > 0 else [] for size in local_shape]
+    group = getattr(entry.owner, "tp_group", None)
+    if group is None:
+        raise ShardInitError(
+            f"{entry.name}: tagged tensor_model_parallel but its module "
+            f"{type(entry.owner).__name__} has no tp_group to say which partition it holds"
+        )
+    rank, world = int(group.rank()), int(group.size())
+    dim = int(getattr(entry.param, "partition_dim")) % len(local_shape)  # noqa: B009
+    stride = int(getattr(entry.param, "partition_stride", 1))
+    global_shape = tuple(size * world if d == dim else size for d, size in enumerate(local_shape))
+    from torch.distributed.tensor.placement_types import Shard
+
+    placement = Shard(dim) if stride == 1 else strided_shard(dim, stride)
+    runs = local_runs(global_shape, (world,), (rank,), [placement], name=entry.name)
+    held = tuple(sum(stop - start for start, stop in dim_runs) for dim_runs in runs)
+    if held != local_shape or global_shape[dim] % (world * stride):
+        raise ShardInitError(
+            f"{entry.name}: partition_dim {dim}, stride {stride} over {world} ranks of "
+            f"global shape {global_shape} does not give the local shape {local_shape}"
+        )
+    return global_shape, runs
+
+
+# --------------------------------------------------------------------------- initializers
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """Where a parameter's initializer comes from: a shardinit initializer or an init
+    callable to capture, and a description for error messages."""
+
+    initializer: Initializer | None
+    method: InitMethod | None
+    source: str
+
+
+def _preset(entry: _Entry, config: Any) -> _Choice | None:
+    """Megatron's own choice for ``entry`` (what its CPU init path applies)."""
+    owner, attr = entry.owner, entry.attr
+    if entry.name == _EMBEDDING_NAME or entry.owner_path.startswith("embedding."):
+        return _Choice(None, config.embedding_init_method, "config.embedding_init_method")
+    if isinstance(owner, (nn.LayerNorm, nn.RMSNorm)) or type(owner).__name__.endswith("Norm"):
+        if attr == "bias" or getattr(config, "layernorm_zero_centered_gamma", False):
+            return _Choice(zeros(), None, "norm preset")
+        return _Choice(ones(), None, "norm preset")
+    if isinstance(owner, _tp_module_types()):
+        if attr == "bias":
+            return _Choice(zeros(), None, "zero bias")
+        if entry.owner_path.endswith(("linear_proj", "linear_fc2")):
+            method = config.output_layer_init_method
+            return _Choice(None, method, "config.output_layer_init_method")
+        return _Choice(None, config.init_method, "config.init_method")
+    if type(owner).__name__.endswith("Router") and attr in ("weight", "bias"):
+        return _Choice(None, config.init_method, "config.init_method")
+    return None
+
+
+def _check_megatron_rules(
+    rules: MegatronRules | None,
+) -> list[tuple[RuleKey, Initializer | InitMethod]]:
+    if rules is None:
+        return []
+    items = list(rules.items()) if isinstance(rules, Mapping) else list(rules)
+    checked: list[tuple[RuleKey, Initializer | InitMethod]] = []
+    for index, item in enumerate(items):
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise TypeError(f"rules[{index}] must be a (key, initializer) pair, got {item!r}")
+        key, value = item
+        check_rules([(key, zeros())])  # the one home of key validation
+        if not (isinstance(value, Initializer) or callable(value)):
+            raise TypeError(
+                f"rules[{key!r}] must be a shardinit.init initializer or an init callable "
+                f"fn(tensor), got {type(value).__name__} {value!r}"
+            )
+        checked.append((key, value))
+    return checked
+
+
+def _choose(
+    entry: _Entry, config: Any, rules: Sequence[tuple[RuleKey, Initializer | InitMethod]]
+) -> _Choice | None:
+    for key, value in rules:
+        if rule_matches(key, entry.name, entry.owner, entry.attr):
+            if isinstance(value, Initializer):
+                return _Choice(value, None, f"rule {key!r}")
+            return _Choice(None, value, f"rule {key!r}")
+    recorded = getattr(entry.param, _INIT_METHOD_ATTR, None)
+    if recorded is not None and entry.name != _EMBEDDING_NAME:
+        return _Choice(None, recorded, "recorded init_method")
+    return _preset(entry, config)
+
+
+class _MetaHolder(nn.Module):
+    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(shape, dtype=dtype, device="meta"))
+
+
+@functools.lru_cache(maxsize=256)
+def _captured_method(method: InitMethod, shape: tuple[int, ...], dtype: torch.dtype) -> ParamRecord:
+    """What ``method`` does to a tensor of GLOBAL ``shape``, captured once on meta."""
+    holder = _MetaHolder(shape, dtype)
+    record = capture_init(holder, lambda: method(holder.weight)).params.get("weight")
+    if record is None:
+        raise ShardInitError(f"init method {method!r} did not write the tensor it was given")
+    return record
+
+
+def _record(choice: _Choice, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> ParamRecord:
+    if choice.initializer is not None:
+        ops = base_ops(choice.initializer, shape)
+        return ParamRecord(name, shape, dtype, ops)
+    assert choice.method is not None
+    try:
+        record = _captured_method(choice.method, shape, dtype)
+    except TypeError:  # an unhashable callable: capture it without the cache
+        record = _captured_method.__wrapped__(choice.method, shape, dtype)
+    if not record.covers_all():
+        raise ShardInitError(
+            f"{name}: {choice.source} {choice.method!r} sets only part of the tensor; "
+            "give the parameter a rule that sets all of it"
+        )
+    return replace(record, name=name)
+
+
+# --------------------------------------------------------------------------- guards
+
+
+def _check_entry(entry: _Entry) -> str | None:
+    """Why ``entry`` cannot be filled, or None."""
+    param = entry.param
+    reason = _unsupported_reason(entry.owner)
+    if reason is not None:
+        return f"{entry.name}: {reason}"
+    if type(param.data) is not torch.Tensor or param.dtype not in SUPPORTED_DTYPES:
+        return (
+            f"{entry.name}: a quantized or fp8 parameter ({type(param.data).__name__}, "
+            f"{param.dtype}); shardinit fills fp32/bf16/fp16 weights only"
+        )
+    if hasattr(param, "main_param"):
+        return (
+            f"{entry.name}: a Megatron optimizer (DistributedOptimizer or the float16 "
+            "optimizer) already copied this parameter into its fp32 main params; fill "
+            "before get_megatron_optimizer"
+        )
+    if param.is_meta:
+        return f"{entry.name}: on the meta device; Megatron partitions must be allocated"
+    if (
+        entry.attr == "weight"
+        and isinstance(entry.owner, _tp_module_types())
+        and not hasattr(param, "tensor_model_parallel")
+    ):
+        return (
+            f"{entry.name}: {type(entry.owner).__name__} weight without partition "
+            "attributes (megatron-core <= 0.16 does not tag weights under "
+            "perform_initialization=False); build the model inside "
+            "shardinit.megatron.deferred_init() with perform_initialization=True"
+        )
+    return None
+
+
+# --------------------------------------------------------------------------- public
+
+
+def _chunks(model_or_chunks: nn.Module | Sequence[nn.Module]) -> list[nn.Module]:
+    if isinstance(model_or_chunks, nn.Module):
+        return [model_or_chunks]
+    chunks = list(model_or_chunks)
+    if not chunks or not all(isinstance(chunk, nn.Module) for chunk in chunks):
+        raise TypeError(
+            "model_or_chunks must be an nn.Module or a non-empty list of them (virtual "
+            f"pipeline chunks), got {model_or_chunks!r}"
+        )
+    return chunks
+
+
+def materialize(
+    model_or_chunks: nn.Module | Sequence[nn.Module],
+    *,
+    seed: int,
+    config: Any,
+    rules: MegatronRules | None = None,
+) -> nn.Module | list[nn.Module]:
+    """Fills every local partition of a Megatron-core model in place, from stream v1.
+
+    The gathered values are bit-identical for every TP, PP, VPP and EP size, and equal
+    ``shardinit.full(ParamSpec(canonical name, global shape, dtype, initializer))``
+    (see :func:`partition_names`). No rank allocates a full tensor of a partitioned
+    parameter; there is no communication.
+
+    Args:
+        model_or_chunks: the model, or this rank's list of virtual-pipeline chunks, built
+            inside :func:`deferred_init` (megatron-core 0.16) or with
+            ``perform_initialization=False`` (releases that tag weights), on CPU or CUDA,
+            before any Megatron optimizer is built.
+        seed: the run's seed, an int in [0, 2^64).
+        config: the ``TransformerConfig`` the model was built with: the preset uses its
+            ``init_method``, ``output_layer_init_method`` (``linear_proj``,
+            ``linear_fc2``), ``embedding_init_method`` and
+            ``layernorm_zero_centered_gamma``.
+        rules: ordered ``{key: initializer}``, first match wins, over the recorded init
+            methods and the preset. Keys as in :func:`shardinit.materialize` (canonical
+            name globs, module types, ``(module type, attribute glob)``); values a
+            ``shardinit.init`` initializer or an init callable ``fn(tensor)``.
+
+    Returns:
+        ``model_or_chunks``, filled in place.
+
+    Raises:
+        ShardInitError: untagged tensor-parallel weights, parameters a Megatron
+            optimizer already copied, fp8/quantized parameters, unsupported module
+            types (GroupedMLP, Transformer Engine), parameters with no rule and no
+            preset. Raised before any value is written.
+        UnsupportedInitOpError: an init callable that cannot be replayed shard-locally.
+    """
+    chunks = _chunks(model_or_chunks)
+    seed = check_seed(seed)
+    rule_list = _check_megatron_rules(rules)
+    if getattr(config, "fp8_param", False):
+        raise ShardInitError(
+            "config.fp8_param is set: fp8 primary weights are quantized; shardinit fills "
+            "fp32/bf16/fp16 weights only"
+        )
+    entries = _entries(chunks)
+    refused = [reason for entry in entries if (reason := _check_entry(entry)) is not None]
+    if refused:
+        raise ShardInitError(
+            f"shardinit.megatron.materialize: {len(refused)} parameter(s) cannot be "
+            f"filled: {listing(refused)}"
+        )
+    plans: list[tuple[_Entry, ParamRecord, list[list[Run]]]] = []
+    missing: list[str] = []
+    for entry in entries:
+        global_shape, runs = _region(entry)
+        choice = _choose(entry, config, rule_list)
+        if choice is None:
+            missing.append(f"{entry.name} ({type(entry.owner).__name__})")
+            continue
+        plans.append((entry, _record(choice, entry.name, global_shape, entry.param.dtype), runs))
+    if missing:
+        raise ShardInitError(
+            f"shardinit.megatron.materialize: no rule and no Megatron preset for "
+            f"{len(missing)} parameter(s): {listing(missing)}. Pass rules, e.g. "
+            "rules={'decoder.layers.*.mlp.foo.weight': shardinit.init.normal(0.0, 0.02)}"
+        )
+    with torch.no_grad():
+        for entry, record, runs in plans:
+            replay_runs(record, seed, runs, entry.param.data)
+    return model_or_chunks if isinstance(model_or_chunks, nn.Module) else chunks
