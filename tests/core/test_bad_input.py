@@ -450,7 +450,7 @@ def _markdown() -> str:
         "| situation | result |",
         "|---|---|",
         "| `SHARDINIT_CUDA_BACKEND=gpu` | `ShardInitError` at the first CUDA fill (not at import), naming the variable and the value |",
-        "| backend `'triton'`, and Triton missing, older than 3.9, on ROCm, or its runtime does not start (no C compiler, no Python headers, no driver) | `ShardInitError` naming the reason and suggesting `'auto'` or `'host'`; nothing written to `out` |",
+        "| backend `'triton'`, and Triton missing, older than 3.6, on ROCm, or its runtime does not start (no C compiler, no Python headers, no driver) | `ShardInitError` naming the reason and suggesting `'auto'` or `'host'`; nothing written to `out` |",
         "| backend `'auto'`, and the kernel unavailable for any of those reasons | the host path (same bits), plus one `shardinit._cuda.CudaBackendWarning` (a `UserWarning`) per process saying why |",
         "| any bad spec, box, range or `out`, whatever the backend | the error of the table above, checked before the backend is consulted |",
     ]

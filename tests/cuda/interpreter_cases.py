@@ -85,7 +85,7 @@ def initializers() -> list[tuple[str, init.Initializer]]:
     return [
         ("uniform", init.uniform(-3.0, 5.0)),
         ("normal", init.normal(0.25, 2.0)),
-        ("trunc_normal_straddling", init.trunc_normal(0.1, 1.5, -2.0, 3.0)),
+        ("trunc_normal_straddling", init.trunc_normal(0.1, 1.5, -2.1, 3.3)),
         ("trunc_normal_default", init.trunc_normal(std=0.02)),
         ("trunc_normal_near_tail", init.trunc_normal(0.0, 1.0, 2.0, 3.0)),
         ("trunc_normal_r_above_5", init.trunc_normal(0.0, 1.0, 7.0, 9.0)),

@@ -41,7 +41,7 @@ def make_unavailable(monkeypatch: pytest.MonkeyPatch, why: str) -> str:
         return "triton cannot be imported"
     if why == "too_old":
         monkeypatch.setitem(sys.modules, "triton", types.SimpleNamespace(__version__="3.5.1"))
-        return "triton 3.5 is older than 3.9"
+        return "triton 3.5 is older than 3.6"
     if why == "rocm":
         monkeypatch.setattr(torch.version, "hip", "6.4.0")
         return "ROCm"

@@ -36,7 +36,7 @@ BACKENDS = ("auto", "triton", "host")
 #: The environment variable that sets the initial backend.
 ENV_VAR = "SHARDINIT_CUDA_BACKEND"
 #: The oldest Triton the kernel is tested with (interpreter bits and compiled PTX).
-MIN_TRITON = (3, 9)
+MIN_TRITON = (3, 6)
 
 _setting: str | None = None
 _lock = threading.Lock()
@@ -61,7 +61,7 @@ def set_cuda_backend(backend: str | None) -> None:
 
     Args:
         backend: ``"auto"``: the Triton kernel on the device where it is available
-            (Triton >= 3.9 importable, an NVIDIA CUDA device, the Triton runtime starts),
+            (Triton >= 3.6 importable, an NVIDIA CUDA device, the Triton runtime starts),
             else the host path with one :class:`CudaBackendWarning` per process.
             ``"triton"``: the kernel, or a ``ShardInitError`` saying why not.
             ``"host"``: the host path (generated on the CPU, copied through pinned

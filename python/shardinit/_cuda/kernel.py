@@ -21,9 +21,12 @@ Rules that keep GPU bits equal to CPU bits (each was hit by a prototype):
 2. A Python float literal is exact only where it meets a float64 tensor (it is then
    converted to float64). A literal with no tensor type to follow becomes float32:
    ``tl.where(far, 5.0, 1.6)`` or ``tl.full(shape, c)`` without a dtype. Write
-   ``tl.full((), c, tl.float64)`` (see ``_f64``). The same holds for scalar kernel
-   arguments: the float ones are annotated ``tl.float64`` (a plain float argument is
-   float32) and only ever meet float64 tensors.
+   ``tl.full((), c, tl.float64)`` (see ``_f64``). In comparisons Triton 3.6 rounds even
+   a literal that meets a float64 tensor to float32 (``x <= 0.425`` tested against
+   0.42500001...; 3.9 does not), so a literal compared with must be exact in float32
+   (0.5, 5.0) or written ``_f64(c)``. The same holds for scalar kernel arguments: the
+   float ones are annotated ``tl.float64`` (a plain float argument is float32) and only
+   ever meet float64 tensors.
 3. float64 ``/`` lowers to ``div.rn.f64`` and ``tl.sqrt`` to ``sqrt.rn.f64``, both correctly
    rounded. ``tl.div_rn`` / ``tl.sqrt_rn`` accept float32 only. No libdevice
    (``extern_elementwise``) and no inline PTX: the interpreter refuses both, so CI could
@@ -227,7 +230,7 @@ def _phi_inv_tail(p, q):
 def phi_inv(p, q):
     """``math.rs`` ``phi_inv(p, q)`` for float64 ``p`` in (0, 1) with ``q = 1 - p``
     exact (no NaN, no 0 or 1: rule 4)."""
-    central = tl.abs(p - 0.5) <= PHI_INV_SPLIT1
+    central = tl.abs(p - 0.5) <= _f64(PHI_INV_SPLIT1)  # rule 2: 0.425 is not a float32
     return tl.where(central, _phi_inv_central(p), _phi_inv_tail(p, q))
 
 
@@ -282,7 +285,9 @@ def _sample(u, KIND: tl.constexpr, c0, c1, c2, c3, c4, c5, c6):
         p = tl.where(lower, t, q)
         x = phi_inv(p, 1.0 - p)
         x = tl.where(lower, x, x * -1.0)
-        value = tl.minimum(tl.maximum(c0 + c1 * x, c2), c3)
+        # The bounds as float64 tensors (``* 1.0`` is exact, -0.0 included) before they
+        # meet min/max, which Triton 3.6's interpreter would take in float32 (rule 2).
+        value = tl.minimum(tl.maximum(c0 + c1 * x, c2 * _f64(1.0)), c3 * _f64(1.0))
     return value
 
 
