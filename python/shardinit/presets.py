@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from torch import nn
 
 from . import init
+from ._integration.defaults import NORM_LAYERS
 from ._integration.rules import RuleKey
 from ._validate import check_int, check_real
 from .errors import ShardInitError
@@ -32,13 +33,6 @@ DEFAULT_OUTPUT_PROJ_PATTERNS: tuple[str, ...] = (
 )
 #: Weights of normalization layers written as custom modules (e.g. a Llama RMSNorm).
 DEFAULT_NORM_PATTERNS: tuple[str, ...] = ("*norm.weight", "*norm.bias")
-
-_NORM_TYPES: tuple[type[nn.Module], ...] = (
-    nn.LayerNorm,
-    nn.RMSNorm,
-    nn.GroupNorm,
-    nn.modules.batchnorm._NormBase,
-)
 
 
 def llm(
@@ -86,7 +80,7 @@ def llm(
             rules[pattern] = init.normal(0.0, std / math.sqrt(2 * n_layers))
     for pattern in _check_patterns("norm_patterns", norm_patterns):
         rules[pattern] = init.zeros() if pattern.endswith("bias") else init.ones()
-    for norm_type in _NORM_TYPES:
+    for norm_type in NORM_LAYERS:
         rules[(norm_type, "weight")] = init.ones()
     rules[(nn.Module, "bias")] = init.zeros()
     rules[(nn.Linear, "weight")] = init.normal(0.0, std)

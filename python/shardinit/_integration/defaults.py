@@ -20,6 +20,8 @@ from .._torch_compat import CONV_MODULES, NORM_MODULES
 from ..init import Initializer, fan_in_and_fan_out, uniform_or_constant
 
 Shapes = Mapping[str, tuple[int, ...]]
+#: Normalization layers: affine weight 1 and bias 0 by default (``reset_parameters``).
+NORM_LAYERS: tuple[type[nn.Module], ...] = (nn.LayerNorm, nn.RMSNorm, nn.GroupNorm, *NORM_MODULES)
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ def default_init(module: nn.Module, attr: str, shapes: Shapes) -> DefaultInit | 
         return None
     if isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
         return _embedding(module, attr)
-    if isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, *NORM_MODULES)):
+    if isinstance(module, NORM_LAYERS):
         return _affine_norm(attr)
     if isinstance(module, nn.MultiheadAttention):
         return _multihead_attention(attr)
