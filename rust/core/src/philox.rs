@@ -100,9 +100,7 @@ pub(crate) fn philox_batch(first_block: u64, key: [u32; 2], out: &mut [u32; 4 * 
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    use super::{
-        philox_batch, BATCH_BLOCKS, PHILOX_M0, PHILOX_M1, PHILOX_ROUNDS, PHILOX_W0, PHILOX_W1,
-    };
+    use super::{BATCH_BLOCKS, PHILOX_M0, PHILOX_M1, PHILOX_ROUNDS, PHILOX_W0, PHILOX_W1};
     use core::arch::x86_64::{
         __m256i, _mm256_add_epi32, _mm256_blend_epi32, _mm256_cmpgt_epi32, _mm256_mul_epu32,
         _mm256_permute2x128_si256, _mm256_set1_epi32, _mm256_setr_epi32, _mm256_setzero_si256,
@@ -117,14 +115,23 @@ pub(crate) mod x86 {
     /// The CPU must support AVX2.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn mul_hi_lo_x8(a: __m256i, m: __m256i) -> (__m256i, __m256i) {
-        // vpmuludq multiplies the even 32-bit lanes into 64-bit products; the odd lanes
-        // are shifted down and multiplied separately, then the halves are blended back.
-        let even = _mm256_mul_epu32(a, m);
-        let odd = _mm256_mul_epu32(_mm256_srli_epi64::<32>(a), m);
-        let lo = _mm256_blend_epi32::<0b1010_1010>(even, _mm256_slli_epi64::<32>(odd));
-        let hi = _mm256_blend_epi32::<0b1010_1010>(_mm256_srli_epi64::<32>(even), odd);
-        (hi, lo)
+    // An `unsafe fn` with its intrinsics in an `unsafe` block because the workspace's
+    // rust-version (1.85) allows `#[target_feature]` only on unsafe fns (safe ones since
+    // 1.86) and treats these intrinsics as unsafe fns even here (safe inside an AVX2
+    // function since 1.87, where the block is unused).
+    #[allow(unused_unsafe)]
+    unsafe fn mul_hi_lo_x8(a: __m256i, m: __m256i) -> (__m256i, __m256i) {
+        // SAFETY: these intrinsics only need AVX2, which the caller guarantees.
+        unsafe {
+            // vpmuludq multiplies the even 32-bit lanes into 64-bit products; the odd
+            // lanes are shifted down and multiplied separately, then the halves are
+            // blended back.
+            let even = _mm256_mul_epu32(a, m);
+            let odd = _mm256_mul_epu32(_mm256_srli_epi64::<32>(a), m);
+            let lo = _mm256_blend_epi32::<0b1010_1010>(even, _mm256_slli_epi64::<32>(odd));
+            let hi = _mm256_blend_epi32::<0b1010_1010>(_mm256_srli_epi64::<32>(even), odd);
+            (hi, lo)
+        }
     }
 
     /// Philox over `8 * S` consecutive blocks with explicit AVX2 instructions (one
@@ -134,69 +141,80 @@ pub(crate) mod x86 {
     ///
     /// # Panics
     /// If `out.len() != 32 * S`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(crate) fn philox_avx2<const S: usize>(first_block: u64, key: [u32; 2], out: &mut [u32]) {
-        assert_eq!(out.len(), 4 * BATCH_BLOCKS * S, "words for {S} batches");
-        let flip = _mm256_set1_epi32(i32::MIN);
-        let lane_offsets = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let mut c0 = [_mm256_setzero_si256(); S];
-        let mut c1 = [_mm256_setzero_si256(); S];
-        let mut c2 = [_mm256_setzero_si256(); S];
-        let mut c3 = [_mm256_setzero_si256(); S];
-        for set in 0..S {
-            let first = first_block.wrapping_add((set * BATCH_BLOCKS) as u64);
-            let base = _mm256_set1_epi32(first as u32 as i32);
-            c0[set] = _mm256_add_epi32(base, lane_offsets);
-            // A lane whose low counter word wrapped past 2^32 carries into the high
-            // word: unsigned `c0 < base`, as a signed compare after flipping sign bits.
-            let wrapped = _mm256_cmpgt_epi32(
-                _mm256_xor_si256(base, flip),
-                _mm256_xor_si256(c0[set], flip),
-            );
-            // `wrapped` is -1 where the carry happened: subtracting it adds 1 (mod 2^32).
-            c1[set] = _mm256_sub_epi32(_mm256_set1_epi32((first >> 32) as u32 as i32), wrapped);
-        }
-        let m0 = _mm256_set1_epi32(PHILOX_M0 as i32);
-        let m1 = _mm256_set1_epi32(PHILOX_M1 as i32);
-        let [mut k0, mut k1] = key;
-        for round in 0..PHILOX_ROUNDS {
-            if round > 0 {
-                k0 = k0.wrapping_add(PHILOX_W0);
-                k1 = k1.wrapping_add(PHILOX_W1);
-            }
-            let key0 = _mm256_set1_epi32(k0 as i32);
-            let key1 = _mm256_set1_epi32(k1 as i32);
+    pub(crate) unsafe fn philox_avx2<const S: usize>(
+        first_block: u64,
+        key: [u32; 2],
+        out: &mut [u32],
+    ) {
+        // One block for the whole body: before Rust 1.87 every intrinsic here is an unsafe
+        // fn, and the stores are unsafe on any version, so the block is always needed.
+        // SAFETY: the arithmetic intrinsics and `mul_hi_lo_x8` only need AVX2, which the
+        // caller guarantees; the stores write inside `out` (bounds at each store), and
+        // `storeu` has no alignment requirement.
+        unsafe {
+            assert_eq!(out.len(), 4 * BATCH_BLOCKS * S, "words for {S} batches");
+            let flip = _mm256_set1_epi32(i32::MIN);
+            let lane_offsets = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            let mut c0 = [_mm256_setzero_si256(); S];
+            let mut c1 = [_mm256_setzero_si256(); S];
+            let mut c2 = [_mm256_setzero_si256(); S];
+            let mut c3 = [_mm256_setzero_si256(); S];
             for set in 0..S {
-                let (hi0, lo0) = mul_hi_lo_x8(c0[set], m0);
-                let (hi1, lo1) = mul_hi_lo_x8(c2[set], m1);
-                let n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1[set]), key0);
-                let n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3[set]), key1);
-                (c0[set], c1[set], c2[set], c3[set]) = (n0, lo1, n2, lo0);
+                let first = first_block.wrapping_add((set * BATCH_BLOCKS) as u64);
+                let base = _mm256_set1_epi32(first as u32 as i32);
+                c0[set] = _mm256_add_epi32(base, lane_offsets);
+                // A lane whose low counter word wrapped past 2^32 carries into the high
+                // word: unsigned `c0 < base`, as a signed compare after flipping sign bits.
+                let wrapped = _mm256_cmpgt_epi32(
+                    _mm256_xor_si256(base, flip),
+                    _mm256_xor_si256(c0[set], flip),
+                );
+                // `wrapped` is -1 where the carry happened: subtracting it adds 1 (mod 2^32).
+                c1[set] = _mm256_sub_epi32(_mm256_set1_epi32((first >> 32) as u32 as i32), wrapped);
             }
-        }
-        for set in 0..S {
-            // 4 x 8 transpose: register w holds word w of blocks 0..7; stream order
-            // wants the four words of block 0, then of block 1, ...
-            let t0 = _mm256_unpacklo_epi32(c0[set], c1[set]); // a0 b0 a1 b1 | a4 b4 a5 b5
-            let t1 = _mm256_unpackhi_epi32(c0[set], c1[set]); // a2 b2 a3 b3 | a6 b6 a7 b7
-            let t2 = _mm256_unpacklo_epi32(c2[set], c3[set]); // c0 d0 c1 d1 | c4 d4 c5 d5
-            let t3 = _mm256_unpackhi_epi32(c2[set], c3[set]); // c2 d2 c3 d3 | c6 d6 c7 d7
-            let u0 = _mm256_unpacklo_epi64(t0, t2); // block 0 | block 4
-            let u1 = _mm256_unpackhi_epi64(t0, t2); // block 1 | block 5
-            let u2 = _mm256_unpacklo_epi64(t1, t3); // block 2 | block 6
-            let u3 = _mm256_unpackhi_epi64(t1, t3); // block 3 | block 7
-            let rows = [
-                _mm256_permute2x128_si256::<0x20>(u0, u1),
-                _mm256_permute2x128_si256::<0x20>(u2, u3),
-                _mm256_permute2x128_si256::<0x31>(u0, u1),
-                _mm256_permute2x128_si256::<0x31>(u2, u3),
-            ];
-            let words = &mut out[32 * set..32 * set + 32];
-            for (i, row) in rows.into_iter().enumerate() {
-                // SAFETY: `words` holds 32 words; row `i` covers words 8i .. 8i + 8, in
-                // bounds, and `storeu` has no alignment requirement.
-                unsafe {
+            let m0 = _mm256_set1_epi32(PHILOX_M0 as i32);
+            let m1 = _mm256_set1_epi32(PHILOX_M1 as i32);
+            let [mut k0, mut k1] = key;
+            for round in 0..PHILOX_ROUNDS {
+                if round > 0 {
+                    k0 = k0.wrapping_add(PHILOX_W0);
+                    k1 = k1.wrapping_add(PHILOX_W1);
+                }
+                let key0 = _mm256_set1_epi32(k0 as i32);
+                let key1 = _mm256_set1_epi32(k1 as i32);
+                for set in 0..S {
+                    let (hi0, lo0) = mul_hi_lo_x8(c0[set], m0);
+                    let (hi1, lo1) = mul_hi_lo_x8(c2[set], m1);
+                    let n0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1[set]), key0);
+                    let n2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3[set]), key1);
+                    (c0[set], c1[set], c2[set], c3[set]) = (n0, lo1, n2, lo0);
+                }
+            }
+            for set in 0..S {
+                // 4 x 8 transpose: register w holds word w of blocks 0..7; stream order
+                // wants the four words of block 0, then of block 1, ...
+                let t0 = _mm256_unpacklo_epi32(c0[set], c1[set]); // a0 b0 a1 b1 | a4 b4 a5 b5
+                let t1 = _mm256_unpackhi_epi32(c0[set], c1[set]); // a2 b2 a3 b3 | a6 b6 a7 b7
+                let t2 = _mm256_unpacklo_epi32(c2[set], c3[set]); // c0 d0 c1 d1 | c4 d4 c5 d5
+                let t3 = _mm256_unpackhi_epi32(c2[set], c3[set]); // c2 d2 c3 d3 | c6 d6 c7 d7
+                let u0 = _mm256_unpacklo_epi64(t0, t2); // block 0 | block 4
+                let u1 = _mm256_unpackhi_epi64(t0, t2); // block 1 | block 5
+                let u2 = _mm256_unpacklo_epi64(t1, t3); // block 2 | block 6
+                let u3 = _mm256_unpackhi_epi64(t1, t3); // block 3 | block 7
+                let rows = [
+                    _mm256_permute2x128_si256::<0x20>(u0, u1),
+                    _mm256_permute2x128_si256::<0x20>(u2, u3),
+                    _mm256_permute2x128_si256::<0x31>(u0, u1),
+                    _mm256_permute2x128_si256::<0x31>(u2, u3),
+                ];
+                let words = &mut out[32 * set..32 * set + 32];
+                for (i, row) in rows.into_iter().enumerate() {
+                    // In bounds: `words` holds 32 words; row `i` covers words 8i .. 8i + 8.
                     _mm256_storeu_si256(words.as_mut_ptr().add(8 * i).cast::<__m256i>(), row);
                 }
             }
@@ -208,13 +226,14 @@ pub(crate) mod x86 {
     ///
     /// # Safety
     /// The CPU must support AVX-512F (checked by the caller).
+    #[cfg(shardinit_avx512)] // Rust >= 1.89: see build.rs
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn philox_batch_avx512(
         first_block: u64,
         key: [u32; 2],
         out: &mut [u32; 4 * BATCH_BLOCKS],
     ) {
-        philox_batch(first_block, key, out);
+        super::philox_batch(first_block, key, out);
     }
 }
 
@@ -230,7 +249,9 @@ pub enum Backend {
     Portable,
     /// x86-64 AVX2, selected at run time.
     Avx2,
-    /// x86-64 AVX-512F, selected at run time.
+    /// x86-64 AVX-512F, selected at run time. Built only by Rust 1.89 or newer (the
+    /// first with a stable `avx512f` target feature; see build.rs): builds by older
+    /// compilers report it unavailable, and [`Backend::detect`] picks [`Backend::Avx2`].
     Avx512,
 }
 
@@ -242,6 +263,7 @@ impl Backend {
         *DETECTED.get_or_init(|| {
             #[cfg(target_arch = "x86_64")]
             {
+                #[cfg(shardinit_avx512)]
                 if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx2")
                 {
                     return Backend::Avx512;
@@ -268,26 +290,28 @@ impl Backend {
         .collect()
     }
 
-    /// Whether this CPU can run `self` (a cached feature check, cheap).
+    /// Whether this CPU, and this build, can run `self` (a cached feature check, cheap).
     #[inline]
     pub fn is_available(self) -> bool {
         match self {
             Backend::Scalar | Backend::Portable => true,
             #[cfg(target_arch = "x86_64")]
             Backend::Avx2 => std::is_x86_feature_detected!("avx2"),
-            #[cfg(target_arch = "x86_64")]
+            #[cfg(all(target_arch = "x86_64", shardinit_avx512))]
             Backend::Avx512 => {
                 std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx2")
             }
             #[cfg(not(target_arch = "x86_64"))]
-            Backend::Avx2 | Backend::Avx512 => false,
+            Backend::Avx2 => false,
+            #[cfg(not(all(target_arch = "x86_64", shardinit_avx512)))]
+            Backend::Avx512 => false,
         }
     }
 
     /// Computes [`BATCH_BLOCKS`] blocks starting at `first_block` with this backend.
     ///
     /// # Panics
-    /// If this CPU cannot run `self` (see [`Backend::is_available`]).
+    /// If this CPU or build cannot run `self` (see [`Backend::is_available`]).
     #[inline]
     pub fn blocks(self, first_block: u64, key: [u32; 2], out: &mut [u32; 4 * BATCH_BLOCKS]) {
         match self {
@@ -307,7 +331,7 @@ impl Backend {
                 // SAFETY: AVX2 support was just checked.
                 unsafe { x86::philox_avx2::<1>(first_block, key, out) }
             }
-            #[cfg(target_arch = "x86_64")]
+            #[cfg(all(target_arch = "x86_64", shardinit_avx512))]
             Backend::Avx512 => {
                 assert!(
                     std::is_x86_feature_detected!("avx512f"),
@@ -317,7 +341,9 @@ impl Backend {
                 unsafe { x86::philox_batch_avx512(first_block, key, out) }
             }
             #[cfg(not(target_arch = "x86_64"))]
-            Backend::Avx2 | Backend::Avx512 => panic!("{self:?} needs an x86-64 CPU"),
+            Backend::Avx2 => panic!("{self:?} needs an x86-64 CPU"),
+            #[cfg(not(all(target_arch = "x86_64", shardinit_avx512)))]
+            Backend::Avx512 => panic!("{self:?} needs an x86-64 CPU and a build by Rust 1.89+"),
         }
     }
 }
