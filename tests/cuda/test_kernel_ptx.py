@@ -26,9 +26,8 @@ OTHER_ARCH_VARIANTS = list(
 
 def words_per_thread(entry: str) -> int:
     """Stream words one thread of a program covers (one Philox block per thread)."""
-    if entry == "flat":
-        return 4 * launch.FLAT_BLOCKS // (32 * launch.FLAT_WARPS)
-    return 4 * launch.ROW_BLOCKS // (32 * launch.ROW_WARPS)
+    blocks = launch.FLAT_BLOCKS if entry == "flat" else launch.ROW_BLOCKS
+    return 4 * blocks // (32 * launch.warps_for(blocks))
 
 
 def check_compiled(kind: str, dtype: torch.dtype, entry: str, arch: int) -> None:

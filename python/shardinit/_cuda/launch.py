@@ -20,23 +20,33 @@ from ..shard import _core_init, init_flat
 from ..spec import ParamSpec
 from . import kernel
 
-__all__ = ["FLAT_BLOCKS", "ROW_BLOCKS", "fill_box", "fill_flat", "sampler_constants"]
+__all__ = [
+    "COMPILE_OPTIONS",
+    "FLAT_BLOCKS",
+    "ROW_BLOCKS",
+    "fill_box",
+    "fill_flat",
+    "sampler_constants",
+    "self_check",
+    "warps_for",
+]
 
-#: Philox blocks per program of the flat kernel (1024 one-word or 512 float64 elements)
-#: and its warps. Fixed per variant: no autotuning, and the bits never depend on them.
+#: Philox blocks per program of the flat kernel (1024 one-word or 512 float64 elements).
+#: Fixed per variant: no autotuning, and the bits never depend on it (tested).
 FLAT_BLOCKS = 256
-FLAT_WARPS = 8
-#: The same for the rows kernel, whose rows may be short (one block per thread).
+#: The same for the rows kernel, whose rows may be short.
 ROW_BLOCKS = 64
-ROW_WARPS = 2
 #: Compile options of every launch (rule 7 of :mod:`.kernel`); the static PTX check
 #: compiles with the same.
 COMPILE_OPTIONS: dict[str, Any] = {"enable_fp_fusion": False}
 #: CUDA's limit on the x dimension of a grid.
 MAX_PROGRAMS = 2**31 - 1
 
-KIND_CODES = {"uniform": kernel.UNIFORM.value, "normal": kernel.NORMAL.value}
-KIND_CODES["trunc_normal"] = kernel.TRUNC_NORMAL.value
+KIND_CODES = {
+    "uniform": kernel.UNIFORM.value,
+    "normal": kernel.NORMAL.value,
+    "trunc_normal": kernel.TRUNC_NORMAL.value,
+}
 DTYPE_CODES = {
     torch.float32: kernel.FLOAT32.value,
     torch.float64: kernel.FLOAT64.value,
@@ -67,6 +77,12 @@ def sampler_constants(spec: ParamSpec) -> tuple[float, ...]:
     return values + (0.0,) * (7 - len(values))
 
 
+def warps_for(blocks: int) -> int:
+    """Warps per program: one Philox block per thread (a thread with no block of its own
+    would recompute a neighbour's), at most 8."""
+    return max(1, min(8, blocks // 32))
+
+
 def _elements_per_tile(dtype: torch.dtype, blocks: int) -> tuple[int, int]:
     """(elements per tile, alignment of a tile's first element) for ``blocks`` blocks."""
     return (2 * blocks, 2) if dtype == torch.float64 else (4 * blocks, 4)
@@ -93,10 +109,7 @@ def _as_kernel_out(out: torch.Tensor) -> torch.Tensor:
 def _fill_constant(spec: ParamSpec, out: torch.Tensor) -> None:
     """Every element has the bits the host path gives one element; ``fill_`` of those
     bits through an integer view (never ``fill_``'s own rounding of the float)."""
-    one = init_flat(spec, 0, 1) if spec.numel else None
-    if one is None or out.numel() == 0:
-        return
-    bits = int(one.view(_INT_VIEWS[spec.dtype])[0])
+    bits = int(init_flat(spec, 0, 1).view(_INT_VIEWS[spec.dtype])[0])
     out.view(_INT_VIEWS[spec.dtype]).fill_(bits)
 
 
@@ -128,7 +141,7 @@ def fill_flat(spec: ParamSpec, start: int, out: torch.Tensor, blocks: int = FLAT
                 KIND=KIND_CODES[spec.base_init.kind],
                 DTYPE=DTYPE_CODES[spec.dtype],
                 BLOCKS=blocks,
-                num_warps=FLAT_WARPS if blocks == FLAT_BLOCKS else 4,
+                num_warps=warps_for(blocks),
                 **COMPILE_OPTIONS,
             )
             done += part
@@ -202,7 +215,7 @@ def fill_box(
                 KIND=KIND_CODES[spec.base_init.kind],
                 DTYPE=DTYPE_CODES[spec.dtype],
                 BLOCKS=blocks,
-                num_warps=ROW_WARPS,
+                num_warps=warps_for(blocks),
                 **COMPILE_OPTIONS,
             )
 

@@ -108,7 +108,7 @@ def compile_variant(
     if entry == "flat":
         fn = kernel.fill_flat_kernel
         signature = {"out_ptr": out_type, "key": "u64", "start": "u64", "count": "u64"}
-        default_blocks, warps = launch.FLAT_BLOCKS, launch.FLAT_WARPS
+        default_blocks = launch.FLAT_BLOCKS
     else:
         fn = kernel.fill_rows_kernel
         signature = {
@@ -119,7 +119,7 @@ def compile_variant(
             "row_stride": "i64",
             "tiles_per_row": "i64",
         }
-        default_blocks, warps = launch.ROW_BLOCKS, launch.ROW_WARPS
+        default_blocks = launch.ROW_BLOCKS
     constexprs = {
         "KIND": launch.KIND_CODES[kind],
         "DTYPE": launch.DTYPE_CODES[dtype],
@@ -127,7 +127,7 @@ def compile_variant(
     }
     signature = {**signature, **floats, **dict.fromkeys(constexprs, "constexpr")}
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
-    options = {**launch.COMPILE_OPTIONS, "num_warps": warps}
+    options = {**launch.COMPILE_OPTIONS, "num_warps": launch.warps_for(constexprs["BLOCKS"])}
     if fusion:
         options["enable_fp_fusion"] = True
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
