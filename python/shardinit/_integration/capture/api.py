@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 from .recorder import CaptureMode
-from .tracks import Track
 from .records import CapturedInit, ParamRecord
 from .standins import (
     ParamGroup,
@@ -21,8 +20,11 @@ from .standins import (
     read_buffers,
     replaced_error,
     restore_flags,
+    rewrap_classes,
     snapshot_flags,
+    unwrap_classes,
 )
+from .tracks import Track
 
 __all__ = ["capture_init"]
 
@@ -88,6 +90,7 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
         tracks = [*iter_tracks(groups), *(b.track for b in buffers)]
         recorder = CaptureMode(tracks, aliases)
         flags = snapshot_flags(module)
+        classes = unwrap_classes(module)
         for group in groups:
             group.install()
         for standin in buffers:
@@ -96,6 +99,7 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
             with recorder, torch.no_grad():
                 init_fn()
         finally:
+            rewrap_classes(classes)
             restore_flags(flags)
             winners = [group.winner() for group in groups]
             replaced = [path for group in groups for path in group.restore()]

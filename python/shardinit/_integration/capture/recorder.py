@@ -413,6 +413,9 @@ class CaptureMode(Recorder):
             self.write(target, view, entry, values, f"{name.strip('_')}_({shown})")
         elif name == "copy_":
             self.copy_into(target, view, args[1], "copy_")
+        elif name == "pad" and not any(args[1] if len(args) > 1 else kwargs.get("pad", ())):
+            # Zero padding is the identity: transformers' _adjust_bias stores it back.
+            return True, view
         elif name == "__setitem__":
             self.setitem(target, view, args[1], args[2])
             return True, None

@@ -1,0 +1,147 @@
+"""Tiny real client models (transformers 5.23, torchtitan 0.3.0) built from configs,
+nothing downloaded, and the init flows a user runs on them.
+
+Each entry of :data:`MODELS` builds a fresh model (on the current default device, so a
+``torch.device("meta")`` context gives a meta model), names its init code, and says
+what the library's own CPU init gives each parameter."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+HIDDEN, LAYERS, VOCAB, HEADS = 64, 2, 1000, 4
+
+
+def _hf(kind: str) -> nn.Module:
+    import transformers as tf
+
+    common = {"vocab_size": VOCAB, "num_attention_heads": HEADS}
+    if kind in ("llama_tied", "llama_untied"):
+        config = tf.LlamaConfig(
+            hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=LAYERS,
+            num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0,
+            tie_word_embeddings=kind == "llama_tied", **common,
+        )  # fmt: skip
+        return tf.LlamaForCausalLM(config)
+    if kind == "gpt2":
+        config = tf.GPT2Config(n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_positions=64,
+                               vocab_size=VOCAB)  # fmt: skip
+        return tf.GPT2LMHeadModel(config)
+    if kind == "bert":
+        config = tf.BertConfig(
+            hidden_size=HIDDEN, num_hidden_layers=LAYERS, intermediate_size=128,
+            max_position_embeddings=64, pad_token_id=0, **common,
+        )  # fmt: skip
+        return tf.BertForMaskedLM(config)
+    assert kind == "t5", kind
+    config = tf.T5Config(
+        d_model=HIDDEN, d_kv=16, d_ff=128, num_layers=LAYERS, num_heads=HEADS,
+        vocab_size=VOCAB, pad_token_id=0, decoder_start_token_id=0,
+    )  # fmt: skip
+    return tf.T5ForConditionalGeneration(config)
+
+
+def _titan(fuse_qkv: bool) -> nn.Module:
+    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
+    from torchtitan.models.llama3 import (
+        _EMBEDDING_INIT,
+        _NORM_INIT,
+        Llama3Model,
+        _build_llama3_layers,
+        _output_linear_init,
+    )
+
+    config = Llama3Model.Config(
+        dim=HIDDEN,
+        vocab_size=VOCAB,
+        tok_embeddings=Embedding.Config(
+            num_embeddings=VOCAB, embedding_dim=HIDDEN, param_init=_EMBEDDING_INIT
+        ),
+        norm=RMSNorm.Config(normalized_shape=HIDDEN, param_init=_NORM_INIT),
+        lm_head=Linear.Config(
+            in_features=HIDDEN, out_features=VOCAB, param_init=_output_linear_init(HIDDEN)
+        ),
+        layers=_build_llama3_layers(
+            fuse_qkv=fuse_qkv,
+            n_layers=LAYERS,
+            dim=HIDDEN,
+            n_heads=HEADS,
+            n_kv_heads=2,
+            hidden_dim=128,
+            attn_backend="flex",
+            rope=ComplexRoPE.Config(dim=HIDDEN // HEADS, max_seq_len=64, theta=500000),
+        ),
+    )
+    return config.build()
+
+
+@dataclass(frozen=True)
+class ClientModel:
+    """One tiny model.
+
+    Attributes:
+        name: the test id.
+        build: makes it (on the current default device).
+        init: its own init code, as a user passes it as ``init_fn``.
+        blocks: the submodules ``fully_shard`` wraps one by one (then the root).
+        tp_plan: whether transformers has a TP plan for it (the 2x2 FSDP2+TP check).
+    """
+
+    name: str
+    build: Callable[[], nn.Module]
+    init: Callable[[nn.Module], Callable[[], object]]
+    blocks: Callable[[nn.Module], list[nn.Module]]
+    tp_plan: bool = False
+
+
+def _hf_blocks(model: nn.Module) -> list[nn.Module]:
+    # Llama's DecoderLayer, GPT-2's Block, BERT's Layer, T5's Block.
+    names = ("DecoderLayer", "Block", "Layer")
+    return [
+        m
+        for m in model.modules()
+        if type(m).__name__.endswith(names) and not type(m).__name__.endswith("LayerNorm")
+    ]
+
+
+def _titan_blocks(model: nn.Module) -> list[nn.Module]:
+    return list(model.layers.values())  # type: ignore[operator]
+
+
+def _init_weights(model: nn.Module) -> Callable[[], object]:
+    return model.init_weights  # type: ignore[return-value]
+
+
+def _apply_init(model: nn.Module) -> Callable[[], object]:
+    return lambda: model.apply(model._init_weights)  # type: ignore[operator]
+
+
+MODELS: dict[str, ClientModel] = {
+    m.name: m
+    for m in [
+        ClientModel("llama_tied", lambda: _hf("llama_tied"), _init_weights, _hf_blocks, True),
+        ClientModel("llama_untied", lambda: _hf("llama_untied"), _init_weights, _hf_blocks, True),
+        ClientModel("llama_apply", lambda: _hf("llama_tied"), _apply_init, _hf_blocks),
+        ClientModel("gpt2", lambda: _hf("gpt2"), _init_weights, _hf_blocks),
+        ClientModel("bert", lambda: _hf("bert"), _init_weights, _hf_blocks),
+        ClientModel("bert_apply", lambda: _hf("bert"), _apply_init, _hf_blocks),
+        ClientModel("t5", lambda: _hf("t5"), _init_weights, _hf_blocks),
+        ClientModel("titan_fused", lambda: _titan(True), _init_weights, _titan_blocks),
+        ClientModel("titan_unfused", lambda: _titan(False), _init_weights, _titan_blocks),
+    ]
+}
+
+
+def cpu_reference(name: str, seed: int = 0) -> nn.Module:
+    """The library's own CPU init, without shardinit: transformers initializes in its
+    constructor (untied, then tied); torchtitan builds and then runs ``init_weights``."""
+    torch.manual_seed(seed)
+    model = MODELS[name].build()
+    if name.startswith("titan"):
+        with torch.no_grad():
+            model.init_weights()  # type: ignore[operator]
+    return model
