@@ -20,7 +20,7 @@ import functools
 import importlib.util
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -158,10 +158,13 @@ def _check_model(chunks: list[Any], dtype: torch.dtype, expected_names: set[str]
         want = _megatron_split(full, dim, stride, tp_rank, tp_world)
         assert param.dtype == dtype, f"{raw}: dtype {param.dtype}"
         assert torch.equal(param.detach(), want), f"{raw} ({canonical}) differs from full"
-    assert seen <= expected_names, sorted(seen - expected_names)
+    assert seen == expected_names, sorted(seen ^ expected_names)
 
 
-def _gpt_names(moe: bool, layers: range, first: bool, last: bool, tied: bool = False) -> set[str]:
+def _gpt_names(
+    moe: bool, layers: Iterable[int], first: bool, last: bool, experts: Iterable[int] = ()
+) -> set[str]:
+    """The canonical names a rank holds: its layers, its experts (global indices)."""
     names = set()
     if first:
         names |= {"embedding.word_embeddings.weight", "embedding.position_embeddings.weight"}
@@ -180,14 +183,14 @@ def _gpt_names(moe: bool, layers: range, first: bool, last: bool, tied: bool = F
             names.add(prefix + "mlp.router.weight")
             names |= {
                 prefix + f"mlp.experts.local_experts.{e}.linear_fc{k}.weight"
-                for e in range(EXPERTS)
+                for e in experts
                 for k in (1, 2)
             }
         else:
             names |= {prefix + "mlp.linear_fc1.weight", prefix + "mlp.linear_fc2.weight"}
     if last:
         names |= {"decoder.final_layernorm.weight", "decoder.final_layernorm.bias"}
-        names.add("embedding.word_embeddings.weight" if tied else "output_layer.weight")
+        names.add("output_layer.weight")
     return names
 
 
@@ -203,7 +206,13 @@ def _layout(tp: int = 1, pp: int = 1, ep: int = 1, etp: int | None = None) -> No
 
 
 def _gpt_case(
-    tp: int, pp: int, dtype: torch.dtype, moe: bool = False, ep: int = 1, etp: int | None = None
+    tp: int,
+    pp: int,
+    dtype: torch.dtype,
+    moe: bool = False,
+    ep: int = 1,
+    etp: int | None = None,
+    tied: bool = False,
 ) -> Callable[[], None]:
     def run() -> None:
         _layout(tp, pp, ep, etp)
@@ -223,7 +232,7 @@ def _gpt_case(
             bf16=dtype == torch.bfloat16,
             **extra,
         )
-        model = _gpt(config, moe)
+        model = _gpt(config, moe, tied)
         if dtype == torch.bfloat16:  # as Megatron's training loop wraps (and casts) it
             from megatron.core.transformer.module import Float16Module
 
@@ -231,7 +240,12 @@ def _gpt_case(
         shardinit.megatron.materialize(model, seed=SEED, config=config)
         stage, per_stage = ps.get_pipeline_model_parallel_rank(), LAYERS // pp
         layers = range(stage * per_stage, (stage + 1) * per_stage)
-        names = _gpt_names(moe, layers, stage == 0, stage == pp - 1)
+        per_rank = EXPERTS // ep
+        first_expert = ps.get_expert_model_parallel_rank() * per_rank
+        experts = range(first_expert, first_expert + per_rank)  # the global expert indices
+        names = _gpt_names(moe, layers, stage == 0, stage == pp - 1, experts)
+        if tied:  # the output layer uses the embedding's weight
+            names.discard("output_layer.weight")
         _check_model([model], dtype, names)
 
     return run
@@ -309,7 +323,7 @@ def _vpp_chunks() -> None:
             )
     shardinit.megatron.materialize(chunks, seed=SEED, config=config)
     layers = {stage, stage + 2}
-    names = _gpt_names(False, range(LAYERS), stage == 0, stage == 1)
+    names = _gpt_names(False, sorted(layers), stage == 0, stage == 1)
     _check_model(chunks, torch.float32, names)
     held = {
         int(n.split(".")[2])
@@ -459,6 +473,7 @@ def scenario_world2(rank: int, world: int) -> Checks:
         cases[f"gpt_tp2_pp1_{tag}"] = _gpt_case(2, 1, dtype)
         cases[f"gpt_tp1_pp2_{tag}"] = _gpt_case(1, 2, dtype)
         cases[f"layout_{tag}"] = _layout_against_megatron_split(dtype)
+    cases["gpt_tp2_tied"] = _gpt_case(2, 1, torch.float32, tied=True)
     cases["moe_ep1"] = _gpt_case(1, 1, torch.float32, moe=True)
     cases["moe_ep2"] = _gpt_case(1, 1, torch.float32, moe=True, ep=2)
     cases["preset_equals_recorded"] = _preset_equals_recorded
@@ -499,6 +514,7 @@ WORLD2 = [
     "moe_ep1",
     "moe_ep2",
     "preset_equals_recorded",
+    "gpt_tp2_tied",
     "tied_last_stage",
     "vpp",
     "rules",
