@@ -39,7 +39,7 @@ import torch.distributed as dist
 from .._names import canonical_name
 from .._torch_compat import is_strided_shard
 from ..errors import ShardInitError
-from .placements import Run, local_runs
+from .placements import Run, is_dtensor, local_runs
 from .zero3 import flat_partition_of
 
 __all__ = ["fingerprint", "fingerprint_model", "model_digest"]
@@ -215,14 +215,6 @@ def _indices(runs: Sequence[Run]) -> torch.Tensor:
     return torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64)
 
 
-def _is_dtensor(tensor: Any) -> bool:
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover - torch built without distributed
-        return False
-    return isinstance(tensor, DTensor)
-
-
 def _reduce_group(mesh: Any, group: Any) -> Any:
     if group is not None:
         return group
@@ -246,7 +238,7 @@ def _local_part(tensor: Any) -> tuple[int, Any, torch.device, torch.dtype, tuple
         flat = [torch.arange(start, start + local.numel(), dtype=torch.int64)]
         partial = _partial_sum(local, (math.prod(shape),), flat)
         return partial, group, local.device, tensor.dtype, shape
-    if _is_dtensor(tensor):
+    if is_dtensor(tensor):
         local, dim_indices, contributes, mesh = _dtensor_layout(tensor)
         if local.is_meta:
             raise ShardInitError("fingerprint: the tensor is on the meta device (no values)")

@@ -20,9 +20,12 @@ each landing in a known slice of the local tensor. A plain ``Shard`` layout is o
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
+
+import torch
 
 from .._torch_compat import is_strided_shard, split_factor
 from ..errors import ShardInitError
@@ -226,3 +229,21 @@ def local_boxes(runs: Sequence[Sequence[Run]]) -> list[LocalBox]:
             )
         )
     return boxes
+
+
+def is_dtensor(tensor: object) -> TypeGuard[DTensor]:
+    """Whether ``tensor`` is a DTensor, without importing torch.distributed.tensor."""
+    # No tensor is a DTensor unless torch.distributed.tensor was imported: checking
+    # sys.modules keeps that import (seconds) off the plain-model path.
+    module = sys.modules.get("torch.distributed.tensor")
+    dtensor_type = getattr(module, "DTensor", None)
+    return dtensor_type is not None and isinstance(tensor, dtensor_type)
+
+
+def local_of(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor holding this rank's elements: a DTensor's local shard, else itself."""
+    if is_dtensor(tensor):
+        local = tensor.to_local()
+        assert isinstance(local, torch.Tensor)
+        return local
+    return tensor

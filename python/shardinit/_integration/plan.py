@@ -19,7 +19,7 @@ from ..spec import ParamSpec
 from . import fsdp1
 from .capture import CapturedInit, ParamRecord, base_ops, write_buffers
 from .defaults import DefaultInit, default_buffer_value, parent_overrides
-from .placements import Run, local_runs_of
+from .placements import Run, is_dtensor, local_runs_of
 from .rules import RuleList, choose_init, first_rule
 from .targets import (
     InitValues,
@@ -27,7 +27,6 @@ from .targets import (
     ReplayValues,
     Target,
     Values,
-    is_dtensor,
 )
 
 #: ``buffer_init(module, name, tensor)`` fills ``tensor`` (already allocated) in place.

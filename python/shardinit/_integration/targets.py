@@ -17,10 +17,9 @@ form of region.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, TypeGuard
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -29,10 +28,7 @@ from .._names import ParamSlot
 from ..shard import init_box, init_flat
 from ..spec import ParamSpec
 from .capture import CapturedOp, ParamRecord, replay_flat, replay_runs
-from .placements import Run, local_boxes
-
-if TYPE_CHECKING:
-    from torch.distributed.tensor import DTensor
+from .placements import Run, is_dtensor, local_boxes, local_of
 
 # --------------------------------------------------------------------------- values
 
@@ -143,24 +139,6 @@ class Target(Protocol):
     def fill(self, values: Values) -> None:
         """Writes ``values`` into the region (under ``torch.no_grad()``)."""
         ...
-
-
-def is_dtensor(tensor: torch.Tensor) -> TypeGuard[DTensor]:
-    """Whether ``tensor`` is a DTensor, without importing torch.distributed.tensor."""
-    # No tensor is a DTensor unless torch.distributed.tensor was imported: checking
-    # sys.modules keeps that import (seconds) off the plain-model path.
-    module = sys.modules.get("torch.distributed.tensor")
-    dtensor_type = getattr(module, "DTensor", None)
-    return dtensor_type is not None and isinstance(tensor, dtensor_type)
-
-
-def local_of(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor holding this rank's elements: a DTensor's local shard, else itself."""
-    if is_dtensor(tensor):
-        local = tensor.to_local()
-        assert isinstance(local, torch.Tensor)
-        return local
-    return tensor
 
 
 @dataclass(eq=False)
