@@ -8,7 +8,8 @@ partitions are gathered for it after the peak was recorded). Prints a markdown t
 (the one in docs/megatron-deepspeed.md).
 
 Usage:
-    .venv/bin/python benches/zoo_init.py [--out 8192] [--in 4096] [--worlds 1,2]
+    .venv/bin/python benches/zoo_init.py [--out-features 8192] [--in-features 4096] [--worlds 1,2]
+        [--strategies megatron_cpu,megatron_shardinit,zero3_stock,zero3_shardinit]
 
 Strategies (``torch.manual_seed(0)`` on every rank first):
 
@@ -52,17 +53,16 @@ def _peak() -> int:
 
 
 def _megatron(strategy: str, out_features: int, in_features: int) -> Any:
-    from megatron.core import parallel_state, tensor_parallel
+    from megatron.core import tensor_parallel
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     import shardinit.megatron
 
     world = int(os.environ["WORLD_SIZE"])
-    parallel_state.initialize_model_parallel(world, 1)
     config = TransformerConfig(
         num_layers=1,
         hidden_size=in_features,
-        num_attention_heads=1,
+        num_attention_heads=8,
         use_cpu_initialization=True,
         perform_initialization=True,
         tensor_model_parallel_size=world,
@@ -93,7 +93,6 @@ def _zero3(strategy: str, out_features: int, in_features: int) -> Any:
     import shardinit
     import shardinit.deepspeed
 
-    deepspeed.init_distributed(dist_backend="gloo")
     config = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3}}
     if strategy == "zero3_stock":
         with deepspeed.zero.Init(config_dict_or_path=config, remote_device="cpu"):
@@ -102,6 +101,17 @@ def _zero3(strategy: str, out_features: int, in_features: int) -> Any:
         layer = torch.nn.Linear(in_features, out_features, bias=False)
     shardinit.materialize(layer, seed=0)
     return layer
+
+
+def _setup(strategy: str) -> None:
+    if strategy.startswith("megatron"):
+        from megatron.core import parallel_state
+
+        parallel_state.initialize_model_parallel(int(os.environ["WORLD_SIZE"]), 1)
+    else:
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend="gloo")
 
 
 def _fingerprint(strategy: str, layer: Any) -> str:
@@ -146,6 +156,7 @@ def worker(argv: list[str]) -> None:
     dist.broadcast = counting
     torch.manual_seed(0)
     build = _megatron if args.strategy.startswith("megatron") else _zero3
+    _setup(args.strategy)  # process groups: not part of the measurement
     before = _rss_now()
     start = time.perf_counter()
     layer = build(args.strategy, int(args.out_features), int(args.in_features))
@@ -169,6 +180,7 @@ def main() -> int:
     parser.add_argument("--out-features", type=int, default=8192)
     parser.add_argument("--in-features", type=int, default=4096)
     parser.add_argument("--worlds", default="1,2")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
     from shardinit.cli._launch import launch
@@ -182,7 +194,7 @@ def main() -> int:
     header = " | ".join(f"world {w}" for w in worlds)
     print(f"\n| strategy | {header} | same weights at every world size |")
     print("|---|" + "---|" * len(worlds) + "---|")
-    for strategy in STRATEGIES:
+    for strategy in args.strategies.split(","):
         cells, digests = [], set()
         for world in worlds:
             ranks = launch(

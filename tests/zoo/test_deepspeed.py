@@ -14,11 +14,13 @@ JIT-compiles its CPU comm op (about 1-6 minutes on 2 cores, then cached).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable
@@ -78,16 +80,21 @@ def hf_init_weights(module: nn.Module) -> None:
         module.bias.data.zero_()
 
 
-def _captured() -> shardinit.CapturedInit:
+def _meta_zoonet(dtype: torch.dtype = torch.float32) -> ZooNet:
     with torch.device("meta"):
-        meta = ZooNet()
+        return ZooNet().to(dtype)
+
+
+def _captured(dtype: torch.dtype = torch.float32) -> shardinit.CapturedInit:
+    meta = _meta_zoonet(dtype)
     return shardinit.capture_init(meta, lambda: meta.apply(hf_init_weights))
 
 
-def _reference(captured: shardinit.CapturedInit | None) -> dict[str, torch.Tensor]:
+def _reference(
+    captured: shardinit.CapturedInit | None, dtype: torch.dtype = torch.float32
+) -> dict[str, torch.Tensor]:
     """World-1 values: shardinit.materialize of a meta ZooNet (the generic path)."""
-    with torch.device("meta"):
-        meta = ZooNet()
+    meta = _meta_zoonet(dtype)
     shardinit.materialize(meta, seed=SEED, init_fn=captured)
     return {name: param.detach() for name, param in meta.named_parameters()}
 
@@ -109,11 +116,12 @@ def _deepspeed() -> Any:
     return deepspeed
 
 
-def _config(stage3: bool = True) -> dict[str, Any]:
+def _config(dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     return {
         "train_micro_batch_size_per_gpu": 2,
         "zero_optimization": {"stage": 3},
         "zero_allow_untested_optimizer": True,
+        "bf16": {"enabled": dtype == torch.bfloat16},
     }
 
 
@@ -130,13 +138,13 @@ def _count_broadcasts() -> Callable[[], int]:
     return lambda: calls[0]
 
 
-def _build(ours: bool) -> tuple[nn.Module, int]:
+def _build(ours: bool, dtype: torch.dtype = torch.float32) -> tuple[nn.Module, int]:
     """A ZooNet under zero.Init (stock or shardinit's), and the broadcasts it made."""
     deepspeed = _deepspeed()
     calls = _count_broadcasts()
     try:
         context = (shardinit.deepspeed.Init if ours else deepspeed.zero.Init)(
-            config_dict_or_path=_config(), remote_device="cpu"
+            config_dict_or_path=_config(dtype), remote_device="cpu"
         )
         with context:
             model = ZooNet()
@@ -162,17 +170,20 @@ def _check_partitions(model: nn.Module, reference: dict[str, torch.Tensor]) -> N
             assert torch.equal(param.detach(), reference[name]), f"{name}: gathered"
 
 
-def _fill_case(ours: bool, captured_init: bool) -> Callable[[], None]:
+def _fill_case(
+    ours: bool, captured_init: bool, dtype: torch.dtype = torch.float32
+) -> Callable[[], None]:
     def run() -> None:
-        captured = _captured() if captured_init else None
-        model, broadcasts = _build(ours)
+        captured = _captured(dtype) if captured_init else None
+        model, broadcasts = _build(ours, dtype)
+        assert model.proj.weight.dtype == dtype
         params = len(list(model.parameters()))
         if ours:
             assert broadcasts == 0, f"{broadcasts} broadcasts with shardinit.deepspeed.Init"
         elif torch.distributed.get_world_size() > 1:
             assert broadcasts >= params, f"stock zero.Init made only {broadcasts} broadcasts"
         shardinit.materialize(model, seed=SEED, init_fn=captured, overwrite=not ours)
-        reference = _reference(captured)
+        reference = _reference(captured, dtype)
         _check_partitions(model, reference)
         # fingerprint reads the partitions in place (one all_reduce, nothing gathered)
         want = {name: shardinit.fingerprint(tensor) for name, tensor in reference.items()}
@@ -293,6 +304,7 @@ def scenario(rank: int, world: int) -> Checks:
         for captured in (False, True):
             name = f"fill_{'shardinit' if ours else 'stock'}_{'hf' if captured else 'defaults'}"
             check(checks, name, _fill_case(ours, captured))
+    check(checks, "fill_shardinit_hf_bf16", _fill_case(True, True, torch.bfloat16))
     check(checks, "stock_needs_overwrite", _stock_needs_overwrite)
     if world <= 2:
         check(checks, "one_step", _one_step)
@@ -305,18 +317,25 @@ def scenario(rank: int, world: int) -> Checks:
 
 # --------------------------------------------------------------------------- tests
 
-_OUT = tempfile.mkdtemp(prefix="shardinit-zoo-ds-")
+
+@functools.cache
+def _out_dir() -> str:
+    """Where rank 0 writes its step digests (removed when the test process exits)."""
+    path = tempfile.mkdtemp(prefix="shardinit-zoo-ds-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 @functools.cache
 def _outcome(world: int) -> dict[str, list[str]]:
     from materialize_workers import run_group
 
-    os.environ["ZOO_DS_OUT"] = _OUT
+    os.environ["ZOO_DS_OUT"] = _out_dir()
     return run_group(world, scenario)
 
 
 FILLS = [f"fill_{ctx}_{init}" for ctx in ("stock", "shardinit") for init in ("defaults", "hf")]
+FILLS.append("fill_shardinit_hf_bf16")
 
 
 @pytest.mark.parametrize("world", [1, 2, 3])
@@ -348,5 +367,5 @@ def test_one_step_bit_identical_at_world_1_and_2() -> None:
 
     for world in (1, 2):
         assert_check_passed(_outcome(world), "one_step")
-    one, two = (json.loads(Path(_OUT, f"step_world{w}.json").read_text()) for w in (1, 2))
+    one, two = (json.loads(Path(_out_dir(), f"step_world{w}.json").read_text()) for w in (1, 2))
     assert one == two
