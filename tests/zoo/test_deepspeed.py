@@ -294,11 +294,6 @@ def _hf_llama() -> None:
 def scenario(rank: int, world: int) -> Checks:
     from materialize_workers import check
 
-    from shardinit._integration import plan, zero3  # DEV SHIM: remove when FLAT_SOURCES has it
-
-    if zero3.zero3_targets not in plan.FLAT_SOURCES:  # DEV SHIM
-        plan.FLAT_SOURCES += (zero3.zero3_targets,)  # DEV SHIM
-
     checks: Checks = {}
     for ours in (False, True):
         for captured in (False, True):

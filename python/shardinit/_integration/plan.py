@@ -16,7 +16,7 @@ from .._names import BufferHolder, buffer_holders, listing, param_slots
 from .._torch_compat import apply_to_tensors, is_flat_param
 from ..errors import ShardInitError
 from ..spec import ParamSpec
-from . import fsdp1
+from . import fsdp1, zero3
 from .capture import CapturedInit, ParamRecord, base_ops, write_buffers
 from .defaults import DefaultInit, default_buffer_value, parent_overrides
 from .placements import Run, is_dtensor, local_runs_of
@@ -34,8 +34,8 @@ BufferInit = Callable[[nn.Module, str, torch.Tensor], None]
 #: A region source: the targets of parameters a wrapper flattened away from the module
 #: tree, and the ``(id(module), attr)`` holders it manages (the generic walk skips them).
 FlatSource = Callable[[nn.Module], tuple[Sequence[Target], set[tuple[int, str]]]]
-#: Every region source. DeepSpeed ZeRO-3's padded flat partitions are one more entry.
-FLAT_SOURCES: tuple[FlatSource, ...] = (fsdp1.flat_targets,)
+#: Every region source: FSDP1's flat shards and DeepSpeed ZeRO-3's padded flat partitions.
+FLAT_SOURCES: tuple[FlatSource, ...] = (fsdp1.flat_targets, zero3.zero3_targets)
 
 
 @dataclass(frozen=True)
