@@ -128,3 +128,54 @@ def _results(world: int) -> dict[str, list[str]]:
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_fsdp2_worlds_give_identical_bytes(name: str, world: int) -> None:
     assert_check_passed(_results(world), name)
+
+
+# --------------------------------------------------------------------------- FSDP2 + TP
+
+
+def _tensor_parallel(name: str, mesh: object) -> nn.Module:
+    """transformers' own TP plan on the "tp" dim, then fully_shard on "dp"."""
+    from torch.distributed.fsdp import fully_shard
+    from transformers.distributed.tensor_parallel import apply_tensor_parallelism
+
+    entry = MODELS[name]
+    with torch.device("meta"):
+        model = entry.build()
+    plan = model._expand_parallel_plan(model.tp_plan)  # type: ignore[operator]
+    apply_tensor_parallelism(model, mesh["tp"], plan)  # type: ignore[index]
+    for block in entry.blocks(model):
+        fully_shard(block, mesh=mesh["dp"])  # type: ignore[index]
+    fully_shard(model, mesh=mesh["dp"])  # type: ignore[index]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        shardinit.materialize(model, seed=SEED, init_fn=entry.init(model))
+    return model
+
+
+def tp_scenario(rank: int, world: int) -> Checks:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    checks: Checks = {}
+    for name in sorted(n for n, m in MODELS.items() if m.tp_plan):
+
+        def run(name: str = name) -> None:
+            sharded = _tensor_parallel(name, mesh)
+            plain = dict(_materialized(name).named_parameters())
+            for param_name, param in sharded.named_parameters():
+                full = param.full_tensor()  # type: ignore[attr-defined]
+                expect_equal(param_name, full, plain[param_name].detach())
+
+        check(checks, name, run)
+    return checks
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("name", sorted(n for n, m in MODELS.items() if m.tp_plan))
+def test_fsdp2_tp_2x2_with_transformers_plan_gives_identical_bytes(name: str) -> None:
+    assert_check_passed(_tp_results(), name)
+
+
+@functools.cache
+def _tp_results() -> dict[str, list[str]]:
+    return run_group(4, tp_scenario)
