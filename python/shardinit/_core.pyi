@@ -6,14 +6,14 @@ __all__ = [
     "STREAM_FORMAT_VERSION",
     "Init",
     "InternalError",
+    "Region",
     "ShapeTooLargeError",
     "ShardInitError",
     "__version__",
     "_panic_for_test",
     "backend",
     "chunk_range",
-    "fill_box",
-    "fill_flat",
+    "fill",
     "key64",
     "phi",
     "phi_inv",
@@ -49,6 +49,22 @@ class Init:
     def __eq__(self, other: object, /) -> bool: ...
     __hash__: ClassVar[None]  # type: ignore[assignment]
 
+@final
+class Region:
+    """A region of a parameter's global tensor: what a :func:`fill`'s ``out`` holds."""
+
+    @staticmethod
+    def box(ranges: list[tuple[int, int]], offset: int | None = None) -> Region:
+        """The box ``ranges`` (one ``(start, stop)`` per dim) in C order: all of it when
+        ``offset`` is None, else its elements ``[offset, offset + len(out))``."""
+
+    @staticmethod
+    def flat(start: int) -> Region:
+        """Flat elements ``[start, start + len(out))`` of the row-major flattened tensor."""
+
+    def __eq__(self, other: object, /) -> bool: ...
+    __hash__: ClassVar[None]  # type: ignore[assignment]
+
 def sampler_constants(init: Init) -> dict[str, float]:
     """The constants the core's sampler for ``init`` precomputes, by name, to the bit.
 
@@ -72,27 +88,38 @@ def sampler_constants(init: Init) -> dict[str, float]:
 
 def key64(seed: int, name: str) -> int: ...
 def stream_words(key: int, start: int, out: Any) -> None: ...
-def fill_box(
+def fill(
     key: int,
     global_shape: list[int],
-    init_kind: str,
-    init_params: tuple[float, float, float, float],
+    init: Init,
     dtype: str,
-    region: list[tuple[int, int]],
-    out_offset: int | None,
+    region: Region,
     out: Any,
     threads: int = 0,
-) -> None: ...
-def fill_flat(
-    key: int,
-    global_shape: list[int],
-    init_kind: str,
-    init_params: tuple[float, float, float, float],
-    dtype: str,
-    start: int,
-    out: Any,
-    threads: int = 0,
-) -> None: ...
+) -> None:
+    """Writes ``region`` of the parameter ``(key, global_shape, init)`` into ``out``.
+
+    Args:
+        key: the parameter's key64 (stream-format.md §1).
+        global_shape: the global (unsharded) shape.
+        init: the base initializer.
+        dtype: ``"float32"``, ``"float64"``, ``"bfloat16"`` or ``"float16"``.
+        region: what ``out`` holds (a box, a part of one, or a flat range).
+        out: a writable C-contiguous buffer with ``dtype``'s item size (numpy
+            ``float32``/``float64``, ``int16`` for the 16-bit dtypes). Concurrent writes to
+            the same memory are not allowed: the GIL is released while the core writes
+            ``out``, so nothing else may read or write it until the call returns.
+        threads: worker threads; 0 for every CPU.
+
+    Raises:
+        ShardInitError: ``dtype`` unknown; a region that does not fit the shape or
+            ``out``; ``out`` overlaps the memory of another fill still running.
+        ShapeTooLargeError: the shape has more elements than v1 can address.
+        ValueError: ``out`` read-only or not C-contiguous.
+        BufferError: ``out``'s item format does not match ``dtype``.
+        RuntimeError: the worker threads could not be started.
+    """
+
 def chunk_range(size: int, rank: int, world: int) -> tuple[int, int]: ...
 def phi(x: float) -> float: ...
 def phi_inv(p: float, q: float) -> float: ...

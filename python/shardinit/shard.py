@@ -1,7 +1,8 @@
 """Filling regions of a parameter: ``init_shard``, ``init_box``, ``full``.
 
 CPU outputs are written by the Rust core straight into the tensor's memory with the GIL
-released. CUDA outputs are generated into two pinned host buffers of bounded size
+released; meanwhile no other thread may touch that memory (a second shardinit fill of it
+is refused). CUDA outputs are generated into two pinned host buffers of bounded size
 (``CUDA_CHUNK_BYTES`` each) and copied asynchronously, so generating chunk k+1 overlaps
 the host-to-device copy of chunk k and host memory stays bounded.
 """
@@ -151,31 +152,15 @@ def _core_init(base: BaseInit) -> _core.Init:
     raise TypeError(f"not a base initializer of stream format v1: {base!r}")
 
 
-def _fill_box_cpu(spec: ParamSpec, box: Box, offset: int | None, out: torch.Tensor) -> None:
-    """Fills the whole box (``offset`` None) or elements [offset, offset + len) of it."""
-    base = spec.base_init
-    _core.fill_box(
+def _fill_cpu(spec: ParamSpec, region: _core.Region, out: torch.Tensor) -> None:
+    """Writes ``region`` of ``spec`` into the CPU tensor ``out`` (GIL released). A
+    second call on overlapping memory while this one runs raises ``ShardInitError``."""
+    _core.fill(
         spec.key64,
         list(spec.shape),
-        base.kind,
-        base.params(),
+        _core_init(spec.base_init),
         spec.dtype_name,
-        list(box),
-        offset,
-        _writable_view(out),
-        get_num_threads(),
-    )
-
-
-def _fill_flat_cpu(spec: ParamSpec, start: int, out: torch.Tensor) -> None:
-    base = spec.base_init
-    _core.fill_flat(
-        spec.key64,
-        list(spec.shape),
-        base.kind,
-        base.params(),
-        spec.dtype_name,
-        start,
+        region,
         _writable_view(out),
         get_num_threads(),
     )
@@ -244,9 +229,11 @@ def _fill_box(spec: ParamSpec, box: Box, device: Any, out: torch.Tensor | None) 
         if device is not None and _resolve_device(device) != out.device:
             raise ShardInitError(f"device is {device} but out is on {out.device}")
     if out.device.type == "cuda":
-        _fill_via_pinned(out, lambda offset, host: _fill_box_cpu(spec, box, offset, host))
+        _fill_via_pinned(
+            out, lambda offset, host: _fill_cpu(spec, _core.Region.box(list(box), offset), host)
+        )
     else:
-        _fill_box_cpu(spec, box, None, out)
+        _fill_cpu(spec, _core.Region.box(list(box)), out)
     return out
 
 
@@ -286,7 +273,10 @@ def init_shard(
         device: None or "cpu" for a CPU tensor; a CUDA device to generate through pinned
             memory and copy to the GPU.
         out: an existing contiguous tensor of the chunk's shape and the spec's dtype to
-            fill in place (its device is used).
+            fill in place (its device is used). Concurrent writes to the same tensor are
+            not allowed: the GIL is released while shardinit writes ``out``, so no other
+            thread may read or write its memory until this call returns. Another
+            shardinit call on overlapping memory meanwhile raises ``ShardInitError``.
 
     Returns:
         The chunk (``out`` if given).
@@ -294,7 +284,7 @@ def init_shard(
     Raises:
         TypeError: arguments of the wrong type.
         ShardInitError: rank, world or dim out of range; ``out`` of the wrong shape,
-            dtype, layout or device.
+            dtype, layout or device, or still being written by another shardinit call.
 
     Example:
         >>> import torch, shardinit
@@ -316,7 +306,7 @@ def init_box(
 ) -> torch.Tensor:
     """Generates the box ``box`` (one ``(start, stop)`` pair per dim, 0 <= start <= stop
     <= size) of the parameter, in C order. See :func:`init_shard` for ``device`` and
-    ``out``.
+    ``out`` (concurrent writes to the same tensor are not allowed).
 
     Example:
         >>> import torch, shardinit
@@ -346,7 +336,8 @@ def init_flat(
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Generates flat elements ``[start, stop)`` of the row-major flattened parameter as a
-    1-D tensor (FSDP1 flat-parameter shards)."""
+    1-D tensor (FSDP1 flat-parameter shards). See :func:`init_shard` for ``device`` and
+    ``out`` (concurrent writes to the same tensor are not allowed)."""
     if not isinstance(spec, ParamSpec):
         raise TypeError(f"spec must be a ParamSpec, got {type(spec).__name__}")
     start = check_int("start", start, low=0, high=spec.numel)
@@ -359,7 +350,9 @@ def init_flat(
         if device is not None and _resolve_device(device) != out.device:
             raise ShardInitError(f"device is {device} but out is on {out.device}")
     if out.device.type == "cuda":
-        _fill_via_pinned(out, lambda offset, host: _fill_flat_cpu(spec, start + offset, host))
+        _fill_via_pinned(
+            out, lambda offset, host: _fill_cpu(spec, _core.Region.flat(start + offset), host)
+        )
     else:
-        _fill_flat_cpu(spec, start, out)
+        _fill_cpu(spec, _core.Region.flat(start), out)
     return out

@@ -20,7 +20,7 @@ from shardinit.shard import _core_init
 mpmath.mp.dps = 60
 
 #: stream-format.md §4 measures Phi within 2.9 ulp of mpmath; 6 ulp tolerated, as in
-#: test_core_accuracy.py.
+#: tests/core/test_accuracy.py.
 MAX_ULPS = 6
 
 #: Intervals (a, b) of a standard normal: straddling, both in the upper tail, both in

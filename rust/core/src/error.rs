@@ -21,6 +21,11 @@ pub enum Error {
         /// The value given.
         std: f64,
     },
+    /// A standard deviation that must be positive (trunc_normal's) is zero or negative.
+    NonPositiveStd {
+        /// The value given.
+        std: f64,
+    },
     /// An interval `[a, b]` (uniform or truncation bounds) is empty or reversed.
     EmptyInterval {
         /// Lower bound given.
@@ -96,6 +101,7 @@ impl fmt::Display for Error {
                 write!(f, "{arg} must be a finite number, got {value}")
             }
             Error::NegativeStd { std } => write!(f, "std must be >= 0, got {std}"),
+            Error::NonPositiveStd { std } => write!(f, "std must be > 0, got {std}"),
             Error::EmptyInterval { a, b } => {
                 write!(f, "a must be < b, got a={a}, b={b}")
             }

@@ -1,32 +1,25 @@
-//! Shard geometry and the fill kernels: write any region of a parameter's global
-//! tensor into a caller-provided contiguous buffer.
+//! The fill API: write any region of a parameter's global tensor into a
+//! caller-provided contiguous buffer.
 //!
-//! Two kinds of region:
+//! Two kinds of region ([`Region`]):
 //! * a **flat range** `[start, start + len)` of flat row-major element indices
 //!   (FSDP1 flat-parameter shards);
 //! * a **box**, one `(start, stop)` range per dimension of the global shape, written in
-//!   C order (DTensor shards, `torch.chunk` pieces).
+//!   C order (DTensor shards, `torch.chunk` pieces), or a part of one.
 //!
-//! Work is split into chunks of [`CHUNK_ELEMENTS`] output elements. Each element's value
-//! depends only on its global flat index, so the result never depends on how the work
-//! is split or on the thread count.
-
-use std::collections::HashMap;
-use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+//! Work is split into chunks of [`CHUNK_ELEMENTS`] output elements
+//! ([`crate::pool`]). Each element's value depends only on its global flat index
+//! ([`crate::geometry`]), so the result never depends on how the work is split or on
+//! the thread count.
 
 use half::{bf16, f16};
-use rayon::prelude::*;
 
-use crate::init::{Element, Init, Sampler};
+use crate::geometry::{box_numel, checked_numel, RunLayout};
+use crate::init::{Dtype, Element, Init, Sampler};
 use crate::kernel;
 use crate::philox::{Backend, Stream};
+use crate::pool::{for_each_chunk, Threads, CHUNK_ELEMENTS};
 use crate::Error;
-
-/// Output elements per unit of parallel work (256 KiB of float32): large enough that
-/// scheduling costs nothing, small enough to balance across cores and stay in L2.
-pub const CHUNK_ELEMENTS: usize = 1 << 16;
 
 /// One parameter of stream format v1, everything but the dtype (which comes from the
 /// output element type): the key, the global shape and the base initializer.
@@ -40,149 +33,24 @@ pub struct ParamStream {
     pub init: Init,
 }
 
-/// How many threads a fill may use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Threads {
-    /// Every CPU this process may use (`std::thread::available_parallelism`).
-    #[default]
-    All,
-    /// Exactly this many threads; `Count(1)` runs on the calling thread only.
-    Count(usize),
-}
-
-/// Number of elements of `global_shape`, or an error if it does not fit `max_numel`.
-///
-/// # Errors
-/// [`Error::ShapeTooLarge`].
-pub fn checked_numel(global_shape: &[u64], max_numel: u64) -> Result<u64, Error> {
-    let mut numel: u128 = 1;
-    for &size in global_shape {
-        numel = numel.saturating_mul(u128::from(size));
-    }
-    if numel > u128::from(max_numel) {
-        return Err(Error::ShapeTooLarge {
-            global_shape: global_shape.to_vec(),
-            max_numel: u128::from(max_numel),
-        });
-    }
-    Ok(numel as u64)
-}
-
-/// The `rank`-th of `world` chunks of a dimension of `size`, with `torch.chunk` /
-/// FSDP2 / DTensor `Shard(dim)` semantics: chunks of `ceil(size / world)`, the last
-/// non-empty one possibly shorter, trailing ones empty. Returns `(start, stop)`.
-///
-/// # Errors
-/// [`Error::InvalidShard`] if `world == 0` or `rank >= world`.
-///
-/// ```
-/// use shardinit_core::chunk_range;
-/// let chunks: Vec<_> = (0..3).map(|rank| chunk_range(7, rank, 3).unwrap()).collect();
-/// assert_eq!(chunks, [(0, 3), (3, 6), (6, 7)]);
-/// assert_eq!(chunk_range(4, 2, 3).unwrap(), (4, 4)); // an empty trailing chunk
-/// ```
-pub fn chunk_range(size: u64, rank: u64, world: u64) -> Result<(u64, u64), Error> {
-    if world == 0 {
-        return Err(Error::InvalidShard {
-            arg: "world",
-            value: world,
-            allowed: ">= 1".into(),
-        });
-    }
-    if rank >= world {
-        return Err(Error::InvalidShard {
-            arg: "rank",
-            value: rank,
-            allowed: format!("in [0, {world}) (world = {world})"),
-        });
-    }
-    let chunk = size.div_ceil(world);
-    let start = rank.saturating_mul(chunk).min(size);
-    let stop = start.saturating_add(chunk).min(size);
-    Ok((start, stop))
-}
-
-/// Checks a box against a global shape; returns its number of elements.
-///
-/// # Errors
-/// [`Error::BoxRankMismatch`] or [`Error::BoxOutOfBounds`].
-pub fn box_numel(global_shape: &[u64], region: &[(u64, u64)]) -> Result<u64, Error> {
-    if region.len() != global_shape.len() {
-        return Err(Error::BoxRankMismatch {
-            box_dims: region.len(),
-            shape_dims: global_shape.len(),
-        });
-    }
-    let mut numel: u64 = 1;
-    for (dim, (&(start, stop), &size)) in region.iter().zip(global_shape).enumerate() {
-        if start > stop || stop > size {
-            return Err(Error::BoxOutOfBounds {
-                dim,
-                start,
-                stop,
-                size,
-            });
-        }
-        // Cannot overflow: bounded by the global numel, which the caller checked.
-        numel = numel.saturating_mul(stop - start);
-    }
-    Ok(numel)
-}
-
-/// A box as a sequence of *runs*: stretches contiguous both in the global tensor and
-/// in the output. The innermost fully covered dims merge into the run.
-struct RunLayout {
-    /// Elements per run.
-    run_len: u64,
-    /// Global flat index of the first element of the first run.
-    base: u64,
-    /// For each leading dim that indexes runs: (extent in the box, global stride).
-    leading: Vec<(u64, u64)>,
-}
-
-impl RunLayout {
-    /// `global_shape` has a checked numel and `region` is valid and non-empty.
-    fn new(global_shape: &[u64], region: &[(u64, u64)]) -> RunLayout {
-        let dims = global_shape.len();
-        let mut strides = vec![1u64; dims];
-        for d in (0..dims.saturating_sub(1)).rev() {
-            strides[d] = strides[d + 1] * global_shape[d + 1];
-        }
-        // The run starts at the outermost dim below which everything is fully covered.
-        let mut run_dim = dims;
-        while run_dim > 0 && region[run_dim - 1] == (0, global_shape[run_dim - 1]) {
-            run_dim -= 1;
-        }
-        let (run_len, leading_dims) = if run_dim == 0 {
-            (global_shape.iter().product(), 0)
-        } else {
-            let (start, stop) = region[run_dim - 1];
-            ((stop - start) * strides[run_dim - 1], run_dim - 1)
-        };
-        let base = region
-            .iter()
-            .zip(&strides)
-            .map(|(&(start, _), &stride)| start * stride)
-            .sum();
-        let leading = (0..leading_dims)
-            .map(|d| (region[d].1 - region[d].0, strides[d]))
-            .collect();
-        RunLayout {
-            run_len,
-            base,
-            leading,
-        }
-    }
-
-    /// Global flat index of the first element of run `run` (C order over `leading`).
-    fn run_start(&self, mut run: u64) -> u64 {
-        let mut offset = 0;
-        for &(extent, stride) in self.leading.iter().rev() {
-            offset += (run % extent) * stride;
-            run /= extent;
-        }
-        self.base + offset
-    }
+/// A region of a parameter's global tensor, as [`ParamStream::fill_region`] writes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Region {
+    /// Elements `[start, start + out.len())` of the row-major flattened tensor.
+    Flat {
+        /// First flat element index.
+        start: u64,
+    },
+    /// The box `ranges` (one `(start, stop)` per dim), in C order: the whole box when
+    /// `offset` is `None` (then `out` must hold exactly the box), else its elements
+    /// `[offset, offset + out.len())`.
+    Box {
+        /// One `(start, stop)` per dimension of the global shape.
+        ranges: Vec<(u64, u64)>,
+        /// Where in the box (in C order) `out` starts, or `None` for the whole box.
+        offset: Option<u64>,
+    },
 }
 
 /// Writes elements `[start, start + out.len())` (global flat indices) of one parameter.
@@ -230,104 +98,6 @@ fn scalar_two_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, o
         let pair = 2 * (index & 1) as usize;
         *slot = T::from_f64(sampler.two_words(block[pair], block[pair + 1]));
     }
-}
-
-/// The thread pools one process built, per thread count.
-struct Pools {
-    /// The process that built them.
-    pid: u32,
-    by_threads: Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>,
-}
-
-/// This process's pool table. `fork()` copies only the calling thread: in a forked
-/// child the parent's pools have no workers (waiting on them would hang) and the
-/// table's lock may be held by a thread that does not exist there. So the table is
-/// reached through a pointer whose `pid` is checked *before* locking, and a child (a
-/// new process id) installs a fresh table, leaking the parent's (dropping a pool would
-/// signal threads that do not exist). Published tables are never freed.
-fn pools() -> &'static Pools {
-    static TABLE: AtomicPtr<Pools> = AtomicPtr::new(ptr::null_mut());
-    let pid = std::process::id();
-    loop {
-        let current = TABLE.load(Ordering::Acquire);
-        // SAFETY: a non-null pointer in TABLE came from `Box::into_raw` below and was
-        // published by a successful compare-exchange; published tables are never freed,
-        // so it is valid for the rest of the program.
-        if let Some(table) = unsafe { current.as_ref() } {
-            if table.pid == pid {
-                return table;
-            }
-        }
-        let fresh = Box::into_raw(Box::new(Pools {
-            pid,
-            by_threads: Mutex::new(HashMap::new()),
-        }));
-        match TABLE.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
-            // SAFETY: just published; never freed (see above).
-            Ok(_) => return unsafe { &*fresh },
-            // SAFETY: `fresh` lost the race and was never published: this is its only
-            // owner.
-            Err(_) => drop(unsafe { Box::from_raw(fresh) }),
-        }
-    }
-}
-
-/// A cached thread pool of `threads` threads (building a pool costs far more than a
-/// small fill). The operating system may refuse the threads (limits on processes or
-/// address space): that is an error for the caller, not a panic.
-fn pool_with(threads: usize) -> Result<Arc<rayon::ThreadPool>, Error> {
-    let mut by_threads = pools()
-        .by_threads
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(pool) = by_threads.get(&threads) {
-        return Ok(pool.clone());
-    }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("shardinit-{i}"))
-        .build()
-        .map_err(|error| Error::ThreadPool {
-            threads,
-            reason: error.to_string(),
-        })?;
-    let pool = Arc::new(pool);
-    by_threads.insert(threads, pool.clone());
-    Ok(pool)
-}
-
-/// The number of threads of [`Threads::All`]: the CPUs this process may use (read once:
-/// it may read cgroup files).
-fn all_threads() -> usize {
-    static ALL: OnceLock<usize> = OnceLock::new();
-    *ALL.get_or_init(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
-}
-
-/// Runs `work(chunk_index, chunk)` over `CHUNK_ELEMENTS`-sized chunks of `out`.
-fn for_each_chunk<T, F>(out: &mut [T], threads: Threads, work: F) -> Result<(), Error>
-where
-    T: Send,
-    F: Fn(usize, &mut [T]) + Send + Sync,
-{
-    let threads = match threads {
-        _ if out.len() <= CHUNK_ELEMENTS => 1,
-        Threads::All => all_threads(),
-        Threads::Count(n) => n,
-    };
-    let serial = threads <= 1;
-    if serial {
-        for (index, chunk) in out.chunks_mut(CHUNK_ELEMENTS).enumerate() {
-            work(index, chunk);
-        }
-        return Ok(());
-    }
-    let run = move || {
-        out.par_chunks_mut(CHUNK_ELEMENTS)
-            .enumerate()
-            .for_each(|(index, chunk)| work(index, chunk));
-    };
-    pool_with(threads)?.install(run);
-    Ok(())
 }
 
 impl ParamStream {
@@ -501,54 +271,55 @@ impl OutBuf<'_> {
     }
 }
 
-impl ParamStream {
-    /// [`ParamStream::fill_flat`] for a run-time dtype.
-    ///
-    /// # Errors
-    /// As [`ParamStream::fill_flat`].
-    pub fn fill_flat_dyn(
-        &self,
-        start: u64,
-        out: OutBuf<'_>,
-        threads: Threads,
-    ) -> Result<(), Error> {
-        match out {
-            OutBuf::F32(s) => self.fill_flat(start, s, threads),
-            OutBuf::F64(s) => self.fill_flat(start, s, threads),
-            OutBuf::BF16(s) => self.fill_flat(start, s, threads),
-            OutBuf::F16(s) => self.fill_flat(start, s, threads),
+impl OutBuf<'_> {
+    /// The dtype of the elements.
+    pub fn dtype(&self) -> Dtype {
+        match self {
+            OutBuf::F32(_) => Dtype::F32,
+            OutBuf::F64(_) => Dtype::F64,
+            OutBuf::BF16(_) => Dtype::BF16,
+            OutBuf::F16(_) => Dtype::F16,
         }
     }
+}
 
-    /// [`ParamStream::fill_box`] (`out_offset: None`) or
-    /// [`ParamStream::fill_box_part`] (`Some(offset)`) for a run-time dtype.
+impl ParamStream {
+    /// Fills `out`, of a dtype chosen at run time, with `region`: the one entry point of
+    /// callers such as the Python bindings.
     ///
     /// # Errors
-    /// As those functions.
-    pub fn fill_box_dyn(
+    /// As [`ParamStream::fill_flat`] for [`Region::Flat`], as [`ParamStream::fill_box`]
+    /// (whole box) or [`ParamStream::fill_box_part`] (with an offset) for
+    /// [`Region::Box`].
+    pub fn fill_region(
         &self,
-        region: &[(u64, u64)],
-        out_offset: Option<u64>,
+        region: &Region,
         out: OutBuf<'_>,
         threads: Threads,
     ) -> Result<(), Error> {
-        fn dispatch<T: Element>(
+        fn typed<T: Element>(
             param: &ParamStream,
-            region: &[(u64, u64)],
-            out_offset: Option<u64>,
+            region: &Region,
             out: &mut [T],
             threads: Threads,
         ) -> Result<(), Error> {
-            match out_offset {
-                None => param.fill_box(region, out, threads),
-                Some(offset) => param.fill_box_part(region, offset, out, threads),
+            match *region {
+                Region::Flat { start } => param.fill_flat(start, out, threads),
+                Region::Box {
+                    ref ranges,
+                    offset: None,
+                } => param.fill_box(ranges, out, threads),
+                Region::Box {
+                    ref ranges,
+                    offset: Some(offset),
+                } => param.fill_box_part(ranges, offset, out, threads),
             }
         }
         match out {
-            OutBuf::F32(s) => dispatch(self, region, out_offset, s, threads),
-            OutBuf::F64(s) => dispatch(self, region, out_offset, s, threads),
-            OutBuf::BF16(s) => dispatch(self, region, out_offset, s, threads),
-            OutBuf::F16(s) => dispatch(self, region, out_offset, s, threads),
+            OutBuf::F32(s) => typed(self, region, s, threads),
+            OutBuf::F64(s) => typed(self, region, s, threads),
+            OutBuf::BF16(s) => typed(self, region, s, threads),
+            OutBuf::F16(s) => typed(self, region, s, threads),
         }
     }
 }

@@ -202,6 +202,31 @@ pub enum Dtype {
 }
 
 impl Dtype {
+    /// Every dtype, in the order of [`Dtype::name`]'s list in messages.
+    pub const ALL: [Dtype; 4] = [Dtype::F32, Dtype::F64, Dtype::BF16, Dtype::F16];
+
+    /// The dtype's name, as torch spells it without the `torch.` prefix (`"float32"`,
+    /// `"float64"`, `"bfloat16"`, `"float16"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "float32",
+            Dtype::F64 => "float64",
+            Dtype::BF16 => "bfloat16",
+            Dtype::F16 => "float16",
+        }
+    }
+
+    /// The dtype named `name` ([`Dtype::name`]), or `None` for any other string.
+    ///
+    /// ```
+    /// use shardinit_core::Dtype;
+    /// assert_eq!(Dtype::from_name("bfloat16"), Some(Dtype::BF16));
+    /// assert_eq!(Dtype::from_name("half"), None); // no aliases
+    /// ```
+    pub fn from_name(name: &str) -> Option<Dtype> {
+        Dtype::ALL.into_iter().find(|dtype| dtype.name() == name)
+    }
+
     /// Stream words consumed per element: 2 for float64, 1 otherwise (stream-format.md §3).
     pub fn words_per_element(self) -> u64 {
         match self {
@@ -277,7 +302,8 @@ impl Init {
     /// Checks the parameters: all finite, `std >= 0` (`> 0` for trunc_normal), `a < b`.
     ///
     /// # Errors
-    /// [`Error::NonFinite`], [`Error::NegativeStd`] or [`Error::EmptyInterval`].
+    /// [`Error::NonFinite`], [`Error::NegativeStd`], [`Error::NonPositiveStd`] or
+    /// [`Error::EmptyInterval`].
     pub fn validate(&self) -> Result<(), Error> {
         match *self {
             Init::Constant { value } => finite("value", value),
@@ -305,7 +331,7 @@ impl Init {
                 finite("b", b)?;
                 if std <= 0.0 {
                     // std == 0 would make the standardized bounds infinite or NaN.
-                    return Err(Error::NegativeStd { std });
+                    return Err(Error::NonPositiveStd { std });
                 }
                 if a >= b {
                     return Err(Error::EmptyInterval { a, b });
@@ -544,29 +570,50 @@ mod tests {
     }
 
     #[test]
-    fn validation_names_the_argument() {
+    fn dtype_names_round_trip_and_nothing_else_parses() {
+        for dtype in Dtype::ALL {
+            assert_eq!(Dtype::from_name(dtype.name()), Some(dtype));
+        }
+        for other in [
+            "",
+            "float",
+            "half",
+            "Float32",
+            "torch.float32",
+            "int8",
+            "float32 ",
+        ] {
+            assert_eq!(Dtype::from_name(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn validation_messages_name_the_argument_in_full() {
         let bad = [
             (
                 Init::Normal {
                     mean: 0.0,
                     std: -1.0,
                 },
-                "std must be >= 0",
+                "std must be >= 0, got -1",
             ),
             (
                 Init::Normal {
                     mean: f64::NAN,
                     std: 1.0,
                 },
-                "mean must be a finite",
+                "mean must be a finite number, got NaN",
             ),
-            (Init::Uniform { a: 1.0, b: 1.0 }, "a must be < b"),
+            (
+                Init::Uniform { a: 1.0, b: 1.0 },
+                "a must be < b, got a=1, b=1",
+            ),
             (
                 Init::Uniform {
                     a: 0.0,
                     b: f64::INFINITY,
                 },
-                "b must be a finite",
+                "b must be a finite number, got inf",
             ),
             (
                 Init::TruncNormal {
@@ -575,7 +622,7 @@ mod tests {
                     a: 2.0,
                     b: -2.0,
                 },
-                "a must be < b",
+                "a must be < b, got a=2, b=-2",
             ),
             (
                 Init::TruncNormal {
@@ -584,18 +631,27 @@ mod tests {
                     a: -2.0,
                     b: 2.0,
                 },
-                "std",
+                "std must be > 0, got 0",
+            ),
+            (
+                Init::TruncNormal {
+                    mean: 0.0,
+                    std: -0.5,
+                    a: -2.0,
+                    b: 2.0,
+                },
+                "std must be > 0, got -0.5",
             ),
             (
                 Init::Constant {
                     value: f64::NEG_INFINITY,
                 },
-                "value must be a finite",
+                "value must be a finite number, got -inf",
             ),
         ];
         for (init, message) in bad {
             let err = init.validate().unwrap_err().to_string();
-            assert!(err.contains(message), "{init:?}: {err}");
+            assert_eq!(err, message, "{init:?}");
         }
     }
 

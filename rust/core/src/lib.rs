@@ -3,16 +3,18 @@
 
 mod error;
 pub mod fill;
+pub mod geometry;
 pub mod init;
 mod kernel;
 mod key;
 pub mod math;
 pub mod philox;
+pub mod pool;
 
 pub use error::Error;
-pub use fill::{
-    box_numel, checked_numel, chunk_range, OutBuf, ParamStream, Threads, CHUNK_ELEMENTS,
-};
+pub use fill::{OutBuf, ParamStream, Region};
+pub use geometry::{box_numel, checked_numel, chunk_range};
 pub use init::{Dtype, Element, Init, Sampler};
 pub use key::{key64, KEY_DOMAIN_V1};
 pub use philox::{philox4x32_10, Backend, Stream};
+pub use pool::{Threads, CHUNK_ELEMENTS};

@@ -3,9 +3,11 @@
 
 use half::{bf16, f16};
 use pyo3::buffer::{Element as BufferElement, PyBuffer};
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use shardinit_core::OutBuf;
+use shardinit_core::{Dtype, OutBuf};
+
+use crate::inflight::Claim;
 
 /// A raw view of a writable buffer. The `PyBuffer` that owns the memory is held by the
 /// caller for as long as the view is used; the view itself only carries the address so
@@ -13,10 +15,10 @@ use shardinit_core::OutBuf;
 pub struct RawOut {
     address: usize,
     len: usize,
-    dtype: &'static str,
+    dtype: Dtype,
 }
 
-fn checked<T: BufferElement>(buffer: &PyBuffer<T>, dtype: &'static str) -> PyResult<RawOut> {
+fn checked<T: BufferElement>(buffer: &PyBuffer<T>, dtype: Dtype) -> PyResult<RawOut> {
     if buffer.readonly() {
         return Err(PyValueError::new_err(
             "out must be writable, got a read-only buffer",
@@ -43,63 +45,54 @@ pub enum OwnedOut {
 }
 
 impl OwnedOut {
-    /// Gets the buffer of `object` for `dtype` ("float32", "float64", "bfloat16",
-    /// "float16").
-    pub fn get(object: &Bound<'_, PyAny>, dtype: &str) -> PyResult<OwnedOut> {
+    /// Gets the buffer of `object` for `dtype`; `PyBuffer::get` checks that its item
+    /// format and size match.
+    pub fn get(object: &Bound<'_, PyAny>, dtype: Dtype) -> PyResult<OwnedOut> {
         Ok(match dtype {
-            "float32" => OwnedOut::F32(PyBuffer::get(object)?),
-            "float64" => OwnedOut::F64(PyBuffer::get(object)?),
-            "bfloat16" | "float16" => OwnedOut::Half(PyBuffer::get(object)?),
-            other => {
-                return Err(PyTypeError::new_err(format!(
-                    "dtype must be one of float32, float64, bfloat16, float16, got {other}"
-                )))
-            }
+            Dtype::F32 => OwnedOut::F32(PyBuffer::get(object)?),
+            Dtype::F64 => OwnedOut::F64(PyBuffer::get(object)?),
+            Dtype::BF16 | Dtype::F16 => OwnedOut::Half(PyBuffer::get(object)?),
         })
     }
 
-    /// The raw view, after checking writability and contiguity.
-    pub fn raw(&self, dtype: &str) -> PyResult<RawOut> {
-        match (self, dtype) {
-            (OwnedOut::F32(b), _) => checked(b, "float32"),
-            (OwnedOut::F64(b), _) => checked(b, "float64"),
-            (OwnedOut::Half(b), "bfloat16") => checked(b, "bfloat16"),
-            (OwnedOut::Half(b), _) => checked(b, "float16"),
+    /// The raw view of `dtype` (the one given to [`OwnedOut::get`]), after checking
+    /// writability and contiguity.
+    pub fn raw(&self, dtype: Dtype) -> PyResult<RawOut> {
+        match self {
+            OwnedOut::F32(b) => checked(b, dtype),
+            OwnedOut::F64(b) => checked(b, dtype),
+            OwnedOut::Half(b) => checked(b, dtype),
         }
     }
 }
 
 impl RawOut {
+    /// Claims the buffer's bytes for one fill (see [`Claim`]).
+    pub fn claim(&self) -> PyResult<Claim> {
+        Claim::new(self.address, self.len * self.dtype.size_bytes())
+    }
+
     /// The buffer as a core output slice.
     ///
     /// # Safety
     /// The `OwnedOut` this view came from must be alive for `'a`, and nothing else may
     /// access the memory while the slice is used.
     pub unsafe fn as_out<'a>(&self) -> OutBuf<'a> {
-        let len = self.len;
+        let (address, len) = (self.address, self.len);
         // SAFETY: `address` is the start of a live, writable, C-contiguous buffer of
-        // `len` items of the matching size (checked by `PyBuffer::get`, which validates
-        // the item format and size, and by `checked`); the caller guarantees it outlives
-        // 'a and is not aliased. bf16 and f16 are `repr(transparent)` over u16 and every
-        // bit pattern is valid, so reinterpreting 16-bit items is sound.
+        // `len` items whose format and size `PyBuffer::get` checked against `dtype`
+        // (and `checked` its writability and contiguity); the caller guarantees it
+        // outlives 'a and is not otherwise accessed. bf16 and f16 are
+        // `repr(transparent)` over u16 and every bit pattern is valid, so
+        // reinterpreting 16-bit items is sound.
         unsafe {
             match self.dtype {
-                "float32" => OutBuf::F32(std::slice::from_raw_parts_mut(
-                    self.address as *mut f32,
-                    len,
-                )),
-                "float64" => OutBuf::F64(std::slice::from_raw_parts_mut(
-                    self.address as *mut f64,
-                    len,
-                )),
-                "bfloat16" => OutBuf::BF16(std::slice::from_raw_parts_mut(
-                    self.address as *mut bf16,
-                    len,
-                )),
-                _ => OutBuf::F16(std::slice::from_raw_parts_mut(
-                    self.address as *mut f16,
-                    len,
-                )),
+                Dtype::F32 => OutBuf::F32(std::slice::from_raw_parts_mut(address as *mut f32, len)),
+                Dtype::F64 => OutBuf::F64(std::slice::from_raw_parts_mut(address as *mut f64, len)),
+                Dtype::BF16 => {
+                    OutBuf::BF16(std::slice::from_raw_parts_mut(address as *mut bf16, len))
+                }
+                Dtype::F16 => OutBuf::F16(std::slice::from_raw_parts_mut(address as *mut f16, len)),
             }
         }
     }

@@ -6,6 +6,8 @@
 
 mod buffers;
 mod errors;
+mod fill;
+mod inflight;
 mod stream;
 mod types;
 
@@ -17,11 +19,11 @@ mod _core {
     #[pymodule_export]
     use crate::errors::{InternalError, ShapeTooLargeError, ShardInitError};
     #[pymodule_export]
-    use crate::stream::{
-        chunk_range, fill_box, fill_flat, key64, panic_for_test, phi, phi_inv, stream_words,
-    };
+    use crate::fill::fill;
     #[pymodule_export]
-    use crate::types::{sampler_constants, PyInit};
+    use crate::stream::{chunk_range, key64, panic_for_test, phi, phi_inv, stream_words};
+    #[pymodule_export]
+    use crate::types::{sampler_constants, PyInit, PyRegion};
 
     /// Version of the stream format this build implements (stream format v1).
     #[pymodule_export]

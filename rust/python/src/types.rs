@@ -1,11 +1,57 @@
-//! Typed arguments of the boundary: initializers are parsed once into the core's
-//! [`Init`] (validated when built), never passed as a kind string plus positional floats.
+//! Typed arguments of the boundary, each parsed once into a core type: the dtype from
+//! its name (strictly: anything unknown is an error), the initializer and the region
+//! as small classes built by named constructors, never a kind string plus positional
+//! floats.
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use shardinit_core::Init;
+use shardinit_core::{Dtype, Init, Region};
 
-use crate::errors::to_py_err;
+use crate::errors::{to_py_err, ShardInitError};
+
+/// A `dtype` argument: one of the names of [`Dtype::name`], nothing else.
+pub struct DtypeArg(pub Dtype);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for DtypeArg {
+    type Error = PyErr;
+
+    fn extract(object: Borrowed<'a, 'py, PyAny>) -> PyResult<DtypeArg> {
+        let name: String = object.extract()?;
+        Dtype::from_name(&name).map(DtypeArg).ok_or_else(|| {
+            let allowed: Vec<_> = Dtype::ALL.iter().map(|dtype| dtype.name()).collect();
+            ShardInitError::new_err(format!(
+                "dtype must be one of {}, got {name:?}",
+                allowed.join(", ")
+            ))
+        })
+    }
+}
+
+/// A region of a parameter's global tensor (see `shardinit_core::Region`).
+#[pyclass(frozen, eq, name = "Region", module = "shardinit._core")]
+#[derive(Clone, PartialEq)]
+pub struct PyRegion(pub Region);
+
+#[pymethods]
+impl PyRegion {
+    /// The box `ranges` (one `(start, stop)` per dim) in C order: all of it when
+    /// `offset` is None, else its elements `[offset, offset + len(out))`.
+    #[staticmethod]
+    #[pyo3(name = "box", signature = (ranges, offset = None))]
+    fn box_(ranges: Vec<(u64, u64)>, offset: Option<u64>) -> PyRegion {
+        PyRegion(Region::Box { ranges, offset })
+    }
+
+    /// Flat elements `[start, start + len(out))` of the row-major flattened tensor.
+    #[staticmethod]
+    fn flat(start: u64) -> PyRegion {
+        PyRegion(Region::Flat { start })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<shardinit._core.Region {:?}>", self.0)
+    }
+}
 
 /// A validated base initializer of stream-format.md §4, as the core holds it.
 #[pyclass(frozen, eq, name = "Init", module = "shardinit._core")]
