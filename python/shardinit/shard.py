@@ -2,9 +2,12 @@
 
 CPU outputs are written by the Rust core straight into the tensor's memory with the GIL
 released; meanwhile no other thread may touch that memory (a second shardinit fill of it
-is refused). CUDA outputs are generated into two pinned host buffers of bounded size
-(``CUDA_CHUNK_BYTES`` each) and copied asynchronously, so generating chunk k+1 overlaps
-the host-to-device copy of chunk k and host memory stays bounded.
+is refused). CUDA outputs are generated on the device by the Triton kernel of
+``shardinit._cuda`` (docs/gpu.md) where it is available and selected
+(:func:`shardinit.set_cuda_backend`); otherwise (the host path) into two pinned host
+buffers of bounded size (``CUDA_CHUNK_BYTES`` each) and copied asynchronously, so
+generating chunk k+1 overlaps the host-to-device copy of chunk k and host memory stays
+bounded. Both give the same bits.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import _core
+from . import _core, _cuda
 from ._validate import U64_MAX, check_int
 from .errors import ShardInitError
 from .init import BaseInit, Constant, Normal, TruncNormal, Uniform
@@ -228,7 +231,9 @@ def _fill_box(spec: ParamSpec, box: Box, device: Any, out: torch.Tensor | None) 
         out = _check_out(out, spec, shape)
         if device is not None and _resolve_device(device) != out.device:
             raise ShardInitError(f"device is {device} but out is on {out.device}")
-    if out.device.type == "cuda":
+    if out.device.type == "cuda" and _cuda.use_device_kernel(out.device):
+        _cuda.fill_box(spec, box, out)
+    elif out.device.type == "cuda":
         _fill_via_pinned(
             out, lambda offset, host: _fill_cpu(spec, _core.Region.box(list(box), offset), host)
         )
@@ -270,8 +275,8 @@ def init_shard(
         rank: this rank, in [0, world).
         world: number of shards, >= 1.
         dim: dimension to shard, in [-ndim, ndim).
-        device: None or "cpu" for a CPU tensor; a CUDA device to generate through pinned
-            memory and copy to the GPU.
+        device: None or "cpu" for a CPU tensor; a CUDA device to generate there (by the
+            device kernel, or through pinned memory: see :func:`shardinit.set_cuda_backend`).
         out: an existing contiguous tensor of the chunk's shape and the spec's dtype to
             fill in place (its device is used). Concurrent writes to the same tensor are
             not allowed: the GIL is released while shardinit writes ``out``, so no other
@@ -284,7 +289,9 @@ def init_shard(
     Raises:
         TypeError: arguments of the wrong type.
         ShardInitError: rank, world or dim out of range; ``out`` of the wrong shape,
-            dtype, layout or device, or still being written by another shardinit call.
+            dtype, layout or device, or still being written by another shardinit call; a
+            CUDA destination while the backend is ``"triton"`` and the kernel is
+            unavailable (docs/gpu.md).
 
     Example:
         >>> import torch, shardinit
@@ -349,7 +356,9 @@ def init_flat(
         out = _check_out(out, spec, shape)
         if device is not None and _resolve_device(device) != out.device:
             raise ShardInitError(f"device is {device} but out is on {out.device}")
-    if out.device.type == "cuda":
+    if out.device.type == "cuda" and _cuda.use_device_kernel(out.device):
+        _cuda.fill_flat(spec, start, out)
+    elif out.device.type == "cuda":
         _fill_via_pinned(
             out, lambda offset, host: _fill_cpu(spec, _core.Region.flat(start + offset), host)
         )
