@@ -18,11 +18,11 @@ from . import init, presets
 from ._core import STREAM_FORMAT_VERSION
 from ._core import __version__ as __version__
 from ._cuda import get_cuda_backend, set_cuda_backend
+from ._integration.capture import CapturedInit, UnsupportedInitOpError, capture_init
 from ._integration.fingerprint import fingerprint, fingerprint_model, model_digest
 from ._integration.fsdp1 import fsdp1_param_init_fn
 from ._integration.materialize import materialize
 from ._names import canonical_name
-from .capture import CapturedInit, UnsupportedInitOpError, capture_init
 from .errors import InternalError, ShapeTooLargeError, ShardInitError
 from .shard import (
     box_of_shard,

@@ -15,8 +15,17 @@ from torch import nn
 
 import shardinit
 from shardinit import init
-from shardinit.capture import Eye, Fill, Scale, UnsupportedInitOpError, view_region
-from shardinit.replay import flat_range_boxes, replay_box, replay_flat, replay_full
+from shardinit._integration.capture import (
+    Eye,
+    Fill,
+    Scale,
+    UnsupportedInitOpError,
+    flat_range_boxes,
+    replay_box,
+    replay_flat,
+    replay_full,
+    view_region,
+)
 
 SEED = 77
 HERE = os.path.basename(__file__)

@@ -19,7 +19,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 import shardinit
-from shardinit.replay import replay_full
+from shardinit._integration.capture import replay_full
 
 pytestmark = pytest.mark.distributed
 

@@ -37,7 +37,7 @@ from torch.distributed.tensor.placement_types import Replicate, Shard, _StridedS
 
 import shardinit
 from shardinit import init
-from shardinit.replay import replay_full
+from shardinit._integration.capture import replay_full
 
 pytestmark = pytest.mark.distributed
 
