@@ -196,6 +196,24 @@ def case_random_boxes(slow: bool) -> None:
 
 
 @case
+def case_special_boxes(slow: bool) -> None:
+    """Boxes whose trailing dims merge into one run (whole trailing dims), a 0-d
+    parameter, size-1 dims and an empty box."""
+    cases = [
+        ((5, 7, 9), [(1, 4), (0, 7), (0, 9)]),  # one run
+        ((5, 7, 9), [(1, 4), (2, 5), (0, 9)]),  # rows of 3 x 9
+        ((5, 7, 9), [(0, 5), (3, 4), (0, 9)]),  # rows of one dim-1 index each
+        ((3, 1, 4, 1), [(1, 3), (0, 1), (1, 3), (0, 1)]),
+        ((), []),
+        ((4, 6), [(2, 2), (0, 6)]),
+    ]
+    for dtype in (torch.float32, torch.float64):
+        for shape, box in cases:
+            spec = shardinit.ParamSpec("special.w", shape, dtype, init.normal(), seed=8)
+            check_box(spec, box, launch.ROW_BLOCKS)
+
+
+@case
 def case_box_far_out_in_a_huge_shape(slow: bool) -> None:
     """Rows whose global starts lie beyond 2^32 and 2^34 words, in a 2^40-element shape."""
     for dtype in (torch.float32, torch.float64, torch.bfloat16):

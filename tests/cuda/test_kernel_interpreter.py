@@ -24,6 +24,7 @@ CASE_NAMES = [
     "block_carry_and_huge_shapes",
     "keys_at_or_above_2_63",
     "random_boxes",
+    "special_boxes",
     "box_far_out_in_a_huge_shape",
     "block_sizes",
     "phi_inv_against_core",
