@@ -29,6 +29,7 @@ import shardinit
 
 pytest.importorskip("transformers")
 pytest.importorskip("torchtitan")
+pytestmark = pytest.mark.clients
 
 SEED = 1234
 # Tied models drop the tie target's own init (as the library's CPU init does) and say so.
