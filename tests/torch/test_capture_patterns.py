@@ -278,3 +278,46 @@ def test_declared_tie_takes_the_source_holders_init(flow: str) -> None:
     assert not eager.emb.weight[1].any() and math.isclose(
         float(eager.emb.weight.detach().std()), 0.02, rel_tol=0.6
     )
+
+
+# --------------------------------------------------------------------------- region arithmetic
+
+
+def _copy_map(src: torch.Tensor, dst: torch.Tensor, dst_base: torch.Tensor) -> dict[int, int]:
+    """Brute force: the source base position each destination base position receives."""
+    dst.copy_(src)
+    return {d: int(v) for d, v in enumerate(dst_base.flatten().tolist()) if v >= 0}
+
+
+@pytest.mark.parametrize(
+    ("make_src", "make_dst"),
+    [
+        (lambda s: s[1:3], lambda d: d.view(2, 12)[:, 3:9]),  # rows -> box
+        (lambda s: s.view(4, 2, 3)[:, 1], lambda d: d.view(4, 6)[:, 3:]),  # box -> box
+        (lambda s: s.view(-1)[2:14].view(3, 4), lambda d: d.view(4, 6)[:3, 1:5]),
+        (lambda s: s[1:3, 1:5], lambda d: d.view(2, 12)[:, 4:8]),
+        (lambda s: s.view(-1)[::2], lambda d: d.view(2, 12)[1]),  # strided -> row
+    ],
+)
+def test_map_runs_follows_copies_element_by_element(make_src: object, make_dst: object) -> None:
+    from shardinit._integration.capture.regions import map_runs, view_runs
+
+    src_base = torch.arange(24.0).view(4, 6)
+    dst_base = torch.full((24,), -1.0)
+    src, dst = make_src(src_base), make_dst(dst_base)  # type: ignore[operator]
+    want = _copy_map(src, dst, dst_base)
+    src_runs, dst_runs = view_runs(src, src_base), view_runs(dst, dst_base)
+    got: dict[int, int] = {}
+    for start, stop in src_runs:
+        for position in range(start, stop):
+            (mapped,) = list(map_runs(src_runs, (position, position + 1), dst_runs))
+            got[mapped[0]] = position
+    assert got == want
+
+
+def test_view_runs_refuses_transposed_copies() -> None:
+    from shardinit._integration.capture.regions import view_runs
+
+    base = torch.zeros(4, 6)
+    with pytest.raises(ValueError, match="order"):
+        view_runs(base.t(), base)

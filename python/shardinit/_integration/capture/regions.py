@@ -205,26 +205,38 @@ def box_runs(box: Box, shape: Sequence[int]) -> list[Run]:
 
 def view_runs(view: torch.Tensor, base: torch.Tensor) -> list[Run]:
     """The elements of ``view`` (same storage as the contiguous ``base``) in the view's
-    row-major order, as flat runs of ``base``.
+    row-major order, as flat runs of ``base`` (adjacent runs merged).
 
     Raises:
         ValueError: the view's order is not the base's (transposed or permuted dims,
-            strided or expanded views).
+            expanded views: a position that does not come after the previous one), or
+            the view lies outside the base.
+
+    Example:
+        >>> base = torch.zeros(4, 6)
+        >>> view_runs(base[1:3, 2:5], base), view_runs(base.view(-1)[::8], base)
+        ([(8, 11), (14, 17)], [(0, 1), (8, 9), (16, 17)])
     """
     if view.numel() == 0:
         return []
     rel = int(view.storage_offset() - base.storage_offset())
-    if view.is_contiguous():
-        if not (rel >= 0 and rel + view.numel() <= base.numel()):
-            raise ValueError("the view lies outside the tensor")
-        return [(rel, rel + view.numel())]
-    region = view_region(view, base)
-    assert region is not None
-    box, axes = region
-    ordered = [axis for axis in axes if axis is not None]
-    if len(ordered) != sum(size > 1 for size in view.shape) or ordered != sorted(ordered):
-        raise ValueError("the view's elements are not in the tensor's row-major order")
-    return box_runs(box, tuple(base.shape))
+    dims = [(int(n), int(s)) for n, s in zip(view.shape, view.stride(), strict=True) if n != 1]
+    length, outer = 1, len(dims)
+    while outer > 0 and dims[outer - 1][1] == length:  # trailing dims that are one run
+        length *= dims[outer - 1][0]
+        outer -= 1
+    runs: list[Run] = []
+    for index in itertools.product(*(range(n) for n, _ in dims[:outer])):
+        start = rel + sum(i * s for i, (_, s) in zip(index, dims, strict=False))
+        if runs and start < runs[-1][1]:
+            raise ValueError("the view's elements are not in the tensor's row-major order")
+        if runs and start == runs[-1][1]:
+            runs[-1] = (runs[-1][0], start + length)
+        else:
+            runs.append((start, start + length))
+    if rel < 0 or runs[-1][1] > base.numel():
+        raise ValueError("the view lies outside the tensor")
+    return runs
 
 
 def map_runs(source: Sequence[Run], piece: Run, target: Sequence[Run]) -> Iterator[Run]:

@@ -1,6 +1,6 @@
 """Replay captured init code shard-locally from stream format v1.
 
-A :class:`~shardinit.capture.ParamRecord` lists, in order, the operations ``init_fn``
+A :class:`~.records.ParamRecord` lists, in order, the operations ``init_fn``
 applied to a parameter and the box of the GLOBAL tensor each one covers. Replaying it
 on a local region (a box of the global tensor) gives every element the value of the
 LAST operation that covered it:
