@@ -239,6 +239,8 @@ def _guards() -> None:
     gathered = deepspeed.zero.GatheredParameters([model.proj.weight])
     with gathered, expect_refusal("gathered right now"):
         shardinit.materialize(model, seed=SEED)
+    with expect_refusal("ZeRO-3: on a meta copy of the model"):
+        shardinit.materialize(model, seed=SEED, init_fn=lambda: model.apply(hf_init_weights))
     model.proj.bias.ds_tensor.final_location = "nvme"  # as DeepSpeed marks NVMe partitions
     with expect_refusal("NVMe"):
         shardinit.materialize(model, seed=SEED)

@@ -154,8 +154,9 @@ def _captured(
         return init_fn
     if hides_params:
         raise ShardInitError(
-            "materialize: FSDP1's flat parameters hide the original ones from "
-            "init_fn; capture it on the meta model before wrapping, then pass the "
+            "materialize: FSDP1's flat parameters (and DeepSpeed ZeRO-3's partitions) "
+            "hide the original ones from init_fn; capture it on the meta model before "
+            "wrapping (ZeRO-3: on a meta copy of the model), then pass the "
             "result: captured = shardinit.capture_init(model, model.init_weights); "
             "materialize(fsdp_model, seed=..., init_fn=captured)"
         )
