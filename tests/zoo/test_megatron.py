@@ -252,10 +252,18 @@ def _gpt_case(
 
 
 def _preset_equals_recorded() -> None:
-    """The config preset gives what Megatron's recorded init methods give."""
+    """The config preset gives what Megatron's recorded init methods give; deferred_init
+    puts Megatron's own init functions back on exit."""
     _layout(2, 1)
+    from megatron.core.tensor_parallel import layers
+    from megatron.core.transformer.moe import experts
+
+    originals = (layers._initialize_affine_weight_cpu, layers._initialize_affine_weight_gpu)
     config = _config(tensor_model_parallel_size=2)
     recorded, preset = _gpt(config, False), _gpt(config, False)
+    for holder in (layers, experts):
+        restored = (holder._initialize_affine_weight_cpu, holder._initialize_affine_weight_gpu)
+        assert restored == originals, holder.__name__
     for param in preset.parameters():
         if hasattr(param, "_shardinit_init_method"):
             del param._shardinit_init_method

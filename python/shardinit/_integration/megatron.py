@@ -32,7 +32,7 @@ themselves (0.17+; not installable on this project's Python 3.11).
 from __future__ import annotations
 
 import functools
-import sys
+import importlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -154,8 +154,9 @@ def deferred_init() -> Iterator[None]:
 
         return tag_only
 
-    # Modules that imported the functions by name hold their own references.
-    holders = [layers, sys.modules.get("megatron.core.transformer.moe.experts")]
+    # Modules that import the functions by name hold their own references: import them
+    # now, so that none binds the stand-ins for good by being imported inside.
+    holders = [layers, importlib.import_module("megatron.core.transformer.moe.experts")]
     with _DEFERRED_LOCK:
         saved = [
             (holder, name, getattr(holder, name))
