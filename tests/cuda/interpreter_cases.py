@@ -231,6 +231,12 @@ def case_block_sizes(slow: bool) -> None:
             check_box(spec, [(2, 4), (1, 12)], blocks)
 
 
+@case
+def case_self_check(slow: bool) -> None:
+    """The check ``"auto"`` runs on a device before trusting the kernel passes here."""
+    assert launch.self_check(torch.device("cpu")) is True
+
+
 @triton.jit
 def _phi_inv_kernel(p_ptr, q_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

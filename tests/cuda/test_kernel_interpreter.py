@@ -27,6 +27,7 @@ CASE_NAMES = [
     "special_boxes",
     "box_far_out_in_a_huge_shape",
     "block_sizes",
+    "self_check",
     "phi_inv_against_core",
     "bf16_f16_rounding_against_torch",
 ]
