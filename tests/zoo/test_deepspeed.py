@@ -192,6 +192,28 @@ def _fill_case(
     return run
 
 
+def _hpz_secondary_partitions() -> None:
+    """hpZ (``zero_hpz_partition_size``): the secondary partitions are filled like the
+    primary ones, over their own group, padding zero."""
+    deepspeed = _deepspeed()
+    config = {**_config(), "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2}}
+    with shardinit.deepspeed.Init(config_dict_or_path=config, remote_device="cpu"):
+        model = ZooNet()
+    shardinit.materialize(model, seed=SEED)
+    reference = _reference(None)
+    for name, param in model.named_parameters():
+        secondary = param.ds_secondary_tensor
+        assert secondary is not None, f"{name}: no secondary partition"
+        want = reference[name].reshape(-1)
+        rank = torch.distributed.get_rank(group=param.ds_zero_param_process_group)
+        start = rank * secondary.ds_numel
+        count = max(0, min(want.numel() - start, secondary.ds_numel))
+        assert torch.equal(secondary[:count], want[start : start + count]), name
+        assert bool((secondary[count:] == 0).all()), f"{name}: padding not zero"
+    _check_partitions(model, reference)
+    del deepspeed
+
+
 def _stock_needs_overwrite() -> None:
     model, _ = _build(ours=False)
     with expect_refusal("already materialized"):
@@ -309,6 +331,7 @@ def scenario(rank: int, world: int) -> Checks:
             check(checks, "hf_llama", _hf_llama)
     if world == 2:
         check(checks, "guards", _guards)
+        check(checks, "hpz", _hpz_secondary_partitions)
     return checks
 
 
@@ -351,6 +374,12 @@ def test_tiny_transformers_llama(world: int) -> None:
     from materialize_workers import assert_check_passed
 
     assert_check_passed(_outcome(world), "hf_llama")
+
+
+def test_hpz_secondary_partitions() -> None:
+    from materialize_workers import assert_check_passed
+
+    assert_check_passed(_outcome(2), "hpz")
 
 
 def test_guards() -> None:
