@@ -22,6 +22,8 @@ __all__ = [
 ]
 
 __version__: Final[str]
+#: The CPU kernels this machine runs (shardinit_core::Backend::name): "portable", "avx2"
+#: or "avx2-philox-avx512-lanes" (AVX2 Philox, transforms compiled for AVX-512F).
 backend: Final[str]
 STREAM_FORMAT_VERSION: Final[int]
 

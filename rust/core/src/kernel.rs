@@ -518,13 +518,14 @@ mod x86 {
         steps::<T, _, TWO_WORDS>(Avx2Words(()), key, sampler, start, out);
     }
 
-    /// [`steps`] with AVX2 words and AVX-512 lane code.
+    /// [`steps`] with AVX2 words and AVX-512 lane code: the fill kernel of
+    /// [`Backend::Avx2PhiloxAvx512Lanes`](crate::Backend::Avx2PhiloxAvx512Lanes).
     ///
     /// # Safety
     /// The CPU must support AVX-512F and AVX2.
     #[cfg(shardinit_avx512)] // Rust >= 1.89: see build.rs
     #[target_feature(enable = "avx512f,avx2")]
-    pub(super) unsafe fn avx512<T: Element, const TWO_WORDS: bool>(
+    pub(super) unsafe fn avx2_philox_avx512_lanes<T: Element, const TWO_WORDS: bool>(
         key: [u32; 2],
         sampler: &Sampler,
         start: u64,
@@ -561,10 +562,12 @@ pub(crate) fn fill_lanes<T: Element, const TWO_WORDS: bool>(
         #[cfg(target_arch = "x86_64")]
         Backend::Avx2 => unsafe { x86::avx2::<T, TWO_WORDS>(key, sampler, start, out) },
         // SAFETY: AVX-512F and AVX2 support were just checked (`available` lists
-        // `Avx512` only when both are present). Builds without this arm (Rust < 1.89)
-        // report `Avx512` unavailable, so `check_available` has already panicked.
+        // `Avx2PhiloxAvx512Lanes` only when both are present). Builds without this arm
+        // (Rust < 1.89) report it unavailable, so `check_available` has already panicked.
         #[cfg(all(target_arch = "x86_64", shardinit_avx512))]
-        Backend::Avx512 => unsafe { x86::avx512::<T, TWO_WORDS>(key, sampler, start, out) },
+        Backend::Avx2PhiloxAvx512Lanes => unsafe {
+            x86::avx2_philox_avx512_lanes::<T, TWO_WORDS>(key, sampler, start, out)
+        },
         _ => steps::<T, _, TWO_WORDS>(PortableWords, key, sampler, start, out),
     }
 }

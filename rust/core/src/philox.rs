@@ -221,8 +221,8 @@ pub(crate) mod x86 {
         }
     }
 
-    /// The portable lane code of `philox_batch`, compiled for AVX-512 (kept for the
-    /// AVX-512 backend's word output; the fill kernels use the AVX2 intrinsics there).
+    /// The portable lane code of `philox_batch`, compiled for AVX-512F: the word output
+    /// of [`Backend::Avx2PhiloxAvx512Lanes`] (its fill kernels use the AVX2 Philox).
     ///
     /// # Safety
     /// The CPU must support AVX-512F (checked by the caller).
@@ -249,13 +249,30 @@ pub enum Backend {
     Portable,
     /// x86-64 AVX2, selected at run time.
     Avx2,
-    /// x86-64 AVX-512F, selected at run time. Built only by Rust 1.89 or newer (the
-    /// first with a stable `avx512f` target feature; see build.rs): builds by older
-    /// compilers report it unavailable, and [`Backend::detect`] picks [`Backend::Avx2`].
-    Avx512,
+    /// x86-64 with AVX-512F, selected at run time: **the AVX2 Philox** of
+    /// [`Backend::Avx2`] (there is no AVX-512 Philox: its 32x32 -> 64-bit products gain
+    /// nothing from wider vectors here), with the transform and rounding lane code
+    /// compiled for AVX-512F (512-bit vectors). Its word output ([`Backend::blocks`]) is
+    /// the portable lane Philox compiled for AVX-512F.
+    ///
+    /// Built only by Rust 1.89 or newer (the first with a stable `avx512f` target
+    /// feature; see build.rs): builds by older compilers report it unavailable, and
+    /// [`Backend::detect`] picks [`Backend::Avx2`].
+    Avx2PhiloxAvx512Lanes,
 }
 
 impl Backend {
+    /// A short name: `"scalar"`, `"portable"`, `"avx2"` or
+    /// `"avx2-philox-avx512-lanes"` (what the Python module reports as `backend`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Scalar => "scalar",
+            Backend::Portable => "portable",
+            Backend::Avx2 => "avx2",
+            Backend::Avx2PhiloxAvx512Lanes => "avx2-philox-avx512-lanes",
+        }
+    }
+
     /// The fastest backend this CPU supports (detected once, then cached).
     #[inline]
     pub fn detect() -> Backend {
@@ -266,7 +283,7 @@ impl Backend {
                 #[cfg(shardinit_avx512)]
                 if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx2")
                 {
-                    return Backend::Avx512;
+                    return Backend::Avx2PhiloxAvx512Lanes;
                 }
                 if std::is_x86_feature_detected!("avx2") {
                     return Backend::Avx2;
@@ -283,7 +300,7 @@ impl Backend {
             Backend::Scalar,
             Backend::Portable,
             Backend::Avx2,
-            Backend::Avx512,
+            Backend::Avx2PhiloxAvx512Lanes,
         ]
         .into_iter()
         .filter(|backend| backend.is_available())
@@ -298,13 +315,13 @@ impl Backend {
             #[cfg(target_arch = "x86_64")]
             Backend::Avx2 => std::is_x86_feature_detected!("avx2"),
             #[cfg(all(target_arch = "x86_64", shardinit_avx512))]
-            Backend::Avx512 => {
+            Backend::Avx2PhiloxAvx512Lanes => {
                 std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx2")
             }
             #[cfg(not(target_arch = "x86_64"))]
             Backend::Avx2 => false,
             #[cfg(not(all(target_arch = "x86_64", shardinit_avx512)))]
-            Backend::Avx512 => false,
+            Backend::Avx2PhiloxAvx512Lanes => false,
         }
     }
 
@@ -332,7 +349,7 @@ impl Backend {
                 unsafe { x86::philox_avx2::<1>(first_block, key, out) }
             }
             #[cfg(all(target_arch = "x86_64", shardinit_avx512))]
-            Backend::Avx512 => {
+            Backend::Avx2PhiloxAvx512Lanes => {
                 assert!(
                     std::is_x86_feature_detected!("avx512f"),
                     "no AVX-512F on this CPU"
@@ -343,7 +360,9 @@ impl Backend {
             #[cfg(not(target_arch = "x86_64"))]
             Backend::Avx2 => panic!("{self:?} needs an x86-64 CPU"),
             #[cfg(not(all(target_arch = "x86_64", shardinit_avx512)))]
-            Backend::Avx512 => panic!("{self:?} needs an x86-64 CPU and a build by Rust 1.89+"),
+            Backend::Avx2PhiloxAvx512Lanes => {
+                panic!("{self:?} needs an x86-64 CPU and a build by Rust 1.89+")
+            }
         }
     }
 }
@@ -463,6 +482,27 @@ mod tests {
             philox4x32_10([0, 1, 0, 0], stream.key_words())
         );
         assert_eq!(stream.word((1u64 << 34) + 1), 0x1973be7f);
+    }
+
+    #[test]
+    fn backend_names_say_what_runs() {
+        let all = [
+            Backend::Scalar,
+            Backend::Portable,
+            Backend::Avx2,
+            Backend::Avx2PhiloxAvx512Lanes,
+        ];
+        let names: Vec<_> = all.iter().map(|backend| backend.name()).collect();
+        assert_eq!(
+            names,
+            ["scalar", "portable", "avx2", "avx2-philox-avx512-lanes"]
+        );
+        // `available` lists only these, the scalar reference first, and `detect` picks
+        // one of them.
+        let available = Backend::available();
+        assert_eq!(available[0], Backend::Scalar);
+        assert!(available.iter().all(|backend| all.contains(backend)));
+        assert!(available.contains(&Backend::detect()));
     }
 
     #[test]

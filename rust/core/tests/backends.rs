@@ -57,7 +57,7 @@ fn inits() -> Vec<Init> {
 
 fn backends() -> Vec<Backend> {
     let available = Backend::available();
-    for backend in [Backend::Avx2, Backend::Avx512] {
+    for backend in [Backend::Avx2, Backend::Avx2PhiloxAvx512Lanes] {
         if !available.contains(&backend) {
             eprintln!("note: this CPU has no {backend:?}; that backend is not tested here");
         }

@@ -34,10 +34,7 @@ mod _core {
     #[pymodule_init]
     fn init(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.add("__version__", env!("CARGO_PKG_VERSION"))?;
-        module.add(
-            "backend",
-            format!("{:?}", shardinit_core::Backend::detect()).to_lowercase(),
-        )?;
+        module.add("backend", shardinit_core::Backend::detect().name())?;
         Ok(())
     }
 }
