@@ -1,7 +1,9 @@
 //! `shardinit._core`: the thin PyO3 layer over `shardinit-core`.
 //!
-//! It only extracts arguments, releases the GIL around O(n) work, writes straight into
-//! the caller's buffer, and maps core errors to specific Python exceptions. All
+//! It only parses arguments into the core's types ([`types`]: the dtype, the
+//! initializer, the region), releases the GIL around O(n) work, writes straight into
+//! the caller's buffer ([`buffers`]; a second fill of memory being written is refused,
+//! [`inflight`]), and maps core errors to specific Python exceptions ([`errors`]). All
 //! validation that needs torch happens in the Python package.
 
 mod buffers;

@@ -18,9 +18,12 @@ impl<'a, 'py> FromPyObject<'a, 'py> for DtypeArg {
     fn extract(object: Borrowed<'a, 'py, PyAny>) -> PyResult<DtypeArg> {
         let name: String = object.extract()?;
         Dtype::from_name(&name).map(DtypeArg).ok_or_else(|| {
-            let allowed: Vec<_> = Dtype::ALL.iter().map(|dtype| dtype.name()).collect();
+            let allowed: Vec<_> = Dtype::ALL
+                .iter()
+                .map(|dtype| format!("'{}'", dtype.name()))
+                .collect();
             ShardInitError::new_err(format!(
-                "dtype must be one of {}, got {name:?}",
+                "dtype must be one of {}, got '{name}'",
                 allowed.join(", ")
             ))
         })
