@@ -1,4 +1,5 @@
-"""Tiny real client models (transformers 5.23, torchtitan 0.3.0) built from configs,
+"""Tiny real client models (transformers 5.23: Llama, GPT-2, BERT, ModernBERT, T5;
+torchtitan 0.3.0: Llama3) built from configs,
 nothing downloaded, and the init flows a user runs on them.
 
 Each entry of :data:`MODELS` builds a fresh model (on the current default device, so a
@@ -37,6 +38,12 @@ def _hf(kind: str) -> nn.Module:
             max_position_embeddings=64, pad_token_id=0, **common,
         )  # fmt: skip
         return tf.BertForMaskedLM(config)
+    if kind == "modernbert":
+        config = tf.ModernBertConfig(
+            hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=LAYERS,
+            max_position_embeddings=64, pad_token_id=0, **common,
+        )  # fmt: skip
+        return tf.ModernBertForMaskedLM(config)
     assert kind == "t5", kind
     config = tf.T5Config(
         d_model=HIDDEN, d_kv=16, d_ff=128, num_layers=LAYERS, num_heads=HEADS,
@@ -45,10 +52,11 @@ def _hf(kind: str) -> nn.Module:
     return tf.T5ForConditionalGeneration(config)
 
 
-def _titan(fuse_qkv: bool) -> nn.Module:
+def _titan(fuse_qkv: bool, tied: bool = False) -> nn.Module:
     from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
     from torchtitan.models.llama3 import (
         _EMBEDDING_INIT,
+        _EMBEDDING_SKIP_INIT,
         _NORM_INIT,
         Llama3Model,
         _build_llama3_layers,
@@ -58,8 +66,12 @@ def _titan(fuse_qkv: bool) -> nn.Module:
     config = Llama3Model.Config(
         dim=HIDDEN,
         vocab_size=VOCAB,
+        # As torchtitan's 1B/3B flavors: tied, the embedding's own init skipped.
+        enable_weight_tying=tied,
         tok_embeddings=Embedding.Config(
-            num_embeddings=VOCAB, embedding_dim=HIDDEN, param_init=_EMBEDDING_INIT
+            num_embeddings=VOCAB,
+            embedding_dim=HIDDEN,
+            param_init=_EMBEDDING_SKIP_INIT if tied else _EMBEDDING_INIT,
         ),
         norm=RMSNorm.Config(normalized_shape=HIDDEN, param_init=_NORM_INIT),
         lm_head=Linear.Config(
@@ -132,8 +144,12 @@ MODELS: dict[str, ClientModel] = {
         ClientModel("bert", lambda: _hf("bert"), _init_weights, _hf_blocks),
         ClientModel("bert_apply", lambda: _hf("bert"), _apply_init, _hf_blocks),
         ClientModel("t5", lambda: _hf("t5"), _init_weights, _hf_blocks),
+        # Its root initializes the tied decoder weight with a depth-scaled std: the
+        # embedding's own init must win (issue 14, defect 5).
+        ClientModel("modernbert", lambda: _hf("modernbert"), _init_weights, _hf_blocks),
         ClientModel("titan_fused", lambda: _titan(True), _init_weights, _titan_blocks),
         ClientModel("titan_unfused", lambda: _titan(False), _init_weights, _titan_blocks),
+        ClientModel("titan_tied", lambda: _titan(True, tied=True), _init_weights, _titan_blocks),
     ]
 }
 

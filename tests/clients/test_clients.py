@@ -1,5 +1,5 @@
 """Real client libraries through their own init code (issue 14): tiny transformers 5.23
-models (Llama tied and untied, GPT-2, BERT, T5) and torchtitan 0.3.0's Llama3 (fused
+models (Llama tied and untied, GPT-2, BERT, ModernBERT, T5) and torchtitan 0.3.0's Llama3 (fused
 ``wqkv`` and not), each built on meta and materialized with ``init_fn`` set to the
 library's own init (``model.init_weights``, or HF's ``_init_weights`` through
 ``model.apply``).
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.clients
 
 SEED = 1234
 # Tied models drop the tie target's own init (as the library's CPU init does) and say so.
-TIED = {"llama_tied", "llama_apply", "gpt2", "bert", "bert_apply", "t5"}
+TIED = {"llama_tied", "llama_apply", "gpt2", "bert", "bert_apply", "t5", "modernbert"}
 
 
 def _materialized(name: str, world_mesh: object = None) -> nn.Module:
