@@ -16,7 +16,7 @@ PY_SOURCES := $(shell find python -name '*.py' -o -name '*.pyi' -o -name py.type
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-rust test-python test-slow test-wheel msrv fuzz quality lint bench wheel clean
+.PHONY: setup demo test test-rust test-python test-slow test-wheel test-zoo msrv fuzz quality lint bench wheel clean
 
 setup: $(BUILD_STAMP)
 
@@ -54,6 +54,11 @@ test-slow: setup
 # The release wheel built by maturin, installed into a fresh venv (minutes: its own step).
 test-wheel: setup
 	$(PY) -m pytest -q --runwheel -m wheel
+
+# Megatron-core and DeepSpeed ZeRO-3 on gloo CPU (DeepSpeed builds one CPU op with g++ and
+# ninja on first use, cached in ~/.cache/torch_extensions).
+test-zoo: setup
+	DS_ACCELERATOR=cpu $(PY) -m pytest -q --runzoo -m zoo
 
 # The library crates built with the Rust release that Cargo.toml's rust-version names.
 msrv: $(DEPS_STAMP)

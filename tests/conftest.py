@@ -6,7 +6,10 @@ pulls in a slow test by accident):
 
 * ``--runslow`` (``make test-slow``): long runs, e.g. KS tests at ten million samples;
 * ``--runwheel`` (its own CI step, ``pytest --runwheel -m wheel``): builds the release
-  wheel with maturin and installs it into a fresh virtual env.
+  wheel with maturin and installs it into a fresh virtual env;
+* ``--runzoo`` (its own CI step, ``make test-zoo``): Megatron-core and DeepSpeed ZeRO-3 on
+  gloo, minutes of runs plus DeepSpeed's one-time op build, kept out of ``make test``'s
+  15-minute budget.
 
 Hypothesis profiles, chosen with the environment variable ``HYPOTHESIS_PROFILE``:
 
@@ -42,6 +45,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 OPT_IN_MARKERS = {
     "slow": ("--runslow", "run tests marked slow (make test-slow)"),
     "wheel": ("--runwheel", "run tests marked wheel: build and install the release wheel"),
+    "zoo": ("--runzoo", "run tests marked zoo: real Megatron-core and DeepSpeed (make test-zoo)"),
 }
 
 

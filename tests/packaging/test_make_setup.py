@@ -38,7 +38,9 @@ def _dry_run(target: str, tmp_path: Path) -> list[str]:
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
-@pytest.mark.parametrize("target", ["test", "demo", "lint", "bench", "wheel", "test-slow"])
+@pytest.mark.parametrize(
+    "target", ["test", "demo", "lint", "bench", "wheel", "test-slow", "test-wheel", "test-zoo"]
+)
 def test_target_installs_before_first_use(target: str, tmp_path: Path) -> None:
     lines = _dry_run(target, tmp_path)
     first_use = next(i for i, line in enumerate(lines) if any(c in line for c in USES_VENV))
