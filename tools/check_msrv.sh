@@ -24,6 +24,7 @@ if [[ ! -x $root/usr/bin/cargo ]]; then
     # A machine whose package lists were never fetched knows no versions: fetch them once.
     (cd "$dl" && { apt-get download -q "${packages[@]}" 2>/dev/null ||
         { apt-get update -qq && apt-get download -q "${packages[@]}"; }; })
+    mkdir -p "$root"
     for f in "$dl"/*.deb; do dpkg -x "$f" "$root"; done
     rm -rf "$dl"
 fi
