@@ -17,7 +17,7 @@ Example:
 from . import init, presets
 from ._core import STREAM_FORMAT_VERSION
 from ._core import __version__ as __version__
-from ._cuda import get_cuda_backend, set_cuda_backend
+from ._cuda.backend import CudaBackendWarning, get_cuda_backend, set_cuda_backend
 from ._integration.capture import CapturedInit, UnsupportedInitOpError, capture_init
 from ._integration.fingerprint import fingerprint, fingerprint_model, model_digest
 from ._integration.fsdp1 import fsdp1_param_init_fn
@@ -40,6 +40,7 @@ __all__ = [
     "STREAM_FORMAT_VERSION",
     "SUPPORTED_DTYPES",
     "CapturedInit",
+    "CudaBackendWarning",
     "InternalError",
     "ParamSpec",
     "ShapeTooLargeError",
