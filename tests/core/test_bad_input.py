@@ -451,7 +451,7 @@ def _markdown() -> str:
         "|---|---|",
         "| `SHARDINIT_CUDA_BACKEND=gpu` | `ShardInitError` at the first CUDA fill (not at import), naming the variable and the value |",
         "| backend `'triton'`, and Triton missing, older than 3.6, on ROCm, or its runtime does not start (no C compiler, no Python headers, no driver) | `ShardInitError` naming the reason and suggesting `'auto'` or `'host'`; nothing written to `out` |",
-        "| backend `'auto'`, and the kernel unavailable for any of those reasons | the host path (same bits), plus one `shardinit._cuda.CudaBackendWarning` (a `UserWarning`) per process saying why |",
+        "| backend `'auto'`, and the kernel unavailable for any of those reasons | the host path (same bits), plus one `shardinit.CudaBackendWarning` (a `UserWarning`) per process saying why |",
         "| any bad spec, box, range or `out`, whatever the backend | the error of the table above, checked before the backend is consulted |",
     ]
     shardinit.set_num_threads(None)
