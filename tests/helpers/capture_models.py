@@ -1,9 +1,12 @@
 """Models whose init code is written in the style of real projects, for the capture tests.
 
-* ``TitanLlama``: torchtitan's Llama ``init_weights`` (trunc_normal_ with a per-layer
+* ``llama``: the project's one Llama (``shardinit.cli.models.Transformer``) at a test
+  size; its ``init_weights`` is torchtitan's Llama init (trunc_normal_ with a per-layer
   std, ``nn.init.normal_`` on the embedding, ``reset_parameters`` on the norms, a
-  cut-off output projection, rotary frequencies recomputed into a buffer), plus a fused
-  qkv weight whose slices get different stds.
+  cut-off output projection). ``llama_expected`` writes that init out by hand.
+* ``RotaryStack``: no Llama, the other things torchtitan-style init code does: a fused
+  qkv weight whose row blocks get different stds (``FusedQKV``), blocks in a ModuleDict,
+  and rotary frequencies recomputed into a buffer by ``init_weights``.
 * ``HFModel``: Hugging Face ``_init_weights`` through ``model.apply`` (``.data.normal_``,
   zeroed bias, ``weight.data[padding_idx].zero_()``, LayerNorm ``fill_(1.0)``), with
   GPT-2's scaled residual projections (``p.data.normal_(0, 0.02 / sqrt(2 * n_layer))`` on
@@ -21,120 +24,99 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from shardinit.cli.models import LlamaConfig, Transformer
+
 # --------------------------------------------------------------------------- torchtitan
 
-
-class TitanAttention(nn.Module):
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.wqkv = nn.Linear(dim, 3 * dim, bias=False)
-        self.wo = nn.Linear(dim, dim, bias=False)
-        self.dim = dim
-
-    def init_weights(self, init_std: float) -> None:
-        # q rows with one std, k/v rows with another: sub-regions of one parameter.
-        nn.init.trunc_normal_(self.wqkv.weight[: self.dim], mean=0.0, std=0.02)
-        nn.init.trunc_normal_(self.wqkv.weight[self.dim :], mean=0.0, std=0.04)
-        nn.init.trunc_normal_(self.wo.weight, mean=0.0, std=init_std)
+#: The project's one Llama (``shardinit.cli.models``, whose ``init_weights`` is
+#: torchtitan's Llama init) at a test size: grouped-query attention, and every q/k/v
+#: weight of at least 200 elements, enough to compare its std with torch's.
+TINY_LLAMA = LlamaConfig(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_hidden=48, vocab_size=37)
 
 
-class TitanFeedForward(nn.Module):
-    def __init__(self, dim: int, hidden: int) -> None:
-        super().__init__()
-        self.w1 = nn.Linear(dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, dim, bias=False)
-        self.w3 = nn.Linear(dim, hidden, bias=False)
-
-    def init_weights(self, init_std: float) -> None:
-        nn.init.trunc_normal_(self.w1.weight, mean=0.0, std=0.02)
-        for linear in (self.w2, self.w3):
-            nn.init.trunc_normal_(linear.weight, mean=0.0, std=init_std)
+def llama(config: LlamaConfig = TINY_LLAMA) -> Transformer:
+    """The project's Llama, built on the current default device."""
+    return Transformer(config)
 
 
-class TitanBlock(nn.Module):
-    def __init__(self, layer_id: int, dim: int, hidden: int) -> None:
-        super().__init__()
-        self.attention_norm = nn.RMSNorm(dim)
-        self.attention = TitanAttention(dim)
-        self.ffn_norm = nn.RMSNorm(dim)
-        self.feed_forward = TitanFeedForward(dim, hidden)
-        self.weight_init_std = 0.02 / (2 * (layer_id + 1)) ** 0.5
-
-    def init_weights(self) -> None:
-        for norm in (self.attention_norm, self.ffn_norm):
-            norm.reset_parameters()
-        self.attention.init_weights(self.weight_init_std)
-        self.feed_forward.init_weights(self.weight_init_std)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q = self.attention.wqkv(self.attention_norm(x))[..., : self.attention.dim]
-        x = x + self.attention.wo(torch.tanh(q))
-        h = self.ffn_norm(x)
-        return x + self.feed_forward.w2(
-            torch.nn.functional.silu(self.feed_forward.w1(h)) * self.feed_forward.w3(h)
-        )
-
-
-class TitanLlama(nn.Module):
-    def __init__(self, vocab: int = 37, dim: int = 16, hidden: int = 24, layers: int = 2) -> None:
-        super().__init__()
-        self.dim = dim
-        self.tok_embeddings = nn.Embedding(vocab, dim)
-        self.layers = nn.ModuleDict({str(i): TitanBlock(i, dim, hidden) for i in range(layers)})
-        self.norm = nn.RMSNorm(dim)
-        self.output = nn.Linear(dim, vocab, bias=False)
-        self.register_buffer("freqs_cis", self._precompute_freqs_cis(), persistent=False)
-
-    def _precompute_freqs_cis(self) -> torch.Tensor:
-        freqs = 1.0 / (10000.0 ** (torch.arange(0, self.dim, 2).float() / self.dim))
-        positions = torch.arange(8).float()
-        return torch.polar(torch.ones(8, self.dim // 2), torch.outer(positions, freqs))
-
-    def init_weights(self, buffer_device: torch.device | None = None) -> None:
-        buffer_device = buffer_device or self.freqs_cis.device
-        with torch.device(buffer_device):
-            self.freqs_cis = self._precompute_freqs_cis()
-        nn.init.normal_(self.tok_embeddings.weight)
-        for layer in self.layers.values():
-            assert isinstance(layer, TitanBlock)
-            layer.init_weights()
-        self.norm.reset_parameters()
-        final_out_std = self.dim**-0.5
-        cutoff_factor = 3
-        nn.init.trunc_normal_(
-            self.output.weight,
-            mean=0.0,
-            std=final_out_std,
-            a=-cutoff_factor * final_out_std,
-            b=cutoff_factor * final_out_std,
-        )
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.tok_embeddings(tokens)
-        for layer in self.layers.values():
-            x = layer(x)
-        return self.output(self.norm(x))
-
-
-def titan_expected(model: TitanLlama) -> dict[str, tuple[str, float, float]]:
-    """Per parameter name: (kind, std or value, cut-off) written out by hand."""
-    dim = model.dim
+def llama_expected(model: Transformer) -> dict[str, tuple[str, float, float]]:
+    """Per parameter name: (kind, std or value, cut-off) of torchtitan's Llama init,
+    written out by hand."""
+    dim = model.config.dim
     expected: dict[str, tuple[str, float, float]] = {
         "tok_embeddings.weight": ("normal", 1.0, math.inf),
         "norm.weight": ("const", 1.0, 0.0),
         "output.weight": ("trunc", dim**-0.5, 3 * dim**-0.5),
     }
-    for i in range(len(model.layers)):
-        std = 0.02 / (2 * (i + 1)) ** 0.5
+    for i in range(model.config.n_layers):
+        depth_std = 0.02 / (2 * (i + 1)) ** 0.5
         p = f"layers.{i}."
         expected[p + "attention_norm.weight"] = ("const", 1.0, 0.0)
         expected[p + "ffn_norm.weight"] = ("const", 1.0, 0.0)
-        expected[p + "attention.wo.weight"] = ("trunc", std, 2.0)
-        expected[p + "feed_forward.w1.weight"] = ("trunc", 0.02, 2.0)
-        expected[p + "feed_forward.w2.weight"] = ("trunc", std, 2.0)
-        expected[p + "feed_forward.w3.weight"] = ("trunc", std, 2.0)
-        expected[p + "attention.wqkv.weight"] = ("qkv", 0.02, 0.04)
+        for linear in ("attention.wq", "attention.wk", "attention.wv", "feed_forward.w1"):
+            expected[p + linear + ".weight"] = ("trunc", 0.02, 2.0)
+        for linear in ("attention.wo", "feed_forward.w2", "feed_forward.w3"):
+            expected[p + linear + ".weight"] = ("trunc", depth_std, 2.0)
     return expected
+
+
+# --------------------------------------------------------------------------- fused, computed
+
+
+class FusedQKV(nn.Module):
+    """A fused q/k/v projection whose q rows and k/v rows get different stds (0.02 and
+    0.04): two captured sub-regions of one parameter."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+        self.wqkv = nn.Linear(dim, 3 * dim, bias=False)
+
+    def init_weights(self) -> None:
+        nn.init.trunc_normal_(self.wqkv.weight[: self.dim], mean=0.0, std=0.02)
+        nn.init.trunc_normal_(self.wqkv.weight[self.dim :], mean=0.0, std=0.04)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tanh(self.wqkv(x)).unflatten(-1, (3, self.dim)).sum(-2)
+
+
+class RotaryStack(nn.Module):
+    """``FusedQKV`` blocks kept in a ModuleDict (as torchtitan keeps its layers), then a
+    rotation by rotary frequencies held in a non-persistent buffer that ``init_weights``
+    recomputes: on a meta model only the init code can give that buffer its values."""
+
+    def __init__(self, dim: int = 16, layers: int = 2, max_seq: int = 8) -> None:
+        super().__init__()
+        self.dim = dim
+        self.max_seq = max_seq
+        self.layers = nn.ModuleDict({str(i): FusedQKV(dim) for i in range(layers)})
+        self.register_buffer("freqs_cis", self.rotary_frequencies(), persistent=False)
+
+    def rotary_frequencies(self) -> torch.Tensor:
+        """(max_seq, dim / 2) unit complex numbers, on the current default device."""
+        freqs = 1.0 / (10000.0 ** (torch.arange(0, self.dim, 2).float() / self.dim))
+        positions = torch.arange(self.max_seq).float()
+        angles = torch.outer(positions, freqs)
+        return torch.polar(torch.ones(self.max_seq, self.dim // 2), angles)
+
+    def init_weights(self, buffer_device: torch.device | None = None) -> None:
+        buffer_device = buffer_device or self.freqs_cis.device
+        with torch.device(buffer_device):
+            self.freqs_cis = self.rotary_frequencies()
+        for layer in self.layers.values():
+            assert isinstance(layer, FusedQKV)
+            layer.init_weights()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` of shape (batch, seq, dim), seq at most max_seq."""
+        for layer in self.layers.values():
+            x = layer(x)
+        pairs = torch.view_as_complex(x.unflatten(-1, (-1, 2)))
+        return torch.view_as_real(pairs * self.freqs_cis[: x.shape[-2]]).flatten(-2)
+
+    def example_input(self) -> torch.Tensor:
+        """A fixed (1, 6, dim) input."""
+        return torch.linspace(-1.0, 1.0, 6 * self.dim).reshape(1, 6, self.dim)
 
 
 # --------------------------------------------------------------------------- Hugging Face

@@ -7,10 +7,11 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from collections.abc import Callable
 
 import pytest
 import torch
-from capture_models import HFModel, TitanLlama, TorchDefaults, eager, titan_expected
+from capture_models import HFModel, RotaryStack, TorchDefaults, eager, llama, llama_expected
 from torch import nn
 
 import shardinit
@@ -57,12 +58,11 @@ def _like_eager(name: str, ours: torch.Tensor, theirs: torch.Tensor) -> None:
 
 def test_torchtitan_init_weights_values_and_distribution() -> None:
     with torch.device("meta"):
-        model = TitanLlama()
+        model = llama()
     replayed = _replayed(model, model.init_weights)
-    expected = titan_expected(model)
+    expected = llama_expected(model)
     assert sorted(replayed) == sorted(expected)
-    theirs = dict(eager(TitanLlama, lambda m: m.init_weights(), SEED).named_parameters())
-    dim = model.dim
+    theirs = dict(eager(llama, lambda m: m.init_weights(), SEED).named_parameters())
     for name, (kind, std, cut) in expected.items():
         ours = replayed[name]
         shape = tuple(ours.shape)
@@ -70,19 +70,32 @@ def test_torchtitan_init_weights_values_and_distribution() -> None:
             assert torch.equal(ours, torch.full(shape, std)), name
         elif kind == "normal":
             assert torch.equal(ours, _full(name, shape, init.normal(0.0, std))), name
-        elif kind == "trunc":
+        else:
+            assert kind == "trunc", kind
             want = _full(name, shape, init.trunc_normal(0.0, std, -cut, cut))
             assert torch.equal(ours, want), name
             assert float(ours.abs().max()) <= cut, name  # bounds exactly
-        else:  # fused qkv: rows [:dim] with std 0.02, the rest with std 0.04
-            q = _full(name, shape, init.trunc_normal(0.0, std, -2.0, 2.0))
-            kv = _full(name, shape, init.trunc_normal(0.0, cut, -2.0, 2.0))
-            assert torch.equal(ours[:dim], q[:dim]) and torch.equal(ours[dim:], kv[dim:]), name
-            _like_eager(name + "[kv]", ours[dim:], theirs[name].detach()[dim:])
-            continue
         _like_eager(name, ours, theirs[name].detach())
     # The model itself is untouched: still meta, same Parameter objects.
     assert all(p.is_meta for p in model.parameters())
+
+
+def test_fused_qkv_row_blocks_values_and_distribution() -> None:
+    with torch.device("meta"):
+        model = RotaryStack()
+    replayed = _replayed(model, model.init_weights)
+    assert sorted(replayed) == ["layers.0.wqkv.weight", "layers.1.wqkv.weight"]
+    theirs = dict(eager(RotaryStack, lambda m: m.init_weights(), SEED).named_parameters())
+    dim = model.dim
+    for name, ours in replayed.items():
+        # q rows [:dim] with std 0.02, the k/v rows with std 0.04, each cut at +-2.
+        q = _full(name, tuple(ours.shape), init.trunc_normal(0.0, 0.02, -2.0, 2.0))
+        kv = _full(name, tuple(ours.shape), init.trunc_normal(0.0, 0.04, -2.0, 2.0))
+        assert torch.equal(ours[:dim], q[:dim]) and torch.equal(ours[dim:], kv[dim:]), name
+        eager_weight = theirs[name].detach()
+        _like_eager(name + "[q]", ours[:dim], eager_weight[:dim])
+        _like_eager(name + "[kv]", ours[dim:], eager_weight[dim:])
+    assert all(p.is_meta for p in model.parameters()) and model.freqs_cis.is_meta
 
 
 def test_hugging_face_init_weights_values_and_distribution() -> None:
@@ -309,19 +322,35 @@ def test_swallowed_error_still_raises() -> None:
 # --------------------------------------------------------------------------- materialize
 
 
-def test_materialize_with_init_fn_world1() -> None:
+def _assert_params_equal_replay(model: nn.Module, factory: Callable[[], nn.Module]) -> None:
+    """Every parameter of the materialized ``model`` is real and equals the world-1
+    replay of ``init_weights`` captured on a fresh meta ``factory()``."""
     with torch.device("meta"):
-        model = TitanLlama()
-    shardinit.materialize(model, seed=SEED, init_fn=model.init_weights)
-    reference = eager(TitanLlama, lambda m: m.init_weights(), SEED)
-    assert torch.equal(model.freqs_cis, reference.freqs_cis)  # buffer recomputed for real
-    with torch.device("meta"):
-        meta = TitanLlama()
+        meta = factory()
     replayed = _replayed(meta, meta.init_weights)
+    assert sorted(replayed) == sorted(name for name, _ in model.named_parameters())
     for name, param in model.named_parameters():
         assert not param.is_meta
         assert torch.equal(param.detach(), replayed[name]), name
+
+
+def test_materialize_with_init_fn_world1() -> None:
+    with torch.device("meta"):
+        model = llama()
+    shardinit.materialize(model, seed=SEED, init_fn=model.init_weights)
+    _assert_params_equal_replay(model, llama)
     model(torch.arange(6).reshape(1, 6))
+
+
+def test_materialize_with_init_fn_recomputes_buffer_world1() -> None:
+    with torch.device("meta"):
+        model = RotaryStack()
+    shardinit.materialize(model, seed=SEED, init_fn=model.init_weights)
+    reference = eager(RotaryStack, lambda m: m.init_weights(), SEED)
+    assert not model.freqs_cis.is_meta
+    assert torch.equal(model.freqs_cis, reference.freqs_cis)  # buffer recomputed for real
+    _assert_params_equal_replay(model, RotaryStack)
+    model(model.example_input())
 
 
 def test_materialize_partial_init_fn_keeps_defaults_elsewhere() -> None:
@@ -366,8 +395,8 @@ def test_rules_shadowed_by_init_fn_are_named_in_a_warning() -> None:
 
 def test_captured_init_recomputes_buffers_only_on_the_model_it_was_taken_on() -> None:
     with torch.device("meta"):
-        template, other, same = TitanLlama(), TitanLlama(), TitanLlama()
-    reference = eager(TitanLlama, lambda m: m.init_weights(), SEED)
+        template, other, same = RotaryStack(), RotaryStack(), RotaryStack()
+    reference = eager(RotaryStack, lambda m: m.init_weights(), SEED)
     # Taken on `same` and given back to it: init_weights recomputes its freqs_cis.
     shardinit.materialize(same, seed=SEED, init_fn=shardinit.capture_init(same, same.init_weights))
     assert torch.equal(same.freqs_cis, reference.freqs_cis)
@@ -379,7 +408,7 @@ def test_captured_init_recomputes_buffers_only_on_the_model_it_was_taken_on() ->
     assert all(p.is_meta for p in other.parameters())
 
     def buffer_init(module: nn.Module, name: str, tensor: torch.Tensor) -> None:
-        tensor.copy_(module._precompute_freqs_cis())
+        tensor.copy_(module.rotary_frequencies())
 
     shardinit.materialize(other, seed=SEED, init_fn=captured, buffer_init=buffer_init)
     assert torch.equal(other.freqs_cis, reference.freqs_cis)

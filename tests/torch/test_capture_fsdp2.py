@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from capture_models import HFModel, TitanLlama, eager
+from capture_models import HFModel, RotaryStack, eager, llama
 from materialize_workers import Checks, assert_check_passed, check, expect_equal, run_group
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
@@ -20,15 +20,23 @@ from torch.distributed.tensor import DTensor
 
 import shardinit
 from shardinit._integration.capture import replay_full
+from shardinit.cli.models import LlamaConfig, Transformer
 
 pytestmark = pytest.mark.distributed
 
 SEED = 4242
 
 
-def _titan() -> TitanLlama:
+def _llama() -> Transformer:
+    # Widths that no world of 2 or 3 divides: shards of uneven sizes.
+    return llama(
+        LlamaConfig(dim=10, n_layers=2, n_heads=2, n_kv_heads=1, ffn_hidden=14, vocab_size=37)
+    )
+
+
+def _rotary() -> RotaryStack:
     # wqkv has 30 rows with the q/kv boundary at row 10: world 2 cuts it at row 15.
-    return TitanLlama(vocab=37, dim=10, hidden=14, layers=2)
+    return RotaryStack(dim=10, layers=2)
 
 
 def _hf() -> HFModel:
@@ -58,18 +66,31 @@ def _check_gathered(model: nn.Module, reference: dict[str, torch.Tensor]) -> Non
     assert sorted(seen) == sorted(reference), seen
 
 
-def _check_titan(world: int) -> None:
-    with torch.device("meta"):
-        model = _titan()
-    _shard(model, list(model.layers.values()), world)
-    shardinit.materialize(model, seed=SEED, init_fn=model.init_weights)
-    _check_gathered(model, _reference(_titan, "init_weights"))
-    # The rotary buffer was recomputed for real, as torch computes it.
-    expected = eager(_titan, lambda m: None, SEED).freqs_cis
-    expect_equal("freqs_cis", model.freqs_cis, expected)
-    loss = model(torch.arange(6).reshape(1, 6)).logsumexp(-1).mean()
+def _assert_trains(model: nn.Module, inputs: torch.Tensor) -> None:
+    loss = model(inputs).logsumexp(-1).mean()
     loss.backward()
     assert math.isfinite(loss.item())
+
+
+def _check_llama(world: int) -> None:
+    with torch.device("meta"):
+        model = _llama()
+    _shard(model, list(model.layers), world)
+    shardinit.materialize(model, seed=SEED, init_fn=model.init_weights)
+    _check_gathered(model, _reference(_llama, "init_weights"))
+    _assert_trains(model, torch.arange(6).reshape(1, 6))
+
+
+def _check_fused_rotary(world: int) -> None:
+    with torch.device("meta"):
+        model = _rotary()
+    _shard(model, list(model.layers.values()), world)
+    shardinit.materialize(model, seed=SEED, init_fn=model.init_weights)
+    _check_gathered(model, _reference(_rotary, "init_weights"))
+    # The rotary buffer was recomputed for real, as torch computes it.
+    expected = eager(_rotary, lambda m: None, SEED).freqs_cis
+    expect_equal("freqs_cis", model.freqs_cis, expected)
+    _assert_trains(model, model.example_input())
 
 
 def _check_hf(world: int) -> None:
@@ -105,7 +126,8 @@ def _check_reset_parameters(world: int) -> None:
 
 def capture_scenario(rank: int, world: int) -> Checks:
     checks: Checks = {}
-    check(checks, "titan", lambda: _check_titan(world))
+    check(checks, "llama", lambda: _check_llama(world))
+    check(checks, "fused_rotary", lambda: _check_fused_rotary(world))
     check(checks, "hf", lambda: _check_hf(world))
     check(checks, "reset_parameters", lambda: _check_reset_parameters(world))
     return checks
@@ -125,7 +147,12 @@ WORLDS = [1, 2, 3]
 
 @pytest.mark.parametrize("world", WORLDS)
 def test_fsdp2_torchtitan_init_weights_bit_exact(world: int) -> None:
-    _assert_passed(world, "titan")
+    _assert_passed(world, "llama")
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_fsdp2_fused_qkv_and_computed_buffer_bit_exact(world: int) -> None:
+    _assert_passed(world, "fused_rotary")
 
 
 @pytest.mark.parametrize("world", WORLDS)
