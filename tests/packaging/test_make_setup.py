@@ -8,6 +8,7 @@ the README's `make test` on a fresh clone; this test fails earlier, at the Makef
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -31,8 +32,16 @@ def _dry_run(target: str, tmp_path: Path) -> list[str]:
         shutil.copy(ROOT / name, tmp_path / name)
     for source_dir in ("rust", "python"):  # the Makefile lists their sources with find
         (tmp_path / source_dir).mkdir()
+    # Run as a top-level make even inside `make test`: a parent's MAKEFLAGS/MAKELEVEL
+    # would add "Entering directory" lines naming this pytest temporary folder.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     result = subprocess.run(
-        ["make", "-n", target], cwd=tmp_path, capture_output=True, text=True, check=True
+        ["make", "--no-print-directory", "-n", target],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     )
     return result.stdout.splitlines()
 
