@@ -27,8 +27,6 @@ from torch import nn
 
 import shardinit
 
-pytest.importorskip("transformers")
-pytest.importorskip("torchtitan")
 pytestmark = pytest.mark.clients
 
 SEED = 1234

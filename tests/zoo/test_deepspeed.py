@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import functools
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -38,9 +37,6 @@ import shardinit.deepspeed
 pytestmark = [
     pytest.mark.zoo,
     pytest.mark.distributed,
-    pytest.mark.skipif(
-        importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed"
-    ),
 ]
 
 SEED = 4242
@@ -327,8 +323,7 @@ def scenario(rank: int, world: int) -> Checks:
     check(checks, "stock_needs_overwrite", _stock_needs_overwrite)
     if world <= 2:
         check(checks, "one_step", _one_step)
-        if importlib.util.find_spec("transformers") is not None:
-            check(checks, "hf_llama", _hf_llama)
+        check(checks, "hf_llama", _hf_llama)
     if world == 2:
         check(checks, "guards", _guards)
         check(checks, "hpz", _hpz_secondary_partitions)
@@ -366,9 +361,6 @@ def test_fill_equals_world1(world: int, name: str) -> None:
     assert_check_passed(_outcome(world), name)
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("transformers") is None, reason="transformers is not installed"
-)
 @pytest.mark.parametrize("world", [1, 2])
 def test_tiny_transformers_llama(world: int) -> None:
     from materialize_workers import assert_check_passed

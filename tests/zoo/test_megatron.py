@@ -17,7 +17,6 @@ One process group per world size serves all checks (starting ranks costs seconds
 from __future__ import annotations
 
 import functools
-import importlib.util
 import math
 import warnings
 from collections.abc import Callable, Iterable
@@ -34,9 +33,6 @@ from shardinit import init
 pytestmark = [
     pytest.mark.zoo,
     pytest.mark.distributed,
-    pytest.mark.skipif(
-        importlib.util.find_spec("megatron") is None, reason="megatron-core is not installed"
-    ),
 ]
 
 SEED = 20261130
