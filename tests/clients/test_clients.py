@@ -107,14 +107,18 @@ def clients_scenario(rank: int, world: int) -> Checks:
     for name in sorted(MODELS):
 
         def run(name: str = name) -> None:
-            sharded = _materialized(name, mesh)
-            plain = dict(_materialized(name).named_parameters())
-            for param_name, param in sharded.named_parameters():
-                full = param.full_tensor()  # type: ignore[attr-defined]
-                expect_equal(param_name, full, plain[param_name].detach())
+            _expect_gathered_equal_unsharded(name, _materialized(name, mesh))
 
         check(checks, name, run)
     return checks
+
+
+def _expect_gathered_equal_unsharded(name: str, sharded: nn.Module) -> None:
+    """Every gathered parameter of ``sharded`` equals the world-1 materialization."""
+    plain = dict(_materialized(name).named_parameters())
+    for param_name, param in sharded.named_parameters():
+        full = param.full_tensor()  # type: ignore[attr-defined]
+        expect_equal(param_name, full, plain[param_name].detach())
 
 
 @functools.cache
@@ -159,11 +163,7 @@ def tp_scenario(rank: int, world: int) -> Checks:
     for name in sorted(n for n, m in MODELS.items() if m.tp_plan):
 
         def run(name: str = name) -> None:
-            sharded = _tensor_parallel(name, mesh)
-            plain = dict(_materialized(name).named_parameters())
-            for param_name, param in sharded.named_parameters():
-                full = param.full_tensor()  # type: ignore[attr-defined]
-                expect_equal(param_name, full, plain[param_name].detach())
+            _expect_gathered_equal_unsharded(name, _tensor_parallel(name, mesh))
 
         check(checks, name, run)
     return checks
