@@ -21,7 +21,7 @@ from .._validate import check_seed
 from ..errors import ShardInitError
 from ..shard import _resolve_device
 from .capture import CapturedInit, capture_init
-from .plan import BufferInit, flat_targets, local_targets, make_plan
+from .plan import BufferInit, RulesAndDefaults, local_targets, make_plan, region_targets
 from .rules import Rules, check_rules
 
 __all__ = ["materialize"]
@@ -107,7 +107,7 @@ def materialize(
 
     # 1. Plan every name, region and initializer before touching any tensor, so an error
     #    leaves the model as it was.
-    flat, managed = flat_targets(module)
+    flat, managed = region_targets(module)
     targets = [*local_targets(module, managed), *flat]
     captured = _captured(module, init_fn, hides_params=bool(flat))
     # The buffer values init_fn computed are written if it computed them on this very
@@ -118,16 +118,12 @@ def materialize(
         module,
         targets,
         seed=seed,
-        rules=rule_list,
+        chooser=RulesAndDefaults(rule_list, module, targets),
         captured=captured,
         write_computed=write_computed,
     )
-    # 2. Check.
-    plan.check(overwrite=overwrite, buffer_init=buffer_init)
-    # 3. Allocate, 4. fill, 5. buffers.
-    plan.allocate(module, target_device)
-    plan.fill()
-    plan.fill_buffers(module, buffer_init)
+    # 2. Check, 3. allocate, 4. fill, 5. buffers.
+    plan.carry_out(module, overwrite=overwrite, buffer_init=buffer_init, device=target_device)
     return module
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ..._names import holder_names
 from .recorder import CaptureMode
 from .records import CapturedInit, ParamRecord
 from .standins import (
@@ -116,7 +117,8 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
         for group, winner in zip(groups, winners, strict=True)
         if winner.ops
     }
-    return CapturedInit(params, tuple(sorted(values)), init_fn, values, weakref.ref(module))
+    held = holder_names(module)  # which names are tied, for materialize to compare
+    return CapturedInit(params, tuple(sorted(values)), init_fn, values, weakref.ref(module), held)
 
 
 def _warn_dropped(groups: list[ParamGroup], winners: list[Track]) -> None:
