@@ -170,13 +170,14 @@ def buffer_holders(root: nn.Module) -> Iterator[BufferHolder]:
                 yield BufferHolder(canonical_name(qualified(path, attr)), module, attr, buffer)
 
 
-def listing(names: Sequence[str]) -> str:
-    """Names for an error message: the first 20, then how many more.
+def listing(names: Sequence[str], separator: str = ", ") -> str:
+    """Names for an error message: the first 20, then how many more (``separator``
+    between them, e.g. ``"; "`` for entries that hold commas).
 
     Example:
         >>> listing([f"w{i}" for i in range(22)])[-22:]
         'w18, w19, ... (2 more)'
     """
-    shown = ", ".join(names[:_MAX_LISTED])
+    shown = separator.join(names[:_MAX_LISTED])
     more = len(names) - _MAX_LISTED
-    return shown + (f", ... ({more} more)" if more > 0 else "")
+    return shown + (f"{separator}... ({more} more)" if more > 0 else "")
