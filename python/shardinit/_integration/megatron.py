@@ -38,7 +38,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import torch
 from torch import nn
@@ -52,7 +52,7 @@ from ..spec import SUPPORTED_DTYPES
 from .capture import ParamRecord, base_ops, capture_init
 from .placements import Run, full_runs, local_runs
 from .plan import make_plan
-from .rules import RuleKey, first_rule, rule_matches, rule_pairs
+from .rules import RuleKey, first_rule, rule_pairs
 from .targets import ReplayValues, Target, Values
 
 #: An init callable as Megatron takes it: ``fn(tensor)`` fills ``tensor`` in place.
@@ -423,14 +423,12 @@ class MegatronChooser:
         return first_rule(self.rules, target.name, owner, attr)
 
     def _choose(self, target: MegatronTarget) -> _Choice | None:
-        owner, attr = target.holders[0]
-        for key, value in self.rules:
-            if not rule_matches(key, target.name, owner, attr):
-                continue
+        key = self.rule_for(target)
+        if key is not None:
+            value = next(value for rule, value in self.rules if rule is key)
             if isinstance(value, Initializer):
                 return _Choice(value, None, f"rule {key!r}")
-            method: InitMethod = value  # type: ignore[assignment]  # checked callable
-            return _Choice(None, method, f"rule {key!r}")
+            return _Choice(None, cast(InitMethod, value), f"rule {key!r}")  # checked callable
         recorded = getattr(target.slot.param, _INIT_METHOD_ATTR, None)
         if recorded is not None and target.name != _EMBEDDING_NAME:
             return _Choice(None, recorded, "recorded init_method")
