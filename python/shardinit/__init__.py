@@ -14,7 +14,7 @@ Example:
     True
 """
 
-from . import init, presets
+from . import deepspeed, init, megatron, presets
 from ._core import STREAM_FORMAT_VERSION
 from ._core import __version__ as __version__
 from ._cuda.backend import CudaBackendWarning, get_cuda_backend, set_cuda_backend
@@ -49,6 +49,7 @@ __all__ = [
     "box_of_shard",
     "canonical_name",
     "capture_init",
+    "deepspeed",
     "fingerprint",
     "fingerprint_model",
     "fsdp1_param_init_fn",
@@ -61,6 +62,7 @@ __all__ = [
     "init_shard",
     "key",
     "materialize",
+    "megatron",
     "model_digest",
     "presets",
     "set_cuda_backend",

@@ -10,7 +10,7 @@ several modules (tied weights) is one slot, named by its first path in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -22,9 +22,11 @@ __all__ = [
     "ParamSlot",
     "buffer_holders",
     "canonical_name",
+    "holder_names",
     "listing",
     "param_slots",
     "qualified",
+    "walk_slots",
 ]
 
 #: Path segments of wrappers, removed from canonical names (stream-format.md §5).
@@ -101,8 +103,18 @@ def param_slots(root: nn.Module, *, skip: SkipHolder | None = None) -> list[Para
     """
     # named_modules(remove_duplicate=False) visits parameters in named_parameters() order,
     # so the first path seen for a tied parameter is its canonical one (stream-format.md §5).
+    return walk_slots(root.named_modules(remove_duplicate=False), skip=skip)
+
+
+def walk_slots(
+    modules: Iterable[tuple[str, nn.Module]], *, skip: SkipHolder | None = None
+) -> list[ParamSlot]:
+    """Every distinct parameter of the ``(path, module)`` pairs of a walk, in its order,
+    named by the first ``path.attr`` seen (canonical); :func:`param_slots` walks
+    ``named_modules``, a wrapper whose names drop more segments walks its own way
+    (Megatron's global layer and expert numbers)."""
     slots: dict[int, ParamSlot] = {}
-    for path, module in root.named_modules(remove_duplicate=False):
+    for path, module in modules:
         for attr, param in module._parameters.items():
             if param is None or (skip is not None and skip(module, attr, param)):
                 continue
@@ -113,6 +125,29 @@ def param_slots(root: nn.Module, *, skip: SkipHolder | None = None) -> list[Para
             elif not any(m is module and a == attr for m, a in slot.owners):
                 slot.owners.append((module, attr))
     return list(slots.values())
+
+
+def holder_names(root: nn.Module, *, skip: SkipHolder | None = None) -> dict[str, str]:
+    """Which parameter each name holds: ``{canonical name of every holder (every path,
+    as named_parameters(remove_duplicate=False)): canonical name of its parameter}``.
+    Two names map to the same value exactly when they hold one Parameter (tied).
+
+    Example:
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Embedding(4, 2), nn.Linear(2, 4, bias=False))
+        >>> model[1].weight = model[0].weight
+        >>> holder_names(model)
+        {'0.weight': '0.weight', '1.weight': '0.weight'}
+    """
+    first: dict[int, str] = {}
+    names: dict[str, str] = {}
+    for path, module in root.named_modules(remove_duplicate=False):
+        for attr, param in module._parameters.items():
+            if param is None or (skip is not None and skip(module, attr, param)):
+                continue
+            name = canonical_name(qualified(path, attr))
+            names[name] = first.setdefault(id(param), name)
+    return names
 
 
 @dataclass(frozen=True)
@@ -135,13 +170,14 @@ def buffer_holders(root: nn.Module) -> Iterator[BufferHolder]:
                 yield BufferHolder(canonical_name(qualified(path, attr)), module, attr, buffer)
 
 
-def listing(names: Sequence[str]) -> str:
-    """Names for an error message: the first 20, then how many more.
+def listing(names: Sequence[str], separator: str = ", ") -> str:
+    """Names for an error message: the first 20, then how many more (``separator``
+    between them, e.g. ``"; "`` for entries that hold commas).
 
     Example:
         >>> listing([f"w{i}" for i in range(22)])[-22:]
         'w18, w19, ... (2 more)'
     """
-    shown = ", ".join(names[:_MAX_LISTED])
+    shown = separator.join(names[:_MAX_LISTED])
     more = len(names) - _MAX_LISTED
-    return shown + (f", ... ({more} more)" if more > 0 else "")
+    return shown + (f"{separator}... ({more} more)" if more > 0 else "")

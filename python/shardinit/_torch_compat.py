@@ -6,14 +6,17 @@ the callers (materialize, fingerprint, FSDP1, capture) say whether it still hold
 ``Module._parameters`` / ``Module._buffers`` are not wrapped here: they are the
 registries ``named_parameters()`` / ``named_buffers()`` read, and writing them directly
 is how a parameter is replaced without ``__setattr__``'s checks (torch's own
-``Module._apply`` does the same).
+``Module._apply`` does the same). The wrapper segments dropped from canonical names
+(``_fsdp_wrapped_module``, ...) are part of the stream format (docs/stream-format.md
+§5) and live in ``_names.py``.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
@@ -26,17 +29,18 @@ __all__ = [
     "CHECKED_TORCH",
     "CONV_MODULES",
     "NORM_MODULES",
-    "TRUNC_NORMAL_HELPER",
     "FlatEntry",
     "Fsdp1Unit",
     "apply_to_tensors",
-    "disable_torch_function",
     "fsdp1_unit",
+    "handed_to_mode",
     "is_flat_param",
     "is_strided_shard",
+    "rewrap_fsdp2_classes",
     "split_factor",
     "strided_shard",
     "tree_flatten",
+    "unwrap_fsdp2_classes",
 ]
 
 #: The torch release every API below was checked against.
@@ -60,17 +64,11 @@ def apply_to_tensors(module: nn.Module, fn: Callable[[torch.Tensor], torch.Tenso
     module._apply(fn)  # type: ignore[no-untyped-call]
 
 
-#: ``torch.nn.init._no_grad_trunc_normal_`` (checked 2.15.0): the helper
-#: ``trunc_normal_`` looks up at call time, so code holding the original function is
-#: caught by replacing it.
-TRUNC_NORMAL_HELPER = "_no_grad_trunc_normal_"
-
-
-def disable_torch_function() -> AbstractContextManager[None]:
-    """``torch._C.DisableTorchFunction()`` (checked 2.15.0): runs torch's Python code
-    without ``__torch_function__`` modes seeing the calls."""
-    context: AbstractContextManager[None] = torch._C.DisableTorchFunction()
-    return context
+def handed_to_mode(caller: FrameType, frame: FrameType) -> bool:
+    """Whether ``caller`` is ``torch.overrides.handle_torch_function`` called from
+    ``frame`` (checked 2.15.0): a ``torch.nn.init`` function running in ``frame`` handed
+    its own call to the ``__torch_function__`` mode before running its body."""
+    return caller.f_back is frame and caller.f_code.co_name == "handle_torch_function"
 
 
 def tree_flatten(tree: Any) -> tuple[list[Any], Any]:
@@ -204,3 +202,37 @@ def _flat_entries(flat_param: Any) -> Iterator[FlatEntry]:
             start=start,
             stop=stop,
         )
+
+
+# --------------------------------------------------------------------------- FSDP2
+
+
+def unwrap_fsdp2_classes(module: nn.Module) -> list[tuple[nn.Module, type]]:
+    """Gives modules ``fully_shard`` wrapped their own class back (checked 2.15.0:
+    FSDP2 swaps the class for a dynamic subclass of ``FSDPModule`` and the original);
+    returns ``(module, wrapper class)`` to put back with :func:`rewrap_fsdp2_classes`.
+
+    FSDP2 swaps a module's class for a subclass ``FSDP<Class>`` defined in torch. Init code
+    may look at the class: transformers treats a model whose class lives outside its
+    package as custom code and skips ``_init_weights`` for modules without parameters of
+    their own (GPT-2's depth-scaled ``c_proj``, T5's attention). Init code then runs on
+    the classes the model was built with, as on the CPU.
+    """
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    wrapper = getattr(fsdp, "FSDPModule", None)
+    swapped: list[tuple[nn.Module, type]] = []
+    if wrapper is None:
+        return swapped
+    for sub in module.modules():
+        cls = type(sub)
+        if isinstance(sub, wrapper):
+            bases = [b for b in cls.__bases__ if not issubclass(b, wrapper)]
+            if len(bases) == 1 and issubclass(bases[0], nn.Module):
+                sub.__class__ = bases[0]
+                swapped.append((sub, cls))
+    return swapped
+
+
+def rewrap_fsdp2_classes(swapped: list[tuple[nn.Module, type]]) -> None:
+    for sub, cls in swapped:
+        sub.__class__ = cls

@@ -39,5 +39,9 @@ def Init(*args: Any, **kwargs: Any) -> Any:
 
     Returns:
         The context manager (a ``deepspeed.zero.Init`` subclass instance).
+
+    Raises:
+        TypeError: ``config_dict_or_path`` (by keyword) not a dict, a path or None;
+            DeepSpeed checks the other arguments.
     """
     return no_broadcast_init(*args, **kwargs)

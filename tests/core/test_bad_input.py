@@ -85,6 +85,22 @@ def _materialize(**kwargs: object) -> Callable[[], object]:
     return lambda: shardinit.materialize(_meta_linear(), **args)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class _MegatronConfig:
+    """What shardinit.megatron.materialize reads of a TransformerConfig (the cases fail
+    before megatron-core would be imported)."""
+
+    fp8_param: bool = False
+    init_method: object = None
+    output_layer_init_method: object = None
+    embedding_init_method: object = None
+
+
+def _megatron(**kwargs: object) -> Callable[[], object]:
+    args: dict[str, object] = {"seed": 0, "config": _MegatronConfig(), **kwargs}
+    return lambda: shardinit.megatron.materialize(nn.Linear(3, 2), **args)  # type: ignore[arg-type]
+
+
 def _spec(**overrides: object) -> Callable[[], object]:
     args: dict[str, object] = {"name": "w", "shape": (4, 3), "seed": 0}
     args.update(overrides)
@@ -291,6 +307,19 @@ CASES: list[Case] = [
     Case("fsdp1_param_init_fn", "module", "None", lambda: shardinit.fsdp1_param_init_fn(None), TypeError, r"^module must be a torch.nn.Module, got NoneType$"),
     Case("fsdp1_param_init_fn", "device", "'meta'", lambda: shardinit.fsdp1_param_init_fn(_meta_linear(), device="meta"), E, r"^device must be 'cpu' or a CUDA device, got meta$"),
     Case("fsdp1_param_init_fn", "device", "1.5", lambda: shardinit.fsdp1_param_init_fn(_meta_linear(), device=1.5), TypeError, r"^device must be None, a str, an int or a torch.device, got float 1.5$"),
+    # ---- megatron.materialize(model_or_chunks, *, seed, config, rules) -----------------------
+    Case("megatron.materialize", "model_or_chunks", "None", lambda: shardinit.megatron.materialize(None, seed=0, config=_MegatronConfig()), TypeError, r"^model_or_chunks must be an nn.Module or a non-empty list of them \(virtual pipeline chunks\), got None$"),
+    Case("megatron.materialize", "model_or_chunks", "[]", lambda: shardinit.megatron.materialize([], seed=0, config=_MegatronConfig()), TypeError, r"^model_or_chunks must be an nn.Module or a non-empty list of them \(virtual pipeline chunks\), got \[\]$"),
+    Case("megatron.materialize", "seed", "-1", _megatron(seed=-1), E, r"^seed must be in \[0, 18446744073709551615\], got -1$"),
+    Case("megatron.materialize", "config", "None", _megatron(config=None), TypeError, r"^config must be the model's TransformerConfig \(with init_method, output_layer_init_method, embedding_init_method\), got NoneType$"),
+    Case("megatron.materialize", "config", "fp8_param=True", _megatron(config=_MegatronConfig(fp8_param=True)), E, r"^config.fp8_param is set: fp8 primary weights are quantized; shardinit fills fp32/bf16/fp16 weights only$"),
+    Case("megatron.materialize", "rules", "3", _megatron(rules=3), TypeError, r"^rules must be a mapping or a sequence of pairs, got 3$"),
+    Case("megatron.materialize", "rules", "{1: zeros()}", _megatron(rules={1: init.zeros()}), TypeError, r"^rules key 1 must be a name glob \(str\), an nn.Module subclass, or \(nn.Module subclass, attribute glob\)$"),
+    Case("megatron.materialize", "rules", "{'*weight': 'normal'}", _megatron(rules={"*weight": "normal"}), TypeError, r"^rules\['\*weight'\] must be a shardinit.init initializer or an init callable fn\(tensor\), got str 'normal'$"),
+    # ---- megatron.partition_names(model_or_chunks) --------------------------------------------
+    Case("megatron.partition_names", "model_or_chunks", "'model'", lambda: shardinit.megatron.partition_names("model"), TypeError, r"^model_or_chunks must be an nn.Module or a non-empty list of them \(virtual pipeline chunks\), got 'model'$"),
+    # ---- deepspeed.Init(*args, **kwargs): deepspeed.zero.Init's arguments ---------------------
+    Case("deepspeed.Init", "config_dict_or_path", "3", lambda: shardinit.deepspeed.Init(config_dict_or_path=3), TypeError, r"^config_dict_or_path must be a dict, a path \(str or os.PathLike\) or None, got int$"),
     # ---- fingerprint(tensor, *, group) --------------------------------------------------------
     Case("fingerprint", "tensor", "a list", lambda: shardinit.fingerprint([1.0, 2.0]), TypeError, r"^fingerprint needs a torch.Tensor or DTensor, got list$"),
     Case("fingerprint", "tensor", "a numpy array", lambda: shardinit.fingerprint(np.zeros(3)), TypeError, r"^fingerprint needs a torch.Tensor or DTensor, got ndarray$"),
@@ -366,6 +395,7 @@ def test_bad_input_raises_a_specific_error_naming_the_argument(case: Case) -> No
 # left out by rule (raised, not called with user input).
 EXEMPT = {
     "CapturedInit": "a record made by capture_init, whose arguments are checked; not built by hand",
+    "megatron.deferred_init": "takes no arguments",
 }
 
 

@@ -228,6 +228,43 @@ def test_captured_record_matching_no_parameter_is_an_error() -> None:
     assert torch.equal(same[0].weight.detach(), torch.zeros(3, 4))
 
 
+def _tied_net(tied: bool) -> nn.Module:
+    with torch.device("meta"):
+        model = nn.Module()
+        model.embed = nn.Embedding(11, 6)
+        model.head = nn.Linear(6, 11, bias=False)
+    if tied:
+        model.head.weight = model.embed.weight
+    return model
+
+
+def _zero_embed(model: nn.Module) -> shardinit.CapturedInit:
+    return shardinit.capture_init(model, lambda: nn.init.zeros_(model.embed.weight))
+
+
+@pytest.mark.parametrize(
+    ("captured_tied", "how"),
+    [(True, "tied in the capture, not in the model"), (False, "tied in the model, not in")],
+)
+def test_ties_that_differ_from_the_capture_are_refused(captured_tied: bool, how: str) -> None:
+    # A model built without its library's post-init is untied where the meta copy init_fn
+    # was captured on is tied: filling head.weight from its own stream would be silent.
+    captured = _zero_embed(_tied_net(captured_tied))
+    model = _tied_net(not captured_tied)
+    with pytest.raises(
+        shardinit.ShardInitError,
+        match=rf"1 parameter\(s\) are tied differently .*: embed\.weight = head\.weight \({how}.*"
+        r"model\.tie_weights\(\)",
+    ):
+        shardinit.materialize(model, seed=SEED, init_fn=captured)
+    assert all(p.is_meta for p in model.parameters())  # nothing was touched
+    # Tied the same way: filled, still tied, with the captured zeros.
+    same = _tied_net(captured_tied)
+    shardinit.materialize(same, seed=SEED, init_fn=captured)
+    assert (same.head.weight is same.embed.weight) == captured_tied
+    assert torch.equal(same.embed.weight.detach(), torch.zeros(11, 6))
+
+
 def test_canonical_names_drop_wrapper_segments() -> None:
     assert shardinit.canonical_name("_orig_mod.a._checkpoint_wrapped_module.b.w") == "a.b.w"
     with torch.device("meta"):

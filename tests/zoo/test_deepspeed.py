@@ -311,6 +311,85 @@ def _hf_llama() -> None:
     _check_partitions(model, {n: p.detach() for n, p in reference.named_parameters()})
 
 
+def _tiny_gpt2_config() -> Any:
+    from transformers import GPT2Config
+
+    return GPT2Config(
+        n_embd=16, n_layer=2, n_head=2, n_positions=16, vocab_size=53, tie_word_embeddings=True
+    )
+
+
+def _alias_groups(model: nn.Module) -> set[frozenset[str]]:
+    """Which parameter names share one Parameter object (every name once)."""
+    groups: dict[int, set[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(param), set()).add(name)
+    return {frozenset(names) for names in groups.values()}
+
+
+def _hf_gpt2_tied() -> None:
+    """docs/megatron-deepspeed.md's transformers recipe on a tied GPT-2: the model keeps
+    the library's ties (one Parameter for ``lm_head.weight`` and ``transformer.wte.weight``),
+    equals the meta copy materialized at world 1, and its gathered bytes go to a file the
+    parent compares across worlds."""
+    from transformers import GPT2LMHeadModel
+    from transformers.initialization import no_init_weights
+
+    config = _tiny_gpt2_config()
+    library = _alias_groups(GPT2LMHeadModel(config))  # built normally, on the CPU
+    assert frozenset({"lm_head.weight", "transformer.wte.weight"}) in library, library
+
+    def meta_gpt2() -> Any:
+        with torch.device("meta"):
+            return GPT2LMHeadModel(config)
+
+    meta = meta_gpt2()
+    captured = shardinit.capture_init(meta, lambda: meta.apply(meta._init_weights))
+    _deepspeed()
+    with no_init_weights(), shardinit.deepspeed.Init(config_dict_or_path=_config()):
+        model = GPT2LMHeadModel(config)
+    shardinit.materialize(model, seed=SEED, init_fn=captured)
+    differ = sorted(sorted(group) for group in _alias_groups(model) ^ library)
+    assert not differ, f"tied groups that differ from the library's model: {differ}"
+    assert model.lm_head.weight is model.transformer.wte.weight
+    reference = meta_gpt2()
+    shardinit.materialize(
+        reference,
+        seed=SEED,
+        init_fn=captured,
+        buffer_init=lambda module, name, tensor: tensor.zero_(),
+    )
+    _check_partitions(model, {n: p.detach() for n, p in reference.named_parameters()})
+    digest = _digest(model)
+    if torch.distributed.get_rank() == 0:
+        world = torch.distributed.get_world_size()
+        path = Path(os.environ["ZOO_DS_OUT"], f"gpt2_world{world}.json")
+        path.write_text(json.dumps({"digest": digest, "params": len(list(model.parameters()))}))
+
+
+def _untied_refused() -> None:
+    """A tied transformers model built untied (stock zero.Init under no_init_weights, no
+    tie_weights) is refused when the capture's meta copy is tied: never filled silently."""
+    from transformers import GPT2LMHeadModel
+    from transformers.initialization import no_init_weights
+
+    config = _tiny_gpt2_config()
+    with torch.device("meta"):
+        meta = GPT2LMHeadModel(config)
+    captured = shardinit.capture_init(meta, lambda: meta.apply(meta._init_weights))
+    deepspeed = _deepspeed()
+    with no_init_weights(), deepspeed.zero.Init(config_dict_or_path=_config()):
+        model = GPT2LMHeadModel(config)
+    assert model.lm_head.weight is not model.transformer.wte.weight  # stock: untied
+    with expect_refusal(
+        r"transformer\.wte\.weight = lm_head\.weight \(tied in the capture.*tie_weights"
+    ):
+        shardinit.materialize(model, seed=SEED, init_fn=captured, overwrite=True)
+    model.tie_weights()
+    shardinit.materialize(model, seed=SEED, init_fn=captured, overwrite=True)
+    assert len(list(model.parameters())) == len(list(meta.parameters()))
+
+
 def scenario(rank: int, world: int) -> Checks:
     from materialize_workers import check
 
@@ -321,7 +400,9 @@ def scenario(rank: int, world: int) -> Checks:
             check(checks, name, _fill_case(ours, captured))
     check(checks, "fill_shardinit_hf_bf16", _fill_case(True, True, torch.bfloat16))
     check(checks, "stock_needs_overwrite", _stock_needs_overwrite)
+    check(checks, "hf_gpt2_tied", _hf_gpt2_tied)
     if world <= 2:
+        check(checks, "untied_refused", _untied_refused)
         check(checks, "one_step", _one_step)
         check(checks, "hf_llama", _hf_llama)
     if world == 2:
@@ -366,6 +447,32 @@ def test_tiny_transformers_llama(world: int) -> None:
     from materialize_workers import assert_check_passed
 
     assert_check_passed(_outcome(world), "hf_llama")
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_tied_transformers_gpt2_keeps_its_ties(world: int) -> None:
+    """docs/megatron-deepspeed.md's transformers recipe (no_init_weights and
+    shardinit.deepspeed.Init) keeps a tied GPT-2 tied, as the library builds it."""
+    from materialize_workers import assert_check_passed
+
+    assert_check_passed(_outcome(world), "hf_gpt2_tied")
+
+
+def test_tied_gpt2_bytes_equal_at_world_1_2_3() -> None:
+    from materialize_workers import assert_check_passed
+
+    for world in (1, 2, 3):
+        assert_check_passed(_outcome(world), "hf_gpt2_tied")
+    found = [json.loads(Path(_out_dir(), f"gpt2_world{w}.json").read_text()) for w in (1, 2, 3)]
+    assert found[0]["params"] == 28
+    assert found[0] == found[1] == found[2]
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_untied_model_refused_against_tied_capture(world: int) -> None:
+    from materialize_workers import assert_check_passed
+
+    assert_check_passed(_outcome(world), "untied_refused")
 
 
 def test_hpz_secondary_partitions() -> None:

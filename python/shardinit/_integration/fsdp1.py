@@ -6,7 +6,7 @@ this rank's slice of it. Its ``_shard_param_infos`` say, per original parameter,
 the slice holds part of it, where (``offset_in_shard``, ``numel_in_shard``) and which
 flat element range of the parameter that is (``intra_param_start_idx`` to
 ``intra_param_end_idx``, inclusive). shardinit fills exactly those ranges with
-``init_flat``; alignment and end padding stay zero. :func:`flat_targets` is FSDP1's
+``init_flat``; alignment and end padding stay zero. :func:`fsdp1_targets` is FSDP1's
 region source for materialize.
 """
 
@@ -135,7 +135,7 @@ def mark_filled(module: nn.Module) -> None:
     _UNFILLED.discard(module)
 
 
-def flat_targets(root: nn.Module) -> tuple[list[FlatTarget], set[tuple[int, str]]]:
+def fsdp1_targets(root: nn.Module) -> tuple[list[FlatTarget], set[tuple[int, str]]]:
     """FSDP1's region source for materialize: every original parameter of every FSDP1
     unit under ``root``, with the part of it this rank's flat shard holds, and the
     ``(id(module), attr)`` holders the units manage (the generic walk skips them).

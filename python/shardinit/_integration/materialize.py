@@ -1,7 +1,8 @@
 """``materialize``: fill every parameter of a meta-device or sharded model shard-locally.
 
 Each rank generates exactly the elements its shards hold (DTensor local regions from the
-placements, FSDP1 flat-shard ranges, or whole tensors for plain parameters) from stream
+placements, FSDP1 flat-shard ranges, ZeRO-3 padded flat partitions, or whole tensors for
+plain parameters) from stream
 format v1, so the gathered model is bit-identical for every world size and layout, and no
 rank ever builds a full copy of a sharded parameter. There is no communication.
 
@@ -21,7 +22,7 @@ from .._validate import check_seed
 from ..errors import ShardInitError
 from ..shard import _resolve_device
 from .capture import CapturedInit, capture_init
-from .plan import BufferInit, flat_targets, local_targets, make_plan
+from .plan import BufferInit, RulesAndDefaults, local_targets, make_plan, region_targets
 from .rules import Rules, check_rules
 
 __all__ = ["materialize"]
@@ -48,6 +49,14 @@ def materialize(
     * FSDP1 ``FullyShardedDataParallel`` units (wrapped with
       ``param_init_fn=shardinit.fsdp1_param_init_fn``): each rank fills the element
       ranges of the original parameters its flat shard holds; padding is zero.
+    * DeepSpeed ZeRO-3 parameters (built under ``deepspeed.zero.Init`` or
+      :func:`shardinit.deepspeed.Init`, before ``deepspeed.initialize``): each rank
+      fills the real elements of its padded flat partition (and hpZ's secondary one);
+      padding is zero.
+
+    Megatron-core models have their own entry point,
+    :func:`shardinit.megatron.materialize` (its presets need the model's config), over
+    the same plan.
 
     The initializer of a parameter is the first matching rule, else the torch.nn
     default of its module type (bounds from the GLOBAL shape, as ``reset_parameters``).
@@ -57,7 +66,8 @@ def materialize(
     ``buffer_init``.
 
     Args:
-        module: the model (meta-device, FSDP2/TP-sharded, or FSDP1-wrapped).
+        module: the model (meta-device, FSDP2/TP-sharded, FSDP1-wrapped, or built
+            under DeepSpeed ZeRO-3).
         seed: the run's seed, an int in [0, 2^64).
         device: where meta tensors are allocated: default the CPU for plain parameters
             and the mesh's device for DTensors.
@@ -86,7 +96,10 @@ def materialize(
         ShardInitError: parameters with no rule and no known default, meta buffers with
             no default and no ``buffer_init``, already materialized parameters without
             ``overwrite=True``, unsupported placements or dtypes, tied parameters split
-            across FSDP1 units, records of a ``CapturedInit`` that match no parameter.
+            across FSDP1 units, records of a ``CapturedInit`` that match no parameter,
+            ties that differ from those of the model a ``CapturedInit`` was captured on,
+            ZeRO-3 parameters that cannot be filled now (after ``deepspeed.initialize``,
+            gathered, NVMe-offloaded, quantized).
         UnsupportedInitOpError: ``init_fn`` does something that cannot be replayed
             shard-locally (raised before anything is allocated).
 
@@ -107,7 +120,7 @@ def materialize(
 
     # 1. Plan every name, region and initializer before touching any tensor, so an error
     #    leaves the model as it was.
-    flat, managed = flat_targets(module)
+    flat, managed = region_targets(module)
     targets = [*local_targets(module, managed), *flat]
     captured = _captured(module, init_fn, hides_params=bool(flat))
     # The buffer values init_fn computed are written if it computed them on this very
@@ -118,16 +131,12 @@ def materialize(
         module,
         targets,
         seed=seed,
-        rules=rule_list,
+        chooser=RulesAndDefaults(rule_list, module, targets),
         captured=captured,
         write_computed=write_computed,
     )
-    # 2. Check.
-    plan.check(overwrite=overwrite, buffer_init=buffer_init)
-    # 3. Allocate, 4. fill, 5. buffers.
-    plan.allocate(module, target_device)
-    plan.fill()
-    plan.fill_buffers(module, buffer_init)
+    # 2. Check, 3. allocate, 4. fill, 5. buffers.
+    plan.carry_out(module, overwrite=overwrite, buffer_init=buffer_init, device=target_device)
     return module
 
 

@@ -33,24 +33,27 @@ from __future__ import annotations
 
 import functools
 import importlib
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import torch
 from torch import nn
 
-from .._names import canonical_name, listing
+from .._names import ParamSlot, listing, qualified, walk_slots
 from .._torch_compat import strided_shard
 from .._validate import check_seed
 from ..errors import ShardInitError
 from ..init import Initializer, ones, zeros
 from ..spec import SUPPORTED_DTYPES
-from .capture import ParamRecord, base_ops, capture_init, replay_runs
-from .placements import Run, local_runs
-from .rules import RuleKey, check_rules, rule_matches
+from .capture import ParamRecord, base_ops, capture_init
+from .placements import Run, full_runs, local_runs
+from .plan import make_plan
+from .rules import RuleKey, first_rule, rule_pairs
+from .targets import ReplayValues, Target, Values
 
 #: An init callable as Megatron takes it: ``fn(tensor)`` fills ``tensor`` in place.
 InitMethod: TypeAlias = Callable[[torch.Tensor], object]
@@ -177,17 +180,6 @@ def deferred_init() -> Iterator[None]:
 # --------------------------------------------------------------------------- names
 
 
-@dataclass
-class _Entry:
-    """One distinct parameter of the model: canonical name, holder, tensor."""
-
-    name: str
-    owner: nn.Module
-    attr: str
-    param: nn.Parameter
-    owner_path: str  # canonical path of the owner (for presets by module role)
-
-
 def _walk(
     module: nn.Module,
     path: str,
@@ -216,7 +208,7 @@ def _walk(
         ):
             layer_number: Any = child.layer_number
             segment = str(int(layer_number) - 1)  # decoder.layers.{i}: global layer
-        child_path = f"{path}.{segment}" if path else segment
+        child_path = qualified(path, segment)
         is_list = name == "local_experts" and isinstance(child, nn.ModuleList)
         yield from _walk(child, child_path, wrappers, experts, is_list)
 
@@ -224,20 +216,20 @@ def _walk(
 _EMBEDDING_NAME = "embedding.word_embeddings.weight"
 
 
-def _entries(chunks: Sequence[nn.Module]) -> list[_Entry]:
+def _slots(chunks: Sequence[nn.Module]) -> list[tuple[ParamSlot, str]]:
+    """Every distinct parameter of the chunks, named by the Megatron walk (the last
+    stage's copy of a tied output layer, ``shared_embedding``, named as the embedding),
+    with the canonical path of its owner (for presets by module role)."""
     wrappers = _wrapper_types()
-    entries: dict[int, _Entry] = {}
-    for chunk in chunks:
-        for path, module in _walk(chunk, "", wrappers):
-            owner_path = canonical_name(path)
-            for attr, param in module._parameters.items():
-                if param is None or id(param) in entries:
-                    continue
-                name = canonical_name(f"{path}.{attr}" if path else attr)
-                if getattr(param, "shared_embedding", False):
-                    name = _EMBEDDING_NAME  # the last stage's copy of a tied output layer
-                entries[id(param)] = _Entry(name, module, attr, param, owner_path)
-    return list(entries.values())
+    walk = itertools.chain.from_iterable(_walk(chunk, "", wrappers) for chunk in chunks)
+    found = []
+    for slot in walk_slots(walk):
+        attr = slot.owners[0][1]
+        owner_path = slot.name[: -len(attr) - 1] if slot.name.endswith("." + attr) else ""
+        if getattr(slot.param, "shared_embedding", False):
+            slot.name = _EMBEDDING_NAME
+        found.append((slot, owner_path))
+    return found
 
 
 def partition_names(model_or_chunks: nn.Module | Sequence[nn.Module]) -> dict[str, str]:
@@ -245,7 +237,7 @@ def partition_names(model_or_chunks: nn.Module | Sequence[nn.Module]) -> dict[st
     names :func:`materialize` keys the streams by, equal for every TP/PP/VPP/EP layout.
     """
     chunks = _chunks(model_or_chunks)
-    canonical = {id(entry.param): entry.name for entry in _entries(chunks)}
+    canonical = {id(slot.param): slot.name for slot, _ in _slots(chunks)}
     names: dict[str, str] = {}
     for index, chunk in enumerate(chunks):
         prefix = f"{index}." if len(chunks) > 1 else ""
@@ -257,32 +249,122 @@ def partition_names(model_or_chunks: nn.Module | Sequence[nn.Module]) -> dict[st
 # --------------------------------------------------------------------------- regions
 
 
-def _region(entry: _Entry) -> tuple[tuple[int, ...], list[list[Run]]]:
-    """The GLOBAL shape and the local runs of ``entry`` (see the module docstring)."""
-    local_shape = tuple(int(size) for size in entry.param.shape)
-    if not getattr(entry.param, "tensor_model_parallel", False):
-        return local_shape, [[(0, size)] if size > 0 else [] for size in local_shape]
-    group = getattr(entry.owner, "tp_group", None)
+@dataclass(eq=False)
+class MegatronTarget:
+    """One Megatron parameter's local partition: ``runs`` (per dim, runs of global
+    indices) of the GLOBAL shape, from its partition attributes (the whole tensor when
+    untagged). Implements :class:`~shardinit._integration.targets.Target`.
+
+    Megatron allocated the partitions and their values are not initialized yet (nothing
+    tells a filled partition from an unfilled one), so :meth:`is_filled` is False.
+    """
+
+    slot: ParamSlot
+    owner_path: str  # canonical path of the owner (for presets by module role)
+    global_shape: tuple[int, ...]
+    runs: list[list[Run]]
+
+    @property
+    def name(self) -> str:
+        return self.slot.name
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.slot.param.dtype
+
+    @property
+    def holders(self) -> Sequence[tuple[nn.Module, str]]:
+        return self.slot.owners
+
+    def is_filled(self) -> bool:
+        return False
+
+    def allocate(self, device: torch.device) -> None:
+        del device  # Megatron allocated the partitions (meta ones are refused)
+
+    def fill(self, values: Values) -> None:
+        values.write_runs(self.runs, self.slot.param.data)
+
+
+def _region(slot: ParamSlot) -> tuple[tuple[int, ...], list[list[Run]]]:
+    """The GLOBAL shape and the local runs of ``slot`` (see the module docstring)."""
+    param, owner = slot.param, slot.owners[0][0]
+    local_shape = tuple(int(size) for size in param.shape)
+    if not getattr(param, "tensor_model_parallel", False):
+        return local_shape, full_runs(local_shape)
+    group = getattr(owner, "tp_group", None)
     if group is None:
         raise ShardInitError(
-            f"{entry.name}: tagged tensor_model_parallel but its module "
-            f"{type(entry.owner).__name__} has no tp_group to say which partition it holds"
+            f"{slot.name}: tagged tensor_model_parallel but its module "
+            f"{type(owner).__name__} has no tp_group to say which partition it holds"
         )
     rank, world = int(group.rank()), int(group.size())
-    dim = int(getattr(entry.param, "partition_dim")) % len(local_shape)  # noqa: B009
-    stride = int(getattr(entry.param, "partition_stride", 1))
+    dim = int(getattr(param, "partition_dim")) % len(local_shape)  # noqa: B009
+    stride = int(getattr(param, "partition_stride", 1))
     global_shape = tuple(size * world if d == dim else size for d, size in enumerate(local_shape))
     from torch.distributed.tensor.placement_types import Shard
 
     placement = Shard(dim) if stride == 1 else strided_shard(dim, stride)
-    runs = local_runs(global_shape, (world,), (rank,), [placement], name=entry.name)
+    runs = local_runs(global_shape, (world,), (rank,), [placement], name=slot.name)
     held = tuple(sum(stop - start for start, stop in dim_runs) for dim_runs in runs)
     if held != local_shape or global_shape[dim] % (world * stride):
         raise ShardInitError(
-            f"{entry.name}: partition_dim {dim}, stride {stride} over {world} ranks of "
+            f"{slot.name}: partition_dim {dim}, stride {stride} over {world} ranks of "
             f"global shape {global_shape} does not give the local shape {local_shape}"
         )
     return global_shape, runs
+
+
+def _refusal(slot: ParamSlot) -> str | None:
+    """Why ``slot`` cannot be filled, or None."""
+    param, (owner, attr) = slot.param, slot.owners[0]
+    reason = _unsupported_reason(owner)
+    if reason is not None:
+        return f"{slot.name}: {reason}"
+    if type(param.data) is not torch.Tensor or param.dtype not in SUPPORTED_DTYPES:
+        return (
+            f"{slot.name}: a quantized or fp8 parameter ({type(param.data).__name__}, "
+            f"{param.dtype}); shardinit fills fp32/bf16/fp16 weights only"
+        )
+    if hasattr(param, "main_param"):
+        return (
+            f"{slot.name}: a Megatron optimizer (DistributedOptimizer or the float16 "
+            "optimizer) already copied this parameter into its fp32 main params; fill "
+            "before get_megatron_optimizer"
+        )
+    if param.is_meta:
+        return f"{slot.name}: on the meta device; Megatron partitions must be allocated"
+    if (
+        attr == "weight"
+        and isinstance(owner, _tp_module_types())
+        and not hasattr(param, "tensor_model_parallel")
+    ):
+        return (
+            f"{slot.name}: {type(owner).__name__} weight without partition "
+            "attributes (megatron-core <= 0.16 does not tag weights under "
+            "perform_initialization=False); build the model inside "
+            "shardinit.megatron.deferred_init() with perform_initialization=True"
+        )
+    return None
+
+
+def megatron_targets(chunks: Sequence[nn.Module]) -> list[MegatronTarget]:
+    """Megatron's region source: every distinct parameter of the chunks, with its
+    canonical name and this rank's partition of it.
+
+    Raises:
+        ShardInitError: parameters that cannot be filled (untagged tensor-parallel
+            weights, ones a Megatron optimizer already copied, fp8/quantized ones,
+            unsupported module types), or partition attributes that do not fit.
+    """
+    slots = _slots(chunks)
+    refused = [reason for slot, _ in slots if (reason := _refusal(slot)) is not None]
+    if refused:
+        raise ShardInitError(
+            f"shardinit.megatron.materialize: {len(refused)} parameter(s) cannot be "
+            f"filled: {listing(refused)}"
+        )
+    return [MegatronTarget(slot, owner_path, *_region(slot)) for slot, owner_path in slots]
 
 
 # --------------------------------------------------------------------------- initializers
@@ -298,10 +380,10 @@ class _Choice:
     source: str
 
 
-def _preset(entry: _Entry, config: Any) -> _Choice | None:
-    """Megatron's own choice for ``entry`` (what its CPU init path applies)."""
-    owner, attr = entry.owner, entry.attr
-    if entry.name == _EMBEDDING_NAME or entry.owner_path.startswith("embedding."):
+def _preset(target: MegatronTarget, config: Any) -> _Choice | None:
+    """Megatron's own choice for ``target`` (what its CPU init path applies)."""
+    owner, attr = target.holders[0]
+    if target.name == _EMBEDDING_NAME or target.owner_path.startswith("embedding."):
         return _Choice(None, config.embedding_init_method, "config.embedding_init_method")
     if isinstance(owner, (nn.LayerNorm, nn.RMSNorm)) or type(owner).__name__.endswith("Norm"):
         if attr == "bias" or getattr(config, "layernorm_zero_centered_gamma", False):
@@ -310,7 +392,7 @@ def _preset(entry: _Entry, config: Any) -> _Choice | None:
     if isinstance(owner, _tp_module_types()):
         if attr == "bias":
             return _Choice(zeros(), None, "zero bias")
-        if entry.owner_path.endswith(("linear_proj", "linear_fc2")):
+        if target.owner_path.endswith(("linear_proj", "linear_fc2")):
             method = config.output_layer_init_method
             return _Choice(None, method, "config.output_layer_init_method")
         return _Choice(None, config.init_method, "config.init_method")
@@ -319,39 +401,52 @@ def _preset(entry: _Entry, config: Any) -> _Choice | None:
     return None
 
 
-def _check_megatron_rules(
-    rules: MegatronRules | None,
-) -> list[tuple[RuleKey, Initializer | InitMethod]]:
-    if rules is None:
-        return []
-    items = list(rules.items()) if isinstance(rules, Mapping) else list(rules)
-    checked: list[tuple[RuleKey, Initializer | InitMethod]] = []
-    for index, item in enumerate(items):
-        if not (isinstance(item, tuple) and len(item) == 2):
-            raise TypeError(f"rules[{index}] must be a (key, initializer) pair, got {item!r}")
-        key, value = item
-        check_rules([(key, zeros())])  # the one home of key validation
-        if not (isinstance(value, Initializer) or callable(value)):
-            raise TypeError(
-                f"rules[{key!r}] must be a shardinit.init initializer or an init callable "
-                f"fn(tensor), got {type(value).__name__} {value!r}"
-            )
-        checked.append((key, value))
-    return checked
+def _check_rule_value(key: RuleKey, value: object) -> None:
+    if not (isinstance(value, Initializer) or callable(value)):
+        raise TypeError(
+            f"rules[{key!r}] must be a shardinit.init initializer or an init callable "
+            f"fn(tensor), got {type(value).__name__} {value!r}"
+        )
 
 
-def _choose(
-    entry: _Entry, config: Any, rules: Sequence[tuple[RuleKey, Initializer | InitMethod]]
-) -> _Choice | None:
-    for key, value in rules:
-        if rule_matches(key, entry.name, entry.owner, entry.attr):
+class MegatronChooser:
+    """Megatron's choice hook (see :class:`~shardinit._integration.plan.Chooser`): the
+    first matching rule, else the ``init_method`` Megatron gave the weight (recorded
+    by :func:`deferred_init`), else a preset from the ``TransformerConfig``."""
+
+    def __init__(self, config: Any, rules: MegatronRules | None) -> None:
+        self.config = config
+        self.rules = rule_pairs(rules, _check_rule_value)
+
+    def rule_for(self, target: Target) -> RuleKey | None:
+        owner, attr = target.holders[0]
+        return first_rule(self.rules, target.name, owner, attr)
+
+    def _choose(self, target: MegatronTarget) -> _Choice | None:
+        key = self.rule_for(target)
+        if key is not None:
+            value = next(value for rule, value in self.rules if rule is key)
             if isinstance(value, Initializer):
                 return _Choice(value, None, f"rule {key!r}")
-            return _Choice(None, value, f"rule {key!r}")
-    recorded = getattr(entry.param, _INIT_METHOD_ATTR, None)
-    if recorded is not None and entry.name != _EMBEDDING_NAME:
-        return _Choice(None, recorded, "recorded init_method")
-    return _preset(entry, config)
+            return _Choice(None, cast(InitMethod, value), f"rule {key!r}")  # checked callable
+        recorded = getattr(target.slot.param, _INIT_METHOD_ATTR, None)
+        if recorded is not None and target.name != _EMBEDDING_NAME:
+            return _Choice(None, recorded, "recorded init_method")
+        return _preset(target, self.config)
+
+    def values(self, target: Target, record: ParamRecord | None, seed: int) -> Values | None:
+        assert isinstance(target, MegatronTarget) and record is None
+        choice = self._choose(target)
+        if choice is None:
+            return None
+        return ReplayValues(_record(choice, target.name, target.global_shape, target.dtype), seed)
+
+    def missing_error(self, missing: Sequence[str]) -> str:
+        return (
+            f"shardinit.megatron.materialize: no rule and no Megatron preset for "
+            f"{len(missing)} parameter(s): {listing(missing)}. Pass rules, e.g. "
+            "rules={'decoder.layers.*.mlp.foo.weight': shardinit.init.normal(0.0, 0.02)}"
+        )
 
 
 class _MetaHolder(nn.Module):
@@ -387,49 +482,17 @@ def _record(choice: _Choice, name: str, shape: tuple[int, ...], dtype: torch.dty
     return replace(record, name=name)
 
 
-# --------------------------------------------------------------------------- guards
-
-
-def _check_entry(entry: _Entry) -> str | None:
-    """Why ``entry`` cannot be filled, or None."""
-    param = entry.param
-    reason = _unsupported_reason(entry.owner)
-    if reason is not None:
-        return f"{entry.name}: {reason}"
-    if type(param.data) is not torch.Tensor or param.dtype not in SUPPORTED_DTYPES:
-        return (
-            f"{entry.name}: a quantized or fp8 parameter ({type(param.data).__name__}, "
-            f"{param.dtype}); shardinit fills fp32/bf16/fp16 weights only"
-        )
-    if hasattr(param, "main_param"):
-        return (
-            f"{entry.name}: a Megatron optimizer (DistributedOptimizer or the float16 "
-            "optimizer) already copied this parameter into its fp32 main params; fill "
-            "before get_megatron_optimizer"
-        )
-    if param.is_meta:
-        return f"{entry.name}: on the meta device; Megatron partitions must be allocated"
-    if (
-        entry.attr == "weight"
-        and isinstance(entry.owner, _tp_module_types())
-        and not hasattr(param, "tensor_model_parallel")
-    ):
-        return (
-            f"{entry.name}: {type(entry.owner).__name__} weight without partition "
-            "attributes (megatron-core <= 0.16 does not tag weights under "
-            "perform_initialization=False); build the model inside "
-            "shardinit.megatron.deferred_init() with perform_initialization=True"
-        )
-    return None
-
-
 # --------------------------------------------------------------------------- public
+
+
+#: What the presets read of the TransformerConfig.
+_CONFIG_ATTRS = ("init_method", "output_layer_init_method", "embedding_init_method")
 
 
 def _chunks(model_or_chunks: nn.Module | Sequence[nn.Module]) -> list[nn.Module]:
     if isinstance(model_or_chunks, nn.Module):
         return [model_or_chunks]
-    chunks = list(model_or_chunks)
+    chunks = list(model_or_chunks) if isinstance(model_or_chunks, Iterable) else []
     if not chunks or not all(isinstance(chunk, nn.Module) for chunk in chunks):
         raise TypeError(
             "model_or_chunks must be an nn.Module or a non-empty list of them (virtual "
@@ -471,6 +534,7 @@ def materialize(
         ``model_or_chunks``, filled in place.
 
     Raises:
+        TypeError: arguments of the wrong type (``config`` without the init methods).
         ShardInitError: untagged tensor-parallel weights, parameters a Megatron
             optimizer already copied, fp8/quantized parameters, unsupported module
             types (GroupedMLP, Transformer Engine), parameters with no rule and no
@@ -479,35 +543,19 @@ def materialize(
     """
     chunks = _chunks(model_or_chunks)
     seed = check_seed(seed)
-    rule_list = _check_megatron_rules(rules)
+    if not all(hasattr(config, attr) for attr in _CONFIG_ATTRS):
+        raise TypeError(
+            "config must be the model's TransformerConfig (with "
+            f"{', '.join(_CONFIG_ATTRS)}), got {type(config).__name__}"
+        )
+    chooser = MegatronChooser(config, rules)
     if getattr(config, "fp8_param", False):
         raise ShardInitError(
             "config.fp8_param is set: fp8 primary weights are quantized; shardinit fills "
             "fp32/bf16/fp16 weights only"
         )
-    entries = _entries(chunks)
-    refused = [reason for entry in entries if (reason := _check_entry(entry)) is not None]
-    if refused:
-        raise ShardInitError(
-            f"shardinit.megatron.materialize: {len(refused)} parameter(s) cannot be "
-            f"filled: {listing(refused)}"
-        )
-    plans: list[tuple[_Entry, ParamRecord, list[list[Run]]]] = []
-    missing: list[str] = []
-    for entry in entries:
-        global_shape, runs = _region(entry)
-        choice = _choose(entry, config, rule_list)
-        if choice is None:
-            missing.append(f"{entry.name} ({type(entry.owner).__name__})")
-            continue
-        plans.append((entry, _record(choice, entry.name, global_shape, entry.param.dtype), runs))
-    if missing:
-        raise ShardInitError(
-            f"shardinit.megatron.materialize: no rule and no Megatron preset for "
-            f"{len(missing)} parameter(s): {listing(missing)}. Pass rules, e.g. "
-            "rules={'decoder.layers.*.mlp.foo.weight': shardinit.init.normal(0.0, 0.02)}"
-        )
-    with torch.no_grad():
-        for entry, record, runs in plans:
-            replay_runs(record, seed, runs, entry.param.data)
+    targets = megatron_targets(chunks)
+    root = chunks[0] if len(chunks) == 1 else nn.ModuleList(chunks)
+    plan = make_plan(root, targets, seed=seed, chooser=chooser, captured=None, write_computed=False)
+    plan.carry_out(root, overwrite=False, buffer_init=None, device=None)
     return model_or_chunks if isinstance(model_or_chunks, nn.Module) else chunks

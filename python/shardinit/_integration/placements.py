@@ -96,6 +96,11 @@ def _merge(runs: Sequence[Run]) -> list[Run]:
     return merged
 
 
+def full_runs(shape: Sequence[int]) -> list[list[Run]]:
+    """The runs of a whole tensor of ``shape`` (one run per dim, none for a 0-size dim)."""
+    return [[(0, size)] if size > 0 else [] for size in shape]
+
+
 def local_runs(
     global_shape: Sequence[int],
     mesh_shape: Sequence[int],

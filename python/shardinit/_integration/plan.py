@@ -6,21 +6,22 @@ phase by phase (allocate, fill, buffers).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import nn
 
-from .._names import BufferHolder, buffer_holders, listing, param_slots
+from .._names import BufferHolder, buffer_holders, holder_names, listing, param_slots
 from .._torch_compat import apply_to_tensors, is_flat_param
 from ..errors import ShardInitError
 from ..spec import ParamSpec
 from . import fsdp1, zero3
 from .capture import CapturedInit, ParamRecord, base_ops, write_buffers
 from .defaults import DefaultInit, default_buffer_value, parent_overrides
-from .placements import Run, is_dtensor, local_runs_of
-from .rules import RuleList, choose_init, first_rule
+from .placements import full_runs, is_dtensor, local_runs_of
+from .rules import RuleKey, RuleList, choose_init, first_rule
 from .targets import (
     InitValues,
     LocalTarget,
@@ -31,11 +32,14 @@ from .targets import (
 
 #: ``buffer_init(module, name, tensor)`` fills ``tensor`` (already allocated) in place.
 BufferInit = Callable[[nn.Module, str, torch.Tensor], None]
-#: A region source: the targets of parameters a wrapper flattened away from the module
-#: tree, and the ``(id(module), attr)`` holders it manages (the generic walk skips them).
-FlatSource = Callable[[nn.Module], tuple[Sequence[Target], set[tuple[int, str]]]]
-#: Every region source: FSDP1's flat shards and DeepSpeed ZeRO-3's padded flat partitions.
-FLAT_SOURCES: tuple[FlatSource, ...] = (fsdp1.flat_targets, zero3.zero3_targets)
+#: A region source that materialize finds in the model itself: the targets of the
+#: parameters a wrapper holds in its own layout, and the ``(id(module), attr)`` holders
+#: it manages (the generic walk skips them).
+RegionSource = Callable[[nn.Module], tuple[Sequence[Target], set[tuple[int, str]]]]
+#: materialize's region sources: FSDP1's flat shards and DeepSpeed ZeRO-3's padded flat
+#: partitions. (Megatron's partitions need the model's config for their presets: its
+#: own entry point builds them, see :func:`shardinit.megatron.materialize`.)
+REGION_SOURCES: tuple[RegionSource, ...] = (fsdp1.fsdp1_targets, zero3.zero3_targets)
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,10 @@ class Plan:
     Attributes:
         params: one plan per parameter that gets values.
         buffers: one plan per buffer left on meta.
-        missing: parameters with no rule and no known default.
+        missing: parameters with no rule and no known default (or preset).
+        missing_error: the choice hook's error message for them.
+        retied: tie groups that differ between the model and the module init_fn was
+            captured on (see :func:`tie_differences`).
         shadowed: parameters init_fn sets completely although a rule matches them.
         unmatched: names of captured records that match no parameter.
         captured: init_fn's capture, if any.
@@ -73,6 +80,8 @@ class Plan:
     params: list[ParamPlan]
     buffers: list[BufferPlan]
     missing: list[str]
+    missing_error: str
+    retied: list[str]
     shadowed: list[str]
     unmatched: list[str]
     captured: CapturedInit | None
@@ -86,14 +95,17 @@ class Plan:
                 f"match no parameter of the model: {listing(self.unmatched)}. Capture the "
                 "same model that is materialized (canonical names must agree)"
             )
-        if self.missing:
+        if self.retied:
             raise ShardInitError(
-                f"materialize: no rule and no torch.nn default initializer for "
-                f"{len(self.missing)} parameter(s): {listing(self.missing)}. Pass rules "
-                "(ordered, first match wins), e.g. rules={'blocks.*.scale': "
-                "shardinit.init.ones(), MyModule: shardinit.init.normal(0.0, 0.02), "
-                "(MyModule, 'bias'): shardinit.init.zeros()}"
+                f"materialize: {len(self.retied)} parameter(s) are tied differently than "
+                f"in the model init_fn was captured on: {listing(self.retied)}. A model "
+                "built without its library's post-init (e.g. under transformers' "
+                "no_init_weights) is not tied yet: tie it as the library does before "
+                "materialize (transformers: model.tie_weights(); shardinit.deepspeed.Init "
+                "does it for transformers models), or capture a copy tied the same way"
             )
+        if self.missing:
+            raise ShardInitError(self.missing_error)
         if self.shadowed:
             # Not an error: the outcome is defined (init_fn wins, as documented), but a
             # rule that can never apply is most likely a mistake in the caller's setup.
@@ -101,7 +113,7 @@ class Plan:
                 f"materialize: init_fn sets {len(self.shadowed)} parameter(s) completely, "
                 f"so the rules matching them are not used: {listing(self.shadowed)}",
                 UserWarning,
-                stacklevel=3,  # materialize's caller
+                stacklevel=4,  # materialize's caller (via carry_out)
             )
         filled = [] if overwrite else [p.target.name for p in self.params if p.target.is_filled()]
         if filled:
@@ -118,6 +130,21 @@ class Plan:
                 f"default: {listing(unknown)}. Pass buffer_init=fn, called as "
                 "fn(module, name, tensor) to fill each one in place"
             )
+
+    def carry_out(
+        self,
+        root: nn.Module,
+        *,
+        overwrite: bool,
+        buffer_init: BufferInit | None,
+        device: torch.device | None,
+    ) -> None:
+        """The phases after planning, for every region source: check (raises before
+        anything is allocated), allocate, fill, buffers."""
+        self.check(overwrite=overwrite, buffer_init=buffer_init)
+        self.allocate(root, device)
+        self.fill()
+        self.fill_buffers(root, buffer_init)
 
     def allocate(self, root: nn.Module, device: torch.device | None) -> None:
         """Gives every meta parameter and buffer storage: DTensor shards on ``device``
@@ -184,11 +211,11 @@ def _dtensor_device(tensor: torch.Tensor, device: torch.device | None) -> torch.
 # --------------------------------------------------------------------------- planning
 
 
-def flat_targets(root: nn.Module) -> tuple[list[Target], set[tuple[int, str]]]:
+def region_targets(root: nn.Module) -> tuple[list[Target], set[tuple[int, str]]]:
     """The targets of every region source, and the holders they manage."""
     targets: list[Target] = []
     managed: set[tuple[int, str]] = set()
-    for source in FLAT_SOURCES:
+    for source in REGION_SOURCES:
         found, held = source(root)
         targets += found
         managed |= held
@@ -213,13 +240,65 @@ def local_targets(root: nn.Module, managed: set[tuple[int, str]]) -> list[LocalT
         if is_dtensor(param):
             runs = local_runs_of(param, name=slot.name)
         else:
-            runs = _full_runs(tuple(param.shape))
+            runs = full_runs(tuple(param.shape))
         targets.append(LocalTarget(slot, runs))
     return targets
 
 
-def _full_runs(shape: Sequence[int]) -> list[list[Run]]:
-    return [[(0, size)] if size > 0 else [] for size in shape]
+class Chooser(Protocol):
+    """A choice hook: where a parameter's values come from when init_fn's capture does
+    not set all of it. :class:`RulesAndDefaults` serves ``materialize``; a wrapper whose
+    parameters have other presets (Megatron's recorded ``init_method`` and config) adds
+    one class with these methods."""
+
+    def rule_for(self, target: Target) -> RuleKey | None:
+        """The key of the first rule matching ``target``, or None."""
+        ...
+
+    def values(self, target: Target, record: ParamRecord | None, seed: int) -> Values | None:
+        """``target``'s values (after what ``record`` covers, if any), or None if
+        nothing is known for it.
+
+        Raises:
+            ShardInitError: an initializer that does not fit the parameter.
+        """
+        ...
+
+    def missing_error(self, missing: Sequence[str]) -> str:
+        """The error message for parameters without values (``"name (OwnerType)"``)."""
+        ...
+
+
+class RulesAndDefaults:
+    """``materialize``'s choice: the first matching rule, else a parent module's override,
+    else torch.nn's default for the owning module's type."""
+
+    def __init__(self, rules: RuleList, root: nn.Module, targets: Sequence[Target]) -> None:
+        self.rules = rules
+        # Global parameter shapes per module: a bias bound depends on the weight's fan-in.
+        self.shapes: dict[int, dict[str, tuple[int, ...]]] = {}
+        for target in targets:
+            for module, attr in target.holders:
+                self.shapes.setdefault(id(module), {})[attr] = target.global_shape
+        self.overrides = parent_overrides(root)
+
+    def rule_for(self, target: Target) -> RuleKey | None:
+        owner, attr = target.holders[0]
+        return first_rule(self.rules, target.name, owner, attr)
+
+    def values(self, target: Target, record: ParamRecord | None, seed: int) -> Values | None:
+        owner, attr = target.holders[0]
+        choice = choose_init(self.rules, target.name, owner, attr, self.shapes, self.overrides)
+        return None if choice is None else _values(target, choice, record, seed)
+
+    def missing_error(self, missing: Sequence[str]) -> str:
+        return (
+            f"materialize: no rule and no torch.nn default initializer for "
+            f"{len(missing)} parameter(s): {listing(missing)}. Pass rules "
+            "(ordered, first match wins), e.g. rules={'blocks.*.scale': "
+            "shardinit.init.ones(), MyModule: shardinit.init.normal(0.0, 0.02), "
+            "(MyModule, 'bias'): shardinit.init.zeros()}"
+        )
 
 
 def make_plan(
@@ -227,52 +306,72 @@ def make_plan(
     targets: Sequence[Target],
     *,
     seed: int,
-    rules: RuleList,
+    chooser: Chooser,
     captured: CapturedInit | None,
     write_computed: bool,
 ) -> Plan:
-    """One plan per parameter (rules, defaults and init_fn's capture) and per meta
-    buffer. Nothing is allocated or written.
+    """One plan per parameter (init_fn's capture, then ``chooser``) and per meta buffer.
+    Nothing is allocated or written.
 
     Raises:
         ShardInitError: a capture that does not fit its parameter, or an initializer
             that does not fit (see :class:`~shardinit.ParamSpec`).
     """
-    shapes: dict[int, dict[str, tuple[int, ...]]] = {}
-    for target in targets:
-        for module, attr in target.holders:
-            shapes.setdefault(id(module), {})[attr] = target.global_shape
-    overrides = parent_overrides(root)
     params: list[ParamPlan] = []
     missing: list[str] = []
     shadowed: list[str] = []
     for target in targets:
-        owner, attr = target.holders[0]
         record = captured.params.get(target.name) if captured is not None else None
         if record is not None:
             _check_record(record, target)
             if record.covers_all():
-                key = first_rule(rules, target.name, owner, attr)
+                key = chooser.rule_for(target)
                 shadowed += [] if key is None else [f"{target.name} (rule {key!r})"]
                 params.append(ParamPlan(target, ReplayValues(record, seed)))
                 continue
-        choice = choose_init(rules, target.name, owner, attr, shapes, overrides)
-        if choice is None:
-            missing.append(f"{target.name} ({type(owner).__name__})")
+        values = chooser.values(target, record, seed)
+        if values is None:
+            missing.append(f"{target.name} ({type(target.holders[0][0]).__name__})")
             continue
-        params.append(ParamPlan(target, _values(target, choice, record, seed)))
+        params.append(ParamPlan(target, values))
     names = {target.name for target in targets}
     unmatched = [name for name in captured.params if name not in names] if captured else []
     computed = set(captured.buffers) if captured is not None and write_computed else set()
+    retied = tie_differences(root, captured.aliases) if captured is not None else []
     return Plan(
         params,
         _buffer_plans(root, computed),
         missing,
+        chooser.missing_error(missing) if missing else "",
+        retied,
         shadowed,
         unmatched,
         captured,
         write_computed,
     )
+
+
+def tie_differences(root: nn.Module, captured: Mapping[str, str]) -> list[str]:
+    """Tie groups that differ between ``root`` and the module a capture was taken on
+    (``captured``: its :func:`~shardinit._names.holder_names`), over the names both
+    have, e.g. ``"transformer.wte.weight = lm_head.weight (tied in the capture, not in
+    the model)"``. Holders of flat parameters (FSDP1) are not compared: their original
+    parameters are hidden."""
+    model = holder_names(root, skip=lambda module, attr, param: is_flat_param(param))
+    common = [name for name in captured if name in model]
+    found: list[str] = []
+    directions = (
+        (captured, model, "tied in the capture, not in the model"),
+        (model, captured, "tied in the model, not in the capture"),
+    )
+    for ours, theirs, how in directions:
+        groups: dict[str, list[str]] = {}
+        for name in common:
+            groups.setdefault(ours[name], []).append(name)
+        for names in groups.values():
+            if len({theirs[name] for name in names}) > 1:
+                found.append(f"{' = '.join(names)} ({how})")
+    return found
 
 
 def _values(target: Target, choice: DefaultInit, record: ParamRecord | None, seed: int) -> Values:

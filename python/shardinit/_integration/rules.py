@@ -6,7 +6,7 @@ torch.nn default of the owning module's type.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeAlias
 
 from torch import nn
@@ -41,12 +41,15 @@ def _valid_key(key: object) -> bool:
     )
 
 
-def check_rules(rules: Rules | None) -> list[tuple[RuleKey, Initializer]]:
-    """``rules`` as an ordered list of pairs.
+def rule_pairs(
+    rules: object, check_value: Callable[[RuleKey, object], None]
+) -> list[tuple[RuleKey, object]]:
+    """``rules`` (a mapping or a sequence of pairs) as an ordered list of pairs, each
+    key checked here and each value by ``check_value(key, value)``, pair by pair.
 
     Raises:
-        TypeError: not a mapping or sequence of pairs, a key of the wrong kind, or a
-            value that is not a shardinit initializer.
+        TypeError: not a mapping or sequence of pairs, a key of the wrong kind, or what
+            ``check_value`` raises.
     """
     if rules is None:
         return []
@@ -56,23 +59,38 @@ def check_rules(rules: Rules | None) -> list[tuple[RuleKey, Initializer]]:
         items = list(rules)
     else:
         raise TypeError(f"rules must be a mapping or a sequence of pairs, got {rules!r}")
-    checked: list[tuple[RuleKey, Initializer]] = []
+    checked: list[tuple[RuleKey, object]] = []
     for index, item in enumerate(items):
         if not (isinstance(item, tuple) and len(item) == 2):
             raise TypeError(f"rules[{index}] must be a (key, initializer) pair, got {item!r}")
-        key, initializer = item
+        key, value = item
         if not _valid_key(key):
             raise TypeError(
                 f"rules key {key!r} must be a name glob (str), an nn.Module subclass, or "
                 "(nn.Module subclass, attribute glob)"
             )
-        if not isinstance(initializer, Initializer):
-            raise TypeError(
-                f"rules[{key!r}] must be a shardinit.init initializer, got "
-                f"{type(initializer).__name__} {initializer!r}"
-            )
-        checked.append((key, initializer))
+        check_value(key, value)
+        checked.append((key, value))
     return checked
+
+
+def _check_initializer(key: RuleKey, value: object) -> None:
+    if not isinstance(value, Initializer):
+        raise TypeError(
+            f"rules[{key!r}] must be a shardinit.init initializer, got "
+            f"{type(value).__name__} {value!r}"
+        )
+
+
+def check_rules(rules: Rules | None) -> list[tuple[RuleKey, Initializer]]:
+    """``rules`` as an ordered list of pairs.
+
+    Raises:
+        TypeError: not a mapping or sequence of pairs, a key of the wrong kind, or a
+            value that is not a shardinit initializer.
+    """
+    pairs = rule_pairs(rules, _check_initializer)
+    return [(key, value) for key, value in pairs if isinstance(value, Initializer)]
 
 
 def rule_matches(key: RuleKey, name: str, owner: nn.Module, attr: str) -> bool:
@@ -85,7 +103,9 @@ def rule_matches(key: RuleKey, name: str, owner: nn.Module, attr: str) -> bool:
     return isinstance(owner, key)
 
 
-def first_rule(rules: RuleList, name: str, owner: nn.Module, attr: str) -> RuleKey | None:
+def first_rule(
+    rules: Sequence[tuple[RuleKey, object]], name: str, owner: nn.Module, attr: str
+) -> RuleKey | None:
     """The key of the first rule matching the parameter, or None."""
     for key, _ in rules:
         if rule_matches(key, name, owner, attr):

@@ -2,14 +2,19 @@
 
 A *target* is the part of one parameter this rank holds, with three methods that
 materialize calls in its phases: :meth:`~Target.is_filled` (checked before anything is
-allocated), :meth:`~Target.allocate` and :meth:`~Target.fill`. Two kinds exist:
+allocated), :meth:`~Target.allocate` and :meth:`~Target.fill`. Four kinds exist:
 
-* :class:`LocalTarget`: a DTensor's local shard (a product of per-dim runs of global
-  indices) or a plain parameter (the whole tensor);
-* :class:`FlatTarget`: a flat element range of the parameter inside a 1-D shard that
-  holds several parameters with zero padding (FSDP1's flat parameter).
+* :class:`LocalTarget` (here): a DTensor's local shard (a product of per-dim runs of
+  global indices) or a plain parameter (the whole tensor);
+* :class:`FlatTarget` (here): a flat element range of the parameter inside a 1-D shard
+  that holds several parameters with zero padding (FSDP1's flat parameter);
+* ``Zero3Target`` (``zero3.py``): DeepSpeed ZeRO-3's padded flat partitions of one
+  parameter, a flat element range each;
+* ``MegatronTarget`` (``megatron.py``): a Megatron-core partition, per-dim runs of the
+  global tensor from its partition attributes.
 
-A new sharding wrapper adds one class with the same methods (see :class:`Target`).
+A new sharding wrapper adds one class with the same methods (see :class:`Target`) in
+its own module, with the function that builds its targets.
 *Values* say what to write: :class:`InitValues` (an initializer from a rule or torch.nn's
 default) or :class:`ReplayValues` (init_fn's captured operations); both write either
 form of region.
@@ -102,9 +107,11 @@ Values = InitValues | ReplayValues
 class Target(Protocol):
     """The part of one parameter that this rank holds.
 
-    A new region source (a sharding wrapper that hides parameters, e.g. DeepSpeed ZeRO-3's
-    padded flat partitions) adds one class with these attributes and methods, built by
-    a source function listed in :data:`shardinit._integration.plan.FLAT_SOURCES`.
+    A new region source (a sharding wrapper that holds parameters in its own layout,
+    e.g. DeepSpeed ZeRO-3's padded flat partitions) adds one class with these attributes
+    and methods, built by a source function listed in
+    :data:`shardinit._integration.plan.REGION_SOURCES` (or, when it needs arguments of
+    its own, by its entry point, as :func:`shardinit.megatron.materialize`).
     """
 
     @property

@@ -19,6 +19,8 @@ Every DeepSpeed attribute read here was checked against deepspeed 0.19.8
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +31,7 @@ from torch import nn
 from .._names import ParamSlot, listing, param_slots
 from ..errors import ShardInitError
 from ..spec import SUPPORTED_DTYPES
+from .capture.translations import INIT_TRANSLATIONS
 from .targets import Target, Values
 
 #: The DeepSpeed release the attributes below were checked against.
@@ -191,32 +194,12 @@ def flat_partition_of(param: torch.Tensor) -> tuple[torch.Tensor, int, Any, tupl
     return part.tensor.detach()[: part.count], part.start, holder.ds_process_group, shape
 
 
-def global_shape_of(param: torch.Tensor) -> tuple[int, ...]:
-    """A parameter's GLOBAL shape: ``ds_shape`` under ZeRO-3, else its own."""
-    shape = getattr(param, "ds_shape", None) if is_zero3_param(param) else None
-    return tuple(int(size) for size in (param.shape if shape is None else shape))
-
-
 # --------------------------------------------------------------------------- build context
 
 #: torch.nn.init functions made no-ops while modules are built (as transformers'
-#: ``no_init_weights``): shardinit fills every partition afterwards.
-_SKIPPED_INIT = (
-    "uniform_",
-    "normal_",
-    "trunc_normal_",
-    "constant_",
-    "ones_",
-    "zeros_",
-    "eye_",
-    "dirac_",
-    "xavier_uniform_",
-    "xavier_normal_",
-    "kaiming_uniform_",
-    "kaiming_normal_",
-    "orthogonal_",
-    "sparse_",
-)
+#: ``no_init_weights``): shardinit fills every partition afterwards. Every fill function
+#: of torch.nn.init: the names capture translates (their one home).
+_SKIPPED_INIT = tuple(INIT_TRANSLATIONS)
 
 
 @contextlib.contextmanager
@@ -235,6 +218,23 @@ def skipped_torch_init() -> Iterator[None]:
     finally:
         for name, function in saved.items():
             setattr(torch.nn.init, name, function)
+
+
+def tie_as_transformers(module: nn.Module) -> None:
+    """Ties ``module`` as transformers' post-init does, if it is a transformers model.
+
+    transformers ties a model's weights (``tie_word_embeddings``) in ``post_init``'s
+    ``init_weights``, which ``no_init_weights`` turns off; its own ZeRO-3 path
+    (``from_config``) calls ``model.tie_weights()`` afterwards. Called as each module's
+    construction ends (zero.Init's post-init hook), this keeps a model built under
+    ``no_init_weights()`` and :func:`shardinit.deepspeed.Init` tied like the library's
+    (idempotent when post-init already tied it). transformers is not imported here.
+    """
+    modeling = sys.modules.get("transformers.modeling_utils")
+    pretrained = getattr(modeling, "PreTrainedModel", None)
+    if isinstance(pretrained, type) and isinstance(module, pretrained):
+        model: Any = module
+        model.tie_weights()
 
 
 _INIT_CLASS: list[type] = []
@@ -258,6 +258,10 @@ def _no_broadcast_class() -> type:
             param.partition()  # type: ignore[attr-defined]
             setattr(param, _UNFILLED_ATTR, True)
 
+        def _post_init_method(self, module: nn.Module) -> None:
+            super()._post_init_method(module)
+            tie_as_transformers(module)
+
         def __enter__(self) -> None:
             self._shardinit_skip = skipped_torch_init()
             self._shardinit_skip.__enter__()
@@ -275,6 +279,17 @@ def _no_broadcast_class() -> type:
 
 def no_broadcast_init(*args: Any, **kwargs: Any) -> Any:
     """``deepspeed.zero.Init(*args, **kwargs)`` without the full-size init and the
-    broadcast: see :func:`shardinit.deepspeed.Init`."""
+    broadcast: see :func:`shardinit.deepspeed.Init`.
+
+    Raises:
+        TypeError: ``config_dict_or_path`` (by keyword) that is not a dict, a path or
+            None (checked before deepspeed is imported; DeepSpeed checks the rest).
+    """
+    config = kwargs.get("config_dict_or_path")
+    if config is not None and not isinstance(config, (dict, str, os.PathLike)):
+        raise TypeError(
+            "config_dict_or_path must be a dict, a path (str or os.PathLike) or None, "
+            f"got {type(config).__name__}"
+        )
     init_class: Callable[..., Any] = _no_broadcast_class()
     return init_class(*args, **kwargs)

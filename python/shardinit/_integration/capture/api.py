@@ -10,6 +10,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ..._names import holder_names, listing
+from ..._torch_compat import rewrap_fsdp2_classes, unwrap_fsdp2_classes
 from .recorder import CaptureMode
 from .records import CapturedInit, ParamRecord
 from .standins import (
@@ -20,16 +22,13 @@ from .standins import (
     read_buffers,
     replaced_error,
     restore_flags,
-    rewrap_classes,
     snapshot_flags,
-    unwrap_classes,
 )
 from .tracks import Track
 
 __all__ = ["capture_init"]
 
 _LOCK = threading.Lock()
-_MAX_LISTED = 10
 
 
 def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedInit:
@@ -90,7 +89,7 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
         tracks = [*iter_tracks(groups), *(b.track for b in buffers)]
         recorder = CaptureMode(tracks, aliases)
         flags = snapshot_flags(module)
-        classes = unwrap_classes(module)
+        classes = unwrap_fsdp2_classes(module)
         for group in groups:
             group.install()
         for standin in buffers:
@@ -99,7 +98,7 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
             with recorder, torch.no_grad():
                 init_fn()
         finally:
-            rewrap_classes(classes)
+            rewrap_fsdp2_classes(classes)
             restore_flags(flags)
             winners = [group.winner() for group in groups]
             replaced = [path for group in groups for path in group.restore()]
@@ -116,7 +115,8 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
         for group, winner in zip(groups, winners, strict=True)
         if winner.ops
     }
-    return CapturedInit(params, tuple(sorted(values)), init_fn, values, weakref.ref(module))
+    held = holder_names(module)  # which names are tied, for materialize to compare
+    return CapturedInit(params, tuple(sorted(values)), init_fn, values, weakref.ref(module), held)
 
 
 def _warn_dropped(groups: list[ParamGroup], winners: list[Track]) -> None:
@@ -128,12 +128,10 @@ def _warn_dropped(groups: list[ParamGroup], winners: list[Track]) -> None:
         for op in track.ops
     ]
     if dropped:
-        shown = "; ".join(dropped[:_MAX_LISTED])
-        more = len(dropped) - _MAX_LISTED
         warnings.warn(
             f"capture_init: {len(dropped)} write(s) to tied parameter holders are dropped, "
             "because the parameter takes its tie source's init (as the library's own CPU "
-            f"init does: untied, then tied): {shown}" + (f" ... ({more} more)" if more > 0 else ""),
+            f"init does: untied, then tied): {listing(dropped, '; ')}",
             UserWarning,
             stacklevel=3,
         )

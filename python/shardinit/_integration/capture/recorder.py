@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..._torch_compat import tree_flatten
+from ..._torch_compat import handed_to_mode, tree_flatten
 from ...errors import ShardInitError
 from ...init import Constant
 from ...spec import ParamSpec
@@ -45,7 +45,7 @@ from .translations import (
     scalar,
 )
 
-__all__ = ["Recorder"]
+__all__ = ["CaptureMode"]
 
 # Files whose frames are plumbing between the user's call and the op (torch's own
 # reset_parameters frames are kept: that is the caller).
@@ -157,8 +157,9 @@ def _is_inplace(name: str) -> bool:
     return name.endswith("_") or name.startswith("__i") or name == "__setitem__"
 
 
-class Recorder(TorchFunctionMode):
-    """Records operations on the followed tensors; raises on unsupported ones."""
+class _Recorder(TorchFunctionMode):
+    """Records operations on the followed tensors; raises on unsupported ones (the
+    dispatch is :class:`CaptureMode`'s)."""
 
     def __init__(self, tracks: Sequence[Track], aliases: Mapping[int, Track]) -> None:
         super().__init__()
@@ -330,7 +331,7 @@ class Recorder(TorchFunctionMode):
             self.record(target, dst, Opaque(str(error)), op)
 
 
-class CaptureMode(Recorder):
+class CaptureMode(_Recorder):
     """The dispatch: which route an operation takes (see the module docstring)."""
 
     def __torch_function__(
@@ -386,8 +387,7 @@ class CaptureMode(Recorder):
                 ]
                 shown = ", ".join(f"{n}={v!r}" for n, v in zip(entry.names, values, strict=True))
                 self.write(track, tensor, entry, values, f"torch.nn.init.{init_name}({shown})")
-        caller = sys._getframe(2)
-        if caller.f_back is frame and caller.f_code.co_name == "handle_torch_function":
+        if handed_to_mode(sys._getframe(2), frame):
             # The function handed itself to the mode before running: run its body now.
             return INIT_FUNCTIONS[init_name](**arguments)
         return func(*args, **kwargs)

@@ -147,6 +147,9 @@ class CapturedInit:
             during the capture (on the CPU; buffers were real tensors there).
         module_ref: a weak reference to the module captured on (see
             :meth:`captured_on`).
+        aliases: which parameter each name of the module captured on held, as
+            :func:`shardinit._names.holder_names` gives it (tied names share a value);
+            materialize refuses a model tied differently.
     """
 
     params: Mapping[str, ParamRecord]
@@ -157,6 +160,7 @@ class CapturedInit:
     module_ref: Callable[[], nn.Module | None] = field(
         default=lambda: None, repr=False, compare=False
     )
+    aliases: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def captured_on(self, module: nn.Module) -> bool:
         """Whether this was captured on ``module`` itself (so the buffer values computed

@@ -18,7 +18,6 @@ result is read back.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -234,33 +233,3 @@ def replaced_error(replaced: list[str]) -> UnsupportedInitOpError:
         f"capture_init: init_fn replaced parameter(s) {sorted(set(replaced))} with new "
         "objects; initialize them in place (e.g. with torch.nn.init) instead"
     )
-
-
-def unwrap_classes(module: nn.Module) -> list[tuple[nn.Module, type]]:
-    """Gives modules ``fully_shard`` wrapped their own class back for the capture;
-    returns ``(module, wrapper class)`` to put back with :func:`rewrap_classes`.
-
-    FSDP2 swaps a module's class for a subclass ``FSDP<Class>`` defined in torch. Init code
-    may look at the class: transformers treats a model whose class lives outside its
-    package as custom code and skips ``_init_weights`` for modules without parameters of
-    their own (GPT-2's depth-scaled ``c_proj``, T5's attention). Init code then runs on
-    the classes the model was built with, as on the CPU.
-    """
-    fsdp = sys.modules.get("torch.distributed.fsdp")
-    wrapper = getattr(fsdp, "FSDPModule", None)
-    swapped: list[tuple[nn.Module, type]] = []
-    if wrapper is None:
-        return swapped
-    for sub in module.modules():
-        cls = type(sub)
-        if isinstance(sub, wrapper):
-            bases = [b for b in cls.__bases__ if not issubclass(b, wrapper)]
-            if len(bases) == 1 and issubclass(bases[0], nn.Module):
-                sub.__class__ = bases[0]
-                swapped.append((sub, cls))
-    return swapped
-
-
-def rewrap_classes(swapped: list[tuple[nn.Module, type]]) -> None:
-    for sub, cls in swapped:
-        sub.__class__ = cls
