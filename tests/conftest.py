@@ -8,8 +8,8 @@ pulls in a slow test by accident):
 * ``--runwheel`` (its own CI step, ``pytest --runwheel -m wheel``): builds the release
   wheel with maturin and installs it into a fresh virtual env;
 * ``--runzoo`` (its own CI step, ``make test-zoo``): Megatron-core and DeepSpeed ZeRO-3 on
-  gloo, minutes of runs plus DeepSpeed's one-time op build, kept out of ``make test``'s
-  15-minute budget.
+  gloo, minutes of runs plus DeepSpeed's one-time op build, kept out of ``make test``
+  (which does not even install them: the zoo layer of requirements is ``make test-zoo``'s).
 
 Hypothesis profiles, chosen with the environment variable ``HYPOTHESIS_PROFILE``:
 
