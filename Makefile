@@ -8,45 +8,94 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-DEPS_STAMP := $(VENV)/.deps-installed
 BUILD_STAMP := $(VENV)/.shardinit-built
-RUST_SOURCES := $(shell find rust -name '*.rs' -o -name Cargo.toml) Cargo.toml
-PY_SOURCES := $(shell find python -name '*.py' -o -name '*.pyi' -o -name py.typed)
+RUST_SOURCES := $(shell find rust benches -name '*.rs' -o -name Cargo.toml) Cargo.toml
+
+# The set-up in layers, one requirements file (and one stamp) each; a target installs
+# only the layers it needs:
+#   core    requirements-core.txt: torch, numpy, maturin, the test tools  (every target)
+#   clients requirements-clients*.txt: transformers, torchtitan   (make test, test-zoo)
+#   zoo     requirements-zoo*.txt: megatron-core, DeepSpeed                (make test-zoo)
+#   lint    requirements-lint.txt: ruff, mypy                                  (make lint)
+#   bench   requirements-bench.txt: matplotlib                                (make bench)
+# A `-nodeps` file holds packages whose declared dependencies would replace pins (see its
+# comments): they go in with --no-deps, and DeepSpeed's sdist without build isolation
+# (its setup.py imports torch). Every later layer is installed with the core file as a
+# constraint, so that no layer moves torch or numpy.
+CORE := $(VENV)/.layer-core
+CLIENTS := $(VENV)/.layer-clients
+ZOO := $(VENV)/.layer-zoo
+LINT_TOOLS := $(VENV)/.layer-lint
+BENCH_TOOLS := $(VENV)/.layer-bench
+# --no-compile: no .pyc for the ~20k files of torch, transformers and the CUDA wheels up
+# front; Python writes them for the modules that are imported, when they are imported.
+PIP := $(PY) -m pip install --disable-pip-version-check --no-compile
 
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-rust test-python test-slow test-wheel test-zoo msrv fuzz quality lint bench wheel clean
+.PHONY: setup demo test test-deps test-rust test-python test-slow test-wheel test-zoo msrv fuzz quality lint bench wheel clean
 
 setup: $(BUILD_STAMP)
 
-# Two files: requirements-nodeps.txt holds packages whose declared dependencies would
-# replace pins of requirements-dev.txt (see its comments); they go in without them, and
-# without build isolation (DeepSpeed's setup.py imports torch).
-$(DEPS_STAMP): requirements-dev.txt requirements-nodeps.txt
+$(CORE): requirements-core.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -r requirements-dev.txt
-	$(PY) -m pip install --no-deps --no-build-isolation -r requirements-nodeps.txt
+	$(PIP) --upgrade pip
+	$(PIP) -r requirements-core.txt
 	touch $@
 
-$(BUILD_STAMP): $(DEPS_STAMP) $(RUST_SOURCES) pyproject.toml
+$(CLIENTS): $(CORE) requirements-clients.txt requirements-clients-nodeps.txt
+	$(PIP) -c requirements-core.txt -r requirements-clients.txt
+	$(PIP) --no-deps -r requirements-clients-nodeps.txt
+	touch $@
+
+$(ZOO): $(CLIENTS) requirements-zoo.txt requirements-zoo-nodeps.txt
+	$(PIP) -c requirements-core.txt -r requirements-zoo.txt
+	$(PIP) --no-deps --no-build-isolation -r requirements-zoo-nodeps.txt
+	touch $@
+
+$(LINT_TOOLS): $(CORE) requirements-lint.txt
+	$(PIP) -c requirements-core.txt -r requirements-lint.txt
+	touch $@
+
+$(BENCH_TOOLS): $(CORE) requirements-bench.txt
+	$(PIP) -c requirements-core.txt -r requirements-bench.txt
+	touch $@
+
+# The extension, with the release profile (thin LTO, one codegen unit: the speed users
+# get, which the demo and the benchmarks report).
+$(BUILD_STAMP): $(CORE) $(RUST_SOURCES) pyproject.toml
 	$(VENV)/bin/maturin develop --release
 	touch $@
 
 demo: setup
 	$(PY) -m shardinit demo
 
-test: test-rust test-python
+# test-rust needs no Python (below), so it builds and runs while pip sets up the venv:
+# two jobs, each one's output printed when it ends. Then pytest.
+test:
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-rust test-deps
+	$(MAKE) --no-print-directory test-python
 
-# cargo needs the venv too: pyo3's build script runs $(VIRTUAL_ENV)/bin/python.
-test-rust: $(DEPS_STAMP)
-	cargo test --workspace --all-targets
+test-deps: setup $(CLIENTS)
 
-test-python: setup
+# The Rust tests share no build with the extension, on purpose: they need debug
+# assertions and overflow checks (the counter and offset arithmetic relies on them), which
+# the release profile leaves out, and building every test binary with thin LTO and one
+# codegen unit would cost more than the few crates both use (sha2, rayon, half and the
+# core itself; pyo3 is only the extension's, proptest only the tests'). So the test
+# profile (Cargo.toml) is opt-level 2 without full debug info. They need no Python either:
+# `cargo test` builds the default members only, the core and the glue, whose lib has
+# `test = false`, so pyo3 and its build script are not built, and test-rust runs before
+# (or, with -j, while) the venv is set up. The criterion benchmarks (rust/bench) are no
+# default member: `make bench` runs them and `make lint` checks them.
+test-rust:
+	cargo test
+
+test-python: test-deps
 	$(PY) -m pytest -q
 
-test-slow: setup
+test-slow: test-deps
 	HYPOTHESIS_PROFILE=slow $(PY) -m pytest -q --runslow
 	FUZZ_CASES=200000 cargo test --release --manifest-path fuzz/Cargo.toml
 	cargo test -p shardinit-core --release --lib -- --ignored exhaustive
@@ -57,12 +106,13 @@ test-wheel: setup
 
 # Megatron-core and DeepSpeed ZeRO-3 on gloo CPU (DeepSpeed builds one CPU op with g++ and
 # ninja on first use, cached in ~/.cache/torch_extensions).
-test-zoo: setup
+test-zoo: setup $(ZOO)
 	DS_ACCELERATOR=cpu $(PY) -m pytest -q --runzoo -m zoo
 
 # The library crates built with the Rust release that Cargo.toml's rust-version names.
-msrv: $(DEPS_STAMP)
-	tools/check_msrv.sh
+# pyo3's build script needs a Python interpreter, not the venv: the one that makes it.
+msrv:
+	PYO3_PYTHON=$$(command -v $(PYTHON)) tools/check_msrv.sh
 
 fuzz:
 	tools/fuzz.sh 300
@@ -70,7 +120,7 @@ fuzz:
 quality: setup
 	tools/run_dieharder.sh
 
-lint: setup
+lint: setup $(LINT_TOOLS)
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python tests benches examples
@@ -78,10 +128,11 @@ lint: setup
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest shardinit._core
 
-bench: setup
+bench: setup $(BENCH_TOOLS)
+	cargo bench -p shardinit-bench
 	$(PY) benches/compare_torch.py
 
-wheel: $(DEPS_STAMP)
+wheel: $(CORE)
 	$(VENV)/bin/maturin build --release --out dist
 
 clean:

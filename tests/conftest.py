@@ -8,13 +8,17 @@ pulls in a slow test by accident):
 * ``--runwheel`` (its own CI step, ``pytest --runwheel -m wheel``): builds the release
   wheel with maturin and installs it into a fresh virtual env;
 * ``--runzoo`` (its own CI step, ``make test-zoo``): Megatron-core and DeepSpeed ZeRO-3 on
-  gloo, minutes of runs plus DeepSpeed's one-time op build, kept out of ``make test``'s
-  15-minute budget.
+  gloo, minutes of runs plus DeepSpeed's one-time op build, kept out of ``make test``
+  (which does not even install them: the zoo layer of requirements is ``make test-zoo``'s).
 
 Hypothesis profiles, chosen with the environment variable ``HYPOTHESIS_PROFILE``:
 
 * ``default`` (``make test``): few examples, so the whole suite stays fast on 2 cores;
 * ``slow`` (``make test-slow``): many examples, for long runs.
+
+Multi-rank tests share one gloo group per world size (``tests/helpers/gloo_groups.py``,
+whose docstring says how to use it); once collection is done, the groups learn which
+tests were selected, so that they run only those tests' scenarios.
 
 ``deadline=None`` everywhere: one example may wait on the core's thread pool or on a
 busy machine, and wall time is not what these properties check.
@@ -23,6 +27,7 @@ busy machine, and wall time is not what these properties check.
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -64,3 +69,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # parametrize ids, so a case named "wheel" or "slow" would be skipped too.
             if item.get_closest_marker(marker) is not None:
                 item.add_marker(skip)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    groups = sys.modules.get("gloo_groups")  # imported by the multi-rank test modules
+    if groups is not None:
+        groups.select(session.items)

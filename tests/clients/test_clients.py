@@ -22,7 +22,14 @@ import warnings
 import pytest
 import torch
 from client_models import MODELS, cpu_reference
-from materialize_workers import Checks, assert_check_passed, check, expect_equal, run_group
+from materialize_workers import (
+    Checks,
+    assert_check_passed,
+    check,
+    expect_equal,
+    gloo_scenario,
+    run_group,
+)
 from torch import nn
 
 import shardinit
@@ -99,6 +106,7 @@ def test_world1_matches_the_librarys_own_cpu_init(name: str) -> None:
 # --------------------------------------------------------------------------- worlds 1-3
 
 
+@gloo_scenario(1, 2, 3)
 def clients_scenario(rank: int, world: int) -> Checks:
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -155,6 +163,7 @@ def _tensor_parallel(name: str, mesh: object) -> nn.Module:
     return model
 
 
+@gloo_scenario(4)
 def tp_scenario(rank: int, world: int) -> Checks:
     from torch.distributed.device_mesh import init_device_mesh
 

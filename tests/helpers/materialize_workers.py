@@ -1,113 +1,38 @@
-"""Multi-process harness for the materialize tests (gloo on CPU, real torch.distributed).
+"""Models, expected values and comparisons for the multi-rank materialize tests.
 
-``run_group(world, scenario_fn)`` starts ``world`` processes with the CLI's launcher
-(:func:`shardinit.cli._launch.launch`, the project's one launcher); each runs this file
-as a script, joins a gloo group, runs every check of ``scenario_fn`` (which returns
-``{check name: error or None}``), and writes its results to a JSON file. The parent
-merges the ranks' results, so one group serves many test functions (starting processes
-costs seconds on a 2-core machine).
+The multi-process harness itself (scenarios, shared gloo groups, ``check``) lives in
+``gloo_groups``; its names are re-exported here for the modules that import them from
+this file.
 """
 
 from __future__ import annotations
 
-import argparse
-import faulthandler
-import importlib.util
-import inspect
-import json
 import math
-import os
-import sys
-import traceback
-from collections.abc import Callable
-from pathlib import Path
 
 import torch
-import torch.distributed as dist
+from gloo_groups import Checks, assert_check_passed, check, gloo_scenario, rank_results, run_group
 from torch import nn
 
 import shardinit
 from shardinit import init
-from shardinit.cli._launch import exit_worker, launch
 
-Checks = dict[str, str | None]
-
-
-def run_group(world: int, scenario: Callable[[int, int], Checks]) -> dict[str, list[str]]:
-    """Runs ``scenario(rank, world)`` (a module-level function of a test module) on
-    ``world`` ranks; returns, per check, the errors of all ranks (an empty list when
-    every rank passed)."""
-    # The ranks import the scenario's module from its file, with this process's
-    # sys.path (as torch.multiprocessing's spawn would give them).
-    where = ["--scenario-file", inspect.getfile(scenario), "--scenario", scenario.__qualname__]
-    results = launch(
-        str(Path(__file__).resolve()),
-        world,
-        [*where, "--module-name", scenario.__module__],
-        env={"PYTHONPATH": os.pathsep.join(path for path in sys.path if path)},
-    )
-    merged: dict[str, list[str]] = {}
-    for rank, checks in enumerate(results):
-        for name, error in checks.items():
-            merged.setdefault(name, [])
-            if error is not None:
-                merged[name].append(f"rank {rank}: {error}")
-    return merged
-
-
-def _load_scenario(path: str, module_name: str, qualname: str) -> Callable[[int, int], Checks]:
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    spec.loader.exec_module(module)
-    scenario: Callable[[int, int], Checks] = getattr(module, qualname)
-    return scenario
-
-
-def _rank_main(argv: list[str]) -> None:
-    """One rank of :func:`run_group` (``RANK``/``WORLD_SIZE``/``MASTER_PORT`` from the
-    launcher)."""
-    parser = argparse.ArgumentParser()
-    for option in ("--scenario-file", "--module-name", "--scenario", "--out"):
-        parser.add_argument(option, required=True)
-    args = parser.parse_args(argv)
-    faulthandler.enable()  # a native abort prints every thread's Python stack
-    torch.set_num_threads(1)
-    shardinit.set_num_threads(1)
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        try:
-            scenario = _load_scenario(args.scenario_file, args.module_name, args.scenario)
-            checks = scenario(rank, world)
-        except Exception:
-            checks = {"<scenario>": traceback.format_exc()}
-        Path(args.out, f"rank{rank}.json").write_text(json.dumps(checks))
-    finally:
-        dist.destroy_process_group()
-    exit_worker(0)
-
-
-def assert_check_passed(outcome: dict[str, list[str]], name: str) -> None:
-    """Fails unless the scenario ran to its end and check ``name`` passed on every rank
-    (``outcome`` as :func:`run_group` returns it)."""
-    assert "<scenario>" not in outcome, outcome["<scenario>"]
-    assert name in outcome, f"check {name} did not run: {sorted(outcome)}"
-    assert outcome[name] == [], "\n".join(outcome[name])
-
-
-def check(checks: Checks, name: str, fn: Callable[[], None]) -> None:
-    """Runs ``fn``; records its assertion error (or any exception) under ``name``.
-
-    Every rank must run the same collectives in the same order, so a failing check must
-    not skip later ones: each check is self-contained.
-    """
-    try:
-        fn()
-        checks[name] = None
-    except Exception:
-        checks[name] = traceback.format_exc(limit=6)
+__all__ = [
+    "Attention",
+    "Block",
+    "Checks",
+    "TinyLM",
+    "assert_check_passed",
+    "bias_default",
+    "block_expected_defaults",
+    "check",
+    "expect_equal",
+    "expected_full",
+    "gloo_scenario",
+    "kaiming_a5",
+    "rank_results",
+    "run_group",
+    "tinylm_expected_defaults",
+]
 
 
 def expect_equal(name: str, actual: torch.Tensor, expected: torch.Tensor) -> None:
@@ -216,7 +141,3 @@ def expected_full(
     for row in zero_rows:
         full[row] = 0
     return full
-
-
-if __name__ == "__main__":
-    _rank_main(sys.argv[1:])

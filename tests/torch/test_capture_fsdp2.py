@@ -12,7 +12,14 @@ import math
 import pytest
 import torch
 from capture_models import HFModel, RotaryStack, eager, llama
-from materialize_workers import Checks, assert_check_passed, check, expect_equal, run_group
+from materialize_workers import (
+    Checks,
+    assert_check_passed,
+    check,
+    expect_equal,
+    gloo_scenario,
+    run_group,
+)
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -124,6 +131,7 @@ def _check_reset_parameters(world: int) -> None:
         expect_equal(name, param.full_tensor(), want.full_tensor())
 
 
+@gloo_scenario(1, 2, 3)
 def capture_scenario(rank: int, world: int) -> Checks:
     checks: Checks = {}
     check(checks, "llama", lambda: _check_llama(world))

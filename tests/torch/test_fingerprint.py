@@ -1,27 +1,20 @@
 """shardinit.fingerprint: an independent reference, single-element sensitivity, and
-layout independence (partial sums over regions, and real DTensor layouts on 4 ranks).
-
-Run as a script (``python tests/torch/test_fingerprint.py --out DIR`` with RANK etc. set), this
-file is also the worker of the distributed test.
+layout independence (partial sums over regions, and real DTensor layouts on 4 ranks, in
+the shared gloo group of tests/helpers/gloo_groups.py).
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
-import os
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from materialize_workers import gloo_scenario, rank_results
 
 import shardinit
 from shardinit import fingerprint, fingerprint_model, model_digest
 from shardinit._integration import fingerprint as fp_module
-from shardinit.cli._launch import exit_worker
 
 MASK = (1 << 64) - 1
 
@@ -164,10 +157,10 @@ def test_fingerprint_model_plain_and_digest() -> None:
 # ------------------------------------------------------------------ distributed (4 ranks)
 
 
-def _worker(out: str) -> None:
+@gloo_scenario(4)
+def layouts_scenario(rank: int, world: int) -> dict[str, Any]:
     """Each case: a full tensor, identical on every rank, turned into a DTensor with a given
     mesh and placements; the DTensor's fingerprint must equal the full tensor's."""
-    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
@@ -176,8 +169,6 @@ def _worker(out: str) -> None:
     from shardinit._integration.placements import local_runs
     from shardinit.cli.models import build_model
 
-    rank = int(os.environ["RANK"])
-    dist.init_process_group("gloo")
     mesh1 = init_device_mesh("cpu", (4,))
     mesh2 = init_device_mesh("cpu", (2, 2))
     cases: list[tuple[str, Any, tuple[Any, ...], tuple[int, ...], torch.dtype]] = [
@@ -220,15 +211,14 @@ def _worker(out: str) -> None:
     shardinit.materialize(model, seed=5)
     plain = shardinit.materialize(build_model("tiny"), seed=5)
     results["model"] = {"sharded": fingerprint_model(model), "plain": fingerprint_model(plain)}
-    Path(out, f"rank{rank}.json").write_text(json.dumps(results))
-    dist.destroy_process_group()
+    return results
 
 
 @pytest.mark.distributed
 def test_dtensor_layouts_on_four_ranks() -> None:
-    from shardinit.cli._launch import launch
-
-    results = launch(str(Path(__file__)), 4, [], timeout=300)
+    results = rank_results(4, layouts_scenario)
+    failed = [rank["<scenario>"] for rank in results if "<scenario>" in rank]
+    assert not failed, failed[0]
     for name, case in results[0].items():
         if name == "model":
             continue
@@ -245,11 +235,3 @@ def test_dtensor_layouts_on_four_ranks() -> None:
     model = results[0]["model"]
     assert model["sharded"] == model["plain"]
     assert len(model["sharded"]) == 21
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", required=True)
-    _worker(parser.parse_args().out)
-    exit_worker(0)
-    sys.exit(0)

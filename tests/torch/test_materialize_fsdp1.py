@@ -18,6 +18,7 @@ from materialize_workers import (
     check,
     expect_equal,
     expected_full,
+    gloo_scenario,
     run_group,
     tinylm_expected_defaults,
 )
@@ -181,6 +182,7 @@ def _check_tie_outside_units_refused() -> None:
         raise AssertionError("materialize accepted a tie leaving the FSDP1 units")
 
 
+@gloo_scenario(2, 3)
 def fsdp1_scenario(rank: int, world: int) -> Checks:
     checks: Checks = {}
     check(checks, "tie_outside_units", _check_tie_outside_units_refused)

@@ -17,6 +17,7 @@ from materialize_workers import (
     check,
     expect_equal,
     expected_full,
+    gloo_scenario,
     run_group,
     tinylm_expected_defaults,
 )
@@ -143,6 +144,7 @@ def _check_torch_duplicates() -> None:
     assert not torch.equal(gathered[0], gathered[1])
 
 
+@gloo_scenario(1, 2, 3, 4)
 def fsdp2_scenario(rank: int, world: int) -> Checks:
     checks: Checks = {}
     model = _sharded_tinylm(world)

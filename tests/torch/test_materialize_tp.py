@@ -21,6 +21,7 @@ from materialize_workers import (
     check,
     expect_equal,
     expected_full,
+    gloo_scenario,
     kaiming_a5,
     run_group,
 )
@@ -164,6 +165,7 @@ def _check_layouts(model: Stack) -> None:
     assert [p.dim for p in w2.placements] == [0, 1], w2.placements
 
 
+@gloo_scenario(4)
 def tp_scenario(rank: int, world: int) -> Checks:
     checks: Checks = {}
     model, expected = _build(torch.float32)

@@ -72,7 +72,7 @@ _DEFERRED_LOCK = threading.Lock()
 
 
 def _layers() -> Any:
-    from megatron.core.tensor_parallel import layers  # type: ignore[import-untyped]
+    from megatron.core.tensor_parallel import layers
 
     return layers
 
@@ -85,11 +85,11 @@ def _tp_module_types() -> tuple[type[nn.Module], ...]:
 def _wrapper_types() -> tuple[type[nn.Module], ...]:
     """Modules that hold the model as ``.module`` (Float16Module, Megatron's and torch's
     DDP): their ``module.`` segment is not part of a canonical name."""
-    from megatron.core.transformer.module import Float16Module  # type: ignore[import-untyped]
+    from megatron.core.transformer.module import Float16Module
 
     found: list[type[nn.Module]] = [Float16Module, nn.parallel.DistributedDataParallel]
     try:
-        from megatron.core.distributed.data_parallel_base import (  # type: ignore[import-untyped]
+        from megatron.core.distributed.data_parallel_base import (
             _BaseDataParallel,
         )
     except ImportError:  # pragma: no cover - layout of older releases

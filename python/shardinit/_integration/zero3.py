@@ -110,8 +110,8 @@ class Zero3Target:
 
 def _refusal(name: str, param: Any, owner: nn.Module) -> str | None:
     """Why the ZeRO-3 parameter ``param`` cannot be filled now, or None."""
-    from deepspeed.runtime.zero.offload_config import OffloadDeviceEnum  # type: ignore[import-untyped]
-    from deepspeed.runtime.zero.partition_parameters import (  # type: ignore[import-untyped]
+    from deepspeed.runtime.zero.offload_config import OffloadDeviceEnum
+    from deepspeed.runtime.zero.partition_parameters import (
         ZeroParamStatus,
     )
 
@@ -245,7 +245,7 @@ def _no_broadcast_class() -> type:
     rank 0 (made once, on first use: deepspeed is imported lazily)."""
     if _INIT_CLASS:
         return _INIT_CLASS[0]
-    import deepspeed  # type: ignore[import-untyped]
+    import deepspeed
 
     class NoBroadcastInit(deepspeed.zero.Init):  # type: ignore[misc]
         """``zero.Init`` that partitions each parameter without broadcasting it from
