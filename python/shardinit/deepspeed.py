@@ -31,7 +31,10 @@ def Init(*args: Any, **kwargs: Any) -> Any:
     * ``torch.nn.init`` is a no-op while modules are built, so no full-size parameter is
       generated (on CPU, the full ``torch.empty`` is never touched and never becomes
       resident; on GPU it is allocated for a moment per module, as with zero.Init);
-    * each parameter is partitioned without zero.Init's broadcast from rank 0.
+    * each parameter is partitioned without zero.Init's broadcast from rank 0;
+    * each transformers model is tied as its post-init would tie it
+      (``model.tie_weights()``), which ``transformers.initialization.no_init_weights``
+      turns off, so the model has the library's ties.
 
     The partitions hold uninitialized memory until :func:`shardinit.materialize` fills
     them (it does so without ``overwrite=True``; partitions made by stock zero.Init hold
