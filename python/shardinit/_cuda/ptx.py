@@ -98,7 +98,7 @@ def compile_variant(
 
     from . import kernel, launch
 
-    floats = {f"c{i}": "fp64" for i in range(7)}
+    floats = dict.fromkeys(launch.SAMPLER_ARGS, "fp64")
     out_type = {
         torch.float32: "*fp32",
         torch.float64: "*fp64",
@@ -125,7 +125,8 @@ def compile_variant(
         "DTYPE": launch.DTYPE_CODES[dtype],
         "BLOCKS": blocks or default_blocks,
     }
-    signature = {**signature, **floats, **dict.fromkeys(constexprs, "constexpr")}
+    types = {**signature, **floats, **dict.fromkeys(constexprs, "constexpr")}
+    signature = {name: types[name] for name in fn.arg_names}
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
     options = {**launch.COMPILE_OPTIONS, "num_warps": launch.warps_for(constexprs["BLOCKS"])}
     if fusion:
