@@ -4,9 +4,10 @@
 """The stream-v1 fill kernel in Triton: Philox words, the initializer's transform and the
 rounding to the dtype, fused, on the CUDA device (docs/gpu.md).
 
-Every value is bit for bit the value of the Rust core (docs/stream-format.md §2-§4):
-each lane performs exactly the operations of ``rust/core/src/init.rs`` (``Sampler``,
-``TruncNormal::sample``, the U24/U32/U52 maps, ``bf16_bits_from_f32``,
+Every value is to be bit for bit the value of the Rust core (docs/stream-format.md
+§2-§4; proven in Triton's interpreter and by the PTX checks, a GPU run pending:
+docs/gpu.md): each lane performs exactly the operations of ``rust/core/src/init.rs``
+(``Sampler``, ``TruncNormal::sample``, the U24/U32/U52 maps, ``bf16_bits_from_f32``,
 ``f16_bits_from_f32``) and ``math.rs`` (``phi_inv``: AS 241 with fdlibm's ``log``) in the
 same order, as correctly rounded binary64 ``+ - * /`` and ``sqrt``. Where the core
 branches, the kernel computes every branch and selects per lane with ``tl.where``; a lane

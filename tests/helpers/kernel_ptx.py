@@ -4,7 +4,8 @@ the GPU executes exactly the IEEE operations the interpreter checked (docs/gpu.m
 :func:`compile_variant` compiles a kernel variant for an NVIDIA target without a GPU
 (Triton bundles LLVM and ptxas); :func:`ptx_violations` lists what is wrong with a PTX
 text. ``tests/cuda`` runs both in CI; ``tools/gpu_check.py`` runs the second on the
-kernels a GPU machine actually compiled.
+kernels a GPU machine actually compiled. A tool of the tests and the GPU check, so it
+lives here, not in the wheel.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def compile_variant(
     from triton.backends.compiler import GPUTarget  # type: ignore[import-untyped]
     from triton.compiler import ASTSource  # type: ignore[import-untyped]
 
-    from . import kernel, launch
+    from shardinit._cuda import kernel, launch
 
     floats = dict.fromkeys(launch.SAMPLER_ARGS, "fp64")
     out_type = {
