@@ -50,7 +50,8 @@ def main() -> None:
 
     # Gathering is only for the printout (a collective: every rank calls it).
     checksum = sum(p.full_tensor().double().sum().item() for p in model.parameters())
-    padding_row = model.model.embed_tokens.weight.full_tensor()[CONFIG.pad_token_id]
+    # Read before the step: at world 1 full_tensor() is the parameter itself, not a copy.
+    padding_zero = not model.model.embed_tokens.weight.full_tensor()[CONFIG.pad_token_id].any()
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     tokens = torch.randint(
@@ -62,7 +63,7 @@ def main() -> None:
 
     if rank == 0:
         print(f"world {world}: initial weights checksum {checksum:.10f}, "
-              f"padding row zero: {not padding_row.any()}, loss {loss.item():.4f}")  # fmt: skip
+              f"padding row zero: {padding_zero}, loss {loss.item():.4f}")  # fmt: skip
     dist.destroy_process_group()
 
 

@@ -1,8 +1,11 @@
 """Type stub of the compiled extension ``shardinit._core`` (checked by stubtest)."""
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, Final, final
 
 __all__ = [
+    "LOG_CONSTANTS",
+    "PHI_INV_CONSTANTS",
     "STREAM_FORMAT_VERSION",
     "Init",
     "InternalError",
@@ -26,6 +29,15 @@ __version__: Final[str]
 #: or "avx2-philox-avx512-lanes" (AVX2 Philox, transforms compiled for AVX-512F).
 backend: Final[str]
 STREAM_FORMAT_VERSION: Final[int]
+#: The constants of the core's ``log`` (fdlibm 5.3 ``e_log.c``: ``LN2_HI``, ``LN2_LO``,
+#: ``TWO54``, ``LG1``..``LG7``), read-only, by their fdlibm names, to the bit. Their one
+#: home is rust/core/src/math.rs ``LOG_CONSTANTS``; the device kernel is built from here.
+LOG_CONSTANTS: Final[Mapping[str, float]]
+#: The constants of the core's ``phi_inv`` (AS 241 PPND16: ``A0``..``A7``, ``B1``..``B7``,
+#: ``C0``..``C7``, ``D1``..``D7``, ``E0``..``E7``, ``F1``..``F7`` as published, and
+#: ``PHI_INV_SPLIT1`` = 0.425), read-only, by name, to the bit. Their one home is
+#: rust/core/src/math.rs ``PHI_INV_CONSTANTS``; the device kernel is built from here.
+PHI_INV_CONSTANTS: Final[Mapping[str, float]]
 
 class ShardInitError(ValueError): ...
 class ShapeTooLargeError(ShardInitError): ...

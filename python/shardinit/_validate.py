@@ -8,6 +8,8 @@ import numbers
 import operator
 from typing import Any
 
+import torch
+
 from .errors import ShardInitError
 
 U64_MAX = 2**64 - 1
@@ -69,3 +71,30 @@ def check_name(arg: str, value: Any) -> str:
 def check_seed(value: Any) -> int:
     """Returns ``value`` if it is an int in [0, 2^64)."""
     return check_int("seed", value, low=0, high=U64_MAX)
+
+
+def resolve_device(device: Any) -> torch.device:
+    """``device`` (None: the CPU, a str, an int or a ``torch.device``) as a CPU or
+    available CUDA ``torch.device``.
+
+    Raises:
+        TypeError: ``device`` of another type.
+        ShardInitError: not a torch device, not the CPU or CUDA, or CUDA unavailable.
+    """
+    if device is None:
+        return torch.device("cpu")
+    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
+        raise TypeError(
+            f"device must be None, a str, an int or a torch.device, got "
+            f"{type(device).__name__} {device!r}"
+        )
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ShardInitError(f"device must be a torch device, got {device!r}: {reason}") from None
+    if resolved.type not in ("cpu", "cuda"):
+        raise ShardInitError(f"device must be 'cpu' or a CUDA device, got {resolved}")
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ShardInitError(f"device is {resolved} but CUDA is not available")
+    return resolved

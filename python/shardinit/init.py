@@ -23,6 +23,7 @@ from typing import Literal
 
 import torch
 
+from . import _core
 from ._validate import check_real
 from .errors import ShardInitError
 
@@ -164,6 +165,22 @@ class TruncNormal(BaseInit):
 
     def params(self) -> tuple[float, float, float, float]:
         return (self.mean, self.std, self.a, self.b)
+
+
+def core_init(base: BaseInit) -> _core.Init:
+    """``base`` as the core's typed initializer (validated again by the core): the one
+    place where the Python initializers meet the core's. Internal (not in ``__all__``):
+    the fills pass the result to ``_core.fill``, the device kernel to
+    ``_core.sampler_constants``."""
+    if isinstance(base, Constant):
+        return _core.Init.constant(base.value)
+    if isinstance(base, Uniform):
+        return _core.Init.uniform(base.a, base.b)
+    if isinstance(base, Normal):
+        return _core.Init.normal(base.mean, base.std)
+    if isinstance(base, TruncNormal):
+        return _core.Init.trunc_normal(base.mean, base.std, base.a, base.b)
+    raise TypeError(f"not a base initializer of stream format v1: {base!r}")
 
 
 #: Bound on |PhiInv(U)| over every U of stream-format.md §3 (PhiInv(2^-53) is about -8.2).

@@ -8,6 +8,9 @@ is refused). CUDA outputs are generated on the device by the Triton kernel of
 buffers of bounded size (``CUDA_CHUNK_BYTES`` each) and copied asynchronously, so
 generating chunk k+1 overlaps the host-to-device copy of chunk k and host memory stays
 bounded. Both give the same bits.
+
+This is the spec-level API: it checks the arguments, reads the settings (threads, chunk
+size) and hands each fill to the one dispatch, :func:`shardinit._fill.fill`.
 """
 
 from __future__ import annotations
@@ -17,13 +20,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 
-from . import _core, _cuda
-from ._validate import U64_MAX, check_int
+from . import _core
+from ._fill import Box, fill
+from ._validate import U64_MAX, check_int, resolve_device
 from .errors import ShardInitError
-from .init import BaseInit, Constant, Normal, TruncNormal, Uniform
 from .spec import ParamSpec
 
 __all__ = [
@@ -54,8 +56,6 @@ def _after_fork_in_child() -> None:
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
-Box = tuple[tuple[int, int], ...]
-
 
 def set_num_threads(threads: int | None) -> None:
     """Sets how many threads shardinit's core uses; ``None`` restores the default.
@@ -85,16 +85,6 @@ def get_num_threads() -> int:
     return max(1, min(cores, torch.get_num_threads()))
 
 
-def _writable_view(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
-    """A numpy array aliasing ``tensor``'s memory (CPU, contiguous), for the core."""
-    # 1-D: a 0-d array's buffer has no shape, which the core's buffer access rejects.
-    flat = tensor.detach().view(-1)
-    if flat.dtype in (torch.bfloat16, torch.float16):
-        # numpy has no bfloat16: hand over the raw 16-bit patterns.
-        flat = flat.view(torch.int16)
-    return flat.numpy()
-
-
 def _check_out(out: Any, spec: ParamSpec, shape: tuple[int, ...]) -> torch.Tensor:
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
@@ -116,91 +106,6 @@ def _check_out(out: Any, spec: ParamSpec, shape: tuple[int, ...]) -> torch.Tenso
     if not out.is_contiguous():
         raise ShardInitError("out must be contiguous (C order)")
     return out
-
-
-def _resolve_device(device: Any) -> torch.device:
-    if device is None:
-        return torch.device("cpu")
-    if isinstance(device, bool) or not isinstance(device, (str, int, torch.device)):
-        raise TypeError(
-            f"device must be None, a str, an int or a torch.device, got "
-            f"{type(device).__name__} {device!r}"
-        )
-    try:
-        resolved = torch.device(device)
-    except (RuntimeError, TypeError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ShardInitError(f"device must be a torch device, got {device!r}: {reason}") from None
-    if resolved.type not in ("cpu", "cuda"):
-        raise ShardInitError(f"device must be 'cpu' or a CUDA device, got {resolved}")
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ShardInitError(f"device is {resolved} but CUDA is not available")
-    return resolved
-
-
-def _core_init(base: BaseInit) -> _core.Init:
-    """``base`` as the core's typed initializer (validated again by the core).
-
-    The one place where the Python initializers meet the core's; a GPU kernel passes the
-    result to ``_core.sampler_constants`` for the constants the CPU kernels use.
-    """
-    if isinstance(base, Constant):
-        return _core.Init.constant(base.value)
-    if isinstance(base, Uniform):
-        return _core.Init.uniform(base.a, base.b)
-    if isinstance(base, Normal):
-        return _core.Init.normal(base.mean, base.std)
-    if isinstance(base, TruncNormal):
-        return _core.Init.trunc_normal(base.mean, base.std, base.a, base.b)
-    raise TypeError(f"not a base initializer of stream format v1: {base!r}")
-
-
-def _fill_cpu(spec: ParamSpec, region: _core.Region, out: torch.Tensor) -> None:
-    """Writes ``region`` of ``spec`` into the CPU tensor ``out`` (GIL released). A
-    second call on overlapping memory while this one runs raises ``ShardInitError``."""
-    _core.fill(
-        spec.key64,
-        list(spec.shape),
-        _core_init(spec.base_init),
-        spec.dtype_name,
-        region,
-        _writable_view(out),
-        get_num_threads(),
-    )
-
-
-def _fill_via_pinned(dest: torch.Tensor, fill_part: Any, chunk_bytes: int | None = None) -> None:
-    """Fills the contiguous CUDA tensor ``dest`` chunk by chunk: ``fill_part(offset,
-    host_buffer)`` writes elements [offset, offset + len) into a pinned buffer, which is
-    then copied asynchronously while the next chunk is generated into the other buffer.
-    """
-    flat = dest.view(-1)
-    total = flat.numel()
-    if total == 0:
-        return
-    chunk = max(1, (chunk_bytes or CUDA_CHUNK_BYTES) // dest.element_size())
-    size = min(chunk, total)
-    staging = [torch.empty(size, dtype=dest.dtype, pin_memory=True) for _ in range(2)]
-    copied: list[torch.cuda.Event | None] = [None, None]
-    with torch.cuda.device(dest.device):
-        stream = torch.cuda.current_stream()
-        for index, offset in enumerate(range(0, total, chunk)):
-            slot = index % 2
-            pending = copied[slot]
-            if pending is not None:
-                # The copy out of this buffer must finish before it is overwritten.
-                pending.synchronize()
-            count = min(chunk, total - offset)
-            host = staging[slot][:count]
-            fill_part(offset, host)
-            flat[offset : offset + count].copy_(host, non_blocking=True)
-            copy_done = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            copy_done.record(stream)
-            copied[slot] = copy_done
-        for last_copy in copied:
-            if last_copy is not None:
-                # Keep the pinned buffers alive until their last copies are done.
-                last_copy.synchronize()
 
 
 def _check_box(spec: ParamSpec, box: Any) -> Box:
@@ -225,20 +130,13 @@ def _check_box(spec: ParamSpec, box: Any) -> Box:
 def _fill_box(spec: ParamSpec, box: Box, device: Any, out: torch.Tensor | None) -> torch.Tensor:
     shape = tuple(stop - start for start, stop in box)
     if out is None:
-        target_device = _resolve_device(device)
+        target_device = resolve_device(device)
         out = torch.empty(shape, dtype=spec.dtype, device=target_device)
     else:
         out = _check_out(out, spec, shape)
-        if device is not None and _resolve_device(device) != out.device:
+        if device is not None and resolve_device(device) != out.device:
             raise ShardInitError(f"device is {device} but out is on {out.device}")
-    if out.device.type == "cuda" and _cuda.use_device_kernel(out.device):
-        _cuda.fill_box(spec, box, out)
-    elif out.device.type == "cuda":
-        _fill_via_pinned(
-            out, lambda offset, host: _fill_cpu(spec, _core.Region.box(list(box), offset), host)
-        )
-    else:
-        _fill_cpu(spec, _core.Region.box(list(box)), out)
+    fill(spec, box, out, threads=get_num_threads(), chunk_bytes=CUDA_CHUNK_BYTES)
     return out
 
 
@@ -351,17 +249,10 @@ def init_flat(
     stop = check_int("stop", stop, low=start, high=spec.numel)
     shape = (stop - start,)
     if out is None:
-        out = torch.empty(shape, dtype=spec.dtype, device=_resolve_device(device))
+        out = torch.empty(shape, dtype=spec.dtype, device=resolve_device(device))
     else:
         out = _check_out(out, spec, shape)
-        if device is not None and _resolve_device(device) != out.device:
+        if device is not None and resolve_device(device) != out.device:
             raise ShardInitError(f"device is {device} but out is on {out.device}")
-    if out.device.type == "cuda" and _cuda.use_device_kernel(out.device):
-        _cuda.fill_flat(spec, start, out)
-    elif out.device.type == "cuda":
-        _fill_via_pinned(
-            out, lambda offset, host: _fill_cpu(spec, _core.Region.flat(start + offset), host)
-        )
-    else:
-        _fill_cpu(spec, _core.Region.flat(start), out)
+    fill(spec, start, out, threads=get_num_threads(), chunk_bytes=CUDA_CHUNK_BYTES)
     return out

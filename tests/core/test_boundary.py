@@ -9,7 +9,7 @@ import torch
 
 import shardinit
 from shardinit import _core, init
-from shardinit.shard import _core_init
+from shardinit.init import core_init
 
 SPEC = shardinit.ParamSpec("boundary.w", (6, 5), torch.float32, init.normal(0, 2), seed=3)
 
@@ -18,7 +18,7 @@ def _fill(dtype: str, out: np.ndarray, region: _core.Region | None = None) -> No
     _core.fill(
         SPEC.key64,
         list(SPEC.shape),
-        _core_init(SPEC.base_init),
+        core_init(SPEC.base_init),
         dtype,
         region or _core.Region.box([(0, 6), (0, 5)]),
         out,
@@ -86,4 +86,4 @@ def test_every_base_initializer_maps_to_the_core_init_of_its_parameters(
         "trunc_normal": _core.Init.trunc_normal,
     }
     count = {"constant": 1, "uniform": 2, "normal": 2, "trunc_normal": 4}[base.kind]
-    assert _core_init(base) == kinds[base.kind](*base.params()[:count])
+    assert core_init(base) == kinds[base.kind](*base.params()[:count])

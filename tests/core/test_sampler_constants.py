@@ -15,7 +15,7 @@ import torch
 
 import shardinit
 from shardinit import _core, init
-from shardinit.shard import _core_init
+from shardinit.init import core_init
 
 mpmath.mp.dps = 60
 
@@ -105,7 +105,7 @@ def test_constants_reproduce_the_core_fill(dtype: torch.dtype, a: float, b: floa
     spec = shardinit.ParamSpec(
         "blocks.0.w", (3, 401), dtype=dtype, init=init.trunc_normal(0.1, 0.7, a, b), seed=9
     )
-    constants = _core.sampler_constants(_core_init(spec.base_init))
+    constants = _core.sampler_constants(core_init(spec.base_init))
     words_per_element = 2 if dtype == torch.float64 else 1
     words = shardinit.stream_words(9, "blocks.0.w", 0, words_per_element * spec.numel)
     u = u52_open(words) if dtype == torch.float64 else u32_open(words)

@@ -1,7 +1,7 @@
 """The compiled device kernel executes exactly the IEEE operations the interpreter
 checked: every variant (initializer kind x dtype x entry point) is compiled for NVIDIA
 targets on this CPU-only machine (Triton bundles LLVM and ptxas) and its PTX checked
-by ``shardinit._cuda.ptx.ptx_violations``; a compile with fusion on is the negative
+by ``kernel_ptx.ptx_violations`` (tests/helpers); a compile with fusion on is the negative
 control, and the SASS of two variants is counted."""
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ import torch
 
 pytest.importorskip("triton")
 
+import kernel_ptx as ptx
+
 from shardinit import ParamSpec, init
-from shardinit._cuda import launch, ptx
+from shardinit._cuda import launch
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 SM90_VARIANTS = list(itertools.product(ptx.KINDS, DTYPES, ptx.ENTRY_POINTS))

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,10 @@ def test_wheel_installs_and_runs_in_a_clean_env(tmp_path: Path) -> None:
     wheel = wheels[0]
     # One stable-ABI wheel for every CPython >= 3.11, manylinux-tagged.
     assert re.search(r"-cp311-abi3-manylinux_\d+_\d+_x86_64", wheel.name), wheel.name
+    # What users need ships (the demo's launcher); the tests' tools do not (issue 21).
+    files = set(zipfile.ZipFile(wheel).namelist())
+    assert {"shardinit/cli/_launch.py", "shardinit/_cuda/kernel.py"} <= files
+    assert not [name for name in files if name.endswith("ptx.py")]
 
     env_dir = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)

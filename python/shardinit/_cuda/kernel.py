@@ -4,9 +4,10 @@
 """The stream-v1 fill kernel in Triton: Philox words, the initializer's transform and the
 rounding to the dtype, fused, on the CUDA device (docs/gpu.md).
 
-Every value is bit for bit the value of the Rust core (docs/stream-format.md §2-§4):
-each lane performs exactly the operations of ``rust/core/src/init.rs`` (``Sampler``,
-``TruncNormal::sample``, the U24/U32/U52 maps, ``bf16_bits_from_f32``,
+Every value is to be bit for bit the value of the Rust core (docs/stream-format.md
+§2-§4; proven in Triton's interpreter and by the PTX checks, a GPU run pending:
+docs/gpu.md): each lane performs exactly the operations of ``rust/core/src/init.rs``
+(``Sampler``, ``TruncNormal::sample``, the U24/U32/U52 maps, ``bf16_bits_from_f32``,
 ``f16_bits_from_f32``) and ``math.rs`` (``phi_inv``: AS 241 with fdlibm's ``log``) in the
 same order, as correctly rounded binary64 ``+ - * /`` and ``sqrt``. Where the core
 branches, the kernel computes every branch and selects per lane with ``tl.where``; a lane
@@ -49,6 +50,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .. import _core
+
 # Initializer kinds and dtypes, as constexpr selectors of one kernel body.
 UNIFORM = tl.constexpr(0)
 NORMAL = tl.constexpr(1)
@@ -63,65 +66,66 @@ TWO_POW_M24 = tl.constexpr(1.0 / 16777216.0)
 TWO_POW_M32 = tl.constexpr(1.0 / 4294967296.0)
 TWO_POW_M53 = tl.constexpr(1.0 / 9007199254740992.0)
 
-# fdlibm e_log.c (rust/core/src/math.rs `log`).
-LN2_HI = tl.constexpr(6.93147180369123816490e-01)
-LN2_LO = tl.constexpr(1.90821492927058770002e-10)
-TWO54 = tl.constexpr(1.80143985094819840000e16)
-LG1 = tl.constexpr(6.666666666666735130e-01)
-LG2 = tl.constexpr(3.999999999940941908e-01)
-LG3 = tl.constexpr(2.857142874366239149e-01)
-LG4 = tl.constexpr(2.222219843214978396e-01)
-LG5 = tl.constexpr(1.818357216161805012e-01)
-LG6 = tl.constexpr(1.531383769920937332e-01)
-LG7 = tl.constexpr(1.479819860511658591e-01)
-
-# AS 241 PPND16 (rust/core/src/math.rs `phi_inv_central` / `phi_inv_tail`).
-A0 = tl.constexpr(3.3871328727963666080e0)
-A1 = tl.constexpr(1.3314166789178437745e2)
-A2 = tl.constexpr(1.9715909503065514427e3)
-A3 = tl.constexpr(1.3731693765509461125e4)
-A4 = tl.constexpr(4.5921953931549871457e4)
-A5 = tl.constexpr(6.7265770927008700853e4)
-A6 = tl.constexpr(3.3430575583588128105e4)
-A7 = tl.constexpr(2.5090809287301226727e3)
-B1 = tl.constexpr(4.2313330701600911252e1)
-B2 = tl.constexpr(6.8718700749205790830e2)
-B3 = tl.constexpr(5.3941960214247511077e3)
-B4 = tl.constexpr(2.1213794301586595867e4)
-B5 = tl.constexpr(3.9307895800092710610e4)
-B6 = tl.constexpr(2.8729085735721942674e4)
-B7 = tl.constexpr(5.2264952788528545610e3)
-C0 = tl.constexpr(1.42343711074968357734e0)
-C1 = tl.constexpr(4.63033784615654529590e0)
-C2 = tl.constexpr(5.76949722146069140550e0)
-C3 = tl.constexpr(3.64784832476320460504e0)
-C4 = tl.constexpr(1.27045825245236838258e0)
-C5 = tl.constexpr(2.41780725177450611770e-1)
-C6 = tl.constexpr(2.27238449892691845833e-2)
-C7 = tl.constexpr(7.74545014278341407640e-4)
-D1 = tl.constexpr(2.05319162663775882187e0)
-D2 = tl.constexpr(1.67638483018380384940e0)
-D3 = tl.constexpr(6.89767334985100004550e-1)
-D4 = tl.constexpr(1.48103976427480074590e-1)
-D5 = tl.constexpr(1.51986665636164571966e-2)
-D6 = tl.constexpr(5.47593808499534494600e-4)
-D7 = tl.constexpr(1.05075007164441684324e-9)
-E0 = tl.constexpr(6.65790464350110377720e0)
-E1 = tl.constexpr(5.46378491116411436990e0)
-E2 = tl.constexpr(1.78482653991729133580e0)
-E3 = tl.constexpr(2.96560571828504891230e-1)
-E4 = tl.constexpr(2.65321895265761230930e-2)
-E5 = tl.constexpr(1.24266094738807843860e-3)
-E6 = tl.constexpr(2.71155556874348757815e-5)
-E7 = tl.constexpr(2.01033439929228813265e-7)
-F1 = tl.constexpr(5.99832206555887937690e-1)
-F2 = tl.constexpr(1.36929880922735805310e-1)
-F3 = tl.constexpr(1.48753612908506148525e-2)
-F4 = tl.constexpr(7.86869131145613259100e-4)
-F5 = tl.constexpr(1.84631831751005468180e-5)
-F6 = tl.constexpr(1.42151175831644588870e-7)
-F7 = tl.constexpr(2.04426310338993978564e-15)
-PHI_INV_SPLIT1 = tl.constexpr(0.425)
+# The constants of fdlibm's e_log.c and of AS 241 PPND16 have one home, the Rust core
+# (rust/core/src/math.rs `LOG_CONSTANTS`, `PHI_INV_CONSTANTS`), read through `_core`.
+_LOG = _core.LOG_CONSTANTS
+_PHI_INV = _core.PHI_INV_CONSTANTS
+LN2_HI = tl.constexpr(_LOG["LN2_HI"])
+LN2_LO = tl.constexpr(_LOG["LN2_LO"])
+TWO54 = tl.constexpr(_LOG["TWO54"])
+LG1 = tl.constexpr(_LOG["LG1"])
+LG2 = tl.constexpr(_LOG["LG2"])
+LG3 = tl.constexpr(_LOG["LG3"])
+LG4 = tl.constexpr(_LOG["LG4"])
+LG5 = tl.constexpr(_LOG["LG5"])
+LG6 = tl.constexpr(_LOG["LG6"])
+LG7 = tl.constexpr(_LOG["LG7"])
+A0 = tl.constexpr(_PHI_INV["A0"])
+A1 = tl.constexpr(_PHI_INV["A1"])
+A2 = tl.constexpr(_PHI_INV["A2"])
+A3 = tl.constexpr(_PHI_INV["A3"])
+A4 = tl.constexpr(_PHI_INV["A4"])
+A5 = tl.constexpr(_PHI_INV["A5"])
+A6 = tl.constexpr(_PHI_INV["A6"])
+A7 = tl.constexpr(_PHI_INV["A7"])
+B1 = tl.constexpr(_PHI_INV["B1"])
+B2 = tl.constexpr(_PHI_INV["B2"])
+B3 = tl.constexpr(_PHI_INV["B3"])
+B4 = tl.constexpr(_PHI_INV["B4"])
+B5 = tl.constexpr(_PHI_INV["B5"])
+B6 = tl.constexpr(_PHI_INV["B6"])
+B7 = tl.constexpr(_PHI_INV["B7"])
+C0 = tl.constexpr(_PHI_INV["C0"])
+C1 = tl.constexpr(_PHI_INV["C1"])
+C2 = tl.constexpr(_PHI_INV["C2"])
+C3 = tl.constexpr(_PHI_INV["C3"])
+C4 = tl.constexpr(_PHI_INV["C4"])
+C5 = tl.constexpr(_PHI_INV["C5"])
+C6 = tl.constexpr(_PHI_INV["C6"])
+C7 = tl.constexpr(_PHI_INV["C7"])
+D1 = tl.constexpr(_PHI_INV["D1"])
+D2 = tl.constexpr(_PHI_INV["D2"])
+D3 = tl.constexpr(_PHI_INV["D3"])
+D4 = tl.constexpr(_PHI_INV["D4"])
+D5 = tl.constexpr(_PHI_INV["D5"])
+D6 = tl.constexpr(_PHI_INV["D6"])
+D7 = tl.constexpr(_PHI_INV["D7"])
+E0 = tl.constexpr(_PHI_INV["E0"])
+E1 = tl.constexpr(_PHI_INV["E1"])
+E2 = tl.constexpr(_PHI_INV["E2"])
+E3 = tl.constexpr(_PHI_INV["E3"])
+E4 = tl.constexpr(_PHI_INV["E4"])
+E5 = tl.constexpr(_PHI_INV["E5"])
+E6 = tl.constexpr(_PHI_INV["E6"])
+E7 = tl.constexpr(_PHI_INV["E7"])
+F1 = tl.constexpr(_PHI_INV["F1"])
+F2 = tl.constexpr(_PHI_INV["F2"])
+F3 = tl.constexpr(_PHI_INV["F3"])
+F4 = tl.constexpr(_PHI_INV["F4"])
+F5 = tl.constexpr(_PHI_INV["F5"])
+F6 = tl.constexpr(_PHI_INV["F6"])
+F7 = tl.constexpr(_PHI_INV["F7"])
+PHI_INV_SPLIT1 = tl.constexpr(_PHI_INV["PHI_INV_SPLIT1"])
 
 
 @triton.jit
@@ -268,26 +272,26 @@ def f16_bits_from_f32(x):
 
 
 @triton.jit
-def _sample(u, KIND: tl.constexpr, c0, c1, c2, c3, c4, c5, c6):
+def _sample(u, KIND: tl.constexpr, a, width, mean, std, b, lower_cdf, upper_tail, mass):
     """The binary64 value of ``Sampler::one_word`` / ``two_words`` from its uniform ``u``
-    (U24 / U52 for uniform, U32 / U52 otherwise). Constants: uniform ``(a, width)``,
-    normal ``(mean, std)``, trunc_normal ``(mean, std, a, b, lower_cdf, upper_tail,
-    mass)``, exactly as ``_core.sampler_constants`` gives them."""
+    (U24 / U52 for uniform, U32 / U52 otherwise). The float arguments are the core's
+    sampler constants (``_core.sampler_constants``), by their names there; a kind
+    reads only its own."""
     if KIND == UNIFORM:
-        value = c0 + c1 * u
+        value = a + width * u
     elif KIND == NORMAL:
-        value = c0 + c1 * phi_inv(u, 1.0 - u)
+        value = mean + std * phi_inv(u, 1.0 - u)
     else:
         # TruncNormal::sample
-        t = c4 + u * c6
+        t = lower_cdf + u * mass
         lower = t <= 0.5
-        q = c5 + (1.0 - u) * c6
+        q = upper_tail + (1.0 - u) * mass
         p = tl.where(lower, t, q)
         x = phi_inv(p, 1.0 - p)
         x = tl.where(lower, x, x * -1.0)
         # The bounds as float64 tensors (``* 1.0`` is exact, -0.0 included) before they
         # meet min/max, which Triton 3.6's interpreter would take in float32 (rule 2).
-        value = tl.minimum(tl.maximum(c0 + c1 * x, c2 * _f64(1.0)), c3 * _f64(1.0))
+        value = tl.minimum(tl.maximum(mean + std * x, a * _f64(1.0)), b * _f64(1.0))
     return value
 
 
@@ -325,13 +329,14 @@ def _fill_tile(
     start,
     count,
     tile,
-    c0,
-    c1,
-    c2,
-    c3,
-    c4,
-    c5,
-    c6,
+    a,
+    width,
+    mean,
+    std,
+    b,
+    lower_cdf,
+    upper_tail,
+    mass,
     KIND: tl.constexpr,
     DTYPE: tl.constexpr,
     BLOCKS: tl.constexpr,
@@ -360,7 +365,7 @@ def _fill_tile(
         words = tl.interleave(tl.interleave(r0, r2), tl.interleave(r1, r3))
         u = _one_word_uniform(words, KIND)
         index = first + tl.arange(0, 4 * BLOCKS).to(tl.uint64)
-    value = _sample(u, KIND, c0, c1, c2, c3, c4, c5, c6)
+    value = _sample(u, KIND, a, width, mean, std, b, lower_cdf, upper_tail, mass)
     mask = (index >= start) & (index < start + count)
     offsets = out_base + (index - start).to(tl.int64, bitcast=True)
     _store(out_ptr, offsets, mask, value, DTYPE)
@@ -372,13 +377,14 @@ def fill_flat_kernel(
     key: tl.uint64,
     start: tl.uint64,
     count: tl.uint64,
-    c0: tl.float64,
-    c1: tl.float64,
-    c2: tl.float64,
-    c3: tl.float64,
-    c4: tl.float64,
-    c5: tl.float64,
-    c6: tl.float64,
+    a: tl.float64,
+    width: tl.float64,
+    mean: tl.float64,
+    std: tl.float64,
+    b: tl.float64,
+    lower_cdf: tl.float64,
+    upper_tail: tl.float64,
+    mass: tl.float64,
     KIND: tl.constexpr,
     DTYPE: tl.constexpr,
     BLOCKS: tl.constexpr,
@@ -386,7 +392,25 @@ def fill_flat_kernel(
     """Global elements ``[start, start + count)`` into ``out_ptr[0 : count]``; program
     ``i`` fills tile ``i`` (grid: ``ceil((count + align - 1) / tile)`` programs)."""
     tile = tl.program_id(0)
-    _fill_tile(out_ptr, 0, key, start, count, tile, c0, c1, c2, c3, c4, c5, c6, KIND, DTYPE, BLOCKS)
+    _fill_tile(
+        out_ptr,
+        0,
+        key,
+        start,
+        count,
+        tile,
+        a,
+        width,
+        mean,
+        std,
+        b,
+        lower_cdf,
+        upper_tail,
+        mass,
+        KIND,
+        DTYPE,
+        BLOCKS,
+    )
 
 
 @triton.jit(do_not_specialize=["key", "columns", "row_stride", "tiles_per_row"])
@@ -397,13 +421,14 @@ def fill_rows_kernel(
     columns: tl.int64,
     row_stride: tl.int64,
     tiles_per_row: tl.int64,
-    c0: tl.float64,
-    c1: tl.float64,
-    c2: tl.float64,
-    c3: tl.float64,
-    c4: tl.float64,
-    c5: tl.float64,
-    c6: tl.float64,
+    a: tl.float64,
+    width: tl.float64,
+    mean: tl.float64,
+    std: tl.float64,
+    b: tl.float64,
+    lower_cdf: tl.float64,
+    upper_tail: tl.float64,
+    mass: tl.float64,
     KIND: tl.constexpr,
     DTYPE: tl.constexpr,
     BLOCKS: tl.constexpr,
@@ -423,13 +448,14 @@ def fill_rows_kernel(
         run_start,
         columns,
         tile,
-        c0,
-        c1,
-        c2,
-        c3,
-        c4,
-        c5,
-        c6,
+        a,
+        width,
+        mean,
+        std,
+        b,
+        lower_cdf,
+        upper_tail,
+        mass,
         KIND,
         DTYPE,
         BLOCKS,

@@ -2,13 +2,16 @@
 one launch (or a few, for grids beyond CUDA's limit) of :mod:`.kernel`.
 
 The caller has validated everything (spec, region, ``out``) exactly as the host path
-does; this module only turns the region into kernel arguments. Imports triton (through
-``.kernel``), so it is imported only when a CUDA fill runs on the device.
+does; this module only turns the region into kernel arguments. It depends on the spec
+layer (``ParamSpec``, ``init.core_init``) and the core (:mod:`.._host` for a constant's
+bits and the self-check's reference), never on the fill API above it. Imports triton
+(through ``.kernel``), so it is imported only when a CUDA fill runs on the device.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -16,7 +19,9 @@ from typing import Any
 import torch
 
 from .. import _core
-from ..shard import _core_init, init_flat
+from .._host import fill_cpu
+from ..errors import InternalError
+from ..init import core_init
 from ..spec import ParamSpec
 from . import kernel
 
@@ -24,6 +29,7 @@ __all__ = [
     "COMPILE_OPTIONS",
     "FLAT_BLOCKS",
     "ROW_BLOCKS",
+    "SAMPLER_ARGS",
     "fill_box",
     "fill_flat",
     "sampler_constants",
@@ -53,13 +59,16 @@ DTYPE_CODES = {
     torch.bfloat16: kernel.BFLOAT16.value,
     torch.float16: kernel.FLOAT16.value,
 }
-# The order of each kind's constants in the kernel's c0..c6 (rust/core/src/init.rs
-# `Sampler::constants`).
-_CONSTANT_ORDER = {
-    "uniform": ("a", "width"),
-    "normal": ("mean", "std"),
-    "trunc_normal": ("mean", "std", "a", "b", "lower_cdf", "upper_tail", "mass"),
-}
+#: The kernels' float64 arguments: the core's sampler constants, by the names
+#: ``_core.sampler_constants`` gives them (rust/core/src/init.rs ``Sampler::constants``)
+#: and passed by name, so no order of them is written here.
+#: They are the flat kernel's parameters annotated ``tl.float64`` (read from its source
+#: function, which the compiled and the interpreted kernel share).
+SAMPLER_ARGS = tuple(
+    param.name
+    for param in inspect.signature(kernel.fill_flat_kernel.fn).parameters.values()
+    if param.annotation == "tl.float64"
+)
 _INT_VIEWS = {
     torch.float32: torch.int32,
     torch.float64: torch.int64,
@@ -68,13 +77,14 @@ _INT_VIEWS = {
 }
 
 
-def sampler_constants(spec: ParamSpec) -> tuple[float, ...]:
-    """The seven float64 kernel constants of ``spec``'s initializer, taken from the core's
-    own sampler (never recomputed here), zero-padded."""
-    base = spec.base_init
-    constants = _core.sampler_constants(_core_init(base))
-    values = tuple(float(constants[name]) for name in _CONSTANT_ORDER[base.kind])
-    return values + (0.0,) * (7 - len(values))
+def sampler_constants(spec: ParamSpec) -> dict[str, float]:
+    """The kernel's float64 arguments for ``spec``'s initializer by name: the core's own
+    sampler constants (never recomputed here), 0.0 for those its kind does not read."""
+    constants = _core.sampler_constants(core_init(spec.base_init))
+    unknown = constants.keys() - set(SAMPLER_ARGS)
+    if unknown:
+        raise InternalError(f"the kernels take no argument named {sorted(unknown)}")
+    return {**dict.fromkeys(SAMPLER_ARGS, 0.0), **constants}
 
 
 def warps_for(blocks: int) -> int:
@@ -109,7 +119,9 @@ def _as_kernel_out(out: torch.Tensor) -> torch.Tensor:
 def _fill_constant(spec: ParamSpec, out: torch.Tensor) -> None:
     """Every element has the bits the host path gives one element; ``fill_`` of those
     bits through an integer view (never ``fill_``'s own rounding of the float)."""
-    bits = int(init_flat(spec, 0, 1).view(_INT_VIEWS[spec.dtype])[0])
+    one = torch.empty(1, dtype=spec.dtype)
+    fill_cpu(spec, _core.Region.flat(0), one, threads=1)
+    bits = int(one.view(_INT_VIEWS[spec.dtype])[0])
     out.view(_INT_VIEWS[spec.dtype]).fill_(bits)
 
 
@@ -137,7 +149,7 @@ def fill_flat(spec: ParamSpec, start: int, out: torch.Tensor, blocks: int = FLAT
                 spec.key64,
                 start + done,
                 part,
-                *constants,
+                **constants,
                 KIND=KIND_CODES[spec.base_init.kind],
                 DTYPE=DTYPE_CODES[spec.dtype],
                 BLOCKS=blocks,
@@ -211,7 +223,7 @@ def fill_box(
                 columns,
                 columns,
                 tiles_per_row,
-                *constants,
+                **constants,
                 KIND=KIND_CODES[spec.base_init.kind],
                 DTYPE=DTYPE_CODES[spec.dtype],
                 BLOCKS=blocks,
@@ -228,4 +240,6 @@ def self_check(device: torch.device) -> bool:
     spec = ParamSpec("shardinit.self_check", (4096,), torch.float32, normal(0.0, 1.0), seed=0)
     out = torch.empty(1031, dtype=torch.float32, device=device)
     fill_flat(spec, 3, out)
-    return torch.equal(out.cpu(), init_flat(spec, 3, 1034))
+    host = torch.empty(1031, dtype=torch.float32)
+    fill_cpu(spec, _core.Region.flat(3), host, threads=1)
+    return torch.equal(out.cpu(), host)

@@ -21,8 +21,8 @@ from torch import nn
 
 from .._names import canonical_name, listing, qualified
 from .._torch_compat import FlatEntry, fsdp1_unit
+from .._validate import resolve_device
 from ..errors import ShardInitError
-from ..shard import _resolve_device
 from .targets import FlatShard, FlatTarget
 
 __all__ = ["fsdp1_param_init_fn"]
@@ -86,7 +86,7 @@ def fsdp1_param_init_fn(module: nn.Module, device: Any = None) -> None:
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
-    target = _default_device() if device is None else _resolve_device(device)
+    target = _default_device() if device is None else resolve_device(device)
     allocated = False
     for attr, param in list(module._parameters.items()):
         if param is None or not param.is_meta:

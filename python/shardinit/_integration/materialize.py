@@ -18,9 +18,8 @@ from typing import Any
 
 from torch import nn
 
-from .._validate import check_seed
+from .._validate import check_seed, resolve_device
 from ..errors import ShardInitError
-from ..shard import _resolve_device
 from .capture import CapturedInit, capture_init
 from .plan import BufferInit, RulesAndDefaults, local_targets, make_plan, region_targets
 from .rules import Rules, check_rules
@@ -115,7 +114,7 @@ def materialize(
         True
     """
     seed = _check_arguments(module, seed, overwrite, buffer_init, init_fn)
-    target_device = None if device is None else _resolve_device(device)
+    target_device = None if device is None else resolve_device(device)
     rule_list = check_rules(rules)
 
     # 1. Plan every name, region and initializer before touching any tensor, so an error

@@ -4,6 +4,9 @@ fingerprint, the benchmarks and the multi-rank tests all start their ranks here.
 Workers are ``python -m <module>`` (or ``python <script>.py``) subprocesses that
 rendezvous on a free TCP port of 127.0.0.1 only, get their rank from ``RANK`` /
 ``WORLD_SIZE`` and write one JSON result file each into a temporary directory.
+
+It ships in the wheel because users need it: ``shardinit demo`` and ``shardinit
+fingerprint --world`` start their ranks with it. The tests and benchmarks reuse it.
 """
 
 from __future__ import annotations

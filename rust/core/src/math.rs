@@ -81,6 +81,22 @@ const LG5: f64 = 1.818357216161805012e-01; // 3FC74664 96CB03DE
 const LG6: f64 = 1.531383769920937332e-01; // 3FC39A09 D078C69F
 const LG7: f64 = 1.479819860511658591e-01; // 3FC2F112 DF3E5244
 
+/// The constants of [`log`] by their fdlibm `e_log.c` names, for other implementations of
+/// the same operations (the Triton kernel builds its constants from this table, so the
+/// values have one home).
+pub const LOG_CONSTANTS: [(&str, f64); 10] = [
+    ("LN2_HI", LN2_HI),
+    ("LN2_LO", LN2_LO),
+    ("TWO54", TWO54),
+    ("LG1", LG1),
+    ("LG2", LG2),
+    ("LG3", LG3),
+    ("LG4", LG4),
+    ("LG5", LG5),
+    ("LG6", LG6),
+    ("LG7", LG7),
+];
+
 /// Natural logarithm, a port of fdlibm 5.3 `e_log.c` (`__ieee754_log`, Sun
 /// Microsystems 1993), error below 1 ulp.
 ///
@@ -623,6 +639,59 @@ const F7: f64 = 2.04426310338993978564e-15;
 
 /// AS 241 `SPLIT1`: the central approximation is used for `|p - 0.5| <= SPLIT1`.
 pub const PHI_INV_SPLIT1: f64 = 0.425;
+
+/// The constants of [`phi_inv`] by their AS 241 names (`A0`..`F7`, as published;
+/// `B0`, `D0` and `F0` are 1) and [`PHI_INV_SPLIT1`], for other implementations of the
+/// same operations (the Triton kernel builds its constants from this table, so the
+/// values have one home).
+pub const PHI_INV_CONSTANTS: [(&str, f64); 46] = [
+    ("A0", A0),
+    ("A1", A1),
+    ("A2", A2),
+    ("A3", A3),
+    ("A4", A4),
+    ("A5", A5),
+    ("A6", A6),
+    ("A7", A7),
+    ("B1", B1),
+    ("B2", B2),
+    ("B3", B3),
+    ("B4", B4),
+    ("B5", B5),
+    ("B6", B6),
+    ("B7", B7),
+    ("C0", C0),
+    ("C1", C1),
+    ("C2", C2),
+    ("C3", C3),
+    ("C4", C4),
+    ("C5", C5),
+    ("C6", C6),
+    ("C7", C7),
+    ("D1", D1),
+    ("D2", D2),
+    ("D3", D3),
+    ("D4", D4),
+    ("D5", D5),
+    ("D6", D6),
+    ("D7", D7),
+    ("E0", E0),
+    ("E1", E1),
+    ("E2", E2),
+    ("E3", E3),
+    ("E4", E4),
+    ("E5", E5),
+    ("E6", E6),
+    ("E7", E7),
+    ("F1", F1),
+    ("F2", F2),
+    ("F3", F3),
+    ("F4", F4),
+    ("F5", F5),
+    ("F6", F6),
+    ("F7", F7),
+    ("PHI_INV_SPLIT1", PHI_INV_SPLIT1),
+];
 
 /// Inverse standard normal CDF in the central region `|p - 0.5| <= 0.425`
 /// (`0.075 <= p <= 0.925`), AS 241 `PPND16`'s first rational approximation:

@@ -37,6 +37,16 @@ mod _core {
     fn init(module: &Bound<'_, PyModule>) -> PyResult<()> {
         module.add("__version__", env!("CARGO_PKG_VERSION"))?;
         module.add("backend", shardinit_core::Backend::detect().name())?;
+        let py = module.py();
+        use shardinit_core::math::{LOG_CONSTANTS, PHI_INV_CONSTANTS};
+        module.add(
+            "LOG_CONSTANTS",
+            crate::stream::constant_table(py, &LOG_CONSTANTS)?,
+        )?;
+        module.add(
+            "PHI_INV_CONSTANTS",
+            crate::stream::constant_table(py, &PHI_INV_CONSTANTS)?,
+        )?;
         Ok(())
     }
 }

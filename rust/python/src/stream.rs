@@ -1,8 +1,10 @@
-//! Keys, raw words, chunk ranges and the math functions, for verification.
+//! Keys, raw words, chunk ranges, the math functions and their constant tables, for
+//! verification and for other implementations of the same operations (the GPU kernel).
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyMappingProxy};
 use shardinit_core::Stream;
 
 use crate::errors::{catch_panic, to_py_err};
@@ -73,4 +75,17 @@ pub fn phi_inv(p: f64, q: f64) -> f64 {
 pub fn panic_for_test(py: Python<'_>, message: &str) -> PyResult<()> {
     let message = message.to_owned();
     py.detach(|| catch_panic(move || -> Result<(), shardinit_core::Error> { panic!("{message}") }))
+}
+
+/// One of the core's constant tables (`shardinit_core::math::LOG_CONSTANTS`,
+/// `PHI_INV_CONSTANTS`) as a read-only `{name: value}` mapping, in the table's order.
+pub fn constant_table<'py>(
+    py: Python<'py>,
+    table: &[(&str, f64)],
+) -> PyResult<Bound<'py, PyMappingProxy>> {
+    let dict = PyDict::new(py);
+    for &(name, value) in table {
+        dict.set_item(name, value)?;
+    }
+    Ok(PyMappingProxy::new(py, dict.as_mapping()))
 }

@@ -36,9 +36,10 @@ import torch
 from torch import nn
 
 from ..._names import buffer_holders
+from ..._validate import resolve_device
 from ...errors import ShardInitError
 from ...init import Constant, Initializer
-from ...shard import _resolve_device, init_box
+from ...shard import init_box
 from ...spec import ParamSpec
 from ..placements import Run, local_boxes
 from .records import CapturedInit, CapturedOp, Dirac, Eye, Fill, ParamRecord, Scale
@@ -146,7 +147,7 @@ def replay_box(
     local_box: Box = tuple((int(start), int(stop)) for start, stop in box)
     shape = tuple(stop - start for start, stop in local_box)
     if out is None:
-        out = torch.empty(shape, dtype=record.dtype, device=_resolve_device(device))
+        out = torch.empty(shape, dtype=record.dtype, device=resolve_device(device))
     elif tuple(out.shape) != shape or out.dtype != record.dtype:
         raise ShardInitError(
             f"parameter {record.name}: out has shape {tuple(out.shape)} and dtype "

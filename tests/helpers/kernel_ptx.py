@@ -4,7 +4,8 @@ the GPU executes exactly the IEEE operations the interpreter checked (docs/gpu.m
 :func:`compile_variant` compiles a kernel variant for an NVIDIA target without a GPU
 (Triton bundles LLVM and ptxas); :func:`ptx_violations` lists what is wrong with a PTX
 text. ``tests/cuda`` runs both in CI; ``tools/gpu_check.py`` runs the second on the
-kernels a GPU machine actually compiled.
+kernels a GPU machine actually compiled. A tool of the tests and the GPU check, so it
+lives here, not in the wheel.
 """
 
 from __future__ import annotations
@@ -96,9 +97,9 @@ def compile_variant(
     from triton.backends.compiler import GPUTarget  # type: ignore[import-untyped]
     from triton.compiler import ASTSource  # type: ignore[import-untyped]
 
-    from . import kernel, launch
+    from shardinit._cuda import kernel, launch
 
-    floats = {f"c{i}": "fp64" for i in range(7)}
+    floats = dict.fromkeys(launch.SAMPLER_ARGS, "fp64")
     out_type = {
         torch.float32: "*fp32",
         torch.float64: "*fp64",
@@ -125,7 +126,8 @@ def compile_variant(
         "DTYPE": launch.DTYPE_CODES[dtype],
         "BLOCKS": blocks or default_blocks,
     }
-    signature = {**signature, **floats, **dict.fromkeys(constexprs, "constexpr")}
+    types = {**signature, **floats, **dict.fromkeys(constexprs, "constexpr")}
+    signature = {name: types[name] for name in fn.arg_names}
     source = ASTSource(fn=fn, signature=signature, constexprs=constexprs)
     options = {**launch.COMPILE_OPTIONS, "num_warps": launch.warps_for(constexprs["BLOCKS"])}
     if fusion:

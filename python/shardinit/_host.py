@@ -1,0 +1,82 @@
+"""The host backends of a fill: the Rust core writing a CPU tensor (GIL released), and
+the pinned host copy that brings the core's values to a CUDA tensor.
+
+Bottom of the fill path (``shard`` -> ``_fill`` -> this module or ``_cuda``): it calls
+nothing above it. Settings (threads, chunk size) arrive as arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import _core
+from .init import core_init
+from .spec import ParamSpec
+
+__all__ = ["fill_cpu", "fill_via_pinned"]
+
+
+def _writable_view(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
+    """A numpy array aliasing ``tensor``'s memory (CPU, contiguous), for the core."""
+    # 1-D: a 0-d array's buffer has no shape, which the core's buffer access rejects.
+    flat = tensor.detach().view(-1)
+    if flat.dtype in (torch.bfloat16, torch.float16):
+        # numpy has no bfloat16: hand over the raw 16-bit patterns.
+        flat = flat.view(torch.int16)
+    return flat.numpy()
+
+
+def fill_cpu(spec: ParamSpec, region: _core.Region, out: torch.Tensor, threads: int) -> None:
+    """Writes ``region`` of ``spec`` into the CPU tensor ``out`` with ``threads`` worker
+    threads (GIL released). A second call on overlapping memory while this one runs
+    raises ``ShardInitError``."""
+    _core.fill(
+        spec.key64,
+        list(spec.shape),
+        core_init(spec.base_init),
+        spec.dtype_name,
+        region,
+        _writable_view(out),
+        threads,
+    )
+
+
+def fill_via_pinned(
+    dest: torch.Tensor, fill_part: Callable[[int, torch.Tensor], None], chunk_bytes: int
+) -> None:
+    """Fills the contiguous CUDA tensor ``dest`` chunk by chunk: ``fill_part(offset,
+    host_buffer)`` writes elements [offset, offset + len) into a pinned buffer of at most
+    ``chunk_bytes``, which is then copied asynchronously while the next chunk is
+    generated into the other buffer.
+    """
+    flat = dest.view(-1)
+    total = flat.numel()
+    if total == 0:
+        return
+    chunk = max(1, chunk_bytes // dest.element_size())
+    size = min(chunk, total)
+    staging = [torch.empty(size, dtype=dest.dtype, pin_memory=True) for _ in range(2)]
+    copied: list[torch.cuda.Event | None] = [None, None]
+    with torch.cuda.device(dest.device):
+        stream = torch.cuda.current_stream()
+        for index, offset in enumerate(range(0, total, chunk)):
+            slot = index % 2
+            pending = copied[slot]
+            if pending is not None:
+                # The copy out of this buffer must finish before it is overwritten.
+                pending.synchronize()
+            count = min(chunk, total - offset)
+            host = staging[slot][:count]
+            fill_part(offset, host)
+            flat[offset : offset + count].copy_(host, non_blocking=True)
+            copy_done = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            copy_done.record(stream)
+            copied[slot] = copy_done
+        for last_copy in copied:
+            if last_copy is not None:
+                # Keep the pinned buffers alive until their last copies are done.
+                last_copy.synchronize()
