@@ -23,6 +23,7 @@ from ..shard import _resolve_device
 from .capture import CapturedInit, capture_init
 from .plan import BufferInit, flat_targets, local_targets, make_plan
 from .rules import Rules, check_rules
+from .trainers import refuse_prepared_on_meta
 
 __all__ = ["materialize"]
 
@@ -86,7 +87,9 @@ def materialize(
         ShardInitError: parameters with no rule and no known default, meta buffers with
             no default and no ``buffer_init``, already materialized parameters without
             ``overwrite=True``, unsupported placements or dtypes, tied parameters split
-            across FSDP1 units, records of a ``CapturedInit`` that match no parameter.
+            across FSDP1 units, records of a ``CapturedInit`` that match no parameter,
+            a model that accelerate's ``prepare`` saw on meta (its optimizer is
+            already wrong; materialize before ``prepare``, docs/trainers.md).
         UnsupportedInitOpError: ``init_fn`` does something that cannot be replayed
             shard-locally (raised before anything is allocated).
 
@@ -104,6 +107,7 @@ def materialize(
     seed = _check_arguments(module, seed, overwrite, buffer_init, init_fn)
     target_device = None if device is None else _resolve_device(device)
     rule_list = check_rules(rules)
+    refuse_prepared_on_meta(module)
 
     # 1. Plan every name, region and initializer before touching any tensor, so an error
     #    leaves the model as it was.
