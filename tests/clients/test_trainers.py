@@ -44,7 +44,7 @@ pytestmark = pytest.mark.clients
 SEED = 4321
 DOC = Path(__file__).resolve().parents[2] / "docs" / "trainers.md"
 SCENARIOS = ["transformers_trainer", "accelerate_fsdp2", "accelerate_meta_trap", "accelerate_fsdp1"]
-SCENARIOS += ["lightning_fabric"]
+SCENARIOS += ["lightning_fabric", "lightning_trainer"]
 Weights = dict[str, torch.Tensor]
 
 
@@ -179,11 +179,11 @@ def _cpu_fsdp_accelerator(plugin: Any) -> Any:
 def _transformers_trainer() -> None:
     from transformers import TrainerCallback, TrainingArguments
 
-    class Step0(TrainerCallback):  # type: ignore[misc]
-        weights: Weights = {}
+    step0: Weights = {}
 
+    class Step0(TrainerCallback):  # type: ignore[misc]
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            Step0.weights = _gathered(kw["model"])
+            step0.update(_gathered(kw["model"]))  # after Trainer's own set-up
 
     model_class, config = _llama()
     dataset = [{"input_ids": t, "labels": t} for t in _batch()]
@@ -195,8 +195,8 @@ def _transformers_trainer() -> None:
         trainer = trainer_recipes.transformers_trainer(model_class, config, SEED, args, dataset)
         trainer.add_callback(Step0())
         result = trainer.train()
-    _expect_reference(Step0.weights, trainer.model)
-    _expect_trained(Step0.weights, _gathered(trainer.model), result.training_loss)
+    _expect_reference(step0, trainer.model)
+    _expect_trained(step0, _gathered(trainer.model), result.training_loss)
 
 
 def _accelerate_fsdp2() -> None:
@@ -245,6 +245,28 @@ def _lightning_fabric() -> None:
     _expect_reference(step0, model.module)
     loss = _step(model, optimizer, fabric.backward)
     _expect_trained(step0, _gathered(model.module), loss)
+
+
+def _lightning_trainer() -> None:
+    from lightning.pytorch import Callback
+
+    seen: dict[str, Any] = {}
+
+    class Step0(Callback):  # type: ignore[misc]
+        def on_train_start(self, trainer: Any, module: Any) -> None:
+            seen["step0"] = _gathered(module.model)  # after Lightning's set-up
+
+        def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, *_: Any) -> None:
+            seen["loss"] = float(outputs["loss"])
+
+    with tempfile.TemporaryDirectory() as out:
+        trainer, module = trainer_recipes.lightning_trainer(
+            *_llama(), SEED, max_steps=1, default_root_dir=out, logger=False, callbacks=[Step0()],
+            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        )  # fmt: skip
+        trainer.fit(module, torch.utils.data.DataLoader(list(_batch()), batch_size=2))
+    _expect_reference(seen["step0"], module.model)
+    _expect_trained(seen["step0"], _gathered(module.model), seen["loss"])
 
 
 def trainers_scenario(rank: int, world: int) -> Checks:

@@ -128,3 +128,42 @@ def lightning_fabric(model_class: Any, config: Any, seed: int) -> Any:
     model = fabric.setup(model)  # runs parallelize
     optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=1e-3))
     return fabric, model, optimizer
+
+
+def lightning_trainer(model_class: Any, config: Any, seed: int, **trainer_args: Any) -> Any:
+    import lightning as L
+    import torch
+    import torch.distributed as dist
+    from lightning.pytorch.strategies import ModelParallelStrategy
+    from torch.distributed.fsdp import fully_shard
+
+    import shardinit
+
+    class Module(L.LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.model: Any = None
+
+        def configure_model(self) -> None:
+            if self.model is not None:
+                return  # called again by validate/test after fit: keep the model
+            with torch.device("meta"):
+                model = model_class(config)
+            mesh = self.device_mesh["data_parallel"]
+            for layer in model.model.layers:
+                fully_shard(layer, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+            # Nothing left on meta: Lightning's to_empty() + reset_parameters() is skipped.
+            shardinit.materialize(model, seed=seed, init_fn=model.init_weights)
+            self.model = model
+
+        def training_step(self, batch: Any) -> Any:
+            return self.model(input_ids=batch, labels=batch).loss
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    world = dist.get_world_size()
+    strategy = ModelParallelStrategy(data_parallel_size=world, tensor_parallel_size=1)
+    trainer = L.Trainer(accelerator="cpu", devices=world, strategy=strategy, **trainer_args)
+    return trainer, Module()
