@@ -15,8 +15,12 @@ is MULTI_CPU, where ``prepare`` wraps in DDP (accelerate 1.15 state.py, accelera
 On CPU the tests therefore use the real ``Accelerator(cpu=True)`` with its state set to
 FSDP and the recipe's plugin (:func:`_cpu_fsdp_accelerator`); everything after that
 (``prepare``, ``fsdp2_prepare_model``, the FSDP1 wrap with ``ensure_weights_retied``, the
-optimizer remap) is accelerate's own code. Lightning's FSDPStrategy refuses CPU and is not
-run here (docs/trainers.md).
+optimizer remap) is accelerate's own code.
+
+Lightning's FSDPStrategy is not run: it refuses CPU, and past that check (a subclass) it
+wraps with ``device_id=root_device.index``, None on CPU, for which torch's FSDP1 refuses a
+meta model ("FSDP needs a non-CPU accelerator device"). Its shardinit part (FSDP1 with
+``fsdp1_param_init_fn``, ``capture_init``, ``materialize``) is the accelerate FSDP1 path.
 """
 
 from __future__ import annotations
@@ -96,6 +100,20 @@ def test_fsdp1_param_init_fn_under_accelerates_tie_wrapper() -> None:
         assert wrapped(module) is module
     assert model.lm_head.weight is model.model.embed_tokens.weight
     assert model.lm_head.weight.device.type == "cpu"
+
+
+def test_lightning_fsdp1_strategy_forwards_the_allocating_param_init_fn() -> None:
+    """The FSDPStrategy recipe is not run (Lightning's FSDP1 needs a GPU, see the module
+    docstring); what shardinit adds to it is checked: the strategy forwards the
+    allocating ``param_init_fn`` into FSDP1's kwargs."""
+    from lightning.fabric.strategies import FSDPStrategy
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+
+    strategy = trainer_recipes.lightning_fsdp1_strategy(torch.device("cpu"), LlamaDecoderLayer)
+    assert isinstance(strategy, FSDPStrategy)
+    init_fn = strategy._fsdp_kwargs["param_init_fn"]
+    assert init_fn.func is shardinit.fsdp1_param_init_fn, init_fn
+    assert strategy._fsdp_kwargs["use_orig_params"] is True
 
 
 # --------------------------------------------------------------------------- rank side
@@ -240,7 +258,7 @@ def _accelerate_fsdp1() -> None:
 
 
 def _lightning_fabric() -> None:
-    fabric, model, optimizer = trainer_recipes.lightning_fabric(*_llama(), SEED)
+    fabric, model, optimizer = trainer_recipes.lightning_fabric(*_llama(), SEED, "cpu")
     step0 = _gathered(model.module)
     _expect_reference(step0, model.module)
     loss = _step(model, optimizer, fabric.backward)
@@ -261,8 +279,9 @@ def _lightning_trainer() -> None:
 
     with tempfile.TemporaryDirectory() as out:
         trainer, module = trainer_recipes.lightning_trainer(
-            *_llama(), SEED, max_steps=1, default_root_dir=out, logger=False, callbacks=[Step0()],
-            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+            *_llama(), SEED, "cpu", max_steps=1, default_root_dir=out, logger=False,
+            callbacks=[Step0()], enable_checkpointing=False, enable_progress_bar=False,
+            enable_model_summary=False,
         )  # fmt: skip
         trainer.fit(module, torch.utils.data.DataLoader(list(_batch()), batch_size=2))
     _expect_reference(seen["step0"], module.model)

@@ -99,7 +99,7 @@ def accelerate_fsdp1(accelerator: Any, model_class: Any, config: Any, seed: int)
     return model, optimizer
 
 
-def lightning_fabric(model_class: Any, config: Any, seed: int) -> Any:
+def lightning_fabric(model_class: Any, config: Any, seed: int, accelerator: str) -> Any:
     import torch
     import torch.distributed as dist
     from lightning.fabric import Fabric
@@ -121,7 +121,7 @@ def lightning_fabric(model_class: Any, config: Any, seed: int) -> Any:
     strategy = ModelParallelStrategy(
         parallelize, data_parallel_size=world, tensor_parallel_size=1
     )  # the default puts every rank on the tensor-parallel dim
-    fabric = Fabric(accelerator="cpu", devices=world, strategy=strategy)
+    fabric = Fabric(accelerator=accelerator, devices=world, strategy=strategy)
     fabric.launch()
     with fabric.init_module(empty_init=True):  # on meta
         model = model_class(config)
@@ -130,7 +130,9 @@ def lightning_fabric(model_class: Any, config: Any, seed: int) -> Any:
     return fabric, model, optimizer
 
 
-def lightning_trainer(model_class: Any, config: Any, seed: int, **trainer_args: Any) -> Any:
+def lightning_trainer(
+    model_class: Any, config: Any, seed: int, accelerator: str, **trainer_args: Any
+) -> Any:
     import lightning as L
     import torch
     import torch.distributed as dist
@@ -165,5 +167,47 @@ def lightning_trainer(model_class: Any, config: Any, seed: int, **trainer_args: 
 
     world = dist.get_world_size()
     strategy = ModelParallelStrategy(data_parallel_size=world, tensor_parallel_size=1)
-    trainer = L.Trainer(accelerator="cpu", devices=world, strategy=strategy, **trainer_args)
+    trainer = L.Trainer(accelerator=accelerator, devices=world, strategy=strategy, **trainer_args)
     return trainer, Module()
+
+
+def lightning_fsdp1_strategy(device: Any, layer_class: Any) -> Any:
+    import functools
+
+    from lightning.fabric.strategies import FSDPStrategy
+
+    import shardinit
+
+    return FSDPStrategy(
+        auto_wrap_policy={layer_class},
+        # Allocates only; materialize fills the flat shards after setup_module.
+        param_init_fn=functools.partial(shardinit.fsdp1_param_init_fn, device=device),
+        use_orig_params=True,
+    )
+
+
+def lightning_fsdp1(
+    strategy: Any, model_class: Any, config: Any, seed: int, accelerator: str
+) -> Any:
+    import torch
+    import torch.distributed as dist
+    from lightning.fabric import Fabric
+
+    import shardinit
+
+    fabric = Fabric(accelerator=accelerator, devices=dist.get_world_size(), strategy=strategy)
+    fabric.launch()
+    with fabric.init_module(empty_init=True):  # on meta
+        model = model_class(config)
+    # FSDP1's flat parameters hide the original ones: capture the init code first.
+    captured = shardinit.capture_init(model, model.init_weights)
+    paths = {module: path for path, module in model.named_modules()}
+
+    def buffer_init(module: Any, name: str, tensor: Any) -> None:
+        # Under FSDP1, buffers init_fn computed (rotary inv_freq) come from here.
+        tensor.copy_(captured.buffer_values[f"{paths[module]}.{name}".lstrip(".")])
+
+    model = fabric.setup_module(model)  # FSDP1 wrap; param_init_fn allocates
+    shardinit.materialize(model, seed=seed, init_fn=captured, buffer_init=buffer_init)
+    optimizer = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=1e-3))
+    return fabric, model, optimizer
