@@ -6,7 +6,9 @@ tensor has ``data_ptr() == 0``, so a model prepared while still on meta leaves t
 optimizer with one parameter in every slot, and nothing fails: training then updates
 that one parameter only. ``prepare`` marks the model with ``_is_accelerate_prepared``;
 a prepared model that still has meta parameters is refused here, before anything is
-allocated (the safe order is shard, materialize, then prepare).
+allocated (the safe order is shard, materialize, then prepare). FSDP1 models are left
+alone: accelerate prepares them without an optimizer (``param_init_fn`` allocates, and
+materialize fills them afterwards, which is the FSDP1 recipe).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from torch import nn
 
 from .._names import canonical_name, listing
 from ..errors import ShardInitError
+from .fsdp1 import uses_fsdp1
 
 __all__ = ["refuse_prepared_on_meta"]
 
@@ -31,6 +34,8 @@ def refuse_prepared_on_meta(module: nn.Module) -> None:
         ShardInitError: naming the meta parameters and the order to use.
     """
     if not any(getattr(m, _ACCELERATE_PREPARED, False) is True for m in module.modules()):
+        return
+    if uses_fsdp1(module):
         return
     on_meta = [canonical_name(n) for n, p in module.named_parameters() if p.device.type == "meta"]
     if not on_meta:
