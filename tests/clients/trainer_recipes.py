@@ -1,6 +1,8 @@
 """The recipes of docs/trainers.md: shardinit inside the transformers Trainer, accelerate
 and Lightning. docs/trainers.md quotes each function of this module verbatim, and
-tests/clients/test_trainers.py runs them (and checks that the quotes are current).
+tests/clients/test_trainers.py checks that the quotes are current and runs every recipe
+on gloo at worlds 1 and 2, except Lightning's FSDPStrategy (GPU only: the test builds its
+strategy and checks what shardinit adds; see the test module's docstring).
 
 Each recipe is user code: it imports what it uses, so a block copied from the doc runs as
 written inside a process group (torchrun). ``model_class`` and ``config`` are a
