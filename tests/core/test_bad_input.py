@@ -79,6 +79,14 @@ def _meta_linear() -> nn.Linear:
         return nn.Linear(3, 2)
 
 
+def _prepared_meta_linear() -> nn.Linear:
+    """A meta model as accelerate's Accelerator.prepare leaves it (the attribute it sets on
+    what it returns), still on meta: its optimizer is already wrong (docs/trainers.md)."""
+    model = _meta_linear()
+    model._is_accelerate_prepared = True  # type: ignore[assignment]
+    return model
+
+
 def _materialize(**kwargs: object) -> Callable[[], object]:
     args: dict[str, object] = {"seed": 0}
     args.update(kwargs)
@@ -288,6 +296,7 @@ CASES: list[Case] = [
     Case("materialize", "module", "None", lambda: shardinit.materialize(None, seed=0), TypeError, r"^module must be a torch.nn.Module, got NoneType$"),
     Case("materialize", "module", "a state dict", lambda: shardinit.materialize({"w": torch.empty(2)}, seed=0), TypeError, r"^module must be a torch.nn.Module, got dict$"),
     Case("materialize", "module", "already materialized (cpu)", lambda: shardinit.materialize(nn.Linear(3, 2), seed=0), E, r"^materialize: 2 parameter\(s\) are already materialized: weight, bias\. materialize fills meta-device models \(and FSDP1 units allocated by shardinit.fsdp1_param_init_fn\); pass overwrite=True to replace existing values$"),
+    Case("materialize", "module", "prepared by accelerate on meta", lambda: shardinit.materialize(_prepared_meta_linear(), seed=0), E, r"^materialize: the model went through accelerate's Accelerator\.prepare while 2 parameter\(s\) were still on the meta device: weight, bias\. prepare maps the optimizer's parameters by data_ptr\(\), which is 0 for every meta tensor, so its optimizer now holds one parameter in every slot\. Shard the model \(fsdp2_prepare_model or fully_shard\), materialize it, then create the optimizer and call prepare \(docs/trainers\.md\)$"),
     Case("materialize", "seed", "missing", lambda: shardinit.materialize(_meta_linear()), TypeError, r"materialize\(\) missing 1 required keyword-only argument: 'seed'$"),
     Case("materialize", "seed", "-1", _materialize(seed=-1), E, r"^seed must be in \[0, 18446744073709551615\], got -1$"),
     Case("materialize", "seed", "1.5", _materialize(seed=1.5), TypeError, r"^seed must be an int, got float 1.5$"),

@@ -64,15 +64,22 @@ def _default_device() -> torch.device:
     return torch.device("cpu")
 
 
-def fsdp1_param_init_fn(module: nn.Module, device: Any = None) -> None:
+def fsdp1_param_init_fn(module: nn.Module, device: Any = None) -> nn.Module:
     """FSDP1 ``param_init_fn`` that only allocates: ``module``'s own meta parameters and
     buffers get uninitialized storage on ``device``; :func:`shardinit.materialize` fills
     the local flat shards afterwards. Parameters shared between modules stay shared.
+
+    Returns ``module`` (allocated in place): FSDP1 ignores the return value, but
+    accelerate's ``ensure_weights_retied`` wrapper, applied to every ``param_init_fn`` of a
+    model with tied weights, continues with it (docs/trainers.md).
 
     Args:
         module: the module FSDP1 is about to wrap (FSDP1 calls this once per module).
         device: where to allocate; default the current CUDA device if CUDA is available,
             else the CPU. Bind it with ``functools.partial`` to choose.
+
+    Returns:
+        ``module`` itself.
 
     Raises:
         TypeError: ``module`` is not an ``nn.Module``, or ``device`` not a device.
@@ -111,6 +118,7 @@ def fsdp1_param_init_fn(module: nn.Module, device: Any = None) -> None:
             _META_BUFFERS.setdefault(module, set()).add(attr)
     if allocated:
         _UNFILLED.add(module)
+    return module
 
 
 def take_meta_buffers(module: nn.Module) -> set[str]:

@@ -23,6 +23,7 @@ from ..errors import ShardInitError
 from .capture import CapturedInit, capture_init
 from .plan import BufferInit, RulesAndDefaults, local_targets, make_plan, region_targets
 from .rules import Rules, check_rules
+from .trainers import refuse_prepared_on_meta
 
 __all__ = ["materialize"]
 
@@ -98,7 +99,9 @@ def materialize(
             across FSDP1 units, records of a ``CapturedInit`` that match no parameter,
             ties that differ from those of the model a ``CapturedInit`` was captured on,
             ZeRO-3 parameters that cannot be filled now (after ``deepspeed.initialize``,
-            gathered, NVMe-offloaded, quantized).
+            gathered, NVMe-offloaded, quantized),
+            a model that accelerate's ``prepare`` saw on meta (its optimizer is
+            already wrong; materialize before ``prepare``, docs/trainers.md).
         UnsupportedInitOpError: ``init_fn`` does something that cannot be replayed
             shard-locally (raised before anything is allocated).
 
@@ -116,6 +119,7 @@ def materialize(
     seed = _check_arguments(module, seed, overwrite, buffer_init, init_fn)
     target_device = None if device is None else resolve_device(device)
     rule_list = check_rules(rules)
+    refuse_prepared_on_meta(module)
 
     # 1. Plan every name, region and initializer before touching any tensor, so an error
     #    leaves the model as it was.
