@@ -98,7 +98,7 @@ def test_cases_cover_uneven_shards_and_empty_ranks() -> None:
     short = plan_layout(UNEVEN, 3)  # 10 rows on 3 ranks: 4, 4, 2
     assert [short.local_shape(short.params[1], r)[0] for r in range(3)] == [4, 4, 2]
     moe = plan_layout(param_table("tiny-moe"), 64, 4, 8)
-    stack = next(p for p in moe.params if p.name.endswith("experts.w1"))
+    stack = next(p for p in moe.params if p.name.endswith("experts.w1_EFD"))
     assert [str(s) for s in stack.placements] == [
         "_StridedShard(dim=1, sf=4)",
         "Shard(dim=0)",
@@ -151,6 +151,16 @@ def test_preset_sizes_match_the_published_totals() -> None:
     experts = [e for e in param_table("deepseek-v3") if e.kind == "experts"]
     assert len(experts) == 3 * (61 - 3)
     assert {e.shape for e in experts} == {(256, 2048, 7168), (256, 7168, 2048)}
+
+
+def test_deepseek_v3_table_is_torchtitans_671b_model() -> None:
+    from torchtitan.models.deepseek_v3 import model_registry
+
+    with torch.device("meta"):
+        model = model_registry("671B").model.build()
+    assert [(e.name, e.shape) for e in param_table("deepseek-v3")] == [
+        (name, tuple(p.shape)) for name, p in model.named_parameters()
+    ]
 
 
 @pytest.mark.parametrize("name", ["tiny", "small", "demo", "llama-1b"])

@@ -356,9 +356,9 @@ def byte_summary(plan: LayoutPlan) -> ByteSummary:
 
 def _tp_dim(entry: ParamEntry) -> int | None:
     """The tensor dim TP splits: a Linear's rows (column-wise) or columns (row-wise);
-    an expert stack's hidden dim (dim 1 of ``w1``/``w3``, dim 2 of ``w2``)."""
+    an expert stack's hidden dim (dim 1 of ``w1_EFD``/``w3_EFD``, dim 2 of ``w2_EDF``)."""
     if entry.kind == "experts":
-        return 2 if entry.name.endswith("w2") else 1
+        return 2 if entry.name.rpartition(".")[2].startswith("w2") else 1
     style = tp_style(entry.name) if len(entry.shape) == 2 else None
     return None if style is None else (0 if style == "colwise" else 1)
 

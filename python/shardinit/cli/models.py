@@ -138,13 +138,19 @@ def _blocks(n_layers: int, block: Callable[[int], _BlockSpec]) -> list[ParamEntr
     ]
 
 
+# torchtitan 0.3's GroupedExperts: (experts, hidden, dim) for w1/w3, (experts, dim,
+# hidden) for w2, named by their dims.
+_EXPERTS = "moe.routed_experts.inner_experts"
+
+
 @dataclass(frozen=True)
 class MoEConfig:
     """Shape of a DeepSeek-V3-style decoder: multi-head latent attention (MLA), the first
     ``n_dense_layers`` blocks with a dense SwiGLU, the others with a mixture of routed
     experts (stacked, torchtitan's ``GroupedExperts``), shared experts and a router.
-    Parameter names follow torchtitan's DeepSeek-V3 model. For ``shardinit plan`` only:
-    there is no module to build.
+    Names, shapes and order are those of torchtitan 0.3's DeepSeek-V3 model
+    (``named_parameters()``; tests/cli compares the 671B flavor). For ``shardinit plan``
+    only: there is no module to build.
 
     Args:
         dim: model width (``hidden_size``).
@@ -210,10 +216,10 @@ class MoEConfig:
         experts, dim, hidden = self.n_routed_experts, self.dim, self.moe_hidden
         return [
             *self._attention(),
+            (f"{_EXPERTS}.w1_EFD", (experts, hidden, dim), "experts"),
+            (f"{_EXPERTS}.w2_EDF", (experts, dim, hidden), "experts"),
+            (f"{_EXPERTS}.w3_EFD", (experts, hidden, dim), "experts"),
             ("moe.router.gate.weight", (experts, dim), "linear"),
-            ("moe.experts.w1", (experts, hidden, dim), "experts"),
-            ("moe.experts.w2", (experts, dim, hidden), "experts"),
-            ("moe.experts.w3", (experts, hidden, dim), "experts"),
             *self._ffn("moe.shared_experts", hidden * self.n_shared_experts),
         ]
 
@@ -223,7 +229,7 @@ class MoEConfig:
             ParamEntry("tok_embeddings.weight", (self.vocab_size, self.dim), "embedding"),
             *_blocks(self.n_layers, self._block),
             ParamEntry("norm.weight", (self.dim,), "norm"),
-            ParamEntry("output.weight", (self.vocab_size, self.dim), "linear"),
+            ParamEntry("lm_head.weight", (self.vocab_size, self.dim), "linear"),
         ]
 
     def num_params(self) -> int:
