@@ -100,6 +100,7 @@ def _generate_once(model: str, world: int, tp: int, rank: int) -> tuple[float, i
 
 def _generate(model: str, world: int, tp: int, rank: int, repeats: int) -> dict[str, Any]:
     runs = [_generate_once(model, world, tp, rank) for _ in range(repeats)]
+    params = len(param_table(model))
     seconds = statistics.median(r[0] for r in runs)
     nbytes = runs[0][1]
     added = max(r[2] for r in runs)
@@ -107,6 +108,7 @@ def _generate(model: str, world: int, tp: int, rank: int, repeats: int) -> dict[
         "model": model,
         "world": world,
         "rank": rank,
+        "params": params,
         "bytes": nbytes,
         "seconds": seconds,
         "ns_per_byte": seconds / nbytes * 1e9 if nbytes else None,
@@ -133,17 +135,38 @@ def _print_plan_rows(rows: list[dict[str, Any]]) -> None:
         )
 
 
+def _fit(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """Least squares of ``seconds = per_param * params + per_byte * bytes`` (no
+    intercept): what a rank pays per parameter (spec checks, calls) and per byte."""
+    xx = sum(r["params"] ** 2 for r in rows)
+    xy = sum(r["params"] * r["bytes"] for r in rows)
+    yy = sum(r["bytes"] ** 2 for r in rows)
+    xt = sum(r["params"] * r["seconds"] for r in rows)
+    yt = sum(r["bytes"] * r["seconds"] for r in rows)
+    det = xx * yy - xy * xy
+    return (xt * yy - yt * xy) / det, (yt * xx - xt * xy) / det
+
+
 def _print_generation_rows(rows: list[dict[str, Any]]) -> None:
     print("\none rank generated for real (fp32, TP 8, shardinit's threads)")
+    per_param, per_byte = _fit(rows)
+    print(
+        f"fit over all rows: seconds = {per_param * 1e3:.3f} ms x parameters + "
+        f"{per_byte * 1e9:.3f} ns x bytes; net ns/byte = (s - per-parameter part) / bytes"
+    )
     print(
         f"{'model':<12}{'world':>7}{'rank':>7}{'MiB':>10}{'s':>9}{'ns/byte':>9}"
-        f"{'+RSS MiB':>10}{'RSS - bytes MiB':>17}"
+        f"{'net ns/byte':>12}{'+RSS MiB':>10}{'RSS - bytes MiB':>17}"
     )
     for r in rows:
-        per_byte = f"{r['ns_per_byte']:>9.2f}" if r["ns_per_byte"] is not None else f"{'-':>9}"
+        if r["bytes"]:
+            net = (r["seconds"] - per_param * r["params"]) / r["bytes"] * 1e9
+            text = f"{r['ns_per_byte']:>9.2f}{net:>12.2f}"
+        else:
+            text = f"{'-':>21}"
         print(
             f"{r['model']:<12}{r['world']:>7}{r['rank']:>7}{r['bytes'] / MIB:>10.2f}"
-            f"{r['seconds']:>9.3f}{per_byte}{r['rss_added'] / MIB:>10.1f}"
+            f"{r['seconds']:>9.3f}{text}{r['rss_added'] / MIB:>10.1f}"
             f"{r['rss_over_bytes'] / MIB:>17.2f}"
         )
 

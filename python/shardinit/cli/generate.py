@@ -138,18 +138,19 @@ def generate_rank(
             ParamSpec("warm-up", (2, 2), torch.float32, _initializer(kind), seed=0),
             [(0, 1), (0, 1)],
         )
+    # Parameters laid out alike (126 layers' wq) share their runs: computed once.
+    regions = {layout: plan.runs(layout, rank) for layout in plan.distinct}
     tracked = _reset_peak_rss()
     rss_before = rss_bytes()
     start = time.perf_counter()
     tensors: dict[str, torch.Tensor] = {}
     for param in plan.params:
-        tensors[param.name] = _fill(
-            param_spec(param, kinds[param.name], seed), plan.runs(param, rank)
-        )
+        spec = param_spec(param, kinds[param.name], seed)
+        tensors[param.name] = _fill(spec, regions[param.layout])
     seconds = time.perf_counter() - start
     peak = rss_bytes("VmHWM") if tracked else None
     terms = {
-        param.name: shard_term(tensors[param.name], param.shape, plan.runs(param, rank))
+        param.name: shard_term(tensors[param.name], param.shape, regions[param.layout])
         if plan.counts_once(param, rank)
         else 0
         for param in plan.params

@@ -108,6 +108,11 @@ class ParamLayout:
         """Bytes of the whole parameter."""
         return math.prod(self.shape) * self.itemsize
 
+    @property
+    def layout(self) -> ParamLayout:
+        """This layout without the name: equal for every parameter laid out alike."""
+        return ParamLayout("", self.shape, self.dtype, self.mesh_dims, self.placements)
+
 
 @dataclass(frozen=True)
 class LayoutPlan:
@@ -172,9 +177,7 @@ class LayoutPlan:
     def distinct(self) -> Counter[ParamLayout]:
         """Parameters keyed by layout only (names dropped), with their multiplicity: a
         126-layer Llama has 12 distinct layouts."""
-        return Counter(
-            ParamLayout("", p.shape, p.dtype, p.mesh_dims, p.placements) for p in self.params
-        )
+        return Counter(p.layout for p in self.params)
 
     def rank_bytes(self, rank: int) -> int:
         """Parameter bytes ``rank`` holds: chunk arithmetic per distinct layout."""
