@@ -73,10 +73,10 @@ def _import_process() -> dict[str, Any]:
     }
 
 
-def _generate_once(model: str, world: int, tp: int, rank: int) -> tuple[float, int, int]:
-    """(seconds, bytes, peak RSS added) of one generation in a forked child: a fresh heap
-    each time (glibc would hand a second run in this process the pages the first one
-    freed, and its RSS would not grow), without paying torch's import again."""
+def _generate_once(model: str, world: int, tp: int, rank: int) -> tuple[float, float, int, int]:
+    """(seconds, CPU seconds, bytes, peak RSS added) of one generation in a forked child:
+    a fresh heap each time (glibc would hand a second run in this process the pages the
+    first one freed, and its RSS would not grow), without paying torch's import again."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: generate, report, leave without running atexit hooks
@@ -86,7 +86,8 @@ def _generate_once(model: str, world: int, tp: int, rank: int) -> tuple[float, i
             plan = plan_layout(entries, world, tp)
             shards = generate_rank(plan, {e.name: e.kind for e in entries}, rank, seed=0)
             assert shards.peak_rss is not None, "cannot reset the peak RSS here"
-            report = [shards.seconds, shards.nbytes, shards.peak_rss - shards.rss_before]
+            added = shards.peak_rss - shards.rss_before
+            report = [shards.seconds, shards.cpu_seconds, shards.nbytes, added]
             os.write(write_end, json.dumps(report).encode())
         finally:
             os._exit(0)
@@ -94,16 +95,17 @@ def _generate_once(model: str, world: int, tp: int, rank: int) -> tuple[float, i
     with os.fdopen(read_end) as pipe:
         text = pipe.read()
     os.waitpid(pid, 0)
-    seconds, nbytes, added = json.loads(text)
-    return seconds, nbytes, added
+    seconds, cpu_seconds, nbytes, added = json.loads(text)
+    return seconds, cpu_seconds, nbytes, added
 
 
 def _generate(model: str, world: int, tp: int, rank: int, repeats: int) -> dict[str, Any]:
     runs = [_generate_once(model, world, tp, rank) for _ in range(repeats)]
     params = len(param_table(model))
     seconds = statistics.median(r[0] for r in runs)
-    nbytes = runs[0][1]
-    added = max(r[2] for r in runs)
+    cpu_seconds = statistics.median(r[1] for r in runs)
+    nbytes = runs[0][2]
+    added = max(r[3] for r in runs)
     return {
         "model": model,
         "world": world,
@@ -111,7 +113,9 @@ def _generate(model: str, world: int, tp: int, rank: int, repeats: int) -> dict[
         "params": params,
         "bytes": nbytes,
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "ns_per_byte": seconds / nbytes * 1e9 if nbytes else None,
+        "cpu_ns_per_byte": cpu_seconds / nbytes * 1e9 if nbytes else None,
         "rss_added": added,
         "rss_over_bytes": added - nbytes,
     }
@@ -136,13 +140,13 @@ def _print_plan_rows(rows: list[dict[str, Any]]) -> None:
 
 
 def _fit(rows: list[dict[str, Any]]) -> tuple[float, float]:
-    """Least squares of ``seconds = per_param * params + per_byte * bytes`` (no
+    """Least squares of ``cpu_seconds = per_param * params + per_byte * bytes`` (no
     intercept): what a rank pays per parameter (spec checks, calls) and per byte."""
     xx = sum(r["params"] ** 2 for r in rows)
     xy = sum(r["params"] * r["bytes"] for r in rows)
     yy = sum(r["bytes"] ** 2 for r in rows)
-    xt = sum(r["params"] * r["seconds"] for r in rows)
-    yt = sum(r["bytes"] * r["seconds"] for r in rows)
+    xt = sum(r["params"] * r["cpu_seconds"] for r in rows)
+    yt = sum(r["bytes"] * r["cpu_seconds"] for r in rows)
     det = xx * yy - xy * xy
     return (xt * yy - yt * xy) / det, (yt * xx - xt * xy) / det
 
@@ -151,22 +155,22 @@ def _print_generation_rows(rows: list[dict[str, Any]]) -> None:
     print("\none rank generated for real (fp32, TP 8, shardinit's threads)")
     per_param, per_byte = _fit(rows)
     print(
-        f"fit over all rows: seconds = {per_param * 1e3:.3f} ms x parameters + "
-        f"{per_byte * 1e9:.3f} ns x bytes; net ns/byte = (s - per-parameter part) / bytes"
+        f"fit over all rows: CPU seconds = {per_param * 1e3:.3f} ms x parameters + "
+        f"{per_byte * 1e9:.3f} ns x bytes; net = (CPU s - per-parameter part) / bytes"
     )
     print(
-        f"{'model':<12}{'world':>7}{'rank':>7}{'MiB':>10}{'s':>9}{'ns/byte':>9}"
-        f"{'net ns/byte':>12}{'+RSS MiB':>10}{'RSS - bytes MiB':>17}"
+        f"{'model':<12}{'world':>7}{'rank':>7}{'MiB':>10}{'wall s':>9}{'CPU s':>8}"
+        f"{'CPU ns/B':>10}{'net ns/B':>10}{'+RSS MiB':>10}{'RSS - bytes MiB':>17}"
     )
     for r in rows:
         if r["bytes"]:
-            net = (r["seconds"] - per_param * r["params"]) / r["bytes"] * 1e9
-            text = f"{r['ns_per_byte']:>9.2f}{net:>12.2f}"
+            net = (r["cpu_seconds"] - per_param * r["params"]) / r["bytes"] * 1e9
+            text = f"{r['cpu_ns_per_byte']:>10.2f}{net:>10.2f}"
         else:
-            text = f"{'-':>21}"
+            text = f"{'-':>20}"
         print(
             f"{r['model']:<12}{r['world']:>7}{r['rank']:>7}{r['bytes'] / MIB:>10.2f}"
-            f"{r['seconds']:>9.3f}{text}{r['rss_added'] / MIB:>10.1f}"
+            f"{r['seconds']:>9.3f}{r['cpu_seconds']:>8.3f}{text}{r['rss_added'] / MIB:>10.1f}"
             f"{r['rss_over_bytes'] / MIB:>17.2f}"
         )
 

@@ -83,12 +83,16 @@ class RankShards:
         terms: each parameter's fingerprint term (0 where this rank holds a replicated
             copy that another rank counts): added over all ranks, mod 2^64, they give
             every parameter's :func:`shardinit.fingerprint`.
+        seconds: wall time of allocation and fill.
+        cpu_seconds: CPU time of this process meanwhile, over all its threads (what the
+            work costs, whatever else the machine runs).
         peak_rss: peak RSS while generating (None where it cannot be reset here).
     """
 
     rank: int
     tensors: dict[str, torch.Tensor]
     seconds: float
+    cpu_seconds: float
     nbytes: int
     rss_before: int
     peak_rss: int | None
@@ -142,12 +146,12 @@ def generate_rank(
     regions = {layout: plan.runs(layout, rank) for layout in plan.distinct}
     tracked = _reset_peak_rss()
     rss_before = rss_bytes()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     tensors: dict[str, torch.Tensor] = {}
     for param in plan.params:
         spec = param_spec(param, kinds[param.name], seed)
         tensors[param.name] = _fill(spec, regions[param.layout])
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     peak = rss_bytes("VmHWM") if tracked else None
     terms = {
         param.name: shard_term(tensors[param.name], param.shape, regions[param.layout])
@@ -156,7 +160,7 @@ def generate_rank(
         for param in plan.params
     }
     nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
-    return RankShards(rank, tensors, seconds, nbytes, rss_before, peak, terms)
+    return RankShards(rank, tensors, seconds, cpu_seconds, nbytes, rss_before, peak, terms)
 
 
 def threads_note() -> str:

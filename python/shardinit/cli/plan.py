@@ -350,6 +350,7 @@ def _print_generated(
     say(
         f"  {len(shards.tensors)} local shards, {human_bytes(shards.nbytes)} "
         f"(planned {human_bytes(plan.rank_bytes(rank))}) in {shards.seconds:.3f} s "
+        f"({shards.cpu_seconds:.3f} s CPU) "
         f"({rate:.0f} MiB/s)"
     )
     if shards.peak_rss is not None:
