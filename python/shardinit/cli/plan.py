@@ -257,7 +257,9 @@ def run_plan(args: argparse.Namespace, parser: Parser) -> int:
     mesh = "x".join(map(str, (plan.world // plan.tp, plan.tp) if plan.tp > 1 else (plan.world,)))
     say(f"shardinit plan: {title}")
     layout = "FSDP2 fully_shard" + (f" + {plan.tp}-way TP (mesh dp x tp)" if plan.tp > 1 else "")
-    layout += f" + {plan.ep}-way EP over dp for the routed experts" if plan.ep > 1 else ""
+    if plan.ep > 1:
+        experts = "x".join(map(str, plan.fine_mesh if plan.tp > 1 else plan.fine_mesh[:2]))
+        layout += f" + {plan.ep}-way EP (routed experts on mesh dp/ep x ep x tp = {experts})"
     say(f"  {layout} on {plan.world} rank(s), mesh {mesh}\n")
     ranks: Sequence[int] = range(plan.world)
     if not args.all_ranks and plan.world > 8:
