@@ -9,8 +9,11 @@ from collections import Counter
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 import shardinit
+from shardinit import ShardInitError
 from shardinit._integration.fingerprint import digest_of_total
 from shardinit._integration.placements import local_runs
 from shardinit.cli import run
@@ -85,6 +88,30 @@ def test_closed_form_bytes_equal_the_sum_over_regions(
     plan = plan_layout(entries, world, tp, ep, dtypes={"emb.weight": torch.bfloat16})
     reference = _reference_bytes(plan)
     assert [plan.rank_bytes(rank) for rank in range(world)] == reference
+    assert byte_summary(plan).ranks_by_bytes == dict(Counter(reference))
+
+
+_NAMES = ["a.wq.weight", "a.w2.weight", "a.norm.weight", "a.gate.weight"]
+
+
+@given(
+    shapes=st.lists(
+        st.lists(st.integers(0, 23), min_size=1, max_size=3).map(tuple), min_size=1, max_size=4
+    ),
+    dp=st.integers(1, 40),
+    tp=st.sampled_from([1, 2, 3, 4]),
+)
+def test_closed_form_bytes_property(shapes: list[tuple[int, ...]], dp: int, tp: int) -> None:
+    """Random shapes (empty dims included), worlds and TP: the summary from one rank per
+    box equals the count over every rank's regions."""
+    entries = [
+        ParamEntry(f"{i}.{_NAMES[i % 4]}", shape, "linear") for i, shape in enumerate(shapes)
+    ]
+    try:
+        plan = plan_layout(entries, dp * tp, tp)
+    except ShardInitError:
+        return  # TP larger than a split dim: the bad-input tests below
+    reference = _reference_bytes(plan)
     assert byte_summary(plan).ranks_by_bytes == dict(Counter(reference))
 
 
