@@ -41,8 +41,10 @@ __all__ = [
     "ByteSummary",
     "LayoutPlan",
     "ParamLayout",
+    "Run",
     "Split",
     "byte_summary",
+    "placements_text",
     "plan_layout",
 ]
 
@@ -138,9 +140,12 @@ class LayoutPlan:
     def coordinate(self, param: ParamLayout, rank: int) -> tuple[int, ...]:
         """``rank``'s coordinate in ``param``'s device mesh (row-major ranks)."""
         fine = _unravel(rank, self.fine_mesh)
-        return tuple(_ravel([fine[d] for d in dims], self._sizes(dims)) for dims in param.mesh_dims)
+        return tuple(
+            _ravel([fine[d] for d in dims], self.fine_sizes(dims)) for dims in param.mesh_dims
+        )
 
-    def _sizes(self, dims: Sequence[int]) -> list[int]:
+    def fine_sizes(self, dims: Sequence[int]) -> list[int]:
+        """The sizes of fine mesh dims ``dims``."""
         fine = self.fine_mesh
         return [fine[d] for d in dims]
 
@@ -314,7 +319,7 @@ def _param_breakpoints(plan: LayoutPlan, param: ParamLayout) -> list[set[int]]:
     for split, dims in zip(param.placements, param.mesh_dims, strict=True):
         if split.dim is None:
             continue
-        sizes = plan._sizes(dims)
+        sizes = plan.fine_sizes(dims)
         chunks = math.prod(sizes)
         seen: set[int] = set()
         for length in lengths[split.dim]:
