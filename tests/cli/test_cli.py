@@ -140,7 +140,7 @@ def test_plan_tp_layout(capsys: pytest.CaptureFixture[str]) -> None:
     assert "(_StridedShard(dim=0, sf=2), Shard(dim=0))" in out
     # column-wise: rank 1 (dp 0, tp 1) holds the first dp half of TP shard 1
     assert "r0 [0:16, :]  r1 [32:48, :]  r2 [16:32, :]  r3 [48:64, :]" in out
-    assert "n/a (FSDP1 with TP not modeled)" in out
+    assert "n/a (FSDP1 with TP/EP not modeled)" in out
 
 
 # --------------------------------------------------------------------------- fingerprint

@@ -405,3 +405,19 @@ def _checked_pairs(fingerprints: Any) -> list[tuple[str, str]]:
             )
         pairs.append((name, digest))
     return pairs
+
+
+def shard_term(
+    local: torch.Tensor, global_shape: Sequence[int], runs: Sequence[Sequence[Run]]
+) -> int:
+    """One shard's term of its parameter's fingerprint: the sum of ``H`` over the elements
+    ``local`` holds, whose global indices along dim d are the runs ``runs[d]`` (local
+    order). The terms of shards that hold every element once add up (mod 2^64) to the
+    total that :func:`digest_of_total` turns into the :func:`fingerprint` digest.
+    """
+    return _partial_sum(local, global_shape, [_indices(dim_runs) for dim_runs in runs])
+
+
+def digest_of_total(dtype: torch.dtype, global_shape: Sequence[int], total: int) -> str:
+    """The fingerprint digest of a parameter whose shard terms add up to ``total``."""
+    return _digest(dtype, global_shape, total & _MASK64)

@@ -27,20 +27,25 @@ import argparse
 import json
 import math
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
-from torch.distributed.tensor.placement_types import Placement, Replicate, Shard
 
-from .._integration.placements import Run, local_runs
-from .._torch_compat import strided_shard
 from ..errors import ShardInitError
-from ._args import MODELS_HELP, Parser, human_bytes, model_choice, positive, say
-from .models import describe, param_shapes, tp_style
+from ._args import Parser, human_bytes, positive, say, seed
+from .layout import (
+    ByteSummary,
+    LayoutPlan,
+    ParamLayout,
+    Run,
+    byte_summary,
+    placements_text,
+    plan_layout,
+)
+from .models import PLAN_MODELS, ParamEntry, describe, param_table
 
-__all__ = ["Plan", "add_command", "load_shapes", "make_plan", "run_plan"]
+__all__ = ["add_command", "load_shapes", "peak_estimates", "run_plan"]
 
 _UNIT = re.compile(r"^(.*?\.?\d+)\.")
 
@@ -50,93 +55,6 @@ _DTYPES = {
     "bfloat16": torch.bfloat16,
     "float16": torch.float16,
 }
-
-
-@dataclass(frozen=True)
-class ParamPlan:
-    """One parameter: global shape, dtype, placements and every rank's local runs."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-    placements: tuple[Placement, ...]
-    runs: tuple[tuple[tuple[Run, ...], ...], ...]  # [rank][dim] -> runs
-
-    @property
-    def itemsize(self) -> int:
-        """Bytes per element."""
-        return torch.empty((), dtype=self.dtype).element_size()
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the whole parameter."""
-        return math.prod(self.shape) * self.itemsize
-
-    def local_numel(self, rank: int) -> int:
-        """Elements ``rank`` holds."""
-        return math.prod(sum(b - a for a, b in dim) for dim in self.runs[rank])
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Layouts and memory of a model on ``world`` ranks (``tp``-way tensor parallel)."""
-
-    world: int
-    tp: int
-    mesh_shape: tuple[int, ...]
-    params: tuple[ParamPlan, ...]
-
-    def rank_bytes(self, rank: int) -> int:
-        """Parameter bytes ``rank`` holds."""
-        return sum(p.local_numel(rank) * p.itemsize for p in self.params)
-
-    def total_bytes(self) -> int:
-        """Bytes of the whole model."""
-        return sum(p.nbytes for p in self.params)
-
-    def units(self) -> list[list[ParamPlan]]:
-        """FSDP units as the demo and benchmark wrap them: one per numbered block
-        (``layers.3.``), then the root with everything else."""
-        blocks: dict[str, list[ParamPlan]] = {}
-        root: list[ParamPlan] = []
-        for param in self.params:
-            match = _UNIT.match(param.name)
-            if match:
-                blocks.setdefault(match.group(1), []).append(param)
-            else:
-                root.append(param)
-        return [*blocks.values(), root] if root else list(blocks.values())
-
-    def peak_estimates(self) -> dict[str, int | None]:
-        """Estimated peak parameter bytes on the busiest rank, per strategy (None: not
-        modeled, i.e. FSDP1 with tensor parallelism)."""
-        shard_peak = max(self.rank_bytes(r) for r in range(self.world))
-        estimates: dict[str, int | None] = {}
-        if self.tp == 1:
-            unit_bytes = [sum(p.nbytes for p in unit) for unit in self.units()]
-            itemsize = max((p.itemsize for p in self.params), default=4)
-            shard_bytes = [
-                math.ceil(size / itemsize / self.world) * itemsize for size in unit_bytes
-            ]
-            current, peak = self.total_bytes(), self.total_bytes()
-            for size, shard in zip(unit_bytes, shard_bytes, strict=True):
-                peak = max(peak, current + size)  # flat copy next to the originals
-                current += shard - size
-            estimates["fsdp1_cpu"] = peak
-            current, peak = 0, 0
-            for size, shard in zip(unit_bytes, shard_bytes, strict=True):
-                peak = max(peak, current + 2 * size)  # unit materialized + its flat copy
-                current += shard
-            estimates["fsdp1_meta"] = peak
-            # FSDP1 still allocates and flattens whole units; shardinit only fills them.
-            estimates["shardinit_fsdp1"] = peak
-        else:
-            estimates["fsdp1_cpu"] = None
-            estimates["fsdp1_meta"] = None
-            estimates["shardinit_fsdp1"] = None
-        estimates["fsdp2"] = shard_peak
-        estimates["shardinit"] = shard_peak
-        return estimates
 
 
 def load_shapes(path: str, dtype: torch.dtype) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
@@ -179,48 +97,43 @@ def load_shapes(path: str, dtype: torch.dtype) -> dict[str, tuple[tuple[int, ...
     return result
 
 
-def _placements(name: str, shape: Sequence[int], tp: int) -> tuple[Placement, ...]:
-    if tp == 1:
-        return (Shard(0),) if shape else (Replicate(),)
-    if not shape:
-        return (Replicate(), Replicate())
-    style = tp_style(name) if len(shape) == 2 else None
-    if style == "colwise":
-        return (strided_shard(0, tp), Shard(0))
-    if style == "rowwise":
-        return (Shard(0), Shard(1))
-    return (Shard(0), Replicate())
+def _units(plan: LayoutPlan) -> list[list[ParamLayout]]:
+    """FSDP units as the demo and benchmark wrap them: one per numbered block
+    (``layers.3.``), then the root with everything else."""
+    blocks: dict[str, list[ParamLayout]] = {}
+    root: list[ParamLayout] = []
+    for param in plan.params:
+        match = _UNIT.match(param.name)
+        if match:
+            blocks.setdefault(match.group(1), []).append(param)
+        else:
+            root.append(param)
+    return [*blocks.values(), root] if root else list(blocks.values())
 
 
-def make_plan(
-    shapes: dict[str, tuple[tuple[int, ...], torch.dtype]], world: int, tp: int = 1
-) -> Plan:
-    """The FSDP2 (+ TP) layout of ``shapes`` on ``world`` ranks.
-
-    Args:
-        shapes: name -> (global shape, dtype).
-        world: number of ranks, >= 1.
-        tp: tensor-parallel degree, dividing ``world``.
-
-    Returns:
-        The plan.
-
-    Raises:
-        ShardInitError: ``tp`` does not divide ``world``.
-    """
-    if world < 1 or tp < 1 or world % tp:
-        raise ShardInitError(f"--tp {tp} must divide --world {world}")
-    mesh_shape = (world,) if tp == 1 else (world // tp, tp)
-    params = []
-    for name, (shape, dtype) in shapes.items():
-        placements = _placements(name, shape, tp)
-        runs = []
-        for rank in range(world):
-            coordinate = (rank,) if tp == 1 else (rank // tp, rank % tp)
-            per_dim = local_runs(shape, mesh_shape, coordinate, placements, name=name)
-            runs.append(tuple(tuple(dim) for dim in per_dim))
-        params.append(ParamPlan(name, tuple(shape), dtype, placements, tuple(runs)))
-    return Plan(world, tp, mesh_shape, tuple(params))
+def peak_estimates(plan: LayoutPlan, summary: ByteSummary) -> dict[str, int | None]:
+    """Estimated peak parameter bytes on the busiest rank, per strategy (None: not
+    modeled, i.e. FSDP1 with tensor or expert parallelism)."""
+    estimates: dict[str, int | None] = dict.fromkeys(("fsdp1_cpu", "fsdp1_meta", "shardinit_fsdp1"))
+    if plan.tp == 1 and plan.ep == 1:
+        unit_bytes = [sum(p.nbytes for p in unit) for unit in _units(plan)]
+        itemsize = max((p.itemsize for p in plan.params), default=4)
+        shard_bytes = [math.ceil(size / itemsize / plan.world) * itemsize for size in unit_bytes]
+        current, peak = plan.total_bytes(), plan.total_bytes()
+        for size, shard in zip(unit_bytes, shard_bytes, strict=True):
+            peak = max(peak, current + size)  # flat copy next to the originals
+            current += shard - size
+        estimates["fsdp1_cpu"] = peak
+        current, peak = 0, 0
+        for size, shard in zip(unit_bytes, shard_bytes, strict=True):
+            peak = max(peak, current + 2 * size)  # unit materialized + its flat copy
+            current += shard
+        estimates["fsdp1_meta"] = peak
+        # FSDP1 still allocates and flattens whole units; shardinit only fills them.
+        estimates["shardinit_fsdp1"] = peak
+    estimates["fsdp2"] = summary.max
+    estimates["shardinit"] = summary.max
+    return estimates
 
 
 def format_runs(runs: Sequence[Sequence[Run]], shape: Sequence[int]) -> str:
@@ -246,18 +159,39 @@ _STRATEGY_LABELS = {
     "shardinit": "FSDP2 + shardinit.materialize",
 }
 
+#: Ranks whose regions and bytes print without ``--all-ranks`` on more than 8 ranks.
+_SHOWN = 5
+
+
+def _model(text: str) -> str:
+    if text not in PLAN_MODELS:
+        raise argparse.ArgumentTypeError(
+            f"unknown model {text!r} (choose from {', '.join(PLAN_MODELS)})"
+        )
+    return text
+
+
+def _rank(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a rank (an integer), got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a rank is >= 0, got {value}")
+    return value
+
 
 def add_command(commands: argparse._SubParsersAction[Parser]) -> Parser:
     """Adds ``shardinit plan`` and its arguments to ``commands``."""
     plan = commands.add_parser(
         "plan",
         help="per-rank regions, bytes and estimated peak memory; generates nothing",
-        description="Per-rank local regions under FSDP2 (+TP), bytes per rank and estimated "
-        "peak parameter memory per rank for each initialization strategy. No weights are "
-        "generated.",
+        description="Per-rank local regions under FSDP2 (+TP, +EP), bytes per rank and "
+        "estimated peak parameter memory per rank for each initialization strategy. No "
+        "weights are generated, unless --generate asks for one rank's.",
     )
     source = plan.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", type=model_choice, help=MODELS_HELP)
+    source.add_argument("--model", type=_model, help=f"built-in config: {', '.join(PLAN_MODELS)}")
     source.add_argument(
         "--shapes",
         metavar="FILE",
@@ -265,75 +199,169 @@ def add_command(commands: argparse._SubParsersAction[Parser]) -> Parser:
     )
     plan.add_argument("--world", type=positive, required=True, help="number of ranks")
     plan.add_argument("--tp", type=positive, default=1, help="tensor-parallel degree")
+    plan.add_argument("--ep", type=positive, default=1, help="expert-parallel degree (MoE models)")
     plan.add_argument(
         "--dtype",
         choices=("float32", "bfloat16", "float16", "float64"),
         default="float32",
         help="parameter dtype (default float32)",
     )
-    plan.add_argument("--all-ranks", action="store_true", help="list regions of every rank")
+    plan.add_argument(
+        "--all-ranks", action="store_true", help="list regions and bytes of every rank"
+    )
+    plan.add_argument(
+        "--generate",
+        type=_rank,
+        metavar="RANK",
+        help="generate RANK's shards for real here and report time, bytes and peak RSS",
+    )
+    plan.add_argument("--seed", type=seed, default=0, help="seed for --generate (default 0)")
     return plan
 
 
-def run_plan(args: argparse.Namespace, parser: Parser) -> int:
-    """``shardinit plan``: prints the layout, bytes and peak estimates; exit status 0."""
+def _build(args: argparse.Namespace) -> tuple[str, LayoutPlan, dict[str, ParamEntry]]:
+    """(title, plan, entries by name) from the arguments.
+
+    Raises:
+        ShardInitError: bad shapes file, degrees out of range, rank out of range.
+    """
     dtype = _DTYPES[args.dtype]
+    if args.model is not None:
+        entries = param_table(args.model)
+        dtypes: dict[str, torch.dtype] = {}
+        title = describe(args.model)
+    else:
+        shapes = load_shapes(args.shapes, dtype)
+        entries = [ParamEntry(name, shape, "linear") for name, (shape, _) in shapes.items()]
+        dtypes = {name: entry_dtype for name, (_, entry_dtype) in shapes.items()}
+        title = f"{args.shapes}: {len(shapes)} parameters"
+    plan = plan_layout(entries, args.world, args.tp, args.ep, dtype=dtype, dtypes=dtypes)
+    if args.generate is not None:
+        if args.model is None:
+            raise ShardInitError("--generate needs --model: a shapes file names no initializers")
+        if args.generate >= args.world:
+            raise ShardInitError(
+                f"--generate {args.generate} is out of range: ranks are 0 .. {args.world - 1} "
+                f"for --world {args.world}"
+            )
+    return title, plan, {entry.name: entry for entry in entries}
+
+
+def run_plan(args: argparse.Namespace, parser: Parser) -> int:
+    """``shardinit plan``: prints the layout, bytes and peak estimates (and generates one
+    rank with ``--generate``); exit status 0."""
     try:
-        if args.model is not None:
-            shapes = {name: (shape, dtype) for name, shape in param_shapes(args.model).items()}
-            title = describe(args.model)
-        else:
-            shapes = load_shapes(args.shapes, dtype)
-            title = f"{args.shapes}: {len(shapes)} parameters"
-        plan = make_plan(shapes, args.world, args.tp)
+        title, plan, entries = _build(args)
     except ShardInitError as error:
         parser.error(str(error))
-    mesh = "x".join(map(str, plan.mesh_shape))
+    mesh = "x".join(map(str, (plan.world // plan.tp, plan.tp) if plan.tp > 1 else (plan.world,)))
     say(f"shardinit plan: {title}")
     layout = "FSDP2 fully_shard" + (f" + {plan.tp}-way TP (mesh dp x tp)" if plan.tp > 1 else "")
-    say(f"  {layout} on {plan.world} rank(s), mesh {mesh}; nothing is generated\n")
-    ranks = list(range(plan.world))
+    if plan.ep > 1:
+        experts = "x".join(map(str, plan.fine_mesh if plan.tp > 1 else plan.fine_mesh[:2]))
+        layout += f" + {plan.ep}-way EP (routed experts on mesh dp/ep x ep x tp = {experts})"
+    say(f"  {layout} on {plan.world} rank(s), mesh {mesh}\n")
+    ranks: Sequence[int] = range(plan.world)
     if not args.all_ranks and plan.world > 8:
-        ranks = [0, 1, 2, plan.world - 2, plan.world - 1]
+        ranks = sorted({0, 1, 2, plan.world // 2, plan.world - 2, plan.world - 1})[: _SHOWN + 1]
+    summary = byte_summary(plan)
     _print_regions(plan, ranks)
-    _print_bytes(plan, ranks)
-    _print_estimates(plan)
+    _print_bytes(plan, ranks, summary)
+    _print_estimates(plan, summary)
+    if args.generate is not None:
+        _print_generated(plan, entries, args.generate, args.seed)
     return 0
 
 
-def _print_regions(plan: Plan, ranks: list[int]) -> None:
-    """Each parameter's local region on each of ``ranks``; parameters with the same
-    shape and layout in numbered blocks (``layers.{0..31}``) print once."""
-    groups: dict[tuple[str, tuple[int, ...], str], list[ParamPlan]] = {}
+def _groups(plan: LayoutPlan) -> dict[tuple[str, tuple[int, ...], str], list[ParamLayout]]:
+    """Parameters with the same shape and layout in numbered blocks (``layers.*``)."""
+    groups: dict[tuple[str, tuple[int, ...], str], list[ParamLayout]] = {}
     for param in plan.params:
         generic = re.sub(r"\.\d+\.", ".*.", param.name)
-        groups.setdefault((generic, param.shape, str(param.placements)), []).append(param)
+        key = (generic, param.shape, placements_text(param.placements))
+        groups.setdefault(key, []).append(param)
+    return groups
+
+
+def _region_rows(plan: LayoutPlan, param: ParamLayout, ranks: Sequence[int]) -> Iterator[str]:
+    """Rows of four ``rN [region]`` entries, computed as they print (``--all-ranks``
+    streams: nothing is kept per rank)."""
+    row: list[str] = []
+    for position, rank in enumerate(ranks):
+        if len(ranks) < plan.world and position == 3:
+            row.append("...")
+        row.append(f"r{rank} {format_runs(plan.runs(param, rank), param.shape)}")
+        if len(row) >= 4:
+            yield "      " + "  ".join(row)
+            row = []
+    if row:
+        yield "      " + "  ".join(row)
+
+
+def _print_regions(plan: LayoutPlan, ranks: Sequence[int]) -> None:
+    """Each parameter's local region on each of ``ranks``; parameters with the same
+    shape and layout in numbered blocks (``layers.{0..31}``) print once."""
     say("Local region of each rank (global index ranges per dim; ':' = whole dim):")
-    for (generic, shape, placements), members in groups.items():
+    for (generic, shape, placements), members in _groups(plan).items():
         label = generic if len(members) > 1 else members[0].name
         count = f" x{len(members)}" if len(members) > 1 else ""
         say(f"  {label}{count}  {tuple(shape)}  {placements}")
-        regions = [f"r{r} {format_runs(members[0].runs[r], shape)}" for r in ranks]
-        if len(ranks) < plan.world:
-            regions.insert(3, "...")
-        for start in range(0, len(regions), 4):
-            say("      " + "  ".join(regions[start : start + 4]))
+        for row in _region_rows(plan, members[0], ranks):
+            say(row)
 
 
-def _print_bytes(plan: Plan, ranks: list[int]) -> None:
+def _print_bytes(plan: LayoutPlan, ranks: Sequence[int], summary: ByteSummary) -> None:
     say("\nBytes of parameters per rank:")
     for rank in ranks:
         say(f"  rank {rank:>4}: {human_bytes(plan.rank_bytes(rank))}")
     if len(ranks) < plan.world:
         say(f"  ({plan.world - len(ranks)} more ranks; --all-ranks lists them)")
+    busiest = summary.ranks_by_bytes[summary.max]
+    lightest = summary.ranks_by_bytes[summary.min]
+    say(
+        f"  all {plan.world} ranks: max {human_bytes(summary.max)} ({busiest} ranks), "
+        f"min {human_bytes(summary.min)} ({lightest} ranks), mean "
+        f"{human_bytes(summary.total / plan.world)}; {len(summary.ranks_by_bytes)} distinct sizes"
+    )
+    say(f"  ranks holding no parameter bytes: {summary.empty_ranks}")
     say(f"  whole model: {human_bytes(plan.total_bytes())}")
 
 
-def _print_estimates(plan: Plan) -> None:
+def _print_estimates(plan: LayoutPlan, summary: ByteSummary) -> None:
     say("\nEstimated peak parameter memory per rank during init (busiest rank; add the")
     say("process baseline of an imported torch, ~0.5 GiB on CPU):")
-    for key, value in plan.peak_estimates().items():
-        text = human_bytes(value) if value is not None else "n/a (FSDP1 with TP not modeled)"
+    for key, value in peak_estimates(plan, summary).items():
+        text = human_bytes(value) if value is not None else "n/a (FSDP1 with TP/EP not modeled)"
         say(f"  {_STRATEGY_LABELS[key]:<44} {text}")
     say("  FSDP2's own values are not layout-independent: on a CPU mesh every rank draws the")
     say("  same numbers; on CUDA they depend on the layout (docs/how-fsdp-initializes.md).")
+
+
+def _print_generated(
+    plan: LayoutPlan, entries: dict[str, ParamEntry], rank: int, seed_value: int
+) -> None:
+    from .generate import generate_rank, threads_note
+
+    kinds = {name: entry.kind for name, entry in entries.items()}
+    say(
+        f"\nGenerating rank {rank} of {plan.world} here, for real (seed {seed_value}, "
+        f"{threads_note()}):"
+    )
+    shards = generate_rank(plan, kinds, rank, seed_value)
+    rate = shards.nbytes / shards.seconds / 2**20 if shards.seconds > 0 else float("inf")
+    say(
+        f"  {len(shards.tensors)} local shards, {human_bytes(shards.nbytes)} "
+        f"(planned {human_bytes(plan.rank_bytes(rank))}) in {shards.seconds:.3f} s "
+        f"({shards.cpu_seconds:.3f} s CPU) "
+        f"({rate:.0f} MiB/s)"
+    )
+    if shards.peak_rss is not None:
+        added = shards.peak_rss - shards.rss_before
+        extra = added - shards.nbytes
+        sign = "+" if extra >= 0 else "-"
+        say(
+            f"  RSS {human_bytes(shards.rss_before)} before, peak {human_bytes(shards.peak_rss)}:"
+            f" {human_bytes(added)} added = the shards' bytes {sign} {human_bytes(abs(extra))}"
+        )
+    say(f"  slice fingerprint {shards.slice_fingerprint} (fp1 terms of the rank's shards;")
+    say("  added over all ranks, each parameter's terms give its shardinit.fingerprint)")
