@@ -115,6 +115,8 @@ named_ops!(
         Mul => "mul",
         /// `a / b`.
         Div => "div",
+        /// [`math::pow`].
+        Pow => "pow",
         /// The smaller; NaN if either is NaN; `-0 < +0`.
         Min => "min",
         /// The larger; NaN if either is NaN; `-0 < +0`.
@@ -833,6 +835,7 @@ fn binary(op: BinaryOp, a: &[f64], b: &[f64], dst: &mut [f64]) {
         BinaryOp::Sub => map(|x, y| x - y, dst),
         BinaryOp::Mul => map(|x, y| x * y, dst),
         BinaryOp::Div => map(|x, y| x / y, dst),
+        BinaryOp::Pow => map(math::pow, dst),
         BinaryOp::Min => map(minimum, dst),
         BinaryOp::Max => map(maximum, dst),
         BinaryOp::FloorDiv => map(floor_divide, dst),

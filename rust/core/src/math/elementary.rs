@@ -496,3 +496,300 @@ pub fn cos(x: f64) -> f64 {
         _ => kernel_sin(y0, y1, true),
     }
 }
+
+// ---------------------------------------------------------------------------------
+// pow: e_pow.c
+// ---------------------------------------------------------------------------------
+
+const BP: [f64; 2] = [1.0, 1.5];
+const DP_H: [f64; 2] = [0.0, 5.84962487220764160156e-01]; // 0x3FE2B803 0x40000000
+const DP_L: [f64; 2] = [0.0, 1.35003920212974897128e-08]; // 0x3E4CFDEB 0x43CFD006
+const TWO53: f64 = 9007199254740992.0; // 0x43400000 0x00000000
+                                       // poly coefs for (3/2)*(log(x)-2s-2/3*s**3
+const L1: f64 = 5.99999999999994648725e-01; // 0x3FE33333 0x33333303
+const L2: f64 = 4.28571428578550184252e-01; // 0x3FDB6DB6 0xDB6FABFF
+const L3: f64 = 3.33333329818377432918e-01; // 0x3FD55555 0x518F264D
+const L4: f64 = 2.72728123808534006489e-01; // 0x3FD17460 0xA91D4101
+const L5: f64 = 2.30660745775561754067e-01; // 0x3FCD864A 0x93C9DB65
+const L6: f64 = 2.06975017800338417784e-01; // 0x3FCA7E28 0x4A454EEF
+const P1: f64 = 1.66666666666666019037e-01; // 0x3FC55555 0x5555553E
+const P2: f64 = -2.77777777770155933842e-03; // 0xBF66C16C 0x16BEBD93
+const P3: f64 = 6.61375632143793436117e-05; // 0x3F11566A 0xAF25DE2C
+const P4: f64 = -1.65339022054652515390e-06; // 0xBEBBBD41 0xC5D26BF1
+const P5: f64 = 4.13813679705723846039e-08; // 0x3E663769 0x72BEA4D0
+#[allow(clippy::approx_constant)]
+const LG2: f64 = 6.93147180559945286227e-01; // 0x3FE62E42 0xFEFA39EF
+const LG2_H: f64 = 6.93147182464599609375e-01; // 0x3FE62E43 0x00000000
+const LG2_L: f64 = -1.90465429995776804525e-09; // 0xBE205C61 0x0CA86C39
+const OVT: f64 = 8.0085662595372944372e-17; // -(1024-log2(ovfl+.5ulp))
+const CP: f64 = 9.61796693925975554329e-01; // 0x3FEEC709 0xDC3A03FD = 2/(3ln2)
+const CP_H: f64 = 9.61796700954437255859e-01; // 0x3FEEC709 0xE0000000 = (float)cp
+const CP_L: f64 = -7.02846165095275826516e-09; // 0xBE3E2FE0 0x145B01F5 = tail of cp_h
+#[allow(clippy::approx_constant)]
+const IVLN2: f64 = 1.44269504088896338700e+00; // 0x3FF71547 0x652B82FE = 1/ln2
+const IVLN2_H: f64 = 1.44269502162933349609e+00; // 0x3FF71547 0x60000000 = 24b 1/ln2
+const IVLN2_L: f64 = 1.92596299112661746887e-08; // 0x3E54AE0B 0xF85DDF44 = 1/ln2 tail
+
+/// `x` with its low word cleared (msun `SET_LOW_WORD(x, 0)`).
+fn clear_lo(x: f64) -> f64 {
+    f64::from_bits(x.to_bits() & 0xffff_ffff_0000_0000)
+}
+
+/// `x` with its high word set to `hi` and low word to 0 (msun `INSERT_WORDS(x, hi, 0)`).
+fn from_hi(hi: i32) -> f64 {
+    f64::from_bits(u64::from(hi as u32) << 32)
+}
+
+/// `z * 2^n` for a positive normal `z` whose scaled result is subnormal: one rounding
+/// (exponent set to `n + 54` above `z`'s, then a multiplication by `2^-54`), as msun's
+/// `scalbn` does.
+fn scale_to_subnormal(z: f64, n: i32) -> f64 {
+    const TWOM54: f64 = 5.55111512312578270212e-17; // 0x3C900000 0x00000000
+    let scaled = f64::from_bits((z.to_bits() as i64 + (i64::from(n + 54) << 52)) as u64);
+    scaled * TWOM54
+}
+
+/// Whether `y` (high word `iy` of `|y|`, low word `ly`) is an integer: 0 not an
+/// integer, 1 an odd integer, 2 an even integer (msun's `yisint`, for `x < 0`).
+fn integer_kind(iy: i32, ly: u32) -> i32 {
+    if iy >= 0x4340_0000 {
+        return 2; // |y| >= 2^53: an even integer
+    }
+    if iy >= 0x3ff0_0000 {
+        let k = (iy >> 20) - 0x3ff; // exponent
+        if k > 20 {
+            let j = ly >> (52 - k);
+            if (j << (52 - k)) == ly {
+                return 2 - (j & 1) as i32;
+            }
+        } else if ly == 0 {
+            let j = iy >> (20 - k);
+            if (j << (20 - k)) == iy {
+                return 2 - (j & 1);
+            }
+        }
+    }
+    0
+}
+
+/// `x^y`, a port of FreeBSD msun `e_pow.c` (fdlibm, Sun Microsystems 2004), error
+/// below 1 ulp (`pow` of integers is exact when representable), with the special
+/// cases of C99 (and torch): `pow(x, +-0) = 1` and `pow(1, y) = 1` even for NaN,
+/// `pow(-1, +-inf) = 1`, NaN if either other argument is NaN, `pow(x < 0, non-integer)
+/// = NaN`, and the signed zeros and infinities of the source's list.
+pub fn pow(x: f64, y: f64) -> f64 {
+    let (hx, lx) = (hi_word(x), lo_word(x));
+    let (hy, ly) = (hi_word(y), lo_word(y));
+    let ix = hx & 0x7fff_ffff;
+    let iy = hy & 0x7fff_ffff;
+
+    if (iy as u32 | ly) == 0 {
+        return 1.0; // x**0 = 1
+    }
+    if hx == 0x3ff0_0000 && lx == 0 {
+        return 1.0; // 1**y = 1, even if y is NaN
+    }
+    if ix > 0x7ff0_0000
+        || (ix == 0x7ff0_0000 && lx != 0)
+        || iy > 0x7ff0_0000
+        || (iy == 0x7ff0_0000 && ly != 0)
+    {
+        return f64::NAN; // NaN if either argument is NaN
+    }
+    let yisint = if hx < 0 { integer_kind(iy, ly) } else { 0 };
+
+    // special values of y
+    if ly == 0 {
+        if iy == 0x7ff0_0000 {
+            // y is +-inf
+            return if ((ix - 0x3ff0_0000) as u32 | lx) == 0 {
+                1.0 // (-1)**+-inf = 1
+            } else if ix >= 0x3ff0_0000 {
+                if hy >= 0 {
+                    y
+                } else {
+                    0.0
+                } // (|x|>1)**+-inf = inf, 0
+            } else if hy < 0 {
+                -y // (|x|<1)**-inf = inf
+            } else {
+                0.0 // (|x|<1)**+inf = 0
+            };
+        }
+        if iy == 0x3ff0_0000 {
+            return if hy < 0 { 1.0 / x } else { x }; // y is +-1
+        }
+        if hy == 0x4000_0000 {
+            return x * x; // y is 2
+        }
+        if hy == 0x3fe0_0000 && hx >= 0 {
+            return x.sqrt(); // y is 0.5, x >= +0
+        }
+    }
+
+    let ax = x.abs();
+    // special values of x
+    if lx == 0 && (ix == 0x7ff0_0000 || ix == 0 || ix == 0x3ff0_0000) {
+        let mut z = ax; // x is +-0, +-inf, +-1
+        if hy < 0 {
+            z = 1.0 / z; // z = 1/|x|
+        }
+        if hx < 0 {
+            if (ix - 0x3ff0_0000) | yisint == 0 {
+                z = f64::NAN; // (-1)**non-int is NaN
+            } else if yisint == 1 {
+                z = -z; // (x<0)**odd = -(|x|**odd)
+            }
+        }
+        return z;
+    }
+
+    // n = 0 for x < 0, -1 otherwise (msun: ((u_int32_t)hx >> 31) - 1)
+    let negative = hx < 0;
+    if negative && yisint == 0 {
+        return f64::NAN; // (x<0)**(non-int) is NaN
+    }
+    let s = if negative && yisint == 1 { -1.0 } else { 1.0 }; // sign of the result
+    match log2_parts(ax, ix, hy, iy, s) {
+        Ok((t1, t2)) => exp2_product(y, t1, t2, s),
+        Err(overflow_or_underflow) => overflow_or_underflow,
+    }
+}
+
+/// `log2(|x|) = t1 + t2` with `t1`'s low word zero (msun `e_pow.c`, first half), or
+/// `Err(result)` when `|y|` is so large that the result over- or underflows.
+fn log2_parts(ax: f64, ix: i32, hy: i32, iy: i32, s: f64) -> Result<(f64, f64), f64> {
+    let (huge_, tiny_) = (f64::INFINITY, 0.0);
+    if iy > 0x41e0_0000 {
+        // |y| > 2^31
+        if iy > 0x43f0_0000 {
+            // |y| > 2^64, must over/underflow
+            if ix <= 0x3fef_ffff {
+                return Err(if hy < 0 { huge_ } else { tiny_ });
+            }
+            if ix >= 0x3ff0_0000 {
+                return Err(if hy > 0 { huge_ } else { tiny_ });
+            }
+        }
+        // over/underflow if x is not close to one
+        if ix < 0x3fef_ffff {
+            return Err(s * if hy < 0 { huge_ } else { tiny_ });
+        }
+        if ix > 0x3ff0_0000 {
+            return Err(s * if hy > 0 { huge_ } else { tiny_ });
+        }
+        // now |1-x| is tiny <= 2**-20: log(x) by x-x^2/2+x^3/3-x^4/4
+        let t = ax - 1.0; // t has 20 trailing zeros
+        let w = (t * t) * (0.5 - t * (0.3333333333333333333333 - t * 0.25));
+        let u = IVLN2_H * t; // ivln2_h has 21 sig. bits
+        let v = t * IVLN2_L - w * IVLN2;
+        let t1 = clear_lo(u + v);
+        let t2 = v - (t1 - u);
+        return Ok((t1, t2));
+    }
+    let mut ax = ax;
+    let mut ix = ix;
+    let mut n = 0;
+    // take care of subnormal numbers
+    if ix < 0x0010_0000 {
+        ax *= TWO53;
+        n -= 53;
+        ix = hi_word(ax);
+    }
+    n += (ix >> 20) - 0x3ff;
+    let j = ix & 0x000f_ffff;
+    // determine interval
+    ix = j | 0x3ff0_0000; // normalize ix
+    let k = if j <= 0x3988E {
+        0 // |x| < sqrt(3/2)
+    } else if j < 0xBB67A {
+        1 // |x| < sqrt(3)
+    } else {
+        n += 1;
+        ix -= 0x0010_0000;
+        0
+    };
+    ax = f64::from_bits((u64::from(ix as u32) << 32) | (ax.to_bits() & 0xffff_ffff));
+
+    // compute ss = s_h+s_l = (x-1)/(x+1) or (x-1.5)/(x+1.5)
+    let u = ax - BP[k];
+    let v = 1.0 / (ax + BP[k]);
+    let ss = u * v;
+    let s_h = clear_lo(ss);
+    // t_h = ax+bp[k] High
+    let t_h = from_hi(((ix >> 1) | 0x2000_0000) + 0x0008_0000 + ((k as i32) << 18));
+    let t_l = ax - (t_h - BP[k]);
+    let s_l = v * ((u - s_h * t_h) - s_h * t_l);
+    // compute log(ax)
+    let mut s2 = ss * ss;
+    let mut r = s2 * s2 * (L1 + s2 * (L2 + s2 * (L3 + s2 * (L4 + s2 * (L5 + s2 * L6)))));
+    r += s_l * (s_h + ss);
+    s2 = s_h * s_h;
+    let t_h = clear_lo(3.0 + s2 + r);
+    let t_l = r - ((t_h - 3.0) - s2);
+    // u+v = ss*(1+...)
+    let u = s_h * t_h;
+    let v = s_l * t_h + t_l * ss;
+    // 2/(3log2)*(ss+...)
+    let p_h = clear_lo(u + v);
+    let p_l = v - (p_h - u);
+    let z_h = CP_H * p_h; // cp_h+cp_l = 2/(3*log2)
+    let z_l = CP_L * p_h + p_l * CP + DP_L[k];
+    // log2(ax) = (ss+..)*2/(3*log2) = n + dp_h + z_h + z_l
+    let t = f64::from(n);
+    let t1 = clear_lo(((z_h + z_l) + DP_H[k]) + t);
+    let t2 = z_l - (((t1 - t) - DP_H[k]) - z_h);
+    Ok((t1, t2))
+}
+
+/// `s * 2^(y * (t1 + t2))` (msun `e_pow.c`, second half).
+fn exp2_product(y: f64, t1: f64, t2: f64, s: f64) -> f64 {
+    // split up y into y1+y2 and compute (y1+y2)*(t1+t2)
+    let y1 = clear_lo(y);
+    let p_l = (y - y1) * t1 + y * t2;
+    let mut p_h = y1 * t1;
+    let z = p_l + p_h;
+    let (j, i) = (hi_word(z), lo_word(z));
+    if j >= 0x4090_0000 {
+        // z >= 1024
+        if ((j - 0x4090_0000) as u32 | i) != 0 || p_l + OVT > z - p_h {
+            return s * f64::INFINITY; // overflow
+        }
+    } else if (j & 0x7fff_ffff) >= 0x4090_cc00 {
+        // z <= -1075
+        if ((j as u32).wrapping_sub(0xc090_cc00) | i) != 0 || p_l <= z - p_h {
+            return s * 0.0; // underflow
+        }
+    }
+    // compute 2**(p_h+p_l)
+    let i = j & 0x7fff_ffff;
+    let mut k = (i >> 20) - 0x3ff;
+    let mut n = 0;
+    if i > 0x3fe0_0000 {
+        // if |z| > 0.5, set n = [z+0.5]
+        n = j + (0x0010_0000 >> (k + 1));
+        k = ((n & 0x7fff_ffff) >> 20) - 0x3ff; // new k for n
+        let t = from_hi(n & !(0x000f_ffff >> k));
+        n = ((n & 0x000f_ffff) | 0x0010_0000) >> (20 - k);
+        if j < 0 {
+            n = -n;
+        }
+        p_h -= t;
+    }
+    let t = clear_lo(p_l + p_h);
+    let u = t * LG2_H;
+    let v = (p_l - (t - p_h)) * LG2 + t * LG2_L;
+    let mut z = u + v;
+    let w = v - (z - u);
+    let t = z * z;
+    let t1 = z - t * (P1 + t * (P2 + t * (P3 + t * (P4 + t * P5))));
+    let r = (z * t1) / (t1 - 2.0) - (w + z * w);
+    z = 1.0 - (r - z);
+    let j = hi_word(z) + (n << 20);
+    if (j >> 20) <= 0 {
+        z = scale_to_subnormal(z, n); // subnormal output
+    } else {
+        z = f64::from_bits((u64::from(j as u32) << 32) | (z.to_bits() & 0xffff_ffff));
+    }
+    s * z
+}
