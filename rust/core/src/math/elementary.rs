@@ -345,12 +345,14 @@ const PIO2_2T: f64 = 2.02226624879595063154e-21; // 0x3BA3198A 0x2E037073
 const PIO2_3: f64 = 2.02226624871116645580e-21; // 0x3BA3198A 0x2E000000
 const PIO2_3T: f64 = 8.47842766036889956997e-32; // 0x397B839A 0x252049C1
 
-/// The largest `|x|` whose `sin` and `cos` the library computes: the largest binary64
-/// below `0x413921fb_00000000` (about `2^20 * pi/2 = 1647099.33`), the end of fdlibm's
-/// medium-size argument reduction (`e_rem_pio2.c`), exact to the last bit. Larger
-/// finite arguments are refused (they would need the Payne-Hanek reduction of
-/// `k_rem_pio2.c`).
-pub const TRIG_MAX: f64 = f64::from_bits(0x4139_21fa_ffff_ffff);
+/// The largest `|x|` whose `sin` and `cos` the library computes: `2^20 * pi/2` rounded
+/// down (`1647099.3291652855`, bits `0x413921fb_54442d18`). Up to there the quotient
+/// `n = rint(x * 2/pi)` is at most `2^20`, so msun's medium-size argument reduction
+/// (`e_rem_pio2.c`, `fn * pio2_1` exact for 33-bit `pio2_1`) is exact; msun itself
+/// switches to the Payne-Hanek reduction of `k_rem_pio2.c` from `0x413921fb_00000000`
+/// (`1647099.0`) on, which the library does not port: larger finite arguments are
+/// refused (the program evaluator reports [`crate::Error::TrigArgument`]).
+pub const TRIG_MAX: f64 = f64::from_bits(0x4139_21fb_5444_2d18);
 
 /// `sin` on `[-pi/4, pi/4]` of `x + y` (`y` the tail of `x`; `iy == 0`: `y` is 0):
 /// msun `k_sin.c`.
@@ -412,7 +414,8 @@ fn rem_pio2(x: f64) -> (i32, f64, f64) {
     medium(x, ix)
 }
 
-/// msun `e_rem_pio2.c`'s medium path (`|x| ~< 2^20 * pi/2`).
+/// msun `e_rem_pio2.c`'s medium path, used up to [`TRIG_MAX`] (msun: below
+/// `0x413921fb_00000000`; the 0.33 beyond it keep `n <= 2^20`, exact as well).
 fn medium(x: f64, ix: i32) -> (i32, f64, f64) {
     // Round to nearest integer (ties to even): 0x1.8p52 as in msun.
     const RINT: f64 = 6_755_399_441_055_744.0; // 2^52 + 2^51
@@ -792,4 +795,267 @@ fn exp2_product(y: f64, t1: f64, t2: f64, s: f64) -> f64 {
         z = f64::from_bits((u64::from(j as u32) << 32) | (z.to_bits() & 0xffff_ffff));
     }
     s * z
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Distance in units in the last place between two finite values of one sign (or
+    /// zeros), counted on the bit patterns.
+    fn ulps(got: f64, want: f64) -> u64 {
+        if got == want {
+            return 0;
+        }
+        assert_eq!(
+            got.is_sign_negative(),
+            want.is_sign_negative(),
+            "{got} vs {want}"
+        );
+        got.to_bits().abs_diff(want.to_bits())
+    }
+
+    /// Known answers: the correctly rounded values (mpmath at 300 bits), at the
+    /// branch points of each port; each within 1 ulp.
+    #[test]
+    fn unary_functions_are_within_one_ulp_at_their_branch_points() {
+        let cases: &[(fn(f64) -> f64, f64, f64)] = &[
+            // expm1
+            (expm1, 1e-300, 1e-300),
+            (expm1, -1e-300, -1e-300),
+            (expm1, 5.551115123125783e-17, 5.551115123125783e-17),
+            (expm1, 1.1102230246251565e-16, 1.1102230246251565e-16),
+            (expm1, 0.34657359027997264, 0.41421356237309503),
+            (expm1, 1.0, 1.7182818284590453),
+            (expm1, -1.0, -0.6321205588285577),
+            (expm1, 0.25, 0.2840254166877415),
+            (expm1, -0.3, -0.2591817793182821),
+            (expm1, 10.0, 22025.465794806718),
+            (expm1, -10.0, -0.9999546000702375),
+            (expm1, 38.9, 7.835294885860035e+16),
+            (expm1, -38.9, -1.0),
+            (expm1, 700.0, 1.0142320547350045e+304),
+            (expm1, 709.78, 1.7928227943945155e+308),
+            (expm1, -745.0, -1.0),
+            (expm1, 1e-10, 1.00000000005e-10),
+            // log1p
+            (log1p, 1e-300, 1e-300),
+            (log1p, 9.313225746154785e-10, 9.313225741817976e-10),
+            (log1p, 1e-10, 9.999999999500001e-11),
+            (log1p, 0.41421356, 0.34657358860194104),
+            (log1p, -0.29, -0.3424903089467759),
+            (log1p, 1.0, 0.6931471805599453),
+            (log1p, 10000000000.0, 23.025850930040455),
+            (log1p, 1e+300, 690.7755278982137),
+            (log1p, -0.999999, -13.815510557935518),
+            (log1p, 9007199254740992.0, 36.7368005696771),
+            (log1p, -0.5, -0.6931471805599453),
+            (log1p, 3.0, 1.3862943611198906),
+            // tanh
+            (tanh, 1e-300, 1e-300),
+            (tanh, 1.862645149230957e-09, 1.862645149230957e-09),
+            (tanh, 0.5, 0.46211715726000974),
+            (tanh, 1.0, 0.7615941559557649),
+            (tanh, -1.0, -0.7615941559557649),
+            (tanh, 3.0, 0.9950547536867305),
+            (tanh, 21.9, 1.0),
+            (tanh, 1e-05, 9.999999999666668e-06),
+            (tanh, 0.1, 0.09966799462495582),
+            // sigmoid
+            (sigmoid, 1e-300, 0.5),
+            (sigmoid, 1.0, 0.7310585786300049),
+            (sigmoid, -1.0, 0.2689414213699951),
+            (sigmoid, 40.0, 1.0),
+            (sigmoid, -40.0, 4.248354255291589e-18),
+            (sigmoid, -700.0, 9.85967654375977e-305),
+            (sigmoid, -745.0, 5e-324),
+            (sigmoid, 36.7, 0.9999999999999999),
+            (sigmoid, 0.001, 0.5002499999791666),
+            // sin
+            (sin, 1e-300, 1e-300),
+            (sin, 3.725290298461914e-09, 3.725290298461914e-09),
+            (sin, 0.5, 0.479425538604203),
+            (sin, 0.7853981633974483, 0.7071067811865475),
+            (sin, 1.5707963267948966, 1.0),
+            (sin, 3.141592653589793, 1.2246467991473532e-16),
+            (sin, 4.71238898038469, -1.0),
+            (sin, 6.283185307179586, -2.4492935982947064e-16),
+            (sin, 100.0, -0.5063656411097588),
+            (sin, 100000.0, 0.03574879797201651),
+            (sin, 1000000.0, -0.34999350217129294),
+            (sin, 1647099.3291652855, -6.420676210313675e-11),
+            (sin, -1647099.3291652855, 6.420676210313675e-11),
+            (sin, 1647099.0, -0.3232532403530771),
+            (sin, -1647099.2, 0.12880642652773566),
+            (sin, 22.0, -0.008851309290403876),
+            (sin, 355.0, -3.014435335948845e-05),
+            (sin, 103993.0, -1.9129335778423752e-05),
+            (sin, -7.0, -0.6569865987187891),
+            // cos
+            (cos, 1e-300, 1.0),
+            (cos, 3.725290298461914e-09, 1.0),
+            (cos, 0.5, 0.8775825618903728),
+            (cos, 0.7853981633974483, 0.7071067811865476),
+            (cos, 1.5707963267948966, 6.123233995736766e-17),
+            (cos, 3.141592653589793, -1.0),
+            (cos, 4.71238898038469, -1.8369701987210297e-16),
+            (cos, 6.283185307179586, 1.0),
+            (cos, 100.0, 0.8623188722876839),
+            (cos, 100000.0, -0.9993608074382124),
+            (cos, 1000000.0, 0.9367521275331447),
+            (cos, 1647099.3291652855, 1.0),
+            (cos, -1647099.3291652855, 1.0),
+            (cos, 1647099.0, 0.9463124973290988),
+            (cos, -1647099.2, 0.991669755758012),
+            (cos, 22.0, -0.9999608263946371),
+            (cos, 355.0, -0.999999999545659),
+            (cos, 103993.0, 0.9999999998170342),
+            (cos, -7.0, 0.7539022543433046),
+        ];
+        for &(f, x, want) in cases {
+            let got = f(x);
+            assert!(ulps(got, want) <= 1, "f({x:e}) = {got:e}, want {want:e}");
+        }
+    }
+
+    #[test]
+    fn pow_is_within_one_ulp_and_exact_on_integers() {
+        let cases: &[(f64, f64, f64)] = &[
+            (10.0, -300.0, 1e-300),
+            (2.5, -800.0, 4.44624e-319),
+            (1.0000001, 1099511627776.0, f64::INFINITY),
+            (3.0, 0.5, 1.7320508075688772),
+            (7.0, 0.3333333333333333, 1.912931182772389),
+            (0.5, 1074.0, 5e-324),
+            (1.5, 1700.0, 2.2653765189682277e+299),
+            (-2.0, 3.0, -8.0),
+            (-3.0, -3.0, -0.037037037037037035),
+            (1e-05, 0.25, 0.05623413251903491),
+            (2.0, 1023.5, 1.2711610061536464e+308),
+            (123.456, -7.89, 3.1475216724926214e-17),
+            (2.0, -1074.0, 5e-324),
+            (2.0, -1073.5, 5e-324),
+        ];
+        for &(x, y, want) in cases {
+            let got = pow(x, y);
+            assert!(
+                ulps(got, want) <= 1,
+                "pow({x:e}, {y:e}) = {got:e}, want {want:e}"
+            );
+        }
+        for (x, y) in [
+            (2.0, 10.0),
+            (3.0, 20.0),
+            (-7.0, 5.0),
+            (10.0, 15.0),
+            (5.0, -2.0),
+        ] {
+            assert_eq!(pow(x, y), f64::powi(x, y as i32), "pow({x}, {y})");
+        }
+    }
+
+    #[test]
+    fn special_values_follow_c99() {
+        let (inf, nan) = (f64::INFINITY, f64::NAN);
+        // expm1
+        assert_eq!(expm1(0.0).to_bits(), 0f64.to_bits());
+        assert_eq!(expm1(-0.0).to_bits(), (-0f64).to_bits());
+        assert_eq!((expm1(inf), expm1(-inf), expm1(710.0)), (inf, -1.0, inf));
+        assert!(expm1(nan).is_nan());
+        // log1p
+        assert_eq!(log1p(-0.0).to_bits(), (-0f64).to_bits());
+        assert_eq!((log1p(-1.0), log1p(inf)), (-inf, inf));
+        assert!(log1p(-1.5).is_nan() && log1p(-inf).is_nan() && log1p(nan).is_nan());
+        // tanh, sigmoid
+        assert_eq!(tanh(-0.0).to_bits(), (-0f64).to_bits());
+        assert_eq!(
+            (tanh(inf), tanh(-inf), tanh(22.0), tanh(-1e300)),
+            (1.0, -1.0, 1.0, -1.0)
+        );
+        assert!(tanh(nan).is_nan());
+        assert_eq!(
+            (sigmoid(0.0), sigmoid(inf), sigmoid(-inf), sigmoid(-746.0)),
+            (0.5, 1.0, 0.0, 0.0)
+        );
+        assert!(sigmoid(nan).is_nan());
+        // sin, cos
+        assert_eq!(sin(-0.0).to_bits(), (-0f64).to_bits());
+        assert_eq!(cos(-0.0), 1.0);
+        for x in [inf, -inf, nan, 2.0 * TRIG_MAX] {
+            assert!(sin(x).is_nan() && cos(x).is_nan(), "{x}");
+        }
+        // pow (C99 Annex F)
+        assert_eq!(
+            (
+                pow(nan, 0.0),
+                pow(1.0, nan),
+                pow(-1.0, inf),
+                pow(-1.0, -inf)
+            ),
+            (1.0, 1.0, 1.0, 1.0)
+        );
+        assert!(pow(nan, 1.0).is_nan() && pow(2.0, nan).is_nan() && pow(-2.0, 0.5).is_nan());
+        assert_eq!(
+            (pow(0.0, -1.0), pow(-0.0, -1.0), pow(-0.0, -2.0)),
+            (inf, -inf, inf)
+        );
+        assert_eq!(pow(-0.0, 3.0).to_bits(), (-0f64).to_bits());
+        assert_eq!(
+            (
+                pow(inf, -1.0),
+                pow(-inf, 3.0),
+                pow(0.5, inf),
+                pow(2.0, -inf)
+            ),
+            (0.0, -inf, 0.0, 0.0)
+        );
+        assert_eq!(
+            (pow(2.0, 1024.0), pow(2.0, -1075.0), pow(-2.0, 1025.0)),
+            (inf, 0.0, -inf)
+        );
+        assert_eq!(
+            (pow(4.0, 0.5), pow(3.0, 2.0), pow(3.0, 1.0), pow(4.0, -1.0)),
+            (2.0, 9.0, 3.0, 0.25)
+        );
+    }
+
+    #[test]
+    fn trig_max_is_the_end_of_the_medium_reduction() {
+        assert_eq!(TRIG_MAX, 1_048_576.0 * std::f64::consts::FRAC_PI_2);
+        // FRAC_PI_2 is below pi/2, so TRIG_MAX <= 2^20 * pi/2 and rint(TRIG_MAX * 2/pi)
+        // = 2^20: fn * pio2_1 is exact for every argument allowed.
+        assert_eq!((TRIG_MAX * INVPIO2).round(), 1_048_576.0);
+        assert!(f64::from_bits(TRIG_MAX.to_bits() + 1) > 1_647_099.329_165_285_5);
+    }
+
+    #[test]
+    fn constants_have_the_bit_patterns_of_the_sources() {
+        assert_eq!(PIO2_1.to_bits(), 0x3FF921FB_54400000);
+        assert_eq!(PIO2_1T.to_bits(), 0x3DD0B461_1A626331);
+        assert_eq!(PIO2_2.to_bits(), 0x3DD0B461_1A600000);
+        assert_eq!(PIO2_2T.to_bits(), 0x3BA3198A_2E037073);
+        assert_eq!(PIO2_3.to_bits(), 0x3BA3198A_2E000000);
+        assert_eq!(PIO2_3T.to_bits(), 0x397B839A_252049C1);
+        assert_eq!(INVPIO2.to_bits(), 0x3FE45F30_6DC9C883);
+        assert_eq!(S1.to_bits(), 0xBFC55555_55555549);
+        assert_eq!(S6.to_bits(), 0x3DE5D93A_5ACFD57C);
+        assert_eq!(C1.to_bits(), 0x3FA55555_5555554C);
+        assert_eq!(C6.to_bits(), 0xBDA8FAE9_BE8838D4);
+        assert_eq!(Q1.to_bits(), 0xBFA11111_111110F4);
+        assert_eq!(Q5.to_bits(), 0xBE8AFDB7_6E09C32D);
+        assert_eq!(LP1.to_bits(), 0x3FE55555_55555593);
+        assert_eq!(LP7.to_bits(), 0x3FC2F112_DF3E5244);
+        assert_eq!(CP.to_bits(), 0x3FEEC709_DC3A03FD);
+        assert_eq!(CP_H.to_bits(), 0x3FEEC709_E0000000);
+        assert_eq!(CP_L.to_bits(), 0xBE3E2FE0_145B01F5);
+        assert_eq!(DP_H[1].to_bits(), 0x3FE2B803_40000000);
+        assert_eq!(DP_L[1].to_bits(), 0x3E4CFDEB_43CFD006);
+        assert_eq!(LG2_H.to_bits(), 0x3FE62E43_00000000);
+        assert_eq!(LG2_L.to_bits(), 0xBE205C61_0CA86C39);
+        assert_eq!(IVLN2_H.to_bits(), 0x3FF71547_60000000);
+        assert_eq!(IVLN2_L.to_bits(), 0x3E54AE0B_F85DDF44);
+        assert_eq!(L1.to_bits(), 0x3FE33333_33333303);
+        assert_eq!(L6.to_bits(), 0x3FCA7E28_4A454EEF);
+        assert_eq!(P5.to_bits(), 0x3E663769_72BEA4D0);
+    }
 }
