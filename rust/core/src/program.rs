@@ -722,7 +722,9 @@ fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) -> Result<(), (usize, Error)> 
         UnaryOp::Floor => map(f64::floor, dst),
         UnaryOp::Sin | UnaryOp::Cos => {
             for (k, (slot, &v)) in dst.iter_mut().zip(x).enumerate() {
-                if v.abs() > math::TRIG_MAX {
+                // Infinities and NaN give NaN, as in C99; finite values beyond the
+                // exactly reduced range are refused.
+                if v.is_finite() && v.abs() > math::TRIG_MAX {
                     return Err((
                         k,
                         Error::TrigArgument {
@@ -1195,6 +1197,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok, [0.0, math::sin(1e6) as f32]);
+        // Infinities are not refused: sin(inf) is NaN.
+        let mut inf = Program::new();
+        let x = inf.constant(f64::NEG_INFINITY);
+        inf.unary(UnaryOp::Cos, x).unwrap();
+        inf.fill_region(
+            0,
+            &[2],
+            &Region::Flat { start: 0 },
+            OutBuf::F32(&mut ok),
+            Threads::Count(1),
+        )
+        .unwrap();
+        assert!(ok[0].is_nan() && ok[1].is_nan());
     }
 
     #[test]
