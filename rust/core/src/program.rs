@@ -1054,6 +1054,43 @@ mod tests {
     }
 
     #[test]
+    fn the_evaluated_source_equals_the_fused_fill_of_every_backend() {
+        // The evaluator is scalar; backends differ only in the fused kernels (and in
+        // the Philox of `Stream::fill_words`, checked equal in philox.rs).
+        let init = Init::TruncNormal {
+            mean: 0.5,
+            std: 2.0,
+            a: -1.0,
+            b: 4.0,
+        };
+        let param = ParamStream {
+            key64: 3,
+            global_shape: vec![1000],
+            init,
+        };
+        let mut p = Program::new();
+        let s = p.source(init, Dtype::F32).unwrap();
+        p.round(s, Dtype::F32).unwrap();
+        let mut evaluated = vec![0f32; 997];
+        let region = Region::Flat { start: 3 };
+        p.fill_region(
+            3,
+            &[1000],
+            &region,
+            OutBuf::F32(&mut evaluated),
+            Threads::Count(1),
+        )
+        .unwrap();
+        for backend in crate::Backend::available() {
+            let mut fused = vec![0f32; 997];
+            param
+                .fill_flat_using(backend, 3, &mut fused, Threads::Count(1))
+                .unwrap();
+            assert_eq!(fused, evaluated, "{backend:?}");
+        }
+    }
+
+    #[test]
     fn nans_are_written_as_the_one_quiet_nan() {
         let mut p = Program::new();
         let neg = p.constant(-1.0);
