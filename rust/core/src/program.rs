@@ -600,6 +600,8 @@ impl Scratch {
 
 impl Compiled {
     /// Coordinates of flat indices `[first, first + n)`: an odometer from `first`'s.
+    // `k` indexes one column per dim, in step: a range loop is the clear form.
+    #[allow(clippy::needless_range_loop)]
     fn fill_coords(&self, first: u64, n: usize, coords: &mut [Vec<u64>]) {
         let dims = self.shape.len();
         let mut current = vec![0u64; dims];
