@@ -23,7 +23,7 @@ import torch
 from . import _core, _cuda
 from ._validate import U64_MAX, check_int
 from .errors import ShardInitError
-from .init import BaseInit, Constant, Normal, TruncNormal, Uniform
+from .init import BaseInit, Constant, Normal, Orthogonal, TruncNormal, Uniform
 from .spec import ParamSpec
 
 __all__ = [
@@ -152,6 +152,8 @@ def _core_init(base: BaseInit) -> _core.Init:
         return _core.Init.normal(base.mean, base.std)
     if isinstance(base, TruncNormal):
         return _core.Init.trunc_normal(base.mean, base.std, base.a, base.b)
+    if isinstance(base, Orthogonal):
+        return _core.Init.orthogonal(base.gain, base.cap())
     raise TypeError(f"not a base initializer of stream format v1: {base!r}")
 
 
@@ -203,6 +205,15 @@ def _fill_via_pinned(dest: torch.Tensor, fill_part: Any, chunk_bytes: int | None
                 last_copy.synchronize()
 
 
+def _fill_on_host(dest: torch.Tensor, fill: Any) -> None:
+    """Fills the CUDA tensor ``dest`` by ``fill(host)`` into one host tensor of its
+    shape, then one copy: for orthogonal, whose fill computes the whole matrix (once,
+    not once per staging chunk) and which the device kernel does not implement."""
+    host = torch.empty(tuple(dest.shape), dtype=dest.dtype, pin_memory=True)
+    fill(host)
+    dest.copy_(host)
+
+
 def _check_box(spec: ParamSpec, box: Any) -> Box:
     if isinstance(box, (str, bytes)) or not isinstance(box, Sequence):
         raise TypeError(f"box must be a sequence of (start, stop) pairs, got {box!r}")
@@ -231,7 +242,9 @@ def _fill_box(spec: ParamSpec, box: Box, device: Any, out: torch.Tensor | None) 
         out = _check_out(out, spec, shape)
         if device is not None and _resolve_device(device) != out.device:
             raise ShardInitError(f"device is {device} but out is on {out.device}")
-    if out.device.type == "cuda" and _cuda.use_device_kernel(out.device):
+    if out.device.type == "cuda" and isinstance(spec.base_init, Orthogonal):
+        _fill_on_host(out, lambda host: _fill_cpu(spec, _core.Region.box(list(box)), host))
+    elif out.device.type == "cuda" and _cuda.use_device_kernel(out.device):
         _cuda.fill_box(spec, box, out)
     elif out.device.type == "cuda":
         _fill_via_pinned(
@@ -356,7 +369,9 @@ def init_flat(
         out = _check_out(out, spec, shape)
         if device is not None and _resolve_device(device) != out.device:
             raise ShardInitError(f"device is {device} but out is on {out.device}")
-    if out.device.type == "cuda" and _cuda.use_device_kernel(out.device):
+    if out.device.type == "cuda" and isinstance(spec.base_init, Orthogonal):
+        _fill_on_host(out, lambda host: _fill_cpu(spec, _core.Region.flat(start), host))
+    elif out.device.type == "cuda" and _cuda.use_device_kernel(out.device):
         _cuda.fill_flat(spec, start, out)
     elif out.device.type == "cuda":
         _fill_via_pinned(
