@@ -14,12 +14,13 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -28,14 +29,14 @@ from ._validate import U64_MAX, check_int, check_real
 from .errors import ShardInitError
 
 __all__ = [
+    "ORTHOGONAL_MAX_NUMEL",
+    "ORTHOGONAL_MAX_NUMEL_ENV",
     "BaseInit",
     "Constant",
     "Initializer",
     "KaimingNormal",
     "KaimingUniform",
     "Normal",
-    "ORTHOGONAL_MAX_NUMEL",
-    "ORTHOGONAL_MAX_NUMEL_ENV",
     "Orthogonal",
     "TruncNormal",
     "Uniform",
@@ -192,7 +193,7 @@ class Orthogonal(BaseInit):
     """
 
     gain: float = 1.0
-    max_numel: int | None = field(default=None, compare=False)
+    max_numel: int | None = dataclasses.field(default=None, compare=False)
     kind = "orthogonal"
 
     def __post_init__(self) -> None:

@@ -122,9 +122,7 @@ def test_haar_eigenvalue_angles_of_8x8_draws() -> None:
 
 def test_haar_first_column_is_uniform_on_the_sphere() -> None:
     """For Haar Q in O(n), q_00^2 ~ Beta(1/2, (n - 1) / 2); one-sample KS, alpha 1e-3."""
-    values = [
-        float(shardinit.full(_spec((8, 8), name=f"c.{i}"))[0, 0]) ** 2 for i in range(3000)
-    ]
+    values = [float(shardinit.full(_spec((8, 8), name=f"c.{i}"))[0, 0]) ** 2 for i in range(3000)]
     assert scipy.stats.kstest(values, scipy.stats.beta(0.5, 3.5).cdf).pvalue > ALPHA
 
 
@@ -191,8 +189,12 @@ def test_the_cap_refuses_in_python_and_in_the_core(monkeypatch: pytest.MonkeyPat
     # The core refuses on its own, before computing anything.
     out = np.empty(12, dtype=np.float64)
     key = shardinit.key(0, "w")
-    with pytest.raises(shardinit.ShardInitError, match=r"\[4, 3\] has 12 elements, above the cap of 11"):
-        _core.fill(key, [4, 3], _core.Init.orthogonal(1.0, 11), "float64", _core.Region.flat(0), out)
+    with pytest.raises(
+        shardinit.ShardInitError, match=r"\[4, 3\] has 12 elements, above the cap of 11"
+    ):
+        _core.fill(
+            key, [4, 3], _core.Init.orthogonal(1.0, 11), "float64", _core.Region.flat(0), out
+        )
     with pytest.raises(shardinit.ShardInitError, match="at least 2 dims"):
         _core.fill(key, [12], _core.Init.orthogonal(1.0, 100), "float64", _core.Region.flat(0), out)
     with pytest.raises(shardinit.ShardInitError, match="no per-element sampler"):

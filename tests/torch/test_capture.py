@@ -181,10 +181,14 @@ def test_orthogonal_on_whole_parameters_is_recorded_and_replayed() -> None:
     assert captured["1.weight"].ops[0].region == ((0, 4), (0, 3), (0, 2))
     assert [type(op.action) for op in captured["2.weight"].ops] == [Fill, Scale]
     for name, shape, gain in (("0.weight", (5, 7), 2.0), ("1.weight", (4, 3, 2), 1.0)):
-        assert torch.equal(replay_full(captured[name], SEED), _full(name, shape, init.orthogonal(gain)))
+        assert torch.equal(
+            replay_full(captured[name], SEED), _full(name, shape, init.orthogonal(gain))
+        )
     embedding = replay_full(captured["2.weight"], SEED)
     assert torch.equal(embedding, _full("2.weight", (9, 4), init.orthogonal(0.5)) * 3.0)
-    assert torch.equal(replay_box(captured["2.weight"], SEED, ((2, 7), (1, 3))), embedding[2:7, 1:3])
+    assert torch.equal(
+        replay_box(captured["2.weight"], SEED, ((2, 7), (1, 3))), embedding[2:7, 1:3]
+    )
 
     def part() -> None:
         nn.init.orthogonal_(model[0].weight[1:])

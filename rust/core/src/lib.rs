@@ -16,7 +16,7 @@ pub use error::Error;
 pub use fill::{OutBuf, ParamStream, Region};
 pub use geometry::{box_numel, checked_numel, chunk_range};
 pub use init::{Dtype, Element, Init, Sampler};
-pub use orthogonal::OrthogonalMatrix;
 pub use key::{key64, KEY_DOMAIN_V1};
+pub use orthogonal::OrthogonalMatrix;
 pub use philox::{philox4x32_10, Backend, Stream};
 pub use pool::{Threads, CHUNK_ELEMENTS};

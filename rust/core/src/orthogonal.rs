@@ -76,7 +76,11 @@ impl OrthogonalMatrix {
         let numel: u64 = global_shape.iter().product();
         let cols = numel / rows;
         let transposed = rows < cols;
-        let (m, n) = if transposed { (cols, rows) } else { (rows, cols) };
+        let (m, n) = if transposed {
+            (cols, rows)
+        } else {
+            (rows, cols)
+        };
         let (m, n) = (m as usize, n as usize);
         let mut a = Vec::new();
         a.try_reserve_exact(m * n)
@@ -167,7 +171,9 @@ fn generate(
             .enumerate()
             .for_each(fill);
     } else {
-        a.chunks_mut(GENERATE_COLUMNS * m).enumerate().for_each(fill);
+        a.chunks_mut(GENERATE_COLUMNS * m)
+            .enumerate()
+            .for_each(fill);
     }
 }
 
@@ -517,7 +523,10 @@ mod tests {
         let (q01, q11) = (-q10 * det_sign, q00 * det_sign);
         for (index, expected) in [q00, q01, q10, q11].into_iter().enumerate() {
             let got = q.value(index as u64);
-            assert!((got - expected).abs() < 1e-15, "{index}: {got} vs {expected}");
+            assert!(
+                (got - expected).abs() < 1e-15,
+                "{index}: {got} vs {expected}"
+            );
         }
     }
 }
