@@ -7,7 +7,8 @@ during that fill, for shardinit and for torch (LAPACK QR through ``torch.linalg.
 both on the same threads (shardinit's default: ``torch.get_num_threads()``).
 
 Usage: ``python benches/orthogonal.py [SIZES ...] [--repeats R]`` (default sizes 1024 and
-4096, one repeat). On a shared machine absolute times move with the load; the ratio of
+4096, one repeat; the best of R is printed). Each side first runs once on 64 x 64 (library
+loading, thread pools). On a shared machine absolute times move with the load; the ratio of
 the two, measured back to back, much less.
 """
 
@@ -48,6 +49,11 @@ def measure_one(which: str, n: int, repeats: int) -> dict[str, float]:
             torch.nn.init.orthogonal_(out)
 
     out.zero_()  # touch the output pages before the baseline
+    if which == "torch":
+        torch.nn.init.orthogonal_(torch.empty(64, 64))  # warm-up: loads LAPACK's code
+    else:
+        small = shardinit.ParamSpec("w", (64, 64), torch.float32, init.orthogonal(), seed=0)
+        shardinit.full(small)  # warm-up: the core's thread pool
     before = _peak_rss_mib()
     times = []
     for _ in range(repeats):
