@@ -83,6 +83,19 @@ def test_matches_torch_construction_on_the_same_normal_matrix(shape: tuple[int, 
     assert float((got - expected).abs().max()) < 1e-11
 
 
+def test_golden_values_of_stream_format_section_6() -> None:
+    """The values stream-format.md §6 lists, to the bit (a change is a format change)."""
+    golden = {
+        (3, 2): [-0.5303710493410736, -0.49979780807952706, -0.8038440595414164,
+                 0.03986245428955615, -0.2693348806984053, 0.8652243268522409],
+        (2, 3): [-0.49993096239321755, -0.41946060464934876, -0.7577082776291901,
+                 -0.20065118847365745, -0.7949844892526234, 0.5724847267935227],
+    }  # fmt: skip
+    for shape, values in golden.items():
+        got = shardinit.full(_spec(shape, seed=0)).reshape(-1).tolist()
+        assert got == values, shape
+
+
 def test_every_dtype_rounds_the_same_binary64_matrix_once() -> None:
     shape = (40, 24)
     q64 = shardinit.full(_spec(shape, torch.float64, 0.7))
