@@ -74,13 +74,13 @@ def test_q_is_orthogonal_in_binary64_and_float32(shape: tuple[int, ...]) -> None
 def test_matches_torch_construction_on_the_same_normal_matrix(shape: tuple[int, ...]) -> None:
     """Fed the same binary64 normal matrix (the float64 normal(0, 1) of the same name and
     seed), torch's construction (LAPACK QR, then Q *= sign(diag(R))) gives the same Q
-    within 1e-11: both QRs are backward stable and the sign convention is the same (a
-    wrong sign would differ by 2 in whole columns)."""
+    within 1e-13 (measured: 2e-15 at 64 x 64): both QRs are backward stable and the sign
+    convention is the same (a wrong sign would differ by up to 2 in whole columns)."""
     gain = 1.5
     normal = shardinit.ParamSpec("w", shape, torch.float64, init.normal(), seed=SEED)
     expected = _torch_construction(_matrix(shardinit.full(normal)), gain)
     got = _matrix(shardinit.full(_spec(shape, torch.float64, gain)))
-    assert float((got - expected).abs().max()) < 1e-11
+    assert float((got - expected).abs().max()) < 1e-13
 
 
 def test_golden_values_of_stream_format_section_6() -> None:
