@@ -72,6 +72,19 @@ impl OrthogonalMatrix {
         backend: Backend,
         threads: Threads,
     ) -> Result<OrthogonalMatrix, Error> {
+        Self::compute_with_panel(key64, global_shape, gain, backend, threads, PANEL)
+    }
+
+    /// [`OrthogonalMatrix::compute`] with `panel` reflectors per panel (tests: any
+    /// panel size gives the same bits).
+    fn compute_with_panel(
+        key64: u64,
+        global_shape: &[u64],
+        gain: f64,
+        backend: Backend,
+        threads: Threads,
+        panel: usize,
+    ) -> Result<OrthogonalMatrix, Error> {
         let rows = global_shape[0];
         let numel: u64 = global_shape.iter().product();
         let cols = numel / rows;
@@ -94,8 +107,8 @@ impl OrthogonalMatrix {
         install(m * n, threads, |parallel| {
             let stream = Stream::new(key64);
             generate(&stream, backend, &mut a, m, n, transposed, parallel);
-            let (tau, diag) = factor(kernel, &mut a, m, n, parallel);
-            form_q(kernel, &mut a, m, n, &tau, parallel);
+            let (tau, diag) = factor(kernel, &mut a, m, n, panel, parallel);
+            form_q(kernel, &mut a, m, n, &tau, panel, parallel);
             for (column, &r) in a.chunks_exact_mut(m).zip(&diag) {
                 let factor = if r < 0.0 { -gain } else { gain };
                 for value in column {
@@ -185,12 +198,13 @@ fn factor(
     a: &mut [f64],
     m: usize,
     n: usize,
+    panel_size: usize,
     parallel: bool,
 ) -> (Vec<f64>, Vec<f64>) {
     let mut tau = vec![0.0; n];
     let mut diag = vec![0.0; n];
-    for p0 in (0..n).step_by(PANEL) {
-        let p1 = (p0 + PANEL).min(n);
+    for p0 in (0..n).step_by(panel_size) {
+        let p1 = (p0 + panel_size).min(n);
         let (head, tail) = a.split_at_mut(p1 * m);
         // The panel, column by column: reflector k, then applied to the panel's
         // columns right of k.
@@ -218,11 +232,19 @@ fn factor(
 /// `j` of `Q` is `e_j` with reflectors `j, j - 1, ..., 0` applied in that order;
 /// panels are processed last to first so that a panel's reflectors are applied to
 /// every column right of it before its own columns are overwritten.
-fn form_q(kernel: Kernel, a: &mut [f64], m: usize, n: usize, tau: &[f64], parallel: bool) {
-    let panels: Vec<usize> = (0..n).step_by(PANEL).collect();
-    let mut saved = vec![0.0; PANEL * m];
+fn form_q(
+    kernel: Kernel,
+    a: &mut [f64],
+    m: usize,
+    n: usize,
+    tau: &[f64],
+    panel_size: usize,
+    parallel: bool,
+) {
+    let panels: Vec<usize> = (0..n).step_by(panel_size).collect();
+    let mut saved = vec![0.0; panel_size * m];
     for &p0 in panels.iter().rev() {
-        let p1 = (p0 + PANEL).min(n);
+        let p1 = (p0 + panel_size).min(n);
         let (head, tail) = a.split_at_mut(p1 * m);
         let saved = &mut saved[..(p1 - p0) * m];
         saved.copy_from_slice(&head[p0 * m..]);
@@ -487,6 +509,29 @@ mod tests {
                     let got = bits(&compute(&shape, backend, threads));
                     assert!(got == reference, "{shape:?} {backend:?} {threads:?}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn panel_sizes_reorder_only_independent_work() {
+        // Panels of 1 are the unblocked algorithm of stream-format.md §4.5 step by step.
+        for shape in [[45u64, 37], [20, 61]] {
+            let with = |panel| {
+                let q = OrthogonalMatrix::compute_with_panel(
+                    3,
+                    &shape,
+                    1.0,
+                    Backend::Portable,
+                    Threads::Count(1),
+                    panel,
+                )
+                .unwrap();
+                bits(&q)
+            };
+            let unblocked = with(1);
+            for panel in [2, 3, 16, 64] {
+                assert!(with(panel) == unblocked, "{shape:?} panel {panel}");
             }
         }
     }
