@@ -6,17 +6,17 @@
 //! `normal(0, 1)` of the parameter's key at each element's flat index (words `2g`,
 //! `2g + 1`), for every target dtype, so every dtype rounds the same binary64 matrix.
 //! `A = N` when `rows >= cols`, else `A = N^T`; `A` is `m x n` with `m >= n`. An
-//! unblocked Householder QR of `A` ([`make_reflector`], [`apply_reflector`]) gives
+//! unblocked Householder QR of `A` (`make_reflector`, `apply_reflector`) gives
 //! `R`'s diagonal and the reflectors; `Q = H_0 H_1 ... H_{n-1} [I_n; 0]` is formed
 //! column by column; column `j` is negated when `R_jj < 0` (torch's
 //! `Q *= sign(diag(R))`) and multiplied by `gain`. The result is `Q` (or `Q^T` when
 //! `rows < cols`), rounded once to the target dtype.
 //!
 //! Determinism: binary64 only, every operation written out (Rust never contracts
-//! `a * b + c` into an FMA), the one dot product [`dot`] with a fixed reduction tree
+//! `a * b + c` into an FMA), the one dot product `dot_portable` with a fixed reduction tree
 //! (eight interleaved partial sums combined pairwise), and parallelism only over
 //! independent columns of a reflector application. Loops are blocked over panels of
-//! [`PANEL`] reflectors for cache reuse, which reorders only *independent* work: each
+//! `PANEL` reflectors for cache reuse, which reorders only *independent* work: each
 //! column receives exactly the unblocked algorithm's operations in the same order.
 //! So the bits do not depend on the thread count, the backend (the portable build of
 //! the column kernels and the AVX2 build of the same source give the same bits) or the
