@@ -62,6 +62,11 @@ class Init:
     def normal(mean: float, std: float) -> Init: ...
     @staticmethod
     def trunc_normal(mean: float, std: float, a: float, b: float) -> Init: ...
+    @staticmethod
+    def orthogonal(gain: float, max_numel: int) -> Init:
+        """torch's ``orthogonal_`` times ``gain`` (stream-format.md §4.5): not elementwise,
+        every fill computes the whole matrix (refused, ``ShardInitError``, above
+        ``max_numel`` elements or below 2 dims)."""
     def __eq__(self, other: object, /) -> bool: ...
     __hash__: ClassVar[None]  # type: ignore[assignment]
 
@@ -150,7 +155,7 @@ def sampler_constants(init: Init) -> dict[str, float]:
     ``-PhiInv(upper_tail + (1 - u) * mass)``; ``min(max(mean + std * x, a), b)``.
 
     Raises:
-        ShardInitError: ``init`` is invalid (cannot happen for a built ``Init``).
+        ShardInitError: ``init`` has no per-element sampler (``orthogonal``).
     """
 
 def key64(seed: int, name: str) -> int: ...

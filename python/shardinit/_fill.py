@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch
 
 from . import _core, _cuda
-from ._host import fill_cpu, fill_via_pinned
+from ._host import fill_cpu, fill_via_pinned, fill_whole_on_host
+from .init import Orthogonal
 from .spec import ParamSpec
 
 __all__ = ["Box", "Region", "fill"]
@@ -35,7 +36,10 @@ def fill(
     the region's shape and the spec's dtype, on the CPU or a CUDA device). ``threads``:
     the core's worker threads; ``chunk_bytes``: the size of each pinned buffer of the
     host path to a CUDA ``out``."""
-    if out.device.type == "cuda" and _cuda.use_device_kernel(out.device):
+    if out.device.type == "cuda" and isinstance(spec.base_init, Orthogonal):
+        # Not elementwise: the whole matrix is computed once on the host, then copied.
+        fill_whole_on_host(out, lambda host: fill_cpu(spec, _core_region(region), host, threads))
+    elif out.device.type == "cuda" and _cuda.use_device_kernel(out.device):
         if isinstance(region, int):
             _cuda.fill_flat(spec, region, out)
         else:

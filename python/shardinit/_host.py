@@ -80,3 +80,12 @@ def fill_via_pinned(
             if last_copy is not None:
                 # Keep the pinned buffers alive until their last copies are done.
                 last_copy.synchronize()
+
+
+def fill_whole_on_host(dest: torch.Tensor, fill: Callable[[torch.Tensor], None]) -> None:
+    """Fills the CUDA tensor ``dest`` by ``fill(host)`` into one host tensor of its shape,
+    then one copy: for orthogonal, whose fill computes the whole matrix (once, not once
+    per staging chunk) and which the device kernel does not implement."""
+    host = torch.empty(tuple(dest.shape), dtype=dest.dtype, pin_memory=True)
+    fill(host)
+    dest.copy_(host)

@@ -14,7 +14,9 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -24,16 +26,19 @@ from typing import Literal
 import torch
 
 from . import _core
-from ._validate import check_real
+from ._validate import U64_MAX, check_int, check_real
 from .errors import ShardInitError
 
 __all__ = [
+    "ORTHOGONAL_MAX_NUMEL",
+    "ORTHOGONAL_MAX_NUMEL_ENV",
     "BaseInit",
     "Constant",
     "Initializer",
     "KaimingNormal",
     "KaimingUniform",
     "Normal",
+    "Orthogonal",
     "TruncNormal",
     "Uniform",
     "XavierNormal",
@@ -43,6 +48,7 @@ __all__ = [
     "kaiming_uniform",
     "normal",
     "ones",
+    "orthogonal",
     "trunc_normal",
     "uniform",
     "xavier_normal",
@@ -180,7 +186,86 @@ def core_init(base: BaseInit) -> _core.Init:
         return _core.Init.normal(base.mean, base.std)
     if isinstance(base, TruncNormal):
         return _core.Init.trunc_normal(base.mean, base.std, base.a, base.b)
+    if isinstance(base, Orthogonal):
+        return _core.Init.orthogonal(base.gain, base.cap())
     raise TypeError(f"not a base initializer of stream format v1: {base!r}")
+
+
+#: The default cap on an orthogonal parameter's elements (2^26, an 8192 x 8192 matrix):
+#: every rank that fills any part of it computes the whole matrix in binary64.
+ORTHOGONAL_MAX_NUMEL = 2**26
+#: The environment variable that overrides :data:`ORTHOGONAL_MAX_NUMEL` (an int >= 1)
+#: for orthogonal initializers built without ``max_numel``.
+ORTHOGONAL_MAX_NUMEL_ENV = "SHARDINIT_ORTHOGONAL_MAX_NUMEL"
+
+
+@dataclass(frozen=True)
+class Orthogonal(BaseInit):
+    """torch's ``orthogonal_`` times ``gain`` (stream-format.md §4.5): the parameter,
+    flattened to ``(rows, numel / rows)``, is the Q of a deterministic Householder QR of
+    its float64 normal(0, 1) matrix from the stream (transposed when rows < cols), with
+    torch's sign correction. Not elementwise: every fill computes the whole matrix, so
+    parameters above :meth:`cap` elements are refused.
+
+    ``max_numel`` (None: ``$SHARDINIT_ORTHOGONAL_MAX_NUMEL``, else
+    :data:`ORTHOGONAL_MAX_NUMEL`) changes no value, so it takes no part in equality.
+    """
+
+    gain: float = 1.0
+    max_numel: int | None = dataclasses.field(default=None, compare=False)
+    kind = "orthogonal"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gain", check_real("gain", self.gain))
+        if self.max_numel is not None:
+            cap = check_int("max_numel", self.max_numel, low=1, high=U64_MAX)
+            object.__setattr__(self, "max_numel", cap)
+
+    def params(self) -> tuple[float, float, float, float]:
+        return (self.gain, 0.0, 0.0, 0.0)
+
+    def cap(self) -> int:
+        """The largest element count allowed: ``max_numel``, else the environment
+        variable ``SHARDINIT_ORTHOGONAL_MAX_NUMEL``, else 2^26.
+
+        Raises:
+            ShardInitError: the environment variable is not an int in [1, 2^64 - 1].
+        """
+        if self.max_numel is not None:
+            return self.max_numel
+        text = os.environ.get(ORTHOGONAL_MAX_NUMEL_ENV)
+        if text is None:
+            return ORTHOGONAL_MAX_NUMEL
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if not 1 <= value <= U64_MAX:
+            raise ShardInitError(
+                f"the environment variable {ORTHOGONAL_MAX_NUMEL_ENV} must be an int in "
+                f"[1, {U64_MAX}], got {text!r}"
+            )
+        return value
+
+    def check_shape(self, name: str, shape: Sequence[int]) -> None:
+        """Refuses shapes torch's ``orthogonal_`` refuses (fewer than 2 dims) and shapes
+        above :meth:`cap` elements, naming the parameter ``name``."""
+        shape = tuple(shape)
+        if len(shape) < 2:
+            raise ShardInitError(
+                f"parameter {name!r}: init orthogonal needs a shape with at least 2 dims "
+                f"(torch: 'Only tensors with 2 or more dimensions are supported'), got "
+                f"shape {shape}"
+            )
+        numel, cap = math.prod(shape), self.cap()
+        if numel > cap:
+            raise ShardInitError(
+                f"parameter {name!r}: orthogonal init of shape {shape} has {numel} "
+                f"elements, above the cap of {cap} (every rank computes the whole matrix "
+                f"in binary64, {8 * numel} bytes); raise the cap with "
+                f"shardinit.init.orthogonal(max_numel=...) or the environment variable "
+                f"{ORTHOGONAL_MAX_NUMEL_ENV}"
+            )
 
 
 #: Bound on |PhiInv(U)| over every U of stream-format.md §3 (PhiInv(2^-53) is about -8.2).
@@ -394,6 +479,15 @@ def trunc_normal(
     """Normal(mean, std) truncated to [a, b] (``torch.nn.init.trunc_normal_``; a and b
     are absolute bounds, as in torch)."""
     return TruncNormal(mean, std, a, b)
+
+
+def orthogonal(gain: float = 1.0, max_numel: int | None = None) -> Orthogonal:
+    """``torch.nn.init.orthogonal_`` (same flattening, transposition, sign correction
+    and gain) from a deterministic QR: the same matrix on every rank, layout, thread
+    count and CPU. ``gain`` is any finite number. Parameters of more than ``max_numel``
+    elements (default ``$SHARDINIT_ORTHOGONAL_MAX_NUMEL`` or 2^26) are refused: every
+    rank computes the whole matrix (8 bytes per element) and keeps its region."""
+    return Orthogonal(gain, max_numel)
 
 
 def kaiming_uniform(

@@ -355,6 +355,17 @@ CASES: list[Case] = [
     Case("presets.llm", "output_proj_patterns", "'*.wo.weight' (a str)", lambda: presets.llm(depth_scaled_output=2, output_proj_patterns="*.wo.weight"), TypeError, r"^output_proj_patterns must be a sequence of name globs \(str\), got '\*.wo.weight'$"),
     Case("presets.llm", "norm_patterns", "3", lambda: presets.llm(norm_patterns=3), TypeError, r"^norm_patterns must be a sequence of name globs \(str\), got 3$"),
     Case("presets.llm", "norm_patterns", "[1]", lambda: presets.llm(norm_patterns=[1]), TypeError, r"^norm_patterns must be a sequence of name globs \(str\), got \[1\]$"),
+    Case("ParamSpec", "init", "orthogonal() on shape (5,)", _spec(shape=(5,), init=init.orthogonal()), E, r"^parameter 'w': init orthogonal needs a shape with at least 2 dims \(torch: 'Only tensors with 2 or more dimensions are supported'\), got shape \(5,\)$"),
+    Case("ParamSpec", "init", "orthogonal() on shape (8193, 8192)", _spec(shape=(8193, 8192), init=init.orthogonal()), E, r"^parameter 'w': orthogonal init of shape \(8193, 8192\) has 67117056 elements, above the cap of 67108864 \(every rank computes the whole matrix in binary64, 536936448 bytes\); raise the cap with shardinit.init.orthogonal\(max_numel=...\) or the environment variable SHARDINIT_ORTHOGONAL_MAX_NUMEL$"),
+    Case("ParamSpec", "init", "orthogonal(max_numel=11) on shape (4, 3)", _spec(init=init.orthogonal(max_numel=11)), E, r"^parameter 'w': orthogonal init of shape \(4, 3\) has 12 elements, above the cap of 11 "),
+    Case("ParamSpec", "SHARDINIT_ORTHOGONAL_MAX_NUMEL", "'11', shape (4, 3)", lambda: _with_environment("SHARDINIT_ORTHOGONAL_MAX_NUMEL", "11", _spec(init=init.orthogonal())), E, r"^parameter 'w': orthogonal init of shape \(4, 3\) has 12 elements, above the cap of 11 "),
+    Case("ParamSpec", "SHARDINIT_ORTHOGONAL_MAX_NUMEL", "'1e9'", lambda: _with_environment("SHARDINIT_ORTHOGONAL_MAX_NUMEL", "1e9", _spec(init=init.orthogonal())), E, r"^the environment variable SHARDINIT_ORTHOGONAL_MAX_NUMEL must be an int in \[1, 18446744073709551615\], got '1e9'$"),
+    Case("ParamSpec", "SHARDINIT_ORTHOGONAL_MAX_NUMEL", "'0'", lambda: _with_environment("SHARDINIT_ORTHOGONAL_MAX_NUMEL", "0", _spec(init=init.orthogonal())), E, r"^the environment variable SHARDINIT_ORTHOGONAL_MAX_NUMEL must be an int in \[1, 18446744073709551615\], got '0'$"),
+    Case("init.orthogonal", "gain", "nan", lambda: init.orthogonal(NAN), E, r"^gain must be a finite number, got nan$"),
+    Case("init.orthogonal", "gain", "inf", lambda: init.orthogonal(INF), E, r"^gain must be a finite number, got inf$"),
+    Case("init.orthogonal", "gain", "'1'", lambda: init.orthogonal("1"), TypeError, r"^gain must be a real number, got str '1'$"),
+    Case("init.orthogonal", "max_numel", "0", lambda: init.orthogonal(max_numel=0), E, r"^max_numel must be in \[1, 18446744073709551615\], got 0$"),
+    Case("init.orthogonal", "max_numel", "1.5", lambda: init.orthogonal(max_numel=1.5), TypeError, r"^max_numel must be an int, got float 1.5$"),
     # ---- shardinit.init classes (the same checks as their constructor functions) -----------
     Case("init.Initializer", "(none)", "instantiated", lambda: init.Initializer(), TypeError, r"^Can't instantiate abstract class Initializer"),
     Case("init.BaseInit", "(none)", "instantiated", lambda: init.BaseInit(), TypeError, r"^Can't instantiate abstract class BaseInit"),
@@ -366,6 +377,7 @@ CASES: list[Case] = [
     Case("init.KaimingNormal", "mode", "'in'", lambda: init.KaimingNormal(mode="in"), E, r"^mode must be 'fan_in' or 'fan_out', got 'in'$"),
     Case("init.XavierUniform", "gain", "'1'", lambda: init.XavierUniform("1"), TypeError, r"^gain must be a real number, got str '1'$"),
     Case("init.XavierNormal", "gain", "-0.5", lambda: init.XavierNormal(-0.5), E, r"^gain must be >= 0, got -0.5$"),
+    Case("init.Orthogonal", "gain", "-inf", lambda: init.Orthogonal(-INF), E, r"^gain must be a finite number, got -inf$"),
 ]
 # fmt: on
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import shardinit
-from shardinit import init, shard
+from shardinit import _cuda, init, shard
 
 pytestmark = [
     pytest.mark.cuda,
@@ -62,3 +62,25 @@ def test_cuda_device_mismatch_with_out_is_refused() -> None:
         shardinit.init_box(
             spec, [(0, 4), (0, 4)], device="cpu", out=torch.empty(4, 4, device="cuda")
         )
+
+
+def test_cuda_orthogonal_is_computed_on_the_host_never_by_the_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An orthogonal fill computes the whole matrix once on the host and copies its
+    region, whatever the backend: the device kernel has no orthogonal (it would be
+    asked for a wrong formula), so it must never be called."""
+
+    def kernel(*args: object) -> None:
+        raise AssertionError("the device kernel was asked for an orthogonal fill")
+
+    monkeypatch.setattr(_cuda, "use_device_kernel", lambda device: True)
+    monkeypatch.setattr(_cuda, "fill_box", kernel)
+    monkeypatch.setattr(_cuda, "fill_flat", kernel)
+    for dtype in (torch.float32, torch.bfloat16):
+        spec = shardinit.ParamSpec("q", (70, 30), dtype, init.orthogonal(0.5), seed=4)
+        for rank in range(3):
+            gpu = shardinit.init_shard(spec, rank, 3, device="cuda")
+            assert torch.equal(gpu.cpu(), shardinit.init_shard(spec, rank, 3))
+        flat = shardinit.init_flat(spec, 17, 2000, device="cuda")
+        assert torch.equal(flat.cpu(), shardinit.full(spec).reshape(-1)[17:2000])

@@ -161,6 +161,54 @@ def test_fan_based_bounds_are_torchs() -> None:
     assert ops[2].region == ((0, 6), (0, 1), (0, 3))
 
 
+def test_orthogonal_on_whole_parameters_is_recorded_and_replayed() -> None:
+    """``orthogonal_`` on a whole parameter (itself, ``.data``, a 3-D conv weight) is
+    ``Fill(Orthogonal(gain))`` over the whole parameter; a later scale applies on top;
+    replaying any box equals the slice of the full replay; the same call on a part or a
+    temporary is refused (its matrix would be the view's)."""
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(7, 5), nn.Conv1d(3, 4, 2), nn.Embedding(9, 4))
+
+    def init_fn() -> None:
+        nn.init.orthogonal_(model[0].weight, gain=2.0)
+        nn.init.orthogonal_(model[1].weight.data)
+        nn.init.orthogonal_(model[2].weight, 0.5)
+        model[2].weight.data.mul_(3.0)
+
+    captured = shardinit.capture_init(model, init_fn)
+    assert captured["0.weight"].ops[0].action == Fill(init.Orthogonal(2.0))
+    assert captured["1.weight"].ops[0].action == Fill(init.Orthogonal(1.0))
+    assert captured["1.weight"].ops[0].region == ((0, 4), (0, 3), (0, 2))
+    assert [type(op.action) for op in captured["2.weight"].ops] == [Fill, Scale]
+    for name, shape, gain in (("0.weight", (5, 7), 2.0), ("1.weight", (4, 3, 2), 1.0)):
+        assert torch.equal(
+            replay_full(captured[name], SEED), _full(name, shape, init.orthogonal(gain))
+        )
+    embedding = replay_full(captured["2.weight"], SEED)
+    assert torch.equal(embedding, _full("2.weight", (9, 4), init.orthogonal(0.5)) * 3.0)
+    assert torch.equal(
+        replay_box(captured["2.weight"], SEED, ((2, 7), (1, 3))), embedding[2:7, 1:3]
+    )
+
+    def part() -> None:
+        nn.init.orthogonal_(model[0].weight[1:])
+
+    def transposed() -> None:
+        nn.init.orthogonal_(model[0].weight.t())
+
+    for fn in (part, transposed):
+        with pytest.raises(UnsupportedInitOpError, match="not the whole parameter"):
+            shardinit.capture_init(model, fn)
+
+    def temporary() -> None:
+        scratch = torch.empty(5, 7)
+        nn.init.orthogonal_(scratch)
+        model[0].weight.data.copy_(scratch)
+
+    with pytest.raises(UnsupportedInitOpError, match="orthogonal_ on a temporary"):
+        shardinit.capture_init(model, temporary)
+
+
 def test_trunc_normal_imported_by_name_is_seen() -> None:
     from torch.nn.init import trunc_normal_, xavier_uniform_
 
@@ -283,7 +331,7 @@ def test_unsupported_ops_name_param_op_and_location() -> None:
         model = HFModel()
 
     def orthogonal() -> None:
-        nn.init.orthogonal_(model.h[1].c_fc.weight)
+        nn.init.orthogonal_(model.h[1].c_fc.weight.data[:2])  # its matrix is the view's
 
     def copy() -> None:
         model.h[0].c_attn.weight.data.copy_(torch.zeros(36, 12) + 1)  # computed values
@@ -421,8 +469,8 @@ def test_captured_init_recomputes_buffers_only_on_the_model_it_was_taken_on() ->
 def test_materialize_error_before_allocation() -> None:
     with torch.device("meta"):
         model = HFModel()
-    with pytest.raises(UnsupportedInitOpError, match="orthogonal_"):
+    with pytest.raises(UnsupportedInitOpError, match="sparse_"):
         shardinit.materialize(
-            model, seed=SEED, init_fn=lambda: nn.init.orthogonal_(model.lm_head.weight)
+            model, seed=SEED, init_fn=lambda: nn.init.sparse_(model.lm_head.weight, 0.5)
         )
     assert all(p.is_meta for p in model.parameters())

@@ -131,6 +131,28 @@ def _check_reset_parameters(world: int) -> None:
         expect_equal(name, param.full_tensor(), want.full_tensor())
 
 
+def _check_orthogonal(world: int) -> None:
+    """orthogonal_ captured from init code (a Linear, a 3-D conv weight) and given by a
+    rule (an embedding), on shapes no world of 2 or 3 divides: every rank computes the
+    whole matrix and keeps its rows; gathered, they are ``full`` of the spec."""
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(7, 5), nn.Conv1d(3, 5, 2), nn.Embedding(11, 4))
+    _shard(model, [], world)
+
+    def init_fn() -> None:
+        nn.init.orthogonal_(model[0].weight, gain=2.0)
+        nn.init.orthogonal_(model[1].weight)
+
+    rules = {"2.weight": shardinit.init.orthogonal(0.5)}
+    shardinit.materialize(model, seed=SEED, init_fn=init_fn, rules=rules)
+    for name, gain in (("0.weight", 2.0), ("1.weight", 1.0), ("2.weight", 0.5)):
+        param = model.get_parameter(name)
+        spec = shardinit.ParamSpec(
+            name, tuple(param.shape), param.dtype, shardinit.init.orthogonal(gain), seed=SEED
+        )
+        expect_equal(name, param.full_tensor(), shardinit.full(spec))
+
+
 @gloo_scenario(1, 2, 3)
 def capture_scenario(rank: int, world: int) -> Checks:
     checks: Checks = {}
@@ -138,6 +160,7 @@ def capture_scenario(rank: int, world: int) -> Checks:
     check(checks, "fused_rotary", lambda: _check_fused_rotary(world))
     check(checks, "hf", lambda: _check_hf(world))
     check(checks, "reset_parameters", lambda: _check_reset_parameters(world))
+    check(checks, "orthogonal", lambda: _check_orthogonal(world))
     return checks
 
 
@@ -171,3 +194,8 @@ def test_fsdp2_hugging_face_init_weights_bit_exact(world: int) -> None:
 @pytest.mark.parametrize("world", WORLDS)
 def test_fsdp2_reset_parameters_equals_defaults(world: int) -> None:
     _assert_passed(world, "reset_parameters")
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_fsdp2_orthogonal_captured_and_by_rule_bit_exact(world: int) -> None:
+    _assert_passed(world, "orthogonal")

@@ -165,6 +165,24 @@ def _check_layouts(model: Stack) -> None:
     assert [p.dim for p in w2.placements] == [0, 1], w2.placements
 
 
+ORTHOGONAL_RULES = {
+    "layers.*.w1.weight": init.orthogonal(1.5),  # Colwise: (_StridedShard(0), Shard(0))
+    "layers.*.w2.weight": init.orthogonal(0.5),  # Rowwise: (Shard(0), Shard(1))
+    "head.weight": init.orthogonal(),  # FSDP2 only
+}
+
+
+def _check_orthogonal(model: Stack) -> None:
+    """orthogonal rules under TP x FSDP2: every rank computes the whole matrix and keeps
+    its box (rows and/or columns); gathered, the same bits as ``full``."""
+    expected = _expected()
+    for i in range(2):
+        expected[f"layers.{i}.w1.weight"] = init.orthogonal(1.5)
+        expected[f"layers.{i}.w2.weight"] = init.orthogonal(0.5)
+    expected["head.weight"] = init.orthogonal()
+    _check_all(model, expected, torch.float32)
+
+
 @gloo_scenario(4)
 def tp_scenario(rank: int, world: int) -> Checks:
     checks: Checks = {}
@@ -178,6 +196,9 @@ def tp_scenario(rank: int, world: int) -> Checks:
     captured, _ = _build(torch.float32)
     shardinit.materialize(captured, seed=SEED, init_fn=_init_fn(captured))
     check(checks, "capture", lambda: _check_capture_tp(captured))
+    ortho, _ = _build(torch.float32)
+    shardinit.materialize(ortho, seed=SEED, rules=ORTHOGONAL_RULES)
+    check(checks, "orthogonal", lambda: _check_orthogonal(ortho))
     hsdp = _build_hsdp()
     shardinit.materialize(hsdp, seed=SEED)
     check(checks, "hsdp", lambda: _check_hsdp(hsdp))
@@ -189,6 +210,8 @@ def results() -> dict[str, list[str]]:
     return run_group(4, tp_scenario)
 
 
-@pytest.mark.parametrize("name", ["layouts", "defaults", "defaults_bf16", "capture", "hsdp"])
+@pytest.mark.parametrize(
+    "name", ["layouts", "defaults", "defaults_bf16", "capture", "orthogonal", "hsdp"]
+)
 def test_fsdp2_tp_2x2(name: str) -> None:
     assert_check_passed(results(), name)

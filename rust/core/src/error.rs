@@ -82,6 +82,27 @@ pub enum Error {
         /// What the thread-pool builder reported.
         reason: String,
     },
+    /// An orthogonal initializer's parameter has more elements than its cap: every rank
+    /// would hold the whole matrix in binary64.
+    OrthogonalTooLarge {
+        /// The global shape.
+        global_shape: Vec<u64>,
+        /// Its number of elements.
+        numel: u64,
+        /// The cap (`0`: the working matrix could not be allocated).
+        max_numel: u64,
+    },
+    /// An orthogonal initializer's parameter has fewer than 2 dims.
+    OrthogonalShape {
+        /// The global shape.
+        global_shape: Vec<u64>,
+    },
+    /// The initializer has no per-element sampler (orthogonal: each value depends on the
+    /// whole matrix).
+    NoSampler {
+        /// The initializer's name.
+        init: &'static str,
+    },
     /// `rank`/`world`/`dim` arguments of a chunked shard are out of range.
     InvalidShard {
         /// Which argument (`"rank"`, `"world"`, `"dim"`).
@@ -193,6 +214,34 @@ impl fmt::Display for Error {
                 f,
                 "could not start {threads} worker threads ({reason}); lower the count with \
                  shardinit.set_num_threads"
+            ),
+            Error::OrthogonalTooLarge {
+                global_shape,
+                numel,
+                max_numel: 0,
+            } => write!(
+                f,
+                "orthogonal init of shape {global_shape:?}: the {numel}-element binary64 \
+                 working matrix could not be allocated"
+            ),
+            Error::OrthogonalTooLarge {
+                global_shape,
+                numel,
+                max_numel,
+            } => write!(
+                f,
+                "orthogonal init of shape {global_shape:?} has {numel} elements, above the \
+                 cap of {max_numel} (every rank computes the whole matrix in binary64, 8 \
+                 bytes per element); raise the cap with shardinit.init.orthogonal(max_numel=...) \
+                 or the environment variable SHARDINIT_ORTHOGONAL_MAX_NUMEL"
+            ),
+            Error::OrthogonalShape { global_shape } => write!(
+                f,
+                "orthogonal init needs a shape with at least 2 dims, got {global_shape:?}"
+            ),
+            Error::NoSampler { init } => write!(
+                f,
+                "{init} has no per-element sampler: its values depend on the whole matrix"
             ),
             Error::InvalidShard {
                 arg,

@@ -17,6 +17,7 @@ use half::{bf16, f16};
 use crate::geometry::{box_numel, checked_numel, RunLayout};
 use crate::init::{Dtype, Element, Init, Sampler};
 use crate::kernel;
+use crate::orthogonal::OrthogonalMatrix;
 use crate::philox::{Backend, Stream};
 use crate::pool::{for_each_chunk, Threads, CHUNK_ELEMENTS};
 use crate::Error;
@@ -55,7 +56,7 @@ pub enum Region {
 
 /// Writes elements `[start, start + out.len())` (global flat indices) of one parameter.
 /// Single-threaded; the building block of all fills.
-fn fill_flat_serial<T: Element>(
+pub(crate) fn fill_flat_serial<T: Element>(
     backend: Backend,
     stream: &Stream,
     sampler: &Sampler,
@@ -100,11 +101,51 @@ fn scalar_two_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, o
     }
 }
 
+/// Where a fill's values come from: the stream through an elementwise sampler, or a
+/// matrix computed whole (orthogonal).
+enum Source {
+    Stream(Stream, Sampler),
+    Orthogonal(OrthogonalMatrix),
+}
+
+impl Source {
+    /// Writes elements `[start, start + out.len())` (global flat indices).
+    fn write<T: Element>(&self, backend: Backend, start: u64, out: &mut [T]) {
+        match self {
+            Source::Stream(stream, sampler) => {
+                fill_flat_serial(backend, stream, sampler, start, out);
+            }
+            Source::Orthogonal(matrix) => {
+                for (slot, index) in out.iter_mut().zip(start..) {
+                    *slot = T::from_f64(matrix.value(index));
+                }
+            }
+        }
+    }
+}
+
 impl ParamStream {
-    fn checked<T: Element>(&self) -> Result<(Stream, Sampler, u64), Error> {
+    /// Validates the initializer for the shape and dtype; returns the element count.
+    fn checked<T: Element>(&self) -> Result<u64, Error> {
         let numel = checked_numel(&self.global_shape, T::DTYPE.max_numel())?;
-        let sampler = self.init.prepare()?;
-        Ok((Stream::new(self.key64), sampler, numel))
+        self.init.validate()?;
+        self.init.check_shape(&self.global_shape, numel)?;
+        Ok(numel)
+    }
+
+    /// The source of the values, once the region is known to be valid and non-empty
+    /// (an orthogonal matrix is computed here, on `threads`).
+    fn source(&self, backend: Backend, threads: Threads) -> Result<Source, Error> {
+        match self.init {
+            Init::Orthogonal { gain, .. } => Ok(Source::Orthogonal(OrthogonalMatrix::compute(
+                self.key64,
+                &self.global_shape,
+                gain,
+                backend,
+                threads,
+            )?)),
+            init => Ok(Source::Stream(Stream::new(self.key64), init.prepare()?)),
+        }
     }
 
     /// Fills `out` with elements `[start, start + out.len())` of the flattened global
@@ -137,14 +178,18 @@ impl ParamStream {
         threads: Threads,
     ) -> Result<(), Error> {
         kernel::check_available(backend);
-        let (stream, sampler, numel) = self.checked::<T>()?;
+        let numel = self.checked::<T>()?;
         let len = out.len() as u64;
         if start.checked_add(len).is_none_or(|end| end > numel) {
             return Err(Error::RangeOutOfBounds { start, len, numel });
         }
+        if len == 0 {
+            return Ok(());
+        }
+        let source = self.source(backend, threads)?;
         for_each_chunk(out, threads, |index, chunk| {
             let chunk_start = start + (index * CHUNK_ELEMENTS) as u64;
-            fill_flat_serial(backend, &stream, &sampler, chunk_start, chunk);
+            source.write(backend, chunk_start, chunk);
         })
     }
 
@@ -204,7 +249,7 @@ impl ParamStream {
         threads: Threads,
     ) -> Result<(), Error> {
         kernel::check_available(backend);
-        let (stream, sampler, _) = self.checked::<T>()?;
+        self.checked::<T>()?;
         let box_len = box_numel(&self.global_shape, region)?;
         let len = out.len() as u64;
         if out_offset.checked_add(len).is_none_or(|end| end > box_len) {
@@ -217,6 +262,7 @@ impl ParamStream {
             return Ok(());
         }
         let layout = RunLayout::new(&self.global_shape, region);
+        let source = self.source(backend, threads)?;
         for_each_chunk(out, threads, |index, chunk| {
             let mut position = out_offset + (index * CHUNK_ELEMENTS) as u64;
             let mut done = 0usize;
@@ -225,13 +271,7 @@ impl ParamStream {
                 let within = position % layout.run_len;
                 let take = ((layout.run_len - within) as usize).min(chunk.len() - done);
                 let global_start = layout.run_start(run) + within;
-                fill_flat_serial(
-                    backend,
-                    &stream,
-                    &sampler,
-                    global_start,
-                    &mut chunk[done..done + take],
-                );
+                source.write(backend, global_start, &mut chunk[done..done + take]);
                 done += take;
                 position += take as u64;
             }

@@ -288,6 +288,16 @@ pub enum Init {
         /// Upper truncation bound.
         b: f64,
     },
+    /// torch's `orthogonal_` (stream-format.md §4.5): the Q of a Householder QR of the
+    /// parameter's float64 normal matrix, times `gain`. Not elementwise: every fill
+    /// computes the whole matrix ([`crate::orthogonal`]).
+    Orthogonal {
+        /// The scale (finite, any sign).
+        gain: f64,
+        /// The largest element count allowed (the whole matrix is computed in binary64
+        /// by every fill); see [`crate::orthogonal::DEFAULT_MAX_NUMEL`].
+        max_numel: u64,
+    },
 }
 
 fn finite(arg: &'static str, value: f64) -> Result<(), Error> {
@@ -338,16 +348,43 @@ impl Init {
                 }
                 Ok(())
             }
+            Init::Orthogonal { gain, .. } => finite("gain", gain),
         }
+    }
+
+    /// Checks that this initializer applies to `global_shape` (of `numel` elements):
+    /// orthogonal needs at least 2 dims and at most its `max_numel` elements; every
+    /// other initializer applies to any shape.
+    ///
+    /// # Errors
+    /// [`Error::OrthogonalShape`] or [`Error::OrthogonalTooLarge`].
+    pub fn check_shape(&self, global_shape: &[u64], numel: u64) -> Result<(), Error> {
+        if let Init::Orthogonal { max_numel, .. } = *self {
+            if global_shape.len() < 2 {
+                return Err(Error::OrthogonalShape {
+                    global_shape: global_shape.to_vec(),
+                });
+            }
+            if numel > max_numel {
+                return Err(Error::OrthogonalTooLarge {
+                    global_shape: global_shape.to_vec(),
+                    numel,
+                    max_numel,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Precomputes the per-parameter constants of the sampler (validating first).
     ///
     /// # Errors
-    /// As [`Init::validate`].
+    /// As [`Init::validate`]; [`Error::NoSampler`] for [`Init::Orthogonal`], which is not
+    /// elementwise.
     pub fn prepare(&self) -> Result<Sampler, Error> {
         self.validate()?;
         Ok(match *self {
+            Init::Orthogonal { .. } => return Err(Error::NoSampler { init: "orthogonal" }),
             Init::Constant { value } => Sampler::Constant { value },
             Init::Uniform { a, b } => Sampler::Uniform { a, width: b - a },
             Init::Normal { mean, std } => Sampler::Normal { mean, std },

@@ -195,6 +195,25 @@ where
     Ok(())
 }
 
+/// Runs `work` with `threads` threads available to rayon's parallel iterators inside
+/// it: on the calling thread alone when the job is small (`len` elements, at most one
+/// chunk) or one thread is asked for (rayon's global pool is never used), else on a
+/// cached pool. What `work` computes must not depend on the thread count.
+///
+/// # Errors
+/// [`Error::ThreadPool`] if the pool's threads cannot be started.
+pub(crate) fn install<R, F>(len: usize, threads: Threads, work: F) -> Result<R, Error>
+where
+    R: Send,
+    F: FnOnce(bool) -> R + Send,
+{
+    let threads = threads_for(len, threads);
+    if threads <= 1 {
+        return Ok(work(false));
+    }
+    Ok(pool_with(threads)?.install(move || work(true)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -94,6 +94,13 @@ impl PyInit {
         PyInit::checked(Init::TruncNormal { mean, std, a, b })
     }
 
+    /// torch's orthogonal_ times `gain` (finite), for parameters of at most
+    /// `max_numel` elements (checked at fill time against the global shape).
+    #[staticmethod]
+    fn orthogonal(gain: f64, max_numel: u64) -> PyResult<PyInit> {
+        PyInit::checked(Init::Orthogonal { gain, max_numel })
+    }
+
     fn __repr__(&self) -> String {
         format!("<shardinit._core.Init {:?}>", self.0)
     }

@@ -53,9 +53,9 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
 
     Raises:
         UnsupportedInitOpError: ``init_fn`` applied an operation that cannot be replayed
-            shard-locally (``orthogonal_``, ``sparse_``, copies of computed values,
-            arithmetic with tensors, reading values, a non-box region, replacing a
-            parameter).
+            shard-locally (``sparse_``, ``orthogonal_`` on part of a parameter, copies
+            of computed values, arithmetic with tensors, reading values, a non-box
+            region, replacing a parameter).
         ShardInitError: FSDP1 flat parameters, dtypes outside stream format v1, buffers
             init code computes on the meta device or only in part.
         TypeError: ``module`` is not an ``nn.Module`` or ``init_fn`` is not callable.

@@ -153,6 +153,29 @@ def _same_view(view: torch.Tensor, value: Any) -> bool:
     )
 
 
+def _check_whole(track: Track, view: torch.Tensor) -> None:
+    """``orthogonal_``'s matrix is that of the tensor it is given: replayable only when
+    that is a parameter itself, whole and in its own order (flattened the same way).
+
+    Raises:
+        ShardInitError: a temporary, part of a parameter, or a reordered view.
+    """
+    if track.kind != "param":
+        raise ShardInitError("orthogonal_ on a temporary is not replayable (fill the parameter)")
+    whole = (
+        view.dim() == track.base.dim()
+        and tuple(view.shape) == track.shape
+        and view.is_contiguous()
+        and view.storage_offset() == track.base.storage_offset()
+    )
+    if not whole:
+        raise ShardInitError(
+            f"orthogonal_ on a view of shape {tuple(view.shape)} that is not the whole "
+            f"parameter of shape {track.shape} in its own order: its matrix would be the "
+            "view's; call it on the parameter itself"
+        )
+
+
 def _is_inplace(name: str) -> bool:
     return name.endswith("_") or name.startswith("__i") or name == "__setitem__"
 
@@ -235,6 +258,8 @@ class _Recorder(TorchFunctionMode):
                 action = self.aligned(track, view, op, entry.kind, values)
             else:
                 action = build(entry.kind, values, op.split("(")[0].split(".")[-1], view)
+            if entry.kind == "orthogonal":
+                _check_whole(track, view)
         except ShardInitError as why:
             if track.kind == "param":
                 raise self.fail(track, op, str(why)) from None

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ...errors import ShardInitError
-from ...init import BaseInit, Constant, Normal, TruncNormal, uniform_or_constant
+from ...init import BaseInit, Constant, Normal, Orthogonal, TruncNormal, uniform_or_constant
 from .records import Action, Fill, Scale
 
 __all__ = [
@@ -76,7 +76,7 @@ INIT_TRANSLATIONS: Mapping[str, Translation] = {
     "xavier_normal_": Translation("probe", ("gain",), (1.0,)),
     "kaiming_uniform_": Translation(*_FAN),
     "kaiming_normal_": Translation(*_FAN),
-    "orthogonal_": Translation("refuse", ("gain",), (1,)),
+    "orthogonal_": Translation("orthogonal", ("gain",), (1,)),
     "sparse_": Translation("refuse", ("sparsity", "std"), (None, 0.01)),
 }
 
@@ -143,8 +143,11 @@ def build(kind: str, values: Sequence[Any], init_name: str, tensor: torch.Tensor
         return Scale(scalar(values[0]), divide=kind == "divide")
     if kind == "probe":
         return Fill(_probe(init_name, tensor, values))
+    if kind == "orthogonal":
+        # The recorder checks that the view is the whole parameter in its own order.
+        return Fill(Orthogonal(scalar(values[0])))
     raise ShardInitError(
-        "its values depend on the whole tensor (QR / random positions) and cannot be "
+        "its values depend on random positions of the whole tensor and cannot be "
         "generated shard-locally"
     )
 
