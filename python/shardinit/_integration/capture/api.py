@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .recorder import CaptureMode
+from .mode import CaptureMode
 from .records import CapturedInit, ParamRecord
 from .standins import (
     ParamGroup,

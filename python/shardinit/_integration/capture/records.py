@@ -11,6 +11,7 @@ from torch import nn
 
 from ...errors import ShardInitError
 from ...init import BaseInit
+from .program import Expr, has_prior
 from .regions import Box, box_union_covers
 
 __all__ = [
@@ -22,8 +23,10 @@ __all__ = [
     "Fill",
     "Opaque",
     "ParamRecord",
+    "Program",
     "Scale",
     "UnsupportedInitOpError",
+    "sets_values",
 ]
 
 
@@ -89,7 +92,35 @@ class Opaque:
     why: str
 
 
-Action = Fill | Scale | Eye | Dirac | Opaque
+@dataclass(frozen=True)
+class Program:
+    """Every covered element gets the value of an init program (:mod:`.program`): the
+    elementwise computation init code performed, over the parameter's GLOBAL
+    coordinates, evaluated by the core in binary64 and rounded once to the parameter's
+    dtype (docs/stream-format.md, "Init programs"). Random sources in it are the
+    parameter's own stream at the element's own global index, as for :class:`Fill`; a
+    program that is nothing but a source is recorded as that :class:`Fill`.
+
+    Attributes:
+        expr: the program's result.
+    """
+
+    expr: Expr
+
+    @property
+    def reads_prior(self) -> bool:
+        """Whether it reads the element's value before it (an in-place operation)."""
+        return has_prior(self.expr)
+
+
+Action = Fill | Scale | Eye | Dirac | Opaque | Program
+
+
+def sets_values(action: Action) -> bool:
+    """Whether ``action`` sets the values it covers without reading them."""
+    if isinstance(action, Scale):
+        return False
+    return not (isinstance(action, Program) and action.reads_prior)
 
 
 @dataclass(frozen=True)
@@ -129,7 +160,7 @@ class ParamRecord:
         """Whether the fills together cover every element (then the parameter's values
         do not depend on anything before ``init_fn``)."""
         return box_union_covers(
-            [op.region for op in self.ops if not isinstance(op.action, Scale)], self.shape
+            [op.region for op in self.ops if sets_values(op.action)], self.shape
         )
 
 

@@ -10,7 +10,7 @@ from typing import Literal
 
 import torch
 
-from .records import CapturedOp, Scale
+from .records import CapturedOp, sets_values
 from .regions import Box, box_union_covers, intersect
 
 __all__ = ["Track", "storage_id"]
@@ -62,7 +62,7 @@ class Track:
             return True
         pieces = []
         for op in self.ops:
-            if isinstance(op.action, Scale):
+            if not sets_values(op.action):
                 continue
             common = intersect(op.region, region)
             if common is not None:

@@ -1,0 +1,120 @@
+"""Evaluating a recorded :class:`~.records.Program` on one box of a parameter with the
+core's deterministic binary64 evaluator (``_core.Program`` / ``_core.fill_program``,
+docs/stream-format.md "Init programs"). Only the box is computed: no temporary of the
+whole parameter exists, except tables of values init code computed itself on the CPU.
+CUDA destinations are computed on the host and copied."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from ... import _core
+from ...shard import _core_init, _writable_view, get_num_threads
+from ...spec import SUPPORTED_DTYPES, ParamSpec
+from .program import (
+    Bad,
+    Binary,
+    Const,
+    Coord,
+    Expr,
+    Prior,
+    Round,
+    Source,
+    Table,
+    Unary,
+    Where,
+    as_lin,
+    walk_nodes,
+)
+from .regions import Box
+
+__all__ = ["fill_program_box"]
+
+
+def _strides(shape: Sequence[int]) -> list[int]:
+    strides = [1] * len(shape)
+    for dim in range(len(shape) - 2, -1, -1):
+        strides[dim] = strides[dim + 1] * max(int(shape[dim + 1]), 1)
+    return strides
+
+
+class _Emitter:
+    """Turns an expression DAG into registers of one ``_core.Program``."""
+
+    def __init__(self, ndim: int, prior: tuple[torch.Tensor, Box] | None) -> None:
+        self.program = _core.Program()
+        self.ndim = ndim
+        self.prior = prior
+        self.registers: dict[int, int] = {}
+
+    def emit(self, expr: Expr) -> int:
+        for node in walk_nodes(expr):
+            self.registers[id(node)] = self.node(node)
+        return self.registers[id(expr)]
+
+    def node(self, node: Expr) -> int:
+        program, reg = self.program, self.registers
+        if isinstance(node, Const):
+            return program.constant(float(node.value))
+        if isinstance(node, Coord):
+            return program.coord(node.dim)
+        if isinstance(node, Source):
+            return program.source(_core_init(node.init), SUPPORTED_DTYPES[node.dtype])
+        if isinstance(node, Table):
+            return self.table(node)
+        if isinstance(node, Unary):
+            return program.unary(node.op, reg[id(node.x)])
+        if isinstance(node, Binary):
+            return program.binary(node.op, reg[id(node.a)], reg[id(node.b)])
+        if isinstance(node, Where):
+            return program.where(reg[id(node.cond)], reg[id(node.a)], reg[id(node.b)])
+        if isinstance(node, Round):
+            return program.round(reg[id(node.x)], SUPPORTED_DTYPES[node.dtype])
+        if isinstance(node, Prior):
+            assert self.prior is not None, "a program reading prior values needs them"
+            values, box = self.prior
+            strides = _strides([stop - start for start, stop in box])
+            offset = -sum(start * step for (start, _), step in zip(box, strides, strict=True))
+            return program.table(values.numpy(), strides, offset)
+        assert not isinstance(node, Bad), node.why
+        raise TypeError(f"not an init program node: {node!r}")
+
+    def table(self, node: Table) -> int:
+        lin = as_lin(node.index)
+        assert lin is not None, "table indices are affine (checked at capture)"
+        strides = [0] * self.ndim
+        for dim, coef in lin.coefs:
+            strides[dim] = coef
+        return self.program.table(node.data.values.numpy(), strides, lin.offset)
+
+
+def fill_program_box(
+    expr: Expr, spec: ParamSpec, box: Box, target: torch.Tensor, reads_prior: bool
+) -> None:
+    """Writes the values of ``expr`` on ``box`` (global coordinates) of the parameter
+    ``spec`` into ``target`` (the box's shape, any device and strides); a program that
+    reads prior values reads them from ``target``."""
+    if math.prod(stop - start for start, stop in box) == 0:
+        return
+    prior = None
+    if reads_prior:
+        current = target.detach().to(device="cpu", dtype=torch.float64).contiguous()
+        prior = (current.view(-1), box)
+    emitter = _Emitter(len(box), prior)
+    emitter.emit(expr)
+    direct = target.device.type == "cpu" and target.is_contiguous()
+    host = target if direct else torch.empty(tuple(target.shape), dtype=target.dtype)
+    _core.fill_program(
+        spec.key64,
+        list(spec.shape),
+        emitter.program,
+        spec.dtype_name,
+        _core.Region.box([(int(a), int(b)) for a, b in box]),
+        _writable_view(host),
+        get_num_threads(),
+    )
+    if not direct:
+        target.copy_(host)
