@@ -6,6 +6,7 @@ __all__ = [
     "STREAM_FORMAT_VERSION",
     "Init",
     "InternalError",
+    "Program",
     "Region",
     "ShapeTooLargeError",
     "ShardInitError",
@@ -14,6 +15,7 @@ __all__ = [
     "backend",
     "chunk_range",
     "fill",
+    "fill_program",
     "key64",
     "phi",
     "phi_inv",
@@ -66,6 +68,57 @@ class Region:
 
     def __eq__(self, other: object, /) -> bool: ...
     __hash__: ClassVar[None]  # type: ignore[assignment]
+
+@final
+class Program:
+    """An init program (docs/stream-format.md §7): registers computed elementwise, in
+    binary64, at each element of a fill's region; the LAST register is the result.
+
+    Each method appends one register and returns its index. Operands are earlier
+    registers (SSA). Unknown op or dtype names and operands that are not earlier
+    registers raise ``ShardInitError`` naming the argument; what depends on the global
+    shape (``coord``'s dim, a table's bounds), an empty program, and ``sin``/``cos`` of an
+    argument beyond 2^20·π/2 are refused by :func:`fill_program`.
+    """
+
+    def __init__(self) -> None: ...
+    def source(self, init: Init, dtype: str) -> int:
+        """The value ``init`` gives this element in stream v1 (§3-§4), drawn at the
+        element's own global flat index of the destination tensor with the word layout
+        of the destination dtype passed to :func:`fill_program` (2 words for float64,
+        else 1), rounded to ``dtype``, then read back as binary64."""
+
+    def constant(self, value: float) -> int:
+        """The constant ``value`` (NaN and infinities allowed)."""
+
+    def coord(self, dim: int) -> int:
+        """The element's global coordinate along ``dim`` (``0 <= dim < ndim``)."""
+
+    def flat(self) -> int:
+        """The element's global flat (C-order) index."""
+
+    def table(self, values: Any, strides: list[int], offset: int) -> int:
+        """``values[offset + sum_d coord[d] * strides[d]]``: ``values`` is a 1-D
+        C-contiguous float64 buffer (copied in); strides may be 0 (broadcast) or
+        negative; bounds are checked over the whole global shape at fill time."""
+
+    def unary(self, op: str, x: int) -> int:
+        """``op(x)``, op one of ``"neg"``, ``"abs"``, ``"reciprocal"``, ``"sqrt"``,
+        ``"rsqrt"``, ``"exp"``, ``"expm1"``, ``"log"``, ``"log1p"``, ``"sin"``, ``"cos"``,
+        ``"tanh"``, ``"sigmoid"``, ``"softplus"``, ``"floor"``."""
+
+    def binary(self, op: str, a: int, b: int) -> int:
+        """``op(a, b)``, op one of ``"add"``, ``"sub"``, ``"mul"``, ``"div"``,
+        ``"pow"``, ``"min"``, ``"max"``, ``"floordiv"``, ``"mod"``, ``"lt"``, ``"le"``,
+        ``"gt"``, ``"ge"``, ``"eq"``, ``"ne"`` (comparisons give 1.0 or 0.0)."""
+
+    def where(self, cond: int, a: int, b: int) -> int:
+        """``a`` where ``cond != 0`` (NaN counts as non-zero), else ``b``."""
+
+    def round(self, x: int, dtype: str) -> int:
+        """``x`` rounded to ``dtype`` by §4's rule, read back as binary64."""
+
+    def __len__(self) -> int: ...
 
 def sampler_constants(init: Init) -> dict[str, float]:
     """The constants the core's sampler for ``init`` precomputes, by name, to the bit.
@@ -120,6 +173,25 @@ def fill(
         ValueError: ``out`` read-only or not C-contiguous.
         BufferError: ``out``'s item format does not match ``dtype``.
         RuntimeError: the worker threads could not be started.
+    """
+
+def fill_program(
+    key: int,
+    global_shape: list[int],
+    program: Program,
+    dtype: str,
+    region: Region,
+    out: Any,
+    threads: int = 0,
+) -> None:
+    """Writes ``region`` of ``program``'s values over the parameter ``(key,
+    global_shape)`` into ``out``: the last register, rounded to ``dtype`` by
+    stream-format.md §4's rule (NaNs written as the one quiet NaN).
+
+    The arguments, the GIL release and the errors are :func:`fill`'s, plus
+    ``ShardInitError`` for an empty program, a ``coord`` dim or a table that does not
+    fit ``global_shape``, and ``sin``/``cos`` of an argument beyond 2^20·π/2 (then
+    ``out`` is partly written).
     """
 
 def chunk_range(size: int, rank: int, world: int) -> tuple[int, int]: ...

@@ -91,6 +91,58 @@ pub enum Error {
         /// Description of the allowed range.
         allowed: String,
     },
+    /// A name argument (an operation) is not one of the allowed names.
+    UnknownName {
+        /// Which argument (`"op"`).
+        arg: &'static str,
+        /// The name given.
+        got: String,
+        /// Every allowed name.
+        allowed: Vec<&'static str>,
+    },
+    /// An init program operand is not an earlier register.
+    BadRegister {
+        /// Which argument (`"x"`, `"a"`, `"b"`, `"cond"`).
+        arg: &'static str,
+        /// The register given.
+        value: i128,
+        /// Registers the program had.
+        len: usize,
+    },
+    /// An init program's `coord` dim is negative or not a dim of the global shape.
+    CoordDim {
+        /// The dim given.
+        dim: i64,
+        /// Dims of the global shape (`None`: negative, refused before any shape).
+        dims: Option<usize>,
+    },
+    /// An init program's table has not one stride per dim of the global shape.
+    TableRank {
+        /// Strides given.
+        strides: usize,
+        /// Dims of the global shape.
+        dims: usize,
+    },
+    /// An init program's table is indexed outside its values over the global shape.
+    TableOutOfBounds {
+        /// Lowest index reached.
+        low: i128,
+        /// Highest index reached.
+        high: i128,
+        /// Number of values.
+        len: usize,
+    },
+    /// An init program has no registers.
+    EmptyProgram,
+    /// `sin` or `cos` of an argument beyond the exactly reduced range.
+    TrigArgument {
+        /// `"sin"` or `"cos"`.
+        op: &'static str,
+        /// The argument.
+        value: f64,
+        /// The largest magnitude allowed ([`crate::math::TRIG_MAX`]).
+        limit: f64,
+    },
 }
 
 impl fmt::Display for Error {
@@ -149,6 +201,48 @@ impl fmt::Display for Error {
             } => {
                 write!(f, "{arg} must be {allowed}, got {value}")
             }
+            Error::UnknownName { arg, got, allowed } => {
+                let allowed: Vec<String> = allowed.iter().map(|n| format!("'{n}'")).collect();
+                write!(
+                    f,
+                    "{arg} must be one of {}, got '{got}'",
+                    allowed.join(", ")
+                )
+            }
+            Error::BadRegister { arg, value, len } => write!(
+                f,
+                "{arg} must be an earlier register of the program (0 <= {arg} < {len}), got \
+                 {value}"
+            ),
+            Error::CoordDim { dim, dims: None } => {
+                write!(f, "dim must be >= 0, got {dim}")
+            }
+            Error::CoordDim {
+                dim,
+                dims: Some(dims),
+            } => write!(
+                f,
+                "coord dim must be < {dims}, the dims of the global shape, got {dim}"
+            ),
+            Error::TableRank { strides, dims } => write!(
+                f,
+                "table strides must have one entry per dim of the global shape ({dims}), got \
+                 {strides}"
+            ),
+            Error::TableOutOfBounds { low, high, len } => write!(
+                f,
+                "table indices over the global shape range over [{low}, {high}] but values \
+                 has {len} elements"
+            ),
+            Error::EmptyProgram => write!(
+                f,
+                "program has no registers (its last register is the value to fill)"
+            ),
+            Error::TrigArgument { op, value, limit } => write!(
+                f,
+                "{op} argument must satisfy |x| <= {limit} (2^20 * pi/2, the range reduced \
+                 exactly), got {value}"
+            ),
         }
     }
 }

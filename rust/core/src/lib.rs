@@ -10,6 +10,7 @@ mod key;
 pub mod math;
 pub mod philox;
 pub mod pool;
+pub mod program;
 
 pub use error::Error;
 pub use fill::{OutBuf, ParamStream, Region};
@@ -18,3 +19,4 @@ pub use init::{Dtype, Element, Init, Sampler};
 pub use key::{key64, KEY_DOMAIN_V1};
 pub use philox::{philox4x32_10, Backend, Stream};
 pub use pool::{Threads, CHUNK_ELEMENTS};
+pub use program::{BinaryOp, Program, UnaryOp};

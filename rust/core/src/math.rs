@@ -1,5 +1,7 @@
 //! Deterministic elementary functions: `log`, `exp`, `erf`, `erfc`, the standard
-//! normal CDF [`phi`] and its inverse [`phi_inv`].
+//! normal CDF [`phi`] and its inverse [`phi_inv`]; and, for init programs
+//! (stream-format.md §7), [`expm1`], [`log1p`], [`tanh`], [`sigmoid`], [`sin`] and
+//! [`cos`] (module `elementary`, ports of FreeBSD msun's fdlibm).
 //!
 //! # Why this crate owns these functions
 //!
@@ -36,6 +38,9 @@
 // decimal digits than binary64 holds, no digit separators); keep them that way so they
 // can be compared with the sources character for character.
 #![allow(clippy::excessive_precision, clippy::unreadable_literal)]
+
+mod elementary;
+pub use elementary::{cos, expm1, log1p, sigmoid, sin, tanh, TRIG_MAX};
 
 // ---------------------------------------------------------------------------------
 // Word access helpers (fdlibm's __HI / __LO).

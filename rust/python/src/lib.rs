@@ -10,6 +10,7 @@ mod buffers;
 mod errors;
 mod fill;
 mod inflight;
+mod program;
 mod stream;
 mod types;
 
@@ -22,6 +23,8 @@ mod _core {
     use crate::errors::{InternalError, ShapeTooLargeError, ShardInitError};
     #[pymodule_export]
     use crate::fill::fill;
+    #[pymodule_export]
+    use crate::program::{fill_program, PyProgram};
     #[pymodule_export]
     use crate::stream::{chunk_range, key64, panic_for_test, phi, phi_inv, stream_words};
     #[pymodule_export]

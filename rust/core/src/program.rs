@@ -1,0 +1,846 @@
+//! Init programs (stream-format.md §7): a value computed elementwise, in binary64, at
+//! each element of a fill's region, from the element's own stream words, its global
+//! coordinates and constant tables.
+//!
+//! A [`Program`] is a list of *registers* in SSA form: each register is one instruction
+//! whose operands are earlier registers; the last register is the result, rounded to the
+//! destination dtype by stream-format.md §4's rule. Every operation is either an exactly
+//! rounded IEEE-754 binary64 operation or one of the library's own functions in
+//! [`crate::math`], so a program's value at an element is a pure function of the
+//! program, the key, the global shape, the destination dtype and the element's global
+//! flat index: the same bits for every world size, layout, thread count and CPU.
+//!
+//! The evaluator is scalar: each chunk of the output is evaluated in blocks of
+//! [`BLOCK`] elements, one binary64 scratch vector per register (reused from block to
+//! block). A program that is a single `source` of the destination's dtype is the same
+//! computation as [`ParamStream::fill_region`] and is dispatched to its fused kernels.
+
+use std::sync::{Arc, Mutex};
+
+use half::{bf16, f16};
+
+use crate::fill::{OutBuf, ParamStream, Region};
+use crate::geometry::{box_numel, checked_numel, RunLayout};
+use crate::init::{Dtype, Element, Init, Sampler};
+use crate::math;
+use crate::philox::Stream;
+use crate::pool::{for_each_chunk, Threads, CHUNK_ELEMENTS};
+use crate::Error;
+
+/// Elements evaluated together: one scratch vector of this length per register.
+pub const BLOCK: usize = 256;
+
+macro_rules! named_ops {
+    ($(#[$meta:meta])* $name:ident, $arg:literal { $($(#[$vmeta:meta])* $variant:ident => $text:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)*
+        }
+
+        impl $name {
+            /// Every operation, in the order of the error message's list.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            /// The operation's name, as `Program`'s Python methods take it.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)*
+                }
+            }
+
+            /// The operation named `name`.
+            ///
+            /// # Errors
+            /// [`Error::UnknownName`] (argument `op`) for any other string.
+            pub fn from_name(name: &str) -> Result<$name, Error> {
+                $name::ALL
+                    .iter()
+                    .copied()
+                    .find(|op| op.name() == name)
+                    .ok_or_else(|| Error::UnknownName {
+                        arg: $arg,
+                        got: name.to_owned(),
+                        allowed: $name::ALL.iter().map(|op| op.name()).collect(),
+                    })
+            }
+        }
+    };
+}
+
+named_ops!(
+    /// A one-operand operation (stream-format.md §7 gives each formula).
+    UnaryOp, "op" {
+        /// `-x`.
+        Neg => "neg",
+        /// `|x|`.
+        Abs => "abs",
+        /// `1 / x`.
+        Reciprocal => "reciprocal",
+        /// IEEE square root.
+        Sqrt => "sqrt",
+        /// `1 / sqrt(x)`.
+        Rsqrt => "rsqrt",
+        /// [`math::exp`].
+        Exp => "exp",
+        /// [`math::expm1`].
+        Expm1 => "expm1",
+        /// [`math::log`].
+        Log => "log",
+        /// [`math::log1p`].
+        Log1p => "log1p",
+        /// [`math::sin`] (refused beyond [`math::TRIG_MAX`]).
+        Sin => "sin",
+        /// [`math::cos`] (refused beyond [`math::TRIG_MAX`]).
+        Cos => "cos",
+        /// [`math::tanh`].
+        Tanh => "tanh",
+        /// [`math::sigmoid`].
+        Sigmoid => "sigmoid",
+        /// `x` if `x > 20`, else `log1p(exp(x))` (torch's beta = 1, threshold = 20).
+        Softplus => "softplus",
+        /// Round toward minus infinity.
+        Floor => "floor",
+    }
+);
+
+named_ops!(
+    /// A two-operand operation (stream-format.md §7 gives each formula).
+    BinaryOp, "op" {
+        /// `a + b`.
+        Add => "add",
+        /// `a - b`.
+        Sub => "sub",
+        /// `a * b`.
+        Mul => "mul",
+        /// `a / b`.
+        Div => "div",
+        /// The smaller; NaN if either is NaN; `-0 < +0`.
+        Min => "min",
+        /// The larger; NaN if either is NaN; `-0 < +0`.
+        Max => "max",
+        /// Python's (and torch's) floor division of floats.
+        FloorDiv => "floordiv",
+        /// Python's (and torch's `remainder`) modulo of floats: the sign of `b`.
+        Mod => "mod",
+        /// `1.0` if `a < b` else `0.0`.
+        Lt => "lt",
+        /// `1.0` if `a <= b` else `0.0`.
+        Le => "le",
+        /// `1.0` if `a > b` else `0.0`.
+        Gt => "gt",
+        /// `1.0` if `a >= b` else `0.0`.
+        Ge => "ge",
+        /// `1.0` if `a == b` else `0.0`.
+        Eq => "eq",
+        /// `1.0` if `a != b` else `0.0` (NaN != NaN).
+        Ne => "ne",
+    }
+);
+
+/// A constant table and how a register indexes it.
+#[derive(Clone, Debug, PartialEq)]
+struct Table {
+    values: Arc<[f64]>,
+    strides: Vec<i64>,
+    offset: i64,
+}
+
+/// One register's instruction.
+#[derive(Clone, Debug, PartialEq)]
+enum Instr {
+    Source { init: Init, dtype: Dtype },
+    Constant(f64),
+    Coord(usize),
+    Flat,
+    Table(Table),
+    Unary(UnaryOp, usize),
+    Binary(BinaryOp, usize, usize),
+    Where(usize, usize, usize),
+    Round(usize, Dtype),
+}
+
+/// An init program (stream-format.md §7): registers computed elementwise, in binary64,
+/// at each element of a fill's region; the last register is the result.
+///
+/// ```
+/// use shardinit_core::program::{BinaryOp, Program, UnaryOp};
+/// use shardinit_core::{Dtype, OutBuf, Region, Threads};
+/// // log(coord1 + 1): Mamba's A_log table.
+/// let mut program = Program::new();
+/// let n = program.coord(1).unwrap();
+/// let one = program.constant(1.0);
+/// let sum = program.binary(BinaryOp::Add, n, one).unwrap();
+/// program.unary(UnaryOp::Log, sum).unwrap();
+/// let mut out = [0f32; 4];
+/// let region = Region::Box { ranges: vec![(1, 2), (0, 4)], offset: None };
+/// program.fill_region(7, &[2, 4], &region, OutBuf::F32(&mut out), Threads::Count(1)).unwrap();
+/// assert_eq!(out, [0.0, 2f32.ln(), 3f32.ln(), 4f32.ln()]);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Program {
+    instrs: Vec<Instr>,
+}
+
+/// `x` rounded to `dtype` by stream-format.md §4's rule, read back as binary64.
+#[inline]
+pub fn round_to(dtype: Dtype, x: f64) -> f64 {
+    match dtype {
+        Dtype::F64 => x,
+        Dtype::F32 => f64::from(<f32 as Element>::from_f64(x)),
+        Dtype::BF16 => <bf16 as Element>::from_f64(x).to_f64(),
+        Dtype::F16 => <f16 as Element>::from_f64(x).to_f64(),
+    }
+}
+
+impl Program {
+    /// An empty program (refused by [`Program::fill_region`] until it has a register).
+    pub fn new() -> Program {
+        Program::default()
+    }
+
+    /// Number of registers.
+    pub fn len(&self) -> usize {
+        self.instrs.len()
+    }
+
+    /// Whether the program has no registers.
+    pub fn is_empty(&self) -> bool {
+        self.instrs.is_empty()
+    }
+
+    fn push(&mut self, instr: Instr) -> usize {
+        self.instrs.push(instr);
+        self.instrs.len() - 1
+    }
+
+    /// `register` as an operand named `arg`: it must be an earlier register.
+    fn operand(&self, arg: &'static str, register: usize) -> Result<usize, Error> {
+        if register < self.instrs.len() {
+            Ok(register)
+        } else {
+            Err(Error::BadRegister {
+                arg,
+                value: i128::try_from(register).unwrap_or(i128::MAX),
+                len: self.instrs.len(),
+            })
+        }
+    }
+
+    /// The value `init` gives the element in stream v1 (§3–4), drawn at its own global
+    /// flat index with the word layout of the destination dtype, rounded to `dtype`.
+    ///
+    /// # Errors
+    /// An invalid `init` ([`Init::validate`]).
+    pub fn source(&mut self, init: Init, dtype: Dtype) -> Result<usize, Error> {
+        init.validate()?;
+        Ok(self.push(Instr::Source { init, dtype }))
+    }
+
+    /// The constant `value` (any binary64, NaN and infinities included).
+    pub fn constant(&mut self, value: f64) -> usize {
+        self.push(Instr::Constant(value))
+    }
+
+    /// The element's global coordinate along `dim` (checked against the global shape
+    /// at fill time).
+    ///
+    /// # Errors
+    /// [`Error::CoordDim`] for a negative `dim`.
+    pub fn coord(&mut self, dim: i64) -> Result<usize, Error> {
+        let dim = usize::try_from(dim).map_err(|_| Error::CoordDim { dim, dims: None })?;
+        Ok(self.push(Instr::Coord(dim)))
+    }
+
+    /// The element's global flat (C-order) index.
+    pub fn flat(&mut self) -> usize {
+        self.push(Instr::Flat)
+    }
+
+    /// `values[offset + sum_d coord[d] * strides[d]]` (bounds checked over the whole
+    /// global shape at fill time).
+    pub fn table(&mut self, values: Arc<[f64]>, strides: Vec<i64>, offset: i64) -> usize {
+        self.push(Instr::Table(Table {
+            values,
+            strides,
+            offset,
+        }))
+    }
+
+    /// `op(x)`.
+    ///
+    /// # Errors
+    /// [`Error::BadRegister`] if `x` is not an earlier register.
+    pub fn unary(&mut self, op: UnaryOp, x: usize) -> Result<usize, Error> {
+        let x = self.operand("x", x)?;
+        Ok(self.push(Instr::Unary(op, x)))
+    }
+
+    /// `op(a, b)`.
+    ///
+    /// # Errors
+    /// [`Error::BadRegister`] if `a` or `b` is not an earlier register.
+    pub fn binary(&mut self, op: BinaryOp, a: usize, b: usize) -> Result<usize, Error> {
+        let a = self.operand("a", a)?;
+        let b = self.operand("b", b)?;
+        Ok(self.push(Instr::Binary(op, a, b)))
+    }
+
+    /// `a` where `cond != 0` (NaN included), else `b`.
+    ///
+    /// # Errors
+    /// [`Error::BadRegister`] if an operand is not an earlier register.
+    pub fn select(&mut self, cond: usize, a: usize, b: usize) -> Result<usize, Error> {
+        let cond = self.operand("cond", cond)?;
+        let a = self.operand("a", a)?;
+        let b = self.operand("b", b)?;
+        Ok(self.push(Instr::Where(cond, a, b)))
+    }
+
+    /// `x` rounded to `dtype` ([`round_to`]).
+    ///
+    /// # Errors
+    /// [`Error::BadRegister`] if `x` is not an earlier register.
+    pub fn round(&mut self, x: usize, dtype: Dtype) -> Result<usize, Error> {
+        let x = self.operand("x", x)?;
+        Ok(self.push(Instr::Round(x, dtype)))
+    }
+}
+
+/// Per-fill state of one register, resolved against the global shape.
+enum Step {
+    Source { sampler: Sampler, dtype: Dtype },
+    Constant(f64),
+    Coord(usize),
+    Flat,
+    Table(Table),
+    Unary(UnaryOp, usize),
+    Binary(BinaryOp, usize, usize),
+    Where(usize, usize, usize),
+    Round(usize, Dtype),
+}
+
+/// A program checked against one fill: the steps, the stream and the shape.
+struct Compiled {
+    steps: Vec<Step>,
+    stream: Stream,
+    two_words: bool,
+    shape: Vec<u64>,
+    needs_coords: bool,
+    uses_words: bool,
+}
+
+/// The smallest and largest value of `offset + sum_d c_d * strides[d]` over the shape.
+fn table_range(table: &Table, shape: &[u64]) -> (i128, i128) {
+    let mut low = i128::from(table.offset);
+    let mut high = low;
+    for (&stride, &size) in table.strides.iter().zip(shape) {
+        let extreme = i128::from(stride) * (i128::from(size) - 1);
+        if extreme < 0 {
+            low += extreme;
+        } else {
+            high += extreme;
+        }
+    }
+    (low, high)
+}
+
+fn check_table(table: &Table, shape: &[u64], numel: u64) -> Result<(), Error> {
+    if table.strides.len() != shape.len() {
+        return Err(Error::TableRank {
+            strides: table.strides.len(),
+            dims: shape.len(),
+        });
+    }
+    if numel == 0 {
+        return Ok(());
+    }
+    let (low, high) = table_range(table, shape);
+    let len = table.values.len();
+    if low < 0 || high >= len as i128 {
+        return Err(Error::TableOutOfBounds { low, high, len });
+    }
+    Ok(())
+}
+
+impl Program {
+    fn compile(&self, key64: u64, shape: &[u64], dtype: Dtype) -> Result<Compiled, Error> {
+        if self.instrs.is_empty() {
+            return Err(Error::EmptyProgram);
+        }
+        let numel = checked_numel(shape, dtype.max_numel())?;
+        let mut steps = Vec::with_capacity(self.instrs.len());
+        for instr in &self.instrs {
+            steps.push(match *instr {
+                Instr::Source { init, dtype } => Step::Source {
+                    sampler: init.prepare()?,
+                    dtype,
+                },
+                Instr::Constant(value) => Step::Constant(value),
+                Instr::Coord(dim) => {
+                    if dim >= shape.len() {
+                        return Err(Error::CoordDim {
+                            dim: i64::try_from(dim).unwrap_or(i64::MAX),
+                            dims: Some(shape.len()),
+                        });
+                    }
+                    Step::Coord(dim)
+                }
+                Instr::Flat => Step::Flat,
+                Instr::Table(ref table) => {
+                    check_table(table, shape, numel)?;
+                    Step::Table(table.clone())
+                }
+                Instr::Unary(op, x) => Step::Unary(op, x),
+                Instr::Binary(op, a, b) => Step::Binary(op, a, b),
+                Instr::Where(c, a, b) => Step::Where(c, a, b),
+                Instr::Round(x, dtype) => Step::Round(x, dtype),
+            });
+        }
+        let needs_coords = steps
+            .iter()
+            .any(|s| matches!(s, Step::Coord(_) | Step::Table(_)));
+        let uses_words = steps
+            .iter()
+            .any(|s| matches!(s, Step::Source { sampler, .. } if sampler.uses_words()));
+        Ok(Compiled {
+            steps,
+            stream: Stream::new(key64),
+            two_words: dtype.words_per_element() == 2,
+            shape: shape.to_vec(),
+            needs_coords,
+            uses_words,
+        })
+    }
+
+    /// The single source of `dtype` this program is, if it is one (then a fill is the
+    /// plain [`ParamStream`] fill).
+    fn single_source(&self, dtype: Dtype) -> Option<Init> {
+        match self.instrs.as_slice() {
+            [Instr::Source { init, dtype: d }] if *d == dtype => Some(*init),
+            _ => None,
+        }
+    }
+
+    /// Fills `out` with `region` of the program's values over the parameter
+    /// `(key64, global_shape)`, on `threads` threads: the last register, rounded to
+    /// `out`'s dtype by stream-format.md §4's rule.
+    ///
+    /// # Errors
+    /// An empty program; a `coord` dim or a `table` that does not fit the global shape;
+    /// the errors of [`ParamStream::fill_region`] (shape too large, region); an
+    /// argument of `sin`/`cos` beyond [`math::TRIG_MAX`] ([`Error::TrigArgument`], the
+    /// one of the lowest flat index; `out` is then partly written).
+    pub fn fill_region(
+        &self,
+        key64: u64,
+        global_shape: &[u64],
+        region: &Region,
+        out: OutBuf<'_>,
+        threads: Threads,
+    ) -> Result<(), Error> {
+        if let Some(init) = self.single_source(out.dtype()) {
+            let param = ParamStream {
+                key64,
+                global_shape: global_shape.to_vec(),
+                init,
+            };
+            return param.fill_region(region, out, threads);
+        }
+        self.fill_region_evaluated(key64, global_shape, region, out, threads)
+    }
+
+    /// [`Program::fill_region`] always through the evaluator (tests compare it with the
+    /// fused single-source dispatch).
+    ///
+    /// # Errors
+    /// As [`Program::fill_region`].
+    pub fn fill_region_evaluated(
+        &self,
+        key64: u64,
+        global_shape: &[u64],
+        region: &Region,
+        out: OutBuf<'_>,
+        threads: Threads,
+    ) -> Result<(), Error> {
+        let compiled = self.compile(key64, global_shape, out.dtype())?;
+        match out {
+            OutBuf::F32(s) => compiled.fill(region, s, threads),
+            OutBuf::F64(s) => compiled.fill(region, s, threads),
+            OutBuf::BF16(s) => compiled.fill(region, s, threads),
+            OutBuf::F16(s) => compiled.fill(region, s, threads),
+        }
+    }
+}
+
+/// The first error of a fill, by lowest flat index (so the report does not depend on
+/// the order chunks finish in).
+type FirstError = Mutex<Option<(u64, Error)>>;
+
+fn record(first: &FirstError, at: u64, error: Error) {
+    let mut slot = first
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if slot.as_ref().is_none_or(|(index, _)| at < *index) {
+        *slot = Some((at, error));
+    }
+}
+
+impl Compiled {
+    fn fill<T: Element>(
+        &self,
+        region: &Region,
+        out: &mut [T],
+        threads: Threads,
+    ) -> Result<(), Error> {
+        let numel = checked_numel(&self.shape, T::DTYPE.max_numel())?;
+        let first_error: FirstError = Mutex::new(None);
+        let len = out.len() as u64;
+        match *region {
+            Region::Flat { start } => {
+                if start.checked_add(len).is_none_or(|end| end > numel) {
+                    return Err(Error::RangeOutOfBounds { start, len, numel });
+                }
+                for_each_chunk(out, threads, |index, chunk| {
+                    let chunk_start = start + (index * CHUNK_ELEMENTS) as u64;
+                    if let Err((at, e)) = self.eval_run(chunk_start, chunk) {
+                        record(&first_error, at, e);
+                    }
+                })?;
+            }
+            Region::Box { ref ranges, offset } => {
+                let box_len = box_numel(&self.shape, ranges)?;
+                let out_offset = offset.unwrap_or(0);
+                let fits = match offset {
+                    None => len == box_len,
+                    Some(o) => o.checked_add(len).is_some_and(|end| end <= box_len),
+                };
+                if !fits {
+                    return Err(Error::OutputSizeMismatch {
+                        expected: box_len.saturating_sub(out_offset),
+                        got: len,
+                    });
+                }
+                if len == 0 {
+                    return Ok(());
+                }
+                let layout = RunLayout::new(&self.shape, ranges);
+                for_each_chunk(out, threads, |index, chunk| {
+                    let mut position = out_offset + (index * CHUNK_ELEMENTS) as u64;
+                    let mut done = 0usize;
+                    while done < chunk.len() {
+                        let run = position / layout.run_len;
+                        let within = position % layout.run_len;
+                        let take = ((layout.run_len - within) as usize).min(chunk.len() - done);
+                        let global_start = layout.run_start(run) + within;
+                        if let Err((at, e)) =
+                            self.eval_run(global_start, &mut chunk[done..done + take])
+                        {
+                            record(&first_error, at, e);
+                            return;
+                        }
+                        done += take;
+                        position += take as u64;
+                    }
+                })?;
+            }
+        }
+        match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some((_, error)) => Err(error),
+            None => Ok(()),
+        }
+    }
+
+    /// Evaluates global flat indices `[start, start + out.len())` into `out`.
+    fn eval_run<T: Element>(&self, start: u64, out: &mut [T]) -> Result<(), (u64, Error)> {
+        let mut scratch = Scratch::new(self);
+        for (block, out) in out.chunks_mut(BLOCK).enumerate() {
+            let first = start + (block * BLOCK) as u64;
+            self.eval_block(first, out.len(), &mut scratch)?;
+            let result = &scratch.registers[self.steps.len() - 1][..out.len()];
+            for (slot, &value) in out.iter_mut().zip(result) {
+                // One NaN for every platform (payload and sign of NaNs are not IEEE's).
+                let value = if value.is_nan() { f64::NAN } else { value };
+                *slot = T::from_f64(value);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reused buffers of one run.
+struct Scratch {
+    registers: Vec<Vec<f64>>,
+    coords: Vec<Vec<u64>>,
+    words: Vec<u32>,
+}
+
+impl Scratch {
+    fn new(compiled: &Compiled) -> Scratch {
+        let dims = if compiled.needs_coords {
+            compiled.shape.len()
+        } else {
+            0
+        };
+        let words = if compiled.uses_words { 2 * BLOCK } else { 0 };
+        Scratch {
+            registers: vec![vec![0.0; BLOCK]; compiled.steps.len()],
+            coords: vec![vec![0; BLOCK]; dims],
+            words: vec![0; words],
+        }
+    }
+}
+
+impl Compiled {
+    /// Coordinates of flat indices `[first, first + n)`: an odometer from `first`'s.
+    fn fill_coords(&self, first: u64, n: usize, coords: &mut [Vec<u64>]) {
+        let dims = self.shape.len();
+        let mut current = vec![0u64; dims];
+        let mut rest = first;
+        for d in (0..dims).rev() {
+            current[d] = rest % self.shape[d];
+            rest /= self.shape[d];
+        }
+        for k in 0..n {
+            for d in 0..dims {
+                coords[d][k] = current[d];
+            }
+            for d in (0..dims).rev() {
+                current[d] += 1;
+                if current[d] < self.shape[d] {
+                    break;
+                }
+                current[d] = 0;
+            }
+        }
+    }
+
+    fn eval_block(&self, first: u64, n: usize, scratch: &mut Scratch) -> Result<(), (u64, Error)> {
+        if self.needs_coords {
+            self.fill_coords(first, n, &mut scratch.coords);
+        }
+        if self.uses_words {
+            let per = if self.two_words { 2 } else { 1 };
+            self.stream
+                .fill_words(first * per, &mut scratch.words[..n * per as usize]);
+        }
+        for (index, step) in self.steps.iter().enumerate() {
+            let (done, rest) = scratch.registers.split_at_mut(index);
+            let dst = &mut rest[0][..n];
+            match *step {
+                Step::Source { ref sampler, dtype } => {
+                    source(sampler, dtype, self.two_words, &scratch.words, dst)
+                }
+                Step::Constant(value) => dst.fill(value),
+                Step::Coord(dim) => {
+                    for (slot, &c) in dst.iter_mut().zip(&scratch.coords[dim]) {
+                        *slot = c as f64;
+                    }
+                }
+                Step::Flat => {
+                    for (slot, index) in dst.iter_mut().zip(first..) {
+                        *slot = index as f64;
+                    }
+                }
+                Step::Table(ref table) => gather(table, &scratch.coords, dst),
+                Step::Unary(op, x) => {
+                    unary(op, &done[x][..n], dst).map_err(|(k, e)| (first + k as u64, e))?
+                }
+                Step::Binary(op, a, b) => binary(op, &done[a][..n], &done[b][..n], dst),
+                Step::Where(c, a, b) => {
+                    for k in 0..n {
+                        dst[k] = if done[c][k] != 0.0 {
+                            done[a][k]
+                        } else {
+                            done[b][k]
+                        };
+                    }
+                }
+                Step::Round(x, dtype) => {
+                    for (slot, &v) in dst.iter_mut().zip(&done[x][..n]) {
+                        *slot = round_to(dtype, v);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn source(sampler: &Sampler, dtype: Dtype, two_words: bool, words: &[u32], dst: &mut [f64]) {
+    if two_words {
+        for (slot, pair) in dst.iter_mut().zip(words.chunks_exact(2)) {
+            *slot = round_to(dtype, sampler.two_words(pair[0], pair[1]));
+        }
+    } else {
+        for (slot, &word) in dst.iter_mut().zip(words) {
+            *slot = round_to(dtype, sampler.one_word(word));
+        }
+    }
+}
+
+fn gather(table: &Table, coords: &[Vec<u64>], dst: &mut [f64]) {
+    for (k, slot) in dst.iter_mut().enumerate() {
+        let mut at = table.offset;
+        for (stride, coord) in table.strides.iter().zip(coords) {
+            // No overflow: every partial sum lies in the range checked at compile time.
+            at += stride * coord[k] as i64;
+        }
+        *slot = table.values[at as usize];
+    }
+}
+
+/// `op` over `x` into `dst`; a refused argument gives its position in the block.
+fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) -> Result<(), (usize, Error)> {
+    let map = |f: fn(f64) -> f64, dst: &mut [f64]| {
+        for (slot, &v) in dst.iter_mut().zip(x) {
+            *slot = f(v);
+        }
+    };
+    match op {
+        UnaryOp::Neg => map(|v| -v, dst),
+        UnaryOp::Abs => map(f64::abs, dst),
+        UnaryOp::Reciprocal => map(|v| 1.0 / v, dst),
+        UnaryOp::Sqrt => map(f64::sqrt, dst),
+        UnaryOp::Rsqrt => map(|v| 1.0 / v.sqrt(), dst),
+        UnaryOp::Exp => map(math::exp, dst),
+        UnaryOp::Expm1 => map(math::expm1, dst),
+        UnaryOp::Log => map(math::log, dst),
+        UnaryOp::Log1p => map(math::log1p, dst),
+        UnaryOp::Tanh => map(math::tanh, dst),
+        UnaryOp::Sigmoid => map(math::sigmoid, dst),
+        UnaryOp::Softplus => map(softplus, dst),
+        UnaryOp::Floor => map(f64::floor, dst),
+        UnaryOp::Sin | UnaryOp::Cos => {
+            for (k, (slot, &v)) in dst.iter_mut().zip(x).enumerate() {
+                if v.abs() > math::TRIG_MAX {
+                    return Err((
+                        k,
+                        Error::TrigArgument {
+                            op: op.name(),
+                            value: v,
+                            limit: math::TRIG_MAX,
+                        },
+                    ));
+                }
+                *slot = if op == UnaryOp::Sin {
+                    math::sin(v)
+                } else {
+                    math::cos(v)
+                };
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `softplus(x) = x` if `x > 20`, else `log1p(exp(x))` (torch's beta = 1, threshold
+/// = 20).
+pub fn softplus(x: f64) -> f64 {
+    if x > 20.0 {
+        x
+    } else {
+        math::log1p(math::exp(x))
+    }
+}
+
+/// IEEE 754-2019 `minimum`: NaN if either is NaN, `-0 < +0`.
+pub fn minimum(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == b {
+        // Equal: identical bits, or zeros of two signs (OR keeps the minus sign).
+        f64::from_bits(a.to_bits() | b.to_bits())
+    } else if a < b {
+        a
+    } else {
+        b
+    }
+}
+
+/// IEEE 754-2019 `maximum`: NaN if either is NaN, `-0 < +0`.
+pub fn maximum(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == b {
+        // Equal: identical bits, or zeros of two signs (AND drops the minus sign).
+        f64::from_bits(a.to_bits() & b.to_bits())
+    } else if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// torch's `remainder` of floats (Python's `%` but for the sign of a zero result):
+/// `fmod(a, b)`, plus `b` when the remainder is non-zero and its sign differs from
+/// `b`'s; a zero remainder keeps `fmod`'s sign (`a`'s). `fmod` is exact (the remainder
+/// truncated toward zero is always representable), so every implementation gives the
+/// same bits.
+pub fn modulo(a: f64, b: f64) -> f64 {
+    let m = a % b;
+    if m != 0.0 && ((b < 0.0) != (m < 0.0)) {
+        m + b
+    } else {
+        m
+    }
+}
+
+/// torch's `div(rounding_mode="floor")` of floats (`div_floor_floating`, the same as
+/// CPython's `float_floor_div`): `a / b` when `b == 0`; else from the exact
+/// `fmod(a, b)`: `div = (a - mod) / b`, decreased by one when `mod`'s sign differs from
+/// `b`'s, then rounded to the nearest integer below (up when `div - floor(div) > 0.5`);
+/// a zero quotient takes the sign of `a / b`.
+pub fn floor_divide(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        return a / b;
+    }
+    let m = a % b;
+    let mut div = (a - m) / b;
+    if m != 0.0 && ((b < 0.0) != (m < 0.0)) {
+        div -= 1.0;
+    }
+    if div != 0.0 {
+        let mut floordiv = div.floor();
+        if div - floordiv > 0.5 {
+            floordiv += 1.0;
+        }
+        floordiv
+    } else {
+        0f64.copysign(a / b)
+    }
+}
+
+fn compare(op: BinaryOp, a: f64, b: f64) -> bool {
+    match op {
+        BinaryOp::Lt => a < b,
+        BinaryOp::Le => a <= b,
+        BinaryOp::Gt => a > b,
+        BinaryOp::Ge => a >= b,
+        BinaryOp::Eq => a == b,
+        _ => a != b,
+    }
+}
+
+fn binary(op: BinaryOp, a: &[f64], b: &[f64], dst: &mut [f64]) {
+    let map = |f: fn(f64, f64) -> f64, dst: &mut [f64]| {
+        for ((slot, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+            *slot = f(x, y);
+        }
+    };
+    match op {
+        BinaryOp::Add => map(|x, y| x + y, dst),
+        BinaryOp::Sub => map(|x, y| x - y, dst),
+        BinaryOp::Mul => map(|x, y| x * y, dst),
+        BinaryOp::Div => map(|x, y| x / y, dst),
+        BinaryOp::Min => map(minimum, dst),
+        BinaryOp::Max => map(maximum, dst),
+        BinaryOp::FloorDiv => map(floor_divide, dst),
+        BinaryOp::Mod => map(modulo, dst),
+        BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq | BinaryOp::Ne => {
+            for ((slot, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+                *slot = if compare(op, x, y) { 1.0 } else { 0.0 };
+            }
+        }
+    }
+}
