@@ -34,6 +34,7 @@ from .program import (
     Source,
     Table,
     TableData,
+    Where,
     bad_reasons,
     bare_source,
     broadcast_coords,
@@ -42,6 +43,7 @@ from .program import (
     flat_of_box,
     in_box,
     reindex,
+    simplify,
     strided_coords,
     substitute_prior,
     unravel,
@@ -60,7 +62,15 @@ from .records import (
     Scale,
     UnsupportedInitOpError,
 )
-from .regions import Box, Run, box_runs, flat_range_boxes, map_runs_from, view_runs
+from .regions import (
+    Box,
+    Run,
+    box_runs,
+    flat_range_boxes,
+    map_runs_from,
+    view_region,
+    view_runs,
+)
 from .tracks import Track
 
 __all__ = ["SOURCES", "Computing"]
@@ -77,6 +87,8 @@ _RANDOM = {"rand": Uniform(0.0, 1.0), "randn": Normal(0.0, 1.0)}
 def stored(expr: Expr, dtype: torch.dtype) -> Expr:
     """``expr`` as a tensor of ``dtype`` holds it."""
     if dtype in _ROUNDED and not isinstance(expr, Source):
+        if isinstance(expr, Round) and expr.dtype == dtype:
+            return expr
         return Round(expr, dtype)
     return expr
 
@@ -157,12 +169,19 @@ class Computing(Recorder):
         return value
 
     def fold(self, track: Track) -> Expr:
-        value: Expr = Bad(f"it copies elements of {track.label} that were never written")
+        if track.kind == "param":
+            unset = "an elementwise step reads elements that init_fn did not set before it"
+        else:
+            unset = f"it copies elements of {track.label} that were never written"
+        never = Bad(unset)
+        value: Expr = never
         random = False
         for op in track.ops:
             written = op_value(op, track, value)
             random = random or any(isinstance(n, Source) for n in walk_nodes(written))
             value = where(in_box(op.region, track.shape), written, value)
+        if track.written(tuple((0, size) for size in track.shape)):
+            value = _drop_branch(value, never)  # every element written: never selected
         computed_on_cpu = track.base.device.type == "cpu" and track.kind == "temp"
         if computed_on_cpu and not random and bad_reasons(value):
             return self.table_of(track.base)
@@ -220,19 +239,12 @@ class Computing(Recorder):
         return Program(expr) if init is None else Fill(init)
 
     def append(self, track: Track, box: Box, expr: Expr, op: str, where_: str) -> None:
-        """Appends the write of ``expr`` on ``box``; an in-place step on exactly the box
-        the last write covered is composed with it (one program, one rounding)."""
-        last = track.ops[-1] if track.ops else None
-        if (
-            last is not None
-            and last.region == box
-            and isinstance(last.action, (Fill, Program))
-            and any(isinstance(n, Prior) for n in walk_nodes(expr))
-        ):
-            prior = op_value(last, track, Prior())
-            action = self.action_of(track, substitute_prior(expr, prior), op)
-            track.ops[-1] = CapturedOp(box, action, f"{last.op}; {op}", where_)
-            return
+        """Appends the write of ``expr`` on ``box``. An in-place step reads the values
+        before it as the fold of what was written (so a recorded program never reads
+        memory: it is one computation from sources, rounded once at the end)."""
+        if any(isinstance(n, Prior) for n in walk_nodes(expr)):
+            prior = simplify(self.folded(track), box)
+            expr = substitute_prior(expr, prior)
         track.ops.append(CapturedOp(box, self.action_of(track, expr, op), op, where_))
 
     def spread(
@@ -265,6 +277,11 @@ class Computing(Recorder):
             self.record(target, view, Opaque(f"{op} wrote a view that is not a box"), op)
             return
         where_ = user_frame()
+        boxed = _box_coords(view, target.base)
+        if boxed is not None:  # one op on the box, read through the view's axes
+            box, coords = boxed
+            self.append(target, box, reindex(expr, coords, list(box)), op, where_)
+            return
         pieces = map_runs_from([(0, view.numel())], (0, view.numel()), runs)
         for box, value in self.spread(expr, tuple(view.shape), pieces, target):
             self.append(target, box, value, op, where_)
@@ -341,7 +358,12 @@ class Computing(Recorder):
         if source is target and same_view(dst, value):
             return
         try:
-            if source is not None and source.kind == "temp" and value.shape == dst.shape:
+            if (
+                source is not None
+                and source.kind == "temp"
+                and value.shape == dst.shape
+                and not any(isinstance(o.action, Program) for o in source.ops)
+            ):
                 try:
                     self.translate(source, value, target, dst, op)
                     return
@@ -471,6 +493,36 @@ class Computing(Recorder):
                 temp = self.new_temp(name, leaf)
                 why = f"{name} at {user_frame()} is not an elementwise operation shardinit follows"
                 temp.ops.append(CapturedOp(_whole(leaf), Opaque(why), name, user_frame()))
+
+
+def _drop_branch(expr: Expr, never: Expr) -> Expr:
+    """``expr`` with each ``where(c, a, never)`` replaced by ``a``."""
+    if isinstance(expr, Where):
+        if expr.b is never:
+            return _drop_branch(expr.a, never)
+        return Where(expr.cond, expr.a, _drop_branch(expr.b, never))
+    return expr
+
+
+def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, list[Expr]] | None:
+    """The box ``view`` covers and its coordinates as expressions of the base's, when
+    each of its dims runs along one base dim; else None."""
+    try:
+        region = view_region(view, base)
+    except ValueError:
+        return None
+    if region is None:
+        return None
+    box, axes = region
+    coords: list[Expr] = []
+    for size, axis in zip(view.shape, axes, strict=True):
+        if axis is None:
+            if size > 1:
+                return None
+            coords.append(Const(0.0))
+        else:
+            coords.append(combine("sub", Coord(axis), Const(float(box[axis][0]))))
+    return box, coords
 
 
 def _whole(tensor: torch.Tensor) -> Box:

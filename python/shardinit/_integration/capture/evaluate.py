@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -20,7 +21,6 @@ from .program import (
     Const,
     Coord,
     Expr,
-    Prior,
     Round,
     Source,
     Table,
@@ -34,20 +34,12 @@ from .regions import Box
 __all__ = ["fill_program_box"]
 
 
-def _strides(shape: Sequence[int]) -> list[int]:
-    strides = [1] * len(shape)
-    for dim in range(len(shape) - 2, -1, -1):
-        strides[dim] = strides[dim + 1] * max(int(shape[dim + 1]), 1)
-    return strides
-
-
 class _Emitter:
     """Turns an expression DAG into registers of one ``_core.Program``."""
 
-    def __init__(self, ndim: int, prior: tuple[torch.Tensor, Box] | None) -> None:
+    def __init__(self, shape: Sequence[int]) -> None:
         self.program = _core.Program()
-        self.ndim = ndim
-        self.prior = prior
+        self.shape = tuple(int(size) for size in shape)
         self.registers: dict[int, int] = {}
 
     def emit(self, expr: Expr) -> int:
@@ -55,7 +47,7 @@ class _Emitter:
             self.registers[id(node)] = self.node(node)
         return self.registers[id(expr)]
 
-    def node(self, node: Expr) -> int:
+    def node(self, node: Expr) -> Any:
         program, reg = self.program, self.registers
         if isinstance(node, Const):
             return program.constant(float(node.value))
@@ -73,37 +65,33 @@ class _Emitter:
             return program.where(reg[id(node.cond)], reg[id(node.a)], reg[id(node.b)])
         if isinstance(node, Round):
             return program.round(reg[id(node.x)], SUPPORTED_DTYPES[node.dtype])
-        if isinstance(node, Prior):
-            assert self.prior is not None, "a program reading prior values needs them"
-            values, box = self.prior
-            strides = _strides([stop - start for start, stop in box])
-            offset = -sum(start * step for (start, _), step in zip(box, strides, strict=True))
-            return program.table(values.numpy(), strides, offset)
         assert not isinstance(node, Bad), node.why
         raise TypeError(f"not an init program node: {node!r}")
 
-    def table(self, node: Table) -> int:
+    def table(self, node: Table) -> Any:
+        """A table read at an affine index. The core checks the index over the whole
+        global shape; a table read only inside a sub-box (a copy into part of the
+        parameter) is padded with NaN to that range (never read there)."""
         lin = as_lin(node.index)
         assert lin is not None, "table indices are affine (checked at capture)"
-        strides = [0] * self.ndim
+        strides = [0] * len(self.shape)
         for dim, coef in lin.coefs:
             strides[dim] = coef
-        return self.program.table(node.data.values.numpy(), strides, lin.offset)
+        low, high = lin.span([(0, size) for size in self.shape])
+        values = node.data.values
+        if low < 0 or high >= values.numel():
+            before, after = max(0, -low), max(0, high + 1 - values.numel())
+            values = torch.nn.functional.pad(values, (before, after), value=math.nan)
+            return self.program.table(values.numpy(), strides, lin.offset + before)
+        return self.program.table(values.numpy(), strides, lin.offset)
 
 
-def fill_program_box(
-    expr: Expr, spec: ParamSpec, box: Box, target: torch.Tensor, reads_prior: bool
-) -> None:
+def fill_program_box(expr: Expr, spec: ParamSpec, box: Box, target: torch.Tensor) -> None:
     """Writes the values of ``expr`` on ``box`` (global coordinates) of the parameter
-    ``spec`` into ``target`` (the box's shape, any device and strides); a program that
-    reads prior values reads them from ``target``."""
+    ``spec`` into ``target`` (the box's shape, any device and strides)."""
     if math.prod(stop - start for start, stop in box) == 0:
         return
-    prior = None
-    if reads_prior:
-        current = target.detach().to(device="cpu", dtype=torch.float64).contiguous()
-        prior = (current.view(-1), box)
-    emitter = _Emitter(len(box), prior)
+    emitter = _Emitter(spec.shape)
     emitter.emit(expr)
     direct = target.device.type == "cpu" and target.is_contiguous()
     host = target if direct else torch.empty(tuple(target.shape), dtype=target.dtype)

@@ -297,11 +297,13 @@ def reindex(
     coords: Sequence[Expr],
     ranges: Sequence[tuple[int, int]],
     repeats: str | None = None,
+    keep: bool = True,
 ) -> Expr:
     """``expr`` (over coordinates ``Coord(0..)``) read at ``coords``, expressions of new
     coordinates that run over ``ranges``. ``repeats`` (a reason) marks a map that reads
-    some elements more than once: random sources become :class:`Bad` with it."""
-    if repeats is None and all(c == Coord(d) for d, c in enumerate(coords)):
+    some elements more than once: random sources become :class:`Bad` with it. The
+    identity map returns ``expr`` itself unless ``keep`` is False."""
+    if keep and repeats is None and all(c == Coord(d) for d, c in enumerate(coords)):
         return expr  # the identity: the same expression
     memo: dict[int, Expr] = {}
 
@@ -343,6 +345,12 @@ def _rebuild(
     if isinstance(node, Round):
         return Round(walk(node.x), node.dtype)
     return node  # Const, Prior, Bad
+
+
+def simplify(expr: Expr, box: Sequence[tuple[int, int]]) -> Expr:
+    """``expr`` with what is decided over the coordinates of ``box`` folded away."""
+    coords = [Coord(d) for d in range(len(box))]
+    return reindex(expr, coords, [(int(a), int(b)) for a, b in box], repeats=None, keep=False)
 
 
 def random_key(expr: Expr) -> set[tuple[int, tuple[Expr, ...]]] | None:

@@ -11,7 +11,7 @@ from torch import nn
 
 from ...errors import ShardInitError
 from ...init import BaseInit
-from .program import Expr, has_prior
+from .program import Expr
 from .regions import Box, box_union_covers
 
 __all__ = [
@@ -97,9 +97,10 @@ class Program:
     """Every covered element gets the value of an init program (:mod:`.program`): the
     elementwise computation init code performed, over the parameter's GLOBAL
     coordinates, evaluated by the core in binary64 and rounded once to the parameter's
-    dtype (docs/stream-format.md, "Init programs"). Random sources in it are the
-    parameter's own stream at the element's own global index, as for :class:`Fill`; a
-    program that is nothing but a source is recorded as that :class:`Fill`.
+    dtype (docs/stream-format.md §7). Random sources in it are the parameter's own
+    stream at the element's own global index, as for :class:`Fill`; a program that is
+    nothing but a source is recorded as that :class:`Fill`. An in-place step is recorded
+    with the values before it folded in (the program never reads memory).
 
     Attributes:
         expr: the program's result.
@@ -107,20 +108,13 @@ class Program:
 
     expr: Expr
 
-    @property
-    def reads_prior(self) -> bool:
-        """Whether it reads the element's value before it (an in-place operation)."""
-        return has_prior(self.expr)
-
 
 Action = Fill | Scale | Eye | Dirac | Opaque | Program
 
 
 def sets_values(action: Action) -> bool:
     """Whether ``action`` sets the values it covers without reading them."""
-    if isinstance(action, Scale):
-        return False
-    return not (isinstance(action, Program) and action.reads_prior)
+    return not isinstance(action, Scale)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,7 @@ LAST operation that covered it:
   dtype, as torch's ``mul_`` / ``div_`` do after the fill;
 * ``eye_`` / ``dirac_`` compute each element from its global index;
 * a program (an elementwise computation init code performed, :mod:`.program`) is
-  evaluated by the core on the piece only, reading the piece's current values where it
-  is an in-place step.
+  evaluated by the core on the piece only.
 
 Example:
     >>> import torch, shardinit
@@ -173,9 +172,7 @@ def replay_box(
             if piece is None:
                 continue
             if sets_values(op.action) and any(
-                later is not None
-                and sets_values(ops[k].action)
-                and contains(later, piece)
+                later is not None and sets_values(ops[k].action) and contains(later, piece)
                 for k, later in enumerate(pieces[index + 1 :], start=index + 1)
             ):
                 continue  # a later fill overwrites all of it: generate nothing
@@ -194,7 +191,7 @@ def replay_box(
                     target.copy_(init_box(spec, piece, device=out.device))
             elif isinstance(action, Program):
                 spec = ParamSpec(record.name, record.shape, record.dtype, Constant(0.0), seed=seed)
-                fill_program_box(action.expr, spec, piece, target, action.reads_prior)
+                fill_program_box(action.expr, spec, piece, target)
             elif isinstance(action, Scale):
                 if action.divide:
                     target.div_(action.factor)
