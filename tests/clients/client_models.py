@@ -52,6 +52,75 @@ def _hf(kind: str) -> nn.Module:
     return tf.T5ForConditionalGeneration(config)
 
 
+def _mamba() -> nn.Module:
+    import transformers as tf
+
+    config = tf.MambaConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, state_size=8, num_hidden_layers=LAYERS,
+        expand=2, conv_kernel=4, time_step_rank=8,
+    )  # fmt: skip
+    return tf.MambaForCausalLM(config)
+
+
+def _mamba2() -> nn.Module:
+    import transformers as tf
+
+    config = tf.Mamba2Config(
+        vocab_size=VOCAB, hidden_size=HIDDEN, state_size=8, num_hidden_layers=LAYERS,
+        expand=2, conv_kernel=4, num_heads=8, head_dim=16, n_groups=1, time_step_rank=8,
+    )  # fmt: skip
+    return tf.Mamba2ForCausalLM(config)
+
+
+def _jamba() -> nn.Module:
+    import transformers as tf
+
+    config = tf.JambaConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=2, num_experts=2,
+        num_experts_per_tok=1, expert_layer_period=2, expert_layer_offset=1,
+        attn_layer_period=2, attn_layer_offset=1, mamba_d_state=8, mamba_d_conv=4,
+        mamba_expand=2, mamba_dt_rank=8, pad_token_id=0,
+    )  # fmt: skip
+    return tf.JambaForCausalLM(config)
+
+
+def _qwen3_next() -> nn.Module:
+    import transformers as tf
+
+    config = tf.Qwen3NextConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=2, head_dim=16,
+        linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=16,
+        linear_value_head_dim=16, num_experts=2, num_experts_per_tok=1,
+        moe_intermediate_size=32, shared_expert_intermediate_size=32,
+        layer_types=["linear_attention", "full_attention"],
+    )  # fmt: skip
+    return tf.Qwen3NextForCausalLM(config)
+
+
+def _whisper() -> nn.Module:
+    import transformers as tf
+
+    config = tf.WhisperConfig(
+        vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=HEADS, decoder_attention_heads=HEADS, encoder_ffn_dim=128,
+        decoder_ffn_dim=128, num_mel_bins=16, max_source_positions=32,
+        max_target_positions=32, pad_token_id=0, decoder_start_token_id=1, bos_token_id=1,
+        eos_token_id=2,
+    )  # fmt: skip
+    return tf.WhisperForConditionalGeneration(config)
+
+
+_PROGRAM_MODELS: dict[str, Callable[[], nn.Module]] = {
+    "mamba": _mamba,
+    "mamba2": _mamba2,
+    "jamba": _jamba,
+    "qwen3_next": _qwen3_next,
+    "whisper": _whisper,
+}
+
+
 def _titan(fuse_qkv: bool, tied: bool = False) -> nn.Module:
     from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
     from torchtitan.models.llama3 import (
@@ -147,6 +216,12 @@ MODELS: dict[str, ClientModel] = {
         # Its root initializes the tied decoder weight with a depth-scaled std: the
         # embedding's own init must win (issue 14, defect 5).
         ClientModel("modernbert", lambda: _hf("modernbert"), _init_weights, _hf_blocks),
+        # Init code that computes values (issue 19): init programs.
+        ClientModel("mamba", _mamba, _init_weights, _hf_blocks),
+        ClientModel("mamba2", _mamba2, _init_weights, _hf_blocks),
+        ClientModel("jamba", _jamba, _init_weights, _hf_blocks),
+        ClientModel("qwen3_next", _qwen3_next, _init_weights, _hf_blocks),
+        ClientModel("whisper", _whisper, _init_weights, _hf_blocks),
         ClientModel("titan_fused", lambda: _titan(True), _init_weights, _titan_blocks),
         ClientModel("titan_unfused", lambda: _titan(False), _init_weights, _titan_blocks),
         ClientModel("titan_tied", lambda: _titan(True, tied=True), _init_weights, _titan_blocks),
