@@ -1,4 +1,5 @@
-"""Tiny real client models (transformers 5.23: Llama, GPT-2, BERT, ModernBERT, T5;
+"""Tiny real client models (transformers 5.23: Llama, GPT-2, BERT, ModernBERT, T5, and
+Mamba, Mamba2, Jamba, Qwen3-Next, Whisper, CLIP, whose init code computes values;
 torchtitan 0.3.0: Llama3) built from configs,
 nothing downloaded, and the init flows a user runs on them.
 
@@ -112,13 +113,23 @@ def _whisper() -> nn.Module:
     return tf.WhisperForConditionalGeneration(config)
 
 
-_PROGRAM_MODELS: dict[str, Callable[[], nn.Module]] = {
-    "mamba": _mamba,
-    "mamba2": _mamba2,
-    "jamba": _jamba,
-    "qwen3_next": _qwen3_next,
-    "whisper": _whisper,
-}
+def _clip() -> nn.Module:
+    """CLIP sets ``logit_scale = nn.Parameter(torch.tensor(2.6592))`` in its constructor
+    (not in ``_init_weights``): built under :func:`shardinit.record_constructors`."""
+    import transformers as tf
+
+    import shardinit
+
+    layers = {"hidden_size": HIDDEN, "intermediate_size": 128, "num_hidden_layers": 1,
+              "num_attention_heads": HEADS}  # fmt: skip
+    config = tf.CLIPConfig(
+        text_config={"vocab_size": VOCAB, "max_position_embeddings": 32, "bos_token_id": 1,
+                     "eos_token_id": 2, **layers},
+        vision_config={"image_size": 32, "patch_size": 8, **layers},
+        projection_dim=32,
+    )  # fmt: skip
+    with shardinit.record_constructors():
+        return tf.CLIPModel(config)
 
 
 def _titan(fuse_qkv: bool, tied: bool = False) -> nn.Module:
@@ -222,6 +233,7 @@ MODELS: dict[str, ClientModel] = {
         ClientModel("jamba", _jamba, _init_weights, _hf_blocks),
         ClientModel("qwen3_next", _qwen3_next, _init_weights, _hf_blocks),
         ClientModel("whisper", _whisper, _init_weights, _hf_blocks),
+        ClientModel("clip", _clip, _init_weights, _hf_blocks),
         ClientModel("titan_fused", lambda: _titan(True), _init_weights, _titan_blocks),
         ClientModel("titan_unfused", lambda: _titan(False), _init_weights, _titan_blocks),
         ClientModel("titan_tied", lambda: _titan(True, tied=True), _init_weights, _titan_blocks),

@@ -17,10 +17,10 @@ from .._torch_compat import apply_to_tensors, is_flat_param
 from ..errors import ShardInitError
 from ..spec import ParamSpec
 from . import fsdp1, zero3
-from .capture import CapturedInit, ParamRecord, base_ops, write_buffers
+from .capture import CapturedInit, ParamRecord, base_ops, constructor_record, write_buffers
 from .defaults import DefaultInit, default_buffer_value, parent_overrides
 from .placements import Run, is_dtensor, local_runs_of
-from .rules import RuleList, choose_init, first_rule
+from .rules import RuleList, choose_init, first_rule, rule_matches
 from .targets import (
     InitValues,
     LocalTarget,
@@ -256,6 +256,10 @@ def make_plan(
                 shadowed += [] if key is None else [f"{target.name} (rule {key!r})"]
                 params.append(ParamPlan(target, ReplayValues(record, seed)))
                 continue
+        values = _constructed(target, rules, record, seed)
+        if values is not None:
+            params.append(ParamPlan(target, values))
+            continue
         choice = choose_init(rules, target.name, owner, attr, shapes, overrides)
         if choice is None:
             missing.append(f"{target.name} ({type(owner).__name__})")
@@ -273,6 +277,22 @@ def make_plan(
         captured,
         write_computed,
     )
+
+
+def _constructed(
+    target: Target, rules: RuleList, record: ParamRecord | None, seed: int
+) -> Values | None:
+    """The constructor's value (:func:`shardinit.record_constructors`) when no rule
+    matches: after init_fn's record (which it starts, where init_fn covers part)."""
+    owner, attr = target.holders[0]
+    if any(rule_matches(key, target.name, owner, attr) for key, _ in rules):
+        return None
+    made = constructor_record(owner, attr, target.name, target.global_shape, target.dtype)
+    if made is None:
+        return None
+    if record is None:
+        return ReplayValues(made, seed)
+    return ReplayValues(record, seed, made.ops)
 
 
 def _values(target: Target, choice: DefaultInit, record: ParamRecord | None, seed: int) -> Values:

@@ -461,7 +461,11 @@ def substitute_prior(expr: Expr, prior: Expr) -> Expr:
 def bare_source(expr: Expr) -> BaseInit | None:
     """The initializer when ``expr`` is nothing but a random source or a constant (then
     the op is a plain fill: stream v1 values, whatever dtype the temporary had)."""
-    while isinstance(expr, Round) and isinstance(expr.x, Source):
+    while isinstance(expr, Round) and isinstance(expr.x, Source | Const):
+        if isinstance(expr.x, Const):
+            exact = float(torch.tensor(expr.x.value, dtype=torch.float64).to(expr.dtype))
+            if exact != expr.x.value:
+                return None
         expr = expr.x
     if isinstance(expr, Source):
         return expr.init
