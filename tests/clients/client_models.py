@@ -191,13 +191,18 @@ class ClientModel:
 
 
 def _hf_blocks(model: nn.Module) -> list[nn.Module]:
-    # Llama's DecoderLayer, GPT-2's Block, BERT's Layer, T5's Block.
+    # Llama's DecoderLayer, GPT-2's Block, BERT's Layer, T5's Block, Mamba's Block; the
+    # outermost only (Jamba's and Qwen3-Next's SparseMoeBlock sit inside a layer).
     names = ("DecoderLayer", "Block", "Layer")
-    return [
-        m
-        for m in model.modules()
-        if type(m).__name__.endswith(names) and not type(m).__name__.endswith("LayerNorm")
-    ]
+    blocks: list[nn.Module] = []
+    inside: set[int] = set()
+    for m in model.modules():
+        name = type(m).__name__
+        if id(m) in inside or not name.endswith(names) or name.endswith("LayerNorm"):
+            continue
+        blocks.append(m)
+        inside.update(id(sub) for sub in m.modules())
+    return blocks
 
 
 def _titan_blocks(model: nn.Module) -> list[nn.Module]:

@@ -183,7 +183,7 @@ class Computing(Recorder):
         if track.written(tuple((0, size) for size in track.shape)):
             value = _drop_branch(value, never)  # every element written: never selected
         computed_on_cpu = track.base.device.type == "cpu" and track.kind == "temp"
-        if computed_on_cpu and not random and bad_reasons(value):
+        if computed_on_cpu and not (random or track.from_random) and bad_reasons(value):
             return self.table_of(track.base)
         return value
 
@@ -491,6 +491,7 @@ class Computing(Recorder):
                 continue  # a CPU tensor of known values: a table if it is copied
             if leaf.is_contiguous():
                 temp = self.new_temp(name, leaf)
+                temp.from_random = True
                 why = f"{name} at {user_frame()} is not an elementwise operation shardinit follows"
                 temp.ops.append(CapturedOp(_whole(leaf), Opaque(why), name, user_frame()))
 

@@ -51,6 +51,25 @@ def _binary(op: str, swap: bool = False) -> Step:
     return Step(("input", "other"), (), build)
 
 
+_POWERS = {1.0: None, 2.0: "square", 0.5: "sqrt", -0.5: "rsqrt", -1.0: "reciprocal"}
+
+
+def _pow(swap: bool = False) -> Step:
+    """``a ** b``; a constant exponent of 1, 2, 0.5, -0.5 or -1 is the exact step torch
+    takes for it (``x * x``, ``sqrt``, ...)."""
+
+    def build(xs: list[Expr], _: dict[str, Any]) -> Expr:
+        a, b = (xs[1], xs[0]) if swap else (xs[0], xs[1])
+        if isinstance(b, Const) and b.value in _POWERS:
+            step = _POWERS[b.value]
+            if step is None:
+                return a
+            return combine("mul", a, a) if step == "square" else Unary(step, a)
+        return combine("pow", a, b)
+
+    return Step(("input", "exponent"), (), build)
+
+
 def _add(sign: str, swap: bool = False) -> Step:
     def build(xs: list[Expr], opts: dict[str, Any]) -> Expr:
         a, b = xs
@@ -128,8 +147,7 @@ _MORE: dict[str, Step] = {
         "floor_divide": _binary("floordiv"), "__floordiv__": _binary("floordiv"),
         "__rfloordiv__": _binary("floordiv", swap=True),
         "remainder": _binary("mod"), "__mod__": _binary("mod"),
-        "pow": _binary("pow"), "__pow__": _binary("pow"), "__rpow__": _binary("pow", swap=True),
-        "float_power": _binary("pow"),
+        "pow": _pow(), "__pow__": _pow(), "__rpow__": _pow(swap=True), "float_power": _pow(),
         "minimum": _binary("min"), "fmin": _binary("min"),
         "maximum": _binary("max"), "fmax": _binary("max"),
         "clamp": _CLAMP, "clip": _CLAMP,
