@@ -1,7 +1,7 @@
 //! Deterministic elementary functions: `log`, `exp`, `erf`, `erfc`, the standard
 //! normal CDF [`phi`] and its inverse [`phi_inv`]; and, for init programs
-//! (stream-format.md §7), [`expm1`], [`log1p`], [`tanh`], [`sigmoid`], [`sin`] and
-//! [`cos`] (module `elementary`, ports of FreeBSD msun's fdlibm).
+//! (stream-format.md §7), [`expm1`], [`log1p`], [`tanh`], [`sigmoid`], [`sin`],
+//! [`cos`] and [`pow`] (module `elementary`, ports of FreeBSD msun's fdlibm).
 //!
 //! # Why this crate owns these functions
 //!
@@ -40,7 +40,7 @@
 #![allow(clippy::excessive_precision, clippy::unreadable_literal)]
 
 mod elementary;
-pub use elementary::{cos, expm1, log1p, sigmoid, sin, tanh, TRIG_MAX};
+pub use elementary::{cos, expm1, log1p, pow, sigmoid, sin, tanh, TRIG_MAX};
 
 // ---------------------------------------------------------------------------------
 // Word access helpers (fdlibm's __HI / __LO).

@@ -115,6 +115,8 @@ named_ops!(
         Mul => "mul",
         /// `a / b`.
         Div => "div",
+        /// [`math::pow`].
+        Pow => "pow",
         /// The smaller; NaN if either is NaN; `-0 < +0`.
         Min => "min",
         /// The larger; NaN if either is NaN; `-0 < +0`.
@@ -503,7 +505,8 @@ impl Compiled {
                 }
                 for_each_chunk(out, threads, |index, chunk| {
                     let chunk_start = start + (index * CHUNK_ELEMENTS) as u64;
-                    if let Err((at, e)) = self.eval_run(chunk_start, chunk) {
+                    let mut scratch = Scratch::new(self);
+                    if let Err((at, e)) = self.eval_run(chunk_start, chunk, &mut scratch) {
                         record(&first_error, at, e);
                     }
                 })?;
@@ -526,6 +529,7 @@ impl Compiled {
                 }
                 let layout = RunLayout::new(&self.shape, ranges);
                 for_each_chunk(out, threads, |index, chunk| {
+                    let mut scratch = Scratch::new(self);
                     let mut position = out_offset + (index * CHUNK_ELEMENTS) as u64;
                     let mut done = 0usize;
                     while done < chunk.len() {
@@ -533,9 +537,8 @@ impl Compiled {
                         let within = position % layout.run_len;
                         let take = ((layout.run_len - within) as usize).min(chunk.len() - done);
                         let global_start = layout.run_start(run) + within;
-                        if let Err((at, e)) =
-                            self.eval_run(global_start, &mut chunk[done..done + take])
-                        {
+                        let run_out = &mut chunk[done..done + take];
+                        if let Err((at, e)) = self.eval_run(global_start, run_out, &mut scratch) {
                             record(&first_error, at, e);
                             return;
                         }
@@ -552,11 +555,15 @@ impl Compiled {
     }
 
     /// Evaluates global flat indices `[start, start + out.len())` into `out`.
-    fn eval_run<T: Element>(&self, start: u64, out: &mut [T]) -> Result<(), (u64, Error)> {
-        let mut scratch = Scratch::new(self);
+    fn eval_run<T: Element>(
+        &self,
+        start: u64,
+        out: &mut [T],
+        scratch: &mut Scratch,
+    ) -> Result<(), (u64, Error)> {
         for (block, out) in out.chunks_mut(BLOCK).enumerate() {
             let first = start + (block * BLOCK) as u64;
-            self.eval_block(first, out.len(), &mut scratch)?;
+            self.eval_block(first, out.len(), scratch)?;
             let result = &scratch.registers[self.steps.len() - 1][..out.len()];
             for (slot, &value) in out.iter_mut().zip(result) {
                 // One NaN for every platform (payload and sign of NaNs are not IEEE's).
@@ -668,7 +675,9 @@ impl Compiled {
 }
 
 fn source(sampler: &Sampler, dtype: Dtype, two_words: bool, words: &[u32], dst: &mut [f64]) {
-    if two_words {
+    if let Sampler::Constant { value } = *sampler {
+        dst.fill(round_to(dtype, value));
+    } else if two_words {
         for (slot, pair) in dst.iter_mut().zip(words.chunks_exact(2)) {
             *slot = round_to(dtype, sampler.two_words(pair[0], pair[1]));
         }
@@ -713,7 +722,9 @@ fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) -> Result<(), (usize, Error)> 
         UnaryOp::Floor => map(f64::floor, dst),
         UnaryOp::Sin | UnaryOp::Cos => {
             for (k, (slot, &v)) in dst.iter_mut().zip(x).enumerate() {
-                if v.abs() > math::TRIG_MAX {
+                // Infinities and NaN give NaN, as in C99; finite values beyond the
+                // exactly reduced range are refused.
+                if v.is_finite() && v.abs() > math::TRIG_MAX {
                     return Err((
                         k,
                         Error::TrigArgument {
@@ -833,6 +844,7 @@ fn binary(op: BinaryOp, a: &[f64], b: &[f64], dst: &mut [f64]) {
         BinaryOp::Sub => map(|x, y| x - y, dst),
         BinaryOp::Mul => map(|x, y| x * y, dst),
         BinaryOp::Div => map(|x, y| x / y, dst),
+        BinaryOp::Pow => map(math::pow, dst),
         BinaryOp::Min => map(minimum, dst),
         BinaryOp::Max => map(maximum, dst),
         BinaryOp::FloorDiv => map(floor_divide, dst),
@@ -842,5 +854,390 @@ fn binary(op: BinaryOp, a: &[f64], b: &[f64], dst: &mut [f64]) {
                 *slot = if compare(op, x, y) { 1.0 } else { 0.0 };
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A program touching every instruction kind: a source, coordinates, the flat
+    /// index, a broadcast table, unary and binary operations, a select and a rounding.
+    fn every_kind(init: Init) -> Program {
+        let mut p = Program::new();
+        let s = p.source(init, Dtype::F32).unwrap();
+        let c0 = p.coord(0).unwrap();
+        let c2 = p.coord(2).unwrap();
+        let flat = p.flat();
+        let values: Arc<[f64]> = (0..11).map(|v| f64::from(v) * 0.25 - 0.5).collect();
+        let t = p.table(values, vec![2, 0, 1], 0);
+        let e = p.unary(UnaryOp::Exp, s).unwrap();
+        let sum = p.binary(BinaryOp::Add, e, t).unwrap();
+        let l = p.unary(UnaryOp::Log1p, flat).unwrap();
+        let big = p.binary(BinaryOp::Gt, c0, c2).unwrap();
+        let w = p.select(big, sum, l).unwrap();
+        p.round(w, Dtype::BF16).unwrap();
+        p
+    }
+
+    fn fill_f64(
+        p: &Program,
+        shape: &[u64],
+        region: Region,
+        len: usize,
+        threads: Threads,
+    ) -> Vec<f64> {
+        let mut out = vec![0.0; len];
+        p.fill_region(5, shape, &region, OutBuf::F64(&mut out), threads)
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn any_part_of_a_box_or_flat_range_equals_the_full_evaluation() {
+        let shape = [4u64, 3, 5];
+        let p = every_kind(Init::Normal {
+            mean: 0.0,
+            std: 1.0,
+        });
+        let full = fill_f64(&p, &shape, Region::Flat { start: 0 }, 60, Threads::Count(1));
+        // Values really vary (not a constant that would make every slice agree).
+        assert!(full.iter().any(|&v| v != full[0]));
+        for (start, len) in [(0, 1), (7, 9), (31, 29), (59, 1), (0, 60)] {
+            let part = fill_f64(&p, &shape, Region::Flat { start }, len, Threads::Count(1));
+            assert_eq!(part, full[start as usize..start as usize + len]);
+        }
+        let ranges = vec![(1, 3), (0, 3), (2, 5)];
+        let whole = fill_f64(
+            &p,
+            &shape,
+            Region::Box {
+                ranges: ranges.clone(),
+                offset: None,
+            },
+            18,
+            Threads::Count(1),
+        );
+        let expect: Vec<f64> = (1..3)
+            .flat_map(|i| {
+                (0..3).flat_map(move |j| (2..5).map(move |k| (i * 15 + j * 5 + k) as usize))
+            })
+            .map(|index| full[index])
+            .collect();
+        assert_eq!(whole, expect);
+        for (offset, len) in [(0, 4), (4, 7), (11, 7), (17, 1)] {
+            let region = Region::Box {
+                ranges: ranges.clone(),
+                offset: Some(offset),
+            };
+            assert_eq!(
+                fill_f64(&p, &shape, region, len, Threads::Count(1)),
+                expect[offset as usize..offset as usize + len]
+            );
+        }
+    }
+
+    #[test]
+    fn one_thread_equals_many() {
+        let shape = [3u64, 50_000, 2];
+        let p = every_kind(Init::Uniform { a: -1.0, b: 1.0 });
+        let n = 300_000;
+        let one = fill_f64(&p, &shape, Region::Flat { start: 0 }, n, Threads::Count(1));
+        let three = fill_f64(&p, &shape, Region::Flat { start: 0 }, n, Threads::Count(3));
+        assert_eq!(one, three);
+    }
+
+    #[test]
+    fn a_single_source_equals_the_evaluator_and_the_fill_for_every_dtype() {
+        let inits = [
+            Init::Constant { value: 0.3 },
+            Init::Uniform { a: -2.0, b: 3.0 },
+            Init::Normal {
+                mean: 0.5,
+                std: 2.0,
+            },
+            Init::TruncNormal {
+                mean: 0.0,
+                std: 1.0,
+                a: -2.0,
+                b: 1.0,
+            },
+        ];
+        let shape = [7u64, 11];
+        let region = Region::Box {
+            ranges: vec![(2, 6), (3, 10)],
+            offset: None,
+        };
+        for init in inits {
+            for dtype in Dtype::ALL {
+                let mut p = Program::new();
+                p.source(init, dtype).unwrap();
+                let mut q = Program::new();
+                let s = q.source(init, dtype).unwrap();
+                q.round(s, dtype).unwrap();
+                let param = ParamStream {
+                    key64: 9,
+                    global_shape: shape.to_vec(),
+                    init,
+                };
+                macro_rules! check {
+                    ($t:ty, $variant:ident) => {{
+                        let mut a = vec![<$t>::from_f64(0.0); 28];
+                        let mut b = a.clone();
+                        let mut c = a.clone();
+                        let mut d = a.clone();
+                        p.fill_region(
+                            9,
+                            &shape,
+                            &region,
+                            OutBuf::$variant(&mut a),
+                            Threads::Count(1),
+                        )
+                        .unwrap();
+                        p.fill_region_evaluated(
+                            9,
+                            &shape,
+                            &region,
+                            OutBuf::$variant(&mut b),
+                            Threads::Count(1),
+                        )
+                        .unwrap();
+                        q.fill_region(
+                            9,
+                            &shape,
+                            &region,
+                            OutBuf::$variant(&mut c),
+                            Threads::Count(1),
+                        )
+                        .unwrap();
+                        param
+                            .fill_region(&region, OutBuf::$variant(&mut d), Threads::Count(1))
+                            .unwrap();
+                        let bits =
+                            |v: &[$t]| v.iter().map(|x| x.to_f64().to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&a), bits(&d), "{init:?} {dtype:?}");
+                        assert_eq!(bits(&b), bits(&d), "{init:?} {dtype:?}");
+                        assert_eq!(bits(&c), bits(&d), "{init:?} {dtype:?}");
+                    }};
+                }
+                trait ToF64 {
+                    fn to_f64(self) -> f64;
+                }
+                impl ToF64 for f32 {
+                    fn to_f64(self) -> f64 {
+                        f64::from(self)
+                    }
+                }
+                impl ToF64 for f64 {
+                    fn to_f64(self) -> f64 {
+                        self
+                    }
+                }
+                impl ToF64 for bf16 {
+                    fn to_f64(self) -> f64 {
+                        bf16::to_f64(self)
+                    }
+                }
+                impl ToF64 for f16 {
+                    fn to_f64(self) -> f64 {
+                        f16::to_f64(self)
+                    }
+                }
+                match dtype {
+                    Dtype::F32 => check!(f32, F32),
+                    Dtype::F64 => check!(f64, F64),
+                    Dtype::BF16 => check!(bf16, BF16),
+                    Dtype::F16 => check!(f16, F16),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn nans_are_written_as_the_one_quiet_nan() {
+        let mut p = Program::new();
+        let neg = p.constant(-1.0);
+        let z = p.unary(UnaryOp::Sqrt, neg).unwrap(); // x86 gives the negative default NaN
+        let zero = p.constant(0.0);
+        p.binary(BinaryOp::Div, z, zero).unwrap();
+        let out = fill_f64(&p, &[2], Region::Flat { start: 0 }, 2, Threads::Count(1));
+        assert!(out.iter().all(|v| v.to_bits() == f64::NAN.to_bits()));
+    }
+
+    #[test]
+    fn bad_programs_are_refused_with_their_argument_named() {
+        let mut p = Program::new();
+        let mut out = [0f64; 4];
+        let flat = Region::Flat { start: 0 };
+        let err = p
+            .fill_region(0, &[4], &flat, OutBuf::F64(&mut out), Threads::Count(1))
+            .unwrap_err();
+        assert_eq!(err, Error::EmptyProgram);
+        assert_eq!(
+            p.unary(UnaryOp::Exp, 0).unwrap_err().to_string(),
+            "x must be an earlier register of the program (0 <= x < 0), got 0"
+        );
+        let x = p.constant(1.0);
+        assert!(matches!(
+            p.binary(BinaryOp::Add, x, 1),
+            Err(Error::BadRegister {
+                arg: "b",
+                value: 1,
+                len: 1
+            })
+        ));
+        assert!(matches!(
+            p.select(3, x, x),
+            Err(Error::BadRegister { arg: "cond", .. })
+        ));
+        assert_eq!(
+            p.coord(-1).unwrap_err().to_string(),
+            "dim must be >= 0, got -1"
+        );
+        let msg = UnaryOp::from_name("erf").unwrap_err().to_string();
+        assert!(msg.starts_with("op must be one of 'neg', 'abs', "), "{msg}");
+        assert!(msg.ends_with("'floor', got 'erf'"), "{msg}");
+        assert!(BinaryOp::from_name("atan2")
+            .unwrap_err()
+            .to_string()
+            .ends_with("'ne', got 'atan2'"));
+
+        let mut c = Program::new();
+        c.coord(1).unwrap();
+        let err = c
+            .fill_region(0, &[4], &flat, OutBuf::F64(&mut out), Threads::Count(1))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "coord dim must be < 1, the dims of the global shape, got 1"
+        );
+
+        let values: Arc<[f64]> = vec![0.0; 6].into();
+        let mut t = Program::new();
+        t.table(values.clone(), vec![3, 1], 0);
+        let err = t
+            .fill_region(0, &[4], &flat, OutBuf::F64(&mut out), Threads::Count(1))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::TableRank {
+                strides: 2,
+                dims: 1
+            }
+        );
+        let err = t
+            .fill_region(0, &[2, 4], &flat, OutBuf::F64(&mut out), Threads::Count(1))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::TableOutOfBounds {
+                low: 0,
+                high: 6,
+                len: 6
+            }
+        );
+        let mut n = Program::new();
+        n.table(values, vec![-1], 2);
+        let err = n
+            .fill_region(0, &[4], &flat, OutBuf::F64(&mut out), Threads::Count(1))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::TableOutOfBounds {
+                low: -1,
+                high: 2,
+                len: 6
+            }
+        );
+        // The whole shape is checked, not only the region filled.
+        let mut one = [0f64; 1];
+        let err = n
+            .fill_region(0, &[4], &flat, OutBuf::F64(&mut one), Threads::Count(1))
+            .unwrap_err();
+        assert!(matches!(err, Error::TableOutOfBounds { .. }));
+    }
+
+    #[test]
+    fn sin_beyond_trig_max_is_refused_at_the_lowest_index() {
+        let mut p = Program::new();
+        let flat = p.flat();
+        let scale = p.constant(1e6);
+        let x = p.binary(BinaryOp::Mul, flat, scale).unwrap();
+        p.unary(UnaryOp::Sin, x).unwrap();
+        let n = 3 * CHUNK_ELEMENTS;
+        let mut out = vec![0f32; n];
+        let err = p
+            .fill_region(
+                0,
+                &[n as u64],
+                &Region::Flat { start: 0 },
+                OutBuf::F32(&mut out),
+                Threads::Count(3),
+            )
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::TrigArgument {
+                op: "sin",
+                value: 2e6,
+                limit: math::TRIG_MAX
+            }
+        );
+        assert!(err
+            .to_string()
+            .starts_with("sin argument must satisfy |x| <= 1647099.3291652855"));
+        // Up to the limit: computed.
+        let mut ok = [0f32; 2];
+        p.fill_region(
+            0,
+            &[2],
+            &Region::Flat { start: 0 },
+            OutBuf::F32(&mut ok),
+            Threads::Count(1),
+        )
+        .unwrap();
+        assert_eq!(ok, [0.0, math::sin(1e6) as f32]);
+        // Infinities are not refused: sin(inf) is NaN.
+        let mut inf = Program::new();
+        let x = inf.constant(f64::NEG_INFINITY);
+        inf.unary(UnaryOp::Cos, x).unwrap();
+        inf.fill_region(
+            0,
+            &[2],
+            &Region::Flat { start: 0 },
+            OutBuf::F32(&mut ok),
+            Threads::Count(1),
+        )
+        .unwrap();
+        assert!(ok[0].is_nan() && ok[1].is_nan());
+    }
+
+    #[test]
+    fn min_max_mod_and_floordiv_follow_torch() {
+        let nan = f64::NAN;
+        assert!(minimum(nan, 1.0).is_nan() && maximum(1.0, nan).is_nan());
+        assert_eq!(minimum(-0.0, 0.0).to_bits(), (-0f64).to_bits());
+        assert_eq!(minimum(0.0, -0.0).to_bits(), (-0f64).to_bits());
+        assert_eq!(maximum(-0.0, 0.0).to_bits(), 0f64.to_bits());
+        assert_eq!((minimum(2.0, -3.0), maximum(2.0, -3.0)), (-3.0, 2.0));
+        assert_eq!(
+            (modulo(5.5, 2.0), modulo(-5.5, 2.0), modulo(5.5, -2.0)),
+            (1.5, 0.5, -0.5)
+        );
+        assert_eq!(modulo(-4.0, 2.0).to_bits(), (-0f64).to_bits()); // fmod's sign, as torch
+        assert_eq!(
+            (
+                floor_divide(7.0, 2.0),
+                floor_divide(-7.0, 2.0),
+                floor_divide(7.0, -2.0)
+            ),
+            (3.0, -4.0, -4.0)
+        );
+        assert_eq!(floor_divide(1.0, 0.0), f64::INFINITY);
+        assert_eq!(floor_divide(-0.5, 3.0), -1.0);
+        assert_eq!(floor_divide(0.5, -3.0), -1.0);
+        assert_eq!(floor_divide(0.0, -3.0).to_bits(), (-0f64).to_bits());
+        assert_eq!(softplus(30.0), 30.0);
+        assert_eq!(softplus(0.0), math::log1p(1.0));
     }
 }

@@ -345,12 +345,14 @@ const PIO2_2T: f64 = 2.02226624879595063154e-21; // 0x3BA3198A 0x2E037073
 const PIO2_3: f64 = 2.02226624871116645580e-21; // 0x3BA3198A 0x2E000000
 const PIO2_3T: f64 = 8.47842766036889956997e-32; // 0x397B839A 0x252049C1
 
-/// The largest `|x|` whose `sin` and `cos` the library computes: the largest binary64
-/// below `0x413921fb_00000000` (about `2^20 * pi/2 = 1647099.33`), the end of fdlibm's
-/// medium-size argument reduction (`e_rem_pio2.c`), exact to the last bit. Larger
-/// finite arguments are refused (they would need the Payne-Hanek reduction of
-/// `k_rem_pio2.c`).
-pub const TRIG_MAX: f64 = f64::from_bits(0x4139_21fa_ffff_ffff);
+/// The largest `|x|` whose `sin` and `cos` the library computes: `2^20 * pi/2` rounded
+/// down (`1647099.3291652855`, bits `0x413921fb_54442d18`). Up to there the quotient
+/// `n = rint(x * 2/pi)` is at most `2^20`, so msun's medium-size argument reduction
+/// (`e_rem_pio2.c`, `fn * pio2_1` exact for 33-bit `pio2_1`) is exact; msun itself
+/// switches to the Payne-Hanek reduction of `k_rem_pio2.c` from `0x413921fb_00000000`
+/// (`1647099.0`) on, which the library does not port: larger finite arguments are
+/// refused (the program evaluator reports [`crate::Error::TrigArgument`]).
+pub const TRIG_MAX: f64 = f64::from_bits(0x4139_21fb_5444_2d18);
 
 /// `sin` on `[-pi/4, pi/4]` of `x + y` (`y` the tail of `x`; `iy == 0`: `y` is 0):
 /// msun `k_sin.c`.
@@ -412,7 +414,8 @@ fn rem_pio2(x: f64) -> (i32, f64, f64) {
     medium(x, ix)
 }
 
-/// msun `e_rem_pio2.c`'s medium path (`|x| ~< 2^20 * pi/2`).
+/// msun `e_rem_pio2.c`'s medium path, used up to [`TRIG_MAX`] (msun: below
+/// `0x413921fb_00000000`; the 0.33 beyond it keep `n <= 2^20`, exact as well).
 fn medium(x: f64, ix: i32) -> (i32, f64, f64) {
     // Round to nearest integer (ties to even): 0x1.8p52 as in msun.
     const RINT: f64 = 6_755_399_441_055_744.0; // 2^52 + 2^51
@@ -494,5 +497,565 @@ pub fn cos(x: f64) -> f64 {
         1 => -kernel_sin(y0, y1, true),
         2 => -kernel_cos(y0, y1),
         _ => kernel_sin(y0, y1, true),
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// pow: e_pow.c
+// ---------------------------------------------------------------------------------
+
+const BP: [f64; 2] = [1.0, 1.5];
+const DP_H: [f64; 2] = [0.0, 5.84962487220764160156e-01]; // 0x3FE2B803 0x40000000
+const DP_L: [f64; 2] = [0.0, 1.35003920212974897128e-08]; // 0x3E4CFDEB 0x43CFD006
+const TWO53: f64 = 9007199254740992.0; // 0x43400000 0x00000000
+                                       // poly coefs for (3/2)*(log(x)-2s-2/3*s**3
+const L1: f64 = 5.99999999999994648725e-01; // 0x3FE33333 0x33333303
+const L2: f64 = 4.28571428578550184252e-01; // 0x3FDB6DB6 0xDB6FABFF
+const L3: f64 = 3.33333329818377432918e-01; // 0x3FD55555 0x518F264D
+const L4: f64 = 2.72728123808534006489e-01; // 0x3FD17460 0xA91D4101
+const L5: f64 = 2.30660745775561754067e-01; // 0x3FCD864A 0x93C9DB65
+const L6: f64 = 2.06975017800338417784e-01; // 0x3FCA7E28 0x4A454EEF
+const P1: f64 = 1.66666666666666019037e-01; // 0x3FC55555 0x5555553E
+const P2: f64 = -2.77777777770155933842e-03; // 0xBF66C16C 0x16BEBD93
+const P3: f64 = 6.61375632143793436117e-05; // 0x3F11566A 0xAF25DE2C
+const P4: f64 = -1.65339022054652515390e-06; // 0xBEBBBD41 0xC5D26BF1
+const P5: f64 = 4.13813679705723846039e-08; // 0x3E663769 0x72BEA4D0
+#[allow(clippy::approx_constant)]
+const LG2: f64 = 6.93147180559945286227e-01; // 0x3FE62E42 0xFEFA39EF
+const LG2_H: f64 = 6.93147182464599609375e-01; // 0x3FE62E43 0x00000000
+const LG2_L: f64 = -1.90465429995776804525e-09; // 0xBE205C61 0x0CA86C39
+const OVT: f64 = 8.0085662595372944372e-17; // -(1024-log2(ovfl+.5ulp))
+const CP: f64 = 9.61796693925975554329e-01; // 0x3FEEC709 0xDC3A03FD = 2/(3ln2)
+const CP_H: f64 = 9.61796700954437255859e-01; // 0x3FEEC709 0xE0000000 = (float)cp
+const CP_L: f64 = -7.02846165095275826516e-09; // 0xBE3E2FE0 0x145B01F5 = tail of cp_h
+#[allow(clippy::approx_constant)]
+const IVLN2: f64 = 1.44269504088896338700e+00; // 0x3FF71547 0x652B82FE = 1/ln2
+const IVLN2_H: f64 = 1.44269502162933349609e+00; // 0x3FF71547 0x60000000 = 24b 1/ln2
+const IVLN2_L: f64 = 1.92596299112661746887e-08; // 0x3E54AE0B 0xF85DDF44 = 1/ln2 tail
+
+/// `x` with its low word cleared (msun `SET_LOW_WORD(x, 0)`).
+fn clear_lo(x: f64) -> f64 {
+    f64::from_bits(x.to_bits() & 0xffff_ffff_0000_0000)
+}
+
+/// `x` with its high word set to `hi` and low word to 0 (msun `INSERT_WORDS(x, hi, 0)`).
+fn from_hi(hi: i32) -> f64 {
+    f64::from_bits(u64::from(hi as u32) << 32)
+}
+
+/// `z * 2^n` for a positive normal `z` whose scaled result is subnormal: one rounding
+/// (exponent set to `n + 54` above `z`'s, then a multiplication by `2^-54`), as msun's
+/// `scalbn` does.
+fn scale_to_subnormal(z: f64, n: i32) -> f64 {
+    const TWOM54: f64 = 5.55111512312578270212e-17; // 0x3C900000 0x00000000
+    let scaled = f64::from_bits((z.to_bits() as i64 + (i64::from(n + 54) << 52)) as u64);
+    scaled * TWOM54
+}
+
+/// Whether `y` (high word `iy` of `|y|`, low word `ly`) is an integer: 0 not an
+/// integer, 1 an odd integer, 2 an even integer (msun's `yisint`, for `x < 0`).
+fn integer_kind(iy: i32, ly: u32) -> i32 {
+    if iy >= 0x4340_0000 {
+        return 2; // |y| >= 2^53: an even integer
+    }
+    if iy >= 0x3ff0_0000 {
+        let k = (iy >> 20) - 0x3ff; // exponent
+        if k > 20 {
+            let j = ly >> (52 - k);
+            if (j << (52 - k)) == ly {
+                return 2 - (j & 1) as i32;
+            }
+        } else if ly == 0 {
+            let j = iy >> (20 - k);
+            if (j << (20 - k)) == iy {
+                return 2 - (j & 1);
+            }
+        }
+    }
+    0
+}
+
+/// `x^y`, a port of FreeBSD msun `e_pow.c` (fdlibm, Sun Microsystems 2004), error
+/// below 1 ulp (`pow` of integers is exact when representable), with the special
+/// cases of C99 (and torch): `pow(x, +-0) = 1` and `pow(1, y) = 1` even for NaN,
+/// `pow(-1, +-inf) = 1`, NaN if either other argument is NaN, `pow(x < 0, non-integer)
+/// = NaN`, and the signed zeros and infinities of the source's list.
+pub fn pow(x: f64, y: f64) -> f64 {
+    let (hx, lx) = (hi_word(x), lo_word(x));
+    let (hy, ly) = (hi_word(y), lo_word(y));
+    let ix = hx & 0x7fff_ffff;
+    let iy = hy & 0x7fff_ffff;
+
+    if (iy as u32 | ly) == 0 {
+        return 1.0; // x**0 = 1
+    }
+    if hx == 0x3ff0_0000 && lx == 0 {
+        return 1.0; // 1**y = 1, even if y is NaN
+    }
+    if ix > 0x7ff0_0000
+        || (ix == 0x7ff0_0000 && lx != 0)
+        || iy > 0x7ff0_0000
+        || (iy == 0x7ff0_0000 && ly != 0)
+    {
+        return f64::NAN; // NaN if either argument is NaN
+    }
+    let yisint = if hx < 0 { integer_kind(iy, ly) } else { 0 };
+
+    // special values of y
+    if ly == 0 {
+        if iy == 0x7ff0_0000 {
+            // y is +-inf
+            return if ((ix - 0x3ff0_0000) as u32 | lx) == 0 {
+                1.0 // (-1)**+-inf = 1
+            } else if ix >= 0x3ff0_0000 {
+                if hy >= 0 {
+                    y
+                } else {
+                    0.0
+                } // (|x|>1)**+-inf = inf, 0
+            } else if hy < 0 {
+                -y // (|x|<1)**-inf = inf
+            } else {
+                0.0 // (|x|<1)**+inf = 0
+            };
+        }
+        if iy == 0x3ff0_0000 {
+            return if hy < 0 { 1.0 / x } else { x }; // y is +-1
+        }
+        if hy == 0x4000_0000 {
+            return x * x; // y is 2
+        }
+        if hy == 0x3fe0_0000 && hx >= 0 {
+            return x.sqrt(); // y is 0.5, x >= +0
+        }
+    }
+
+    let ax = x.abs();
+    // special values of x
+    if lx == 0 && (ix == 0x7ff0_0000 || ix == 0 || ix == 0x3ff0_0000) {
+        let mut z = ax; // x is +-0, +-inf, +-1
+        if hy < 0 {
+            z = 1.0 / z; // z = 1/|x|
+        }
+        if hx < 0 {
+            if (ix - 0x3ff0_0000) | yisint == 0 {
+                z = f64::NAN; // (-1)**non-int is NaN
+            } else if yisint == 1 {
+                z = -z; // (x<0)**odd = -(|x|**odd)
+            }
+        }
+        return z;
+    }
+
+    // n = 0 for x < 0, -1 otherwise (msun: ((u_int32_t)hx >> 31) - 1)
+    let negative = hx < 0;
+    if negative && yisint == 0 {
+        return f64::NAN; // (x<0)**(non-int) is NaN
+    }
+    let s = if negative && yisint == 1 { -1.0 } else { 1.0 }; // sign of the result
+    match log2_parts(ax, ix, hy, iy, s) {
+        Ok((t1, t2)) => exp2_product(y, t1, t2, s),
+        Err(overflow_or_underflow) => overflow_or_underflow,
+    }
+}
+
+/// `log2(|x|) = t1 + t2` with `t1`'s low word zero (msun `e_pow.c`, first half), or
+/// `Err(result)` when `|y|` is so large that the result over- or underflows.
+fn log2_parts(ax: f64, ix: i32, hy: i32, iy: i32, s: f64) -> Result<(f64, f64), f64> {
+    let (huge_, tiny_) = (f64::INFINITY, 0.0);
+    if iy > 0x41e0_0000 {
+        // |y| > 2^31
+        if iy > 0x43f0_0000 {
+            // |y| > 2^64, must over/underflow
+            if ix <= 0x3fef_ffff {
+                return Err(if hy < 0 { huge_ } else { tiny_ });
+            }
+            if ix >= 0x3ff0_0000 {
+                return Err(if hy > 0 { huge_ } else { tiny_ });
+            }
+        }
+        // over/underflow if x is not close to one
+        if ix < 0x3fef_ffff {
+            return Err(s * if hy < 0 { huge_ } else { tiny_ });
+        }
+        if ix > 0x3ff0_0000 {
+            return Err(s * if hy > 0 { huge_ } else { tiny_ });
+        }
+        // now |1-x| is tiny <= 2**-20: log(x) by x-x^2/2+x^3/3-x^4/4
+        let t = ax - 1.0; // t has 20 trailing zeros
+        let w = (t * t) * (0.5 - t * (0.3333333333333333333333 - t * 0.25));
+        let u = IVLN2_H * t; // ivln2_h has 21 sig. bits
+        let v = t * IVLN2_L - w * IVLN2;
+        let t1 = clear_lo(u + v);
+        let t2 = v - (t1 - u);
+        return Ok((t1, t2));
+    }
+    let mut ax = ax;
+    let mut ix = ix;
+    let mut n = 0;
+    // take care of subnormal numbers
+    if ix < 0x0010_0000 {
+        ax *= TWO53;
+        n -= 53;
+        ix = hi_word(ax);
+    }
+    n += (ix >> 20) - 0x3ff;
+    let j = ix & 0x000f_ffff;
+    // determine interval
+    ix = j | 0x3ff0_0000; // normalize ix
+    let k = if j <= 0x3988E {
+        0 // |x| < sqrt(3/2)
+    } else if j < 0xBB67A {
+        1 // |x| < sqrt(3)
+    } else {
+        n += 1;
+        ix -= 0x0010_0000;
+        0
+    };
+    ax = f64::from_bits((u64::from(ix as u32) << 32) | (ax.to_bits() & 0xffff_ffff));
+
+    // compute ss = s_h+s_l = (x-1)/(x+1) or (x-1.5)/(x+1.5)
+    let u = ax - BP[k];
+    let v = 1.0 / (ax + BP[k]);
+    let ss = u * v;
+    let s_h = clear_lo(ss);
+    // t_h = ax+bp[k] High
+    let t_h = from_hi(((ix >> 1) | 0x2000_0000) + 0x0008_0000 + ((k as i32) << 18));
+    let t_l = ax - (t_h - BP[k]);
+    let s_l = v * ((u - s_h * t_h) - s_h * t_l);
+    // compute log(ax)
+    let mut s2 = ss * ss;
+    let mut r = s2 * s2 * (L1 + s2 * (L2 + s2 * (L3 + s2 * (L4 + s2 * (L5 + s2 * L6)))));
+    r += s_l * (s_h + ss);
+    s2 = s_h * s_h;
+    let t_h = clear_lo(3.0 + s2 + r);
+    let t_l = r - ((t_h - 3.0) - s2);
+    // u+v = ss*(1+...)
+    let u = s_h * t_h;
+    let v = s_l * t_h + t_l * ss;
+    // 2/(3log2)*(ss+...)
+    let p_h = clear_lo(u + v);
+    let p_l = v - (p_h - u);
+    let z_h = CP_H * p_h; // cp_h+cp_l = 2/(3*log2)
+    let z_l = CP_L * p_h + p_l * CP + DP_L[k];
+    // log2(ax) = (ss+..)*2/(3*log2) = n + dp_h + z_h + z_l
+    let t = f64::from(n);
+    let t1 = clear_lo(((z_h + z_l) + DP_H[k]) + t);
+    let t2 = z_l - (((t1 - t) - DP_H[k]) - z_h);
+    Ok((t1, t2))
+}
+
+/// `s * 2^(y * (t1 + t2))` (msun `e_pow.c`, second half).
+fn exp2_product(y: f64, t1: f64, t2: f64, s: f64) -> f64 {
+    // split up y into y1+y2 and compute (y1+y2)*(t1+t2)
+    let y1 = clear_lo(y);
+    let p_l = (y - y1) * t1 + y * t2;
+    let mut p_h = y1 * t1;
+    let z = p_l + p_h;
+    let (j, i) = (hi_word(z), lo_word(z));
+    if j >= 0x4090_0000 {
+        // z >= 1024
+        if ((j - 0x4090_0000) as u32 | i) != 0 || p_l + OVT > z - p_h {
+            return s * f64::INFINITY; // overflow
+        }
+    } else if (j & 0x7fff_ffff) >= 0x4090_cc00 {
+        // z <= -1075
+        if ((j as u32).wrapping_sub(0xc090_cc00) | i) != 0 || p_l <= z - p_h {
+            return s * 0.0; // underflow
+        }
+    }
+    // compute 2**(p_h+p_l)
+    let i = j & 0x7fff_ffff;
+    let mut k = (i >> 20) - 0x3ff;
+    let mut n = 0;
+    if i > 0x3fe0_0000 {
+        // if |z| > 0.5, set n = [z+0.5]
+        n = j + (0x0010_0000 >> (k + 1));
+        k = ((n & 0x7fff_ffff) >> 20) - 0x3ff; // new k for n
+        let t = from_hi(n & !(0x000f_ffff >> k));
+        n = ((n & 0x000f_ffff) | 0x0010_0000) >> (20 - k);
+        if j < 0 {
+            n = -n;
+        }
+        p_h -= t;
+    }
+    let t = clear_lo(p_l + p_h);
+    let u = t * LG2_H;
+    let v = (p_l - (t - p_h)) * LG2 + t * LG2_L;
+    let mut z = u + v;
+    let w = v - (z - u);
+    let t = z * z;
+    let t1 = z - t * (P1 + t * (P2 + t * (P3 + t * (P4 + t * P5))));
+    let r = (z * t1) / (t1 - 2.0) - (w + z * w);
+    z = 1.0 - (r - z);
+    let j = hi_word(z) + (n << 20);
+    if (j >> 20) <= 0 {
+        z = scale_to_subnormal(z, n); // subnormal output
+    } else {
+        z = f64::from_bits((u64::from(j as u32) << 32) | (z.to_bits() & 0xffff_ffff));
+    }
+    s * z
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Distance in units in the last place between two finite values of one sign (or
+    /// zeros), counted on the bit patterns.
+    fn ulps(got: f64, want: f64) -> u64 {
+        if got == want {
+            return 0;
+        }
+        assert_eq!(
+            got.is_sign_negative(),
+            want.is_sign_negative(),
+            "{got} vs {want}"
+        );
+        got.to_bits().abs_diff(want.to_bits())
+    }
+
+    /// Known answers: the correctly rounded values (mpmath at 300 bits), at the
+    /// branch points of each port; each within 1 ulp.
+    #[test]
+    fn unary_functions_are_within_one_ulp_at_their_branch_points() {
+        let cases: &[(fn(f64) -> f64, f64, f64)] = &[
+            // expm1
+            (expm1, 1e-300, 1e-300),
+            (expm1, -1e-300, -1e-300),
+            (expm1, 5.551115123125783e-17, 5.551115123125783e-17),
+            (expm1, 1.1102230246251565e-16, 1.1102230246251565e-16),
+            (expm1, 0.34657359027997264, 0.41421356237309503),
+            (expm1, 1.0, 1.7182818284590453),
+            (expm1, -1.0, -0.6321205588285577),
+            (expm1, 0.25, 0.2840254166877415),
+            (expm1, -0.3, -0.2591817793182821),
+            (expm1, 10.0, 22025.465794806718),
+            (expm1, -10.0, -0.9999546000702375),
+            (expm1, 38.9, 7.835294885860035e+16),
+            (expm1, -38.9, -1.0),
+            (expm1, 700.0, 1.0142320547350045e+304),
+            (expm1, 709.78, 1.7928227943945155e+308),
+            (expm1, -745.0, -1.0),
+            (expm1, 1e-10, 1.00000000005e-10),
+            // log1p
+            (log1p, 1e-300, 1e-300),
+            (log1p, 9.313225746154785e-10, 9.313225741817976e-10),
+            (log1p, 1e-10, 9.999999999500001e-11),
+            (log1p, 0.41421356, 0.34657358860194104),
+            (log1p, -0.29, -0.3424903089467759),
+            (log1p, 1.0, 0.6931471805599453),
+            (log1p, 10000000000.0, 23.025850930040455),
+            (log1p, 1e+300, 690.7755278982137),
+            (log1p, -0.999999, -13.815510557935518),
+            (log1p, 9007199254740992.0, 36.7368005696771),
+            (log1p, -0.5, -0.6931471805599453),
+            (log1p, 3.0, 1.3862943611198906),
+            // tanh
+            (tanh, 1e-300, 1e-300),
+            (tanh, 1.862645149230957e-09, 1.862645149230957e-09),
+            (tanh, 0.5, 0.46211715726000974),
+            (tanh, 1.0, 0.7615941559557649),
+            (tanh, -1.0, -0.7615941559557649),
+            (tanh, 3.0, 0.9950547536867305),
+            (tanh, 21.9, 1.0),
+            (tanh, 1e-05, 9.999999999666668e-06),
+            (tanh, 0.1, 0.09966799462495582),
+            // sigmoid
+            (sigmoid, 1e-300, 0.5),
+            (sigmoid, 1.0, 0.7310585786300049),
+            (sigmoid, -1.0, 0.2689414213699951),
+            (sigmoid, 40.0, 1.0),
+            (sigmoid, -40.0, 4.248354255291589e-18),
+            (sigmoid, -700.0, 9.85967654375977e-305),
+            (sigmoid, -745.0, 5e-324),
+            (sigmoid, 36.7, 0.9999999999999999),
+            (sigmoid, 0.001, 0.5002499999791666),
+            // sin
+            (sin, 1e-300, 1e-300),
+            (sin, 3.725290298461914e-09, 3.725290298461914e-09),
+            (sin, 0.5, 0.479425538604203),
+            (sin, 0.7853981633974483, 0.7071067811865475),
+            (sin, 1.5707963267948966, 1.0),
+            (sin, 3.141592653589793, 1.2246467991473532e-16),
+            (sin, 4.71238898038469, -1.0),
+            (sin, 6.283185307179586, -2.4492935982947064e-16),
+            (sin, 100.0, -0.5063656411097588),
+            (sin, 100000.0, 0.03574879797201651),
+            (sin, 1000000.0, -0.34999350217129294),
+            (sin, 1647099.3291652855, -6.420676210313675e-11),
+            (sin, -1647099.3291652855, 6.420676210313675e-11),
+            (sin, 1647099.0, -0.3232532403530771),
+            (sin, -1647099.2, 0.12880642652773566),
+            (sin, 22.0, -0.008851309290403876),
+            (sin, 355.0, -3.014435335948845e-05),
+            (sin, 103993.0, -1.9129335778423752e-05),
+            (sin, -7.0, -0.6569865987187891),
+            // cos
+            (cos, 1e-300, 1.0),
+            (cos, 3.725290298461914e-09, 1.0),
+            (cos, 0.5, 0.8775825618903728),
+            (cos, 0.7853981633974483, 0.7071067811865476),
+            (cos, 1.5707963267948966, 6.123233995736766e-17),
+            (cos, 3.141592653589793, -1.0),
+            (cos, 4.71238898038469, -1.8369701987210297e-16),
+            (cos, 6.283185307179586, 1.0),
+            (cos, 100.0, 0.8623188722876839),
+            (cos, 100000.0, -0.9993608074382124),
+            (cos, 1000000.0, 0.9367521275331447),
+            (cos, 1647099.3291652855, 1.0),
+            (cos, -1647099.3291652855, 1.0),
+            (cos, 1647099.0, 0.9463124973290988),
+            (cos, -1647099.2, 0.991669755758012),
+            (cos, 22.0, -0.9999608263946371),
+            (cos, 355.0, -0.999999999545659),
+            (cos, 103993.0, 0.9999999998170342),
+            (cos, -7.0, 0.7539022543433046),
+        ];
+        for &(f, x, want) in cases {
+            let got = f(x);
+            assert!(ulps(got, want) <= 1, "f({x:e}) = {got:e}, want {want:e}");
+        }
+    }
+
+    #[test]
+    fn pow_is_within_one_ulp_and_exact_on_integers() {
+        let cases: &[(f64, f64, f64)] = &[
+            (10.0, -300.0, 1e-300),
+            (2.5, -800.0, 4.44624e-319),
+            (1.0000001, 1099511627776.0, f64::INFINITY),
+            (3.0, 0.5, 1.7320508075688772),
+            (7.0, 0.3333333333333333, 1.912931182772389),
+            (0.5, 1074.0, 5e-324),
+            (1.5, 1700.0, 2.2653765189682277e+299),
+            (-2.0, 3.0, -8.0),
+            (-3.0, -3.0, -0.037037037037037035),
+            (1e-05, 0.25, 0.05623413251903491),
+            (2.0, 1023.5, 1.2711610061536464e+308),
+            (123.456, -7.89, 3.1475216724926214e-17),
+            (2.0, -1074.0, 5e-324),
+            (2.0, -1073.5, 5e-324),
+        ];
+        for &(x, y, want) in cases {
+            let got = pow(x, y);
+            assert!(
+                ulps(got, want) <= 1,
+                "pow({x:e}, {y:e}) = {got:e}, want {want:e}"
+            );
+        }
+        for (x, y) in [
+            (2.0, 10.0),
+            (3.0, 20.0),
+            (-7.0, 5.0),
+            (10.0, 15.0),
+            (5.0, -2.0),
+        ] {
+            assert_eq!(pow(x, y), f64::powi(x, y as i32), "pow({x}, {y})");
+        }
+    }
+
+    #[test]
+    fn special_values_follow_c99() {
+        let (inf, nan) = (f64::INFINITY, f64::NAN);
+        // expm1
+        assert_eq!(expm1(0.0).to_bits(), 0f64.to_bits());
+        assert_eq!(expm1(-0.0).to_bits(), (-0f64).to_bits());
+        assert_eq!((expm1(inf), expm1(-inf), expm1(710.0)), (inf, -1.0, inf));
+        assert!(expm1(nan).is_nan());
+        // log1p
+        assert_eq!(log1p(-0.0).to_bits(), (-0f64).to_bits());
+        assert_eq!((log1p(-1.0), log1p(inf)), (-inf, inf));
+        assert!(log1p(-1.5).is_nan() && log1p(-inf).is_nan() && log1p(nan).is_nan());
+        // tanh, sigmoid
+        assert_eq!(tanh(-0.0).to_bits(), (-0f64).to_bits());
+        assert_eq!(
+            (tanh(inf), tanh(-inf), tanh(22.0), tanh(-1e300)),
+            (1.0, -1.0, 1.0, -1.0)
+        );
+        assert!(tanh(nan).is_nan());
+        assert_eq!(
+            (sigmoid(0.0), sigmoid(inf), sigmoid(-inf), sigmoid(-746.0)),
+            (0.5, 1.0, 0.0, 0.0)
+        );
+        assert!(sigmoid(nan).is_nan());
+        // sin, cos
+        assert_eq!(sin(-0.0).to_bits(), (-0f64).to_bits());
+        assert_eq!(cos(-0.0), 1.0);
+        for x in [inf, -inf, nan, 2.0 * TRIG_MAX] {
+            assert!(sin(x).is_nan() && cos(x).is_nan(), "{x}");
+        }
+        // pow (C99 Annex F)
+        assert_eq!(
+            (
+                pow(nan, 0.0),
+                pow(1.0, nan),
+                pow(-1.0, inf),
+                pow(-1.0, -inf)
+            ),
+            (1.0, 1.0, 1.0, 1.0)
+        );
+        assert!(pow(nan, 1.0).is_nan() && pow(2.0, nan).is_nan() && pow(-2.0, 0.5).is_nan());
+        assert_eq!(
+            (pow(0.0, -1.0), pow(-0.0, -1.0), pow(-0.0, -2.0)),
+            (inf, -inf, inf)
+        );
+        assert_eq!(pow(-0.0, 3.0).to_bits(), (-0f64).to_bits());
+        assert_eq!(
+            (
+                pow(inf, -1.0),
+                pow(-inf, 3.0),
+                pow(0.5, inf),
+                pow(2.0, -inf)
+            ),
+            (0.0, -inf, 0.0, 0.0)
+        );
+        assert_eq!(
+            (pow(2.0, 1024.0), pow(2.0, -1075.0), pow(-2.0, 1025.0)),
+            (inf, 0.0, -inf)
+        );
+        assert_eq!(
+            (pow(4.0, 0.5), pow(3.0, 2.0), pow(3.0, 1.0), pow(4.0, -1.0)),
+            (2.0, 9.0, 3.0, 0.25)
+        );
+    }
+
+    #[test]
+    fn trig_max_is_the_end_of_the_medium_reduction() {
+        assert_eq!(TRIG_MAX, 1_048_576.0 * std::f64::consts::FRAC_PI_2);
+        // FRAC_PI_2 is below pi/2, so TRIG_MAX <= 2^20 * pi/2 and rint(TRIG_MAX * 2/pi)
+        // = 2^20: fn * pio2_1 is exact for every argument allowed.
+        assert_eq!((TRIG_MAX * INVPIO2).round(), 1_048_576.0);
+        assert!(f64::from_bits(TRIG_MAX.to_bits() + 1) > 1_647_099.329_165_285_5);
+    }
+
+    #[test]
+    fn constants_have_the_bit_patterns_of_the_sources() {
+        assert_eq!(PIO2_1.to_bits(), 0x3FF921FB_54400000);
+        assert_eq!(PIO2_1T.to_bits(), 0x3DD0B461_1A626331);
+        assert_eq!(PIO2_2.to_bits(), 0x3DD0B461_1A600000);
+        assert_eq!(PIO2_2T.to_bits(), 0x3BA3198A_2E037073);
+        assert_eq!(PIO2_3.to_bits(), 0x3BA3198A_2E000000);
+        assert_eq!(PIO2_3T.to_bits(), 0x397B839A_252049C1);
+        assert_eq!(INVPIO2.to_bits(), 0x3FE45F30_6DC9C883);
+        assert_eq!(S1.to_bits(), 0xBFC55555_55555549);
+        assert_eq!(S6.to_bits(), 0x3DE5D93A_5ACFD57C);
+        assert_eq!(C1.to_bits(), 0x3FA55555_5555554C);
+        assert_eq!(C6.to_bits(), 0xBDA8FAE9_BE8838D4);
+        assert_eq!(Q1.to_bits(), 0xBFA11111_111110F4);
+        assert_eq!(Q5.to_bits(), 0xBE8AFDB7_6E09C32D);
+        assert_eq!(LP1.to_bits(), 0x3FE55555_55555593);
+        assert_eq!(LP7.to_bits(), 0x3FC2F112_DF3E5244);
+        assert_eq!(CP.to_bits(), 0x3FEEC709_DC3A03FD);
+        assert_eq!(CP_H.to_bits(), 0x3FEEC709_E0000000);
+        assert_eq!(CP_L.to_bits(), 0xBE3E2FE0_145B01F5);
+        assert_eq!(DP_H[1].to_bits(), 0x3FE2B803_40000000);
+        assert_eq!(DP_L[1].to_bits(), 0x3E4CFDEB_43CFD006);
+        assert_eq!(LG2_H.to_bits(), 0x3FE62E43_00000000);
+        assert_eq!(LG2_L.to_bits(), 0xBE205C61_0CA86C39);
+        assert_eq!(IVLN2_H.to_bits(), 0x3FF71547_60000000);
+        assert_eq!(IVLN2_L.to_bits(), 0x3E54AE0B_F85DDF44);
+        assert_eq!(L1.to_bits(), 0x3FE33333_33333303);
+        assert_eq!(L6.to_bits(), 0x3FCA7E28_4A454EEF);
+        assert_eq!(P5.to_bits(), 0x3E663769_72BEA4D0);
     }
 }

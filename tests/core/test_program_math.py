@@ -1,0 +1,206 @@
+"""Accuracy of init programs' functions (stream-format.md §7) against mpmath at 200 bits.
+
+Every value goes through the real path: a ``table`` of inputs in a ``_core.Program``
+evaluated by ``_core.fill_program`` into a float64 destination. Inputs cover each
+function's domain on a log scale plus hard cases (subnormals, values near 0 and 1,
+huge and negative arguments, multiples of pi/2 for sin and cos); special values (NaN,
+infinities, signed zeros) are checked against C99, as numpy implements it.
+
+Measured maxima (these inputs, and sweeps of ~10x more): exp 0.70, expm1 0.65,
+log 0.79, log1p 0.59, sin 0.50, cos 0.55, pow 0.78, sqrt and reciprocal 0.50 ulp (all
+below 1 ulp); tanh 1.31 ulp (fdlibm's formula for |x| < 1 rounds ``expm1``, the sum and
+the quotient); the compositions sigmoid 1.30, rsqrt 1.32 (two correctly rounded
+operations) and softplus 1.05 ulp (``log1p`` of a rounded ``exp``). Those four are
+held to 1.5 ulp, the rest to 1 ulp (0.5, correct rounding, for sqrt and reciprocal).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable
+
+import mpmath
+import numpy as np
+import pytest
+
+from shardinit import _core
+
+mpmath.mp.prec = 200
+
+#: 2^20 * pi/2 rounded down: the largest argument of sin and cos (stream-format.md §7).
+TRIG_MAX = struct.unpack("<d", struct.pack("<Q", 0x413921FB54442D18))[0]
+
+
+def evaluate(op: str, *columns: np.ndarray) -> np.ndarray:
+    """``op`` applied elementwise to ``columns`` by ``fill_program`` (float64 out)."""
+    program = _core.Program()
+    registers = [program.table(np.ascontiguousarray(c, np.float64), [1], 0) for c in columns]
+    if len(registers) == 1:
+        program.unary(op, registers[0])
+    else:
+        program.binary(op, registers[0], registers[1])
+    out = np.zeros(len(columns[0]))
+    _core.fill_program(3, [len(out)], program, "float64", _core.Region.flat(0), out)
+    return out
+
+
+def ulp_error(got: float, exact: mpmath.mpf) -> float:
+    """``|got - exact|`` in units in the last place of binary64 at ``exact``
+    (subnormal spacing below 2^-1022; an overflowing exact value must give inf)."""
+    if abs(exact) >= mpmath.mpf(2) ** 1024:
+        return 0.0 if math.isinf(got) and (got > 0) == (exact > 0) else math.inf
+    if exact == 0:
+        return 0.0 if got == 0 else math.inf
+    exponent = int(mpmath.floor(mpmath.log(abs(exact), 2)))
+    spacing = mpmath.mpf(2) ** max(exponent - 52, -1074)
+    return float(abs(mpmath.mpf(got) - exact) / spacing)
+
+
+RNG = np.random.default_rng(20261201)
+
+
+def log_uniform(low: float, high: float, n: int = 1000) -> np.ndarray:
+    return np.exp(RNG.uniform(math.log(low), math.log(high), n))
+
+
+def both_signs(values: np.ndarray) -> np.ndarray:
+    return np.concatenate([values, -values])
+
+
+SUBNORMALS = np.array([5e-324, 1e-320, 2.2250738585072e-308, 1e-310])
+NEAR_ONE = 1 + RNG.uniform(-1e-6, 1e-6, 200)
+PI_MULTIPLES = np.arange(1, 400) * (math.pi / 2)
+
+CASES: dict[str, tuple[Callable[[mpmath.mpf], mpmath.mpf], np.ndarray, float]] = {
+    # op: (exact function, inputs, max ulps accepted)
+    "exp": (mpmath.exp, both_signs(log_uniform(1e-300, 709.0)), 1.0),
+    "expm1": (
+        mpmath.expm1,
+        np.concatenate([both_signs(log_uniform(1e-300, 709.0)), SUBNORMALS]),
+        1.0,
+    ),
+    "log": (mpmath.log, np.concatenate([log_uniform(1e-300, 1e300), SUBNORMALS, NEAR_ONE]), 1.0),
+    "log1p": (
+        mpmath.log1p,
+        np.concatenate(
+            [log_uniform(1e-300, 1e300), -log_uniform(1e-300, 0.999999), SUBNORMALS, NEAR_ONE - 1]
+        ),
+        1.0,
+    ),
+    "sin": (
+        mpmath.sin,
+        np.concatenate([both_signs(log_uniform(1e-300, TRIG_MAX)), PI_MULTIPLES, [TRIG_MAX]]),
+        1.0,
+    ),
+    "cos": (
+        mpmath.cos,
+        np.concatenate([both_signs(log_uniform(1e-300, TRIG_MAX)), PI_MULTIPLES, [TRIG_MAX]]),
+        1.0,
+    ),
+    "sqrt": (mpmath.sqrt, np.concatenate([log_uniform(1e-300, 1e300), SUBNORMALS]), 0.5),
+    "reciprocal": (lambda x: 1 / x, both_signs(log_uniform(1e-300, 1e300)), 0.5),
+    "tanh": (mpmath.tanh, np.concatenate([both_signs(log_uniform(1e-300, 25.0)), SUBNORMALS]), 1.5),
+    "sigmoid": (lambda x: 1 / (1 + mpmath.exp(-x)), both_signs(log_uniform(1e-300, 745.0)), 1.5),
+    "rsqrt": (lambda x: 1 / mpmath.sqrt(x), log_uniform(1e-300, 1e300), 1.5),
+    "softplus": (
+        lambda x: x if x > 20 else mpmath.log1p(mpmath.exp(x)),
+        both_signs(log_uniform(1e-300, 700.0)),
+        1.5,
+    ),
+}
+
+
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_unary_function_is_within_its_ulp_bound_of_mpmath(op: str) -> None:
+    exact, inputs, bound = CASES[op]
+    got = evaluate(op, inputs)
+    errors = [
+        ulp_error(g, exact(mpmath.mpf(x)))
+        for x, g in zip(inputs.tolist(), got.tolist(), strict=True)
+    ]
+    worst = int(np.argmax(errors))
+    assert errors[worst] <= bound, (
+        f"{op}({inputs[worst]!r}) = {got[worst]!r}: {errors[worst]:.3f} ulp"
+    )
+
+
+def test_pow_is_within_one_ulp_of_mpmath() -> None:
+    base = np.concatenate([log_uniform(1e-5, 1e5, 1500), NEAR_ONE, log_uniform(1e-300, 1e300, 300)])
+    exponent = np.concatenate([RNG.uniform(-60, 60, 1700), RNG.uniform(-1, 1, 300)])
+    got = evaluate("pow", base, exponent)
+    errors = [
+        ulp_error(g, mpmath.power(mpmath.mpf(x), mpmath.mpf(y)))
+        for x, y, g in zip(base.tolist(), exponent.tolist(), got.tolist(), strict=True)
+    ]
+    worst = int(np.argmax(errors))
+    assert errors[worst] <= 1.0, (
+        f"pow({base[worst]!r}, {exponent[worst]!r}): {errors[worst]:.3f} ulp"
+    )
+    # Integers to integer powers are exact when representable.
+    ints = np.array([2.0, 3.0, -7.0, 10.0, 5.0])
+    powers = np.array([52.0, 33.0, 17.0, 22.0, -3.0])
+    assert evaluate("pow", ints, powers).tolist() == [2.0**52, 3.0**33, (-7.0) ** 17, 1e22, 0.008]
+
+
+SPECIALS = np.array(
+    [math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, -1.0, 1e308, -1e308, 5e-324, -5e-324]
+)
+NUMPY = {
+    "exp": np.exp,
+    "expm1": np.expm1,
+    "log": np.log,
+    "log1p": np.log1p,
+    "tanh": np.tanh,
+    "sqrt": np.sqrt,
+    "reciprocal": np.reciprocal,
+    "neg": np.negative,
+    "abs": np.abs,
+    "floor": np.floor,
+}
+
+
+@pytest.mark.parametrize("op", sorted(NUMPY))
+def test_special_values_are_c99s(op: str) -> None:
+    with np.errstate(all="ignore"):
+        want = NUMPY[op](SPECIALS)
+    got = evaluate(op, SPECIALS)
+    for x, g, w in zip(SPECIALS.tolist(), got.tolist(), want.tolist(), strict=True):
+        if math.isnan(w):
+            assert math.isnan(g), f"{op}({x}) = {g}, want NaN"
+        elif w == 0 or math.isinf(w) or abs(w) == 1:
+            assert (g, math.copysign(1, g)) == (w, math.copysign(1, w)), (
+                f"{op}({x}) = {g}, want {w}"
+            )
+
+
+def test_sin_and_cos_special_values_and_the_ends_of_their_range() -> None:
+    inputs = np.array([math.nan, math.inf, -math.inf, 0.0, -0.0, TRIG_MAX, -TRIG_MAX])
+    sin, cos = evaluate("sin", inputs), evaluate("cos", inputs)
+    assert all(math.isnan(v) for v in [*sin[:3], *cos[:3]])
+    assert [math.copysign(1, v) for v in sin[3:5]] == [1, -1]
+    assert sin[3] == 0 and cos[3] == cos[4] == 1.0
+    # TRIG_MAX is 6.4e-11 from a multiple of pi: a deep cancellation, reduced exactly.
+    assert ulp_error(sin[5], mpmath.sin(mpmath.mpf(TRIG_MAX))) <= 1.0
+    assert sin[6] == -sin[5]
+
+
+def test_pow_special_values_are_c99s() -> None:
+    nan, inf = math.nan, math.inf
+    pairs = [(nan, 0.0), (1.0, nan), (-1.0, inf), (-1.0, -inf), (0.0, -1.0), (-0.0, -1.0),
+             (-0.0, 3.0), (inf, -1.0), (-inf, 3.0), (-inf, 2.0), (0.5, inf), (2.0, -inf),
+             (-2.0, 0.5), (nan, 1.0), (2.0, 1024.0), (2.0, -1075.0), (-2.0, 1025.0),
+             (2.0, -1074.0)]  # fmt: skip
+    base, exponent = (np.array(column) for column in zip(*pairs, strict=True))
+    with np.errstate(all="ignore"):
+        want = np.power(base, exponent)
+    got = evaluate("pow", base, exponent)
+    for x, y, g, w in zip(
+        base.tolist(), exponent.tolist(), got.tolist(), want.tolist(), strict=True
+    ):
+        if math.isnan(w):
+            assert math.isnan(g), f"pow({x}, {y}) = {g}, want NaN"
+        else:
+            assert (g, math.copysign(1, g)) == (w, math.copysign(1, w)), (
+                f"pow({x}, {y}) = {g}, want {w}"
+            )
