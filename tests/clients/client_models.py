@@ -1,6 +1,6 @@
 """Tiny real client models (transformers 5.23: Llama, GPT-2, BERT, ModernBERT, T5, and
 Mamba, Mamba2, Jamba, Qwen3-Next, Whisper, CLIP, whose init code computes values;
-torchtitan 0.3.0: Llama3) built from configs,
+torchtitan 0.3.0: Llama3, Qwen3.5) built from configs,
 nothing downloaded, and the init flows a user runs on them.
 
 Each entry of :data:`MODELS` builds a fresh model (on the current default device, so a
@@ -171,6 +171,43 @@ def _titan(fuse_qkv: bool, tied: bool = False) -> nn.Module:
     return config.build()
 
 
+def _titan_qwen3_5() -> nn.Module:
+    """torchtitan 0.3.0's Qwen3.5 (Gated DeltaNet: ``param.data.uniform_(0.01, 16.0)
+    .log_()``), one DeltaNet and one attention layer, a one-layer vision encoder. Its
+    model code imports fla (fla-core and flash-linear-attention 0.6.0, installed without
+    dependencies)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        # fla: "Triton is not supported on current platform, roll back to CPU."
+        warnings.simplefilter("ignore", UserWarning)
+        from torchtitan.models import qwen3_5 as q
+        from torchtitan.models.common import Embedding, Linear
+        from torchtitan.models.qwen3_5.rope import MRoPE
+
+    rope = MRoPE.Config(dim=16, max_seq_len=64, theta=10_000_000.0, mrope_section=[3, 3, 2])
+    config = q.Qwen35Model.Config(
+        vocab_size=VOCAB, dim=HIDDEN, norm=q._offset_norm(HIDDEN),
+        tok_embeddings=Embedding.Config(
+            num_embeddings=VOCAB, embedding_dim=HIDDEN, param_init=q._EMBEDDING_INIT
+        ),
+        lm_head=Linear.Config(
+            in_features=HIDDEN, out_features=VOCAB, param_init=q._output_linear_init(HIDDEN)
+        ),
+        layers=q._build_qwen35_layers(
+            rope=rope, attn_backend="flex", n_layers=LAYERS, dim=HIDDEN, n_heads=HEADS,
+            n_kv_heads=2, head_dim=16, rotary_dim=16, hidden_dim=128, n_key_heads=2,
+            n_value_heads=4, key_head_dim=16, value_head_dim=16, full_attention_interval=2,
+        ),
+        vision_encoder=q._qwen35_vision_encoder_config(
+            dim=HIDDEN, ffn_dim=128, num_layers=1, num_heads=HEADS, patch_size=16,
+            temporal_patch_size=2, spatial_merge_size=2, out_hidden_size=HIDDEN,
+            num_position_embeddings=16,
+        ),
+    )  # fmt: skip
+    return config.build()
+
+
 @dataclass(frozen=True)
 class ClientModel:
     """One tiny model.
@@ -242,6 +279,7 @@ MODELS: dict[str, ClientModel] = {
         ClientModel("titan_fused", lambda: _titan(True), _init_weights, _titan_blocks),
         ClientModel("titan_unfused", lambda: _titan(False), _init_weights, _titan_blocks),
         ClientModel("titan_tied", lambda: _titan(True, tied=True), _init_weights, _titan_blocks),
+        ClientModel("titan_qwen3_5", _titan_qwen3_5, _init_weights, _titan_blocks),
     ]
 }
 

@@ -116,6 +116,7 @@ COMPUTED: dict[str, dict[str, Check]] = {
     "jamba": {"mamba.A_log": _table},
     "qwen3_next": {"linear_attn.A_log": _within(0.01, 16.0, torch.exp)},
     "whisper": {"encoder.embed_positions.weight": _table},
+    "titan_qwen3_5": {"attn.A_log": _within(0.01, 16.0, torch.exp)},
 }
 
 
