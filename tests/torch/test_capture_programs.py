@@ -331,3 +331,22 @@ def test_unreplayable_constructor_values_are_refused_unless_overridden() -> None
         shardinit.materialize(model, seed=SEED)
     shardinit.materialize(model, seed=SEED, rules={"weight": init.zeros()})
     assert not model.weight.any()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_programs_on_cuda_destinations_equal_the_cpu() -> None:
+    """CUDA destinations are evaluated on the host and copied: the same bits."""
+
+    def build(lin: nn.Linear) -> None:
+        lin.weight.copy_(TABLES["sin_cos"](lin.weight.device))
+        lin.bias.data.uniform_(0.01, 16.0).log_()
+
+    models = []
+    for device in ("cpu", "cuda"):
+        with torch.device("meta"):
+            lin = nn.Linear(SHAPE[1], SHAPE[0])
+        shardinit.materialize(lin, seed=SEED, device=device, init_fn=lambda lin=lin: build(lin))
+        models.append(lin)
+    for (name, cpu), cuda in zip(models[0].named_parameters(), models[1].parameters(), strict=True):
+        assert cuda.device.type == "cuda"
+        assert torch.equal(cpu.detach(), cuda.detach().cpu()), name
