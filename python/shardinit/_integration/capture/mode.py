@@ -192,6 +192,7 @@ class CaptureMode(Computing):
         for leaf in tree_flatten(result)[0]:
             if params and isinstance(leaf, torch.Tensor) and self.lookup(leaf) is None:
                 raise self.fail(params[0], name, "it copies the values (a read)")
+        self.taint(name, args, kwargs, result)  # advanced indexing copies
         return result
 
     def make_temporary(

@@ -506,18 +506,27 @@ def strided_coords(
     shape: Sequence[int], stride: Sequence[int], offset: int, base_shape: Sequence[int]
 ) -> tuple[tuple[Expr, ...], str | None]:
     """The coordinates in a contiguous ``base_shape`` tensor of the element of a view
-    (``shape``, ``stride``, ``offset`` in elements) at ``Coord(0..)``; and whether the
-    view reads some base element more than once (a zero stride on a dim of size > 1)."""
+    (``shape``, ``stride``, ``offset`` in elements) at ``Coord(0..)``; and, when the view
+    may read some base element more than once (``expand``, ``unfold``), a reason."""
     ranges = [(0, int(size)) for size in shape]
     flat: Expr = Const(float(offset))
-    repeats = None
     for dim, (size, step) in enumerate(zip(shape, stride, strict=True)):
         if size == 1:
             continue
-        if step == 0:
-            repeats = "expanded"
         flat = index_op("add", flat, index_op("mul", Coord(dim), Const(float(step)), None), None)
-    return unravel(flat, base_shape, ranges), repeats
+    return unravel(flat, base_shape, ranges), None if _injective(shape, stride) else "repeats"
+
+
+def _injective(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether a view never reads one element twice (sufficient: each dim's stride,
+    smallest first, steps over everything the smaller ones span; no zero strides)."""
+    span = 0
+    dims = [(abs(int(t)), int(s)) for s, t in zip(shape, stride, strict=True) if s > 1]
+    for step, size in sorted(dims):
+        if step <= span:
+            return False
+        span += step * (size - 1)
+    return True
 
 
 def box_ranges(box: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
