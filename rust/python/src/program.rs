@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use shardinit_core::{BinaryOp, Error, Program, Threads, UnaryOp};
 
@@ -62,7 +63,15 @@ impl PyProgram {
         strides: Vec<i64>,
         offset: i64,
     ) -> PyResult<usize> {
-        let buffer: PyBuffer<f64> = PyBuffer::get(values)?;
+        let buffer: PyBuffer<f64> = PyBuffer::get(values).map_err(|error| {
+            PyTypeError::new_err(format!(
+                "values must be a 1-D C-contiguous float64 buffer, got {} ({error})",
+                values
+                    .get_type()
+                    .name()
+                    .map_or_else(|_| "?".into(), |n| n.to_string())
+            ))
+        })?;
         if buffer.dimensions() != 1 || !buffer.is_c_contiguous() {
             return Err(ShardInitError::new_err(format!(
                 "values must be a 1-D C-contiguous float64 buffer, got {} dims",

@@ -337,6 +337,7 @@ const C4: f64 = -2.75573143513906633035e-07; // 0xBE927E4F 0x809C52AD
 const C5: f64 = 2.08757232129817482790e-09; // 0x3E21EE9E 0xBDB4B1C4
 const C6: f64 = -1.13596475577881948265e-11; // 0xBDA8FAE9 0xBE8838D4
 
+#[allow(clippy::approx_constant)] // msun's literal (the bits of FRAC_2_PI)
 const INVPIO2: f64 = 6.36619772367581382433e-01; // 0x3FE45F30 0x6DC9C883
 const PIO2_1: f64 = 1.57079632673412561417e+00; // 0x3FF921FB 0x54400000
 const PIO2_1T: f64 = 6.07710050650619224932e-11; // 0x3DD0B461 0x1A626331
@@ -797,7 +798,10 @@ fn exp2_product(y: f64, t1: f64, t2: f64, s: f64) -> f64 {
     s * z
 }
 
+// The known answers are mpmath's values printed as decimals (some equal the std
+// constants' bits, which clippy would rather see named).
 #[cfg(test)]
+#[allow(clippy::approx_constant, clippy::type_complexity)]
 mod tests {
     use super::*;
 
