@@ -179,8 +179,10 @@ def _titan_qwen3_5() -> nn.Module:
     import warnings
 
     with warnings.catch_warnings():
-        # fla: "Triton is not supported on current platform, roll back to CPU."
+        # fla at import: "Triton is not supported on current platform, roll back to
+        # CPU." (UserWarning), "Flash Attention is not installed" (ImportWarning).
         warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", ImportWarning)
         from torchtitan.models import qwen3_5 as q
         from torchtitan.models.common import Embedding, Linear
         from torchtitan.models.qwen3_5.rope import MRoPE

@@ -232,6 +232,12 @@ def test_broadcast_of_random_values_is_refused_at_its_call_site() -> None:
 
     _refused(broadcast, "repeats random values")
 
+    def overlapping(lin: nn.Linear) -> None:  # windows share elements
+        lin.weight.copy_(torch.rand(11).unfold(0, 5, 1))
+
+    _refused(overlapping, "repeats random values")
+    _refused(lambda lin: lin.weight.copy_(torch.rand(40)[torch.arange(35) % 9].view(7, 5)))
+
 
 def test_two_random_values_in_one_element_are_refused() -> None:
     _refused(lambda lin: lin.weight.copy_(torch.rand(7, 5) + torch.randn(7, 5)), "two random")
