@@ -199,7 +199,7 @@ def test_copy_of_computed_values_is_refused_by_name() -> None:
         nn.init.normal_(tmp, std=0.02)
         lin.weight.copy_(tmp.cumsum(0))  # not elementwise over the destination
 
-    with pytest.raises(shardinit.UnsupportedInitOpError, match="copy_.*cumsum"):
+    with pytest.raises(shardinit.UnsupportedInitOpError, match=r"copy_.*cumsum"):
         shardinit.capture_init(lin, init_fn)
 
 
