@@ -11,6 +11,8 @@ here for the detected backend and for every backend in the core's unit tests.
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -305,3 +307,38 @@ def test_what_depends_on_the_shape_is_refused_at_fill_time() -> None:
         "writable",
         ValueError,
     )
+
+
+def test_the_gil_is_released_while_a_program_fills() -> None:
+    """As ``fill`` (tests/core/test_concurrency.py): another Python thread keeps running
+    during a single-threaded ``fill_program`` of ~0.2-1 s; with the GIL held it could
+    record no tick in the middle 80 % of the call. Up to 3 attempts on a loaded machine."""
+    numel = 1 << 22
+    program = unary_program("log1p")
+    out = np.zeros(numel, np.float32)
+    middle: list[float] = []
+    for _attempt in range(3):
+        ticks: list[float] = []
+        stop = threading.Event()
+
+        def ticker(ticks: list[float] = ticks, stop: threading.Event = stop) -> None:
+            while not stop.is_set():
+                ticks.append(time.perf_counter())
+                sum(range(200))
+
+        thread = threading.Thread(target=ticker, daemon=True)
+        thread.start()
+        try:
+            time.sleep(0.02)
+            start = time.perf_counter()
+            shape = [4, 8, 1 << 17]
+            _core.fill_program(KEY, shape, program, "float32", _core.Region.flat(0), out, 1)
+            end = time.perf_counter()
+        finally:
+            stop.set()
+            thread.join()
+        margin = 0.1 * (end - start)
+        middle = [t for t in ticks if start + margin < t < end - margin]
+        if len(middle) >= 5:
+            break
+    assert len(middle) >= 5, (len(middle), end - start)
