@@ -41,7 +41,6 @@ __all__ = [
     "Where",
     "bad_reasons",
     "bare_source",
-    "has_prior",
     "in_box",
     "random_key",
     "reindex",
@@ -428,10 +427,6 @@ def bad_reasons(expr: Expr) -> list[str]:
     return [node.why for node in walk_nodes(expr) if isinstance(node, Bad)]
 
 
-def has_prior(expr: Expr) -> bool:
-    return any(isinstance(node, Prior) for node in walk_nodes(expr))
-
-
 def substitute_prior(expr: Expr, prior: Expr) -> Expr:
     """``expr`` with :class:`Prior` replaced by ``prior``."""
     memo: dict[int, Expr] = {}
@@ -527,10 +522,6 @@ def _injective(shape: Sequence[int], stride: Sequence[int]) -> bool:
             return False
         span += step * (size - 1)
     return True
-
-
-def box_ranges(box: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    return [(int(a), int(b)) for a, b in box]
 
 
 def flat_of_box(shape: Sequence[int], delta: int) -> Expr:
