@@ -18,7 +18,12 @@ from . import deepspeed, init, megatron, presets
 from ._core import STREAM_FORMAT_VERSION
 from ._core import __version__ as __version__
 from ._cuda.backend import CudaBackendWarning, get_cuda_backend, set_cuda_backend
-from ._integration.capture import CapturedInit, UnsupportedInitOpError, capture_init
+from ._integration.capture import (
+    CapturedInit,
+    UnsupportedInitOpError,
+    capture_init,
+    record_constructors,
+)
 from ._integration.fingerprint import fingerprint, fingerprint_model, model_digest
 from ._integration.fsdp1 import fsdp1_param_init_fn
 from ._integration.materialize import materialize
@@ -65,6 +70,7 @@ __all__ = [
     "megatron",
     "model_digest",
     "presets",
+    "record_constructors",
     "set_cuda_backend",
     "set_num_threads",
     "stream_words",

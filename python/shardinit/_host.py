@@ -17,10 +17,10 @@ from . import _core
 from .init import core_init
 from .spec import ParamSpec
 
-__all__ = ["fill_cpu", "fill_via_pinned"]
+__all__ = ["fill_cpu", "fill_via_pinned", "fill_whole_on_host", "writable_view"]
 
 
-def _writable_view(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
+def writable_view(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
     """A numpy array aliasing ``tensor``'s memory (CPU, contiguous), for the core."""
     # 1-D: a 0-d array's buffer has no shape, which the core's buffer access rejects.
     flat = tensor.detach().view(-1)
@@ -40,7 +40,7 @@ def fill_cpu(spec: ParamSpec, region: _core.Region, out: torch.Tensor, threads: 
         core_init(spec.base_init),
         spec.dtype_name,
         region,
-        _writable_view(out),
+        writable_view(out),
         threads,
     )
 

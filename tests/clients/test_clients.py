@@ -1,5 +1,6 @@
-"""Real client libraries through their own init code (issue 14): tiny transformers 5.23
-models (Llama tied and untied, GPT-2, BERT, ModernBERT, T5) and torchtitan 0.3.0's Llama3 (fused
+"""Real client libraries through their own init code (issues 14, 19): tiny transformers 5.23
+models (Llama tied and untied, GPT-2, BERT, ModernBERT, T5; Mamba, Mamba2, Jamba,
+Qwen3-Next and Whisper, whose init code computes values) and torchtitan 0.3.0's Llama3 (fused
 ``wqkv`` and not), each built on meta and materialized with ``init_fn`` set to the
 library's own init (``model.init_weights``, or HF's ``_init_weights`` through
 ``model.apply``).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -33,12 +35,16 @@ from materialize_workers import (
 from torch import nn
 
 import shardinit
+from shardinit._integration.placements import is_dtensor
 
 pytestmark = pytest.mark.clients
 
 SEED = 1234
 # Tied models drop the tie target's own init (as the library's CPU init does) and say so.
-TIED = {"llama_tied", "llama_apply", "gpt2", "bert", "bert_apply", "t5", "modernbert"}
+TIED = {
+    "llama_tied", "llama_apply", "gpt2", "bert", "bert_apply", "t5", "modernbert", "mamba",
+    "whisper",
+}  # fmt: skip
 
 
 def _materialized(name: str, world_mesh: object = None) -> nn.Module:
@@ -50,7 +56,10 @@ def _materialized(name: str, world_mesh: object = None) -> nn.Module:
 
         for block in entry.blocks(model):
             fully_shard(block, mesh=world_mesh)
-        fully_shard(model, mesh=world_mesh)
+        # FSDP2 refuses scalar parameters (CLIP's logit_scale): they stay plain, on meta,
+        # and materialize allocates them whole.
+        scalars = {p for p in model.parameters() if p.dim() == 0}
+        fully_shard(model, mesh=world_mesh, ignored_params=scalars or None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the dropped tie writes (tested below)
         shardinit.materialize(model, seed=SEED, init_fn=entry.init(model))
@@ -82,6 +91,54 @@ def _like_library(name: str, ours: torch.Tensor, theirs: torch.Tensor) -> None:
     assert 1 / 2 < ratio < 2, f"{name}: abs-max ratio {ratio}"
 
 
+# --------------------------------------------------------------------------- computed values
+# Parameters whose init code computes values (issue 19), replayed as init programs: the
+# library's CPU init computes them with torch's float32 kernels, shardinit in binary64
+# rounded once per float32 temporary, so deterministic tables agree up to the last bits
+# (2 ulp of float32 for values of magnitude <= 1, relative 2**-22 above); random ones are
+# checked for their range.
+ULPS = 2**-22
+
+
+def _table(name: str, ours: torch.Tensor, theirs: torch.Tensor) -> None:
+    torch.testing.assert_close(ours, theirs, rtol=ULPS, atol=ULPS, msg=name)
+
+
+def _within(low: float, high: float, through: Callable[[torch.Tensor], torch.Tensor]) -> Check:
+    """Random values whose image ``through`` lies in [low, high] (float32 rounding:
+    relative 1e-6), all distinct, not the library's own draws."""
+
+    def check(name: str, ours: torch.Tensor, theirs: torch.Tensor) -> None:
+        image = through(ours.double())
+        assert bool((image >= low * (1 - 1e-6)).all() and (image <= high * (1 + 1e-6)).all()), (
+            f"{name}: {image.min()} .. {image.max()} outside [{low}, {high}]"
+        )
+        assert ours.unique().numel() == ours.numel(), f"{name}: repeated values"
+        assert not torch.equal(ours, theirs), f"{name}: torch's own draws"
+
+    return check
+
+
+Check = Callable[[str, torch.Tensor, torch.Tensor], None]
+_DT = _within(1e-3, 0.1, torch.nn.functional.softplus)  # time_step_min / max
+COMPUTED: dict[str, dict[str, Check]] = {
+    "mamba": {"mixer.A_log": _table, "mixer.dt_proj.bias": _DT},
+    "mamba2": {"mixer.A_log": _table, "mixer.dt_bias": _DT},
+    "jamba": {"mamba.A_log": _table},
+    "qwen3_next": {"linear_attn.A_log": _within(0.01, 16.0, torch.exp)},
+    "whisper": {"encoder.embed_positions.weight": _table},
+    "titan_qwen3_5": {"attn.A_log": _within(0.01, 16.0, torch.exp)},
+}
+
+
+def _compare(model: str, name: str, ours: torch.Tensor, theirs: torch.Tensor) -> None:
+    for suffix, compare in COMPUTED.get(model, {}).items():
+        if name.endswith(suffix):
+            compare(name, ours, theirs)
+            return
+    _like_library(name, ours, theirs)
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_world1_matches_the_librarys_own_cpu_init(name: str) -> None:
     entry = MODELS[name]
@@ -97,10 +154,36 @@ def test_world1_matches_the_librarys_own_cpu_init(name: str) -> None:
     theirs = dict(reference.named_parameters())
     assert sorted(n for n, _ in model.named_parameters()) == sorted(theirs)
     for param_name, param in model.named_parameters():
-        _like_library(param_name, param.detach(), theirs[param_name].detach())
+        _compare(name, param_name, param.detach(), theirs[param_name].detach())
     buffers = dict(reference.named_buffers())
     for buffer_name, buffer in model.named_buffers():
         expect_equal(buffer_name, buffer, buffers[buffer_name])
+
+
+def test_mamba_dt_bias_is_log_uniform_through_softplus() -> None:
+    """Mamba's ``dt_proj.bias`` is the inverse softplus of ``dt``, log-uniform on
+    [time_step_min, time_step_max]: softplus of the replayed values lies there, and
+    ``log`` of it passes a Kolmogorov-Smirnov test against the uniform law on
+    [log min, log max] (n = 4096: D_n < 1.63 / sqrt(n), the 1 % critical value)."""
+    import transformers as tf
+    from transformers.models.mamba.modeling_mamba import MambaMixer
+
+    from shardinit._integration.capture import replay_full
+
+    config = tf.MambaConfig(hidden_size=2048, expand=2, state_size=4, time_step_rank=8)
+    low, high = config.time_step_min, config.time_step_max
+    with torch.device("meta"):
+        mixer = MambaMixer(config, layer_idx=0)
+    record = shardinit.capture_init(mixer, mixer.init_mamba_weights)["dt_proj.bias"]
+    values = replay_full(record, seed=SEED).double()
+    dt = torch.nn.functional.softplus(values)
+    assert values.numel() == 4096
+    assert bool((dt >= low * (1 - 1e-6)).all() and (dt <= high * (1 + 1e-6)).all())
+    u = ((dt.log() - math.log(low)) / (math.log(high) - math.log(low))).sort().values
+    n = u.numel()
+    ranks = torch.arange(1, n + 1, dtype=torch.float64)
+    distance = max(float((ranks / n - u).max()), float((u - (ranks - 1) / n).max()))
+    assert distance < 1.63 / math.sqrt(n), distance
 
 
 # --------------------------------------------------------------------------- worlds 1-3
@@ -125,7 +208,7 @@ def _expect_gathered_equal_unsharded(name: str, sharded: nn.Module) -> None:
     """Every gathered parameter of ``sharded`` equals the world-1 materialization."""
     plain = dict(_materialized(name).named_parameters())
     for param_name, param in sharded.named_parameters():
-        full = param.full_tensor()  # type: ignore[attr-defined]
+        full = param.full_tensor() if is_dtensor(param) else param.detach()
         expect_equal(param_name, full, plain[param_name].detach())
 
 

@@ -334,7 +334,7 @@ def test_unsupported_ops_name_param_op_and_location() -> None:
         nn.init.orthogonal_(model.h[1].c_fc.weight.data[:2])  # its matrix is the view's
 
     def copy() -> None:
-        model.h[0].c_attn.weight.data.copy_(torch.zeros(36, 12) + 1)  # computed values
+        model.h[0].c_attn.weight.data.copy_(torch.randn(36, 12).cumsum(0))  # not elementwise
 
     def read() -> None:
         if model.ln_f.weight.sum() > 0:

@@ -58,8 +58,11 @@ def materialize(
     :func:`shardinit.megatron.materialize` (its presets need the model's config), over
     the same plan.
 
-    The initializer of a parameter is the first matching rule, else the torch.nn
-    default of its module type (bounds from the GLOBAL shape, as ``reset_parameters``).
+    A parameter's values come from the first of: ``init_fn`` (where it sets all of the
+    parameter), the first matching rule, its constructor value (recorded when the model
+    was built inside :func:`shardinit.record_constructors`), the torch.nn default of its
+    module type (bounds from the GLOBAL shape, as ``reset_parameters``). Where
+    ``init_fn`` sets only part of it, the rest comes from the others, in that order.
     The canonical name (stream-format.md §5) drops wrapper segments; a tied parameter is
     named by its first name in ``named_parameters()`` order and initialized once. Buffers
     left on meta are set as torch sets them for normalization layers, else by

@@ -18,7 +18,7 @@ from .._torch_compat import apply_to_tensors, is_flat_param
 from ..errors import ShardInitError
 from ..spec import ParamSpec
 from . import fsdp1, zero3
-from .capture import CapturedInit, ParamRecord, base_ops, write_buffers
+from .capture import CapturedInit, ParamRecord, base_ops, constructor_record, write_buffers
 from .defaults import DefaultInit, default_buffer_value, parent_overrides
 from .placements import full_runs, is_dtensor, local_runs_of
 from .rules import RuleKey, RuleList, choose_init, first_rule
@@ -270,8 +270,9 @@ class Chooser(Protocol):
 
 
 class RulesAndDefaults:
-    """``materialize``'s choice: the first matching rule, else a parent module's override,
-    else torch.nn's default for the owning module's type."""
+    """``materialize``'s choice: the first matching rule, else the value the constructor
+    computed (recorded by :func:`shardinit.record_constructors`), else a parent module's
+    override, else torch.nn's default for the owning module's type."""
 
     def __init__(self, rules: RuleList, root: nn.Module, targets: Sequence[Target]) -> None:
         self.rules = rules
@@ -287,6 +288,11 @@ class RulesAndDefaults:
         return first_rule(self.rules, target.name, owner, attr)
 
     def values(self, target: Target, record: ParamRecord | None, seed: int) -> Values | None:
+        # The order: a rule, then the constructor's recorded value, then the defaults.
+        if self.rule_for(target) is None:
+            made = _constructed(target, record, seed)
+            if made is not None:
+                return made
         owner, attr = target.holders[0]
         choice = choose_init(self.rules, target.name, owner, attr, self.shapes, self.overrides)
         return None if choice is None else _values(target, choice, record, seed)
@@ -372,6 +378,18 @@ def tie_differences(root: nn.Module, captured: Mapping[str, str]) -> list[str]:
             if len({theirs[name] for name in names}) > 1:
                 found.append(f"{' = '.join(names)} ({how})")
     return found
+
+
+def _constructed(target: Target, record: ParamRecord | None, seed: int) -> Values | None:
+    """The constructor's value (:func:`shardinit.record_constructors`), if one was
+    recorded: after init_fn's record (which it starts, where init_fn covers part)."""
+    owner, attr = target.holders[0]
+    made = constructor_record(owner, attr, target.name, target.global_shape, target.dtype)
+    if made is None:
+        return None
+    if record is None:
+        return ReplayValues(made, seed)
+    return ReplayValues(record, seed, made.ops)
 
 
 def _values(target: Target, choice: DefaultInit, record: ParamRecord | None, seed: int) -> Values:

@@ -10,14 +10,20 @@ shard-locally from stream v1 is :mod:`.replay`'s job.
 The modules, bottom up:
 
 * :mod:`.regions`: boxes, the box a view covers, flat runs through copies;
-* :mod:`.records`: what is recorded (fills, scales, eye/dirac patterns);
-* :mod:`.translations`: the tables that turn torch calls into records;
-* :mod:`.tracks` / :mod:`.recorder`: the followed tensors and the ``TorchFunctionMode``;
+* :mod:`.program`: init programs, expressions of an element's coordinates;
+* :mod:`.records`: what is recorded (fills, scales, eye/dirac patterns, programs);
+* :mod:`.translations` / :mod:`.pointwise`: the tables that turn torch calls into
+  records (fills) and program steps (elementwise operations);
+* :mod:`.tracks` / :mod:`.recorder` / :mod:`.computed` / :mod:`.mode`: the followed
+  tensors, the routes of fills and copies, of computed values, and the
+  ``TorchFunctionMode`` that dispatches them;
 * :mod:`.standins`: stand-ins for parameters (the tie rule) and buffers;
-* :mod:`.api`: :func:`capture_init`; :mod:`.replay`: replaying records.
+* :mod:`.api`: :func:`capture_init`; :mod:`.constructors`: constructor values;
+  :mod:`.replay` / :mod:`.evaluate`: replaying records (programs by the core).
 """
 
 from .api import capture_init
+from .constructors import constructor_record, record_constructors
 from .records import (
     Action,
     CapturedInit,
@@ -27,6 +33,7 @@ from .records import (
     Fill,
     Opaque,
     ParamRecord,
+    Program,
     Scale,
     UnsupportedInitOpError,
 )
@@ -43,12 +50,15 @@ __all__ = [
     "Fill",
     "Opaque",
     "ParamRecord",
+    "Program",
     "Scale",
     "UnsupportedInitOpError",
     "base_ops",
     "box_union_covers",
     "capture_init",
+    "constructor_record",
     "flat_range_boxes",
+    "record_constructors",
     "replay_box",
     "replay_flat",
     "replay_full",

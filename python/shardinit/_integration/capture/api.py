@@ -12,7 +12,7 @@ from torch import nn
 
 from ..._names import holder_names, listing
 from ..._torch_compat import rewrap_fsdp2_classes, unwrap_fsdp2_classes
-from .recorder import CaptureMode
+from .mode import CaptureMode
 from .records import CapturedInit, ParamRecord
 from .standins import (
     ParamGroup,
@@ -38,8 +38,10 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
     The parameters are swapped for plain meta tensors of their GLOBAL shape (DTensors of
     FSDP2 / tensor parallelism included) for the duration and put back after, so the
     module is unchanged; meta buffers are swapped for real CPU tensors and the values
-    init code computes for them are kept. See docs/capturing-init.md for what is
-    recorded, the tie rule and what is refused.
+    init code computes for them are kept. Values init code computes elementwise
+    (``log(arange(...))``, ``empty(n).uniform_(a, b).log_()``, ...) are recorded as init
+    programs. See docs/capturing-init.md for what is recorded, the tie rule and what is
+    refused.
 
     Args:
         module: the model, on the meta device or sharded (any parameter values are
@@ -53,9 +55,10 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
 
     Raises:
         UnsupportedInitOpError: ``init_fn`` applied an operation that cannot be replayed
-            shard-locally (``sparse_``, ``orthogonal_`` on part of a parameter, copies
-            of computed values, arithmetic with tensors, reading values, a non-box
-            region, replacing a parameter).
+            shard-locally (``sparse_``, ``orthogonal_`` on part of a parameter,
+            operations that are not elementwise on values unknown at capture, broadcasts
+            of random values, reading a parameter's values, a non-box region, replacing a
+            parameter).
         ShardInitError: FSDP1 flat parameters, dtypes outside stream format v1, buffers
             init code computes on the meta device or only in part.
         TypeError: ``module`` is not an ``nn.Module`` or ``init_fn`` is not callable.

@@ -11,6 +11,7 @@ from torch import nn
 
 from ...errors import ShardInitError
 from ...init import BaseInit
+from .program import Expr
 from .regions import Box, box_union_covers
 
 __all__ = [
@@ -22,8 +23,10 @@ __all__ = [
     "Fill",
     "Opaque",
     "ParamRecord",
+    "Program",
     "Scale",
     "UnsupportedInitOpError",
+    "sets_values",
 ]
 
 
@@ -89,7 +92,29 @@ class Opaque:
     why: str
 
 
-Action = Fill | Scale | Eye | Dirac | Opaque
+@dataclass(frozen=True)
+class Program:
+    """Every covered element gets the value of an init program (:mod:`.program`): the
+    elementwise computation init code performed, over the parameter's GLOBAL
+    coordinates, evaluated by the core in binary64 and rounded once to the parameter's
+    dtype (docs/stream-format.md §7). Random sources in it are the parameter's own
+    stream at the element's own global index, as for :class:`Fill`; a program that is
+    nothing but a source is recorded as that :class:`Fill`. An in-place step is recorded
+    with the values before it folded in (the program never reads memory).
+
+    Attributes:
+        expr: the program's result.
+    """
+
+    expr: Expr
+
+
+Action = Fill | Scale | Eye | Dirac | Opaque | Program
+
+
+def sets_values(action: Action) -> bool:
+    """Whether ``action`` sets the values it covers without reading them."""
+    return not isinstance(action, Scale)
 
 
 @dataclass(frozen=True)
@@ -129,7 +154,7 @@ class ParamRecord:
         """Whether the fills together cover every element (then the parameter's values
         do not depend on anything before ``init_fn``)."""
         return box_union_covers(
-            [op.region for op in self.ops if not isinstance(op.action, Scale)], self.shape
+            [op.region for op in self.ops if sets_values(op.action)], self.shape
         )
 
 

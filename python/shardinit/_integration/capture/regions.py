@@ -22,6 +22,7 @@ __all__ = [
     "flat_range_boxes",
     "intersect",
     "map_runs",
+    "map_runs_from",
     "view_region",
     "view_runs",
 ]
@@ -250,6 +251,32 @@ def map_runs(source: Sequence[Run], piece: Run, target: Sequence[Run]) -> Iterat
         if low < high:
             yield from _slice_runs(target_runs, position + low - start, position + high - start)
         position += stop - start
+
+
+def map_runs_from(
+    source: Sequence[Run], piece: Run, target: Sequence[Run]
+) -> Iterator[tuple[int, Run]]:
+    """As :func:`map_runs`, each target run with the source's flat position its first
+    element comes from."""
+    position = 0
+    target_runs = list(_positions(target))
+    for start, stop in source:
+        low, high = max(start, piece[0]), min(stop, piece[1])
+        if low < high:
+            for at, run in _slice_runs_at(
+                target_runs, position + low - start, position + high - start
+            ):
+                yield at - position + start, run
+        position += stop - start
+
+
+def _slice_runs_at(
+    runs: Sequence[tuple[int, Run]], low: int, high: int
+) -> Iterator[tuple[int, Run]]:
+    for position, (start, stop) in runs:
+        a, b = max(low, position), min(high, position + stop - start)
+        if a < b:
+            yield a, (start + a - position, start + b - position)
 
 
 def _positions(runs: Sequence[Run]) -> Iterator[tuple[int, Run]]:

@@ -11,7 +11,9 @@ LAST operation that covered it:
   values and the result does not depend on the layout;
 * a scale multiplies (divides) the covered elements' current values in the parameter's
   dtype, as torch's ``mul_`` / ``div_`` do after the fill;
-* ``eye_`` / ``dirac_`` compute each element from its global index.
+* ``eye_`` / ``dirac_`` compute each element from its global index;
+* a program (an elementwise computation init code performed, :mod:`.program`) is
+  evaluated by the core on the piece only.
 
 Example:
     >>> import torch, shardinit
@@ -42,7 +44,18 @@ from ...init import Constant, Initializer
 from ...shard import init_box
 from ...spec import ParamSpec
 from ..placements import Run, local_boxes
-from .records import CapturedInit, CapturedOp, Dirac, Eye, Fill, ParamRecord, Scale
+from .evaluate import fill_program_box
+from .records import (
+    CapturedInit,
+    CapturedOp,
+    Dirac,
+    Eye,
+    Fill,
+    ParamRecord,
+    Program,
+    Scale,
+    sets_values,
+)
 from .regions import Box, box_union_covers, contains, flat_range_boxes, intersect
 
 __all__ = [
@@ -75,7 +88,7 @@ def base_ops(
 
 def _check_ops(record: ParamRecord, extra: Sequence[CapturedOp]) -> list[CapturedOp]:
     ops = [*extra, *record.ops]
-    fills = [op.region for op in ops if not isinstance(op.action, Scale)]
+    fills = [op.region for op in ops if sets_values(op.action)]
     if not box_union_covers(fills, record.shape):
         raise ShardInitError(
             f"parameter {record.name}: init_fn sets only part of it and nothing sets the "
@@ -159,10 +172,8 @@ def replay_box(
         for index, (op, piece) in enumerate(zip(ops, pieces, strict=True)):
             if piece is None:
                 continue
-            if not isinstance(op.action, Scale) and any(
-                later is not None
-                and not isinstance(ops[k].action, Scale)
-                and contains(later, piece)
+            if sets_values(op.action) and any(
+                later is not None and sets_values(ops[k].action) and contains(later, piece)
                 for k, later in enumerate(pieces[index + 1 :], start=index + 1)
             ):
                 continue  # a later fill overwrites all of it: generate nothing
@@ -179,6 +190,9 @@ def replay_box(
                     init_box(spec, piece, out=target)
                 else:
                     target.copy_(init_box(spec, piece, device=out.device))
+            elif isinstance(action, Program):
+                spec = ParamSpec(record.name, record.shape, record.dtype, Constant(0.0), seed=seed)
+                fill_program_box(action.expr, spec, piece, target)
             elif isinstance(action, Scale):
                 if action.divide:
                     target.div_(action.factor)

@@ -10,7 +10,7 @@ from typing import Literal
 
 import torch
 
-from .records import CapturedOp, Scale
+from .records import CapturedOp, sets_values
 from .regions import Box, box_union_covers, intersect
 
 __all__ = ["Track", "storage_id"]
@@ -39,6 +39,8 @@ class Track:
         name: the parameter's or buffer's canonical name ("" for temporaries).
         holder: for a parameter stand-in, the dotted path of the holder it was made for.
         ops: what was written, first to last (for buffers: only the regions matter).
+        from_random: a temporary computed (by operations shardinit does not follow) from
+            random values: its CPU values are torch's, never a table.
     """
 
     kind: TrackKind
@@ -47,6 +49,7 @@ class Track:
     name: str = ""
     holder: str = ""
     ops: list[CapturedOp] = field(default_factory=list)
+    from_random: bool = False
 
     def __post_init__(self) -> None:
         # Holding the storage object keeps its id() from being reused during the capture.
@@ -62,7 +65,7 @@ class Track:
             return True
         pieces = []
         for op in self.ops:
-            if isinstance(op.action, Scale):
+            if not sets_values(op.action):
                 continue
             common = intersect(op.region, region)
             if common is not None:

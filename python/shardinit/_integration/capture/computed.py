@@ -1,0 +1,541 @@
+"""Computed values: the recorder's part that turns elementwise computations into init
+programs (:mod:`.program`).
+
+* **Values of tensors.** A followed temporary's value is the fold of what was written
+  to it (its ops, last one wins, as ``where`` of their boxes); a view of it reads that
+  fold at the view's positions; a CPU tensor init code computed otherwise is a table
+  of its values (refused when torch's random generator was used: those values would
+  not be the stream's); a parameter's values cannot be read.
+* **Sources** (new temporaries): ``arange``, ``linspace``, ``eye``, ``torch.tensor``,
+  ``rand``/``randn`` (and ``*_like``).
+* **Steps**: elementwise operations (:mod:`.pointwise`) out of place (a new temporary)
+  and in place (an op reading :class:`~.program.Prior`), casts.
+* **Writes**: an expression over a view's coordinates lands on the boxes of its base the
+  view covers, read back at each element's own coordinates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ...init import Constant, Normal, Uniform
+from .pointwise import POINTWISE, cast, cast_dtype, step_of
+from .program import (
+    Bad,
+    Binary,
+    Const,
+    Coord,
+    Expr,
+    Prior,
+    Round,
+    Source,
+    Table,
+    TableData,
+    Where,
+    bad_reasons,
+    bare_source,
+    broadcast_coords,
+    combine,
+    contiguous_index,
+    flat_of_box,
+    in_box,
+    reindex,
+    simplify,
+    strided_coords,
+    substitute_prior,
+    unravel,
+    walk_nodes,
+    where,
+)
+from .recorder import Recorder, same_view, user_frame
+from .records import (
+    Action,
+    CapturedOp,
+    Dirac,
+    Eye,
+    Fill,
+    Opaque,
+    Program,
+    Scale,
+    UnsupportedInitOpError,
+)
+from .regions import (
+    Box,
+    Run,
+    box_runs,
+    flat_range_boxes,
+    map_runs_from,
+    view_region,
+    view_runs,
+)
+from .tracks import Track
+
+__all__ = ["SOURCES", "Computing"]
+
+#: Factories whose values are known per element (made into temporaries).
+SOURCES = frozenset(
+    {"arange", "linspace", "eye", "tensor", "new_tensor", "rand", "randn", "rand_like",
+     "randn_like"}
+)  # fmt: skip
+_ROUNDED = (torch.float32, torch.float16, torch.bfloat16)
+_RANDOM = {"rand": Uniform(0.0, 1.0), "randn": Normal(0.0, 1.0)}
+
+
+def stored(expr: Expr, dtype: torch.dtype) -> Expr:
+    """``expr`` as a tensor of ``dtype`` holds it."""
+    if dtype in _ROUNDED and not isinstance(expr, Source):
+        if isinstance(expr, Round) and expr.dtype == dtype:
+            return expr
+        return Round(expr, dtype)
+    return expr
+
+
+def _ranges(shape: Sequence[int]) -> list[tuple[int, int]]:
+    return [(0, int(size)) for size in shape]
+
+
+def _identity(ndim: int) -> tuple[Expr, ...]:
+    return tuple(Coord(d) for d in range(ndim))
+
+
+def op_value(op: CapturedOp, track: Track, prior: Expr) -> Expr:
+    """What ``op`` leaves in the elements it covers, given their value before."""
+    action, dtype = op.action, track.base.dtype
+    if isinstance(action, Fill):
+        if isinstance(action.init, Constant):
+            return stored(Const(action.init.value), dtype)
+        return Source(action.init, dtype, id(op), _identity(len(track.shape)))
+    if isinstance(action, Program):
+        return stored(substitute_prior(action.expr, prior), dtype)
+    if isinstance(action, Scale):
+        # torch's mul_/div_ by a Python scalar: the scalar and the product in float32
+        # (binary64 for float64 tensors), then the tensor's dtype.
+        factor = action.factor
+        if dtype != torch.float64:
+            factor = float(torch.tensor(factor, dtype=torch.float32))
+        step = combine("div" if action.divide else "mul", prior, Const(factor))
+        return stored(step if dtype == torch.float64 else Round(step, torch.float32), dtype)
+    if isinstance(action, (Eye, Dirac)):
+        return Bad(f"{op.op} is not followed into computations")
+    assert isinstance(action, Opaque)
+    return Bad(action.why)
+
+
+class Computing(Recorder):
+    """Values, sources, elementwise steps and expression writes (module docstring)."""
+
+    def __init__(self, tracks: Sequence[Track], aliases: Mapping[int, Track]) -> None:
+        super().__init__(tracks, aliases)
+        self.rng_start = torch.default_generator.get_state()
+        self.folds: dict[int, tuple[int, CapturedOp | None, Expr]] = {}
+
+    # ----------------------------------------------------------------- values
+
+    def rng_untouched(self) -> bool:
+        return bool(torch.equal(torch.default_generator.get_state(), self.rng_start))
+
+    def table_of(self, value: torch.Tensor) -> Expr:
+        """The values of a tensor shardinit did not follow (a CPU tensor init code
+        computed), over its own coordinates."""
+        if value.device.type != "cpu":
+            return Bad(
+                f"the values of a {value.device.type} tensor computed by operations "
+                "shardinit does not follow (not elementwise, or not recorded)"
+            )
+        if value.is_complex():
+            return Bad("complex values")
+        if not self.rng_untouched():
+            return Bad(
+                "values computed after init code drew from torch's random generator "
+                "(only the stream gives random values; use torch.rand/randn or fills)"
+            )
+        flat = value.detach().to(torch.float64).contiguous().view(-1).clone()
+        if value.dim() == 0:
+            return Const(float(flat[0]))
+        return Table(TableData(flat), contiguous_index(tuple(value.shape)))
+
+    def folded(self, track: Track) -> Expr:
+        """The value of every element of ``track``'s base, over its coordinates (the same
+        expression object while nothing is written to it)."""
+        last = track.ops[-1] if track.ops else None
+        cached = self.folds.get(id(track))
+        if cached is not None and cached[0] == len(track.ops) and cached[1] is last:
+            return cached[2]
+        value = self.fold(track)
+        self.folds[id(track)] = (len(track.ops), last, value)
+        return value
+
+    def fold(self, track: Track) -> Expr:
+        if track.kind == "param":
+            unset = "an elementwise step reads elements that init_fn did not set before it"
+        else:
+            unset = f"it copies elements of {track.label} that were never written"
+        never = Bad(unset)
+        value: Expr = never
+        random = False
+        for op in track.ops:
+            written = op_value(op, track, value)
+            random = random or any(isinstance(n, Source) for n in walk_nodes(written))
+            value = where(in_box(op.region, track.shape), written, value)
+        if track.written(tuple((0, size) for size in track.shape)):
+            value = _drop_branch(value, never)  # every element written: never selected
+        computed_on_cpu = track.base.device.type == "cpu" and track.kind == "temp"
+        if computed_on_cpu and not (random or track.from_random) and bad_reasons(value):
+            return self.table_of(track.base)
+        return value
+
+    def value_of(self, value: Any, op: str) -> Expr:
+        """The value of an operand at each of its own coordinates.
+
+        Raises:
+            UnsupportedInitOpError: it is (a view of) a parameter.
+        """
+        if isinstance(value, (bool, int, float)):
+            return Const(float(value))
+        if not isinstance(value, torch.Tensor):
+            return Bad(f"an operand of type {type(value).__name__}")
+        track = self.lookup(value)
+        if track is not None and track.kind == "param":
+            why = "it reads the parameter's values (they do not exist on meta)"
+            raise self.fail(track, op, why)
+        if track is None or track.kind == "buffer":
+            return self.table_of(value)
+        if value.dtype != track.base.dtype:
+            return Bad("a view of a temporary as another dtype")
+        offset = int(value.storage_offset() - track.base.storage_offset())
+        coords, repeats = strided_coords(value.shape, value.stride(), offset, track.shape)
+        repeat = None if repeats is None else self.repeat_reason(op)
+        return reindex(self.folded(track), coords, _ranges(value.shape), repeat)
+
+    def repeat_reason(self, op: str) -> str:
+        return (
+            f"a broadcast or expand ({op} at {user_frame()}) repeats random values, which "
+            "are drawn at each destination element's own index and cannot repeat"
+        )
+
+    def operand(self, value: Any, shape: Sequence[int], op: str) -> Expr:
+        """An operand's value broadcast to ``shape``."""
+        expr = self.value_of(value, op)
+        if not isinstance(value, torch.Tensor) or value.dim() == 0:
+            return expr
+        coords, stretched = broadcast_coords(tuple(value.shape), tuple(shape))
+        why = self.repeat_reason(op) if stretched else None
+        return reindex(expr, coords, _ranges(shape), why)
+
+    # ----------------------------------------------------------------- writes
+
+    def action_of(self, track: Track, expr: Expr, op: str) -> Action:
+        """The action of writing ``expr``; :class:`Bad` values are refused for a
+        parameter and make a temporary opaque."""
+        reasons = bad_reasons(expr)
+        if reasons:
+            if track.kind == "param":
+                raise self.fail(track, op, reasons[0])
+            return Opaque(reasons[0])
+        init = bare_source(expr)
+        return Program(expr) if init is None else Fill(init)
+
+    def append(self, track: Track, box: Box, expr: Expr, op: str, where_: str) -> None:
+        """Appends the write of ``expr`` on ``box``. An in-place step reads the values
+        before it as the fold of what was written (so a recorded program never reads
+        memory: it is one computation from sources, rounded once at the end)."""
+        if any(isinstance(n, Prior) for n in walk_nodes(expr)):
+            prior = simplify(self.folded(track), box)
+            expr = substitute_prior(expr, prior)
+        track.ops.append(CapturedOp(box, self.action_of(track, expr, op), op, where_))
+
+    def spread(
+        self,
+        expr: Expr,
+        source_shape: Sequence[int],
+        pieces: Iterator[tuple[int, Run]],
+        target: Track,
+    ) -> Iterator[tuple[Box, Expr]]:
+        """``expr`` (over a row-major tensor of ``source_shape``) on the boxes of
+        ``target`` that ``pieces`` (source flat start, target flat run) cover, each read
+        at the box's own coordinates."""
+        for source_start, (start, stop) in pieces:
+            for _, box in flat_range_boxes(target.shape, start, stop):
+                ranges = [(a, b) for a, b in box]
+                flat = flat_of_box(target.shape, source_start - start)
+                coords = unravel(flat, tuple(source_shape), ranges)
+                yield box, reindex(expr, coords, ranges)
+
+    def write_expr(self, target: Track, view: torch.Tensor, expr: Expr, op: str) -> None:
+        """Writes ``expr`` (over ``view``'s coordinates) into ``view`` of ``target``."""
+        if target.kind == "buffer":
+            self.record(target, view, Fill(Constant(0.0)), op)
+            return
+        try:
+            runs = view_runs(view, target.base)
+        except ValueError as why:
+            if target.kind == "param":
+                raise self.fail(target, op, f"the view written is not a box ({why})") from None
+            self.record(target, view, Opaque(f"{op} wrote a view that is not a box"), op)
+            return
+        where_ = user_frame()
+        boxed = _box_coords(view, target.base)
+        if boxed is not None:  # one op on the box, read through the view's axes
+            box, coords = boxed
+            self.append(target, box, reindex(expr, coords, list(box)), op, where_)
+            return
+        pieces = map_runs_from([(0, view.numel())], (0, view.numel()), runs)
+        for box, value in self.spread(expr, tuple(view.shape), pieces, target):
+            self.append(target, box, value, op, where_)
+
+    def copy_expr(self, target: Track, dst: torch.Tensor, value: Any, op: str) -> None:
+        """``dst`` takes ``value`` (broadcast) by its computed values."""
+        self.write_expr(target, dst, self.operand(value, tuple(dst.shape), op), op)
+
+    def spread_op(
+        self, entry: CapturedOp, runs: tuple[list[Run], list[Run]], source: Track, target: Track
+    ) -> Iterator[tuple[Box, Expr]]:
+        """A temporary's program op, copied through ``runs`` (source, target)."""
+        assert isinstance(entry.action, Program)
+        for run in box_runs(entry.region, source.shape):
+            pieces = map_runs_from(runs[0], run, runs[1])
+            yield from self.spread(entry.action.expr, source.shape, pieces, target)
+
+    # ----------------------------------------------------------------- copies
+
+    def translate(
+        self, source: Track, src: torch.Tensor, target: Track, dst: torch.Tensor, op: str
+    ) -> None:
+        """``dst`` (of ``target``) takes the values of ``src`` (of ``source``, a
+        temporary of the same shape), op by op: a fill gives each element the
+        initializer of the element it comes from, a program is read at the element's
+        source position.
+
+        Raises:
+            UnsupportedInitOpError: elements never written, values no op describes.
+            ValueError: a view's order is not row-major (copied by values instead).
+        """
+        runs = view_runs(src, source.base), view_runs(dst, target.base)
+        for start, stop in runs[0]:
+            for _, box in flat_range_boxes(source.shape, start, stop):
+                if not source.written(box):
+                    raise self.fail(target, op, f"it copies elements of {source.label} "
+                                    "that were never written")  # fmt: skip
+        where_ = user_frame()
+        for entry in source.ops:
+            copied = f"{entry.op} (copied by {op} at {where_})"
+            if isinstance(entry.action, Program):
+                for box, value in self.spread_op(entry, runs, source, target):
+                    self.append(target, box, value, copied, entry.where)
+                continue
+            if isinstance(entry.action, (Eye, Dirac, Opaque)):
+                reason = (
+                    entry.action.why
+                    if isinstance(entry.action, Opaque)
+                    else f"{entry.op} is not translated into copies"
+                )
+                if any(
+                    next(map_runs_from(runs[0], run, runs[1]), None) is not None
+                    for run in box_runs(entry.region, source.shape)
+                ):
+                    raise self.fail(target, op, f"it copies values of {source.label}: {reason}")
+                continue
+            for run in box_runs(entry.region, source.shape):
+                for _, mapped in map_runs_from(runs[0], run, runs[1]):
+                    for _, box in flat_range_boxes(target.shape, *mapped):
+                        target.ops.append(CapturedOp(box, entry.action, copied, entry.where))
+
+    def copy_into(self, target: Track, dst: torch.Tensor, value: Any, op: str) -> None:
+        """``dst`` of ``target`` takes ``value``: a temporary of the same shape op by op
+        (:meth:`translate`), anything else by its computed values (broadcast)."""
+        source = self.lookup(value)
+        if target.kind == "buffer":
+            self.record(target, dst, Fill(Constant(0.0)), op)
+            return
+        if source is not None and source.kind == "param":
+            if source is target and same_view(dst, value):
+                return
+            if target.kind == "param":
+                raise self.fail(target, op, f"it copies the values of {source.label}")
+        if source is target and same_view(dst, value):
+            return
+        try:
+            if (
+                source is not None
+                and source.kind == "temp"
+                and value.shape == dst.shape
+                and not any(isinstance(o.action, Program) for o in source.ops)
+            ):
+                try:
+                    self.translate(source, value, target, dst, op)
+                    return
+                except ValueError:
+                    pass  # not in row-major order: by values
+            self.copy_expr(target, dst, value, op)
+        except UnsupportedInitOpError as error:
+            if target.kind == "param":
+                raise
+            if self.error is error:
+                self.error = None
+            self.record(target, dst, Opaque(str(error)), op)
+
+    # ----------------------------------------------------------------- sources and steps
+
+    def source(self, name: str, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """A factory of known values: the result is a new temporary."""
+        state = torch.default_generator.get_state()
+        try:
+            result = func(*args, **kwargs)
+        finally:
+            torch.default_generator.set_state(state)
+        if not isinstance(result, torch.Tensor):
+            return result
+        temp = self.new_temp(name, result)
+        base = name.removesuffix("_like")
+        if base in _RANDOM:
+            self.record(temp, result, Fill(_RANDOM[base]), name)
+            return result
+        expr = self.source_value(name, args, kwargs, result)
+        temp.ops.append(CapturedOp(_whole(result), self.action_of(temp, expr, name), name,
+                                   user_frame()))  # fmt: skip
+        return result
+
+    def source_value(
+        self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any], result: torch.Tensor
+    ) -> Expr:
+        if name in ("tensor", "new_tensor"):
+            data = args[1] if name == "new_tensor" else args[0] if args else kwargs["data"]
+            return self.table_of(torch.tensor(data, dtype=result.dtype, device="cpu"))
+        if name == "eye":
+            return Binary("eq", Coord(0), Coord(1))
+        numbers = [float(a) for a in args if isinstance(a, (int, float)) and a is not True]
+        if name == "linspace":
+            start = float(kwargs.get("start", numbers[0]))
+            end = float(kwargs.get("end", numbers[1]))
+            return stored(_linspace(start, end, int(result.shape[0])), result.dtype)
+        start, step = (0.0, 1.0) if len(numbers) < 2 else (numbers[0], 1.0)
+        if len(numbers) >= 3:
+            step = numbers[2]
+        start = float(kwargs.get("start", start))
+        step = float(kwargs.get("step", step))
+        value = combine("add", combine("mul", Coord(0), Const(step)), Const(start))
+        return stored(value, result.dtype)
+
+    def new_temp(self, name: str, result: torch.Tensor) -> Track:
+        label = f"temporary {name}{tuple(result.shape)} at {user_frame()}"
+        return self.follow(Track("temp", result, label))
+
+    def pointwise(
+        self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """An elementwise operation with a followed operand: a new temporary."""
+        step = POINTWISE[name]
+        operands, options = step_of(step, args, kwargs)
+        result = func(*args, **kwargs)
+        if not isinstance(result, torch.Tensor):
+            return result
+        if not result.is_contiguous():
+            result = result.contiguous()
+        shape = tuple(result.shape)
+        exprs = [None if v is None else self.operand(v, shape, name) for v in operands]
+        temp = self.new_temp(name, result)
+        expr = step.build(exprs, options)
+        temp.ops.append(CapturedOp(_whole(result), self.action_of(temp, expr, name), name,
+                                   user_frame()))  # fmt: skip
+        return result
+
+    def cast_temp(self, name: str, func: Any, args: Sequence[Any], kwargs: Any) -> Any:
+        """A cast or device move of a followed temporary."""
+        result = func(*args, **kwargs)
+        source = args[0]
+        if not isinstance(result, torch.Tensor) or self.lookup(result) is not None:
+            return result
+        if not result.is_contiguous():
+            result = result.contiguous()
+        dtype = cast_dtype(name, args, kwargs) or result.dtype
+        expr = cast(self.operand(source, tuple(result.shape), name), source.dtype, dtype)
+        temp = self.new_temp(name, result)
+        temp.ops.append(CapturedOp(_whole(result), self.action_of(temp, expr, name), name,
+                                   user_frame()))  # fmt: skip
+        return result
+
+    def inplace(
+        self, name: str, base_name: str, target: Track, func: Any, args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+    ) -> Any:  # fmt: skip
+        """An in-place elementwise step on (a view of) a followed tensor."""
+        view = args[0]
+        step = POINTWISE[base_name]
+        operands, options = step_of(step, args, kwargs)
+        shape = tuple(view.shape)
+        exprs: list[Expr | None] = [Prior()]
+        exprs += [None if v is None else self.operand(v, shape, name) for v in operands[1:]]
+        self.write_expr(target, view, step.build(exprs, options), name)
+        if target.kind == "param":
+            return view
+        return func(*args, **kwargs)
+
+    def taint(self, name: str, args: Any, kwargs: Any, result: Any) -> None:
+        """Results of an operation shardinit does not follow, on followed temporaries:
+        opaque (unless on the CPU and free of random values, then a table)."""
+        from ..._torch_compat import tree_flatten
+
+        temps = [t for t in map(self.lookup, tree_flatten((args, kwargs))[0]) if t is not None]
+        if not temps:
+            return
+        random = any(
+            isinstance(n, (Source, Bad)) for t in temps for n in walk_nodes(self.folded(t))
+        )
+        for leaf in tree_flatten(result)[0]:
+            if not isinstance(leaf, torch.Tensor) or self.lookup(leaf) is not None:
+                continue
+            if leaf.device.type == "cpu" and not random:
+                continue  # a CPU tensor of known values: a table if it is copied
+            if leaf.is_contiguous():
+                temp = self.new_temp(name, leaf)
+                temp.from_random = True
+                why = f"{name} at {user_frame()} is not an elementwise operation shardinit follows"
+                temp.ops.append(CapturedOp(_whole(leaf), Opaque(why), name, user_frame()))
+
+
+def _drop_branch(expr: Expr, never: Expr) -> Expr:
+    """``expr`` with each ``where(c, a, never)`` replaced by ``a``."""
+    if isinstance(expr, Where):
+        if expr.b is never:
+            return _drop_branch(expr.a, never)
+        return Where(expr.cond, expr.a, _drop_branch(expr.b, never))
+    return expr
+
+
+def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, list[Expr]] | None:
+    """The box ``view`` covers and its coordinates as expressions of the base's, when
+    each of its dims runs along one base dim; else None."""
+    try:
+        region = view_region(view, base)
+    except ValueError:
+        return None
+    if region is None:
+        return None
+    box, axes = region
+    coords: list[Expr] = []
+    for size, axis in zip(view.shape, axes, strict=True):
+        if axis is None:
+            if size > 1:
+                return None
+            coords.append(Const(0.0))
+        else:
+            coords.append(combine("sub", Coord(axis), Const(float(box[axis][0]))))
+    return box, coords
+
+
+def _whole(tensor: torch.Tensor) -> Box:
+    return tuple((0, int(size)) for size in tensor.shape)
+
+
+def _linspace(start: float, end: float, steps: int) -> Expr:
+    """torch's linspace: from ``start`` up to the middle, from ``end`` down after it."""
+    if steps <= 1:
+        return Const(start)
+    step = (end - start) / (steps - 1)
+    up = combine("add", combine("mul", Coord(0), Const(step)), Const(start))
+    back = combine("sub", Const(float(steps - 1)), Coord(0))
+    down = combine("sub", Const(end), combine("mul", back, Const(step)))
+    return where(combine("lt", Coord(0), Const(float(steps // 2))), up, down)

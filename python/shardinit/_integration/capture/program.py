@@ -1,0 +1,545 @@
+"""Init programs: the elementwise computation init code performs for one element, as an
+expression over the element's coordinates (docs/stream-format.md, "Init programs").
+
+An expression describes the values of one tensor (a temporary, or a box of a parameter)
+as a function of its own coordinates ``Coord(d)``. Its leaves are constants,
+coordinates, random sources (the value of an initializer at the DESTINATION parameter's
+own global index: layout-independent by construction), tables of values known at capture
+(CPU tensors init code computed) and ``Prior`` (the element's value before an in-place
+operation). Views, broadcasts and copies move an expression from one tensor's
+coordinates to another's (:func:`reindex`); index arithmetic that stays affine is
+simplified so tables stay tables and ``where`` of coordinate conditions folds away.
+
+Nothing here computes a float: values are computed only by the core's deterministic
+binary64 evaluator (``_core.Program``), at replay. Only exact integer index arithmetic
+is folded here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ...init import BaseInit, Constant
+
+__all__ = [
+    "BINARY",
+    "UNARY",
+    "Bad",
+    "Binary",
+    "Const",
+    "Coord",
+    "Expr",
+    "Prior",
+    "Round",
+    "Source",
+    "Table",
+    "TableData",
+    "Unary",
+    "Where",
+    "bad_reasons",
+    "bare_source",
+    "in_box",
+    "random_key",
+    "reindex",
+    "substitute_prior",
+]
+
+#: Unary operations of the core's evaluator.
+UNARY = frozenset(
+    {"neg", "abs", "reciprocal", "sqrt", "rsqrt", "exp", "expm1", "log", "log1p", "sin", "cos",
+     "tanh", "sigmoid", "softplus", "floor"}
+)  # fmt: skip
+#: Binary operations of the core's evaluator (comparisons give 1.0 or 0.0).
+BINARY = frozenset(
+    {"add", "sub", "mul", "div", "pow", "min", "max", "floordiv", "mod", "lt", "le", "gt",
+     "ge", "eq", "ne"}
+)  # fmt: skip
+_COMPARE = {"lt", "le", "gt", "ge", "eq", "ne"}
+
+
+class Expr:
+    """A node of an init program (immutable; structural equality)."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    value: float
+
+
+@dataclass(frozen=True)
+class Coord(Expr):
+    """The element's coordinate along ``dim`` of the tensor the expression describes."""
+
+    dim: int
+
+
+@dataclass(frozen=True)
+class Source(Expr):
+    """A random value: ``init`` at the destination element's own global index of the
+    parameter's stream, rounded to ``dtype``.
+
+    Attributes:
+        origin: which fill made it (two different ones never meet in one element).
+        at: the filled temporary's coordinates as expressions of the current ones (the
+            same fill read at two different places never meets in one element either).
+    """
+
+    init: BaseInit
+    dtype: torch.dtype
+    origin: int
+    at: tuple[Expr, ...]
+
+
+@dataclass(eq=False)
+class TableData:
+    """Values known at capture (a CPU tensor init code computed), flat, binary64."""
+
+    values: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Table(Expr):
+    """``data.values[index]``; ``index`` must be affine in the coordinates at replay."""
+
+    data: TableData
+    index: Expr
+
+
+@dataclass(frozen=True)
+class Unary(Expr):
+    op: str
+    x: Expr
+
+
+@dataclass(frozen=True)
+class Binary(Expr):
+    op: str
+    a: Expr
+    b: Expr
+
+
+@dataclass(frozen=True)
+class Where(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+
+
+@dataclass(frozen=True)
+class Round(Expr):
+    """Rounded to ``dtype`` (a cast; round-to-nearest-even)."""
+
+    x: Expr
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class Prior(Expr):
+    """The element's value before the operation (in the tensor's dtype)."""
+
+
+@dataclass(frozen=True)
+class Bad(Expr):
+    """Values that cannot be replayed, and why (refused if they reach a parameter)."""
+
+    why: str
+
+
+# --------------------------------------------------------------------------- affine index
+
+
+@dataclass(frozen=True)
+class Lin:
+    """``offset + sum(coefs[d] * Coord(d))`` with integer coefficients."""
+
+    offset: int
+    coefs: tuple[tuple[int, int], ...]  # (dim, coef), coef != 0, sorted by dim
+
+    def span(self, ranges: Sequence[tuple[int, int]]) -> tuple[int, int]:
+        """Smallest and largest value over the half-open coordinate ``ranges``."""
+        low = high = self.offset
+        for dim, coef in self.coefs:
+            start, stop = ranges[dim]
+            if stop <= start:
+                return (0, -1)
+            low += min(coef * start, coef * (stop - 1))
+            high += max(coef * start, coef * (stop - 1))
+        return low, high
+
+
+def _lin(offset: int, terms: dict[int, int]) -> Lin:
+    return Lin(offset, tuple(sorted((d, c) for d, c in terms.items() if c)))
+
+
+def as_lin(expr: Expr) -> Lin | None:
+    """``expr`` as an affine integer form, or None."""
+    if isinstance(expr, Const) and float(expr.value).is_integer():
+        return Lin(int(expr.value), ())
+    if isinstance(expr, Coord):
+        return Lin(0, ((expr.dim, 1),))
+    if isinstance(expr, Binary) and expr.op in ("add", "sub", "mul"):
+        a, b = as_lin(expr.a), as_lin(expr.b)
+        if a is None or b is None:
+            return None
+        if expr.op == "mul":
+            if a.coefs and b.coefs:
+                return None
+            scale, form = (a.offset, b) if not a.coefs else (b.offset, a)
+            return _lin(scale * form.offset, {d: scale * c for d, c in form.coefs})
+        sign = 1 if expr.op == "add" else -1
+        terms = dict(a.coefs)
+        for d, c in b.coefs:
+            terms[d] = terms.get(d, 0) + sign * c
+        return _lin(a.offset + sign * b.offset, terms)
+    return None
+
+
+def lin_expr(lin: Lin) -> Expr:
+    """The expression of an affine form (integer constants and coordinates)."""
+    expr: Expr | None = None
+    for dim, coef in lin.coefs:
+        term: Expr = Coord(dim) if coef == 1 else Binary("mul", Coord(dim), Const(float(coef)))
+        expr = term if expr is None else Binary("add", expr, term)
+    if expr is None:
+        return Const(float(lin.offset))
+    return expr if lin.offset == 0 else Binary("add", expr, Const(float(lin.offset)))
+
+
+def _divmod(op: str, lin: Lin, q: int, ranges: Sequence[tuple[int, int]]) -> Lin | None:
+    """``lin // q`` or ``lin % q`` as an affine form over ``ranges``, where exact."""
+    if q <= 0:
+        return None
+    whole, rest = divmod(lin.offset, q)
+    keep: dict[int, int] = {}
+    low: dict[int, int] = {}
+    for dim, coef in lin.coefs:
+        (keep if coef % q == 0 else low)[dim] = coef
+    remainder = _lin(rest, low)
+    span = remainder.span(ranges)
+    if not (span[0] >= 0 and span[1] < q):
+        return None
+    if op == "floordiv":
+        return _lin(whole, {d: c // q for d, c in keep.items()})
+    return remainder
+
+
+def index_op(op: str, a: Expr, b: Expr, ranges: Sequence[tuple[int, int]] | None) -> Expr:
+    """``a <op> b``, folded where exact: integer affine arithmetic, ``//`` and ``%`` by a
+    constant that stay affine over ``ranges``, comparisons decided over ``ranges``."""
+    la, lb = as_lin(a), as_lin(b)
+    if la is not None and lb is not None:
+        if op in ("add", "sub") or (op == "mul" and not (la.coefs and lb.coefs)):
+            folded = as_lin(Binary(op, lin_expr(la), lin_expr(lb)))
+            if folded is not None:
+                return lin_expr(folded)
+        if op in ("floordiv", "mod") and not lb.coefs and ranges is not None:
+            exact = _divmod(op, la, lb.offset, ranges)
+            if exact is not None:
+                return lin_expr(exact)
+        if op in _COMPARE and ranges is not None:
+            diff = as_lin(Binary("sub", lin_expr(la), lin_expr(lb)))
+            assert diff is not None
+            low, high = diff.span(ranges)
+            decided = _decide(op, low, high)
+            if decided is not None:
+                return Const(float(decided))
+    return Binary(op, a, b)
+
+
+def _decide(op: str, low: int, high: int) -> bool | None:
+    """Whether ``x <op> 0`` holds for every (True) or no (False) x in [low, high]."""
+    if low > high:
+        return True
+    tests: dict[str, Callable[[int], bool]] = {
+        "lt": lambda x: x < 0, "le": lambda x: x <= 0, "gt": lambda x: x > 0,
+        "ge": lambda x: x >= 0, "eq": lambda x: x == 0, "ne": lambda x: x != 0,
+    }  # fmt: skip
+    test = tests[op]
+    if low == high:
+        return test(low)
+    if op in ("eq", "ne"):
+        return None if low <= 0 <= high else op == "ne"
+    at_low, at_high = test(low), test(high)
+    return at_low if at_low == at_high else None
+
+
+def where(cond: Expr, a: Expr, b: Expr) -> Expr:
+    if isinstance(cond, Const):
+        return a if cond.value else b
+    if a == b:
+        return a
+    return Where(cond, a, b)
+
+
+def in_box(box: Sequence[tuple[int, int]], shape: Sequence[int]) -> Expr:
+    """1.0 inside ``box`` (of a tensor of ``shape``), else 0.0."""
+    cond: Expr = Const(1.0)
+    for dim, ((start, stop), size) in enumerate(zip(box, shape, strict=True)):
+        for op, bound, trivial in (("ge", start, start <= 0), ("lt", stop, stop >= size)):
+            if trivial:
+                continue
+            test = Binary(op, Coord(dim), Const(float(bound)))
+            cond = test if cond == Const(1.0) else Binary("mul", cond, test)
+    return cond
+
+
+# --------------------------------------------------------------------------- rewriting
+
+
+def reindex(
+    expr: Expr,
+    coords: Sequence[Expr],
+    ranges: Sequence[tuple[int, int]],
+    repeats: str | None = None,
+    keep: bool = True,
+) -> Expr:
+    """``expr`` (over coordinates ``Coord(0..)``) read at ``coords``, expressions of new
+    coordinates that run over ``ranges``. ``repeats`` (a reason) marks a map that reads
+    some elements more than once: random sources become :class:`Bad` with it. The
+    identity map returns ``expr`` itself unless ``keep`` is False."""
+    if keep and repeats is None and all(c == Coord(d) for d, c in enumerate(coords)):
+        return expr  # the identity: the same expression
+    memo: dict[int, Expr] = {}
+
+    def walk(node: Expr) -> Expr:
+        done = memo.get(id(node))
+        if done is not None:
+            return done
+        result = _rebuild(node, walk, coords, ranges, repeats)
+        memo[id(node)] = result
+        return result
+
+    return walk(expr)
+
+
+def _rebuild(
+    node: Expr,
+    walk: Callable[[Expr], Expr],
+    coords: Sequence[Expr],
+    ranges: Sequence[tuple[int, int]],
+    repeats: str | None,
+) -> Expr:
+    if isinstance(node, Coord):
+        return coords[node.dim]
+    if isinstance(node, Source):
+        if repeats is not None:
+            return Bad(repeats)
+        return Source(node.init, node.dtype, node.origin, tuple(walk(x) for x in node.at))
+    if isinstance(node, Table):
+        index = walk(node.index)
+        if as_lin(index) is None:
+            return Bad("a table of computed values read at positions that are not affine")
+        return Table(node.data, index)
+    if isinstance(node, Unary):
+        return Unary(node.op, walk(node.x))
+    if isinstance(node, Binary):
+        return combine(node.op, walk(node.a), walk(node.b), ranges)
+    if isinstance(node, Where):
+        return where(walk(node.cond), walk(node.a), walk(node.b))
+    if isinstance(node, Round):
+        return Round(walk(node.x), node.dtype)
+    return node  # Const, Prior, Bad
+
+
+def simplify(expr: Expr, box: Sequence[tuple[int, int]]) -> Expr:
+    """``expr`` with what is decided over the coordinates of ``box`` folded away."""
+    coords = [Coord(d) for d in range(len(box))]
+    return reindex(expr, coords, [(int(a), int(b)) for a, b in box], repeats=None, keep=False)
+
+
+def random_key(expr: Expr) -> set[tuple[int, tuple[Expr, ...]]] | None:
+    """The random sources an element's value may depend on, as alternatives (the
+    branches of a ``where``); None when two of them would meet in one element."""
+    if isinstance(expr, Source):
+        return {(expr.origin, expr.at)}
+    if isinstance(expr, Where):
+        parts = [random_key(expr.a), random_key(expr.b), random_key(expr.cond)]
+        if any(p is None for p in parts):
+            return None
+        if parts[2]:
+            return None
+        return set().union(*(p for p in parts[:2] if p))
+    found: set[tuple[int, tuple[Expr, ...]]] = set()
+    for child in _children(expr):
+        key = random_key(child)
+        if key is None:
+            return None
+        if key and found and (key != found or len(key) > 1):
+            return None
+        found = found or key
+    return found
+
+
+def combine(op: str, a: Expr, b: Expr, ranges: Sequence[tuple[int, int]] | None = None) -> Expr:
+    """``a <op> b``; :class:`Bad` when two random values would meet in one element."""
+    if isinstance(a, Bad):
+        return a
+    if isinstance(b, Bad):
+        return b
+    if op in ("add", "sub", "mul", "floordiv", "mod") or op in _COMPARE:
+        folded = index_op(op, a, b, ranges)
+        if not isinstance(folded, Binary):
+            return folded
+    node = Binary(op, a, b)
+    if random_key(node) is None:
+        return Bad("two random values (or one read at two places) meet in one element")
+    return node
+
+
+def _children(expr: Expr) -> tuple[Expr, ...]:
+    if isinstance(expr, Unary | Round):
+        return (expr.x,)
+    if isinstance(expr, Binary):
+        return (expr.a, expr.b)
+    if isinstance(expr, Where):
+        return (expr.cond, expr.a, expr.b)
+    if isinstance(expr, Table):
+        return (expr.index,)
+    if isinstance(expr, Source):
+        return expr.at
+    return ()
+
+
+def walk_nodes(expr: Expr) -> list[Expr]:
+    """Every distinct node, children before parents."""
+    seen: set[int] = set()
+    order: list[Expr] = []
+    stack: list[tuple[Expr, bool]] = [(expr, False)]
+    while stack:
+        node, ready = stack.pop()
+        if ready:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((child, False) for child in reversed(_children(node)))
+    return order
+
+
+def bad_reasons(expr: Expr) -> list[str]:
+    return [node.why for node in walk_nodes(expr) if isinstance(node, Bad)]
+
+
+def substitute_prior(expr: Expr, prior: Expr) -> Expr:
+    """``expr`` with :class:`Prior` replaced by ``prior``."""
+    memo: dict[int, Expr] = {}
+
+    def walk(node: Expr) -> Expr:
+        if isinstance(node, Prior):
+            return prior
+        done = memo.get(id(node))
+        if done is not None:
+            return done
+        if isinstance(node, Unary):
+            result: Expr = Unary(node.op, walk(node.x))
+        elif isinstance(node, Binary):
+            result = combine(node.op, walk(node.a), walk(node.b))
+        elif isinstance(node, Where):
+            result = where(walk(node.cond), walk(node.a), walk(node.b))
+        elif isinstance(node, Round):
+            result = Round(walk(node.x), node.dtype)
+        else:
+            result = node
+        memo[id(node)] = result
+        return result
+
+    return walk(expr)
+
+
+def bare_source(expr: Expr) -> BaseInit | None:
+    """The initializer when ``expr`` is nothing but a random source or a constant (then
+    the op is a plain fill: stream v1 values, whatever dtype the temporary had)."""
+    while isinstance(expr, Round) and isinstance(expr.x, Source | Const):
+        if isinstance(expr.x, Const):
+            exact = float(torch.tensor(expr.x.value, dtype=torch.float64).to(expr.dtype))
+            if exact != expr.x.value:
+                return None
+        expr = expr.x
+    if isinstance(expr, Source):
+        return expr.init
+    if isinstance(expr, Const):
+        return Constant(float(expr.value))
+    return None
+
+
+def contiguous_index(shape: Sequence[int]) -> Expr:
+    """The row-major flat index of an element of a tensor of ``shape``."""
+    stride, terms = 1, {}
+    for dim in range(len(shape) - 1, -1, -1):
+        terms[dim] = stride
+        stride *= max(int(shape[dim]), 1)
+    return lin_expr(_lin(0, {d: c for d, c in terms.items() if shape[d] != 1}))
+
+
+def unravel(
+    flat: Expr, shape: Sequence[int], ranges: Sequence[tuple[int, int]]
+) -> tuple[Expr, ...]:
+    """The coordinates in a row-major tensor of ``shape`` of flat index ``flat``."""
+    coords: list[Expr] = []
+    stride = 1
+    strides = []
+    for size in reversed(shape):
+        strides.append(stride)
+        stride *= max(int(size), 1)
+    for size, step in zip(shape, reversed(strides), strict=True):
+        if size == 1:
+            coords.append(Const(0.0))
+            continue
+        quotient = index_op("floordiv", flat, Const(float(step)), ranges)
+        coords.append(index_op("mod", quotient, Const(float(size)), ranges))
+    return tuple(coords)
+
+
+def strided_coords(
+    shape: Sequence[int], stride: Sequence[int], offset: int, base_shape: Sequence[int]
+) -> tuple[tuple[Expr, ...], str | None]:
+    """The coordinates in a contiguous ``base_shape`` tensor of the element of a view
+    (``shape``, ``stride``, ``offset`` in elements) at ``Coord(0..)``; and, when the view
+    may read some base element more than once (``expand``, ``unfold``), a reason."""
+    ranges = [(0, int(size)) for size in shape]
+    flat: Expr = Const(float(offset))
+    for dim, (size, step) in enumerate(zip(shape, stride, strict=True)):
+        if size == 1:
+            continue
+        flat = index_op("add", flat, index_op("mul", Coord(dim), Const(float(step)), None), None)
+    return unravel(flat, base_shape, ranges), None if _injective(shape, stride) else "repeats"
+
+
+def _injective(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether a view never reads one element twice (sufficient: each dim's stride,
+    smallest first, steps over everything the smaller ones span; no zero strides)."""
+    span = 0
+    dims = [(abs(int(t)), int(s)) for s, t in zip(shape, stride, strict=True) if s > 1]
+    for step, size in sorted(dims):
+        if step <= span:
+            return False
+        span += step * (size - 1)
+    return True
+
+
+def flat_of_box(shape: Sequence[int], delta: int) -> Expr:
+    """``delta`` plus the row-major flat index of a tensor of ``shape`` at ``Coord(0..)``."""
+    return index_op("add", contiguous_index(shape), Const(float(delta)), None)
+
+
+def broadcast_coords(shape: Sequence[int], result: Sequence[int]) -> tuple[tuple[Expr, ...], bool]:
+    """Coordinates of an operand of ``shape`` broadcast to ``result`` (right-aligned);
+    and whether it is stretched (read more than once)."""
+    lead = len(result) - len(shape)
+    coords: list[Expr] = []
+    stretched = False
+    for dim, size in enumerate(shape):
+        if size == 1:
+            coords.append(Const(0.0))
+            stretched = stretched or result[lead + dim] > 1
+        else:
+            coords.append(Coord(lead + dim))
+    stretched = stretched or any(result[d] > 1 for d in range(lead))
+    return tuple(coords), stretched

@@ -1,0 +1,358 @@
+"""Init programs (issue 19): init code that computes values, captured on meta and
+replayed shard-locally by the core's deterministic binary64 evaluator.
+
+* Per operation: the replay of any box (body and tail offsets) equals the full replay's
+  slice, one thread equals many, and deterministic values equal torch's own float64
+  computation rounded to float32 (within 1 ulp: shardinit rounds once per float32
+  temporary with its own math, torch with its kernels).
+* In place on parameters (``p.data.uniform_(a, b).log_()``, steps on a part of one).
+* The refusal list: each case refused, naming the parameter, the operation and the call
+  site.
+* Constructor values and the precedence order init_fn, rules, constructor, defaults.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+import shardinit
+from shardinit import init
+from shardinit._integration.capture import Fill, Program, replay_box, replay_full
+
+SEED = 77
+SHAPE = (7, 5)
+HERE = __file__
+
+Build = Callable[[torch.device], torch.Tensor]
+
+
+def _replay(build: Callable[[nn.Linear], None]) -> tuple[nn.Linear, torch.Tensor]:
+    """Captures ``build(lin)`` on a meta Linear(5, 7); the whole weight replayed."""
+    with torch.device("meta"):
+        lin = nn.Linear(SHAPE[1], SHAPE[0])
+    record = shardinit.capture_init(lin, lambda: build(lin))["weight"]
+    return lin, replay_full(record, SEED)
+
+
+def _record(build: Callable[[nn.Linear], None]) -> shardinit.CapturedInit:
+    with torch.device("meta"):
+        lin = nn.Linear(SHAPE[1], SHAPE[0])
+    return shardinit.capture_init(lin, lambda: build(lin))
+
+
+def _rows_cols(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = torch.arange(SHAPE[0], device=device, dtype=torch.float32).view(-1, 1)
+    cols = torch.linspace(-2.0, 3.0, SHAPE[1], device=device)
+    return rows, cols
+
+
+def _r(device: torch.device) -> torch.Tensor:
+    return _rows_cols(device)[0]
+
+
+def _c(device: torch.device) -> torch.Tensor:
+    return _rows_cols(device)[1]
+
+
+# Each: a computation of a (7, 5) float32 tensor from tables, on ``device``.
+TABLES: dict[str, Build] = {
+    "add_broadcast": lambda d: _r(d) + _c(d),
+    "sub_scalar": lambda d: _r(d) - 2.5 + _c(d) * 0,
+    "mul_div": lambda d: (_r(d) * 0.3) / (_c(d).abs() + 1),
+    "neg_reciprocal": lambda d: -torch.reciprocal(_r(d) + 1 + _c(d) ** 2),
+    "pow": lambda d: torch.pow(_r(d) + 1, 1.5) + _c(d) * 0,
+    "sqrt_rsqrt": lambda d: (_r(d) + 1).sqrt() * (_c(d) ** 2 + 1).rsqrt(),
+    "exp_expm1": lambda d: torch.exp(_c(d) * 0.5) + torch.expm1(_r(d) * 0.1),
+    "log_log1p": lambda d: torch.log(_r(d) + 1) + torch.log1p(_c(d).abs()),
+    "sin_cos": lambda d: torch.sin(_r(d) * _c(d)) - torch.cos(_r(d)),
+    "tanh_sigmoid": lambda d: torch.tanh(_c(d)) + torch.sigmoid(_r(d) - 3),
+    "softplus": lambda d: nn.functional.softplus(_c(d) + _r(d) * 0.5),
+    "clamp_abs": lambda d: (_c(d) * _r(d)).clamp(min=-1.5, max=4.0).abs(),
+    "where": lambda d: torch.where(_c(d) > 0, _r(d), -_c(d)).expand(7, 5),
+    "cast": lambda d: (_r(d) / 3).to(torch.bfloat16).float() + _c(d) * 0,
+    "cat_slices": lambda d: torch.cat([_c(d)[:2].expand(7, 2), _r(d).expand(7, 3)], 1),
+    "eye_ones_full": lambda d: torch.eye(7, 5, device=d)
+    + torch.ones(7, 5, device=d) * torch.full((1, 5), 0.25, device=d),
+    "python_data": lambda d: torch.tensor([[0.5, -1.0, 2.0, 0.0, 3.25]], device=d).expand(7, 5)
+    * _r(d),
+}  # fmt: skip
+
+
+def _boxes() -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    # Body and tail offsets, single elements, a column, the last row.
+    return [((0, 7), (0, 5)), ((1, 4), (2, 5)), ((6, 7), (0, 5)), ((3, 4), (4, 5)),
+            ((0, 7), (3, 4)), ((2, 6), (0, 1))]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(TABLES))
+def test_table_programs_match_torch_and_any_box(name: str) -> None:
+    build = TABLES[name]
+    with torch.device("meta"):
+        lin = nn.Linear(SHAPE[1], SHAPE[0])
+    captured = shardinit.capture_init(lin, lambda: lin.weight.copy_(build(lin.weight.device)))
+    record = captured["weight"]
+    assert any(isinstance(op.action, Program) for op in record.ops), record.ops
+    full = replay_full(record, SEED)
+    for box in _boxes():
+        piece = replay_box(record, SEED, box)
+        assert torch.equal(piece, full[box[0][0] : box[0][1], box[1][0] : box[1][1]]), box
+    previous = shardinit.get_num_threads()
+    try:
+        shardinit.set_num_threads(1)
+        assert torch.equal(replay_full(record, SEED), full)
+    finally:
+        shardinit.set_num_threads(previous)
+    expected = build(torch.device("cpu"))
+    torch.testing.assert_close(full, expected, rtol=2**-22, atol=2**-22)
+
+
+def test_cpu_and_meta_temporaries_give_the_same_program_values() -> None:
+    build = TABLES["sin_cos"]
+    _, on_meta = _replay(lambda lin: lin.weight.copy_(build(lin.weight.device)))
+    _, on_cpu = _replay(lambda lin: lin.weight.copy_(build(torch.device("cpu"))))
+    assert torch.equal(on_meta, on_cpu)
+
+
+def test_random_program_is_keyed_by_the_destination_and_layout_free() -> None:
+    def build(lin: nn.Linear) -> None:
+        u = torch.rand(7, 5, device=lin.weight.device)
+        lin.weight.copy_(torch.exp(u * (math.log(16) - math.log(0.01)) + math.log(0.01)))
+
+    record = _record(build)["weight"]
+    full = replay_full(record, SEED)
+    assert bool((full >= 0.01 * (1 - 1e-6)).all() and (full <= 16 * (1 + 1e-6)).all())
+    assert full.unique().numel() == full.numel()
+    for box in _boxes():
+        piece = replay_box(record, SEED, box)
+        assert torch.equal(piece, full[box[0][0] : box[0][1], box[1][0] : box[1][1]]), box
+    # The random source is the stream's uniform at each element's own index.
+    uniform = shardinit.full(
+        shardinit.ParamSpec("weight", SHAPE, init=init.uniform(0, 1), seed=SEED)
+    )
+    logs = uniform.double() * (math.log(16) - math.log(0.01)) + math.log(0.01)
+    torch.testing.assert_close(full, logs.exp().float(), rtol=2**-21, atol=0)
+
+
+# --------------------------------------------------------------------------- in place
+
+
+def test_in_place_log_on_the_parameter_itself() -> None:
+    # torchtitan's Gated DeltaNet: param.data.uniform_(0.01, 16.0).log_()
+    _, full = _replay(lambda lin: lin.weight.data.uniform_(0.01, 16.0).log_())
+    uniform = shardinit.full(
+        shardinit.ParamSpec("weight", SHAPE, init=init.uniform(0.01, 16.0), seed=SEED)
+    )
+    torch.testing.assert_close(full, uniform.double().log().float(), rtol=2**-23, atol=0)
+    assert bool((full.exp() >= 0.01 * (1 - 1e-6)).all() and (full.exp() <= 16.0001).all())
+
+
+def test_in_place_steps_on_part_of_a_parameter() -> None:
+    def build(lin: nn.Linear) -> None:
+        nn.init.normal_(lin.weight, std=0.5)
+        lin.weight.data[2:5].add_(1.0).abs_()
+        lin.weight[:, 4:].clamp_(min=0.0)
+
+    _, full = _replay(build)
+    normal = shardinit.full(
+        shardinit.ParamSpec("weight", SHAPE, init=init.normal(0, 0.5), seed=SEED)
+    )
+    expected = normal.clone()
+    expected[2:5] = (expected[2:5].double() + 1).abs().float()
+    expected[:, 4:] = expected[:, 4:].clamp(min=0.0)
+    assert torch.equal(full, expected)
+
+
+def test_qwen3_next_pattern_copies_a_random_temporary_computed_in_place() -> None:
+    def build(lin: nn.Linear) -> None:
+        lin.bias.copy_(torch.empty(7, device=lin.bias.device).uniform_(0.01, 16).log_())
+
+    captured = _record(build)
+    bias = replay_full(captured["bias"], SEED)
+    uniform = shardinit.full(
+        shardinit.ParamSpec("bias", (7,), init=init.uniform(0.01, 16), seed=SEED)
+    )
+    torch.testing.assert_close(bias, uniform.double().log().float(), rtol=2**-23, atol=0)
+
+
+def test_a_bare_random_source_stays_a_fill() -> None:
+    captured = _record(lambda lin: lin.weight.copy_(torch.randn(7, 5) * 1))
+    assert [type(op.action) for op in captured["weight"].ops] == [Program]
+    captured = _record(lambda lin: lin.weight.copy_(torch.randn(7, 5)))
+    assert captured["weight"].ops[0].action == Fill(init.normal(0.0, 1.0))
+
+
+# --------------------------------------------------------------------------- refused
+
+
+def _refused(build: Callable[[nn.Linear], None], *words: str, param: str = "weight") -> str:
+    with torch.device("meta"):
+        lin = nn.Linear(SHAPE[1], SHAPE[0])
+    with pytest.raises(shardinit.UnsupportedInitOpError) as caught:
+        shardinit.capture_init(lin, lambda: build(lin))
+    message = str(caught.value)
+    for word in (f"'{param}'", f"{HERE}:", *words):
+        assert word in message, message
+    return message
+
+
+def test_not_elementwise_is_refused() -> None:
+    meta = torch.device("meta")
+    _refused(lambda lin: lin.weight.copy_(torch.rand(7, 5, device=meta).cumsum(0)), "cumsum")
+    _refused(lambda lin: lin.weight.copy_(torch.rand(7, 5).sort(1).values), "sort")
+    _refused(lambda lin: lin.weight.copy_(torch.rand(7, 5) - torch.rand(7, 5).mean()), "mean")
+
+
+def test_reading_values_of_a_parameter_is_refused() -> None:
+    message = _refused(lambda lin: lin.weight.copy_(lin.bias.view(7, 1) * 2), param="bias")
+    assert "reads the parameter's values" in message
+
+    def control_flow(lin: nn.Linear) -> None:
+        if lin.weight.max() > 0:
+            lin.weight.data.zero_()
+
+    _refused(control_flow, "max")
+
+
+def test_broadcast_of_random_values_is_refused_at_its_call_site() -> None:
+    def build(lin: nn.Linear) -> None:
+        row = torch.rand(1, 5)
+        lin.weight.copy_(row.expand(7, 5))
+
+    line = build.__code__.co_firstlineno + 2
+    message = _refused(build, "repeats random values", f"{HERE}:{line}", "copy_")
+    assert "expand" in message, message
+
+    def broadcast(lin: nn.Linear) -> None:
+        lin.weight.copy_(torch.rand(5) + torch.zeros(7, 5))
+
+    _refused(broadcast, "repeats random values")
+
+    def overlapping(lin: nn.Linear) -> None:  # windows share elements
+        lin.weight.copy_(torch.rand(11).unfold(0, 5, 1))
+
+    _refused(overlapping, "repeats random values")
+    _refused(lambda lin: lin.weight.copy_(torch.rand(40)[torch.arange(35) % 9].view(7, 5)))
+
+
+def test_two_random_values_in_one_element_are_refused() -> None:
+    _refused(lambda lin: lin.weight.copy_(torch.rand(7, 5) + torch.randn(7, 5)), "two random")
+
+    def shifted(lin: nn.Linear) -> None:
+        r = torch.rand(8, 5)
+        lin.weight.copy_(r[1:] - r[:-1])
+
+    _refused(shifted, "two random")
+
+
+def test_values_drawn_from_torchs_generator_are_refused() -> None:
+    _refused(lambda lin: lin.weight.copy_(torch.randint(0, 9, (7, 5)).float()), "random generator")
+
+
+# --------------------------------------------------------------------------- constructors
+
+
+class WithConstructorValues(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(2.6592))
+        self.gain = nn.Parameter(torch.ones(4) * 3)
+        self.noise = nn.Parameter(torch.randn(6) * 0.02)
+        self.decay = nn.Parameter(torch.log(torch.arange(1, 5, dtype=torch.float32)))
+        self.plain = nn.Parameter(torch.empty(3))  # never written: no constructor value
+        self.proj = nn.Linear(4, 4)
+
+
+def _build(record: bool = True) -> WithConstructorValues:
+    with torch.device("meta"):
+        if not record:
+            return WithConstructorValues()
+        with shardinit.record_constructors():
+            return WithConstructorValues()
+
+
+def test_constructor_values_are_replayed() -> None:
+    model = _build()
+    shardinit.materialize(model, seed=SEED, rules={"plain": init.zeros()})
+    assert model.scale.item() == torch.tensor(2.6592).item()
+    assert torch.equal(model.gain.detach(), torch.full((4,), 3.0))
+    torch.testing.assert_close(
+        model.decay.detach(), torch.log(torch.arange(1, 5.0)), rtol=2**-23, atol=0
+    )
+    noise = shardinit.full(shardinit.ParamSpec("noise", (6,), init=init.normal(0, 1), seed=SEED))
+    torch.testing.assert_close(
+        model.noise.detach(), (noise.double() * 0.02).float(), rtol=0, atol=0
+    )
+    assert torch.equal(model.plain.detach(), torch.zeros(3))
+
+
+def test_without_recording_the_constructor_value_is_missing() -> None:
+    with pytest.raises(shardinit.ShardInitError, match="scale"):
+        shardinit.materialize(_build(record=False), seed=SEED, rules={"plain": init.zeros()})
+
+
+def test_precedence_init_fn_then_rules_then_constructor_then_defaults() -> None:
+    """gain: init_fn (all of it); scale: a rule beats its constructor value; decay: its
+    constructor value; proj.weight: a constructor that wrote torch.nn's default; noise:
+    init_fn covers part, the constructor value gives the rest."""
+    model = _build()
+
+    def init_fn() -> None:
+        model.gain.data.fill_(7.0)
+        model.noise.data[:2].zero_()
+
+    rules = {"scale": init.constant(-1.0), "plain": init.zeros(), "gain": init.constant(5.0)}
+    with pytest.warns(UserWarning, match="gain"):  # the rule that init_fn makes useless
+        shardinit.materialize(model, seed=SEED, rules=rules, init_fn=init_fn)
+    assert torch.equal(model.gain.detach(), torch.full((4,), 7.0))
+    assert model.scale.item() == -1.0
+    torch.testing.assert_close(
+        model.decay.detach(), torch.log(torch.arange(1, 5.0)), rtol=2**-23, atol=0
+    )
+    noise = shardinit.full(shardinit.ParamSpec("noise", (6,), init=init.normal(0, 1), seed=SEED))
+    expected = (noise.double() * 0.02).float()
+    expected[:2] = 0
+    assert torch.equal(model.noise.detach(), expected)
+    plain = _build(record=False)
+    shardinit.materialize(plain, seed=SEED, rules={"scale": init.zeros(), "gain": init.zeros(),
+                                                   "noise": init.zeros(), "decay": init.zeros(),
+                                                   "plain": init.zeros()})  # fmt: skip
+    assert torch.equal(model.proj.weight.detach(), plain.proj.weight.detach())
+
+
+def test_unreplayable_constructor_values_are_refused_unless_overridden() -> None:
+    class Orthogonal(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.empty(4, 4))
+            nn.init.orthogonal_(self.weight)
+
+    with torch.device("meta"), shardinit.record_constructors():
+        model = Orthogonal()
+    with pytest.raises(shardinit.ShardInitError, match="constructor's value cannot be replayed"):
+        shardinit.materialize(model, seed=SEED)
+    shardinit.materialize(model, seed=SEED, rules={"weight": init.zeros()})
+    assert not model.weight.any()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_programs_on_cuda_destinations_equal_the_cpu() -> None:
+    """CUDA destinations are evaluated on the host and copied: the same bits."""
+
+    def build(lin: nn.Linear) -> None:
+        lin.weight.copy_(TABLES["sin_cos"](lin.weight.device))
+        lin.bias.data.uniform_(0.01, 16.0).log_()
+
+    models = []
+    for device in ("cpu", "cuda"):
+        with torch.device("meta"):
+            lin = nn.Linear(SHAPE[1], SHAPE[0])
+        shardinit.materialize(lin, seed=SEED, device=device, init_fn=lambda lin=lin: build(lin))
+        models.append(lin)
+    for (name, cpu), cuda in zip(models[0].named_parameters(), models[1].parameters(), strict=True):
+        assert cuda.device.type == "cuda"
+        assert torch.equal(cpu.detach(), cuda.detach().cpu()), name
