@@ -7,8 +7,9 @@ issue): here they get plain rules.
 * World 1 (this process): each orthogonal parameter is the ``full`` of its spec, and its
   singular values are RWKV's own CPU init's (all equal to the gain, within 1e-5: the
   same construction and gain, different random matrices).
-* FSDP2 at worlds 1 and 2 (gloo, one launch each): the gathered parameters equal, byte
-  for byte, the same model materialized unsharded in the same process.
+* FSDP2 at worlds 1 and 2 (gloo, in the shared groups of those worlds): the gathered
+  parameters equal, byte for byte, the same model materialized unsharded in the same
+  process.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ import math
 
 import pytest
 import torch
-from materialize_workers import Checks, assert_check_passed, check, expect_equal, run_group
+from materialize_workers import (
+    Checks,
+    assert_check_passed,
+    check,
+    expect_equal,
+    gloo_scenario,
+    run_group,
+)
 from torch import nn
 
 import shardinit
@@ -96,6 +104,7 @@ def test_world1_orthogonal_parameters_are_full_and_have_rwkvs_gains() -> None:
             assert torch.allclose(values, want, rtol=1e-5, atol=0), (name, values, gain)
 
 
+@gloo_scenario(1, 2)  # joins the clients' groups of worlds 1 and 2 (no launch of its own)
 def rwkv_scenario(rank: int, world: int) -> Checks:
     from torch.distributed.device_mesh import init_device_mesh
 
