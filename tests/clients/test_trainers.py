@@ -3,7 +3,7 @@ transformers' own FSDP2 (``DistributedConfig``), accelerate (FSDP2 and FSDP1) an
 Lightning Fabric (``ModelParallelStrategy``), on gloo, with a tiny Llama whose embeddings
 are tied. The code run is the recipes of docs/trainers.md (``trainer_recipes``).
 
-One launch per world size (1 and 2) runs every scenario. Each scenario takes the model
+The shared gloo groups of worlds 1 and 2 run every scenario. Each scenario takes the model
 as the framework holds it right before its first optimizer step (step 0), gathers every
 parameter, and compares it byte for byte with ``materialize`` of the same model built on
 meta, unsharded, in the same process: equal at world 1 and at world 2 means equal across
@@ -38,7 +38,14 @@ from typing import Any
 import pytest
 import torch
 import trainer_recipes
-from materialize_workers import Checks, assert_check_passed, check, expect_equal, run_group
+from materialize_workers import (
+    Checks,
+    assert_check_passed,
+    check,
+    expect_equal,
+    gloo_scenario,
+    run_group,
+)
 from torch import nn
 
 import shardinit
@@ -288,6 +295,7 @@ def _lightning_trainer() -> None:
     _expect_trained(seen["step0"], _gathered(module.model), seen["loss"])
 
 
+@gloo_scenario(1, 2)  # joins the clients' groups of worlds 1 and 2 (no launch of its own)
 def trainers_scenario(rank: int, world: int) -> Checks:
     checks: Checks = {}
     for name in SCENARIOS:
