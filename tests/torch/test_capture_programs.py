@@ -339,7 +339,11 @@ def test_unreplayable_constructor_values_are_refused_unless_overridden() -> None
     assert not model.weight.any()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs a CUDA device; the host evaluation it copies to the device is tested "
+    "on the CPU by the tests above",
+)
 def test_programs_on_cuda_destinations_equal_the_cpu() -> None:
     """CUDA destinations are evaluated on the host and copied: the same bits."""
 
