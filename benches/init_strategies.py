@@ -82,7 +82,7 @@ def _worker(strategy: str, model_name: str, seed: int, out: str) -> None:
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
     import shardinit
-    from shardinit.cli.models import TransformerBlock, build_model
+    from shardinit.cli.transformer import TransformerBlock, build_model
 
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])

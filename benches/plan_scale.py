@@ -2,8 +2,9 @@
 
 Part 1, plan: for each model and world size (TP 8), the time and memory of the plan's own
 work in this process (layout, closed-form byte summary, the regions of the ranks shown),
-and the whole command in a fresh process (``python -m shardinit plan``: wall time and
-peak RSS from ``wait4``, which include importing torch).
+and the whole command in a fresh process (``python -m shardinit plan``: wall time, CPU
+time and peak RSS from ``wait4``; the command imports no torch), median wall and CPU and
+largest RSS of ``--repeats`` runs.
 
 Part 2, generation: ``generate_rank`` (what ``shardinit plan --generate RANK`` runs) for
 the first, a middle and the last rank: the time of allocation and fill, the bytes, and
@@ -12,7 +13,8 @@ and nanoseconds per byte, the figure that should not depend on the rank or the w
 
 Usage:
     .venv/bin/python benches/plan_scale.py [--models llama-8b,llama-70b,llama-405b]
-        [--worlds 1024,4096,16384] [--tp 8] [--repeats 1] [--no-subprocess] [--json FILE]
+        [--worlds 1024,4096,16384] [--tp 8] [--repeats 1] [--no-subprocess]
+        [--plan-only] [--json FILE]
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from shardinit.cli import run
-from shardinit.cli.generate import generate_rank, rss_bytes
 from shardinit.cli.layout import byte_summary, plan_layout
 from shardinit.cli.models import param_table
 
@@ -38,6 +39,8 @@ MIB = 2**20
 
 
 def _plan_in_process(model: str, world: int, tp: int) -> dict[str, Any]:
+    from shardinit.cli.generate import rss_bytes  # imports torch
+
     argv = ["plan", "--model", model, "--world", str(world), "--tp", str(tp)]
     before = rss_bytes()
     start = time.perf_counter()
@@ -47,22 +50,30 @@ def _plan_in_process(model: str, world: int, tp: int) -> dict[str, Any]:
     return {"plan_s": seconds, "plan_rss_added": rss_bytes() - before}
 
 
-def _plan_process(model: str, world: int, tp: int) -> dict[str, Any]:
+def _plan_process(model: str, world: int, tp: int, repeats: int) -> dict[str, Any]:
+    # A child's peak RSS (ru_maxrss) starts from its parent's RSS at the fork and is kept
+    # across exec: measured while this process has not imported torch yet.
+    assert "torch" not in sys.modules, "measure the processes before importing torch"
     argv = [sys.executable, "-m", "shardinit", "plan", "--model", model]
     argv += ["--world", str(world), "--tp", str(tp)]
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    runs = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        runs.append((time.perf_counter() - start, usage.ru_utime + usage.ru_stime, usage))
     return {
-        "process_s": time.perf_counter() - start,
-        "process_cpu_s": usage.ru_utime + usage.ru_stime,
-        "process_peak_rss": usage.ru_maxrss * 1024,
+        "process_s": statistics.median(r[0] for r in runs),
+        "process_cpu_s": statistics.median(r[1] for r in runs),
+        "process_peak_rss": max(r[2].ru_maxrss for r in runs) * 1024,
+        "process_runs_s": [r[0] for r in runs],
     }
 
 
 def _import_process() -> dict[str, Any]:
-    """What ``import shardinit.cli`` alone costs a fresh process (torch comes with it)."""
+    """What ``import shardinit.cli`` alone costs a fresh process (no torch comes with it)."""
+    assert "torch" not in sys.modules, "measure the processes before importing torch"
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", "import shardinit.cli"])
     _, _, usage = os.wait4(proc.pid, 0)
@@ -77,6 +88,8 @@ def _generate_once(model: str, world: int, tp: int, rank: int) -> tuple[float, f
     """(seconds, CPU seconds, bytes, peak RSS added) of one generation in a forked child:
     a fresh heap each time (glibc would hand a second run in this process the pages the
     first one freed, and its RSS would not grow), without paying torch's import again."""
+    from shardinit.cli.generate import generate_rank  # torch: imported here, once
+
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: generate, report, leave without running atexit hooks
@@ -182,19 +195,24 @@ def main() -> None:
     parser.add_argument("--tp", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--no-subprocess", action="store_true")
+    parser.add_argument("--plan-only", action="store_true", help="skip the generation part")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     models, worlds = args.models.split(","), [int(w) for w in args.worlds.split(",")]
     with open("/proc/loadavg") as loadavg:
         print(f"load average at start: {loadavg.read().split()[:3]}; {os.cpu_count()} CPUs")
     result: dict[str, Any] = {"plan": [], "generate": []}
-    if not args.no_subprocess:
+    processes: dict[tuple[str, int], dict[str, Any]] = {}
+    if not args.no_subprocess:  # first: before this process imports torch
         result["import"] = _import_process()
         imp = result["import"]
         print(
             f"import shardinit.cli in a fresh process: {imp['import_s']:.2f} s wall, "
             f"{imp['import_cpu_s']:.2f} s CPU, peak RSS {imp['import_peak_rss'] / MIB:.0f} MiB"
         )
+        for model in models:
+            for world in worlds:
+                processes[model, world] = _plan_process(model, world, args.tp, args.repeats)
     for model in models:
         for world in worlds:
             summary = byte_summary(plan_layout(param_table(model), world, args.tp))
@@ -204,16 +222,16 @@ def main() -> None:
                 "busiest": summary.max,
                 "mean": summary.total / world,
                 **_plan_in_process(model, world, args.tp),
+                **processes.get((model, world), {}),
             }
-            if not args.no_subprocess:
-                row.update(_plan_process(model, world, args.tp))
             result["plan"].append(row)
     _print_plan_rows(result["plan"])
-    for model in models:
+    for model in models if not args.plan_only else []:
         for world in worlds:
             for rank in (0, world // 2, world - 1):
                 result["generate"].append(_generate(model, world, args.tp, rank, args.repeats))
-    _print_generation_rows(result["generate"])
+    if result["generate"]:
+        _print_generation_rows(result["generate"])
     with open("/proc/loadavg") as loadavg:
         print(f"\nload average at end: {loadavg.read().split()[:3]}")
     if args.json:

@@ -4,7 +4,7 @@ Run on CPU with two processes (gloo):
 
     torchrun --nproc_per_node 2 examples/fsdp2_llama.py
 
-The model is the project's one Llama (``shardinit/cli/models.py``, the model of
+The model is the project's one Llama (``shardinit/cli/transformer.py``, the model of
 ``shardinit demo``), with torchtitan's own ``init_weights`` (trunc_normal_ with a
 per-layer std): shardinit runs it once on the meta device, records what it does to each
 parameter, and replays it shard-locally (docs/capturing-init.md). Every rank generates
@@ -23,7 +23,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import shardinit
-from shardinit.cli.models import LlamaConfig, Transformer
+from shardinit.cli.models import LlamaConfig
+from shardinit.cli.transformer import Transformer
 
 CONFIG = LlamaConfig(dim=128, n_layers=4, n_heads=4, n_kv_heads=4, ffn_hidden=344, vocab_size=1000)
 

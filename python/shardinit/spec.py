@@ -10,19 +10,16 @@ from typing import Any
 import torch
 
 from . import _core
+from ._dtypes import DTYPE_SIZES
 from ._validate import U64_MAX, check_int, check_name, check_seed
 from .errors import ShapeTooLargeError, ShardInitError
 from .init import BaseInit, Constant, Initializer, Normal, Orthogonal, Uniform
 
 __all__ = ["SUPPORTED_DTYPES", "ParamSpec"]
 
-#: torch dtypes of stream format v1, with their names in the core.
-SUPPORTED_DTYPES: dict[torch.dtype, str] = {
-    torch.float32: "float32",
-    torch.float64: "float64",
-    torch.bfloat16: "bfloat16",
-    torch.float16: "float16",
-}
+#: torch dtypes of stream format v1, with their names in the core (``torch.float32``:
+#: ``"float32"``, ...; the list's one home is :data:`shardinit._dtypes.DTYPE_SIZES`).
+SUPPORTED_DTYPES: dict[torch.dtype, str] = {getattr(torch, name): name for name in DTYPE_SIZES}
 
 
 def _check_shape(shape: Any) -> tuple[int, ...]:

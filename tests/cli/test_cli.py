@@ -14,7 +14,8 @@ import pytest
 
 import shardinit
 from shardinit.cli import _launch, run
-from shardinit.cli.models import MODELS, build_model
+from shardinit.cli.models import MODELS
+from shardinit.cli.transformer import build_model
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -23,10 +23,10 @@ from shardinit.cli.models import (
     MODELS,
     PLAN_MODELS,
     ParamEntry,
-    build_model,
     param_table,
     tp_style,
 )
+from shardinit.cli.transformer import build_model
 
 # Uneven on purpose: 7 rows on many ranks leaves short and empty shards; "wq" and "w2"
 # get the TP plan's column-wise and row-wise splits.
@@ -85,7 +85,7 @@ def _reference_bytes(plan: LayoutPlan) -> list[int]:
 def test_closed_form_bytes_equal_the_sum_over_regions(
     entries: list[ParamEntry], world: int, tp: int, ep: int
 ) -> None:
-    plan = plan_layout(entries, world, tp, ep, dtypes={"emb.weight": torch.bfloat16})
+    plan = plan_layout(entries, world, tp, ep, dtypes={"emb.weight": "bfloat16"})
     reference = _reference_bytes(plan)
     assert [plan.rank_bytes(rank) for rank in range(world)] == reference
     assert byte_summary(plan).ranks_by_bytes == dict(Counter(reference))
@@ -233,7 +233,7 @@ def test_generate_equals_materialize_slices_and_fingerprints_add_up() -> None:
             assert torch.equal(shards.tensors[param.name], expected), (param.name, rank)
             totals[param.name] += shards.terms[param.name]
     for param in plan.params:
-        assert digest_of_total(param.dtype, param.shape, totals[param.name]) == (
+        assert digest_of_total(getattr(torch, param.dtype), param.shape, totals[param.name]) == (
             shardinit.fingerprint(full[param.name])
         )
 

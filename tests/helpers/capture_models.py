@@ -1,6 +1,6 @@
 """Models whose init code is written in the style of real projects, for the capture tests.
 
-* ``llama``: the project's one Llama (``shardinit.cli.models.Transformer``) at a test
+* ``llama``: the project's one Llama (``shardinit.cli.transformer.Transformer``) at a test
   size; its ``init_weights`` is torchtitan's Llama init (trunc_normal_ with a per-layer
   std, ``nn.init.normal_`` on the embedding, ``reset_parameters`` on the norms, a
   cut-off output projection). ``llama_expected`` writes that init out by hand.
@@ -24,11 +24,12 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from shardinit.cli.models import LlamaConfig, Transformer
+from shardinit.cli.models import LlamaConfig
+from shardinit.cli.transformer import Transformer
 
 # --------------------------------------------------------------------------- torchtitan
 
-#: The project's one Llama (``shardinit.cli.models``, whose ``init_weights`` is
+#: The project's one Llama (``shardinit.cli.transformer``, whose ``init_weights`` is
 #: torchtitan's Llama init) at a test size: grouped-query attention, and every q/k/v
 #: weight of at least 200 elements, enough to compare its std with torch's.
 TINY_LLAMA = LlamaConfig(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_hidden=48, vocab_size=37)

@@ -27,7 +27,8 @@ from torch.distributed.tensor import DTensor
 
 import shardinit
 from shardinit._integration.capture import replay_full
-from shardinit.cli.models import LlamaConfig, Transformer
+from shardinit.cli.models import LlamaConfig
+from shardinit.cli.transformer import Transformer
 
 pytestmark = pytest.mark.distributed
 

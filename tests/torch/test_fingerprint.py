@@ -167,7 +167,7 @@ def layouts_scenario(rank: int, world: int) -> dict[str, Any]:
     from torch.distributed.tensor.placement_types import Replicate, Shard, _StridedShard
 
     from shardinit._integration.placements import local_runs
-    from shardinit.cli.models import build_model
+    from shardinit.cli.transformer import build_model
 
     mesh1 = init_device_mesh("cpu", (4,))
     mesh2 = init_device_mesh("cpu", (2, 2))

@@ -25,7 +25,8 @@ from torch import nn
 
 from .. import canonical_name, fingerprint_model, materialize, set_num_threads
 from ._launch import exit_worker
-from .models import TP_PLAN, build_model
+from .models import TP_PLAN
+from .transformer import build_model
 
 
 def rss_bytes() -> int:

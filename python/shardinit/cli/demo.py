@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import model_digest
 from ._args import MODELS_HELP, Parser, human_bytes, model_choice, positive, say, seed
 from .models import DEFAULT_MODEL, describe
 
@@ -145,6 +144,8 @@ class _Outcome:
     @classmethod
     def compare(cls, per_world: dict[int, RankResults], *, torch_path: bool) -> _Outcome:
         """Compares rank 0's fingerprints (combined over all ranks) across worlds."""
+        from .. import model_digest  # imports torch: only when the demo runs
+
         first = next(iter(per_world.values()))[0]
         names = list(first["fingerprints"])
         differing = [n for n in names if len(_row(per_world, "fingerprints", n)) != 1]
@@ -259,6 +260,8 @@ def _print_fingerprints(outcome: _Outcome) -> None:
 
 def _print_torch_path(outcome: _Outcome) -> None:
     """torch's own path: its digests per world, and whether rank shards are copies."""
+    from .. import model_digest
+
     say("\ntorch's own path on the same model:")
     _paragraph("torch.manual_seed(seed) on every rank, then reset_parameters() on the shards")
     digests = [model_digest(r[0]["torch_fingerprints"]) for r in outcome.per_world.values()]

@@ -13,9 +13,8 @@ import re
 import sys
 from typing import Any
 
-from .. import fingerprint_model, materialize, model_digest
 from ._args import MODELS_HELP, Parser, model_choice, positive, say, seed
-from .models import build_model, describe
+from .models import describe
 
 __all__ = ["add_command", "run_fingerprint"]
 
@@ -49,6 +48,9 @@ def add_command(commands: argparse._SubParsersAction[Parser]) -> Parser:
 
 def _in_process(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, list[int]]]:
     """(fingerprint, global shape) per parameter, materialized whole in this process."""
+    from .. import fingerprint_model, materialize  # torch: only when the command runs
+    from .transformer import build_model
+
     model = materialize(build_model(args.model), seed=args.seed)
     shapes = {name: list(p.shape) for name, p in model.named_parameters()}
     return fingerprint_model(model), shapes
@@ -110,6 +112,8 @@ def run_fingerprint(args: argparse.Namespace, parser: Parser) -> int:
         except Exception as error:  # a worker failed: report it, do not crash
             print(f"shardinit fingerprint: {error}", file=sys.stderr)
             return 1
+    from .. import model_digest
+
     digest = model_digest(fingerprints)
     if args.json:
         _print_json(args, fingerprints, digest)

@@ -26,11 +26,14 @@ from .._integration.fingerprint import shard_term
 from .._integration.placements import local_boxes
 from ..init import Initializer
 from ..shard import init_box
-from ..spec import ParamSpec
+from ..spec import SUPPORTED_DTYPES, ParamSpec
 from .layout import LayoutPlan, ParamLayout
 from .models import ParamKind
 
 __all__ = ["RankShards", "generate_rank", "param_spec", "rss_bytes"]
+
+# A plan names dtypes (it imports no torch); a spec takes the torch dtype of that name.
+_TORCH_DTYPES = {name: dtype for dtype, name in SUPPORTED_DTYPES.items()}
 
 
 @cache
@@ -52,7 +55,8 @@ def _initializer(kind: ParamKind) -> Initializer:
 
 def param_spec(param: ParamLayout, kind: ParamKind, seed: int) -> ParamSpec:
     """The spec of ``param`` that :func:`shardinit.materialize` would use."""
-    return ParamSpec(param.name, param.shape, param.dtype, _initializer(kind), seed=seed)
+    dtype = _TORCH_DTYPES[param.dtype]
+    return ParamSpec(param.name, param.shape, dtype, _initializer(kind), seed=seed)
 
 
 def rss_bytes(field: str = "VmRSS") -> int:

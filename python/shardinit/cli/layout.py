@@ -10,8 +10,9 @@ ones, so their number depends on the shapes, not on the world size.
 
 The geometry is DTensor's, as :func:`shardinit._integration.placements.local_runs`
 computes it from torch placement objects; this module keeps its own light placement
-(:class:`Split`) so that planning needs no ``torch.distributed.tensor`` import (seconds on
-a loaded machine), and tests/cli checks it against ``local_runs`` rank by rank.
+(:class:`Split`) and names dtypes by their names (:data:`shardinit._dtypes.DTYPE_SIZES`),
+so that planning imports no torch at all (seconds and hundreds of MiB), and tests/cli
+checks it against ``local_runs`` rank by rank.
 
 The mesh: ``world = dp * tp`` ranks, row-major over ``(dp // ep, ep, tp)`` (the *fine*
 mesh). Dense parameters are laid out by FSDP2 over ``dp`` (the first two fine dims
@@ -29,8 +30,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-import torch
-
+from .._dtypes import DTYPE_SIZES
 from ..errors import ShardInitError
 from .models import ParamEntry, tp_style
 
@@ -91,19 +91,20 @@ class ParamLayout:
     """One parameter: global shape, dtype, and its placements.
 
     Attributes:
+        dtype: a dtype name, a key of :data:`shardinit._dtypes.DTYPE_SIZES`.
         mesh_dims: per placement, the fine mesh dims (consecutive) its mesh dim spans.
     """
 
     name: str
     shape: tuple[int, ...]
-    dtype: torch.dtype
+    dtype: str
     mesh_dims: tuple[tuple[int, ...], ...]
     placements: tuple[Split, ...]
 
     @property
     def itemsize(self) -> int:
         """Bytes per element."""
-        return self.dtype.itemsize
+        return DTYPE_SIZES[self.dtype]
 
     @property
     def nbytes(self) -> int:
@@ -371,7 +372,7 @@ def _tp_dim(entry: ParamEntry) -> int | None:
     return None if style is None else (0 if style == "colwise" else 1)
 
 
-def _layout(entry: ParamEntry, dtype: torch.dtype, tp: int, ep: int, dp: int) -> ParamLayout:
+def _layout(entry: ParamEntry, dtype: str, tp: int, ep: int, dp: int) -> ParamLayout:
     """FSDP2 over ``dp`` outermost, then EP (expert stacks), then TP, as torchtitan nests
     them. FSDP2 shards dim 0, or dim 1 of an expert stack when EP is on and the dp ranks
     outnumber the experts (torchtitan's rule); when an inner split shards the same dim,
@@ -440,8 +441,8 @@ def plan_layout(
     tp: int = 1,
     ep: int = 1,
     *,
-    dtype: torch.dtype = torch.float32,
-    dtypes: Mapping[str, torch.dtype] | None = None,
+    dtype: str = "float32",
+    dtypes: Mapping[str, str] | None = None,
 ) -> LayoutPlan:
     """The FSDP2 (+ TP, + EP) layout of ``entries`` on ``world`` ranks.
 
@@ -451,8 +452,9 @@ def plan_layout(
         tp: tensor-parallel degree, dividing ``world`` and at most every dim TP splits.
         ep: expert-parallel degree (models with routed experts), dividing
             ``world // tp`` and the number of experts.
-        dtype: the parameters' dtype.
-        dtypes: per-name exceptions to ``dtype`` (a shapes file's entries).
+        dtype: the parameters' dtype, by name (a key of
+            :data:`shardinit._dtypes.DTYPE_SIZES`).
+        dtypes: per-name exceptions to ``dtype`` (a shapes file's entries), by name.
 
     Returns:
         The plan (per-rank regions and bytes are computed on demand).

@@ -30,8 +30,7 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import torch
-
+from .._dtypes import DTYPE_SIZES
 from ..errors import ShardInitError
 from ._args import Parser, human_bytes, positive, say, seed
 from .layout import (
@@ -49,17 +48,11 @@ __all__ = ["add_command", "load_shapes", "peak_estimates", "run_plan"]
 
 _UNIT = re.compile(r"^(.*?\.?\d+)\.")
 
-_DTYPES = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
 
-
-def load_shapes(path: str, dtype: torch.dtype) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+def load_shapes(path: str, dtype: str) -> dict[str, tuple[tuple[int, ...], str]]:
     """Reads a JSON shapes file: ``{"name": [d0, d1, ...]}`` or
-    ``{"name": {"shape": [...], "dtype": "bfloat16"}}``.
+    ``{"name": {"shape": [...], "dtype": "bfloat16"}}``; dtypes by name, ``dtype`` where
+    an entry names none.
 
     Raises:
         ShardInitError: unreadable file, invalid JSON or invalid entries.
@@ -72,19 +65,19 @@ def load_shapes(path: str, dtype: torch.dtype) -> dict[str, tuple[tuple[int, ...
         raise ShardInitError(f"shapes file {path} is not valid JSON: {error}") from None
     if not isinstance(data, dict) or not data:
         raise ShardInitError(f"shapes file {path} must hold a non-empty JSON object")
-    result: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
+    result: dict[str, tuple[tuple[int, ...], str]] = {}
     for name, entry in data.items():
         entry_dtype = dtype
         shape = entry
         if isinstance(entry, dict):
             shape = entry.get("shape")
             if "dtype" in entry:
-                if entry["dtype"] not in _DTYPES:
+                if entry["dtype"] not in DTYPE_SIZES:
                     raise ShardInitError(
                         f"shapes file {path}: {name}: dtype must be one of "
-                        f"{', '.join(_DTYPES)}, got {entry['dtype']!r}"
+                        f"{', '.join(DTYPE_SIZES)}, got {entry['dtype']!r}"
                     )
-                entry_dtype = _DTYPES[entry["dtype"]]
+                entry_dtype = entry["dtype"]
         if not (
             isinstance(shape, list)
             and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
@@ -202,7 +195,7 @@ def add_command(commands: argparse._SubParsersAction[Parser]) -> Parser:
     plan.add_argument("--ep", type=positive, default=1, help="expert-parallel degree (MoE models)")
     plan.add_argument(
         "--dtype",
-        choices=("float32", "bfloat16", "float16", "float64"),
+        choices=tuple(DTYPE_SIZES),
         default="float32",
         help="parameter dtype (default float32)",
     )
@@ -225,10 +218,10 @@ def _build(args: argparse.Namespace) -> tuple[str, LayoutPlan, dict[str, ParamEn
     Raises:
         ShardInitError: bad shapes file, degrees out of range, rank out of range.
     """
-    dtype = _DTYPES[args.dtype]
+    dtype = args.dtype
     if args.model is not None:
         entries = param_table(args.model)
-        dtypes: dict[str, torch.dtype] = {}
+        dtypes: dict[str, str] = {}
         title = describe(args.model)
     else:
         shapes = load_shapes(args.shapes, dtype)
