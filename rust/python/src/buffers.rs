@@ -5,8 +5,9 @@ use half::{bf16, f16};
 use pyo3::buffer::{Element as BufferElement, PyBuffer};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use shardinit_core::{Dtype, OutBuf};
+use shardinit_core::{Dtype, Error, OutBuf, Threads};
 
+use crate::errors::catch_panic;
 use crate::inflight::Claim;
 
 /// A raw view of a writable buffer. The `PyBuffer` that owns the memory is held by the
@@ -96,4 +97,47 @@ impl RawOut {
             }
         }
     }
+}
+
+/// The threads argument of the fills: 0 means every CPU.
+fn threads_of(count: usize) -> Threads {
+    match count {
+        0 => Threads::All,
+        count => Threads::Count(count),
+    }
+}
+
+/// Runs `write` on `out` (a buffer of `dtype`) with the GIL released: the one way the
+/// fills write into a caller's buffer. `out` is checked (item format and size,
+/// writability, contiguity) and claimed, so a second shardinit fill of overlapping
+/// memory while this one runs is refused; a panic in `write` becomes `InternalError`.
+pub fn write_detached<W>(
+    py: Python<'_>,
+    out: &Bound<'_, PyAny>,
+    dtype: Dtype,
+    threads: usize,
+    write: W,
+) -> PyResult<()>
+where
+    W: FnOnce(OutBuf<'_>, Threads) -> Result<(), Error> + Send,
+{
+    let owned = OwnedOut::get(out, dtype)?;
+    let raw = owned.raw(dtype)?;
+    let claim = raw.claim()?;
+    let threads = threads_of(threads);
+    let result = py.detach(|| {
+        catch_panic(|| {
+            // SAFETY: `owned` keeps the buffer alive until after this closure returns.
+            // Other Python threads do run while the GIL is released (and at all times
+            // on a free-threaded build): `claim` keeps every other shardinit fill off
+            // these bytes until it is dropped below, and anything else writing or
+            // reading the tensor meanwhile breaks the documented contract of `out=`
+            // (concurrent writes to the same tensor are not allowed).
+            let out = unsafe { raw.as_out() };
+            write(out, threads)
+        })
+    });
+    drop(claim);
+    drop(owned);
+    result
 }

@@ -1,10 +1,9 @@
 //! The one fill: a region of a parameter into a caller's buffer.
 
 use pyo3::prelude::*;
-use shardinit_core::{ParamStream, Threads};
+use shardinit_core::ParamStream;
 
-use crate::buffers::OwnedOut;
-use crate::errors::catch_panic;
+use crate::buffers::write_detached;
 use crate::types::{DtypeArg, PyInit, PyRegion};
 
 /// Fills `out` (a writable C-contiguous buffer of `dtype`'s item size) with `region`
@@ -30,26 +29,7 @@ pub fn fill(
         init: init.0,
     };
     let region = region.0.clone();
-    let threads = match threads {
-        0 => Threads::All,
-        count => Threads::Count(count),
-    };
-    let owned = OwnedOut::get(out, dtype.0)?;
-    let raw = owned.raw(dtype.0)?;
-    let claim = raw.claim()?;
-    let result = py.detach(|| {
-        catch_panic(|| {
-            // SAFETY: `owned` keeps the buffer alive until after this closure returns.
-            // Other Python threads do run while the GIL is released (and at all times
-            // on a free-threaded build): `claim` keeps every other shardinit fill off
-            // these bytes until it is dropped below, and anything else writing or
-            // reading the tensor meanwhile breaks the documented contract of `out=`
-            // (concurrent writes to the same tensor are not allowed).
-            let out = unsafe { raw.as_out() };
-            param.fill_region(&region, out, threads)
-        })
-    });
-    drop(claim);
-    drop(owned);
-    result
+    write_detached(py, out, dtype.0, threads, |out, threads| {
+        param.fill_region(&region, out, threads)
+    })
 }

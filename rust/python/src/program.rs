@@ -6,10 +6,10 @@ use std::sync::Arc;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use shardinit_core::{BinaryOp, Error, Program, Threads, UnaryOp};
+use shardinit_core::{BinaryOp, Error, Program, UnaryOp};
 
-use crate::buffers::OwnedOut;
-use crate::errors::{catch_panic, to_py_err, ShardInitError};
+use crate::buffers::write_detached;
+use crate::errors::{to_py_err, ShardInitError};
 use crate::types::{DtypeArg, PyInit, PyRegion};
 
 /// An init program: registers computed elementwise, in binary64, at each element of a
@@ -142,24 +142,7 @@ pub fn fill_program(
     // A cheap copy (tables are shared), so the GIL-free work holds no Python borrow.
     let program = program.borrow().0.clone();
     let region = region.0.clone();
-    let threads = match threads {
-        0 => Threads::All,
-        count => Threads::Count(count),
-    };
-    let owned = OwnedOut::get(out, dtype.0)?;
-    let raw = owned.raw(dtype.0)?;
-    let claim = raw.claim()?;
-    let result = py.detach(|| {
-        catch_panic(|| {
-            // SAFETY: as in `fill::fill`: `owned` keeps the buffer alive until after
-            // this closure returns, and `claim` keeps every other shardinit fill off
-            // these bytes until it is dropped below (other writers break the documented
-            // contract of `out=`).
-            let out = unsafe { raw.as_out() };
-            program.fill_region(key, &global_shape, &region, out, threads)
-        })
-    });
-    drop(claim);
-    drop(owned);
-    result
+    write_detached(py, out, dtype.0, threads, |out, threads| {
+        program.fill_region(key, &global_shape, &region, out, threads)
+    })
 }
