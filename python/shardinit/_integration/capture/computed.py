@@ -57,8 +57,6 @@ from .recorder import Recorder, same_view, user_frame
 from .records import (
     Action,
     CapturedOp,
-    Dirac,
-    Eye,
     Fill,
     Opaque,
     Program,
@@ -121,8 +119,6 @@ def op_value(op: CapturedOp, track: Track, prior: Expr) -> Expr:
             factor = float(torch.tensor(factor, dtype=torch.float32))
         step = combine("div" if action.divide else "mul", prior, Const(factor))
         return stored(step if dtype == torch.float64 else Round(step, torch.float32), dtype)
-    if isinstance(action, (Eye, Dirac)):
-        return Bad(f"{op.op} is not followed into computations")
     assert isinstance(action, Opaque)
     return Bad(action.why)
 
@@ -354,12 +350,8 @@ class Computing(Recorder):
                 for box, value in self.spread_op(entry, runs, source, target):
                     self.append(target, box, value, copied, entry.where)
                 continue
-            if isinstance(entry.action, (Eye, Dirac, Opaque)):
-                reason = (
-                    entry.action.why
-                    if isinstance(entry.action, Opaque)
-                    else f"{entry.op} is not translated into copies"
-                )
+            if isinstance(entry.action, Opaque):
+                reason = entry.action.why
                 if any(
                     next(map_runs_from(runs[0], run, runs[1]), None) is not None
                     for run in box_runs(entry.region, source.shape)
