@@ -1,5 +1,5 @@
 """Tiny real client models (transformers 5.23: Llama, GPT-2, BERT, ModernBERT, T5, and
-Mamba, Mamba2, Jamba, Qwen3-Next, Whisper, CLIP, whose init code computes values;
+Mamba, Mamba2, Jamba, Qwen3-Next, Whisper, RWKV, CLIP, whose init code computes values;
 torchtitan 0.3.0: Llama3, Qwen3.5) built from configs,
 nothing downloaded, and the init flows a user runs on them.
 
@@ -111,6 +111,20 @@ def _whisper() -> nn.Module:
         eos_token_id=2,
     )  # fmt: skip
     return tf.WhisperForConditionalGeneration(config)
+
+
+def _rwkv() -> nn.Module:
+    """RWKV's ``_init_weights`` computes its time-decay and time-mix tables from Python
+    lists (``torch.tensor``, ``pow``, ``+ 0.3``), sets ``time_first`` by
+    ``ones_like(time_first * log(0.3) + zigzag)`` (the parameter's shape only) and its
+    Linear and Embedding weights by ``orthogonal_``."""
+    import transformers as tf
+
+    config = tf.RwkvConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+        attention_hidden_size=HIDDEN, intermediate_size=128, context_length=64,
+    )  # fmt: skip
+    return tf.RwkvForCausalLM(config)
 
 
 def _clip() -> nn.Module:
@@ -277,6 +291,7 @@ MODELS: dict[str, ClientModel] = {
         ClientModel("jamba", _jamba, _init_weights, _hf_blocks),
         ClientModel("qwen3_next", _qwen3_next, _init_weights, _hf_blocks),
         ClientModel("whisper", _whisper, _init_weights, _hf_blocks),
+        ClientModel("rwkv", _rwkv, _init_weights, _hf_blocks),
         ClientModel("clip", _clip, _init_weights, _hf_blocks),
         ClientModel("titan_fused", lambda: _titan(True), _init_weights, _titan_blocks),
         ClientModel("titan_unfused", lambda: _titan(False), _init_weights, _titan_blocks),

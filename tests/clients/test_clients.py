@@ -1,6 +1,6 @@
 """Real client libraries through their own init code (issues 14, 19): tiny transformers 5.23
 models (Llama tied and untied, GPT-2, BERT, ModernBERT, T5; Mamba, Mamba2, Jamba,
-Qwen3-Next and Whisper, whose init code computes values) and torchtitan 0.3.0's Llama3 (fused
+Qwen3-Next, Whisper and RWKV, whose init code computes values) and torchtitan 0.3.0's Llama3 (fused
 ``wqkv`` and not), each built on meta and materialized with ``init_fn`` set to the
 library's own init (``model.init_weights``, or HF's ``_init_weights`` through
 ``model.apply``).
@@ -127,6 +127,10 @@ COMPUTED: dict[str, dict[str, Check]] = {
     "jamba": {"mamba.A_log": _table},
     "qwen3_next": {"linear_attn.A_log": _within(0.01, 16.0, torch.exp)},
     "whisper": {"encoder.embed_positions.weight": _table},
+    "rwkv": {
+        suffix: _table
+        for suffix in ("time_decay", "time_mix_key", "time_mix_value", "time_mix_receptance")
+    },
     "titan_qwen3_5": {"attn.A_log": _within(0.01, 16.0, torch.exp)},
 }
 

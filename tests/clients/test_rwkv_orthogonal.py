@@ -1,8 +1,8 @@
 """HF RWKV (transformers 5.23, tiny config): the parameters its ``_init_weights`` fills
 with ``orthogonal_`` (every Linear weight and the embedding, with RWKV's gains), given
 as ``shardinit.init.orthogonal`` rules. Its other values (``time_decay``, ``time_mix_*``,
-computed from the layer index and copied in) are the work of init programs (another
-issue): here they get plain rules.
+computed from the layer index and copied in) get plain rules here: RWKV's own init code
+as ``init_fn`` is tested with the other clients (test_clients.py).
 
 * World 1 (this process): each orthogonal parameter is the ``full`` of its spec, and its
   singular values are RWKV's own CPU init's (all equal to the gain, within 1e-5: the

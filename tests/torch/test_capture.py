@@ -17,8 +17,8 @@ from torch import nn
 import shardinit
 from shardinit import init
 from shardinit._integration.capture import (
-    Eye,
     Fill,
+    Program,
     Scale,
     UnsupportedInitOpError,
     flat_range_boxes,
@@ -246,7 +246,7 @@ def test_scale_eye_and_subregions_match_eager_values() -> None:
     with torch.device("meta"):
         model = build()
     record = shardinit.capture_init(model, lambda: init_fn(model))["w"]
-    assert [type(op.action) for op in record.ops] == [Fill, Scale, Scale, Eye, Fill, Fill]
+    assert [type(op.action) for op in record.ops] == [Fill, Scale, Scale, Program, Fill, Fill]
     ours = replay_full(record, SEED)
     # The same operations run eagerly on the stream's own uniform values.
     want = _full("w", (7, 9), init.uniform(-1.0, 1.0))
@@ -267,6 +267,58 @@ def test_scale_eye_and_subregions_match_eager_values() -> None:
         out = torch.empty(stop - start)
         replay_flat(record, SEED, start, stop, out)
         assert torch.equal(out, ours.reshape(-1)[start:stop]), (start, stop)
+
+
+_STRUCTURED: list[tuple[tuple[int, ...], Callable[[torch.Tensor], torch.Tensor]]] = [
+    ((7, 9), lambda w: nn.init.eye_(w)),
+    ((9, 7), lambda w: nn.init.eye_(w[1:4, 2:7])),
+    ((7, 9), lambda w: nn.init.eye_(w.t()[2:7, 1:4])),  # the view's rows run along dim 1
+    ((3, 4, 5), lambda w: nn.init.eye_(w[:, 2])),  # a selected (dropped) dim
+    ((4, 2, 3), lambda w: nn.init.dirac_(w)),
+    ((6, 2, 3, 3), lambda w: nn.init.dirac_(w, groups=2)),
+    ((6, 4, 3, 5, 3), lambda w: nn.init.dirac_(w, groups=3)),
+    ((8, 2, 5), lambda w: nn.init.dirac_(w[2:6, :, 1:4], groups=2)),
+    ((2, 6, 3), lambda w: nn.init.dirac_(w[:, 1:5].transpose(0, 1))),
+]
+
+
+@pytest.mark.parametrize(("shape", "structured"), _STRUCTURED)
+def test_eye_and_dirac_equal_torchs_on_views_and_boxes(
+    shape: tuple[int, ...], structured: Callable[[torch.Tensor], torch.Tensor]
+) -> None:
+    """``eye_`` / ``dirac_`` (programs of the element's coordinates) on a parameter set to
+    0.5 before: torch's own values, in every box."""
+    with torch.device("meta"):
+        model = nn.Module()
+        model.w = nn.Parameter(torch.empty(shape))
+
+    def init_fn() -> None:
+        model.w.data.fill_(0.5)
+        structured(model.w.data)
+
+    record = shardinit.capture_init(model, init_fn)["w"]
+    assert [type(op.action) for op in record.ops] == [Fill, Program]
+    reference = torch.full(shape, 0.5)
+    structured(reference)
+    ours = replay_full(record, SEED)
+    assert torch.equal(ours, reference)
+    assert bool((ours == 1).any())
+    box = tuple((size // 3, size - size // 4) for size in shape)
+    index = tuple(slice(a, b) for a, b in box)
+    assert torch.equal(replay_box(record, SEED, box), reference[index]), box
+
+
+def test_eye_of_a_temporary_copied_into_a_parameter() -> None:
+    with torch.device("meta"):
+        lin = nn.Linear(5, 4, bias=False)
+
+    def init_fn() -> None:
+        temp = lin.weight.new_zeros(5, 4)
+        nn.init.eye_(temp)
+        lin.weight.copy_(temp.t() * 3)
+
+    ours = replay_full(shardinit.capture_init(lin, init_fn)["weight"], SEED)
+    assert torch.equal(ours, torch.eye(4, 5) * 3)
 
 
 def test_bfloat16_scale_is_torchs_mul_on_the_dtype() -> None:

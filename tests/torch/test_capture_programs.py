@@ -208,14 +208,72 @@ def test_not_elementwise_is_refused() -> None:
 
 
 def test_reading_values_of_a_parameter_is_refused() -> None:
-    message = _refused(lambda lin: lin.weight.copy_(lin.bias.view(7, 1) * 2), param="bias")
-    assert "reads the parameter's values" in message
+    def copied(lin: nn.Linear) -> None:
+        lin.weight.copy_(lin.bias.view(7, 1) * 2)
+
+    line = copied.__code__.co_firstlineno + 1
+    message = _refused(copied, "copy_", f"mul at {HERE}:{line}", "do not exist on meta")
+    assert "parameter 'bias'" in message, message  # the parameter read, beside the written
 
     def control_flow(lin: nn.Linear) -> None:
         if lin.weight.max() > 0:
             lin.weight.data.zero_()
 
-    _refused(control_flow, "max")
+    _refused(control_flow, "max", "reads the parameter's values")
+
+
+def test_values_computed_from_a_parameter_are_refused_where_they_are_used() -> None:
+    def through_steps(lin: nn.Linear) -> None:  # in a temporary, then copied in
+        t = (lin.bias * 0.5).exp()
+        lin.bias.copy_(torch.cat([t[:3], t[3:]]).clone())
+
+    line = through_steps.__code__.co_firstlineno + 1
+    _refused(through_steps, "copy_", f"mul at {HERE}:{line}", param="bias")
+    _refused(lambda lin: lin.weight.data.add_(lin.bias.view(7, 1)), "add_", "parameter 'bias'")
+
+    def in_place_on_a_temporary(lin: nn.Linear) -> None:
+        t = torch.zeros(7, 5, device=lin.weight.device)
+        t.add_(lin.weight)
+        lin.weight.copy_(t)
+
+    _refused(in_place_on_a_temporary, "copy_", "add_ at")
+
+    def control_flow(lin: nn.Linear) -> None:  # a value of them reaches Python
+        if (lin.weight * 2 > 0).all():
+            lin.weight.data.zero_()
+
+    _refused(control_flow, "all at", "mul at", "do not exist on meta")
+    _refused(lambda lin: float((lin.bias * 2)[0]), "__float__ at", "mul at", param="bias")
+
+
+def test_a_buffer_computed_from_a_parameters_values_is_refused() -> None:
+    class WithBuffer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(SHAPE[1], SHAPE[0])
+            self.register_buffer("scale", torch.empty(SHAPE[0]))
+
+    with torch.device("meta"):
+        model = WithBuffer()
+    with pytest.raises(shardinit.UnsupportedInitOpError) as caught:
+        shardinit.capture_init(model, lambda: model.scale.copy_(model.lin.bias * 2))
+    for word in ("buffer 'scale'", "copy_", "parameter 'lin.bias'", f"mul at {HERE}:"):
+        assert word in str(caught.value), str(caught.value)
+
+
+def test_a_parameters_shape_through_computed_values_is_replayed() -> None:
+    """RWKV's ``ones_like(p * log(0.3) + zigzag)``: only the shape of values read from a
+    parameter is used, so the result is the constant."""
+
+    def build(lin: nn.Linear) -> None:
+        zigzag = torch.tensor([(i + 1) % 3 - 1 for i in range(5)], device=lin.weight.device)
+        lin.weight.copy_(torch.ones_like(lin.weight * math.log(0.3) + zigzag * 0.5))
+        lin.bias.copy_(torch.full_like(lin.bias.exp(), 0.25) - torch.zeros_like(lin.bias + 1))
+
+    captured = _record(build)
+    assert captured["weight"].ops[0].action == Fill(init.constant(1.0))
+    assert torch.equal(replay_full(captured["weight"], SEED), torch.ones(SHAPE))
+    assert torch.equal(replay_full(captured["bias"], SEED), torch.full((7,), 0.25))
 
 
 def test_broadcast_of_random_values_is_refused_at_its_call_site() -> None:

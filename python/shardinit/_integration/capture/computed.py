@@ -5,7 +5,10 @@ programs (:mod:`.program`).
   to it (its ops, last one wins, as ``where`` of their boxes); a view of it reads that
   fold at the view's positions; a CPU tensor init code computed otherwise is a table
   of its values (refused when torch's random generator was used: those values would
-  not be the stream's); a parameter's values cannot be read.
+  not be the stream's); a parameter's values are unknown: steps of them are computed
+  as far as their shape goes (``ones_like(p * 2)``), and the read is refused, naming
+  the parameter and the read, where their values reach a parameter, a buffer or any
+  operation but an elementwise step (:attr:`.tracks.Track.reads`).
 * **Sources** (new temporaries): ``arange``, ``linspace``, ``eye``, ``torch.tensor``,
   ``rand``/``randn`` (and ``*_like``).
 * **Steps**: elementwise operations (:mod:`.pointwise`) out of place (a new temporary)
@@ -54,8 +57,6 @@ from .recorder import Recorder, same_view, user_frame
 from .records import (
     Action,
     CapturedOp,
-    Dirac,
-    Eye,
     Fill,
     Opaque,
     Program,
@@ -118,8 +119,6 @@ def op_value(op: CapturedOp, track: Track, prior: Expr) -> Expr:
             factor = float(torch.tensor(factor, dtype=torch.float32))
         step = combine("div" if action.divide else "mul", prior, Const(factor))
         return stored(step if dtype == torch.float64 else Round(step, torch.float32), dtype)
-    if isinstance(action, (Eye, Dirac)):
-        return Bad(f"{op.op} is not followed into computations")
     assert isinstance(action, Opaque)
     return Bad(action.why)
 
@@ -188,19 +187,16 @@ class Computing(Recorder):
         return value
 
     def value_of(self, value: Any, op: str) -> Expr:
-        """The value of an operand at each of its own coordinates.
-
-        Raises:
-            UnsupportedInitOpError: it is (a view of) a parameter.
-        """
+        """The value of an operand at each of its own coordinates: for (a view of) a
+        parameter, a :class:`Bad` naming it and the read (refused where it reaches a
+        parameter; its shape alone may be used, as ``ones_like(p * 0.5)`` does)."""
         if isinstance(value, (bool, int, float)):
             return Const(float(value))
         if not isinstance(value, torch.Tensor):
             return Bad(f"an operand of type {type(value).__name__}")
         track = self.lookup(value)
         if track is not None and track.kind == "param":
-            why = "it reads the parameter's values (they do not exist on meta)"
-            raise self.fail(track, op, why)
+            return Bad(read_reason((track, f"{op} at {user_frame()}")))
         if track is None or track.kind == "buffer":
             return self.table_of(value)
         if value.dtype != track.base.dtype:
@@ -209,6 +205,34 @@ class Computing(Recorder):
         coords, repeats = strided_coords(value.shape, value.stride(), offset, track.shape)
         repeat = None if repeats is None else self.repeat_reason(op)
         return reindex(self.folded(track), coords, _ranges(value.shape), repeat)
+
+    def read_in(self, tree: Any, op: str) -> tuple[Track, str] | None:
+        """The parameter whose values the tensors in ``tree`` carry, read by ``op`` now
+        or into a temporary before (:attr:`.tracks.Track.reads`), with the read."""
+        from ..._torch_compat import tree_flatten
+
+        for leaf in tree_flatten(tree)[0]:
+            track = self.lookup(leaf)
+            if track is not None and track.kind == "param":
+                return track, f"{op} at {user_frame()}"
+            if track is not None and track.reads is not None:
+                return track.reads
+        return None
+
+    def carry_read(self, target: Track, tree: Any, op: str) -> None:
+        """``target`` takes values from the tensors in ``tree``: a temporary carries the
+        parameter read they carry; a buffer (a real tensor) cannot take them.
+
+        Raises:
+            UnsupportedInitOpError: a buffer takes values read from a parameter.
+        """
+        read = self.read_in(tree, op)
+        if read is None or target.kind == "param":
+            return  # a parameter refuses the values themselves (their Bad)
+        if target.kind == "buffer":
+            raise self.fail(target, op, read_reason(read))
+        if target.reads is None:
+            target.reads = read
 
     def repeat_reason(self, op: str) -> str:
         return (
@@ -326,12 +350,8 @@ class Computing(Recorder):
                 for box, value in self.spread_op(entry, runs, source, target):
                     self.append(target, box, value, copied, entry.where)
                 continue
-            if isinstance(entry.action, (Eye, Dirac, Opaque)):
-                reason = (
-                    entry.action.why
-                    if isinstance(entry.action, Opaque)
-                    else f"{entry.op} is not translated into copies"
-                )
+            if isinstance(entry.action, Opaque):
+                reason = entry.action.why
                 if any(
                     next(map_runs_from(runs[0], run, runs[1]), None) is not None
                     for run in box_runs(entry.region, source.shape)
@@ -347,6 +367,7 @@ class Computing(Recorder):
         """``dst`` of ``target`` takes ``value``: a temporary of the same shape op by op
         (:meth:`translate`), anything else by its computed values (broadcast)."""
         source = self.lookup(value)
+        self.carry_read(target, value, op)
         if target.kind == "buffer":
             self.record(target, dst, Fill(Constant(0.0)), op)
             return
@@ -437,6 +458,7 @@ class Computing(Recorder):
         shape = tuple(result.shape)
         exprs = [None if v is None else self.operand(v, shape, name) for v in operands]
         temp = self.new_temp(name, result)
+        self.carry_read(temp, operands, name)
         expr = step.build(exprs, options)
         temp.ops.append(CapturedOp(_whole(result), self.action_of(temp, expr, name), name,
                                    user_frame()))  # fmt: skip
@@ -453,6 +475,7 @@ class Computing(Recorder):
         dtype = cast_dtype(name, args, kwargs) or result.dtype
         expr = cast(self.operand(source, tuple(result.shape), name), source.dtype, dtype)
         temp = self.new_temp(name, result)
+        self.carry_read(temp, source, name)
         temp.ops.append(CapturedOp(_whole(result), self.action_of(temp, expr, name), name,
                                    user_frame()))  # fmt: skip
         return result
@@ -468,6 +491,7 @@ class Computing(Recorder):
         shape = tuple(view.shape)
         exprs: list[Expr | None] = [Prior()]
         exprs += [None if v is None else self.operand(v, shape, name) for v in operands[1:]]
+        self.carry_read(target, operands[1:], name)
         self.write_expr(target, view, step.build(exprs, options), name)
         if target.kind == "param":
             return view
@@ -492,8 +516,18 @@ class Computing(Recorder):
             if leaf.is_contiguous():
                 temp = self.new_temp(name, leaf)
                 temp.from_random = True
+                self.carry_read(temp, (args, kwargs), name)
                 why = f"{name} at {user_frame()} is not an elementwise operation shardinit follows"
                 temp.ops.append(CapturedOp(_whole(leaf), Opaque(why), name, user_frame()))
+
+
+def read_reason(read: tuple[Track, str]) -> str:
+    """Why values read from a parameter (``read``: it and the read) are refused."""
+    track, where_ = read
+    return (
+        f"it reads the values of {track.label} ({where_}), which do not exist on meta "
+        "(only their shape and dtype may be used, e.g. by ones_like)"
+    )
 
 
 def _drop_branch(expr: Expr, never: Expr) -> Expr:

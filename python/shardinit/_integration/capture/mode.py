@@ -14,7 +14,7 @@ import torch
 from ..._torch_compat import handed_to_mode, tree_flatten
 from ...errors import ShardInitError
 from ...init import Constant
-from .computed import SOURCES, Computing
+from .computed import SOURCES, Computing, read_reason
 from .pointwise import POINTWISE, inplace_name
 from .recorder import (
     CONCATS,
@@ -96,6 +96,9 @@ class CaptureMode(Computing):
             else:
                 why = "it reads the parameter's values (they do not exist on meta)"
             raise self.fail(params[0], name, why)
+        read = self.read_in((args, kwargs), name)
+        if read is not None:  # values computed from a parameter's, beyond elementwise steps
+            raise self.fail(read[0], name, read_reason(read))
         if target is not None and is_inplace(name):
             self.record(target, args[0], Opaque(f"{name} is not a recorded fill"), name)
         result = func(*args, **kwargs)

@@ -31,8 +31,9 @@ from ..._torch_compat import tree_flatten
 from ...errors import ShardInitError
 from ...init import Constant
 from ...spec import ParamSpec
-from .records import Action, CapturedOp, Dirac, Eye, Fill, Opaque, UnsupportedInitOpError
-from .regions import view_region
+from .program import Const, Coord, Expr, combine
+from .records import Action, CapturedOp, Fill, Opaque, Program, UnsupportedInitOpError
+from .regions import Box, view_region
 from .tracks import Track, storage_id
 from .translations import (
     INIT_CODES,
@@ -177,6 +178,32 @@ def _check_whole(track: Track, view: torch.Tensor) -> None:
         )
 
 
+def _structured(
+    box: Box, axes: Sequence[int | None], view_shape: Sequence[int], groups: int
+) -> Expr:
+    """``eye_`` (``groups == 0``) or ``dirac_(view, groups)`` on the view of ``box`` whose
+    dims run along ``axes`` (None: a size-1 view dim): a table of the element's global
+    coordinates, 1.0 on the identity's (each group's) diagonal, else 0.0."""
+    ranges = list(box)
+
+    def op(name: str, a: Expr, b: Expr | float) -> Expr:
+        return combine(name, a, Const(float(b)) if isinstance(b, (int, float)) else b, ranges)
+
+    def rel(view_dim: int) -> Expr:  # the view's own coordinate
+        axis = axes[view_dim]
+        return Const(0.0) if axis is None else op("sub", Coord(axis), box[axis][0])
+
+    if groups == 0:
+        return op("eq", rel(0), rel(1))
+    out_per_group = view_shape[0] // groups
+    diagonal = op("mod", rel(0), out_per_group)
+    mask = op("mul", op("lt", diagonal, min(out_per_group, view_shape[1])),
+              op("eq", rel(1), diagonal))  # fmt: skip
+    for view_dim in range(2, len(view_shape)):
+        mask = op("mul", mask, op("eq", rel(view_dim), view_shape[view_dim] // 2))
+    return mask
+
+
 class Recorder(TorchFunctionMode):
     """Records operations on the followed tensors; raises on unsupported ones."""
 
@@ -276,7 +303,4 @@ class Recorder(TorchFunctionMode):
         box, axes = region
         if axes is None or any(s > 1 and a is None for s, a in zip(view.shape, axes, strict=True)):
             raise ShardInitError(f"{kind}_ on a view that merges dims")
-        origin = tuple(start for start, _ in box)
-        if kind == "eye":
-            return Eye(axes, origin)
-        return Dirac(axes, origin, tuple(view.shape), groups)
+        return Program(_structured(box, axes, tuple(view.shape), groups if kind == "dirac" else 0))

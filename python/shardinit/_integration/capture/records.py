@@ -18,8 +18,6 @@ __all__ = [
     "Action",
     "CapturedInit",
     "CapturedOp",
-    "Dirac",
-    "Eye",
     "Fill",
     "Opaque",
     "ParamRecord",
@@ -54,36 +52,6 @@ class Scale:
 
 
 @dataclass(frozen=True)
-class Eye:
-    """``torch.nn.init.eye_`` on a 2-D view: 1 where the view's row equals its column.
-
-    Attributes:
-        axes: per view dim, the parameter dim it runs along (None: a size-1 view dim).
-        origin: the view's first element, in global coordinates.
-    """
-
-    axes: tuple[int | None, ...]
-    origin: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Dirac:
-    """``torch.nn.init.dirac_(view, groups)`` on a 3-5-D view (out, in, *kernel).
-
-    Attributes:
-        axes: per view dim, the parameter dim it runs along (None: a size-1 view dim).
-        origin: the view's first element, in global coordinates.
-        view_shape: the shape of the tensor ``dirac_`` was given.
-        groups: torch's ``groups`` argument.
-    """
-
-    axes: tuple[int | None, ...]
-    origin: tuple[int, ...]
-    view_shape: tuple[int, ...]
-    groups: int
-
-
-@dataclass(frozen=True)
 class Opaque:
     """Values of a TEMPORARY that no recorded fill describes (an in-place op shardinit
     cannot translate). Harmless unless copied into a parameter, which is then refused
@@ -99,8 +67,10 @@ class Program:
     coordinates, evaluated by the core in binary64 and rounded once to the parameter's
     dtype (docs/stream-format.md §7). Random sources in it are the parameter's own
     stream at the element's own global index, as for :class:`Fill`; a program that is
-    nothing but a source is recorded as that :class:`Fill`. An in-place step is recorded
-    with the values before it folded in (the program never reads memory).
+    nothing but a source is recorded as that :class:`Fill`. ``eye_`` and ``dirac_`` are
+    programs of the element's coordinates (1.0 on their diagonals, else 0.0). An in-place
+    step is recorded with the values before it folded in (the program never reads
+    memory).
 
     Attributes:
         expr: the program's result.
@@ -109,7 +79,7 @@ class Program:
     expr: Expr
 
 
-Action = Fill | Scale | Eye | Dirac | Opaque | Program
+Action = Fill | Scale | Opaque | Program
 
 
 def sets_values(action: Action) -> bool:

@@ -11,9 +11,9 @@ LAST operation that covered it:
   values and the result does not depend on the layout;
 * a scale multiplies (divides) the covered elements' current values in the parameter's
   dtype, as torch's ``mul_`` / ``div_`` do after the fill;
-* ``eye_`` / ``dirac_`` compute each element from its global index;
-* a program (an elementwise computation init code performed, :mod:`.program`) is
-  evaluated by the core on the piece only.
+* a program (an elementwise computation init code performed, :mod:`.program`, or the
+  table of coordinates ``eye_`` / ``dirac_`` set) is evaluated by the core on the piece
+  only.
 
 Example:
     >>> import torch, shardinit
@@ -48,8 +48,6 @@ from .evaluate import fill_program_box
 from .records import (
     CapturedInit,
     CapturedOp,
-    Dirac,
-    Eye,
     Fill,
     ParamRecord,
     Program,
@@ -96,36 +94,6 @@ def _check_ops(record: ParamRecord, extra: Sequence[CapturedOp]) -> list[Capture
             "init_fn fill all of it"
         )
     return ops
-
-
-def _pattern(op: CapturedOp, box: Box, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The 0/1 values of an ``eye_`` / ``dirac_`` op on ``box`` (global coordinates)."""
-    action = op.action
-    assert isinstance(action, (Eye, Dirac))
-    ndim = len(box)
-    coords = []
-    for dim, (start, stop) in enumerate(box):
-        view_shape = [1] * ndim
-        view_shape[dim] = stop - start
-        coords.append(torch.arange(start, stop, device=device).reshape(view_shape))
-
-    def rel(view_dim: int) -> torch.Tensor:
-        axis = action.axes[view_dim]
-        if axis is None:
-            return torch.zeros((1,) * ndim, dtype=torch.long, device=device)
-        return coords[axis] - action.origin[axis]
-
-    if isinstance(action, Eye):
-        mask = rel(0) == rel(1)
-    else:
-        out_per_group = action.view_shape[0] // action.groups
-        min_dim = min(out_per_group, action.view_shape[1])
-        diagonal = rel(0) % out_per_group
-        mask = (diagonal < min_dim) & (rel(1) == diagonal)
-        for view_dim in range(2, len(action.view_shape)):
-            mask = mask & (rel(view_dim) == action.view_shape[view_dim] // 2)
-    shape = tuple(stop - start for start, stop in box)
-    return torch.broadcast_to(mask, shape).to(dtype)
 
 
 def replay_box(
@@ -193,13 +161,12 @@ def replay_box(
             elif isinstance(action, Program):
                 spec = ParamSpec(record.name, record.shape, record.dtype, Constant(0.0), seed=seed)
                 fill_program_box(action.expr, spec, piece, target)
-            elif isinstance(action, Scale):
+            else:
+                assert isinstance(action, Scale), action
                 if action.divide:
                     target.div_(action.factor)
                 else:
                     target.mul_(action.factor)
-            else:
-                target.copy_(_pattern(op, piece, record.dtype, out.device))
     return out
 
 
