@@ -39,8 +39,10 @@
 // can be compared with the sources character for character.
 #![allow(clippy::excessive_precision, clippy::unreadable_literal)]
 
+mod compensated;
 mod elementary;
-pub use elementary::{cos, expm1, log1p, pow, sigmoid, sin, tanh, TRIG_MAX};
+pub use compensated::{rsqrt, sigmoid, softplus, tanh};
+pub use elementary::{cos, expm1, log1p, pow, sin, TRIG_MAX};
 
 // ---------------------------------------------------------------------------------
 // Word access helpers (fdlibm's __HI / __LO).
@@ -68,6 +70,12 @@ fn with_hi_word(x: f64, hi: i32) -> f64 {
 #[inline]
 fn clear_lo_word(x: f64) -> f64 {
     f64::from_bits(x.to_bits() & 0xffff_ffff_0000_0000)
+}
+
+/// `2^k` for `-1022 <= k <= 1023`, built in the exponent field.
+#[inline]
+fn two_pow(k: i32) -> f64 {
+    f64::from_bits(((0x3ff + i64::from(k)) as u64) << 52)
 }
 
 // ---------------------------------------------------------------------------------
