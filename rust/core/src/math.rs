@@ -1,7 +1,9 @@
 //! Deterministic elementary functions: `log`, `exp`, `erf`, `erfc`, the standard
 //! normal CDF [`phi`] and its inverse [`phi_inv`]; and, for init programs
-//! (stream-format.md §7), [`expm1`], [`log1p`], [`tanh`], [`sigmoid`], [`sin`],
-//! [`cos`] and [`pow`] (module `elementary`, ports of FreeBSD msun's fdlibm).
+//! (stream-format.md §7), [`expm1`], [`log1p`], [`sin`], [`cos`] and [`pow`] (module
+//! `elementary`, ports of FreeBSD msun's fdlibm) and [`tanh`], [`sigmoid`],
+//! [`softplus`] and [`rsqrt`] (module `compensated`: double-double intermediates,
+//! rounded once).
 //!
 //! # Why this crate owns these functions
 //!

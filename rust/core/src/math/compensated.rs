@@ -12,7 +12,7 @@
 //!
 //! The common part is [`exp_parts`], `exp(x) = 2^k (h + l)` with a relative error
 //! below `2^-66`: `x = n ln2/8 + r` (`ln2/8` in three pieces, so `r` is exact to
-//! `2^-120`), `exp(r) - 1` by its Taylor series to degree 10 (`|r| <= 0.0434`: the
+//! `2^-110`), `exp(r) - 1` by its Taylor series to degree 10 (`|r| <= 0.0434`: the
 //! truncation is below `2^-74`), whose terms of degree 1 and 2 are double-doubles,
 //! times `2^(j/8)` from a table of double-doubles (`j = n mod 8`, `k = n div 8`).
 //! The constants were computed with mpmath at 300 bits (`mpmath.log(2) / 8` and
@@ -130,7 +130,8 @@ fn horner(c: &[f64], x: f64) -> f64 {
 /// `x = n * ln2/8 + (r_h + r_l)` with `n = rint(x * 8/ln2)` and `|r_h + r_l| < 0.0434`,
 /// for `|x| <= 746`. `x - n*LN2_8_1` is exact (`n*LN2_8_1` is, and it lies within a
 /// factor 2 of `x`: Sterbenz), the second piece is subtracted with TwoSum, so
-/// `r_h + r_l` differs from `x - n ln2/8` by the rounding of `n*LN2_8_3` (`< 2^-120`).
+/// `r_h + r_l` differs from `x - n ln2/8` by the roundings of `n*LN2_8_3` and of its
+/// subtraction from the low part (`< 2^-110`).
 #[inline]
 fn reduce(x: f64) -> (i32, f64, f64) {
     let t = (x * INV_LN2_8 + ROUND) - ROUND;
@@ -241,9 +242,9 @@ fn left_tail(x: f64, c: f64) -> f64 {
 /// change below `2^-57.5`).
 const TANH_TINY: f64 = 3.725290298461914e-9;
 
-/// Hyperbolic tangent within 1 ulp (measured 0.51, stream-format.md §7): `x` for
+/// Hyperbolic tangent within 1 ulp (measured 0.50, stream-format.md §7): `x` for
 /// `|x| < 2^-28`; `+-1` from `|x| >= 22` on (`1 - tanh(22) < 2^-62`); in between
-/// `sign(x) * E / (E + 2)` with `E = expm1(2|x|)` a double-double ([`expm1_dd`]),
+/// `sign(x) * E / (E + 2)` with `E = expm1(2|x|)` a double-double (`expm1_dd`),
 /// `E + 2` by TwoSum and the quotient corrected by its exact remainder. `tanh(+-inf) =
 /// +-1`, `tanh(NaN) = NaN`, `tanh(-0) = -0`.
 pub fn tanh(x: f64) -> f64 {
@@ -262,8 +263,8 @@ pub fn tanh(x: f64) -> f64 {
     div_dd(e_h, e_l, d_h, d_l + e_l).copysign(x)
 }
 
-/// The logistic function `1 / (1 + exp(-x))` within 1 ulp (measured 0.51,
-/// stream-format.md §7). With `e = exp(-|x|)` a double-double ([`exp_parts`]) and
+/// The logistic function `1 / (1 + exp(-x))` within 1 ulp (measured 0.50,
+/// stream-format.md §7). With `e = exp(-|x|)` a double-double (`exp_parts`) and
 /// `1 + e` by FastTwoSum, `1 / (1 + e)` for `x >= 0` and `e / (1 + e)` for `x < 0`,
 /// each quotient corrected by its exact remainder; `1` above 40 (`1 - sigmoid(40) <
 /// 2^-57`); `exp(x) (1 - exp(x))` rounded once below -40 (subnormal from about -708.4);
@@ -339,9 +340,9 @@ fn log1p_exp(y: f64) -> (f64, f64) {
     fast_two_sum(y0, z)
 }
 
-/// `log(1 + exp(x))` within 1 ulp (measured 0.51, stream-format.md §7), with torch's
+/// `log(1 + exp(x))` within 1 ulp (measured 0.50, stream-format.md §7), with torch's
 /// `beta = 1` and `threshold = 20`: `x` itself above 20 (torch's choice, not the
-/// function's value: `softplus(20) - 20 = 2e-9`). With [`log1p_exp`]'s double-double
+/// function's value: `softplus(20) - 20 = 2e-9`). With `log1p_exp`'s double-double
 /// `L(y) = log(1 + exp(y))` for `y <= 0`: `L(x)` for `-40 <= x <= 0`, `x + L(-x)` (TwoSum,
 /// one rounding) for `0 < x <= 20`; `exp(x) (1 - exp(x)/2)` rounded once below -40
 /// (subnormal from about -708.4); `0` below -746. `softplus(+inf) = +inf`,
