@@ -7,11 +7,10 @@ huge and negative arguments, multiples of pi/2 for sin and cos); special values 
 infinities, signed zeros) are checked against C99, as numpy implements it.
 
 Measured maxima (these inputs, and sweeps of ~10x more): exp 0.70, expm1 0.65,
-log 0.79, log1p 0.59, sin 0.50, cos 0.55, pow 0.78, sqrt and reciprocal 0.50 ulp (all
-below 1 ulp); tanh 1.31 ulp (fdlibm's formula for |x| < 1 rounds ``expm1``, the sum and
-the quotient); the compositions sigmoid 1.30, rsqrt 1.32 (two correctly rounded
-operations) and softplus 1.05 ulp (``log1p`` of a rounded ``exp``). Those four are
-held to 1.5 ulp, the rest to 1 ulp (0.5, correct rounding, for sqrt and reciprocal).
+log 0.79, log1p 0.59, sin 0.50, cos 0.55, pow 0.78 ulp; sqrt and reciprocal 0.50 ulp
+(correctly rounded); tanh, sigmoid, softplus and rsqrt 0.50 ulp (0.5002 at most over
+400k inputs: double-double intermediates, one rounding). Each is held to 1 ulp (0.5,
+correct rounding, for sqrt and reciprocal).
 """
 
 from __future__ import annotations
@@ -68,6 +67,11 @@ def both_signs(values: np.ndarray) -> np.ndarray:
     return np.concatenate([values, -values])
 
 
+def bands(*ranges: tuple[float, float], n: int = 100) -> list[np.ndarray]:
+    """``n`` uniform inputs in each ``(low, high)``."""
+    return [RNG.uniform(low, high, n) for low, high in ranges]
+
+
 SUBNORMALS = np.array([5e-324, 1e-320, 2.2250738585072e-308, 1e-310])
 NEAR_ONE = 1 + RNG.uniform(-1e-6, 1e-6, 200)
 PI_MULTIPLES = np.arange(1, 400) * (math.pi / 2)
@@ -100,13 +104,40 @@ CASES: dict[str, tuple[Callable[[mpmath.mpf], mpmath.mpf], np.ndarray, float]] =
     ),
     "sqrt": (mpmath.sqrt, np.concatenate([log_uniform(1e-300, 1e300), SUBNORMALS]), 0.5),
     "reciprocal": (lambda x: 1 / x, both_signs(log_uniform(1e-300, 1e300)), 0.5),
-    "tanh": (mpmath.tanh, np.concatenate([both_signs(log_uniform(1e-300, 25.0)), SUBNORMALS]), 1.5),
-    "sigmoid": (lambda x: 1 / (1 + mpmath.exp(-x)), both_signs(log_uniform(1e-300, 745.0)), 1.5),
-    "rsqrt": (lambda x: 1 / mpmath.sqrt(x), log_uniform(1e-300, 1e300), 1.5),
+    # Around each switch of stream-format.md §7's formulas too: tanh's 2^-28, ln2/32 (the
+    # end of its Taylor-only path) and 22; sigmoid's and softplus's +-40, softplus's
+    # exp(x) = 2^-5 (x = -3.4657) and 20; the subnormal results below x = -708.4.
+    "tanh": (
+        mpmath.tanh,
+        np.concatenate(
+            [both_signs(log_uniform(1e-300, 25.0)), SUBNORMALS]
+            + [both_signs(b) for b in bands((3.6e-9, 3.9e-9), (0.021, 0.0223), (21.5, 22.0))]
+        ),
+        1.0,
+    ),
+    "sigmoid": (
+        lambda x: 1 / (1 + mpmath.exp(-x)),
+        np.concatenate(
+            [both_signs(log_uniform(1e-300, 746.0)), both_signs(SUBNORMALS)]
+            + [both_signs(b) for b in bands((39.5, 40.5), (708.0, 746.5))]
+        ),
+        1.0,
+    ),
+    "rsqrt": (
+        lambda x: 1 / mpmath.sqrt(x),
+        np.concatenate([log_uniform(1e-300, 1e300), log_uniform(1e300, 1.7e308, 100), SUBNORMALS]),
+        1.0,
+    ),
     "softplus": (
         lambda x: x if x > 20 else mpmath.log1p(mpmath.exp(x)),
-        both_signs(log_uniform(1e-300, 700.0)),
-        1.5,
+        np.concatenate(
+            [
+                both_signs(log_uniform(1e-300, 700.0)),
+                both_signs(SUBNORMALS),
+                *bands((3.4, 3.53), (-3.53, -3.4), (-40.5, -39.5), (19.5, 20.5), (-746.5, -708.0)),
+            ]
+        ),
+        1.0,
     ),
 }
 

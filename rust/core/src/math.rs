@@ -1,7 +1,9 @@
 //! Deterministic elementary functions: `log`, `exp`, `erf`, `erfc`, the standard
 //! normal CDF [`phi`] and its inverse [`phi_inv`]; and, for init programs
-//! (stream-format.md §7), [`expm1`], [`log1p`], [`tanh`], [`sigmoid`], [`sin`],
-//! [`cos`] and [`pow`] (module `elementary`, ports of FreeBSD msun's fdlibm).
+//! (stream-format.md §7), [`expm1`], [`log1p`], [`sin`], [`cos`] and [`pow`] (module
+//! `elementary`, ports of FreeBSD msun's fdlibm) and [`tanh`], [`sigmoid`],
+//! [`softplus`] and [`rsqrt`] (module `compensated`: double-double intermediates,
+//! rounded once).
 //!
 //! # Why this crate owns these functions
 //!
@@ -39,8 +41,10 @@
 // can be compared with the sources character for character.
 #![allow(clippy::excessive_precision, clippy::unreadable_literal)]
 
+mod compensated;
 mod elementary;
-pub use elementary::{cos, expm1, log1p, pow, sigmoid, sin, tanh, TRIG_MAX};
+pub use compensated::{rsqrt, sigmoid, softplus, tanh};
+pub use elementary::{cos, expm1, log1p, pow, sin, TRIG_MAX};
 
 // ---------------------------------------------------------------------------------
 // Word access helpers (fdlibm's __HI / __LO).
@@ -68,6 +72,12 @@ fn with_hi_word(x: f64, hi: i32) -> f64 {
 #[inline]
 fn clear_lo_word(x: f64) -> f64 {
     f64::from_bits(x.to_bits() & 0xffff_ffff_0000_0000)
+}
+
+/// `2^k` for `-1022 <= k <= 1023`, built in the exponent field.
+#[inline]
+fn two_pow(k: i32) -> f64 {
+    f64::from_bits(((0x3ff + i64::from(k)) as u64) << 52)
 }
 
 // ---------------------------------------------------------------------------------

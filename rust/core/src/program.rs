@@ -79,7 +79,7 @@ named_ops!(
         Reciprocal => "reciprocal",
         /// IEEE square root.
         Sqrt => "sqrt",
-        /// `1 / sqrt(x)`.
+        /// [`math::rsqrt`].
         Rsqrt => "rsqrt",
         /// [`math::exp`].
         Exp => "exp",
@@ -97,7 +97,8 @@ named_ops!(
         Tanh => "tanh",
         /// [`math::sigmoid`].
         Sigmoid => "sigmoid",
-        /// `x` if `x > 20`, else `log1p(exp(x))` (torch's beta = 1, threshold = 20).
+        /// [`math::softplus`]: `x` if `x > 20`, else `log(1 + exp(x))` (torch's beta = 1,
+        /// threshold = 20).
         Softplus => "softplus",
         /// Round toward minus infinity.
         Floor => "floor",
@@ -713,14 +714,14 @@ fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) -> Result<(), (usize, Error)> 
         UnaryOp::Abs => map(f64::abs, dst),
         UnaryOp::Reciprocal => map(|v| 1.0 / v, dst),
         UnaryOp::Sqrt => map(f64::sqrt, dst),
-        UnaryOp::Rsqrt => map(|v| 1.0 / v.sqrt(), dst),
+        UnaryOp::Rsqrt => map(math::rsqrt, dst),
         UnaryOp::Exp => map(math::exp, dst),
         UnaryOp::Expm1 => map(math::expm1, dst),
         UnaryOp::Log => map(math::log, dst),
         UnaryOp::Log1p => map(math::log1p, dst),
         UnaryOp::Tanh => map(math::tanh, dst),
         UnaryOp::Sigmoid => map(math::sigmoid, dst),
-        UnaryOp::Softplus => map(softplus, dst),
+        UnaryOp::Softplus => map(math::softplus, dst),
         UnaryOp::Floor => map(f64::floor, dst),
         UnaryOp::Sin | UnaryOp::Cos => {
             for (k, (slot, &v)) in dst.iter_mut().zip(x).enumerate() {
@@ -745,16 +746,6 @@ fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) -> Result<(), (usize, Error)> 
         }
     }
     Ok(())
-}
-
-/// `softplus(x) = x` if `x > 20`, else `log1p(exp(x))` (torch's beta = 1, threshold
-/// = 20).
-pub fn softplus(x: f64) -> f64 {
-    if x > 20.0 {
-        x
-    } else {
-        math::log1p(math::exp(x))
-    }
 }
 
 /// IEEE 754-2019 `minimum`: NaN if either is NaN, `-0 < +0`.
@@ -1276,7 +1267,5 @@ mod tests {
         assert_eq!(floor_divide(-0.5, 3.0), -1.0);
         assert_eq!(floor_divide(0.5, -3.0), -1.0);
         assert_eq!(floor_divide(0.0, -3.0).to_bits(), (-0f64).to_bits());
-        assert_eq!(softplus(30.0), 30.0);
-        assert_eq!(softplus(0.0), math::log1p(1.0));
     }
 }

@@ -1,5 +1,6 @@
 //! The elementary functions of init programs (stream-format.md §7): `expm1`, `log1p`,
-//! `tanh`, `sin`, `cos`, `pow`, and the compositions `sigmoid`.
+//! `sin`, `cos` and `pow` (`tanh`, `sigmoid`, `softplus` and `rsqrt` are in
+//! `compensated`).
 //!
 //! Like the rest of [`crate::math`], each is a fixed sequence of IEEE-754 binary64
 //! operations (`+ - * /`, `sqrt`, comparisons, bit manipulation), with no libm call and
@@ -8,7 +9,7 @@
 //! # Sources
 //!
 //! Ports of fdlibm 5.3 as maintained in FreeBSD's msun (`lib/msun/src/s_expm1.c`,
-//! `s_log1p.c`, `s_tanh.c`, `k_sin.c`, `k_cos.c`, `s_sin.c`, `s_cos.c`, `e_pow.c`, and
+//! `s_log1p.c`, `k_sin.c`, `k_cos.c`, `s_sin.c`, `s_cos.c`, `e_pow.c`, and
 //! the small and medium paths of `e_rem_pio2.c`; Copyright (C) 1993 by Sun
 //! Microsystems, Inc. "Developed at SunPro, a Sun Microsystems, Inc. business.
 //! Permission to use, copy, modify, and distribute this software is freely granted,
@@ -18,7 +19,7 @@
 // Coefficients as published (see `math`'s note).
 #![allow(clippy::excessive_precision, clippy::unreadable_literal)]
 
-use super::{exp, hi_word, lo_word};
+use super::{hi_word, lo_word, two_pow};
 
 // ---------------------------------------------------------------------------------
 // expm1: s_expm1.c
@@ -35,11 +36,6 @@ const Q2: f64 = 1.58730158725481460165e-03; // 3F5A01A0 19FE5585
 const Q3: f64 = -7.93650757867487942473e-05; // BF14CE19 9EAADBB7
 const Q4: f64 = 4.00821782732936239552e-06; // 3ED0CFCA 86E65239
 const Q5: f64 = -2.01099218183624371326e-07; // BE8AFDB7 6E09C32D
-
-/// `2^k` for `-1022 <= k <= 1023`, built in the exponent field.
-fn two_pow(k: i32) -> f64 {
-    f64::from_bits(((0x3ff + i64::from(k)) as u64) << 52)
-}
 
 /// `exp(x) - 1`, a port of FreeBSD msun `s_expm1.c` (fdlibm), error below 1 ulp.
 ///
@@ -261,61 +257,6 @@ pub fn log1p(x: f64) -> f64 {
         f - (hfsq - s * (hfsq + r))
     } else {
         dk * LN2_HI - ((hfsq - (s * (hfsq + r) + (dk * LN2_LO + c))) - f)
-    }
-}
-
-// ---------------------------------------------------------------------------------
-// tanh: s_tanh.c; sigmoid
-// ---------------------------------------------------------------------------------
-
-/// Hyperbolic tangent, a port of FreeBSD msun `s_tanh.c` (fdlibm) on this module's
-/// [`expm1`]: `x` for `|x| < 2^-28`; `-t / (t + 2)` with `t = expm1(-2|x|)` below 1;
-/// `1 - 2 / (t + 2)` with `t = expm1(2|x|)` below 22; `1` from 22 on; odd. Error below
-/// 1 ulp (measured, stream-format.md §7).
-pub fn tanh(x: f64) -> f64 {
-    let jx = hi_word(x);
-    let ix = jx & 0x7fff_ffff;
-    if ix >= 0x7ff0_0000 {
-        // tanh(+-inf) = +-1, tanh(NaN) = NaN
-        return if jx >= 0 {
-            1.0 / x + 1.0
-        } else {
-            1.0 / x - 1.0
-        };
-    }
-    let z = if ix < 0x4036_0000 {
-        // |x| < 22
-        if ix < 0x3e30_0000 {
-            return x; // |x| < 2^-28
-        }
-        if ix >= 0x3ff0_0000 {
-            // |x| >= 1
-            let t = expm1(2.0 * x.abs());
-            1.0 - 2.0 / (t + 2.0)
-        } else {
-            let t = expm1(-2.0 * x.abs());
-            -t / (t + 2.0)
-        }
-    } else {
-        1.0 // |x| >= 22 (msun: one - tiny)
-    };
-    if jx >= 0 {
-        z
-    } else {
-        -z
-    }
-}
-
-/// The logistic function `1 / (1 + exp(-x))`, written so that no step overflows or
-/// cancels: `1 / (1 + exp(-x))` for `x >= 0`, `e / (1 + e)` with `e = exp(x)` for
-/// `x < 0` (both within about 2 ulp; for `x < 0` the result is not rounded to 0 until
-/// `exp(x)` underflows). `sigmoid(NaN) = NaN`.
-pub fn sigmoid(x: f64) -> f64 {
-    if x >= 0.0 {
-        1.0 / (1.0 + exp(-x))
-    } else {
-        let e = exp(x);
-        e / (1.0 + e)
     }
 }
 
@@ -855,26 +796,6 @@ mod tests {
             (log1p, 9007199254740992.0, 36.7368005696771),
             (log1p, -0.5, -0.6931471805599453),
             (log1p, 3.0, 1.3862943611198906),
-            // tanh
-            (tanh, 1e-300, 1e-300),
-            (tanh, 1.862645149230957e-09, 1.862645149230957e-09),
-            (tanh, 0.5, 0.46211715726000974),
-            (tanh, 1.0, 0.7615941559557649),
-            (tanh, -1.0, -0.7615941559557649),
-            (tanh, 3.0, 0.9950547536867305),
-            (tanh, 21.9, 1.0),
-            (tanh, 1e-05, 9.999999999666668e-06),
-            (tanh, 0.1, 0.09966799462495582),
-            // sigmoid
-            (sigmoid, 1e-300, 0.5),
-            (sigmoid, 1.0, 0.7310585786300049),
-            (sigmoid, -1.0, 0.2689414213699951),
-            (sigmoid, 40.0, 1.0),
-            (sigmoid, -40.0, 4.248354255291589e-18),
-            (sigmoid, -700.0, 9.85967654375977e-305),
-            (sigmoid, -745.0, 5e-324),
-            (sigmoid, 36.7, 0.9999999999999999),
-            (sigmoid, 0.001, 0.5002499999791666),
             // sin
             (sin, 1e-300, 1e-300),
             (sin, 3.725290298461914e-09, 3.725290298461914e-09),
@@ -970,18 +891,6 @@ mod tests {
         assert_eq!(log1p(-0.0).to_bits(), (-0f64).to_bits());
         assert_eq!((log1p(-1.0), log1p(inf)), (-inf, inf));
         assert!(log1p(-1.5).is_nan() && log1p(-inf).is_nan() && log1p(nan).is_nan());
-        // tanh, sigmoid
-        assert_eq!(tanh(-0.0).to_bits(), (-0f64).to_bits());
-        assert_eq!(
-            (tanh(inf), tanh(-inf), tanh(22.0), tanh(-1e300)),
-            (1.0, -1.0, 1.0, -1.0)
-        );
-        assert!(tanh(nan).is_nan());
-        assert_eq!(
-            (sigmoid(0.0), sigmoid(inf), sigmoid(-inf), sigmoid(-746.0)),
-            (0.5, 1.0, 0.0, 0.0)
-        );
-        assert!(sigmoid(nan).is_nan());
         // sin, cos
         assert_eq!(sin(-0.0).to_bits(), (-0f64).to_bits());
         assert_eq!(cos(-0.0), 1.0);
