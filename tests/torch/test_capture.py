@@ -17,10 +17,11 @@ from torch import nn
 import shardinit
 from shardinit import init
 from shardinit._integration.capture import (
+    Computed,
     Fill,
-    Program,
     Scale,
     UnsupportedInitOpError,
+    base_ops,
     flat_range_boxes,
     replay_box,
     replay_flat,
@@ -246,7 +247,7 @@ def test_scale_eye_and_subregions_match_eager_values() -> None:
     with torch.device("meta"):
         model = build()
     record = shardinit.capture_init(model, lambda: init_fn(model))["w"]
-    assert [type(op.action) for op in record.ops] == [Fill, Scale, Scale, Program, Fill, Fill]
+    assert [type(op.action) for op in record.ops] == [Fill, Scale, Scale, Computed, Fill, Fill]
     ours = replay_full(record, SEED)
     # The same operations run eagerly on the stream's own uniform values.
     want = _full("w", (7, 9), init.uniform(-1.0, 1.0))
@@ -267,6 +268,48 @@ def test_scale_eye_and_subregions_match_eager_values() -> None:
         out = torch.empty(stop - start)
         replay_flat(record, SEED, start, stop, out)
         assert torch.equal(out, ours.reshape(-1)[start:stop]), (start, stop)
+
+
+def test_a_scale_reads_the_program_of_the_operations_before_it() -> None:
+    """A scale is a step of the values before it, read as the program of the operations
+    before it over its box (not from memory): of rows only a later fill sets, of a
+    default the record does not hold (``prior``), in bfloat16, and in any box, the
+    values equal the same code run eagerly on the stream's values."""
+
+    def build(dtype: torch.dtype) -> nn.Module:
+        module = nn.Module()
+        module.w = nn.Parameter(torch.empty(6, 5, dtype=dtype))
+        return module
+
+    def init_fn(w: torch.Tensor) -> None:
+        w.data[:2].normal_()
+        w.data.mul_(2.0)  # rows 2: hold nothing yet; the next line sets them
+        w.data[2:].zero_()
+        w.data[:, 1:3].div_(3.0)
+
+    with torch.device("meta"):
+        model = build(torch.float32)
+    record = shardinit.capture_init(model, lambda: init_fn(model.w))["w"]
+    assert [type(op.action) for op in record.ops] == [Fill, Scale, Fill, Scale]
+    want = torch.zeros(6, 5)
+    want[:2] = _full("w", (6, 5), init.normal(0.0, 1.0))[:2] * 2.0
+    want[:, 1:3] /= 3.0
+    ours = replay_full(record, SEED)
+    assert torch.equal(ours, want)
+    assert torch.equal(replay_box(record, SEED, ((1, 4), (2, 5))), want[1:4, 2:5])
+
+    with torch.device("meta"):
+        model = build(torch.bfloat16)
+    record = shardinit.capture_init(model, lambda: model.w.data[1:].mul_(0.3))["w"]
+    default = base_ops(init.normal(0.0, 1.0), (6, 5))
+    start = shardinit.full(
+        shardinit.ParamSpec("w", (6, 5), torch.bfloat16, init.normal(0.0, 1.0), seed=SEED)
+    )
+    want = start.clone()
+    want[1:].mul_(0.3)  # torch: the product in float32, then bfloat16
+    assert not torch.equal(want, start)
+    assert torch.equal(replay_full(record, SEED, prior=default), want)
+    assert torch.equal(replay_box(record, SEED, ((0, 3), (1, 4)), prior=default), want[:3, 1:4])
 
 
 _STRUCTURED: list[tuple[tuple[int, ...], Callable[[torch.Tensor], torch.Tensor]]] = [
@@ -297,7 +340,7 @@ def test_eye_and_dirac_equal_torchs_on_views_and_boxes(
         structured(model.w.data)
 
     record = shardinit.capture_init(model, init_fn)["w"]
-    assert [type(op.action) for op in record.ops] == [Fill, Program]
+    assert [type(op.action) for op in record.ops] == [Fill, Computed]
     reference = torch.full(shape, 0.5)
     structured(reference)
     ours = replay_full(record, SEED)

@@ -22,7 +22,7 @@ from torch import nn
 
 import shardinit
 from shardinit import init
-from shardinit._integration.capture import Fill, Program, replay_box, replay_full
+from shardinit._integration.capture import Computed, Fill, replay_box, replay_full
 
 SEED = 77
 SHAPE = (7, 5)
@@ -96,7 +96,7 @@ def test_table_programs_match_torch_and_any_box(name: str) -> None:
         lin = nn.Linear(SHAPE[1], SHAPE[0])
     captured = shardinit.capture_init(lin, lambda: lin.weight.copy_(build(lin.weight.device)))
     record = captured["weight"]
-    assert any(isinstance(op.action, Program) for op in record.ops), record.ops
+    assert any(isinstance(op.action, Computed) for op in record.ops), record.ops
     full = replay_full(record, SEED)
     for box in _boxes():
         piece = replay_box(record, SEED, box)
@@ -181,7 +181,7 @@ def test_qwen3_next_pattern_copies_a_random_temporary_computed_in_place() -> Non
 
 def test_a_bare_random_source_stays_a_fill() -> None:
     captured = _record(lambda lin: lin.weight.copy_(torch.randn(7, 5) * 1))
-    assert [type(op.action) for op in captured["weight"].ops] == [Program]
+    assert [type(op.action) for op in captured["weight"].ops] == [Computed]
     captured = _record(lambda lin: lin.weight.copy_(torch.randn(7, 5)))
     assert captured["weight"].ops[0].action == Fill(init.normal(0.0, 1.0))
 

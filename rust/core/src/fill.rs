@@ -337,29 +337,31 @@ impl ParamStream {
         out: OutBuf<'_>,
         threads: Threads,
     ) -> Result<(), Error> {
-        fn typed<T: Element>(
-            param: &ParamStream,
-            region: &Region,
-            out: &mut [T],
-            threads: Threads,
-        ) -> Result<(), Error> {
-            match *region {
-                Region::Flat { start } => param.fill_flat(start, out, threads),
-                Region::Box {
-                    ref ranges,
-                    offset: None,
-                } => param.fill_box(ranges, out, threads),
-                Region::Box {
-                    ref ranges,
-                    offset: Some(offset),
-                } => param.fill_box_part(ranges, offset, out, threads),
-            }
-        }
         match out {
-            OutBuf::F32(s) => typed(self, region, s, threads),
-            OutBuf::F64(s) => typed(self, region, s, threads),
-            OutBuf::BF16(s) => typed(self, region, s, threads),
-            OutBuf::F16(s) => typed(self, region, s, threads),
+            OutBuf::F32(s) => self.fill_region_typed(region, s, threads),
+            OutBuf::F64(s) => self.fill_region_typed(region, s, threads),
+            OutBuf::BF16(s) => self.fill_region_typed(region, s, threads),
+            OutBuf::F16(s) => self.fill_region_typed(region, s, threads),
+        }
+    }
+
+    /// [`ParamStream::fill_region`] for one element type.
+    pub(crate) fn fill_region_typed<T: Element>(
+        &self,
+        region: &Region,
+        out: &mut [T],
+        threads: Threads,
+    ) -> Result<(), Error> {
+        match *region {
+            Region::Flat { start } => self.fill_flat(start, out, threads),
+            Region::Box {
+                ref ranges,
+                offset: None,
+            } => self.fill_box(ranges, out, threads),
+            Region::Box {
+                ref ranges,
+                offset: Some(offset),
+            } => self.fill_box_part(ranges, offset, out, threads),
         }
     }
 }

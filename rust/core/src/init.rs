@@ -45,6 +45,8 @@ pub trait Element: Copy + Send + Sync + 'static {
     const DTYPE: Dtype;
     /// Rounds a binary64 value to this type as stream-format.md §4 prescribes.
     fn from_f64(value: f64) -> Self;
+    /// The value as binary64 (exact: every value of these types is one).
+    fn widen(self) -> f64;
     /// Rounds `values[i]` into `out[i]` for every `i` (the shorter length wins),
     /// exactly as [`Element::from_f64`] does, written so the loop vectorizes.
     #[inline(always)]
@@ -64,6 +66,10 @@ pub trait Element: Copy + Send + Sync + 'static {
 impl Element for f64 {
     const DTYPE: Dtype = Dtype::F64;
     #[inline(always)]
+    fn widen(self) -> f64 {
+        self
+    }
+    #[inline(always)]
     fn from_f64(value: f64) -> Self {
         value
     }
@@ -71,6 +77,10 @@ impl Element for f64 {
 
 impl Element for f32 {
     const DTYPE: Dtype = Dtype::F32;
+    #[inline(always)]
+    fn widen(self) -> f64 {
+        f64::from(self)
+    }
     #[inline(always)]
     fn from_f64(value: f64) -> Self {
         // `as` rounds to nearest, ties to even (IEEE-754 default).
@@ -80,6 +90,10 @@ impl Element for f32 {
 
 impl Element for bf16 {
     const DTYPE: Dtype = Dtype::BF16;
+    #[inline(always)]
+    fn widen(self) -> f64 {
+        self.to_f64()
+    }
     #[inline(always)]
     fn from_f64(value: f64) -> Self {
         // Via float32, as torch's `.to(torch.bfloat16)` of a float32 tensor.
@@ -99,6 +113,10 @@ impl Element for bf16 {
 
 impl Element for f16 {
     const DTYPE: Dtype = Dtype::F16;
+    #[inline(always)]
+    fn widen(self) -> f64 {
+        self.to_f64()
+    }
     #[inline(always)]
     fn from_f64(value: f64) -> Self {
         // Via float32, as torch's `.to(torch.float16)` of a float32 tensor.

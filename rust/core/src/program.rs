@@ -14,6 +14,12 @@
 //! [`BLOCK`] elements, one binary64 scratch vector per register (reused from block to
 //! block). A program that is a single `source` of the destination's dtype is the same
 //! computation as [`ParamStream::fill_region`] and is dispatched to its fused kernels.
+//! A program with one source of the destination's dtype and further steps (a fill, then
+//! `* gain`, `log`, ...) has that source's values written by the fused kernels into the
+//! destination first; the evaluator then reads each element's own value back as the
+//! source's register (exact: it is the source rounded to that dtype) and overwrites it
+//! with the result. That is also how a source whose values are not elementwise (an
+//! orthogonal matrix, computed whole) takes steps.
 
 use std::sync::{Arc, Mutex};
 
@@ -312,7 +318,13 @@ impl Program {
 
 /// Per-fill state of one register, resolved against the global shape.
 enum Step {
-    Source { sampler: Sampler, dtype: Dtype },
+    Source {
+        sampler: Sampler,
+        dtype: Dtype,
+    },
+    /// The source whose values the fused fill already wrote into the destination: read
+    /// back before the block is evaluated ([`Program::fused_source`]).
+    Destination,
     Constant(f64),
     Coord(usize),
     Flat,
@@ -326,6 +338,8 @@ enum Step {
 /// A program checked against one fill: the steps, the stream and the shape.
 struct Compiled {
     steps: Vec<Step>,
+    /// The register read back from the destination, if any.
+    destination: Option<usize>,
     stream: Stream,
     two_words: bool,
     shape: Vec<u64>,
@@ -367,14 +381,23 @@ fn check_table(table: &Table, shape: &[u64], numel: u64) -> Result<(), Error> {
 }
 
 impl Program {
-    fn compile(&self, key64: u64, shape: &[u64], dtype: Dtype) -> Result<Compiled, Error> {
+    /// The program resolved against one fill; register `destination` (a source) is read
+    /// back from the destination instead of being sampled.
+    fn compile(
+        &self,
+        key64: u64,
+        shape: &[u64],
+        dtype: Dtype,
+        destination: Option<usize>,
+    ) -> Result<Compiled, Error> {
         if self.instrs.is_empty() {
             return Err(Error::EmptyProgram);
         }
         let numel = checked_numel(shape, dtype.max_numel())?;
         let mut steps = Vec::with_capacity(self.instrs.len());
-        for instr in &self.instrs {
+        for (register, instr) in self.instrs.iter().enumerate() {
             steps.push(match *instr {
+                Instr::Source { .. } if destination == Some(register) => Step::Destination,
                 Instr::Source { init, dtype } => Step::Source {
                     sampler: init.prepare()?,
                     dtype,
@@ -408,6 +431,7 @@ impl Program {
             .any(|s| matches!(s, Step::Source { sampler, .. } if sampler.uses_words()));
         Ok(Compiled {
             steps,
+            destination,
             stream: Stream::new(key64),
             two_words: dtype.words_per_element() == 2,
             shape: shape.to_vec(),
@@ -421,6 +445,25 @@ impl Program {
     fn single_source(&self, dtype: Dtype) -> Option<Init> {
         match self.instrs.as_slice() {
             [Instr::Source { init, dtype: d }] if *d == dtype => Some(*init),
+            _ => None,
+        }
+    }
+
+    /// The register and initializer of the program's only source, when it has one, of
+    /// `dtype`, and more registers than it (see the module docs).
+    fn fused_source(&self, dtype: Dtype) -> Option<(usize, Init)> {
+        let mut sources = self
+            .instrs
+            .iter()
+            .enumerate()
+            .filter_map(|(r, i)| match *i {
+                Instr::Source { init, dtype } => Some((r, init, dtype)),
+                _ => None,
+            });
+        match (sources.next(), sources.next()) {
+            (Some((register, init, d)), None) if d == dtype && self.instrs.len() > 1 => {
+                Some((register, init))
+            }
             _ => None,
         }
     }
@@ -450,6 +493,20 @@ impl Program {
             };
             return param.fill_region(region, out, threads);
         }
+        if let Some((register, init)) = self.fused_source(out.dtype()) {
+            let compiled = self.compile(key64, global_shape, out.dtype(), Some(register))?;
+            let param = ParamStream {
+                key64,
+                global_shape: global_shape.to_vec(),
+                init,
+            };
+            return match out {
+                OutBuf::F32(s) => compiled.fill_over(&param, region, s, threads),
+                OutBuf::F64(s) => compiled.fill_over(&param, region, s, threads),
+                OutBuf::BF16(s) => compiled.fill_over(&param, region, s, threads),
+                OutBuf::F16(s) => compiled.fill_over(&param, region, s, threads),
+            };
+        }
         self.fill_region_evaluated(key64, global_shape, region, out, threads)
     }
 
@@ -466,7 +523,7 @@ impl Program {
         out: OutBuf<'_>,
         threads: Threads,
     ) -> Result<(), Error> {
-        let compiled = self.compile(key64, global_shape, out.dtype())?;
+        let compiled = self.compile(key64, global_shape, out.dtype(), None)?;
         match out {
             OutBuf::F32(s) => compiled.fill(region, s, threads),
             OutBuf::F64(s) => compiled.fill(region, s, threads),
@@ -490,6 +547,19 @@ fn record(first: &FirstError, at: u64, error: Error) {
 }
 
 impl Compiled {
+    /// The fused fill of `param` (the program's source) into `out`, then the program
+    /// evaluated over it, reading the source's register back from `out`.
+    fn fill_over<T: Element>(
+        &self,
+        param: &ParamStream,
+        region: &Region,
+        out: &mut [T],
+        threads: Threads,
+    ) -> Result<(), Error> {
+        param.fill_region_typed(region, out, threads)?;
+        self.fill(region, out, threads)
+    }
+
     fn fill<T: Element>(
         &self,
         region: &Region,
@@ -564,6 +634,11 @@ impl Compiled {
     ) -> Result<(), (u64, Error)> {
         for (block, out) in out.chunks_mut(BLOCK).enumerate() {
             let first = start + (block * BLOCK) as u64;
+            if let Some(register) = self.destination {
+                for (slot, value) in scratch.registers[register].iter_mut().zip(&*out) {
+                    *slot = value.widen();
+                }
+            }
             self.eval_block(first, out.len(), scratch)?;
             let result = &scratch.registers[self.steps.len() - 1][..out.len()];
             for (slot, &value) in out.iter_mut().zip(result) {
@@ -641,6 +716,7 @@ impl Compiled {
                 Step::Source { ref sampler, dtype } => {
                     source(sampler, dtype, self.two_words, &scratch.words, dst)
                 }
+                Step::Destination => {} // read back by `eval_run`
                 Step::Constant(value) => dst.fill(value),
                 Step::Coord(dim) => {
                     for (slot, &c) in dst.iter_mut().zip(&scratch.coords[dim]) {
@@ -1007,34 +1083,11 @@ mod tests {
                             .fill_region(&region, OutBuf::$variant(&mut d), Threads::Count(1))
                             .unwrap();
                         let bits =
-                            |v: &[$t]| v.iter().map(|x| x.to_f64().to_bits()).collect::<Vec<_>>();
+                            |v: &[$t]| v.iter().map(|x| x.widen().to_bits()).collect::<Vec<_>>();
                         assert_eq!(bits(&a), bits(&d), "{init:?} {dtype:?}");
                         assert_eq!(bits(&b), bits(&d), "{init:?} {dtype:?}");
                         assert_eq!(bits(&c), bits(&d), "{init:?} {dtype:?}");
                     }};
-                }
-                trait ToF64 {
-                    fn to_f64(self) -> f64;
-                }
-                impl ToF64 for f32 {
-                    fn to_f64(self) -> f64 {
-                        f64::from(self)
-                    }
-                }
-                impl ToF64 for f64 {
-                    fn to_f64(self) -> f64 {
-                        self
-                    }
-                }
-                impl ToF64 for bf16 {
-                    fn to_f64(self) -> f64 {
-                        bf16::to_f64(self)
-                    }
-                }
-                impl ToF64 for f16 {
-                    fn to_f64(self) -> f64 {
-                        f16::to_f64(self)
-                    }
                 }
                 match dtype {
                     Dtype::F32 => check!(f32, F32),
@@ -1044,6 +1097,131 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `source -> exp -> * 0.75 -> round to dtype` of `dtype`.
+    fn source_then_steps(init: Init, dtype: Dtype) -> Program {
+        let mut p = Program::new();
+        let s = p.source(init, dtype).unwrap();
+        let e = p.unary(UnaryOp::Exp, s).unwrap();
+        let k = p.constant(0.75);
+        let m = p.binary(BinaryOp::Mul, e, k).unwrap();
+        p.round(m, dtype).unwrap();
+        p
+    }
+
+    #[test]
+    fn a_source_with_steps_fused_equals_the_evaluator_for_every_dtype_region_and_thread_count() {
+        let init = Init::Normal {
+            mean: 0.5,
+            std: 2.0,
+        };
+        let shape = [300u64, 37];
+        let regions = [
+            (Region::Flat { start: 11 }, 9_000),
+            (
+                Region::Box {
+                    ranges: vec![(5, 290), (3, 30)],
+                    offset: None,
+                },
+                285 * 27,
+            ),
+            (
+                Region::Box {
+                    ranges: vec![(5, 290), (3, 30)],
+                    offset: Some(101),
+                },
+                4_000,
+            ),
+        ];
+        for dtype in Dtype::ALL {
+            let p = source_then_steps(init, dtype);
+            assert!(p.fused_source(dtype).is_some());
+            for (region, len) in &regions {
+                macro_rules! check {
+                    ($t:ty, $variant:ident) => {{
+                        let bits =
+                            |v: &[$t]| v.iter().map(|x| x.widen().to_bits()).collect::<Vec<_>>();
+                        let mut want = vec![<$t>::from_f64(0.0); *len];
+                        p.fill_region_evaluated(
+                            9,
+                            &shape,
+                            region,
+                            OutBuf::$variant(&mut want),
+                            Threads::Count(1),
+                        )
+                        .unwrap();
+                        assert!(want.iter().any(|v| v.widen() != want[0].widen()));
+                        for threads in [1, 3] {
+                            let mut fused = vec![<$t>::from_f64(0.0); *len];
+                            p.fill_region(
+                                9,
+                                &shape,
+                                region,
+                                OutBuf::$variant(&mut fused),
+                                Threads::Count(threads),
+                            )
+                            .unwrap();
+                            assert_eq!(bits(&fused), bits(&want), "{dtype:?} {region:?} {threads}");
+                        }
+                    }};
+                }
+                match dtype {
+                    Dtype::F32 => check!(f32, F32),
+                    Dtype::F64 => check!(f64, F64),
+                    Dtype::BF16 => check!(bf16, BF16),
+                    Dtype::F16 => check!(f16, F16),
+                }
+            }
+        }
+        // A source of another dtype than the destination's is evaluated, not fused.
+        assert!(source_then_steps(init, Dtype::BF16)
+            .fused_source(Dtype::F32)
+            .is_none());
+    }
+
+    #[test]
+    fn an_orthogonal_source_takes_steps_on_its_fused_fill() {
+        // torch: orthogonal_(w); w.mul_(0.5) -- the matrix is computed whole, so only
+        // the fused path can give its values to a program.
+        let init = Init::Orthogonal {
+            gain: 1.0,
+            max_numel: 1 << 20,
+        };
+        let shape = [6u64, 9];
+        let mut matrix = vec![0f32; 54];
+        ParamStream {
+            key64: 4,
+            global_shape: shape.to_vec(),
+            init,
+        }
+        .fill_region(
+            &Region::Flat { start: 0 },
+            OutBuf::F32(&mut matrix),
+            Threads::Count(1),
+        )
+        .unwrap();
+        let mut p = Program::new();
+        let s = p.source(init, Dtype::F32).unwrap();
+        let k = p.constant(0.5);
+        p.binary(BinaryOp::Mul, s, k).unwrap();
+        let region = Region::Box {
+            ranges: vec![(1, 5), (2, 9)],
+            offset: None,
+        };
+        let mut out = vec![0f32; 28];
+        p.fill_region(4, &shape, &region, OutBuf::F32(&mut out), Threads::Count(2))
+            .unwrap();
+        let want: Vec<f32> = (1..5)
+            .flat_map(|i| (2..9).map(move |j| i * 9 + j))
+            .map(|index| matrix[index] * 0.5)
+            .collect();
+        assert_eq!(out, want);
+        // Through the evaluator alone, an orthogonal source has no sampler.
+        let err = p
+            .fill_region_evaluated(4, &shape, &region, OutBuf::F32(&mut out), Threads::Count(1))
+            .unwrap_err();
+        assert!(matches!(err, Error::NoSampler { .. }), "{err:?}");
     }
 
     #[test]

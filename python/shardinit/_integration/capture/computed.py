@@ -33,13 +33,11 @@ from .program import (
     Coord,
     Expr,
     Prior,
-    Round,
     Source,
     Table,
     TableData,
     Where,
     bad_reasons,
-    bare_source,
     broadcast_coords,
     combine,
     contiguous_index,
@@ -47,6 +45,7 @@ from .program import (
     in_box,
     reindex,
     simplify,
+    stored,
     strided_coords,
     substitute_prior,
     unravel,
@@ -57,11 +56,11 @@ from .recorder import Recorder, same_view, user_frame
 from .records import (
     Action,
     CapturedOp,
+    Computed,
     Fill,
     Opaque,
-    Program,
-    Scale,
     UnsupportedInitOpError,
+    program_of,
 )
 from .regions import (
     Box,
@@ -81,17 +80,7 @@ SOURCES = frozenset(
     {"arange", "linspace", "eye", "tensor", "new_tensor", "rand", "randn", "rand_like",
      "randn_like"}
 )  # fmt: skip
-_ROUNDED = (torch.float32, torch.float16, torch.bfloat16)
 _RANDOM = {"rand": Uniform(0.0, 1.0), "randn": Normal(0.0, 1.0)}
-
-
-def stored(expr: Expr, dtype: torch.dtype) -> Expr:
-    """``expr`` as a tensor of ``dtype`` holds it."""
-    if dtype in _ROUNDED and not isinstance(expr, Source):
-        if isinstance(expr, Round) and expr.dtype == dtype:
-            return expr
-        return Round(expr, dtype)
-    return expr
 
 
 def _ranges(shape: Sequence[int]) -> list[tuple[int, int]]:
@@ -104,23 +93,9 @@ def _identity(ndim: int) -> tuple[Expr, ...]:
 
 def op_value(op: CapturedOp, track: Track, prior: Expr) -> Expr:
     """What ``op`` leaves in the elements it covers, given their value before."""
-    action, dtype = op.action, track.base.dtype
-    if isinstance(action, Fill):
-        if isinstance(action.init, Constant):
-            return stored(Const(action.init.value), dtype)
-        return Source(action.init, dtype, id(op), _identity(len(track.shape)))
-    if isinstance(action, Program):
-        return stored(substitute_prior(action.expr, prior), dtype)
-    if isinstance(action, Scale):
-        # torch's mul_/div_ by a Python scalar: the scalar and the product in float32
-        # (binary64 for float64 tensors), then the tensor's dtype.
-        factor = action.factor
-        if dtype != torch.float64:
-            factor = float(torch.tensor(factor, dtype=torch.float32))
-        step = combine("div" if action.divide else "mul", prior, Const(factor))
-        return stored(step if dtype == torch.float64 else Round(step, torch.float32), dtype)
-    assert isinstance(action, Opaque)
-    return Bad(action.why)
+    if isinstance(op.action, Opaque):
+        return Bad(op.action.why)
+    return op.action.after(track.base.dtype, len(track.shape), id(op), prior)
 
 
 class Computing(Recorder):
@@ -259,8 +234,7 @@ class Computing(Recorder):
             if track.kind == "param":
                 raise self.fail(track, op, reasons[0])
             return Opaque(reasons[0])
-        init = bare_source(expr)
-        return Program(expr) if init is None else Fill(init)
+        return program_of(expr)
 
     def append(self, track: Track, box: Box, expr: Expr, op: str, where_: str) -> None:
         """Appends the write of ``expr`` on ``box``. An in-place step reads the values
@@ -318,7 +292,7 @@ class Computing(Recorder):
         self, entry: CapturedOp, runs: tuple[list[Run], list[Run]], source: Track, target: Track
     ) -> Iterator[tuple[Box, Expr]]:
         """A temporary's program op, copied through ``runs`` (source, target)."""
-        assert isinstance(entry.action, Program)
+        assert isinstance(entry.action, Computed)
         for run in box_runs(entry.region, source.shape):
             pieces = map_runs_from(runs[0], run, runs[1])
             yield from self.spread(entry.action.expr, source.shape, pieces, target)
@@ -346,7 +320,7 @@ class Computing(Recorder):
         where_ = user_frame()
         for entry in source.ops:
             copied = f"{entry.op} (copied by {op} at {where_})"
-            if isinstance(entry.action, Program):
+            if isinstance(entry.action, Computed):
                 for box, value in self.spread_op(entry, runs, source, target):
                     self.append(target, box, value, copied, entry.where)
                 continue
@@ -383,7 +357,7 @@ class Computing(Recorder):
                 source is not None
                 and source.kind == "temp"
                 and value.shape == dst.shape
-                and not any(isinstance(o.action, Program) for o in source.ops)
+                and not any(isinstance(o.action, Computed) for o in source.ops)
             ):
                 try:
                     self.translate(source, value, target, dst, op)

@@ -24,8 +24,8 @@ from torch import nn
 from torch.nn.modules.module import register_module_parameter_registration_hook
 
 from .mode import CaptureMode
-from .program import Bad, Expr, bad_reasons, bare_source
-from .records import CapturedOp, Fill, ParamRecord, Program
+from .program import Bad, Expr, bad_reasons
+from .records import CapturedOp, ParamRecord, program_of
 
 __all__ = ["ConstructorValue", "constructor_record", "record_constructors"]
 
@@ -120,8 +120,7 @@ def constructor_record(
             f"parameter {name}: its constructor's value cannot be replayed "
             f"({value.expr.why}); give it a rule or initialize it in init_fn"
         )
-    init = bare_source(value.expr)
-    action = Program(value.expr) if init is None else Fill(init)
+    action = program_of(value.expr)
     whole = tuple((0, size) for size in shape)
     op = CapturedOp(whole, action, "constructor value", value.where)
     return ParamRecord(name, shape, dtype, (op,))

@@ -15,7 +15,7 @@ import torch
 from ... import _core
 from ..._host import writable_view
 from ...init import core_init
-from ...shard import get_num_threads
+from ...shard import get_num_threads, init_box
 from ...spec import SUPPORTED_DTYPES, ParamSpec
 from .program import (
     Bad,
@@ -29,6 +29,7 @@ from .program import (
     Unary,
     Where,
     as_lin,
+    bare_source,
     walk_nodes,
 )
 from .regions import Box
@@ -90,8 +91,19 @@ class _Emitter:
 
 def fill_program_box(expr: Expr, spec: ParamSpec, box: Box, target: torch.Tensor) -> None:
     """Writes the values of ``expr`` on ``box`` (global coordinates) of the parameter
-    ``spec`` into ``target`` (the box's shape, any device and strides)."""
+    ``spec`` into ``target`` (the box's shape, any device and strides). A program that
+    is one source is the stream-v1 fill of ``spec`` with that initializer, written by
+    :func:`shardinit.init_box` (the Triton kernel on CUDA); the core dispatches a source
+    with further steps to its fused fill too (docs/stream-format.md §7)."""
     if math.prod(stop - start for start, stop in box) == 0:
+        return
+    init = bare_source(expr)
+    if init is not None:
+        one = ParamSpec(spec.name, spec.shape, spec.dtype, init, seed=spec.seed)
+        if target.is_contiguous():
+            init_box(one, box, out=target)
+        else:
+            target.copy_(init_box(one, box, device=target.device))
         return
     emitter = _Emitter(spec.shape)
     emitter.emit(expr)

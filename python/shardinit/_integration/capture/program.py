@@ -44,6 +44,8 @@ __all__ = [
     "in_box",
     "random_key",
     "reindex",
+    "simplify",
+    "stored",
     "substitute_prior",
 ]
 
@@ -451,6 +453,18 @@ def substitute_prior(expr: Expr, prior: Expr) -> Expr:
         return result
 
     return walk(expr)
+
+
+_ROUNDED = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def stored(expr: Expr, dtype: torch.dtype) -> Expr:
+    """``expr`` as a tensor of ``dtype`` holds it."""
+    if dtype in _ROUNDED and not isinstance(expr, Source):
+        if isinstance(expr, Round) and expr.dtype == dtype:
+            return expr
+        return Round(expr, dtype)
+    return expr
 
 
 def bare_source(expr: Expr) -> BaseInit | None:

@@ -32,7 +32,7 @@ from ...errors import ShardInitError
 from ...init import Constant
 from ...spec import ParamSpec
 from .program import Const, Coord, Expr, combine
-from .records import Action, CapturedOp, Fill, Opaque, Program, UnsupportedInitOpError
+from .records import Action, CapturedOp, Computed, Fill, Opaque, UnsupportedInitOpError
 from .regions import Box, view_region
 from .tracks import Track, storage_id
 from .translations import (
@@ -303,4 +303,4 @@ class Recorder(TorchFunctionMode):
         box, axes = region
         if axes is None or any(s > 1 and a is None for s, a in zip(view.shape, axes, strict=True)):
             raise ShardInitError(f"{kind}_ on a view that merges dims")
-        return Program(_structured(box, axes, tuple(view.shape), groups if kind == "dirac" else 0))
+        return Computed(_structured(box, axes, tuple(view.shape), groups if kind == "dirac" else 0))

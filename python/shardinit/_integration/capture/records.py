@@ -5,25 +5,39 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from ...errors import ShardInitError
-from ...init import BaseInit
-from .program import Expr
+from ...init import BaseInit, Constant
+from .program import (
+    Const,
+    Coord,
+    Expr,
+    Prior,
+    Round,
+    Source,
+    bare_source,
+    combine,
+    stored,
+    substitute_prior,
+)
 from .regions import Box, box_union_covers
 
 __all__ = [
     "Action",
     "CapturedInit",
     "CapturedOp",
+    "Computed",
     "Fill",
     "Opaque",
     "ParamRecord",
     "Program",
     "Scale",
     "UnsupportedInitOpError",
+    "program_of",
     "sets_values",
 ]
 
@@ -34,21 +48,98 @@ class UnsupportedInitOpError(ShardInitError):
     operation and where it was called from."""
 
 
+class Program:
+    """What an operation leaves in the elements it covers: an init program (sources,
+    then elementwise steps, :mod:`.program`) over the parameter's GLOBAL coordinates,
+    evaluated by the core in binary64 and rounded once to the parameter's dtype
+    (docs/stream-format.md §7), then copied into the operation's region. Random sources
+    are the parameter's own stream at the element's own global index, so the values do
+    not depend on the layout.
+
+    Every write init code makes to a parameter is one; they differ only in how the
+    program is written down:
+
+    * :class:`Fill`: one source (``normal_``, ``zero_``, ...);
+    * :class:`Scale`: a step of the values before it (``mul_`` / ``div_`` by a scalar);
+      replay reads those as the program of the operations before it, so no program
+      reads memory;
+    * :class:`Computed`: any program capture followed (``log(arange(...))``,
+      ``eye_``, ...), with in-place steps already folded in.
+    """
+
+    #: Whether the program reads the element's value before it (:class:`.program.Prior`).
+    reads_prior: ClassVar[bool] = False
+
+    def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
+        """The program over ``ndim`` global coordinates, for a parameter of ``dtype``;
+        ``origin`` tells its random source from other operations'."""
+        raise NotImplementedError
+
+    def after(self, dtype: torch.dtype, ndim: int, origin: int, prior: Expr) -> Expr:
+        """The value an element holds after this operation, as a tensor of ``dtype``
+        holds it, given ``prior``, its value before."""
+        value = self.program(dtype, ndim, origin)
+        if self.reads_prior:
+            value = substitute_prior(value, prior)
+        return stored(value, dtype)
+
+
 @dataclass(frozen=True)
-class Fill:
-    """Every covered element gets the value of ``init`` at its own position in the
-    parameter's stream (a :class:`~shardinit.init.Constant` consumes no words)."""
+class Fill(Program):
+    """The program that is one source: every covered element gets the value of ``init``
+    at its own position in the parameter's stream (a :class:`~shardinit.init.Constant`
+    consumes no words). Evaluated by the stream-v1 fill itself (the Triton kernel on
+    CUDA)."""
 
     init: BaseInit
 
+    def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
+        if isinstance(self.init, Constant):
+            return stored(Const(self.init.value), dtype)
+        return Source(self.init, dtype, origin, tuple(Coord(d) for d in range(ndim)))
+
 
 @dataclass(frozen=True)
-class Scale:
-    """The covered elements' current values are multiplied (or divided, ``divide``) by
-    ``factor`` in the parameter's dtype, as torch's ``mul_`` / ``div_`` do."""
+class Scale(Program):
+    """The covered elements' values before it multiplied (or divided, ``divide``) by
+    ``factor``, as torch's ``mul_`` / ``div_`` by a Python scalar compute it: the scalar
+    and the product in float32 (binary64 for float64 tensors), then the dtype."""
 
     factor: float
     divide: bool = False
+    reads_prior: ClassVar[bool] = True
+
+    def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
+        factor = self.factor
+        if dtype != torch.float64:
+            factor = float(torch.tensor(factor, dtype=torch.float32))
+        step = combine("div" if self.divide else "mul", Prior(), Const(factor))
+        return step if dtype == torch.float64 else Round(step, torch.float32)
+
+
+@dataclass(frozen=True)
+class Computed(Program):
+    """A program capture followed through init code's elementwise computation (a
+    program that is nothing but a source is recorded as that :class:`Fill`, see
+    :func:`program_of`). ``eye_`` and ``dirac_`` are programs of the element's
+    coordinates (1.0 on their diagonals, else 0.0). An in-place step is recorded with
+    the values before it folded in.
+
+    Attributes:
+        expr: the program's result.
+    """
+
+    expr: Expr
+
+    def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
+        return self.expr
+
+
+def program_of(expr: Expr) -> Program:
+    """``expr`` written down as a :class:`Program`: a :class:`Fill` when it is one
+    source (or a constant), else :class:`Computed`."""
+    init = bare_source(expr)
+    return Computed(expr) if init is None else Fill(init)
 
 
 @dataclass(frozen=True)
@@ -60,31 +151,12 @@ class Opaque:
     why: str
 
 
-@dataclass(frozen=True)
-class Program:
-    """Every covered element gets the value of an init program (:mod:`.program`): the
-    elementwise computation init code performed, over the parameter's GLOBAL
-    coordinates, evaluated by the core in binary64 and rounded once to the parameter's
-    dtype (docs/stream-format.md §7). Random sources in it are the parameter's own
-    stream at the element's own global index, as for :class:`Fill`; a program that is
-    nothing but a source is recorded as that :class:`Fill`. ``eye_`` and ``dirac_`` are
-    programs of the element's coordinates (1.0 on their diagonals, else 0.0). An in-place
-    step is recorded with the values before it folded in (the program never reads
-    memory).
-
-    Attributes:
-        expr: the program's result.
-    """
-
-    expr: Expr
-
-
-Action = Fill | Scale | Opaque | Program
+Action = Program | Opaque
 
 
 def sets_values(action: Action) -> bool:
     """Whether ``action`` sets the values it covers without reading them."""
-    return not isinstance(action, Scale)
+    return isinstance(action, Opaque) or not action.reads_prior
 
 
 @dataclass(frozen=True)

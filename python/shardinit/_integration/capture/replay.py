@@ -1,19 +1,16 @@
 """Replay captured init code shard-locally from stream format v1.
 
 A :class:`~.records.ParamRecord` lists, in order, the operations ``init_fn``
-applied to a parameter and the box of the GLOBAL tensor each one covers. Replaying it
-on a local region (a box of the global tensor) gives every element the value of the
-LAST operation that covered it:
-
-* a fill writes the intersection of its box with the local box; random values come from
-  the element's own position in the parameter's stream (``init_box`` of the whole
-  parameter's spec: same name and seed for every op), so disjoint regions never share
-  values and the result does not depend on the layout;
-* a scale multiplies (divides) the covered elements' current values in the parameter's
-  dtype, as torch's ``mul_`` / ``div_`` do after the fill;
-* a program (an elementwise computation init code performed, :mod:`.program`, or the
-  table of coordinates ``eye_`` / ``dirac_`` set) is evaluated by the core on the piece
-  only.
+applied to a parameter and the box of the GLOBAL tensor each one covers; each
+operation is an init program (:class:`~.records.Program`). Replaying it on a local
+region (a box of the global tensor) gives every element the value of the LAST operation
+that covered it: each program is evaluated on the intersection of its box with the
+local box only (:func:`.evaluate.fill_program_box`), and not at all where a later one
+covers it. A program that reads the values before it (a scale) reads them as the
+program of the operations before it over its box (:func:`op_programs`), so the values
+never depend on the order pieces are written in, and random values always come from
+the element's own position in the parameter's stream (same name and seed for every
+op): disjoint regions never share values and the result does not depend on the layout.
 
 Example:
     >>> import torch, shardinit
@@ -31,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,17 +39,16 @@ from ..._names import buffer_holders
 from ..._validate import resolve_device
 from ...errors import ShardInitError
 from ...init import Constant, Initializer
-from ...shard import init_box
 from ...spec import ParamSpec
 from ..placements import Run, local_boxes
 from .evaluate import fill_program_box
+from .program import Const, Expr, in_box, simplify, where
 from .records import (
     CapturedInit,
     CapturedOp,
     Fill,
     ParamRecord,
     Program,
-    Scale,
     sets_values,
 )
 from .regions import Box, box_union_covers, contains, flat_range_boxes, intersect
@@ -59,6 +56,7 @@ from .regions import Box, box_union_covers, contains, flat_range_boxes, intersec
 __all__ = [
     "base_ops",
     "flat_range_boxes",
+    "op_programs",
     "replay_box",
     "replay_flat",
     "replay_full",
@@ -135,39 +133,47 @@ def replay_box(
             f"{out.dtype}, the box needs {shape} and {record.dtype}"
         )
     ops = _check_ops(record, prior)
+    programs = op_programs(record, ops)
     pieces = [intersect(op.region, local_box) for op in ops]
+    spec = ParamSpec(record.name, record.shape, record.dtype, Constant(0.0), seed=seed)
     with torch.no_grad():
-        for index, (op, piece) in enumerate(zip(ops, pieces, strict=True)):
-            if piece is None:
-                continue
-            if sets_values(op.action) and any(
-                later is not None and sets_values(ops[k].action) and contains(later, piece)
-                for k, later in enumerate(pieces[index + 1 :], start=index + 1)
+        for index, (program, piece) in enumerate(zip(programs, pieces, strict=True)):
+            if piece is None or any(
+                later is not None and contains(later, piece) for later in pieces[index + 1 :]
             ):
-                continue  # a later fill overwrites all of it: generate nothing
+                continue  # a later operation overwrites all of it: generate nothing
             target = out[
                 tuple(
                     slice(p0 - b0, p1 - b0)
                     for (p0, p1), (b0, _) in zip(piece, local_box, strict=True)
                 )
             ]
-            action = op.action
-            if isinstance(action, Fill):
-                spec = ParamSpec(record.name, record.shape, record.dtype, action.init, seed=seed)
-                if target.is_contiguous():
-                    init_box(spec, piece, out=target)
-                else:
-                    target.copy_(init_box(spec, piece, device=out.device))
-            elif isinstance(action, Program):
-                spec = ParamSpec(record.name, record.shape, record.dtype, Constant(0.0), seed=seed)
-                fill_program_box(action.expr, spec, piece, target)
-            else:
-                assert isinstance(action, Scale), action
-                if action.divide:
-                    target.div_(action.factor)
-                else:
-                    target.mul_(action.factor)
+            fill_program_box(simplify(program, piece), spec, piece, target)
     return out
+
+
+def op_programs(record: ParamRecord, ops: Sequence[CapturedOp]) -> list[Expr]:
+    """Per operation of ``ops`` (a record's, after what came before it), the program of
+    the value it leaves, over the parameter's global coordinates. One that reads the
+    values before it reads the program of the operations before it over its box (the
+    last one covering each element wins, as a ``where`` of their boxes)."""
+    ndim = len(record.shape)
+    # Elements no operation set yet. A step may cover some (``w[:2].normal_();
+    # w.mul_(2); w[2:].zero_()``), but :func:`_check_ops` has checked that operations
+    # setting values cover every element, so a later one sets each of these again: this
+    # value never reaches the result.
+    before: Expr = Const(math.nan)
+    # The fold is built only as far as a step reads it.
+    last_step = max((k for k, op in enumerate(ops) if not sets_values(op.action)), default=-1)
+    programs = []
+    for index, op in enumerate(ops):
+        assert isinstance(op.action, Program), op.action  # Opaque is never in a record
+        prior = simplify(before, op.region) if op.action.reads_prior else before
+        value = op.action.after(record.dtype, ndim, id(op), prior)
+        programs.append(value)
+        if index < last_step:
+            before = where(in_box(op.region, record.shape), value, before)
+    return programs
 
 
 def replay_full(
