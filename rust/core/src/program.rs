@@ -742,11 +742,7 @@ impl Compiled {
                         };
                     }
                 }
-                Step::Round(x, dtype) => {
-                    for (slot, &v) in dst.iter_mut().zip(&done[x][..n]) {
-                        *slot = round_to(dtype, v);
-                    }
-                }
+                Step::Round(x, dtype) => round_lanes(dtype, &done[x][..n], dst),
             }
         }
         Ok(())
@@ -767,6 +763,22 @@ fn source(sampler: &Sampler, dtype: Dtype, two_words: bool, words: &[u32], dst: 
     }
 }
 
+/// [`round_to`] of each element, the dtype chosen once per block.
+fn round_lanes(dtype: Dtype, x: &[f64], dst: &mut [f64]) {
+    #[inline(always)]
+    fn map(x: &[f64], dst: &mut [f64], f: impl Fn(f64) -> f64) {
+        for (slot, &v) in dst.iter_mut().zip(x) {
+            *slot = f(v);
+        }
+    }
+    match dtype {
+        Dtype::F64 => dst.copy_from_slice(x),
+        Dtype::F32 => map(x, dst, |v| round_to(Dtype::F32, v)),
+        Dtype::BF16 => map(x, dst, |v| round_to(Dtype::BF16, v)),
+        Dtype::F16 => map(x, dst, |v| round_to(Dtype::F16, v)),
+    }
+}
+
 fn gather(table: &Table, coords: &[Vec<u64>], dst: &mut [f64]) {
     for (k, slot) in dst.iter_mut().enumerate() {
         let mut at = table.offset;
@@ -780,25 +792,28 @@ fn gather(table: &Table, coords: &[Vec<u64>], dst: &mut [f64]) {
 
 /// `op` over `x` into `dst`; a refused argument gives its position in the block.
 fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) -> Result<(), (usize, Error)> {
-    let map = |f: fn(f64) -> f64, dst: &mut [f64]| {
+    // Generic over the function (not a `fn` pointer), so that each loop is compiled with
+    // its operation inlined.
+    #[inline(always)]
+    fn map(x: &[f64], dst: &mut [f64], f: impl Fn(f64) -> f64) {
         for (slot, &v) in dst.iter_mut().zip(x) {
             *slot = f(v);
         }
-    };
+    }
     match op {
-        UnaryOp::Neg => map(|v| -v, dst),
-        UnaryOp::Abs => map(f64::abs, dst),
-        UnaryOp::Reciprocal => map(|v| 1.0 / v, dst),
-        UnaryOp::Sqrt => map(f64::sqrt, dst),
-        UnaryOp::Rsqrt => map(math::rsqrt, dst),
-        UnaryOp::Exp => map(math::exp, dst),
-        UnaryOp::Expm1 => map(math::expm1, dst),
-        UnaryOp::Log => map(math::log, dst),
-        UnaryOp::Log1p => map(math::log1p, dst),
-        UnaryOp::Tanh => map(math::tanh, dst),
-        UnaryOp::Sigmoid => map(math::sigmoid, dst),
-        UnaryOp::Softplus => map(math::softplus, dst),
-        UnaryOp::Floor => map(f64::floor, dst),
+        UnaryOp::Neg => map(x, dst, |v| -v),
+        UnaryOp::Abs => map(x, dst, f64::abs),
+        UnaryOp::Reciprocal => map(x, dst, |v| 1.0 / v),
+        UnaryOp::Sqrt => map(x, dst, f64::sqrt),
+        UnaryOp::Rsqrt => map(x, dst, math::rsqrt),
+        UnaryOp::Exp => map(x, dst, math::exp),
+        UnaryOp::Expm1 => map(x, dst, math::expm1),
+        UnaryOp::Log => map(x, dst, math::log),
+        UnaryOp::Log1p => map(x, dst, math::log1p),
+        UnaryOp::Tanh => map(x, dst, math::tanh),
+        UnaryOp::Sigmoid => map(x, dst, math::sigmoid),
+        UnaryOp::Softplus => map(x, dst, math::softplus),
+        UnaryOp::Floor => map(x, dst, f64::floor),
         UnaryOp::Sin | UnaryOp::Cos => {
             for (k, (slot, &v)) in dst.iter_mut().zip(x).enumerate() {
                 // Infinities and NaN give NaN, as in C99; finite values beyond the
@@ -903,21 +918,23 @@ fn compare(op: BinaryOp, a: f64, b: f64) -> bool {
 }
 
 fn binary(op: BinaryOp, a: &[f64], b: &[f64], dst: &mut [f64]) {
-    let map = |f: fn(f64, f64) -> f64, dst: &mut [f64]| {
+    // Generic over the function, as in `unary`.
+    #[inline(always)]
+    fn map(a: &[f64], b: &[f64], dst: &mut [f64], f: impl Fn(f64, f64) -> f64) {
         for ((slot, &x), &y) in dst.iter_mut().zip(a).zip(b) {
             *slot = f(x, y);
         }
-    };
+    }
     match op {
-        BinaryOp::Add => map(|x, y| x + y, dst),
-        BinaryOp::Sub => map(|x, y| x - y, dst),
-        BinaryOp::Mul => map(|x, y| x * y, dst),
-        BinaryOp::Div => map(|x, y| x / y, dst),
-        BinaryOp::Pow => map(math::pow, dst),
-        BinaryOp::Min => map(minimum, dst),
-        BinaryOp::Max => map(maximum, dst),
-        BinaryOp::FloorDiv => map(floor_divide, dst),
-        BinaryOp::Mod => map(modulo, dst),
+        BinaryOp::Add => map(a, b, dst, |x, y| x + y),
+        BinaryOp::Sub => map(a, b, dst, |x, y| x - y),
+        BinaryOp::Mul => map(a, b, dst, |x, y| x * y),
+        BinaryOp::Div => map(a, b, dst, |x, y| x / y),
+        BinaryOp::Pow => map(a, b, dst, math::pow),
+        BinaryOp::Min => map(a, b, dst, minimum),
+        BinaryOp::Max => map(a, b, dst, maximum),
+        BinaryOp::FloorDiv => map(a, b, dst, floor_divide),
+        BinaryOp::Mod => map(a, b, dst, modulo),
         BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq | BinaryOp::Ne => {
             for ((slot, &x), &y) in dst.iter_mut().zip(a).zip(b) {
                 *slot = if compare(op, x, y) { 1.0 } else { 0.0 };
