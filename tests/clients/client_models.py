@@ -106,10 +106,13 @@ def _whisper() -> nn.Module:
     config = tf.WhisperConfig(
         vocab_size=VOCAB, d_model=HIDDEN, encoder_layers=1, decoder_layers=1,
         encoder_attention_heads=HEADS, decoder_attention_heads=HEADS, encoder_ffn_dim=128,
-        decoder_ffn_dim=128, num_mel_bins=16, max_source_positions=32,
+        decoder_ffn_dim=128, num_mel_bins=16, max_source_positions=1500,
         max_target_positions=32, pad_token_id=0, decoder_start_token_id=1, bos_token_id=1,
         eos_token_id=2,
     )  # fmt: skip
+    # 1500 positions, as every Whisper checkpoint has: its sinusoid table's sin half, at
+    # the cos half's columns, takes arguments beyond TRIG_MAX (never selected, so never
+    # refused; 32 positions stayed below it and hid a refusal).
     return tf.WhisperForConditionalGeneration(config)
 
 

@@ -345,6 +345,9 @@ struct Compiled {
     shape: Vec<u64>,
     needs_coords: bool,
     uses_words: bool,
+    /// Whether a step may refuse an element (`sin`/`cos` beyond [`math::TRIG_MAX`]):
+    /// then each register carries, per element, the refusal its value depends on.
+    may_refuse: bool,
 }
 
 /// The smallest and largest value of `offset + sum_d c_d * strides[d]` over the shape.
@@ -423,6 +426,9 @@ impl Program {
                 Instr::Round(x, dtype) => Step::Round(x, dtype),
             });
         }
+        let may_refuse = steps
+            .iter()
+            .any(|s| matches!(s, Step::Unary(UnaryOp::Sin | UnaryOp::Cos, _)));
         let needs_coords = steps
             .iter()
             .any(|s| matches!(s, Step::Coord(_) | Step::Table(_)));
@@ -437,6 +443,7 @@ impl Program {
             shape: shape.to_vec(),
             needs_coords,
             uses_words,
+            may_refuse,
         })
     }
 
@@ -639,7 +646,20 @@ impl Compiled {
                     *slot = value.widen();
                 }
             }
-            self.eval_block(first, out.len(), scratch)?;
+            self.eval_block(first, out.len(), scratch);
+            if self.may_refuse {
+                let last = &scratch.refused[self.steps.len() - 1][..out.len()];
+                if let Some((k, &Some((op, value)))) =
+                    last.iter().enumerate().find(|(_, r)| r.is_some())
+                {
+                    let error = Error::TrigArgument {
+                        op: op.name(),
+                        value,
+                        limit: math::TRIG_MAX,
+                    };
+                    return Err((first + k as u64, error));
+                }
+            }
             let result = &scratch.registers[self.steps.len() - 1][..out.len()];
             for (slot, &value) in out.iter_mut().zip(result) {
                 // One NaN for every platform (payload and sign of NaNs are not IEEE's).
@@ -654,6 +674,9 @@ impl Compiled {
 /// Reused buffers of one run.
 struct Scratch {
     registers: Vec<Vec<f64>>,
+    /// Per register and element, the refused `sin`/`cos` (and its argument) the value
+    /// depends on; only when [`Compiled::may_refuse`].
+    refused: Vec<Vec<Refusal>>,
     coords: Vec<Vec<u64>>,
     words: Vec<u32>,
 }
@@ -668,6 +691,11 @@ impl Scratch {
         let words = if compiled.uses_words { 2 * BLOCK } else { 0 };
         Scratch {
             registers: vec![vec![0.0; BLOCK]; compiled.steps.len()],
+            refused: if compiled.may_refuse {
+                vec![vec![None; BLOCK]; compiled.steps.len()]
+            } else {
+                Vec::new()
+            },
             coords: vec![vec![0; BLOCK]; dims],
             words: vec![0; words],
         }
@@ -700,7 +728,8 @@ impl Compiled {
         }
     }
 
-    fn eval_block(&self, first: u64, n: usize, scratch: &mut Scratch) -> Result<(), (u64, Error)> {
+    /// Evaluates every register at flat indices `[first, first + n)`.
+    fn eval_block(&self, first: u64, n: usize, scratch: &mut Scratch) {
         if self.needs_coords {
             self.fill_coords(first, n, &mut scratch.coords);
         }
@@ -729,9 +758,7 @@ impl Compiled {
                     }
                 }
                 Step::Table(ref table) => gather(table, &scratch.coords, dst),
-                Step::Unary(op, x) => {
-                    unary(op, &done[x][..n], dst).map_err(|(k, e)| (first + k as u64, e))?
-                }
+                Step::Unary(op, x) => unary(op, &done[x][..n], dst),
                 Step::Binary(op, a, b) => binary(op, &done[a][..n], &done[b][..n], dst),
                 Step::Where(c, a, b) => {
                     for k in 0..n {
@@ -744,8 +771,11 @@ impl Compiled {
                 }
                 Step::Round(x, dtype) => round_lanes(dtype, &done[x][..n], dst),
             }
+            if self.may_refuse {
+                let (earlier, rest) = scratch.refused.split_at_mut(index);
+                refusals(step, earlier, &done[..], &mut rest[0][..n]);
+            }
         }
-        Ok(())
     }
 }
 
@@ -791,7 +821,9 @@ fn gather(table: &Table, coords: &[Vec<u64>], dst: &mut [f64]) {
 }
 
 /// `op` over `x` into `dst`; a refused argument gives its position in the block.
-fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) -> Result<(), (usize, Error)> {
+/// `op` over `x` into `dst`. A finite `sin`/`cos` argument beyond [`math::TRIG_MAX`]
+/// gives NaN here; [`refusals`] marks the element refused.
+fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) {
     // Generic over the function (not a `fn` pointer), so that each loop is compiled with
     // its operation inlined.
     #[inline(always)]
@@ -814,29 +846,49 @@ fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) -> Result<(), (usize, Error)> 
         UnaryOp::Sigmoid => map(x, dst, math::sigmoid),
         UnaryOp::Softplus => map(x, dst, math::softplus),
         UnaryOp::Floor => map(x, dst, f64::floor),
-        UnaryOp::Sin | UnaryOp::Cos => {
-            for (k, (slot, &v)) in dst.iter_mut().zip(x).enumerate() {
-                // Infinities and NaN give NaN, as in C99; finite values beyond the
-                // exactly reduced range are refused.
-                if v.is_finite() && v.abs() > math::TRIG_MAX {
-                    return Err((
-                        k,
-                        Error::TrigArgument {
-                            op: op.name(),
-                            value: v,
-                            limit: math::TRIG_MAX,
-                        },
-                    ));
-                }
-                *slot = if op == UnaryOp::Sin {
-                    math::sin(v)
-                } else {
-                    math::cos(v)
-                };
+        UnaryOp::Sin => map(x, dst, |v| if refused(v) { f64::NAN } else { math::sin(v) }),
+        UnaryOp::Cos => map(x, dst, |v| if refused(v) { f64::NAN } else { math::cos(v) }),
+    }
+}
+
+/// The refused `sin`/`cos` an element's value depends on, if any.
+type Refusal = Option<(UnaryOp, f64)>;
+
+/// Whether `sin`/`cos` refuse `v`: finite beyond the exactly reduced range
+/// (infinities and NaN give NaN, as in C99).
+fn refused(v: f64) -> bool {
+    v.is_finite() && v.abs() > math::TRIG_MAX
+}
+
+/// The refusals of `step`'s register: its own (`sin`/`cos`) or those of the operands
+/// its value takes, so that a `where` passes on only those of the branch it selects and
+/// a program is refused only where a refused value reaches the result.
+fn refusals(step: &Step, earlier: &[Vec<Refusal>], values: &[Vec<f64>], dst: &mut [Refusal]) {
+    let n = dst.len();
+    match *step {
+        Step::Unary(op @ (UnaryOp::Sin | UnaryOp::Cos), x) => {
+            for (slot, (&v, &before)) in dst.iter_mut().zip(values[x].iter().zip(&earlier[x])) {
+                *slot = if refused(v) { Some((op, v)) } else { before };
             }
         }
+        Step::Unary(_, x) | Step::Round(x, _) => dst.copy_from_slice(&earlier[x][..n]),
+        Step::Binary(_, a, b) => {
+            for (slot, (&ra, &rb)) in dst.iter_mut().zip(earlier[a].iter().zip(&earlier[b])) {
+                *slot = ra.or(rb);
+            }
+        }
+        Step::Where(c, a, b) => {
+            for k in 0..n {
+                let taken = if values[c][k] != 0.0 {
+                    earlier[a][k]
+                } else {
+                    earlier[b][k]
+                };
+                dst[k] = earlier[c][k].or(taken);
+            }
+        }
+        _ => dst.fill(None),
     }
-    Ok(())
 }
 
 /// IEEE 754-2019 `minimum`: NaN if either is NaN, `-0 < +0`.
@@ -1380,6 +1432,76 @@ mod tests {
             .fill_region(0, &[4], &flat, OutBuf::F64(&mut one), Threads::Count(1))
             .unwrap_err();
         assert!(matches!(err, Error::TableOutOfBounds { .. }));
+    }
+
+    #[test]
+    fn a_refused_sin_is_refused_only_where_it_reaches_the_result() {
+        // Whisper's table: cat([sin(pos * f(c)), cos(pos * f(c - half))]) is a where of
+        // the column; each branch, at the other half's columns, takes arguments far
+        // beyond TRIG_MAX. Those values are never selected, so nothing is refused.
+        let mut p = Program::new();
+        let flat = p.flat();
+        let half = p.constant(4.0);
+        let right = p.binary(BinaryOp::Ge, flat, half).unwrap();
+        let big = p.constant(1e9);
+        let x = p.binary(BinaryOp::Mul, flat, big).unwrap();
+        let left_value = p.unary(UnaryOp::Cos, x).unwrap(); // beyond TRIG_MAX at flat >= 1
+        let zero = p.constant(0.0);
+        let sum = p.binary(BinaryOp::Add, left_value, zero).unwrap();
+        let w = p.select(right, zero, sum).unwrap();
+        p.round(w, Dtype::F32).unwrap();
+        let mut out = [f32::NAN; 8];
+        // Flat 0 is cos(0); flat 1..4 select a refused value.
+        let err = p
+            .fill_region(
+                0,
+                &[8],
+                &Region::Flat { start: 0 },
+                OutBuf::F32(&mut out),
+                Threads::Count(1),
+            )
+            .unwrap_err();
+        assert_eq!(
+            err,
+            Error::TrigArgument {
+                op: "cos",
+                value: 1e9,
+                limit: math::TRIG_MAX
+            }
+        );
+        // Flats 4..8 take the other branch: filled, not refused.
+        let mut right_half = [f32::NAN; 4];
+        p.fill_region(
+            0,
+            &[8],
+            &Region::Flat { start: 4 },
+            OutBuf::F32(&mut right_half),
+            Threads::Count(1),
+        )
+        .unwrap();
+        assert_eq!(right_half, [0.0; 4]);
+        // A refused condition refuses whichever branch it picks.
+        let mut q = Program::new();
+        let flat = q.flat();
+        let big = q.constant(1e9);
+        let x = q.binary(BinaryOp::Mul, flat, big).unwrap();
+        let s = q.unary(UnaryOp::Sin, x).unwrap();
+        let one = q.constant(1.0);
+        q.select(s, one, one).unwrap();
+        let mut two = [0f32; 2];
+        let err = q
+            .fill_region(
+                0,
+                &[2],
+                &Region::Flat { start: 0 },
+                OutBuf::F32(&mut two),
+                Threads::Count(1),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::TrigArgument { op: "sin", .. }),
+            "{err:?}"
+        );
     }
 
     #[test]
