@@ -98,7 +98,7 @@ def main() -> None:
         ours = _best(lambda r=record: replay_full(r, 0), args.repeats)
         theirs = _best(lambda m=real, f=init_fn: f(m.w), args.repeats)
         print(
-            f"{label:28s} {str(shape):>13s} {ours * 1e3:8.1f}ms {theirs * 1e3:8.1f}ms "
+            f"{label:28s} {shape!s:>13s} {ours * 1e3:8.1f}ms {theirs * 1e3:8.1f}ms "
             f"{ours / theirs:6.2f}"
         )
 
