@@ -1,5 +1,6 @@
 """Tiny real client models (transformers 5.23: Llama, GPT-2, BERT, ModernBERT, T5, and
-Mamba, Mamba2, Jamba, Qwen3-Next, Whisper, RWKV, CLIP, whose init code computes values;
+Mamba, Mamba2, Jamba, Qwen3-Next, NemotronH, Whisper, RWKV, CLIP, whose init code
+computes values;
 torchtitan 0.3.0: Llama3, Qwen3.5) built from configs,
 nothing downloaded, and the init flows a user runs on them.
 
@@ -98,6 +99,22 @@ def _qwen3_next() -> nn.Module:
         layer_types=["linear_attention", "full_attention"],
     )  # fmt: skip
     return tf.Qwen3NextForCausalLM(config)
+
+
+def _nemotron_h() -> nn.Module:
+    """A Mamba2 / attention / MoE hybrid. Its init (``rescale_prenorm_residual``, on by
+    default) reads the Mamba ``out_proj``'s own values back into it:
+    ``kaiming_uniform_(p); copy_(p, p / sqrt(num_hidden_layers))``."""
+    import transformers as tf
+
+    config = tf.NemotronHConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=3,
+        layers_block_type=["mamba", "attention", "moe"], num_attention_heads=HEADS,
+        num_key_value_heads=2, head_dim=16, mamba_num_heads=8, mamba_head_dim=16,
+        ssm_state_size=8, n_groups=1, n_routed_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32, moe_shared_expert_intermediate_size=32, pad_token_id=0,
+    )  # fmt: skip
+    return tf.NemotronHForCausalLM(config)
 
 
 def _whisper() -> nn.Module:
@@ -293,6 +310,7 @@ MODELS: dict[str, ClientModel] = {
         ClientModel("mamba2", _mamba2, _init_weights, _hf_blocks),
         ClientModel("jamba", _jamba, _init_weights, _hf_blocks),
         ClientModel("qwen3_next", _qwen3_next, _init_weights, _hf_blocks),
+        ClientModel("nemotron_h", _nemotron_h, _init_weights, _hf_blocks),
         ClientModel("whisper", _whisper, _init_weights, _hf_blocks),
         ClientModel("rwkv", _rwkv, _init_weights, _hf_blocks),
         ClientModel("clip", _clip, _init_weights, _hf_blocks),

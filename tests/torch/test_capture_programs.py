@@ -307,6 +307,82 @@ def test_two_random_values_in_one_element_are_refused() -> None:
     _refused(shifted, "two random")
 
 
+def _normal(name: str, shape: tuple[int, ...] = SHAPE) -> torch.Tensor:
+    return shardinit.full(shardinit.ParamSpec(name, shape, init=init.normal(0, 1), seed=SEED))
+
+
+def test_a_parameters_own_values_go_back_into_it() -> None:
+    """NemotronH's ``kaiming_uniform_(p); copy_(p, p / sqrt(n))``: the values init code
+    wrote to a parameter, read by elementwise steps, are a program of its own stream
+    that may be written back at the same places (in place too, ``p.add_(p)``)."""
+
+    def rescaled(lin: nn.Linear) -> None:
+        nn.init.normal_(lin.weight)
+        lin.weight.copy_(lin.weight / math.sqrt(3.0))
+        lin.bias.data.normal_()
+        lin.bias.data.add_(lin.bias.exp() * 2)
+
+    captured = _record(rescaled)
+    weight, bias = _normal("weight"), _normal("bias", (7,))
+    expected = (weight.double() / math.sqrt(3.0)).float()
+    assert torch.equal(replay_full(captured["weight"], SEED), expected)
+    exp2 = (bias.double().exp().float().double() * 2).float()
+    torch.testing.assert_close(
+        replay_full(captured["bias"], SEED), (bias.double() + exp2.double()).float(),
+        rtol=2**-23, atol=0,
+    )  # fmt: skip
+    for box in (((0, 3), (0, 5)), ((2, 7), (1, 4))):
+        rows, cols = (slice(*box[0]), slice(*box[1]))
+        assert torch.equal(replay_box(captured["weight"], SEED, box), expected[rows, cols])
+
+
+def test_a_random_value_landing_in_two_places_is_refused() -> None:
+    """A random value is drawn at its destination element's own index, so a copy of one
+    into a second place would be another value; torch's would be equal: refused."""
+    meta = torch.device("meta")
+
+    def two_boxes(lin: nn.Linear) -> None:
+        t = torch.rand(7, 5, device=meta)
+        lin.weight.data[:3].copy_(t[:3])
+        lin.weight.data[3:6].copy_(t[:3])
+
+    def two_parameters(lin: nn.Linear) -> None:
+        t = torch.randn(7, device=meta)
+        lin.bias.data.copy_(t)
+        lin.weight.data[:, 0].copy_(t * 2)
+
+    def a_clone(lin: nn.Linear) -> None:
+        t = torch.empty(7, device=meta).normal_()
+        lin.bias.data.copy_(t.clone())
+        lin.weight.data[:, 1].copy_(t)
+
+    def moved_within(lin: nn.Linear) -> None:
+        nn.init.normal_(lin.weight)
+        lin.weight.data[:3].copy_(lin.weight[3:6] * 1.0)
+
+    for build, second in ((two_boxes, 3), (two_parameters, 3), (a_clone, 3), (moved_within, 2)):
+        line = build.__code__.co_firstlineno + second
+        message = _refused(build, "land in a second place", f"copy_ at {HERE}:{line}")
+        if build is not moved_within:  # the first place is named too
+            assert f"copy_ at {HERE}:{line - 1}" in message, message
+
+
+def test_disjoint_parts_of_a_random_temporary_land_once_each() -> None:
+    """Parts of one random temporary copied op by op to disjoint places (row by row,
+    two parameters) are each drawn once: captured, with the stream's values."""
+    meta = torch.device("meta")
+
+    def rows(lin: nn.Linear) -> None:
+        t = torch.randn(14, 5, device=meta)
+        for row in range(7):
+            lin.weight.data[row].copy_(t[row])
+        lin.bias.data.copy_(t[7:, 2])
+
+    captured = _record(rows)
+    assert torch.equal(replay_full(captured["weight"], SEED), _normal("weight"))
+    assert torch.equal(replay_full(captured["bias"], SEED), _normal("bias", (7,)))
+
+
 def test_values_drawn_from_torchs_generator_are_refused() -> None:
     _refused(lambda lin: lin.weight.copy_(torch.randint(0, 9, (7, 5)).float()), "random generator")
 

@@ -19,7 +19,8 @@ programs (:mod:`.program`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -105,6 +106,11 @@ class Computing(Recorder):
         super().__init__(tracks, aliases)
         self.rng_start = torch.default_generator.get_state()
         self.folds: dict[int, tuple[int, CapturedOp | None, Expr]] = {}
+        # Random values in parameters (:meth:`land`): per random op, where its values
+        # went; each write to a parameter is numbered.
+        self.claims: dict[int, list[_Claim]] = {}
+        self.roots: dict[int, int] = {}  # a fill copied op by op -> the op it copies
+        self.writes = 0
 
     # ----------------------------------------------------------------- values
 
@@ -162,52 +168,59 @@ class Computing(Recorder):
         return value
 
     def value_of(self, value: Any, op: str) -> Expr:
-        """The value of an operand at each of its own coordinates: for (a view of) a
-        parameter, a :class:`Bad` naming it and the read (refused where it reaches a
+        """The value of an operand at each of its own coordinates. (A view of) a
+        parameter has the values ``init_fn`` wrote to it so far (they may go back into
+        the same parameter only, :meth:`carry_read`); where it wrote none, a
+        :class:`Bad` naming the parameter and the read (refused where it reaches a
         parameter; its shape alone may be used, as ``ones_like(p * 0.5)`` does)."""
         if isinstance(value, (bool, int, float)):
             return Const(float(value))
         if not isinstance(value, torch.Tensor):
             return Bad(f"an operand of type {type(value).__name__}")
         track = self.lookup(value)
-        if track is not None and track.kind == "param":
-            return Bad(read_reason((track, f"{op} at {user_frame()}")))
         if track is None or track.kind == "buffer":
             return self.table_of(value)
         if value.dtype != track.base.dtype:
-            return Bad("a view of a temporary as another dtype")
+            return Bad(f"a view of {track.label} as another dtype")
         offset = int(value.storage_offset() - track.base.storage_offset())
         coords, repeats = strided_coords(value.shape, value.stride(), offset, track.shape)
         repeat = None if repeats is None else self.repeat_reason(op)
-        return reindex(self.folded(track), coords, _ranges(value.shape), repeat)
+        read = reindex(self.folded(track), coords, _ranges(value.shape), repeat)
+        if track.kind == "param" and bad_reasons(read):
+            return Bad(read_reason((track, f"{op} at {user_frame()}")))
+        return read
 
-    def read_in(self, tree: Any, op: str) -> tuple[Track, str] | None:
-        """The parameter whose values the tensors in ``tree`` carry, read by ``op`` now
-        or into a temporary before (:attr:`.tracks.Track.reads`), with the read."""
+    def read_in(self, tree: Any, op: str) -> list[tuple[Track, str]]:
+        """The parameters whose values the tensors in ``tree`` carry, read by ``op`` now
+        or into a temporary before (:attr:`.tracks.Track.reads`), each with its read."""
         from ..._torch_compat import tree_flatten
 
+        reads: list[tuple[Track, str]] = []
         for leaf in tree_flatten(tree)[0]:
             track = self.lookup(leaf)
             if track is not None and track.kind == "param":
-                return track, f"{op} at {user_frame()}"
-            if track is not None and track.reads is not None:
-                return track.reads
-        return None
+                found = [(track, f"{op} at {user_frame()}")]
+            else:
+                found = [] if track is None else track.reads
+            reads += [r for r in found if all(r[0] is not seen for seen, _ in reads)]
+        return reads
 
     def carry_read(self, target: Track, tree: Any, op: str) -> None:
         """``target`` takes values from the tensors in ``tree``: a temporary carries the
-        parameter read they carry; a buffer (a real tensor) cannot take them.
+        parameter reads they carry; a parameter takes only its own values (random ones
+        are drawn from the destination's own stream, so another parameter's would not
+        be the values read); a buffer (a real tensor) takes none.
 
         Raises:
-            UnsupportedInitOpError: a buffer takes values read from a parameter.
+            UnsupportedInitOpError: a buffer, or another parameter, takes values read
+                from a parameter.
         """
-        read = self.read_in(tree, op)
-        if read is None or target.kind == "param":
-            return  # a parameter refuses the values themselves (their Bad)
-        if target.kind == "buffer":
-            raise self.fail(target, op, read_reason(read))
-        if target.reads is None:
-            target.reads = read
+        for read in self.read_in(tree, op):
+            if target.kind == "temp":
+                if all(read[0] is not seen for seen, _ in target.reads):
+                    target.reads.append(read)
+            elif read[0] is not target:
+                raise self.fail(target, op, read_reason(read))
 
     def repeat_reason(self, op: str) -> str:
         return (
@@ -243,7 +256,58 @@ class Computing(Recorder):
         if any(isinstance(n, Prior) for n in walk_nodes(expr)):
             prior = simplify(self.folded(track), box)
             expr = substitute_prior(expr, prior)
+        if track.kind == "param":
+            self.land(track, box, expr, op)
         track.ops.append(CapturedOp(box, self.action_of(track, expr, op), op, where_))
+
+    # ----------------------------------------------------------------- random values
+
+    def record(self, track: Track, view: torch.Tensor, action: Action, op: str) -> None:
+        super().record(track, view, action, op)
+        last = track.ops[-1] if track.ops else None
+        drawn = isinstance(action, Fill) and not isinstance(action.init, Constant)
+        if track.kind == "param" and drawn and last is not None and last.action is action:
+            self.writes += 1  # a fill of the parameter: its values are where it drew them
+            self.claims[id(last)] = [_Claim(self.writes, None, (), f"{op} at {user_frame()}")]
+
+    def root(self, origin: int) -> int:
+        """The random op whose values ``origin`` (a fill copied op by op) holds."""
+        return self.roots.get(origin, origin)
+
+    def land(self, track: Track, box: Box, expr: Expr, op: str) -> None:
+        """Checks that the random values in ``expr``, written to ``box`` of the parameter
+        ``track``, land in no other place. A random value is drawn at its destination
+        element's own index (docs/stream-format.md §7), so one value copied into two
+        places (two parameters, two boxes, a parameter's value moved within it) would
+        become two independent values where torch has equal ones.
+
+        Raises:
+            UnsupportedInitOpError: values of one random op land in two places.
+        """
+        fresh = _random_ats(simplify(expr, box), self.root)
+        if not fresh:
+            return
+        held = _random_ats(simplify(self.folded(track), box), self.root)
+        for origin, ats in fresh.items():
+            if ats <= held.get(origin, set()):
+                continue  # the values already there, at the same places (a step of them)
+            self.claim(track, origin, _Claim(self.writes, None, (), f"{op} at {user_frame()}"), op)
+
+    def claim(self, track: Track, origin: int, new: _Claim, op: str) -> None:
+        """Records that write ``new.write`` puts values of the random op ``origin`` in
+        ``track``; refuses it where an earlier write put some of them elsewhere."""
+        claims = self.claims.setdefault(origin, [])
+        for old in claims:
+            if old.write != new.write and not new.disjoint(old):
+                raise self.fail(
+                    track, op,
+                    f"random values that {old.where} already put in a parameter would "
+                    "land in a second place: shardinit draws each random value at its "
+                    "destination element's own index, so the copy would not equal the "
+                    "first, as it does in torch; give each destination its own fill, or "
+                    "copy disjoint parts of a temporary op by op",
+                )  # fmt: skip
+        claims.append(new)
 
     def spread(
         self,
@@ -264,6 +328,7 @@ class Computing(Recorder):
 
     def write_expr(self, target: Track, view: torch.Tensor, expr: Expr, op: str) -> None:
         """Writes ``expr`` (over ``view``'s coordinates) into ``view`` of ``target``."""
+        self.writes += 1
         if target.kind == "buffer":
             self.record(target, view, Fill(Constant(0.0)), op)
             return
@@ -318,6 +383,7 @@ class Computing(Recorder):
                     raise self.fail(target, op, f"it copies elements of {source.label} "
                                     "that were never written")  # fmt: skip
         where_ = user_frame()
+        self.writes += 1
         for entry in source.ops:
             copied = f"{entry.op} (copied by {op} at {where_})"
             if isinstance(entry.action, Computed):
@@ -333,9 +399,27 @@ class Computing(Recorder):
                     raise self.fail(target, op, f"it copies values of {source.label}: {reason}")
                 continue
             for run in box_runs(entry.region, source.shape):
-                for _, mapped in map_runs_from(runs[0], run, runs[1]):
+                for at, mapped in map_runs_from(runs[0], run, runs[1]):
+                    self.claim_copy(source, entry, target, (at, at + mapped[1] - mapped[0]), op)
                     for _, box in flat_range_boxes(target.shape, *mapped):
-                        target.ops.append(CapturedOp(box, entry.action, copied, entry.where))
+                        copy = CapturedOp(box, entry.action, copied, entry.where)
+                        self.roots[id(copy)] = self.root(id(entry))
+                        target.ops.append(copy)
+
+    def claim_copy(
+        self, source: Track, entry: CapturedOp, target: Track, run: Run, op: str
+    ) -> None:
+        """Elements ``run`` (flat) of the temporary ``source``, written by ``entry``,
+        copied op by op into a parameter (:meth:`land`): exact positions when ``entry``
+        drew them itself."""
+        if target.kind != "param" or not isinstance(entry.action, Fill):
+            return
+        if isinstance(entry.action.init, Constant):
+            return
+        origin = self.root(id(entry))
+        space = id(source) if origin == id(entry) else None
+        claim = _Claim(self.writes, space, (run,), f"{op} at {user_frame()}")
+        self.claim(target, origin, claim, op)
 
     def copy_into(self, target: Track, dst: torch.Tensor, value: Any, op: str) -> None:
         """``dst`` of ``target`` takes ``value``: a temporary of the same shape op by op
@@ -493,6 +577,31 @@ class Computing(Recorder):
                 self.carry_read(temp, (args, kwargs), name)
                 why = f"{name} at {user_frame()} is not an elementwise operation shardinit follows"
                 temp.ops.append(CapturedOp(_whole(leaf), Opaque(why), name, user_frame()))
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """Where one write put values of one random op: ``runs`` (flat) of the temporary
+    ``space`` that op drew them in, or anywhere (``space`` None: not known exactly)."""
+
+    write: int
+    space: int | None
+    runs: tuple[Run, ...]
+    where: str
+
+    def disjoint(self, other: _Claim) -> bool:
+        if self.space is None or self.space != other.space:
+            return False
+        return all(b <= c or d <= a for a, b in self.runs for c, d in other.runs)
+
+
+def _random_ats(expr: Expr, root: Callable[[int], int]) -> dict[int, set[tuple[Expr, ...]]]:
+    """Per random op whose values ``expr`` holds, the places it reads them at."""
+    found: dict[int, set[tuple[Expr, ...]]] = {}
+    for node in walk_nodes(expr):
+        if isinstance(node, Source):
+            found.setdefault(root(node.origin), set()).add(node.at)
+    return found
 
 
 def read_reason(read: tuple[Track, str]) -> str:

@@ -96,9 +96,9 @@ class CaptureMode(Computing):
             else:
                 why = "it reads the parameter's values (they do not exist on meta)"
             raise self.fail(params[0], name, why)
-        read = self.read_in((args, kwargs), name)
-        if read is not None:  # values computed from a parameter's, beyond elementwise steps
-            raise self.fail(read[0], name, read_reason(read))
+        reads = self.read_in((args, kwargs), name)
+        if reads:  # values computed from a parameter's, beyond elementwise steps
+            raise self.fail(reads[0][0], name, read_reason(reads[0]))
         if target is not None and is_inplace(name):
             self.record(target, args[0], Opaque(f"{name} is not a recorded fill"), name)
         result = func(*args, **kwargs)

@@ -41,10 +41,11 @@ class Track:
         ops: what was written, first to last (for buffers: only the regions matter).
         from_random: a temporary computed (by operations shardinit does not follow) from
             random values: its CPU values are torch's, never a table.
-        reads: for a temporary computed from a parameter's values (which do not exist on
-            meta): that parameter and the read (``"mul at file:line"``). Its shape and
-            dtype may be used (``ones_like``); its values reaching a parameter or Python
-            are refused, naming them.
+        reads: for a temporary computed from parameters' values: each parameter and its
+            read (``"mul at file:line"``). Its shape and dtype may be used
+            (``ones_like``); its values may go back into that parameter only (by
+            elementwise steps); reaching another parameter, a buffer or Python, they are
+            refused, naming them.
     """
 
     kind: TrackKind
@@ -54,7 +55,7 @@ class Track:
     holder: str = ""
     ops: list[CapturedOp] = field(default_factory=list)
     from_random: bool = False
-    reads: tuple[Track, str] | None = None
+    reads: list[tuple[Track, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         # Holding the storage object keeps its id() from being reused during the capture.
