@@ -1,6 +1,6 @@
 """Tiny real client models (transformers 5.23: Llama, GPT-2, BERT, ModernBERT, T5, and
-Mamba, Mamba2, Jamba, Qwen3-Next, NemotronH, Whisper, RWKV, CLIP, whose init code
-computes values;
+Mamba, Mamba2, Jamba, Qwen3-Next, NemotronH, Kimi Linear, Whisper, RWKV, CLIP, whose
+init code computes values;
 torchtitan 0.3.0: Llama3, Qwen3.5) built from configs,
 nothing downloaded, and the init flows a user runs on them.
 
@@ -115,6 +115,23 @@ def _nemotron_h() -> nn.Module:
         moe_intermediate_size=32, moe_shared_expert_intermediate_size=32, pad_token_id=0,
     )  # fmt: skip
     return tf.NemotronHForCausalLM(config)
+
+
+def _kimi_linear() -> nn.Module:
+    """Kimi Linear's forget gate: ``copy_(A_log, uniform_(A_log, 1, 16).log())`` (the
+    parameter's own values back into it, a (1, 1, heads, 1) shape) and
+    ``uniform_(dt_bias, ...)``, then ``dt = dt_bias.exp().clamp_min(1e-4)`` and
+    ``copy_(dt_bias, dt + log(-expm1(-dt)))``."""
+    import transformers as tf
+
+    config = tf.KimiLinearConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=HEADS, moe_intermediate_size=32,
+        num_local_experts=4, num_experts_per_tok=2, kv_lora_rank=16, qk_rope_head_dim=8,
+        qk_nope_head_dim=8, v_head_dim=16, linear_head_dim=16, linear_num_heads=HEADS,
+        max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )  # fmt: skip
+    return tf.KimiLinearForCausalLM(config)
 
 
 def _whisper() -> nn.Module:
@@ -311,6 +328,7 @@ MODELS: dict[str, ClientModel] = {
         ClientModel("jamba", _jamba, _init_weights, _hf_blocks),
         ClientModel("qwen3_next", _qwen3_next, _init_weights, _hf_blocks),
         ClientModel("nemotron_h", _nemotron_h, _init_weights, _hf_blocks),
+        ClientModel("kimi_linear", _kimi_linear, _init_weights, _hf_blocks),
         ClientModel("whisper", _whisper, _init_weights, _hf_blocks),
         ClientModel("rwkv", _rwkv, _init_weights, _hf_blocks),
         ClientModel("clip", _clip, _init_weights, _hf_blocks),

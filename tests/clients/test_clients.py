@@ -1,9 +1,9 @@
 """Real client libraries through their own init code (issues 14, 19): tiny transformers 5.23
 models (Llama tied and untied, GPT-2, BERT, ModernBERT, T5; Mamba, Mamba2, Jamba,
-Qwen3-Next, NemotronH, Whisper and RWKV, whose init code computes values) and
-torchtitan 0.3.0's Llama3 (fused ``wqkv`` and not), each built on meta and materialized
-with ``init_fn`` set to the library's own init (``model.init_weights``, or HF's
-``_init_weights`` through ``model.apply``).
+Qwen3-Next, NemotronH, Kimi Linear, Whisper and RWKV, whose init code computes values)
+and torchtitan 0.3.0's Llama3 (fused ``wqkv`` and not), each built on meta and
+materialized with ``init_fn`` set to the library's own init (``model.init_weights``, or
+HF's ``_init_weights`` through ``model.apply``).
 
 * World 1 (this process): per parameter against the library's own CPU init without
   shardinit: constants exact, random parameters' std/mean/abs-max within sample-size
@@ -127,6 +127,10 @@ COMPUTED: dict[str, dict[str, Check]] = {
     "jamba": {"mamba.A_log": _table},
     "qwen3_next": {"linear_attn.A_log": _within(0.01, 16.0, torch.exp)},
     "nemotron_h": {"mixer.A_log": _table, "mixer.dt_bias": _DT},
+    "kimi_linear": {
+        "forget_gate.A_log": _within(1.0, 16.0, torch.exp),
+        "forget_gate.dt_bias": _DT,
+    },
     "whisper": {"encoder.embed_positions.weight": _table},
     "rwkv": {
         suffix: _table

@@ -336,6 +336,32 @@ def test_a_parameters_own_values_go_back_into_it() -> None:
         assert torch.equal(replay_box(captured["weight"], SEED, box), expected[rows, cols])
 
 
+def test_own_values_back_through_one_element_dims() -> None:
+    """Kimi Linear's ``copy_(A_log, uniform_(A_log, 1, 16).log())`` on a (1, 1, 4, 1)
+    parameter: the write reads its one-element dims as 0, the fill as coordinates; the
+    same places either way."""
+
+    class Gate(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.A_log = nn.Parameter(torch.empty(1, 1, 4, 1))
+
+    with torch.device("meta"):
+        gate = Gate()
+
+    def init_fn() -> None:
+        with torch.no_grad():
+            gate.A_log.copy_(nn.init.uniform_(gate.A_log, a=1.0, b=16.0).log())
+
+    record = shardinit.capture_init(gate, init_fn)["A_log"]
+    uniform = shardinit.full(
+        shardinit.ParamSpec("A_log", (1, 1, 4, 1), init=init.uniform(1.0, 16.0), seed=SEED)
+    )
+    torch.testing.assert_close(
+        replay_full(record, SEED), uniform.double().log().float(), rtol=2**-23, atol=0
+    )
+
+
 def test_a_random_value_landing_in_two_places_is_refused() -> None:
     """A random value is drawn at its destination element's own index, so a copy of one
     into a second place would be another value; torch's would be equal: refused."""

@@ -284,10 +284,10 @@ class Computing(Recorder):
         Raises:
             UnsupportedInitOpError: values of one random op land in two places.
         """
-        fresh = _random_ats(simplify(expr, box), self.root)
+        fresh = _random_ats(_pinned(expr, box), self.root)
         if not fresh:
             return
-        held = _random_ats(simplify(self.folded(track), box), self.root)
+        held = _random_ats(_pinned(self.folded(track), box), self.root)
         for origin, ats in fresh.items():
             if ats <= held.get(origin, set()):
                 continue  # the values already there, at the same places (a step of them)
@@ -593,6 +593,13 @@ class _Claim:
         if self.space is None or self.space != other.space:
             return False
         return all(b <= c or d <= a for a, b in self.runs for c, d in other.runs)
+
+
+def _pinned(expr: Expr, box: Box) -> Expr:
+    """``expr`` over ``box``, with the coordinates of its one-element dims as constants
+    (so a place reads the same however a view wrote it: ``Coord(d)`` or ``0``)."""
+    coords = [Const(float(a)) if b - a == 1 else Coord(d) for d, (a, b) in enumerate(box)]
+    return reindex(expr, coords, list(box), keep=False)
 
 
 def _random_ats(expr: Expr, root: Callable[[int], int]) -> dict[int, set[tuple[Expr, ...]]]:
