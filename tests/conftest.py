@@ -18,7 +18,9 @@ Hypothesis profiles, chosen with the environment variable ``HYPOTHESIS_PROFILE``
 
 Multi-rank tests share one gloo group per world size (``tests/helpers/gloo_groups.py``,
 whose docstring says how to use it); once collection is done, the groups learn which
-tests were selected, so that they run only those tests' scenarios.
+tests were selected, so that they run only those tests' scenarios, and start in the
+background while the tests marked ``distributed``, which read their results, are moved
+to the end of the run.
 
 ``deadline=None`` everywhere: one example may wait on the core's thread pool or on a
 busy machine, and wall time is not what these properties check.
@@ -69,9 +71,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # parametrize ids, so a case named "wheel" or "slow" would be skipped too.
             if item.get_closest_marker(marker) is not None:
                 item.add_marker(skip)
+    # Tests that read the gloo groups' results last: the groups run meanwhile.
+    items.sort(key=lambda item: item.get_closest_marker("distributed") is not None)
+
+
+def _skipped(item: pytest.Item) -> bool:
+    if item.get_closest_marker("skip") is not None:
+        return True
+    return any(mark.args and mark.args[0] is True for mark in item.iter_markers("skipif"))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     groups = sys.modules.get("gloo_groups")  # imported by the multi-rank test modules
     if groups is not None:
         groups.select(session.items)
+        if os.environ.get("SHARDINIT_TEST_PREFETCH", "1") != "0":
+            groups.prefetch([item for item in session.items if not _skipped(item)])
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    groups = sys.modules.get("gloo_groups")
+    if groups is not None:
+        groups.cancel_prefetch()

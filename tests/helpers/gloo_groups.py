@@ -41,6 +41,13 @@ Which scenarios join a group: the decorated ones whose module has selected tests
 by ``world``, only the selected world sizes. ``tests/conftest.py`` passes the selection
 (:func:`select`); without it (a plain import) every declared scenario joins.
 
+When the groups start: ``tests/conftest.py`` calls :func:`prefetch` once collection is
+done, which starts the selected groups one after another (by world size) in a background
+thread, and moves the tests marked ``distributed`` to the end of the run. So on 2 cores
+the ranks run while this process runs its own tests, instead of each waiting for the
+other; the results are the same (a group's result does not depend on when it ran).
+``SHARDINIT_TEST_PREFETCH=0`` starts each group at its first test instead.
+
 The ranks are started by the CLI's launcher (:func:`shardinit.cli._launch.launch`, the
 project's one launcher); each runs this file as a script, joins the gloo group, runs the
 scenarios and writes one JSON file.
@@ -49,6 +56,7 @@ scenarios and writes one JSON file.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import faulthandler
 import importlib.util
 import inspect
@@ -91,6 +99,8 @@ _REGISTRY: dict[str, _Entry] = {}
 _SELECTED: dict[str, set[int] | None] | None = None
 #: world -> {scenario key: per-rank results}, or the error that ended the group's launch.
 _GROUPS: dict[int, dict[str, list[Any]] | Exception] = {}
+#: world -> the group started by :func:`prefetch`, until a test takes its result.
+_PENDING: dict[int, concurrent.futures.Future[dict[str, list[Any]]]] = {}
 
 
 def _entry(scenario: Scenario, worlds: Iterable[int] = ()) -> _Entry:
@@ -114,6 +124,11 @@ def select(items: Iterable[pytest.Item]) -> None:
     """Records which modules (and world sizes) the selected tests use (called by
     tests/conftest.py once collection is done)."""
     global _SELECTED
+    _SELECTED = _selection(items)
+
+
+def _selection(items: Iterable[pytest.Item]) -> dict[str, set[int] | None]:
+    """Per test file, the world sizes its ``items`` ask for (None: any)."""
     selected: dict[str, set[int] | None] = {}
     for item in items:
         file = str(Path(item.path).resolve())
@@ -125,27 +140,63 @@ def select(items: Iterable[pytest.Item]) -> None:
             worlds = selected.setdefault(file, set())
             assert worlds is not None
             worlds.add(world)
-    _SELECTED = selected
+    return selected
 
 
-def _members(world: int, wanted: _Entry) -> list[_Entry]:
+def _wanted(entry: _Entry, world: int, selected: dict[str, set[int] | None] | None) -> bool:
+    if world not in entry.worlds:
+        return False
+    if selected is None:
+        return True
+    if entry.file not in selected:
+        return False
+    worlds = selected[entry.file]
+    return worlds is None or world in worlds
+
+
+def _members(world: int, wanted: _Entry | None) -> list[_Entry]:
     """The scenarios that the group of ``world`` runs: the declared ones that the
     selected tests use, and ``wanted``."""
-    members = {wanted}
-    for entry in _REGISTRY.values():
-        if world not in entry.worlds:
-            continue
-        if _SELECTED is not None:
-            if entry.file not in _SELECTED:
-                continue
-            worlds = _SELECTED[entry.file]
-            if worlds is not None and world not in worlds:
-                continue
-        members.add(entry)
+    members = {entry for entry in _REGISTRY.values() if _wanted(entry, world, _SELECTED)}
+    if wanted is not None:
+        members.add(wanted)
     return sorted(members)
 
 
-def _launch(world: int, members: list[_Entry], timeout: float) -> dict[str, list[Any]]:
+def prefetch(running: Iterable[pytest.Item]) -> None:
+    """Starts, in a background thread and one after another, the group of each world
+    size that the tests in ``running`` (the selected tests that are not skipped) use;
+    :func:`rank_results` takes the results (call after :func:`select`)."""
+    selected = _selection(running)
+    worlds = sorted(
+        {w for entry in _REGISTRY.values() for w in entry.worlds if _wanted(entry, w, selected)}
+    )
+    if not worlds:
+        return
+    # The environment as it is now: tests may change os.environ or sys.path meanwhile.
+    environ = _environment()
+    executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gloo-groups")
+    for world in worlds:
+        members = _members(world, None)
+        _PENDING[world] = executor.submit(_launch, world, members, GROUP_TIMEOUT_S, environ)
+    executor.shutdown(wait=False)
+
+
+def cancel_prefetch() -> None:
+    """Drops the groups :func:`prefetch` has not started yet (the session ends early)."""
+    for pending in _PENDING.values():
+        pending.cancel()
+
+
+def _environment() -> dict[str, str]:
+    """The ranks' environment: this process's, with its sys.path as ``PYTHONPATH`` (the
+    ranks import the scenarios' modules)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
+
+
+def _launch(
+    world: int, members: list[_Entry], timeout: float, environ: dict[str, str] | None = None
+) -> dict[str, list[Any]]:
     from shardinit.cli._launch import launch
 
     scenarios = json.dumps([entry.argv() for entry in members])
@@ -154,8 +205,7 @@ def _launch(world: int, members: list[_Entry], timeout: float) -> dict[str, list
         world,
         ["--scenarios", scenarios],
         timeout=timeout,
-        # The ranks import the scenarios' modules with this process's sys.path.
-        env={"PYTHONPATH": os.pathsep.join(path for path in sys.path if path)},
+        base_env=_environment() if environ is None else environ,
     )
     return {entry.key: [rank[entry.key] for rank in per_rank] for entry in members}
 
@@ -172,8 +222,12 @@ def rank_results(world: int, scenario: Scenario) -> list[Any]:
     if declared is None or world not in declared.worlds:
         return _launch(world, [wanted], GROUP_TIMEOUT_S / 2)[wanted.key]
     if world not in _GROUPS:
+        pending = _PENDING.pop(world, None)
         try:
-            _GROUPS[world] = _launch(world, _members(world, declared), GROUP_TIMEOUT_S)
+            if pending is not None and not pending.cancelled():
+                _GROUPS[world] = pending.result()
+            else:
+                _GROUPS[world] = _launch(world, _members(world, declared), GROUP_TIMEOUT_S)
         except Exception as error:
             _GROUPS[world] = error
     group = _GROUPS[world]

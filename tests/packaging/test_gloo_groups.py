@@ -70,3 +70,31 @@ def test_groups_run_only_the_selected_scenarios(
     assert gloo_groups._members(4, entries["b"]) == [entries["b"]]
     # the asking scenario always runs, selected or not
     assert gloo_groups._members(2, entries["c"]) == [entries["b"], entries["c"]]
+
+
+def test_prefetched_groups_are_the_ones_tests_read(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """prefetch starts each world's group once, with the members the lazy path would
+    start and the environment as it was at prefetch; rank_results reads that group."""
+    file = str((tmp_path / "a.py").resolve())
+    entry = gloo_groups._Entry(file, "passing", "a", frozenset({1, 3}))
+    monkeypatch.setattr(gloo_groups, "_REGISTRY", {entry.key: entry})
+    monkeypatch.setattr(gloo_groups, "_GROUPS", {})
+    monkeypatch.setattr(gloo_groups, "_PENDING", {})
+    monkeypatch.setattr(gloo_groups, "_entry", lambda scenario, worlds=(): entry)
+    launched: list[tuple[int, list[Any], str | None]] = []
+
+    def launch(world: int, members: list[Any], timeout: float, environ: Any = None) -> Any:
+        launched.append((world, members, (environ or {}).get("PREFETCH_PROBE")))
+        return {entry.key: [{"ok": None}] * world}
+
+    monkeypatch.setattr(gloo_groups, "_launch", launch)
+    monkeypatch.setenv("PREFETCH_PROBE", "before")
+    items = [_item(Path(file), 3)]
+    gloo_groups.select(items)
+    gloo_groups.prefetch(items)
+    monkeypatch.setenv("PREFETCH_PROBE", "after")
+    assert gloo_groups.run_group(3, passing) == {"ok": []}
+    assert gloo_groups.run_group(3, passing) == {"ok": []}
+    assert launched == [(3, [entry], "before")]  # world 1 is not selected

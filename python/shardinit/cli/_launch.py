@@ -74,6 +74,7 @@ def launch(
     on_line: Callable[[str], None] | None = None,
     attempts: int = 2,
     env: Mapping[str, str] | None = None,
+    base_env: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Runs ``python -m module args --out DIR`` (``python module ...`` for a ``.py``
     path) as ``world`` ranks and returns the JSON
@@ -88,7 +89,9 @@ def launch(
         on_line: called with each line rank 0 prints (progress); default: discarded.
         attempts: tries (a new port each) when the rendezvous port was taken meanwhile.
         env: extra environment variables for every rank (e.g. ``PYTHONPATH``), on top
-            of this process's environment.
+            of ``base_env``.
+        base_env: the environment the ranks start from; default: this process's, as it
+            is when they start (a caller in another thread passes a copy taken before).
 
     Returns:
         One dict per rank.
@@ -98,7 +101,8 @@ def launch(
     """
     for attempt in range(attempts):
         try:
-            return _launch_once(module, world, args, timeout, on_line, env or {})
+            environ = {**(os.environ if base_env is None else base_env), **(env or {})}
+            return _launch_once(module, world, args, timeout, on_line, environ)
         except LaunchError as error:
             if "address already in use" not in str(error).lower() or attempt == attempts - 1:
                 raise
@@ -111,12 +115,12 @@ def _launch_once(
     args: Sequence[str],
     timeout: float,
     on_line: Callable[[str], None] | None,
-    extra_env: Mapping[str, str],
+    environ: Mapping[str, str],
 ) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="shardinit-") as tmp:
         out_dir = Path(tmp)
         command = [*_command(module), *args, "--out", str(out_dir)]
-        procs = _start_ranks(command, world, out_dir, extra_env)
+        procs = _start_ranks(command, world, out_dir, environ)
         try:
             _wait_for_ranks(procs, out_dir, time.monotonic() + timeout, timeout, on_line)
         finally:
@@ -130,15 +134,15 @@ def _launch_once(
 
 
 def _start_ranks(
-    command: list[str], world: int, out_dir: Path, extra_env: Mapping[str, str]
+    command: list[str], world: int, out_dir: Path, environ: Mapping[str, str]
 ) -> list[subprocess.Popen[str]]:
-    """Starts ``world`` ranks of ``command``; rank 0's stdout is piped (progress), every
-    rank's stderr goes to ``out_dir/rank<r>.stderr``."""
+    """Starts ``world`` ranks of ``command`` in ``environ``; rank 0's stdout is piped
+    (progress), every rank's stderr goes to ``out_dir/rank<r>.stderr``."""
     port = free_port()
     threads = threads_per_rank(world)
     procs: list[subprocess.Popen[str]] = []
     for rank in range(world):
-        env = {**os.environ, **extra_env}
+        env = dict(environ)
         env.update(
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(port),
