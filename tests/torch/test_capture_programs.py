@@ -394,8 +394,9 @@ def test_a_random_value_landing_in_two_places_is_refused() -> None:
 
 
 def test_disjoint_parts_of_a_random_temporary_land_once_each() -> None:
-    """Parts of one random temporary copied op by op to disjoint places (row by row,
-    two parameters) are each drawn once: captured, with the stream's values."""
+    """Parts of one random temporary copied to disjoint places (row by row, two
+    parameters, computed from row by row) are each drawn once: captured, with the
+    stream's values."""
     meta = torch.device("meta")
 
     def rows(lin: nn.Linear) -> None:
@@ -407,6 +408,16 @@ def test_disjoint_parts_of_a_random_temporary_land_once_each() -> None:
     captured = _record(rows)
     assert torch.equal(replay_full(captured["weight"], SEED), _normal("weight"))
     assert torch.equal(replay_full(captured["bias"], SEED), _normal("bias", (7,)))
+
+    def computed_rows(lin: nn.Linear) -> None:  # each row computed from its own part
+        t = torch.randn(7, 5, device=meta)
+        for row in range(7):
+            lin.weight.data[row].copy_(t[row] * 2)
+        lin.bias.data.zero_()
+
+    captured = _record(computed_rows)
+    expected = (_normal("weight").double() * 2).float()
+    assert torch.equal(replay_full(captured["weight"], SEED), expected)
 
 
 def test_values_drawn_from_torchs_generator_are_refused() -> None:

@@ -38,6 +38,7 @@ from .program import (
     Table,
     TableData,
     Where,
+    as_lin,
     bad_reasons,
     broadcast_coords,
     combine,
@@ -110,6 +111,7 @@ class Computing(Recorder):
         # went; each write to a parameter is numbered.
         self.claims: dict[int, list[_Claim]] = {}
         self.roots: dict[int, int] = {}  # a fill copied op by op -> the op it copies
+        self.spaces: dict[int, Track] = {}  # a random fill of a temporary -> that temporary
         self.writes = 0
 
     # ----------------------------------------------------------------- values
@@ -266,7 +268,11 @@ class Computing(Recorder):
         super().record(track, view, action, op)
         last = track.ops[-1] if track.ops else None
         drawn = isinstance(action, Fill) and not isinstance(action.init, Constant)
-        if track.kind == "param" and drawn and last is not None and last.action is action:
+        if not drawn or last is None or last.action is not action:
+            return
+        if track.kind == "temp":
+            self.spaces[id(last)] = track  # whose coordinates its values' places are in
+        elif track.kind == "param":
             self.writes += 1  # a fill of the parameter: its values are where it drew them
             self.claims[id(last)] = [_Claim(self.writes, None, (), f"{op} at {user_frame()}")]
 
@@ -291,7 +297,13 @@ class Computing(Recorder):
         for origin, ats in fresh.items():
             if ats <= held.get(origin, set()):
                 continue  # the values already there, at the same places (a step of them)
-            self.claim(track, origin, _Claim(self.writes, None, (), f"{op} at {user_frame()}"), op)
+            space = self.spaces.get(origin)
+            runs = None if space is None else _image_runs(ats, box, space.shape)
+            where_ = f"{op} at {user_frame()}"
+            if runs is None:  # places not known exactly: all of the op's values
+                self.claim(track, origin, _Claim(self.writes, None, (), where_), op)
+            else:
+                self.claim(track, origin, _Claim(self.writes, id(space), runs, where_), op)
 
     def claim(self, track: Track, origin: int, new: _Claim, op: str) -> None:
         """Records that write ``new.write`` puts values of the random op ``origin`` in
@@ -600,6 +612,36 @@ def _pinned(expr: Expr, box: Box) -> Expr:
     (so a place reads the same however a view wrote it: ``Coord(d)`` or ``0``)."""
     coords = [Const(float(a)) if b - a == 1 else Coord(d) for d, (a, b) in enumerate(box)]
     return reindex(expr, coords, list(box), keep=False)
+
+
+def _image_runs(
+    ats: set[tuple[Expr, ...]], box: Box, shape: tuple[int, ...]
+) -> tuple[Run, ...] | None:
+    """The flat runs of a temporary of ``shape`` that the places ``ats`` read over
+    ``box``, when each is a shift of the box (every coordinate a constant or one of the
+    box's dims plus a constant, each dim used once); else None."""
+    runs: list[Run] = []
+    for at in ats:
+        image: list[tuple[int, int]] = []
+        used: set[int] = set()
+        for coordinate in at:
+            lin = as_lin(coordinate)
+            if lin is None or len(lin.coefs) > 1:
+                return None
+            if not lin.coefs:
+                image.append((lin.offset, lin.offset + 1))
+                continue
+            ((dim, coef),) = lin.coefs
+            if coef != 1 or dim in used:
+                return None
+            used.add(dim)
+            image.append((box[dim][0] + lin.offset, box[dim][1] + lin.offset))
+        if len(image) != len(shape) or any(
+            stop - start > 1 and dim not in used for dim, (start, stop) in enumerate(box)
+        ):
+            return None
+        runs += box_runs(tuple(image), shape)
+    return tuple(runs)
 
 
 def _random_ats(expr: Expr, root: Callable[[int], int]) -> dict[int, set[tuple[Expr, ...]]]:
