@@ -205,7 +205,7 @@ def _launch(
         world,
         ["--scenarios", scenarios],
         timeout=timeout,
-        base_env=_environment() if environ is None else environ,
+        env=_environment() if environ is None else environ,
     )
     return {entry.key: [rank[entry.key] for rank in per_rank] for entry in members}
 

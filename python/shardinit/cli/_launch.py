@@ -74,7 +74,6 @@ def launch(
     on_line: Callable[[str], None] | None = None,
     attempts: int = 2,
     env: Mapping[str, str] | None = None,
-    base_env: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Runs ``python -m module args --out DIR`` (``python module ...`` for a ``.py``
     path) as ``world`` ranks and returns the JSON
@@ -88,10 +87,9 @@ def launch(
         timeout: seconds before the workers are killed.
         on_line: called with each line rank 0 prints (progress); default: discarded.
         attempts: tries (a new port each) when the rendezvous port was taken meanwhile.
-        env: extra environment variables for every rank (e.g. ``PYTHONPATH``), on top
-            of ``base_env``.
-        base_env: the environment the ranks start from; default: this process's, as it
-            is when they start (a caller in another thread passes a copy taken before).
+        env: the ranks' environment (the launcher adds the rendezvous and rank
+            variables); default: this process's, as it is now (a caller in another
+            thread passes a copy taken before, e.g. with its own ``PYTHONPATH``).
 
     Returns:
         One dict per rank.
@@ -99,9 +97,9 @@ def launch(
     Raises:
         LaunchError: a rank exited non-zero, wrote no result or ran past ``timeout``.
     """
+    environ = dict(os.environ if env is None else env)
     for attempt in range(attempts):
         try:
-            environ = {**(os.environ if base_env is None else base_env), **(env or {})}
             return _launch_once(module, world, args, timeout, on_line, environ)
         except LaunchError as error:
             if "address already in use" not in str(error).lower() or attempt == attempts - 1:

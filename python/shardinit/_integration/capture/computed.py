@@ -201,10 +201,9 @@ class Computing(Recorder):
         for leaf in tree_flatten(tree)[0]:
             track = self.lookup(leaf)
             if track is not None and track.kind == "param":
-                found = [(track, f"{op} at {user_frame()}")]
-            else:
-                found = [] if track is None else track.reads
-            reads += [r for r in found if all(r[0] is not seen for seen, _ in reads)]
+                _merge_reads(reads, [(track, f"{op} at {user_frame()}")])
+            elif track is not None:
+                _merge_reads(reads, track.reads)
         return reads
 
     def carry_read(self, target: Track, tree: Any, op: str) -> None:
@@ -217,11 +216,12 @@ class Computing(Recorder):
             UnsupportedInitOpError: a buffer, or another parameter, takes values read
                 from a parameter.
         """
-        for read in self.read_in(tree, op):
-            if target.kind == "temp":
-                if all(read[0] is not seen for seen, _ in target.reads):
-                    target.reads.append(read)
-            elif read[0] is not target:
+        reads = self.read_in(tree, op)
+        if target.kind == "temp":
+            _merge_reads(target.reads, reads)
+            return
+        for read in reads:
+            if read[0] is not target:
                 raise self.fail(target, op, read_reason(read))
 
     def repeat_reason(self, op: str) -> str:
@@ -267,8 +267,7 @@ class Computing(Recorder):
     def record(self, track: Track, view: torch.Tensor, action: Action, op: str) -> None:
         super().record(track, view, action, op)
         last = track.ops[-1] if track.ops else None
-        drawn = isinstance(action, Fill) and not isinstance(action.init, Constant)
-        if not drawn or last is None or last.action is not action:
+        if not _drawn(action) or last is None or last.action is not action:
             return
         if track.kind == "temp":
             self.spaces[id(last)] = track  # whose coordinates its values' places are in
@@ -290,20 +289,18 @@ class Computing(Recorder):
         Raises:
             UnsupportedInitOpError: values of one random op land in two places.
         """
+        if not any(isinstance(node, Source) for node in walk_nodes(expr)):
+            return  # nothing random (tables, constants): no need to rebuild the program
         fresh = _random_ats(_pinned(expr, box), self.root)
-        if not fresh:
-            return
         held = _random_ats(_pinned(self.folded(track), box), self.root)
         for origin, ats in fresh.items():
             if ats <= held.get(origin, set()):
                 continue  # the values already there, at the same places (a step of them)
             space = self.spaces.get(origin)
             runs = None if space is None else _image_runs(ats, box, space.shape)
-            where_ = f"{op} at {user_frame()}"
-            if runs is None:  # places not known exactly: all of the op's values
-                self.claim(track, origin, _Claim(self.writes, None, (), where_), op)
-            else:
-                self.claim(track, origin, _Claim(self.writes, id(space), runs, where_), op)
+            exact = None if runs is None else id(space)  # None: all of the op's values
+            claim = _Claim(self.writes, exact, runs or (), f"{op} at {user_frame()}")
+            self.claim(track, origin, claim, op)
 
     def claim(self, track: Track, origin: int, new: _Claim, op: str) -> None:
         """Records that write ``new.write`` puts values of the random op ``origin`` in
@@ -424,9 +421,7 @@ class Computing(Recorder):
         """Elements ``run`` (flat) of the temporary ``source``, written by ``entry``,
         copied op by op into a parameter (:meth:`land`): exact positions when ``entry``
         drew them itself."""
-        if target.kind != "param" or not isinstance(entry.action, Fill):
-            return
-        if isinstance(entry.action.init, Constant):
+        if target.kind != "param" or not _drawn(entry.action):
             return
         origin = self.root(id(entry))
         space = id(source) if origin == id(entry) else None
@@ -605,6 +600,18 @@ class _Claim:
         if self.space is None or self.space != other.space:
             return False
         return all(b <= c or d <= a for a, b in self.runs for c, d in other.runs)
+
+
+def _drawn(action: Action) -> bool:
+    """Whether ``action`` draws random values (a fill by a random initializer)."""
+    return isinstance(action, Fill) and not isinstance(action.init, Constant)
+
+
+def _merge_reads(reads: list[tuple[Track, str]], more: Sequence[tuple[Track, str]]) -> None:
+    """Adds to ``reads`` the parameter reads of ``more`` of parameters not in it yet."""
+    for read in more:
+        if all(read[0] is not seen for seen, _ in reads):
+            reads.append(read)
 
 
 def _pinned(expr: Expr, box: Box) -> Expr:
