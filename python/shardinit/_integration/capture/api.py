@@ -128,14 +128,14 @@ def capture_init(
         for group, winner in zip(groups, winners, strict=True)
         if winner.ops
     }
-    flags = {
+    grads = {
         group.name: winner.base.requires_grad
         for group, winner in zip(groups, winners, strict=True)
         if winner.base.requires_grad != group.original.requires_grad
     }
     held = holder_names(module)  # which names are tied, for materialize to compare
     return CapturedInit(
-        params, tuple(sorted(values)), init_fn, values, weakref.ref(module), held, flags
+        params, tuple(sorted(values)), init_fn, values, weakref.ref(module), held, grads
     )
 
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..._torch_compat import DispatchMode
 from ...init import Constant
 from .records import Fill, Opaque
 from .store import RecordStore
@@ -54,12 +54,12 @@ def _values_at(
         yield from (v for v in values if isinstance(v, torch.Tensor))
 
 
-class WriteBackstop(TorchDispatchMode):
+class WriteBackstop(DispatchMode):  # type: ignore[no-untyped-call]
     """Refuses (parameters) or records (temporaries, buffers) writes to followed tensors
     that the dispatch above did not expect."""
 
     def __init__(self, store: RecordStore) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.store = store
         self.expected: frozenset[int] = frozenset()
 
@@ -104,4 +104,3 @@ class WriteBackstop(TorchDispatchMode):
             self.store.append(track, whole, Opaque(why), op)
         else:
             self.store.append(track, whole, Fill(_ZERO), op)
-

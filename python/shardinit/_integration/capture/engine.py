@@ -516,7 +516,7 @@ class Engine:
     def taint(self, name: str, args: Any, kwargs: Any, result: Any) -> None:
         """Results of an operation shardinit does not follow, on followed temporaries:
         opaque (unless on the CPU and free of random values, then a table)."""
-        temps = [t for t in map(self.store.lookup, tree_flatten((args, kwargs))[0]) if t is not None]
+        temps = self.store.followed((args, kwargs))
         if not temps:
             return
         random = any(
@@ -590,7 +590,7 @@ def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, list[Expr]
     each of its dims runs along one base dim; else None."""
     try:
         region = view_region(view, base)
-    except ValueError:
+    except ValueError:  # view_region is geometry only: nothing in it refuses
         return None
     if region is None:
         return None

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..._torch_compat import handed_to_mode
+from ..._torch_compat import enter_dispatch_mode, exit_dispatch_mode, handed_to_mode
 from ...errors import ShardInitError
 from ...init import Constant
 from .backstop import WriteBackstop
@@ -93,19 +93,19 @@ class CaptureMode(TorchFunctionMode):
         return self.store.error
 
     def __enter__(self) -> CaptureMode:
-        self.backstop.__enter__()
+        enter_dispatch_mode(self.backstop)
         try:
-            super().__enter__()
+            super().__enter__()  # type: ignore[no-untyped-call]
         except BaseException:
-            self.backstop.__exit__(None, None, None)
+            exit_dispatch_mode(self.backstop, None, None, None)
             raise
         return self
 
     def __exit__(self, *exc: Any) -> None:
         try:
-            super().__exit__(*exc)
+            super().__exit__(*exc)  # type: ignore[no-untyped-call]
         finally:
-            self.backstop.__exit__(*exc)
+            exit_dispatch_mode(self.backstop, *exc)
 
     def __torch_function__(
         self,

@@ -104,4 +104,3 @@ def _structured(
     for view_dim in range(2, len(view_shape)):
         mask = op("mul", mask, op("eq", rel(view_dim), view_shape[view_dim] // 2))
     return mask
-

@@ -5,8 +5,8 @@ parameter's stand-in, a temporary that init code made (``new_empty``, ``torch.ze
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
