@@ -18,6 +18,7 @@ from typing import Any
 
 from torch import nn
 
+from .._names import listing, param_slots
 from .._validate import check_seed, resolve_device
 from ..errors import ShardInitError
 from .capture import CapturedInit, capture_init
@@ -128,7 +129,7 @@ def materialize(
     #    leaves the model as it was.
     flat, managed = region_targets(module)
     targets = [*local_targets(module, managed), *flat]
-    captured = _captured(module, init_fn, hides_params=bool(flat))
+    captured = _captured(module, init_fn, hides_params=bool(flat), device=target_device)
     # The buffer values init_fn computed are written if it computed them on this very
     # model and no wrapper flattened its parameters (flat parameters cannot be swapped
     # for stand-ins); otherwise those buffers need defaults or buffer_init.
@@ -141,9 +142,34 @@ def materialize(
         captured=captured,
         write_computed=write_computed,
     )
+    flags = _checked_flags(module, captured, hides_params=bool(flat))
     # 2. Check, 3. allocate, 4. fill, 5. buffers.
     plan.carry_out(module, overwrite=overwrite, buffer_init=buffer_init, device=target_device)
+    for slot in param_slots(module):
+        if slot.name in flags:
+            slot.param.requires_grad_(flags[slot.name])
     return module
+
+
+def _checked_flags(
+    module: nn.Module, captured: CapturedInit | None, *, hides_params: bool
+) -> dict[str, bool]:
+    """The ``requires_grad`` flags init_fn set, per canonical name, checked before
+    anything is allocated: each names a parameter materialize can set it on."""
+    flags = dict(captured.requires_grad) if captured is not None else {}
+    if flags and hides_params:
+        raise ShardInitError(
+            f"materialize: init_fn sets requires_grad of {listing(sorted(flags))}, which "
+            "FSDP1's flat parameters and ZeRO-3's partitions cannot carry per original "
+            "parameter; set it on the model before wrapping it"
+        )
+    missing = sorted(set(flags) - {slot.name for slot in param_slots(module)})
+    if missing:
+        raise ShardInitError(
+            f"materialize: init_fn's capture sets requires_grad of {listing(missing)}, "
+            "which the model does not have"
+        )
+    return flags
 
 
 def _check_arguments(
@@ -163,7 +189,11 @@ def _check_arguments(
 
 
 def _captured(
-    module: nn.Module, init_fn: Callable[[], object] | CapturedInit | None, *, hides_params: bool
+    module: nn.Module,
+    init_fn: Callable[[], object] | CapturedInit | None,
+    *,
+    hides_params: bool,
+    device: Any,
 ) -> CapturedInit | None:
     if init_fn is None or isinstance(init_fn, CapturedInit):
         return init_fn
@@ -175,4 +205,4 @@ def _captured(
             "result: captured = shardinit.capture_init(model, model.init_weights); "
             "materialize(fsdp_model, seed=..., init_fn=captured)"
         )
-    return capture_init(module, init_fn)
+    return capture_init(module, init_fn, device=device)

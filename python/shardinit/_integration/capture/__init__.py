@@ -14,9 +14,13 @@ The modules, bottom up:
 * :mod:`.records`: what is recorded (fills, scales, eye/dirac patterns, programs);
 * :mod:`.translations` / :mod:`.pointwise`: the tables that turn torch calls into
   records (fills) and program steps (elementwise operations);
-* :mod:`.tracks` / :mod:`.recorder` / :mod:`.computed` / :mod:`.mode`: the followed
-  tensors, the routes of fills and copies, of computed values, and the
-  ``TorchFunctionMode`` that dispatches them;
+* :mod:`.tables`: the dispatch's one table (which route each torch name takes);
+* :mod:`.tracks` / :mod:`.store` / :mod:`.engine` / :mod:`.claims` / :mod:`.structured`:
+  the followed tensors, the record store, the expression engine (values, sources, steps,
+  writes, copies), where random values land, and fills' actions;
+* :mod:`.mode` / :mod:`.backstop` / :mod:`.frames`: the ``TorchFunctionMode`` that
+  routes each call (holding a store and an engine), the ``TorchDispatchMode`` below it
+  that refuses every write to a parameter it did not route, and the call sites;
 * :mod:`.standins`: stand-ins for parameters (the tie rule) and buffers;
 * :mod:`.api`: :func:`capture_init`; :mod:`.constructors`: constructor values;
   :mod:`.replay` / :mod:`.evaluate`: replaying records (programs by the core).

@@ -90,9 +90,9 @@ def record_constructors() -> Iterator[None]:
 
 
 def _value(mode: CaptureMode, param: nn.Parameter) -> ConstructorValue | None:
-    if mode.lookup(param) is None:
+    if mode.store.lookup(param) is None:
         return None
-    expr = mode.value_of(param, "nn.Parameter")
+    expr = mode.engine.value_of(param, "nn.Parameter")
     reasons = bad_reasons(expr)
     if reasons and all(_NEVER in why for why in reasons):
         return None  # never written (torch.empty): no constructor value
