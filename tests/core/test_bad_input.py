@@ -110,6 +110,11 @@ def _megatron(**kwargs: object) -> Callable[[], object]:
     return lambda: shardinit.megatron.materialize(nn.Linear(3, 2), **args)  # type: ignore[arg-type]
 
 
+def _two_argument_init(tensor: torch.Tensor, std: float) -> torch.Tensor:
+    """An init method of the wrong arity for Megatron's ``fn(tensor)``."""
+    return nn.init.normal_(tensor, std=std)
+
+
 def _spec(**overrides: object) -> Callable[[], object]:
     args: dict[str, object] = {"name": "w", "shape": (4, 3), "seed": 0}
     args.update(overrides)
@@ -338,6 +343,8 @@ CASES: list[Case] = [
     Case("megatron.materialize", "rules", "3", _megatron(rules=3), TypeError, r"^rules must be a mapping or a sequence of pairs, got 3$"),
     Case("megatron.materialize", "rules", "{1: zeros()}", _megatron(rules={1: init.zeros()}), TypeError, r"^rules key 1 must be a name glob \(str\), an nn.Module subclass, or \(nn.Module subclass, attribute glob\)$"),
     Case("megatron.materialize", "rules", "{'*weight': 'normal'}", _megatron(rules={"*weight": "normal"}), TypeError, r"^rules\['\*weight'\] must be a shardinit.init initializer or an init callable fn\(tensor\), got str 'normal'$"),
+    Case("megatron.materialize", "rules", "{'*': init.Normal} (the class)", _megatron(rules={"*": init.Normal}), TypeError, r"^rules\['\*'\] must be a shardinit.init initializer or an init callable fn\(tensor\), got the class Normal \(an instance, e.g. shardinit.init.normal\(0.0, 0.02\), not the class\)$"),
+    Case("megatron.materialize", "rules", "{'*': fn(tensor, std)} (two arguments)", _megatron(rules={"*": _two_argument_init}), TypeError, r"^rules\['\*'\] must be a shardinit.init initializer or an init callable fn\(tensor\): it is called with one tensor, but _two_argument_init takes \(tensor, std\) \(missing a required argument: 'std'\)$"),
     # ---- megatron.partition_names(model_or_chunks) --------------------------------------------
     Case("megatron.partition_names", "model_or_chunks", "'model'", lambda: shardinit.megatron.partition_names("model"), TypeError, r"^model_or_chunks must be an nn.Module or a non-empty list of them \(virtual pipeline chunks\), got 'model'$"),
     # ---- deepspeed.Init(*args, **kwargs): deepspeed.zero.Init's arguments ---------------------
