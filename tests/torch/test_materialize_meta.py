@@ -292,6 +292,28 @@ def test_refuses_materialized_parameters_unless_overwrite() -> None:
     assert torch.equal(model.weight.detach(), shardinit.full(spec))
 
 
+@pytest.mark.parametrize("tied", [False, True], ids=["plain", "tied"])
+def test_overwrite_of_parameters_a_graph_saved_makes_backward_refuse(tied: bool) -> None:
+    """overwrite=True writes the parameters in place: their version counters move, as
+    after torch's own in-place init, so a graph built before refuses to backward (it
+    used to run on the new values), with or without init_fn (captured programs)."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    if tied:
+        model[1].weight = model[0].weight
+    x = torch.ones(2, 4, requires_grad=True)
+    loss = (model(x) ** 2).sum()  # saves the weights
+    versions = [p._version for p in model.parameters()]
+    weight = model[0].weight
+    shardinit.materialize(
+        model, seed=SEED, overwrite=True, init_fn=lambda: nn.init.ones_(model[1].bias)
+    )
+    assert model[0].weight is weight
+    assert all(p._version > v for p, v in zip(model.parameters(), versions, strict=True))
+    assert torch.equal(model[1].bias.detach(), torch.ones(4))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
 def test_bad_arguments() -> None:
     with torch.device("meta"):
         model = nn.Linear(2, 2)

@@ -177,6 +177,12 @@ class Plan:
         with torch.no_grad():
             for plan in self.params:
                 plan.target.fill(plan.values)
+        # The targets write through .data (a tensor with its own version counter): bump
+        # each parameter's, as torch's in-place init does, so that a graph that saved one
+        # (materialize with overwrite=True on a model in use) refuses to backward.
+        torch.autograd.graph.increment_version(
+            [param for plan in self.params for param in _held_tensors(plan.target)]
+        )
 
     def fill_buffers(self, root: nn.Module, buffer_init: BufferInit | None) -> None:
         """Sets each meta buffer to its default or by ``buffer_init``; then writes the
@@ -196,6 +202,12 @@ class Plan:
                 fsdp1.take_meta_buffers(module)
         if self.captured is not None and self.write_computed:
             write_buffers(root, self.captured)
+
+
+def _held_tensors(target: Target) -> list[torch.Tensor]:
+    """The tensors ``target``'s holders register now (a tied parameter once)."""
+    held = (owner._parameters.get(attr) for owner, attr in target.holders)
+    return list({id(tensor): tensor for tensor in held if tensor is not None}.values())
 
 
 def _dtensor_device(tensor: torch.Tensor, device: torch.device | None) -> torch.device:
