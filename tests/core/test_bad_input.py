@@ -349,6 +349,10 @@ CASES: list[Case] = [
     Case("megatron.partition_names", "model_or_chunks", "'model'", lambda: shardinit.megatron.partition_names("model"), TypeError, r"^model_or_chunks must be an nn.Module or a non-empty list of them \(virtual pipeline chunks\), got 'model'$"),
     # ---- deepspeed.Init(*args, **kwargs): deepspeed.zero.Init's arguments ---------------------
     Case("deepspeed.Init", "config_dict_or_path", "3", lambda: shardinit.deepspeed.Init(config_dict_or_path=3), TypeError, r"^config_dict_or_path must be a dict, a path \(str or os.PathLike\) or None, got int$"),
+    Case("deepspeed.Init", "config_dict_or_path", "3 (positional)", lambda: shardinit.deepspeed.Init(None, None, True, None, False, 3), TypeError, r"^config_dict_or_path must be a dict, a path \(str or os.PathLike\) or None, got int$"),
+    Case("deepspeed.Init", "config", "3 (deprecated alias)", lambda: shardinit.deepspeed.Init(config=3), TypeError, r"^config must be a dict, a path \(str or os.PathLike\) or None, got int$"),
+    Case("deepspeed.Init", "config_dict_or_path", "'missing-ds.json'", lambda: shardinit.deepspeed.Init(config_dict_or_path="missing-ds.json"), E, r"^config_dict_or_path: no file at 'missing-ds.json' \(DeepSpeed takes a dict, the path of an existing JSON config file, or a base64-encoded config\)$"),
+    Case("deepspeed.Init", "config_dict_or_path", "Path('missing-ds.json')", lambda: shardinit.deepspeed.Init(config_dict_or_path=Path("missing-ds.json")), E, r"^config_dict_or_path: no file at 'missing-ds.json'"),
     # ---- fingerprint(tensor, *, group) --------------------------------------------------------
     Case("fingerprint", "tensor", "a list", lambda: shardinit.fingerprint([1.0, 2.0]), TypeError, r"^fingerprint needs a torch.Tensor or DTensor, got list$"),
     Case("fingerprint", "tensor", "a numpy array", lambda: shardinit.fingerprint(np.zeros(3)), TypeError, r"^fingerprint needs a torch.Tensor or DTensor, got ndarray$"),
