@@ -80,6 +80,12 @@ def _meta_linear() -> nn.Linear:
         return nn.Linear(3, 2)
 
 
+def _meta_lazy_linear() -> nn.Module:
+    """An nn.LazyLinear on meta before its first forward: its parameters have no shape."""
+    with torch.device("meta"):
+        return nn.LazyLinear(2)
+
+
 def _prepared_meta_linear() -> nn.Linear:
     """A meta model as accelerate's Accelerator.prepare leaves it (the attribute it sets on
     what it returns), still on meta: its optimizer is already wrong (docs/trainers.md)."""
@@ -327,9 +333,12 @@ CASES: list[Case] = [
     Case("materialize", "buffer_init", "3", _materialize(buffer_init=3), TypeError, r"^buffer_init must be callable, got int$"),
     Case("materialize", "overwrite", "'yes'", _materialize(overwrite="yes"), TypeError, r"^overwrite must be a bool, got str$"),
     Case("materialize", "init_fn", "3", _materialize(init_fn=3), TypeError, r"^init_fn must be callable or a CapturedInit, got int$"),
+    Case("materialize", "init_fn", "calls materialize(..., init_fn=...) (nested)", _materialize(init_fn=lambda: shardinit.materialize(_meta_linear(), seed=0, init_fn=lambda: None)), E, r"^capture_init called while capture_init is already running in this thread \(nested\): init code may not capture again"),
+    Case("materialize", "module", "nn.LazyLinear on meta (no shape yet)", lambda: shardinit.materialize(_meta_lazy_linear(), seed=0), E, r"^materialize: 2 parameter\(s\) are uninitialized lazy parameters \(nn.LazyLinear and the other nn.Lazy\* modules\), whose shape is unknown until their first forward: weight, bias\. Run one forward pass first"),
     # ---- capture_init(module, init_fn) ------------------------------------------------------
     Case("capture_init", "module", "None", lambda: shardinit.capture_init(None, lambda: None), TypeError, r"^module must be a torch.nn.Module, got NoneType$"),
     Case("capture_init", "init_fn", "3", lambda: shardinit.capture_init(_meta_linear(), 3), TypeError, r"^init_fn must be callable, got int$"),
+    Case("capture_init", "init_fn", "calls capture_init (nested)", lambda: shardinit.capture_init(_meta_linear(), lambda: shardinit.capture_init(_meta_linear(), lambda: None)), E, r"^capture_init called while capture_init is already running in this thread \(nested\)"),
     # ---- fsdp1_param_init_fn(module, device) ------------------------------------------------
     Case("fsdp1_param_init_fn", "module", "None", lambda: shardinit.fsdp1_param_init_fn(None), TypeError, r"^module must be a torch.nn.Module, got NoneType$"),
     Case("fsdp1_param_init_fn", "device", "'meta'", lambda: shardinit.fsdp1_param_init_fn(_meta_linear(), device="meta"), E, r"^device must be 'cpu' or a CUDA device, got meta$"),
