@@ -278,7 +278,9 @@ def test_slow_ks_and_ad_at_ten_million(label: str) -> None:
     [(torch.bfloat16, 0.99, 1.0), (torch.float16, 0.999, 1.0), (torch.bfloat16, -1 / 32, 1 / 32)],
     ids=["bf16-narrow", "f16-narrow", "bf16-linear-bound"],
 )
-def test_16_bit_uniform_reaches_b_as_stream_v1_rounds(dtype: torch.dtype, a: float, b: float) -> None:
+def test_16_bit_uniform_reaches_b_as_stream_v1_rounds(
+    dtype: torch.dtype, a: float, b: float
+) -> None:
     """A documented difference from torch (stream-format.md §4, capturing-init.md
     "Limits"): a 16-bit uniform(a, b) is a + (b - a) * U24 rounded to nearest, so values
     within half a 16-bit ulp of b round to b itself, which torch's [a, b) never returns.

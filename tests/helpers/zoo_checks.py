@@ -22,8 +22,6 @@ def expect_refusal(pattern: str, kind: type[Exception] = ShardInitError) -> Iter
         yield
     except kind as error:
         if not re.search(pattern, str(error)):
-            raise AssertionError(
-                f"{kind.__name__} {error!s} does not match {pattern!r}"
-            ) from error
+            raise AssertionError(f"{kind.__name__} {error!s} does not match {pattern!r}") from error
         return
     raise AssertionError(f"no {kind.__name__} matching {pattern!r} was raised")

@@ -329,7 +329,9 @@ def test_uninitialized_lazy_parameters_are_refused_until_a_forward() -> None:
     assert model[1].weight.is_meta  # refused before anything was allocated
     model(torch.empty(2, 8, device="meta"))
     shardinit.materialize(model, seed=SEED)
-    spec = shardinit.ParamSpec("0.weight", (4, 8), init=init.kaiming_uniform(a=math.sqrt(5)), seed=SEED)
+    spec = shardinit.ParamSpec(
+        "0.weight", (4, 8), init=init.kaiming_uniform(a=math.sqrt(5)), seed=SEED
+    )
     assert torch.equal(model[0].weight.detach(), shardinit.full(spec))
 
 

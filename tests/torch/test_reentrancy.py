@@ -48,7 +48,9 @@ def _nested_materialize(sub: nn.Module) -> Callable[[], object]:
     "inner",
     [
         pytest.param(_nested_materialize, id="materialize-with-init_fn"),
-        pytest.param(lambda sub: lambda: shardinit.capture_init(sub, lambda: None), id="capture_init"),
+        pytest.param(
+            lambda sub: lambda: shardinit.capture_init(sub, lambda: None), id="capture_init"
+        ),
     ],
 )
 def test_a_capture_inside_init_code_is_refused_and_the_lock_stays_usable(

@@ -487,9 +487,10 @@ def _config_edges() -> None:
     from megatron.core.tensor_parallel import layers
 
     original = layers._initialize_affine_weight_cpu
-    with expect_refusal(r"^shardinit.megatron.deferred_init\(\) called while .* is already running"):
-        with shardinit.megatron.deferred_init(), shardinit.megatron.deferred_init():
-            pass
+    nested = r"^shardinit.megatron.deferred_init\(\) called while .* is already running"
+    deferred = shardinit.megatron.deferred_init
+    with expect_refusal(nested), deferred(), deferred():
+        pass
     assert layers._initialize_affine_weight_cpu is original
     shardinit.megatron.materialize(_gpt(config, False), seed=SEED, config=config)  # free again
 

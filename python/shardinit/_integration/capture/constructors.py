@@ -47,8 +47,7 @@ _RECORDS: weakref.WeakKeyDictionary[nn.Module, dict[str, ConstructorValue]] = (
 #: capture_init runs, it is refused.
 _RECORDING = ThreadExclusive(
     "record_constructors()",
-    "build the model inside record_constructors(), outside init code that capture_init "
-    "runs",
+    "build the model inside record_constructors(), outside init code that capture_init runs",
     clashes_with=("capture_init",),
     reentrant=True,
 )
