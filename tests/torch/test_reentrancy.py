@@ -7,6 +7,7 @@ thread's capture waits its turn instead of failing."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 
@@ -19,6 +20,24 @@ from shardinit import init
 
 SEED = 5
 NESTED = r"^capture_init called while capture_init is already running in this thread \(nested\)"
+
+
+def _without_deadlock(work: Callable[[], object]) -> BaseException | None:
+    """Runs ``work`` on a daemon thread and returns what it raised; fails instead of
+    hanging the run if it never returns (the deadlock this file guards against)."""
+    raised: list[BaseException | None] = [None]
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as error:  # returned to the test
+            raised[0] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(300)
+    assert not thread.is_alive(), "no result after 300 s: deadlocked"
+    return raised[0]
 
 
 def _meta_linear() -> nn.Linear:
@@ -57,10 +76,11 @@ def test_a_capture_inside_init_code_is_refused_and_the_lock_stays_usable(
     inner: Callable[[nn.Module], Callable[[], object]],
 ) -> None:
     model, sub = _meta_linear(), _meta_linear()
-    with pytest.raises(shardinit.ShardInitError, match=NESTED + r": init code may not capture"):
-        shardinit.materialize(model, seed=SEED, init_fn=inner(sub))
+    nested = _without_deadlock(lambda: shardinit.materialize(model, seed=SEED, init_fn=inner(sub)))
+    assert isinstance(nested, shardinit.ShardInitError)
+    assert re.match(NESTED + r": init code may not capture", str(nested)), nested
     assert model.weight.is_meta and sub.weight.is_meta  # refused before anything was filled
-    _later_capture_works()
+    assert _without_deadlock(_later_capture_works) is None
 
 
 def test_record_constructors_inside_init_code_is_refused() -> None:
