@@ -12,10 +12,12 @@ from typing import Protocol
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from .._names import BufferHolder, buffer_holders, holder_names, listing, param_slots
 from .._torch_compat import apply_to_tensors, is_flat_param
 from ..errors import ShardInitError
+from ..init import zeros
 from ..spec import ParamSpec
 from . import fsdp1, zero3
 from .capture import CapturedInit, ParamRecord, base_ops, constructor_record, write_buffers
@@ -177,6 +179,12 @@ class Plan:
         with torch.no_grad():
             for plan in self.params:
                 plan.target.fill(plan.values)
+        # The targets write through .data (a tensor with its own version counter): bump
+        # each parameter's, as torch's in-place init does, so that a graph that saved one
+        # (materialize with overwrite=True on a model in use) refuses to backward.
+        torch.autograd.graph.increment_version(
+            [param for plan in self.params for param in _held_tensors(plan.target)]
+        )
 
     def fill_buffers(self, root: nn.Module, buffer_init: BufferInit | None) -> None:
         """Sets each meta buffer to its default or by ``buffer_init``; then writes the
@@ -196,6 +204,12 @@ class Plan:
                 fsdp1.take_meta_buffers(module)
         if self.captured is not None and self.write_computed:
             write_buffers(root, self.captured)
+
+
+def _held_tensors(target: Target) -> list[torch.Tensor]:
+    """The tensors ``target``'s holders register now (a tied parameter once)."""
+    held = (owner._parameters.get(attr) for owner, attr in target.holders)
+    return list({id(tensor): tensor for tensor in held if tensor is not None}.values())
 
 
 def _dtensor_device(tensor: torch.Tensor, device: torch.device | None) -> torch.device:
@@ -227,15 +241,26 @@ def local_targets(root: nn.Module, managed: set[tuple[int, str]]) -> list[LocalT
     parameters, tied ones once.
 
     Raises:
-        ShardInitError: a DTensor layout that is not supported.
+        ShardInitError: a DTensor layout that is not supported; uninitialized lazy
+            parameters (``nn.LazyLinear`` before its first forward), whose shape is unknown.
     """
 
     def skip(module: nn.Module, attr: str, param: nn.Parameter) -> bool:
         # A region source's flat parameter is filled through that source's targets.
         return (id(module), attr) in managed or is_flat_param(param)
 
+    slots = param_slots(root, skip=skip)
+    lazy = [slot.name for slot in slots if is_lazy(slot.param)]
+    if lazy:
+        raise ShardInitError(
+            f"materialize: {len(lazy)} parameter(s) are uninitialized lazy parameters "
+            f"(nn.LazyLinear and the other nn.Lazy* modules), whose shape is unknown until "
+            f"their first forward: {listing(lazy)}. Run one forward pass first (on meta, "
+            "with meta inputs, it only infers the shapes) or build the modules non-lazy "
+            "(nn.Linear(in_features, out_features))"
+        )
     targets = []
-    for slot in param_slots(root, skip=skip):
+    for slot in slots:
         param = slot.param
         if is_dtensor(param):
             runs = local_runs_of(param, name=slot.name)
@@ -336,6 +361,11 @@ def make_plan(
                 params.append(ParamPlan(target, ReplayValues(record, seed)))
                 continue
         values = chooser.values(target, record, seed)
+        if values is None and 0 in target.global_shape:
+            # No element to fill (init_fn's normal_ on it recorded nothing): every
+            # initializer gives the same empty tensor, so it needs no rule.
+            spec = ParamSpec(target.name, target.global_shape, target.dtype, zeros(), seed=seed)
+            values = InitValues(spec)
         if values is None:
             missing.append(f"{target.name} ({type(target.holders[0][0]).__name__})")
             continue

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import warnings
 import weakref
 from collections.abc import Callable
@@ -13,6 +12,7 @@ from torch import nn
 
 from ..._names import holder_names, listing
 from ..._torch_compat import rewrap_fsdp2_classes, unwrap_fsdp2_classes
+from ..exclusive import ThreadExclusive
 from .mode import CaptureMode
 from .records import CapturedInit, ParamRecord, UnsupportedInitOpError
 from .standins import (
@@ -29,7 +29,16 @@ from .tracks import Track
 
 __all__ = ["capture_init"]
 
-_LOCK = threading.Lock()
+#: One capture at a time: the stand-ins and the recorder are process-wide state.
+#: Another thread waits; a capture nested in this thread's capture is refused.
+_CAPTURE = ThreadExclusive(
+    "capture_init",
+    "init code may not capture again (shardinit.capture_init, or shardinit.materialize "
+    "with init_fn), and a capture may not run inside record_constructors(); capture the "
+    "whole model with one init_fn (or the part before or after), and leave "
+    "record_constructors() before capturing",
+    clashes_with=("record_constructors()",),
+)
 
 
 def capture_init(
@@ -88,7 +97,7 @@ def capture_init(
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     if not callable(init_fn):
         raise TypeError(f"init_fn must be callable, got {type(init_fn).__name__}")
-    with _LOCK:
+    with _CAPTURE.hold():
         groups = param_groups(module)
         buffers = buffer_standins(module)
         aliases = {

@@ -14,7 +14,6 @@ Records are kept per module object and attribute name (weakly), so they survive
 from __future__ import annotations
 
 import contextlib
-import threading
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_parameter_registration_hook
 
+from ..exclusive import ThreadExclusive
 from .mode import CaptureMode
 from .program import Bad, Expr, bad_reasons
 from .records import CapturedOp, ParamRecord, program_of
@@ -42,7 +42,15 @@ class ConstructorValue:
 _RECORDS: weakref.WeakKeyDictionary[nn.Module, dict[str, ConstructorValue]] = (
     weakref.WeakKeyDictionary()
 )
-_LOCK = threading.RLock()
+#: One thread records at a time (the registration hook is process-wide); nested in the
+#: same thread each level records its own modules; entered from init code that
+#: capture_init runs, it is refused.
+_RECORDING = ThreadExclusive(
+    "record_constructors()",
+    "build the model inside record_constructors(), outside init code that capture_init runs",
+    clashes_with=("capture_init",),
+    reentrant=True,
+)
 _NEVER = "that were never written"
 
 
@@ -73,7 +81,7 @@ def record_constructors() -> Iterator[None]:
         if param is not None:
             seen.append((weakref.ref(module), name, param))
 
-    with _LOCK:
+    with _RECORDING.hold():
         handle = register_module_parameter_registration_hook(hook)
         try:
             with mode:
