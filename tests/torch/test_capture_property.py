@@ -53,8 +53,9 @@ EAGER_SEEDS = (1, 2, 3, 4)
 OUR_SEEDS = (11, 12, 13)
 TIMEOUT_S = 60.0
 #: Deterministic values of programs with exp/log/sin/sqrt/pow/linspace steps: torch's float
-#: kernels and the core's binary64 math agree within this many ulp of the parameter's dtype
-#: (relative above 1, absolute below).
+#: kernels and the core's binary64 math agree within this many ulp (relative above 1,
+#: absolute below) of the coarsest dtype the values pass through: the parameter's, float32
+#: (torch's default dtype of every temporary) and bfloat16 where a step casts to it.
 TABLE_ULPS = 8
 #: A value that is at least this share of eager's random values is an atom.
 ATOM_SHARE = 0.05
@@ -484,7 +485,7 @@ def fills(dims: int, region: Region) -> st.SearchStrategy[Step]:
         st.just(init_step(region, "ones_")),
         st.just(init_step(region, "normal_", mean=0.5, std=0.02)),
         st.just(init_step(region, "uniform_", a=-1.0, b=2.0)),
-        st.just(init_step(region, "uniform_", a=0.99, b=1.0)),
+        st.just(init_step(region, "uniform_", a=0.5, b=1.0)),
         st.just(init_step(region, "trunc_normal_", mean=0.0, std=1.0, a=-2.0, b=2.0)),
         st.just(init_step(region, "_no_grad_trunc_normal_", mean=0, std=0.02, a=-0.04, b=0.04)),
         st.builds(lambda c: method_step(region, "fill_", c), small_constants),
@@ -549,12 +550,13 @@ def exprs(region: Region, unsupported: bool = False) -> st.SearchStrategy[tuple[
 def _key(region: Region) -> tuple[Any, ...] | None:
     """The ``__setitem__`` key of ``region``'s view, if it has one."""
     kind, *args = region.view
-    return {
-        "whole": (Ellipsis,),
-        "rows": (slice(*args),),
-        "cols": (slice(None), slice(*args)),
-        "index": (args[0],) if args else None,
-    }.get(kind)
+    if kind == "whole":
+        return (Ellipsis,)
+    if kind == "rows":
+        return (slice(args[0], args[1]),)
+    if kind == "cols":
+        return (slice(None), slice(args[0], args[1]))
+    return (args[0],) if kind == "index" else None
 
 
 @st.composite
@@ -717,12 +719,43 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _atoms(random_values: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The test "is an atom of these random values" (a value at least ATOM_SHARE of them)."""
-    share = max(2.0, ATOM_SHARE * random_values.numel())
-    nan_atom = bool(random_values.isnan().sum() >= share)
-    values, counts = random_values[~random_values.isnan()].unique(return_counts=True)
-    atoms = values[counts >= share]
+    """The test "is an atom of eager's random values" (runs x elements): a value that is at
+    least ATOM_SHARE of them, or that repeats among the runs at one element."""
+    flat = random_values.reshape(-1)
+    share = max(2.0, ATOM_SHARE * flat.numel())
+    nan_atom = bool(flat.isnan().sum() >= share)
+    values, counts = flat[~flat.isnan()].unique(return_counts=True)
+    repeats = torch.stack([_same(x, y) for x in random_values for y in random_values])
+    repeated = repeats.view(len(random_values), len(random_values), -1).sum(1) > 1
+    nan_atom |= bool((repeated & random_values.isnan()).any())
+    atoms = torch.cat([values[counts >= share], random_values[repeated & ~random_values.isnan()]])
     return lambda x: torch.isin(x, atoms) | (x.isnan() & nan_atom)
+
+
+def coincidences_allowed(e: torch.Tensor) -> int:
+    """How many of the random elements of eager's runs ``e`` (runs x elements) may take one
+    value for every seed of OUR_SEEDS by chance: the 1e-6 tail of a Poisson law. Each
+    element's chance is that of OUR_SEEDS drawing one value from the element's own values
+    where eager's runs repeat one there (a ``where`` of two tables: each element has its
+    own few values), else from the values of all the elements (bf16 has few values)."""
+    if e.numel() == 0:
+        return 0
+    power = len(OUR_SEEDS) - 1  # the sum over values v of p(v)^k is the mean of p^(k-1)
+    pooled = e.reshape(-1)
+    _, inverse, counts = pooled.nan_to_num(nan=math.pi * 1e300).unique(
+        return_inverse=True, return_counts=True
+    )
+    everywhere = float(((counts[inverse].double() / pooled.numel()) ** power).mean())
+    repeats = torch.stack([_same(x, y) for x in e for y in e]).view(len(e), len(e), -1).sum(1)
+    own = ((repeats.double() / len(e)) ** power).mean(0)
+    mean = float(torch.where((repeats > 1).any(0), own, everywhere).sum())
+    if mean > 50:
+        return math.ceil(mean + 6 * math.sqrt(mean))
+    k, term, tail = 0, math.exp(-mean), 1.0
+    while tail >= 1e-6:
+        tail -= term
+        k, term = k + 1, term * mean / (k + 1)
+    return k - 1
 
 
 def check_values(program: Program, name: str, eager_values: list[torch.Tensor],
@@ -733,16 +766,26 @@ def check_values(program: Program, name: str, eager_values: list[torch.Tensor],
     det_e = torch.stack([_same(e[0], x) for x in e]).all(0)
     det_o = torch.stack([_same(o[0], x) for x in o]).all(0)
     is_atom = _atoms(e[:, ~det_e])
-    close = _same(o[0], e[0])
+    closeness = torch.stack([_same(x, e[0]) for x in o])  # ours' seeds x elements
     if program.inexact:
-        tolerance = TABLE_ULPS * torch.finfo(dtype).eps * e[0].abs().clamp_min(1.0)
-        close |= (o[0] - e[0]).abs() <= tolerance
+        coarsest = [dtype, torch.float32] + [torch.bfloat16] * ("bfloat16" in repr(program))
+        eps = max(torch.finfo(d).eps for d in coarsest)
+        closeness |= (o - e[0]).abs() <= TABLE_ULPS * eps * e[0].abs().clamp_min(1.0)
+    close = closeness[0]
+    differs = det_e & ~is_atom(e[0]) & ~(det_o & close)
+    # Eager's runs may all draw one of an element's few values (a where of two tables on a
+    # random condition): no more often than ours do, where ours draw that value too.
+    drawn_too = differs & ~det_o & closeness.any(0)
+    if int(drawn_too.sum()) <= 3 + 2 * int((~det_e & det_o).sum()):
+        differs &= ~drawn_too
     problems = {
-        "deterministic in eager, not ours": det_e & ~is_atom(e[0]) & ~(det_o & close),
+        "deterministic in eager, not ours": differs,
         "eager's atom, ours another constant": det_e & is_atom(e[0]) & det_o & ~close
         & ~is_atom(o[0]),
-        "random in eager, not ours": ~det_e & det_o & ~is_atom(o[0]),
     }
+    allowed = coincidences_allowed(e[:, ~det_e])
+    if int((~det_e & det_o).sum()) > allowed:
+        problems[f"random in eager, not ours (more than {allowed} by chance)"] = ~det_e & det_o
     for what, where in problems.items():
         if bool(where.any()):
             at = tuple(where.nonzero()[0].tolist())
@@ -848,13 +891,33 @@ ISSUE_PATTERNS = {
 }
 
 
-def _with_issue_patterns(test: Callable[..., None]) -> Callable[..., None]:
-    for program in ISSUE_PATTERNS.values():
+F64 = Layout(16, 32, torch.float64, (8, 4), torch.float64, (4, 6), torch.bfloat16)
+SUM_OF_RANDOMS = ("binary", "add", ("randn",), ("rand",))
+
+#: Patterns this test found beyond issue 28's list (its own report has the details).
+FOUND_PATTERNS = {
+    "non-box region refused at the caller's line": issue_program(
+        init_step(Region("lin.weight", True, ("flat", 1, 77)), "zeros_")
+    ),
+    "own values in a where": issue_program(copy_step(WEIGHT, (
+        "where", ("arange", 0.0), 0.0, ("own", WEIGHT), ("full", -2.5)
+    ))),  # fmt: skip
+    "two random values, then a cast": Program(F64, (
+        *issue_program().steps, assign_step("lin.weight", SUM_OF_RANDOMS)
+    )),  # fmt: skip
+    "two random values, then torch.add(out=)": issue_program(
+        add_out_step("lin.weight", True, SUM_OF_RANDOMS)
+    ),
+}
+
+
+def _with_patterns(test: Callable[..., None]) -> Callable[..., None]:
+    for program in [*ISSUE_PATTERNS.values(), *FOUND_PATTERNS.values()]:
         test = example(program=program)(test)
     return test
 
 
-@_with_issue_patterns
+@_with_patterns
 @given(program=programs())
 @settings(deadline=None)
 def test_capture_equals_eager_or_refuses(program: Program) -> None:
