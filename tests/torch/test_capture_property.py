@@ -16,14 +16,17 @@ one of two outcomes, never anything else:
   eager's, bit for bit for constants and exact arithmetic, within ``TABLE_ULPS`` for
   programs with transcendental steps; shardinit is random (differs between the seeds of
   ``OUR_SEEDS``) exactly where eager is random; and large random regions have eager's
-  quantiles within ``QUANTILE_TOLERANCE`` (a structure check, not a KS test).
+  law (atoms' shares, shares below eager's quantiles) within ``SIGMAS`` standard errors
+  (a structure check, not a KS test).
 
-Random values that coincide across runs are expected where a step maps random values to
-a few values (a ``clamp``, a comparison, a narrow bf16 ``uniform_``): such a value is an
-*atom* (``ATOM_SHARE`` of eager's random values or more), and a coincidence on an atom is
-not a difference. A hang is a failure too: each materialize runs in a thread joined with
-``TIMEOUT_S``. Examples per run come from the hypothesis profile (tests/conftest.py); the
-``@example``s are the patterns issue 28 names.
+Random values may coincide across runs where a step maps them to a few values (a
+``clamp``, a comparison, a ``where`` of two tables, bf16's few values): a value of at least
+``ATOM_SHARE`` of eager's random values, or one that eager's runs repeat at an element, is
+an *atom*, and ties are allowed up to the 1e-6 tail of a Poisson law of their expected
+number (``coincidences_allowed``). A hang is a failure too: each materialize runs in a
+thread joined with ``TIMEOUT_S``. Examples per run come from the hypothesis profile
+(tests/conftest.py); the ``@example``s are the patterns issue 28 names and those this test
+found (``FOUND_PATTERNS``).
 """
 
 from __future__ import annotations
@@ -59,14 +62,10 @@ TIMEOUT_S = 60.0
 TABLE_ULPS = 8
 #: A value that is at least this share of eager's random values is an atom.
 ATOM_SHARE = 0.05
-#: Random regions of at least this many elements compare their distribution with eager's:
-#: each atom's share within SHARE_TOLERANCE; the other values' 10/50/90 % quantiles within
-#: QUANTILE_TOLERANCE of eager's 10-90 % spread, and that spread within SPREAD_RATIO of
-#: eager's (each about 4 standard errors at 200 normal elements).
+#: Random regions of at least this many elements compare their distribution with eager's
+#: (``check_distribution``), each share within SIGMAS standard errors.
 QUANTILE_MIN_ELEMENTS = 200
-SHARE_TOLERANCE = 0.2
-QUANTILE_TOLERANCE = 0.3
-SPREAD_RATIO = (2 / 3, 3 / 2)
+SIGMAS = 6.0
 DTYPES = (torch.float32, torch.bfloat16, torch.float64)
 PARAMS = ("lin.weight", "lin.bias", "alpha", "beta")
 DTYPE_TEXT = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float64: "float64"}
@@ -544,7 +543,19 @@ def exprs(region: Region, unsupported: bool = False) -> st.SearchStrategy[tuple[
                       st.sampled_from(["add", "mul", "sub"]), inner, inner),
         )  # fmt: skip
 
-    return st.recursive(sources(region), extend, max_leaves=3)
+    return st.recursive(sources(region), extend, max_leaves=3).filter(_not_mixed)
+
+
+def _kinds(expr: tuple[Any, ...]) -> set[str]:
+    return {expr[0]}.union(*(_kinds(a) for a in expr[1:] if isinstance(a, tuple)))
+
+
+def _not_mixed(expr: tuple[Any, ...]) -> bool:
+    """Random sources and tables that vary by element are not mixed in one expression:
+    where(randn() > 0, arange, randn) has a few values of its own at each element, and
+    four eager runs cannot tell a tie on one of them from a deterministic value."""
+    kinds = _kinds(expr)
+    return not ({"rand", "randn"} & kinds and {"arange", "linspace", "own"} & kinds)
 
 
 def _key(region: Region) -> tuple[Any, ...] | None:
@@ -607,7 +618,8 @@ def unsupported_steps(draw: st.DrawFn, layout: Layout) -> Step:
         st.builds(lambda h: index_write_step(name, h), st.sampled_from(["list", "mask"])),
     ]
     if others:
-        options.append(st.builds(lambda o: copy_step(region, ("other", o)), st.sampled_from(others)))
+        other = st.sampled_from(others)
+        options.append(st.builds(lambda o: copy_step(region, ("other", o)), other))
     if len(shape) == 2:
         options.append(st.just(index_write_step(name, "diagonal")))
     return draw(st.one_of(options))
@@ -695,6 +707,13 @@ def ours(program: Program, seed: int, m: nn.Module) -> Run:
     return run
 
 
+def described(m: nn.Module) -> dict[str, tuple[Any, ...]]:
+    """What a refusal must leave unchanged: each Parameter object and what it is."""
+    return {
+        n: (id(p), p.shape, p.dtype, p.requires_grad, p.is_meta) for n, p in m.named_parameters()
+    }
+
+
 def check_refusal(program: Program, run: Run, m: nn.Module, before: dict[str, Any]) -> None:
     error = run.error
     assert isinstance(error, shardinit.ShardInitError), (
@@ -710,7 +729,7 @@ def check_refusal(program: Program, run: Run, m: nn.Module, before: dict[str, An
         f"the refusal names no line of a step in {HERE} (named: {sorted(lines)}): "
         f"{message}\n{program}"
     )
-    after = {n: (p, p.shape, p.dtype, p.requires_grad, p.is_meta) for n, p in m.named_parameters()}
+    after = described(m)
     assert after == before, f"the refused module changed: {before} -> {after}\n{program}"
 
 
@@ -745,7 +764,9 @@ def coincidences_allowed(e: torch.Tensor) -> int:
     _, inverse, counts = pooled.nan_to_num(nan=math.pi * 1e300).unique(
         return_inverse=True, return_counts=True
     )
-    everywhere = float(((counts[inverse].double() / pooled.numel()) ** power).mean())
+    # A value seen once among all of them is of a continuous law: no chance of a tie.
+    seen = counts[inverse].double() * (counts[inverse] > 1)
+    everywhere = float(((seen / pooled.numel()) ** power).mean())
     repeats = torch.stack([_same(x, y) for x in e for y in e]).view(len(e), len(e), -1).sum(1)
     own = ((repeats.double() / len(e)) ** power).mean(0)
     mean = float(torch.where((repeats > 1).any(0), own, everywhere).sum())
@@ -768,7 +789,8 @@ def check_values(program: Program, name: str, eager_values: list[torch.Tensor],
     is_atom = _atoms(e[:, ~det_e])
     closeness = torch.stack([_same(x, e[0]) for x in o])  # ours' seeds x elements
     if program.inexact:
-        coarsest = [dtype, torch.float32] + [torch.bfloat16] * ("bfloat16" in repr(program))
+        casts = any("bfloat16" in step.text for step in program.steps)
+        coarsest = [dtype, torch.float32] + [torch.bfloat16] * casts
         eps = max(torch.finfo(d).eps for d in coarsest)
         closeness |= (o - e[0]).abs() <= TABLE_ULPS * eps * e[0].abs().clamp_min(1.0)
     close = closeness[0]
@@ -799,27 +821,41 @@ def check_values(program: Program, name: str, eager_values: list[torch.Tensor],
 
 def check_distribution(program: Program, name: str, e: torch.Tensor, o: torch.Tensor,
                        is_atom: Callable[[torch.Tensor], torch.Tensor]) -> None:  # fmt: skip
-    """Eager's random values ``e`` against ours ``o``: the share of each atom (and of
-    non-finite values), then the quantiles and the spread of the other values."""
+    """Eager's random values ``e`` against ours ``o``, free of their law: the share of each
+    atom (and of non-finite values), then the share of our other values below eager's 10,
+    50 and 90 % quantiles and between the 10 and 90 % ones, each within SIGMAS standard
+    errors of a share of two samples that have one law."""
     if min(e.numel(), o.numel()) < QUANTILE_MIN_ELEMENTS:
         return
-    atoms = [float(a) for a in e[is_atom(e)].unique()] + [math.nan]
-    for atom in atoms:
-        share_e, share_o = (float(_same(x, torch.tensor(atom, dtype=x.dtype)).double().mean())
-                            for x in (e, o))  # fmt: skip
-        assert abs(share_e - share_o) <= SHARE_TOLERANCE, (
-            f"{name}: random values equal to {atom}: {share_o:.3f} of ours, {share_e:.3f} of "
-            f"eager's\n{program}"
+
+    def agrees(what: str, ours: float, want: float, noise: float) -> None:
+        bound = max(SIGMAS * math.sqrt(want * (1 - want)) * noise, 1e-9)
+        assert abs(ours - want) <= bound, (
+            f"{name}: {what}: {ours:.3f} of ours against {want:.3f} (bound {bound:.3f})"
+            f"\n{program}"
         )
+
+    noise = math.sqrt(1 / e.numel() + 1 / o.numel())
+    for atom in [float(a) for a in e[is_atom(e)].unique()] + [math.nan]:
+        share = [float(_same(x, torch.tensor(atom, dtype=x.dtype)).double().mean()) for x in (e, o)]
+        agrees(f"random values equal to {atom}", share[1], share[0], noise)
+    agrees("non-finite random values", float((~o.isfinite()).double().mean()),
+           float((~e.isfinite()).double().mean()), noise)  # fmt: skip
     e, o = (x[~is_atom(x) & x.isfinite()] for x in (e, o))
     if min(e.numel(), o.numel()) < QUANTILE_MIN_ELEMENTS:
         return
-    levels = torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)
-    qe, qo = torch.quantile(e, levels), torch.quantile(o, levels)
-    spread_e, spread_o = float(qe[2] - qe[0]), float(qo[2] - qo[0])
-    assert bool(((qo - qe).abs() <= QUANTILE_TOLERANCE * spread_e).all()) and (
-        SPREAD_RATIO[0] * spread_e <= spread_o <= SPREAD_RATIO[1] * spread_e
-    ), f"{name}: random values' 10/50/90 % quantiles {qo.tolist()}, eager {qe.tolist()}\n{program}"
+    noise = math.sqrt(1 / e.numel() + 1 / o.numel())
+    levels = (0.1, 0.5, 0.9)
+    quantiles = torch.quantile(e, torch.tensor(levels, dtype=torch.float64)).tolist()
+
+    def below(q: float) -> float:  # ties (bf16) count half
+        return float(((o < q).double().mean() + (o <= q).double().mean()) / 2)
+
+    for level, q in zip(levels, quantiles):
+        agrees(f"random values below eager's {level:.0%} quantile {q:.4g}", below(q), level,
+               noise)  # fmt: skip
+    agrees("random values between eager's 10 and 90 % quantiles",
+           below(quantiles[2]) - below(quantiles[0]), 0.8, noise)  # fmt: skip
 
 
 def check_equal(program: Program, eager_runs: list[Run], our_runs: list[Run]) -> None:
@@ -846,8 +882,7 @@ def check(program: Program, log: Callable[[str], None] = note) -> None:
     for seed in OUR_SEEDS:
         with torch.device("meta"):
             m = Net(program.layout)
-        before = {n: (p, p.shape, p.dtype, p.requires_grad, p.is_meta)
-                  for n, p in m.named_parameters()}  # fmt: skip
+        before = described(m)
         run = ours(program, seed, m)
         for text in run.warned:
             log(f"materialize warned: {text}")
@@ -905,6 +940,9 @@ FOUND_PATTERNS = {
     "two random values, then a cast": Program(F64, (
         *issue_program().steps, assign_step("lin.weight", SUM_OF_RANDOMS)
     )),  # fmt: skip
+    "two random values, then a scalar step": issue_program(copy_step(WEIGHT, (
+        "unary", "div", 3.0, ("binary", "mul", ("randn",), ("randn",))
+    ))),  # fmt: skip
     "two random values, then torch.add(out=)": issue_program(
         add_out_step("lin.weight", True, SUM_OF_RANDOMS)
     ),
