@@ -212,10 +212,23 @@ class Engine:
         reads = self.read_in(tree, op)
         if target.kind == "temp":
             _merge_reads(target.reads, reads)
+            if any(self.random(track) for track in self.store.followed(tree)):
+                # Its CPU values (if any) were computed from torch's draws, which the
+                # capture does not keep apart: never a table (random values that met
+                # in one element stay refused however many steps follow).
+                target.from_random = True
             return
         for read in reads:
             if read[0] is not target:
                 raise self.store.fail(target, op, read_reason(read))
+
+    def random(self, track: Track) -> bool:
+        """Whether a followed temporary's values depend on random values."""
+        if track.kind != "temp":
+            return False
+        return track.from_random or any(
+            isinstance(node, Source) for node in walk_nodes(self.folded(track))
+        )
 
     def repeat_reason(self, op: str) -> str:
         return (
