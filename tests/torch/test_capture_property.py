@@ -378,8 +378,13 @@ def init_step(region: Region, fn: str, **kwargs: Any) -> Step:
 
 
 def method_step(region: Region, method: str, *args: Any) -> Step:
-    return step(f"{region.text}.{method}({_call(list(map(repr, args)), {})})", do_method,
-                region, method, args)
+    return step(
+        f"{region.text}.{method}({_call(list(map(repr, args)), {})})",
+        do_method,
+        region,
+        method,
+        args,
+    )
 
 
 def copy_step(region: Region, expr: tuple[Any, ...]) -> Step:
@@ -390,8 +395,7 @@ def copy_step(region: Region, expr: tuple[Any, ...]) -> Step:
 def setitem_step(name: str, key: tuple[Any, ...], value: Any) -> Step:
     shown = expr_text(value) if isinstance(value, tuple) else repr(value)
     inexact = isinstance(value, tuple) and expr_inexact(value)
-    return step(f"m.{name}.data[{key!r}] = {shown}", do_setitem, name, key, value,
-                inexact=inexact)
+    return step(f"m.{name}.data[{key!r}] = {shown}", do_setitem, name, key, value, inexact=inexact)
 
 
 def assign_step(name: str, expr: tuple[Any, ...]) -> Step:
@@ -697,7 +701,7 @@ def ours(program: Program, seed: int, m: nn.Module) -> Run:
             try:
                 shardinit.materialize(m, seed=seed, init_fn=lambda: program(m))
                 run.params = _parameters(m)
-            except BaseException as error:  # noqa: BLE001 - every exception is judged
+            except BaseException as error:  # every exception is judged
                 run.error = error
         run.warned = [str(w.message) for w in caught]
 
@@ -804,7 +808,10 @@ def check_values(program: Program, name: str, eager_values: list[torch.Tensor],
         differs &= ~drawn_too
     problems = {
         "deterministic in eager, not ours": differs,
-        "eager's atom, ours another constant": det_e & is_atom(e[0]) & det_o & ~close
+        "eager's atom, ours another constant": det_e
+        & is_atom(e[0])
+        & det_o
+        & ~close
         & ~is_atom(o[0]),
     }
     allowed = coincidences_allowed(e[:, ~det_e])
@@ -833,8 +840,7 @@ def check_distribution(program: Program, name: str, e: torch.Tensor, o: torch.Te
     def agrees(what: str, ours: float, want: float, noise: float) -> None:
         bound = max(SIGMAS * math.sqrt(want * (1 - want)) * noise, 1e-9)
         assert abs(ours - want) <= bound, (
-            f"{name}: {what}: {ours:.3f} of ours against {want:.3f} (bound {bound:.3f})"
-            f"\n{program}"
+            f"{name}: {what}: {ours:.3f} of ours against {want:.3f} (bound {bound:.3f})\n{program}"
         )
 
     noise = math.sqrt(1 / e.numel() + 1 / o.numel())
@@ -853,7 +859,7 @@ def check_distribution(program: Program, name: str, e: torch.Tensor, o: torch.Te
     def below(q: float) -> float:  # ties (bf16) count half
         return float(((o < q).double().mean() + (o <= q).double().mean()) / 2)
 
-    for level, q in zip(levels, quantiles):
+    for level, q in zip(levels, quantiles, strict=True):
         agrees(f"random values below eager's {level:.0%} quantile {q:.4g}", below(q), level,
                noise)  # fmt: skip
     agrees("random values between eager's 10 and 90 % quantiles",
@@ -936,15 +942,15 @@ FOUND_PATTERNS = {
     "non-box region refused at the caller's line": issue_program(
         init_step(Region("lin.weight", True, ("flat", 1, 77)), "zeros_")
     ),
-    "own values in a where": issue_program(copy_step(WEIGHT, (
-        "where", ("arange", 0.0), 0.0, ("own", WEIGHT), ("full", -2.5)
-    ))),  # fmt: skip
-    "two random values, then a cast": Program(F64, (
-        *issue_program().steps, assign_step("lin.weight", SUM_OF_RANDOMS)
-    )),  # fmt: skip
-    "two random values, then a scalar step": issue_program(copy_step(WEIGHT, (
-        "unary", "div", 3.0, ("binary", "mul", ("randn",), ("randn",))
-    ))),  # fmt: skip
+    "own values in a where": issue_program(
+        copy_step(WEIGHT, ("where", ("arange", 0.0), 0.0, ("own", WEIGHT), ("full", -2.5)))
+    ),
+    "two random values, then a cast": Program(
+        F64, (*issue_program().steps, assign_step("lin.weight", SUM_OF_RANDOMS))
+    ),
+    "two random values, then a scalar step": issue_program(
+        copy_step(WEIGHT, ("unary", "div", 3.0, ("binary", "mul", ("randn",), ("randn",))))
+    ),
     "two random values, then torch.add(out=)": issue_program(
         add_out_step("lin.weight", True, SUM_OF_RANDOMS)
     ),
