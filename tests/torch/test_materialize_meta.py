@@ -327,6 +327,8 @@ def test_uninitialized_lazy_parameters_are_refused_until_a_forward() -> None:
     ):
         shardinit.materialize(model, seed=SEED, init_fn=lambda: None)
     assert model[1].weight.is_meta  # refused before anything was allocated
+    with pytest.raises(shardinit.ShardInitError, match=r"^capture_init: 2 parameter\(s\) are"):
+        shardinit.capture_init(model, lambda: None)
     model(torch.empty(2, 8, device="meta"))
     shardinit.materialize(model, seed=SEED)
     spec = shardinit.ParamSpec(

@@ -12,9 +12,8 @@ from typing import Protocol
 
 import torch
 from torch import nn
-from torch.nn.parameter import is_lazy
 
-from .._names import BufferHolder, buffer_holders, holder_names, listing, param_slots
+from .._names import BufferHolder, buffer_holders, holder_names, listing, param_slots, refuse_lazy
 from .._torch_compat import apply_to_tensors, is_flat_param
 from ..errors import ShardInitError
 from ..init import zeros
@@ -250,15 +249,7 @@ def local_targets(root: nn.Module, managed: set[tuple[int, str]]) -> list[LocalT
         return (id(module), attr) in managed or is_flat_param(param)
 
     slots = param_slots(root, skip=skip)
-    lazy = [slot.name for slot in slots if is_lazy(slot.param)]
-    if lazy:
-        raise ShardInitError(
-            f"materialize: {len(lazy)} parameter(s) are uninitialized lazy parameters "
-            f"(nn.LazyLinear and the other nn.Lazy* modules), whose shape is unknown until "
-            f"their first forward: {listing(lazy)}. Run one forward pass first (on meta, "
-            "with meta inputs, it only infers the shapes) or build the modules non-lazy "
-            "(nn.Linear(in_features, out_features))"
-        )
+    refuse_lazy(slots, "materialize")
     targets = []
     for slot in slots:
         param = slot.param

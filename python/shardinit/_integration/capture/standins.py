@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..._names import canonical_name, param_slots, qualified
+from ..._names import canonical_name, param_slots, qualified, refuse_lazy
 from ..._torch_compat import is_flat_param
 from ...errors import ShardInitError
 from ...spec import SUPPORTED_DTYPES
@@ -144,7 +144,9 @@ def param_groups(module: nn.Module) -> list[ParamGroup]:
     paths = {id(m): p for p, m in reversed(list(module.named_modules(remove_duplicate=False)))}
     declared = _declared_tie_targets(module)
     groups = []
-    for slot in param_slots(module):
+    slots = param_slots(module)
+    refuse_lazy(slots, "capture_init")
+    for slot in slots:
         if is_flat_param(slot.param):
             raise ShardInitError(
                 "capture_init: FSDP1 flat parameters are not supported; capture the "
