@@ -123,8 +123,10 @@ class CaptureMode(TorchFunctionMode):
         if route == "metadata":
             return func(*args, **kwargs)
         target = self.store.lookup(args[0]) if args else None
-        if route in ("device", "flag") and target is not None and target.kind == "param":
-            return self.answer(name, target) if route == "device" else func(*args, **kwargs)
+        if route == "device" and target is not None and target.kind == "param":
+            return self.answer(name, target)
+        if route == "flag":  # the tensor takes it; its values do not change
+            return func(*args, **kwargs)
         if kwargs.get("out") is not None and self.store.followed(kwargs["out"]):
             return self.into_out(name, route, func, types, args, kwargs)
         if target is not None:
