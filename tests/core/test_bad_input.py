@@ -87,6 +87,25 @@ def _prepared_meta_linear() -> nn.Linear:
     return model
 
 
+def _materialize_part() -> Callable[[], object]:
+    """materialize of a module its model still holds (the model is kept by the closure)."""
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(3, 2), nn.Linear(3, 2))
+    return lambda: shardinit.materialize(model[1], seed=0)
+
+
+def _materialize_copy_of_loaded() -> object:
+    """only= a deep copy (record_constructors) whose source a checkpoint loaded."""
+    import copy
+
+    with torch.device("meta"), shardinit.record_constructors():
+        source = nn.Linear(3, 2)
+        model = nn.ModuleDict({"source": source, "copy": copy.deepcopy(source)})
+    loaded = {"source.weight": torch.ones(2, 3), "source.bias": torch.ones(2)}
+    missing = model.load_state_dict(loaded, strict=False, assign=True).missing_keys
+    return shardinit.materialize(model, seed=0, only=missing)
+
+
 def _materialize(**kwargs: object) -> Callable[[], object]:
     args: dict[str, object] = {"seed": 0}
     args.update(kwargs)
@@ -292,7 +311,7 @@ CASES: list[Case] = [
     # ---- canonical_name(path) ---------------------------------------------------------------
     Case("canonical_name", "path", "3", lambda: shardinit.canonical_name(3), TypeError, r"^path must be a str, got int 3$"),
     Case("canonical_name", "path", "None", lambda: shardinit.canonical_name(None), TypeError, r"^path must be a str, got NoneType None$"),
-    # ---- materialize(module, *, seed, device, rules, buffer_init, overwrite, init_fn) ----------
+    # ---- materialize(module, *, seed, device, rules, buffer_init, overwrite, init_fn, only) ----
     Case("materialize", "module", "None", lambda: shardinit.materialize(None, seed=0), TypeError, r"^module must be a torch.nn.Module, got NoneType$"),
     Case("materialize", "module", "a state dict", lambda: shardinit.materialize({"w": torch.empty(2)}, seed=0), TypeError, r"^module must be a torch.nn.Module, got dict$"),
     Case("materialize", "module", "already materialized (cpu)", lambda: shardinit.materialize(nn.Linear(3, 2), seed=0), E, r"^materialize: 2 parameter\(s\) are already materialized: weight, bias\. materialize fills meta-device models \(and FSDP1 units allocated by shardinit.fsdp1_param_init_fn\); pass overwrite=True to replace existing values$"),
@@ -309,6 +328,12 @@ CASES: list[Case] = [
     Case("materialize", "buffer_init", "3", _materialize(buffer_init=3), TypeError, r"^buffer_init must be callable, got int$"),
     Case("materialize", "overwrite", "'yes'", _materialize(overwrite="yes"), TypeError, r"^overwrite must be a bool, got str$"),
     Case("materialize", "init_fn", "3", _materialize(init_fn=3), TypeError, r"^init_fn must be callable or a CapturedInit, got int$"),
+    Case("materialize", "module", "a submodule of a larger model", _materialize_part(), E, r"^materialize: module \(Linear\) is part of a larger model: a Sequential holds it as '1'\. Canonical names are paths from the module passed \('weight', not '1\.weight'\), so parts of one shape would get equal values\. Materialize the whole model; to fill part of it, pass only: materialize\(model, seed=\.\.\., only=lambda name: name\.startswith\('1\.'\)\)$"),
+    Case("materialize", "only", "3", _materialize(only=3), TypeError, r"^only must be an iterable of parameter names \(e\.g\. load_state_dict's missing_keys\) or a callable name -> bool, got int 3$"),
+    Case("materialize", "only", "'weight'", _materialize(only="weight"), TypeError, r"^only must be an iterable of parameter names \(e\.g\. load_state_dict's missing_keys\) or a callable name -> bool, got str 'weight'$"),
+    Case("materialize", "only", "[1]", _materialize(only=[1]), TypeError, r"^only must hold str names, got int 1$"),
+    Case("materialize", "only", "['wieght']", _materialize(only=["wieght"]), E, r"^materialize: only names 1 parameter\(s\) the model does not have: wieght\. Pass the names of this model's parameters \(canonical or as named_parameters\(\) and load_state_dict's missing_keys give them\)$"),
+    Case("materialize", "only", "a copy of a loaded source", _materialize_copy_of_loaded, E, r"^materialize: only fills 2 parameter\(s\) that were deep-copied from a parameter only leaves as it is: copy\.bias \(a copy of source\.bias\), copy\.weight \(a copy of source\.weight\)\. In eager torch a copy starts equal to its source: load the checkpoint's value of the source into the copy too \(map its key onto both names\), or fill both$"),
     # ---- capture_init(module, init_fn) ------------------------------------------------------
     Case("capture_init", "module", "None", lambda: shardinit.capture_init(None, lambda: None), TypeError, r"^module must be a torch.nn.Module, got NoneType$"),
     Case("capture_init", "init_fn", "3", lambda: shardinit.capture_init(_meta_linear(), 3), TypeError, r"^init_fn must be callable, got int$"),
