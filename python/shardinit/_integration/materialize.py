@@ -13,7 +13,7 @@ allocated) -> allocate -> fill -> buffers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from torch import nn
@@ -104,9 +104,9 @@ def materialize(
             ``buffer_init``. See docs/capturing-init.md.
         only: fill just these parameters, e.g. what a checkpoint lacks (fine-tuning,
             docs/capturing-init.md): the ``missing_keys`` of
-            ``load_state_dict(ckpt, strict=False, assign=True)`` or of
-            ``set_model_state_dict``, as they come (module paths; buffer names among
-            them are accepted), or a predicate ``only(canonical_name) -> bool``. Each
+            ``load_state_dict(ckpt, strict=False, assign=True)`` as they come (module
+            paths; buffer names among them are accepted), or a predicate
+            ``only(canonical_name) -> bool``. Each
             gets exactly the values it gets when the whole model is materialized
             (init_fn still runs over the whole model); every other parameter is left as
             it is (loaded, or still on meta), neither checked nor touched. Meta buffers
@@ -119,7 +119,8 @@ def materialize(
         TypeError: arguments of the wrong type.
         ShardInitError: ``module`` is part of a larger model (its names would be
             relative to it: fill part of a model with ``only``), names in ``only``
-            that match no parameter, parameters with no rule and no known default, meta buffers with
+            that match no parameter, a copy ``only`` fills whose source it leaves
+            alone, parameters with no rule and no known default, meta buffers with
             no default and no ``buffer_init``, already materialized parameters without
             ``overwrite=True``, unsupported placements or dtypes, tied parameters split
             across FSDP1 units, records of a ``CapturedInit`` that match no parameter,
@@ -191,12 +192,12 @@ def _check_arguments(
     return seed
 
 
-def _chosen(module: nn.Module, targets: list[Target], only: Only) -> list[Target]:
+def _chosen(module: nn.Module, targets: Sequence[Target], only: Only) -> list[Target]:
     names = chosen_names(module, targets, only)
     return [target for target in targets if target.name in names]
 
 
-def _copies(targets: list[Target], chosen: list[Target]) -> dict[str, Target]:
+def _copies(targets: Sequence[Target], chosen: Sequence[Target]) -> dict[str, Target]:
     """The copy relations of the chosen parameters; a copy whose source ``only`` leaves
     alone (loaded) cannot take the source's values from the stream."""
     copies = copy_sources(targets)

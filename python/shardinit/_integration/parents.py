@@ -45,12 +45,17 @@ _INSTALLED: list[bool] = []
 
 
 def _link(parent: nn.Module, name: str, child: object) -> None:
-    _SEEN.add(parent)
-    if isinstance(child, nn.Module):
-        _SEEN.add(child)
-        links = _PARENTS.setdefault(child, [])
-        if not any(ref() is parent and attr == name for ref, attr in links):
-            links.append((weakref.ref(parent), name))
+    try:
+        _SEEN.add(parent)
+        if isinstance(child, nn.Module):
+            _SEEN.add(child)
+            links = _PARENTS.setdefault(child, [])
+            if not any(ref() is parent and attr == name for ref, attr in links):
+                links.append((weakref.ref(parent), name))
+    except TypeError:
+        # A module class with __eq__ and no __hash__ cannot be a weak key: not tracked
+        # (a registration hook must never break building the user's model).
+        pass
 
 
 def _noted(module: nn.Module, name: str, value: object) -> None:
@@ -80,7 +85,11 @@ def holder_of(module: nn.Module) -> tuple[nn.Module, str] | None:
     """A live module that holds ``module`` as a submodule, and the attribute name, or None."""
     with _LOCK:
         _install()
-        if module not in _SEEN:
+        try:
+            known = module in _SEEN
+        except TypeError:  # unhashable: not tracked (see _link)
+            return None
+        if not known:
             _scan()
         for ref, name in _PARENTS.get(module, ()):
             parent = ref()

@@ -27,6 +27,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import torch
@@ -78,14 +79,14 @@ class _DeepCopies(TorchFunctionMode):
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         if func is torch.Tensor.clone:
-            frame = sys._getframe(1)
+            frame: FrameType | None = sys._getframe(1)
             for _ in range(3):  # the clone's caller, through torch's dispatch helpers
+                if frame is None:
+                    break
                 if frame.f_code is _PARAM_DEEPCOPY:
                     memo = frame.f_locals.get("memo")
                     if isinstance(memo, dict):
                         self.memos[id(memo)] = memo
-                    break
-                if frame.f_back is None:
                     break
                 frame = frame.f_back
         return func(*args, **(kwargs or {}))
