@@ -125,6 +125,22 @@ def test_only_names_a_tied_parameter_by_any_holder() -> None:
     assert model.norm.weight.is_meta
 
 
+def test_a_tie_loaded_with_assign_is_tied_again_then_the_names_on_meta_are_filled() -> None:
+    """load_state_dict(assign=True) unties (docs/capturing-init.md): tie again, then fill
+    what is still on meta."""
+    with torch.device("meta"):
+        model = TinyLM()
+    embeddings = torch.full((37, 12), 0.5)
+    found = model.load_state_dict({"tok_embeddings.weight": embeddings}, strict=False, assign=True)
+    assert "output.weight" in found.missing_keys and model.output.weight.is_meta  # untied
+    model.output.weight = model.tok_embeddings.weight  # tied again, as tie_weights() does
+    on_meta = [name for name, p in model.named_parameters() if p.is_meta]
+    assert "output.weight" not in on_meta and "tok_embeddings.weight" not in on_meta
+    shardinit.materialize(model, seed=SEED, only=on_meta)
+    expect_equal("output.weight", model.output.weight.detach(), embeddings)
+    assert not any(p.is_meta for p in model.parameters())
+
+
 # --------------------------------------------------------------------------- the trap
 
 
