@@ -106,6 +106,18 @@ def _materialize_copy_of_loaded() -> object:
     return shardinit.materialize(model, seed=0, only=missing)
 
 
+def _materialize_only_flat() -> object:
+    """only= with a region source's target (an FSDP1 flat shard or a ZeRO-3 partition),
+    stood in for by a source that reports one."""
+    from shardinit._integration import plan
+
+    def source(root: nn.Module) -> tuple[list[object], set[tuple[int, str]]]:
+        return [object()], set()
+
+    with mock.patch.object(plan, "REGION_SOURCES", (source,)):
+        return shardinit.materialize(_meta_linear(), seed=0, only=["weight"])
+
+
 def _materialize(**kwargs: object) -> Callable[[], object]:
     args: dict[str, object] = {"seed": 0}
     args.update(kwargs)
@@ -333,6 +345,7 @@ CASES: list[Case] = [
     Case("materialize", "only", "'weight'", _materialize(only="weight"), TypeError, r"^only must be an iterable of parameter names \(e\.g\. load_state_dict's missing_keys\) or a callable name -> bool, got str 'weight'$"),
     Case("materialize", "only", "[1]", _materialize(only=[1]), TypeError, r"^only must hold str names, got int 1$"),
     Case("materialize", "only", "['wieght']", _materialize(only=["wieght"]), E, r"^materialize: only names 1 parameter\(s\) the model does not have: wieght\. Pass the names of this model's parameters \(canonical or as named_parameters\(\) and load_state_dict's missing_keys give them\)$"),
+    Case("materialize", "only", "with FSDP1 or ZeRO-3", _materialize_only_flat, E, r"^materialize: only fills plain and DTensor parameters \(meta-device, FSDP2, TP\); not FSDP1 flat shards \(zeroed whole before they are filled\) or DeepSpeed ZeRO-3 partitions\. There, materialize the whole model, then load the checkpoint$"),
     Case("materialize", "only", "a copy of a loaded source", _materialize_copy_of_loaded, E, r"^materialize: only fills 2 parameter\(s\) that were deep-copied from a parameter only leaves as it is: copy\.bias \(a copy of source\.bias\), copy\.weight \(a copy of source\.weight\)\. In eager torch a copy starts equal to its source: load the checkpoint's value of the source into the copy too \(map its key onto both names\), or fill both$"),
     # ---- capture_init(module, init_fn) ------------------------------------------------------
     Case("capture_init", "module", "None", lambda: shardinit.capture_init(None, lambda: None), TypeError, r"^module must be a torch.nn.Module, got NoneType$"),

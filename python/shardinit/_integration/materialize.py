@@ -119,10 +119,11 @@ def materialize(
         TypeError: arguments of the wrong type.
         ShardInitError: ``module`` is part of a larger model (its names would be
             relative to it: fill part of a model with ``only``), names in ``only``
-            that match no parameter, a copy ``only`` fills whose source it leaves
-            alone, parameters with no rule and no known default, meta buffers with
-            no default and no ``buffer_init``, already materialized parameters without
-            ``overwrite=True``, unsupported placements or dtypes, tied parameters split
+            that match no parameter, ``only`` with FSDP1 or ZeRO-3 parameters, a copy
+            ``only`` fills whose source it leaves alone, parameters with no rule and
+            no known default, meta buffers with no default and no ``buffer_init``,
+            already materialized parameters without ``overwrite=True``, unsupported
+            placements or dtypes, tied parameters split
             across FSDP1 units, records of a ``CapturedInit`` that match no parameter,
             ties that differ from those of the model a ``CapturedInit`` was captured on,
             ZeRO-3 parameters that cannot be filled now (after ``deepspeed.initialize``,
@@ -154,6 +155,12 @@ def materialize(
     #    leaves the model as it was.
     flat, managed = region_targets(module)
     targets = [*local_targets(module, managed), *flat]
+    if only is not None and flat:
+        raise ShardInitError(
+            "materialize: only fills plain and DTensor parameters (meta-device, FSDP2, "
+            "TP); not FSDP1 flat shards (zeroed whole before they are filled) or DeepSpeed "
+            "ZeRO-3 partitions. There, materialize the whole model, then load the checkpoint"
+        )
     chosen = targets if only is None else _chosen(module, targets, only)
     copies = _copies(targets, chosen)
     captured = _captured(module, init_fn, hides_params=bool(flat))
