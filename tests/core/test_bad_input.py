@@ -94,6 +94,37 @@ def _prepared_meta_linear() -> nn.Linear:
     return model
 
 
+def _materialize_part() -> Callable[[], object]:
+    """materialize of a module its model still holds (the model is kept by the closure)."""
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(3, 2), nn.Linear(3, 2))
+    return lambda: shardinit.materialize(model[1], seed=0)
+
+
+def _materialize_copy_of_loaded() -> object:
+    """only= a deep copy (record_constructors) whose source a checkpoint loaded."""
+    import copy
+
+    with torch.device("meta"), shardinit.record_constructors():
+        source = nn.Linear(3, 2)
+        model = nn.ModuleDict({"source": source, "copy": copy.deepcopy(source)})
+    loaded = {"source.weight": torch.ones(2, 3), "source.bias": torch.ones(2)}
+    missing = model.load_state_dict(loaded, strict=False, assign=True).missing_keys
+    return shardinit.materialize(model, seed=0, only=missing)
+
+
+def _materialize_only_flat() -> object:
+    """only= with a region source's target (an FSDP1 flat shard or a ZeRO-3 partition),
+    stood in for by a source that reports one."""
+    from shardinit._integration import plan
+
+    def source(root: nn.Module) -> tuple[list[object], set[tuple[int, str]]]:
+        return [object()], set()
+
+    with mock.patch.object(plan, "REGION_SOURCES", (source,)):
+        return shardinit.materialize(_meta_linear(), seed=0, only=["weight"])
+
+
 def _materialize(**kwargs: object) -> Callable[[], object]:
     args: dict[str, object] = {"seed": 0}
     args.update(kwargs)
@@ -316,7 +347,7 @@ CASES: list[Case] = [
     # ---- canonical_name(path) ---------------------------------------------------------------
     Case("canonical_name", "path", "3", lambda: shardinit.canonical_name(3), TypeError, r"^path must be a str, got int 3$"),
     Case("canonical_name", "path", "None", lambda: shardinit.canonical_name(None), TypeError, r"^path must be a str, got NoneType None$"),
-    # ---- materialize(module, *, seed, device, rules, buffer_init, overwrite, init_fn) ----------
+    # ---- materialize(module, *, seed, device, rules, buffer_init, overwrite, init_fn, only) ----
     Case("materialize", "module", "None", lambda: shardinit.materialize(None, seed=0), TypeError, r"^module must be a torch.nn.Module, got NoneType$"),
     Case("materialize", "module", "a state dict", lambda: shardinit.materialize({"w": torch.empty(2)}, seed=0), TypeError, r"^module must be a torch.nn.Module, got dict$"),
     Case("materialize", "module", "already materialized (cpu)", lambda: shardinit.materialize(nn.Linear(3, 2), seed=0), E, r"^materialize: 2 parameter\(s\) are already materialized: weight, bias\. materialize fills meta-device models \(and FSDP1 units allocated by shardinit.fsdp1_param_init_fn\); pass overwrite=True to replace existing values$"),
@@ -335,6 +366,13 @@ CASES: list[Case] = [
     Case("materialize", "init_fn", "3", _materialize(init_fn=3), TypeError, r"^init_fn must be callable or a CapturedInit, got int$"),
     Case("materialize", "init_fn", "calls materialize(..., init_fn=...) (nested)", _materialize(init_fn=lambda: shardinit.materialize(_meta_linear(), seed=0, init_fn=lambda: None)), E, r"^capture_init called while capture_init is already running in this thread \(nested\): init code may not capture again"),
     Case("materialize", "module", "nn.LazyLinear on meta (no shape yet)", lambda: shardinit.materialize(_meta_lazy_linear(), seed=0), E, r"^materialize: 2 parameter\(s\) are uninitialized lazy parameters \(nn.LazyLinear and the other nn.Lazy\* modules\), whose shape is unknown until their first forward: weight, bias\. Run one forward pass first"),
+    Case("materialize", "module", "a submodule of a larger model", _materialize_part(), E, r"^materialize: module \(Linear\) is part of a larger model: a Sequential holds it as '1'\. Canonical names are paths from the module passed \('weight', not '1\.weight'\), so parts of one shape would get equal values\. Materialize the whole model; to fill part of it, pass only: materialize\(model, seed=\.\.\., only=lambda name: name\.startswith\('1\.'\)\)$"),
+    Case("materialize", "only", "3", _materialize(only=3), TypeError, r"^only must be an iterable of parameter names \(e\.g\. load_state_dict's missing_keys\) or a callable name -> bool, got int 3$"),
+    Case("materialize", "only", "'weight'", _materialize(only="weight"), TypeError, r"^only must be an iterable of parameter names \(e\.g\. load_state_dict's missing_keys\) or a callable name -> bool, got str 'weight'$"),
+    Case("materialize", "only", "[1]", _materialize(only=[1]), TypeError, r"^only must hold str names, got int 1$"),
+    Case("materialize", "only", "['wieght']", _materialize(only=["wieght"]), E, r"^materialize: only names 1 parameter\(s\) the model does not have: wieght\. Pass the names of this model's parameters \(canonical or as named_parameters\(\) and load_state_dict's missing_keys give them\)$"),
+    Case("materialize", "only", "with FSDP1 or ZeRO-3", _materialize_only_flat, E, r"^materialize: only fills plain and DTensor parameters \(meta-device, FSDP2, TP\); not FSDP1 flat shards \(zeroed whole before they are filled\) or DeepSpeed ZeRO-3 partitions\. There, materialize the whole model, then load the checkpoint$"),
+    Case("materialize", "only", "a copy of a loaded source", _materialize_copy_of_loaded, E, r"^materialize: only fills 2 parameter\(s\) that were deep-copied from a parameter only leaves as it is: copy\.bias \(a copy of source\.bias\), copy\.weight \(a copy of source\.weight\)\. In eager torch a copy starts equal to its source: load the checkpoint's value of the source into the copy too \(map its key onto both names\), or fill both$"),
     # ---- capture_init(module, init_fn) ------------------------------------------------------
     Case("capture_init", "module", "None", lambda: shardinit.capture_init(None, lambda: None), TypeError, r"^module must be a torch.nn.Module, got NoneType$"),
     Case("capture_init", "init_fn", "3", lambda: shardinit.capture_init(_meta_linear(), 3), TypeError, r"^init_fn must be callable, got int$"),

@@ -5,6 +5,7 @@ phase by phase (allocate, fill, buffers).
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,14 @@ from ..errors import ShardInitError
 from ..init import zeros
 from ..spec import ParamSpec
 from . import fsdp1, zero3
-from .capture import CapturedInit, ParamRecord, base_ops, constructor_record, write_buffers
+from .capture import (
+    CapturedInit,
+    ParamRecord,
+    base_ops,
+    constructor_record,
+    copy_source,
+    write_buffers,
+)
 from .defaults import DefaultInit, default_buffer_value, parent_overrides
 from .placements import full_runs, is_dtensor, local_runs_of
 from .rules import RuleKey, RuleList, choose_init, first_rule
@@ -154,9 +162,14 @@ class Plan:
         meta_dtensors = [t for t in local if t.is_dtensor and t.local().is_meta]
         if meta_dtensors:
             mesh_device = _dtensor_device(meta_dtensors[0].slot.current(), device)
+            planned = {id(target.slot.current()) for target in local}
 
             def allocate(tensor: torch.Tensor) -> torch.Tensor:
-                return torch.empty_like(tensor, device=mesh_device) if tensor.is_meta else tensor
+                # A parameter with no plan (materialize(only=...)) stays as it is.
+                unplanned = isinstance(tensor, nn.Parameter) and id(tensor) not in planned
+                if not tensor.is_meta or unplanned:
+                    return tensor
+                return torch.empty_like(tensor, device=mesh_device)
 
             # One pass over the root, not per parameter: FSDP2 re-registers its sharded
             # parameters in its Module._apply override.
@@ -331,9 +344,16 @@ def make_plan(
     chooser: Chooser,
     captured: CapturedInit | None,
     write_computed: bool,
+    left_alone: frozenset[str] = frozenset(),
+    copies: Mapping[str, Target] | None = None,
 ) -> Plan:
-    """One plan per parameter (init_fn's capture, then ``chooser``) and per meta buffer.
-    Nothing is allocated or written.
+    """One plan per parameter of ``targets`` (init_fn's capture, then ``chooser``) and per
+    meta buffer. Nothing is allocated or written. ``left_alone``: the names of the
+    model's other parameters (``materialize(only=...)``), which get no plan; init_fn's
+    records of them are not used. ``copies`` (:func:`copy_sources`): a copy is planned
+    as its source (the source's constructor value, rule or default), then init_fn's
+    writes to the copy itself, all named by the source's canonical name; unless a rule
+    other than the source's matches the copy.
 
     Raises:
         ShardInitError: a capture that does not fit its parameter, or an initializer
@@ -342,16 +362,22 @@ def make_plan(
     params: list[ParamPlan] = []
     missing: list[str] = []
     shadowed: list[str] = []
+    copies = copies or {}
     for target in targets:
+        source = copies.get(target.name)
+        if source is not None and chooser.rule_for(target) != chooser.rule_for(source):
+            source = None  # a rule of the copy's own says what it holds
         record = captured.params.get(target.name) if captured is not None else None
         if record is not None:
             _check_record(record, target)
+            if source is not None:  # values are named by the source: equal name, equal values
+                record = dataclasses.replace(record, name=source.name)
             if record.covers_all():
                 key = chooser.rule_for(target)
                 shadowed += [] if key is None else [f"{target.name} (rule {key!r})"]
                 params.append(ParamPlan(target, ReplayValues(record, seed)))
                 continue
-        values = chooser.values(target, record, seed)
+        values = chooser.values(target if source is None else source, record, seed)
         if values is None and 0 in target.global_shape:
             # No element to fill (init_fn's normal_ on it recorded nothing): every
             # initializer gives the same empty tensor, so it needs no rule.
@@ -362,6 +388,7 @@ def make_plan(
             continue
         params.append(ParamPlan(target, values))
     names = {target.name for target in targets}
+    names |= left_alone
     unmatched = [name for name in captured.params if name not in names] if captured else []
     computed = set(captured.buffers) if captured is not None and write_computed else set()
     retied = tie_differences(root, captured.aliases) if captured is not None else []
@@ -376,6 +403,32 @@ def make_plan(
         captured,
         write_computed,
     )
+
+
+def copy_sources(targets: Sequence[Target]) -> dict[str, Target]:
+    """``{copy's name: source's target}`` for the parameters deep-copied from another
+    parameter of the same model while it was built inside
+    :func:`shardinit.record_constructors` (same shape and dtype; a copy of a copy
+    names the first source)."""
+    by_holder = {(id(m), attr): t for t in targets for m, attr in t.holders}
+
+    def source_of(target: Target) -> Target | None:
+        module, attr = target.holders[0]
+        found = copy_source(module, attr)
+        source = None if found is None else by_holder.get((id(found[0]), found[1]))
+        if source is None or source is target:
+            return None
+        alike = (source.global_shape, source.dtype) == (target.global_shape, target.dtype)
+        return source if alike else None
+
+    sources: dict[str, Target] = {}
+    for target in targets:
+        source, seen = source_of(target), {target.name}
+        while source is not None and source.name not in seen:
+            seen.add(source.name)
+            sources[target.name] = source
+            source = source_of(source)
+    return sources
 
 
 def tie_differences(root: nn.Module, captured: Mapping[str, str]) -> list[str]:

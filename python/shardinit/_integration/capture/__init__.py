@@ -27,7 +27,7 @@ The modules, bottom up:
 """
 
 from .api import capture_init
-from .constructors import constructor_record, record_constructors
+from .constructors import constructor_record, copy_source, record_constructors
 from .records import (
     Action,
     CapturedInit,
@@ -59,6 +59,7 @@ __all__ = [
     "box_union_covers",
     "capture_init",
     "constructor_record",
+    "copy_source",
     "flat_range_boxes",
     "record_constructors",
     "replay_box",
