@@ -179,6 +179,7 @@ def materialize(
         copies=copies,
     )
     flags = _checked_flags(module, captured, hides_params=bool(flat))
+    flags = {name: flag for name, flag in flags.items() if any(t.name == name for t in chosen)}
     # 2. Check, 3. allocate, 4. fill, 5. buffers.
     plan.carry_out(module, overwrite=overwrite, buffer_init=buffer_init, device=target_device)
     for slot in param_slots(module):
