@@ -13,6 +13,7 @@ from torch import nn
 from ..._names import holder_names, listing
 from ..._torch_compat import rewrap_fsdp2_classes, unwrap_fsdp2_classes
 from .mode import CaptureMode
+from .modulecalls import install_module_calls
 from .records import CapturedInit, ParamRecord
 from .standins import (
     ParamGroup,
@@ -97,17 +98,21 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
             group.install()
         for standin in buffers:
             standin.module._buffers[standin.attr] = standin.track.base
+        undo_module_calls = install_module_calls(module, recorder)
         try:
             with recorder, torch.no_grad():
                 init_fn()
         finally:
+            undo_module_calls()
             rewrap_fsdp2_classes(classes)
             restore_flags(flags)
             winners = [group.winner() for group in groups]
             replaced = [path for group in groups for path in group.restore()]
-            values = read_buffers(buffers)
+            values, buffer_error = read_buffers(buffers)
         if recorder.error is not None:
             raise recorder.error  # init_fn swallowed the exception: still unusable
+        if buffer_error is not None:
+            raise buffer_error
         if replaced:
             raise replaced_error(replaced)
     _warn_dropped(groups, winners)

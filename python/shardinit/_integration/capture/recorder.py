@@ -43,20 +43,14 @@ from .translations import (
 
 __all__ = ["Recorder", "same_view", "user_frame"]
 
-# Files whose frames are plumbing between the user's call and the op (torch's own
-# reset_parameters frames are kept: that is the caller).
-_PLUMBING = tuple(
-    os.path.join(*parts)
-    for parts in (
-        ("torch", "nn", "init.py"),
-        ("torch", "overrides.py"),
-        ("torch", "_tensor.py"),
-        ("torch", "utils", "_device.py"),
-        ("torch", "utils", "_contextlib.py"),
-        ("torch", "_compile.py"),
-        ("transformers", "initialization.py"),  # transformers' guarded nn.init wrappers
-    )
-)
+# Frames that are never the user's line: everything inside the torch package (its
+# modules, parametrizations, nn.init, overrides, ...), and these libraries' wrappers.
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_PLUMBING = (os.path.join("transformers", "initialization.py"),)  # guarded nn.init wrappers
+# torch.nn modules' own init code is the library's init code that made the call (a
+# default, or init code calling ``module.reset_parameters()``): those frames are kept.
+_TORCH_MODULES_DIR = os.path.join(_TORCH_DIR, "nn", "modules") + os.sep
+_TORCH_INIT_CODE = frozenset({"reset_parameters", "_reset_parameters"})
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Tensor methods/functions that only look at metadata: always allowed.
@@ -65,9 +59,9 @@ METADATA = frozenset(
         "size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset",
         "is_contiguous", "element_size", "untyped_storage", "get_device", "is_floating_point",
         "is_complex", "is_signed", "__len__", "__repr__", "__format__", "__hash__",
-        "requires_grad_", "retain_grad", "register_hook", "data_ptr", "_is_view",
-        "has_names", "is_shared", "is_pinned", "is_set_to", "type", "__reduce_ex__",
-        "__dir__", "__setstate__",
+        "requires_grad_", "requires_grad.__set__", "retain_grad", "register_hook",
+        "data_ptr", "_is_view", "has_names", "is_shared", "is_pinned", "is_set_to", "type",
+        "__reduce_ex__", "__dir__", "__setstate__",
     }
 )  # fmt: skip
 # Ops whose results alias their input (checked: a result must share the storage).
@@ -105,14 +99,22 @@ _BUFFER_WRITE = _ZERO
 
 
 def user_frame() -> str:
-    """``file:line in function`` of the innermost frame outside shardinit's and the
-    libraries' plumbing."""
+    """``file:line in function`` of the innermost frame of the user's (or a library's)
+    code: see :func:`_is_users`."""
     for frame in reversed(traceback.extract_stack()):
-        filename = os.path.abspath(frame.filename)
-        if filename.startswith(_OWN_DIR) or filename.endswith(_PLUMBING):
-            continue
-        return f"{frame.filename}:{frame.lineno} in {frame.name}"
+        if _is_users(os.path.abspath(frame.filename), frame.name):
+            return f"{frame.filename}:{frame.lineno} in {frame.name}"
     return "<unknown>"
+
+
+def _is_users(filename: str, function: str) -> bool:
+    """Whether a frame is user (or library) code: not shardinit's, not a wrapper of
+    ``_PLUMBING``, and not inside torch unless it is a torch.nn module's init code."""
+    if filename.startswith(_OWN_DIR) or filename.endswith(_PLUMBING):
+        return False
+    if filename.startswith(_TORCH_DIR):
+        return filename.startswith(_TORCH_MODULES_DIR) and function in _TORCH_INIT_CODE
+    return True
 
 
 def func_name(func: Any) -> str:
