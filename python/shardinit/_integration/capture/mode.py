@@ -14,7 +14,8 @@ import torch
 from ..._torch_compat import handed_to_mode, tree_flatten
 from ...errors import ShardInitError
 from ...init import Constant
-from .computed import SOURCES, Computing, read_reason
+from .computed import SOURCES, read_reason
+from .coordinates import COORDINATE_OPS, CoordinateWrites
 from .pointwise import POINTWISE, inplace_name
 from .recorder import (
     CONCATS,
@@ -56,7 +57,7 @@ def quietly(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         torch.default_generator.set_state(state)
 
 
-class CaptureMode(Computing):
+class CaptureMode(CoordinateWrites):
     """The dispatch: which route an operation takes (see the module docstring)."""
 
     def __torch_function__(
@@ -74,6 +75,8 @@ class CaptureMode(Computing):
         if name in METADATA or name.endswith(".__get__"):
             return func(*args, **kwargs)
         target = self.lookup(args[0]) if args else None
+        if target is not None and name in COORDINATE_OPS:
+            return self.coordinate_op(name, func, args, kwargs)
         if target is not None:
             handled, result = self.on_target(name, target, func, args, kwargs)
             if handled:
@@ -171,9 +174,12 @@ class CaptureMode(Computing):
         if same_view(view, value):
             return  # `w[idx] *= 2`: Python stores the scaled view back into itself
         if self.lookup(view) is not target:
-            if target.kind == "param":
+            if self.indexed_constant(target, tensor, index, value, op):
+                pass  # constants at listed positions or a mask: a program of coordinates
+            elif target.kind == "param":
                 raise self.fail(target, op, "advanced indexing writes a region that is not a box")
-            self.record(target, tensor, Opaque(f"{op}: advanced indexing"), op)
+            else:
+                self.record(target, tensor, Opaque(f"{op}: advanced indexing"), op)
         elif isinstance(value, torch.Tensor) and value.dim() > 0:
             self.copy_into(target, view, value, op)
         else:
