@@ -109,14 +109,15 @@ def record_constructors() -> Iterator[None]:
         finally:
             for handle in handles:
                 handle.remove()
-    for ref, name, param in seen:
-        module = ref()
-        if module is None or module._parameters.get(name) is not param:
-            continue
-        value = _value(mode, param)
-        if value is not None:
-            _RECORDS.setdefault(module, {})[name] = value
-    _keep_buffers(mode, buffers)
+    with torch.device("cpu"):  # folding makes CPU constants; the model's device is meta
+        for ref, name, param in seen:
+            module = ref()
+            if module is None or module._parameters.get(name) is not param:
+                continue
+            value = _value(mode, param)
+            if value is not None:
+                _RECORDS.setdefault(module, {})[name] = value
+        _keep_buffers(mode, buffers)
 
 
 def _keep_buffers(
