@@ -18,9 +18,16 @@ from .._torch_compat import apply_to_tensors, is_flat_param
 from ..errors import ShardInitError
 from ..spec import ParamSpec
 from . import fsdp1, zero3
-from .capture import CapturedInit, ParamRecord, base_ops, constructor_record, write_buffers
-from .capture.constructors import ConstructorValue, buffer_tensor, constructor_buffer
-from .capture.program import Bad
+from .capture import (
+    CapturedInit,
+    ConstructorValue,
+    ParamRecord,
+    base_ops,
+    buffer_tensor,
+    constructor_buffer,
+    constructor_record,
+    write_buffers,
+)
 from .defaults import DefaultInit, default_buffer_value, parent_overrides
 from .placements import full_runs, is_dtensor, local_runs_of
 from .rules import RuleKey, RuleList, choose_init, first_rule
@@ -69,7 +76,7 @@ class BufferPlan:
         if self.computed:
             return True
         if self.made is not None:
-            return not isinstance(self.made.expr, Bad)
+            return self.made.computable
         return self.default is not None
 
 

@@ -14,16 +14,26 @@ The modules, bottom up:
 * :mod:`.records`: what is recorded (fills, scales, eye/dirac patterns, programs);
 * :mod:`.translations` / :mod:`.pointwise`: the tables that turn torch calls into
   records (fills) and program steps (elementwise operations);
-* :mod:`.tracks` / :mod:`.recorder` / :mod:`.computed` / :mod:`.mode`: the followed
-  tensors, the routes of fills and copies, of computed values, and the
-  ``TorchFunctionMode`` that dispatches them;
+* :mod:`.tracks` / :mod:`.recorder` / :mod:`.computed` / :mod:`.coordinates` /
+  :mod:`.mode`: the followed tensors, the routes of fills and copies, of computed
+  values, of writes at positions computed from coordinates (``triu_``,
+  ``fill_diagonal_``, ``masked_fill_``, ...), and the ``TorchFunctionMode`` that
+  dispatches them;
+* :mod:`.modulecalls`: ``to_empty`` / ``to`` / ``_apply`` on the model inside init code;
 * :mod:`.standins`: stand-ins for parameters (the tie rule) and buffers;
-* :mod:`.api`: :func:`capture_init`; :mod:`.constructors`: constructor values;
+* :mod:`.api`: :func:`capture_init`; :mod:`.constructors`: constructor values
+  (parameters and meta buffers);
   :mod:`.replay` / :mod:`.evaluate`: replaying records (programs by the core).
 """
 
 from .api import capture_init
-from .constructors import constructor_record, record_constructors
+from .constructors import (
+    ConstructorValue,
+    buffer_tensor,
+    constructor_buffer,
+    constructor_record,
+    record_constructors,
+)
 from .records import (
     Action,
     CapturedInit,
@@ -45,6 +55,7 @@ __all__ = [
     "CapturedInit",
     "CapturedOp",
     "Computed",
+    "ConstructorValue",
     "Fill",
     "Opaque",
     "ParamRecord",
@@ -53,7 +64,9 @@ __all__ = [
     "UnsupportedInitOpError",
     "base_ops",
     "box_union_covers",
+    "buffer_tensor",
     "capture_init",
+    "constructor_buffer",
     "constructor_record",
     "flat_range_boxes",
     "record_constructors",

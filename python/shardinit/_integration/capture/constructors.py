@@ -55,6 +55,11 @@ class ConstructorValue:
     expr: Expr
     where: str
 
+    @property
+    def computable(self) -> bool:
+        """Whether the value can be replayed (else ``expr`` says why not)."""
+        return not isinstance(self.expr, Bad)
+
 
 _RECORDS: weakref.WeakKeyDictionary[nn.Module, dict[str, ConstructorValue]] = (
     weakref.WeakKeyDictionary()

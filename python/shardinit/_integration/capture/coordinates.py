@@ -107,7 +107,7 @@ def _diagonal(shape: Sequence[int], wrap: bool) -> Expr:
     if len(shape) < 2 or (len(shape) > 2 and len(set(shape)) != 1):
         raise ValueError("fill_diagonal_ needs 2 dims, or more dims of equal length")
     ranges = _ranges(shape)
-    rows = Coord(0)
+    rows: Expr = Coord(0)
     if len(shape) == 2 and wrap and shape[0] > shape[1] + 1:
         rows = combine("mod", rows, Const(float(shape[1] + 1)), ranges)
     cond = combine("eq", rows, Coord(1), ranges)
@@ -340,4 +340,3 @@ def evaluate_whole(expr: Expr, shape: tuple[int, ...]) -> torch.Tensor:
 
 def _whole(shape: Sequence[int]) -> tuple[tuple[int, int], ...]:
     return tuple((0, int(size)) for size in shape)
-

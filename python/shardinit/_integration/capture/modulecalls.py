@@ -74,7 +74,7 @@ def _bound_apply(module: nn.Module, recorder: Recorder) -> Callable[..., nn.Modu
         call, dtype = _calling_method(sys._getframe(1))
         if recurse:
             for child in module.children():
-                child._apply(fn, recurse)
+                child._apply(fn, recurse)  # type: ignore[no-untyped-call]
         for tensor in _own_tensors(module):
             track = recorder.lookup(tensor)
             if track is None or track.kind == "temp":
@@ -164,7 +164,7 @@ def _probe(
             kept = isinstance(result, torch.Tensor) and bool(
                 (result.detach().cpu().to(torch.float64) == _SENTINEL).all()
             )
-    except Exception as why:  # noqa: BLE001 - any failure of user code is the reason
+    except Exception as why:  # any failure of user code is the reason
         raise recorder.fail(
             track, op, f"fn cannot be followed without values ({type(why).__name__}: {why})"
         ) from None
