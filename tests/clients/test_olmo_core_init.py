@@ -15,7 +15,9 @@ pytestmark = pytest.mark.clients
 
 def _config() -> object:
     transformer = pytest.importorskip("olmo_core.nn.transformer")
-    return transformer.TransformerConfig.llama_like(d_model=32, vocab_size=64, n_layers=2, n_heads=2)
+    return transformer.TransformerConfig.llama_like(
+        d_model=32, vocab_size=64, n_layers=2, n_heads=2
+    )
 
 
 def test_olmo_core_init_weights_with_to_empty() -> None:
