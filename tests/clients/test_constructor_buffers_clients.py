@@ -4,7 +4,9 @@ buffer equals (``torch.equal``) the library's own CPU construction: diffusers'
 ``PatchEmbed`` sin-cos ``pos_embed`` (alone, SD3's cropped table, and in tiny DiT, PixArt
 and SD3 transformers), open_clip's
 causal ``attn_mask`` (``TextTransformer``, a tiny ``CLIP``), transformers BERT's
-``position_ids`` / ``token_type_ids``."""
+``position_ids`` / ``token_type_ids``. At worlds 1, 2 and 3 (gloo, ``fully_shard`` per
+block and the root) the buffers are the same and the gathered parameters equal, byte for
+byte, the unsharded materialization."""
 
 from __future__ import annotations
 
@@ -12,9 +14,12 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from gloo_groups import Checks, assert_check_passed, check, gloo_scenario, run_group
+from materialize_workers import expect_equal
 from torch import nn
 
 import shardinit
+from shardinit._integration.placements import is_dtensor
 
 pytestmark = pytest.mark.clients
 
@@ -90,3 +95,53 @@ def test_constructor_buffers_equal_the_library(name: str) -> None:
     for buffer in meta:
         assert ours[buffer].dtype == reference[buffer].dtype, buffer
         assert torch.equal(ours[buffer], reference[buffer]), buffer
+
+
+# --------------------------------------------------------------------------- worlds 1-3
+
+SHARDED = {"diffusers DiT": "transformer_blocks", "open_clip TextTransformer": "transformer"}
+
+
+def _sharded(name: str, mesh: object) -> nn.Module:
+    from torch.distributed.fsdp import fully_shard
+
+    with torch.device("meta"), shardinit.record_constructors():
+        model = MODELS[name]()()
+    blocks = getattr(model, SHARDED[name])
+    for block in getattr(blocks, "resblocks", blocks):
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    shardinit.materialize(model, seed=0)
+    return model
+
+
+def _expect_as_unsharded(name: str, mesh: object) -> None:
+    sharded = _sharded(name, mesh)
+    with torch.device("meta"), shardinit.record_constructors():
+        plain = MODELS[name]()()
+    shardinit.materialize(plain, seed=0)
+    params = dict(plain.named_parameters())
+    for param_name, param in sharded.named_parameters():
+        full = param.full_tensor() if is_dtensor(param) else param.detach()
+        expect_equal(param_name, full, params[param_name].detach())
+    reference = dict(MODELS[name]()().named_buffers())
+    for buffer_name, buffer in sharded.named_buffers():
+        expect_equal(buffer_name, buffer, reference[buffer_name])
+
+
+@gloo_scenario(1, 2, 3)
+def buffers_scenario(rank: int, world: int) -> Checks:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (world,))
+    checks: Checks = {}
+    for name in sorted(SHARDED):
+        check(checks, name, lambda name=name: _expect_as_unsharded(name, mesh))
+    return checks
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("name", sorted(SHARDED))
+def test_fsdp2_worlds_give_the_librarys_buffers(name: str, world: int) -> None:
+    assert_check_passed(run_group(world, buffers_scenario), name)
