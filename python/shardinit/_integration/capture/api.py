@@ -59,9 +59,10 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
             shard-locally (``sparse_``, ``orthogonal_`` on part of a parameter,
             operations that are not elementwise on values unknown at capture, broadcasts
             of random values, reading a parameter's values, a non-box region, replacing a
-            parameter).
+            parameter, a dtype change of the model or ``to_empty`` after writes).
         ShardInitError: FSDP1 flat parameters, dtypes outside stream format v1, buffers
-            init code computes on the meta device or only in part.
+            init code computes on the meta device or only in part, or empties
+            (``to_empty``) and does not compute again.
         TypeError: ``module`` is not an ``nn.Module`` or ``init_fn`` is not callable.
 
     Warns:

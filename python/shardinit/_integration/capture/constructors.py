@@ -90,6 +90,12 @@ def record_constructors() -> Iterator[None]:
     A parameter whose constructor computed something that cannot be replayed (e.g.
     ``orthogonal_``) is refused by ``materialize`` if nothing earlier in the order
     initializes it; a parameter its constructor never wrote has no constructor value.
+
+    A buffer registered on the meta device gets the value its constructor computed
+    (``position_ids``, causal masks, sin-cos tables), written by ``materialize`` after
+    ``init_fn``'s and before torch's defaults and ``buffer_init``; one computed by
+    operations shardinit does not follow is refused there (naming the buffer and the
+    line that registered it) unless ``buffer_init`` fills it.
     """
     mode = CaptureMode([], {})
     seen: list[tuple[weakref.ref[nn.Module], str, nn.Parameter]] = []
