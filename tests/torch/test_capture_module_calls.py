@@ -140,3 +140,18 @@ def test_module_methods_are_back_after_the_capture() -> None:
     _capture_error(model, lambda: model.to_empty(device="cpu"))
     assert all("_apply" not in vars(module) for module in model.modules())
     assert all(t.is_meta for t in [*model.parameters(), *model.buffers()])
+
+
+def test_apply_move_keeps_integer_and_bool_buffers() -> None:
+    class Indexed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = nn.Linear(2, 2)
+            self.register_buffer("ids", torch.arange(4) * 2)
+            self.register_buffer("mask", torch.arange(3) > 0)
+
+    with torch.device("meta"), shardinit.record_constructors():
+        model = Indexed()
+    shardinit.materialize(model, seed=0, init_fn=lambda: model._apply(lambda t: t.to("cpu")))
+    assert torch.equal(model.ids, torch.arange(4) * 2)  # a move: the constructor's values
+    assert torch.equal(model.mask, torch.tensor([False, True, True]))

@@ -149,20 +149,22 @@ _SENTINEL = 0.5
 def _probe(
     recorder: Recorder, track: Track, tensor: torch.Tensor, fn: Callable[[Any], Any]
 ) -> tuple[torch.dtype, bool]:
-    """What ``fn`` does to a one-element CPU tensor of ``tensor``'s dtype holding 0.5:
+    """What ``fn`` does to a one-element CPU tensor of ``tensor``'s dtype holding a
+    sentinel (0.5; 5 or True for integers and bools):
     the dtype it gives, and whether it empties (a new tensor without the value).
 
     Raises:
         UnsupportedInitOpError: ``fn`` fails, changes the shape, or changes the value
             in place.
     """
-    probe = torch.full((1,) * tensor.dim(), _SENTINEL, dtype=tensor.dtype)
+    sentinel = _SENTINEL if tensor.is_floating_point() else 1 if tensor.dtype == torch.bool else 5
+    probe = torch.full((1,) * tensor.dim(), sentinel, dtype=tensor.dtype)
     op = "_apply(fn) of its module"
     try:
         with torch._C.DisableTorchFunction():
             result = fn(probe)
             kept = isinstance(result, torch.Tensor) and bool(
-                (result.detach().cpu().to(torch.float64) == _SENTINEL).all()
+                (result.detach().cpu().to(torch.float64) == float(sentinel)).all()
             )
     except Exception as why:  # any failure of user code is the reason
         raise recorder.fail(
