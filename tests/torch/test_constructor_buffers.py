@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -68,7 +69,17 @@ class SinCos2d(nn.Module):
         self.register_buffer("pos_embed", table.float().unsqueeze(0))
 
 
-@pytest.mark.parametrize("make", [Tables, CausalMask, SinCos2d])
+class NumpyTable(nn.Module):
+    """A table computed with numpy is a real CPU buffer even on meta: it stays as it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(2, 2)
+        table = torch.from_numpy(np.sin(np.linspace(0.0, 1.0, 5))).float().unsqueeze(0)
+        self.register_buffer("table", table)
+
+
+@pytest.mark.parametrize("make", [Tables, CausalMask, SinCos2d, NumpyTable])
 def test_constructor_buffers_equal_the_cpu_construction(make: Callable[[], nn.Module]) -> None:
     with torch.device("meta"), shardinit.record_constructors():
         model = make()
