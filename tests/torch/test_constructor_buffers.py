@@ -11,6 +11,7 @@ registered it, unless ``buffer_init`` fills it; ``init_fn``'s value wins."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -139,8 +140,6 @@ def test_uncomputable_buffer_is_refused_naming_it_and_its_line(
     message = str(raised.value)
     assert message.startswith(f"buffer {next(iter(dict(model.named_buffers())))}: ")
     assert f"registered at {__file__}:" in message and "in __init__" in message
-    import re
-
     assert re.search(why, message), message
     shardinit.materialize(
         model, seed=0, buffer_init=lambda module, name, tensor: tensor.fill_(1.0)
