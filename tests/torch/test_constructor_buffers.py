@@ -10,7 +10,6 @@ registered it, unless ``buffer_init`` fills it; ``init_fn``'s value wins."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 
@@ -20,8 +19,6 @@ import torch
 from torch import nn
 
 import shardinit
-
-HERE = os.path.basename(__file__)
 
 
 class Tables(nn.Module):
