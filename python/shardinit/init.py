@@ -21,7 +21,7 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
@@ -75,9 +75,16 @@ class BaseInit(Initializer):
     """One of the initializers of stream format v1 (stream-format.md §4)."""
 
     kind: str
+    #: Whether an element's value depends only on its own stream position (then any
+    #: region, or any part of one, is computed on its own). Orthogonal's is not.
+    elementwise: ClassVar[bool] = True
 
     def resolve(self, global_shape: Sequence[int]) -> BaseInit:
         return self
+
+    def check_shape(self, name: str, shape: Sequence[int]) -> None:
+        """Refuses a global ``shape`` the initializer cannot fill, naming the parameter
+        ``name`` (every shape, but for :class:`Orthogonal`)."""
 
     @abstractmethod
     def params(self) -> tuple[float, float, float, float]:
@@ -214,6 +221,7 @@ class Orthogonal(BaseInit):
     gain: float = 1.0
     max_numel: int | None = dataclasses.field(default=None, compare=False)
     kind = "orthogonal"
+    elementwise: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gain", check_real("gain", self.gain))

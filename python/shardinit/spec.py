@@ -13,7 +13,7 @@ from . import _core
 from ._dtypes import DTYPE_SIZES
 from ._validate import U64_MAX, check_int, check_name, check_seed
 from .errors import ShapeTooLargeError, ShardInitError
-from .init import BaseInit, Constant, Initializer, Normal, Orthogonal, Uniform
+from .init import BaseInit, Constant, Initializer, Normal, Uniform
 
 __all__ = ["SUPPORTED_DTYPES", "ParamSpec"]
 
@@ -130,8 +130,7 @@ class ParamSpec:
         object.__setattr__(self, "_frozen", True)
         # Resolve now so errors surface at construction.
         _check_fits_dtype(self.base_init, dtype)
-        if isinstance(self.base_init, Orthogonal):
-            self.base_init.check_shape(name, shape_tuple)
+        self.base_init.check_shape(name, shape_tuple)
 
     def __setattr__(self, key: str, value: object) -> None:
         if getattr(self, "_frozen", False) and key != "__dict__":

@@ -53,7 +53,7 @@ from .capture import ParamRecord, base_ops, capture_init
 from .placements import Run, full_runs, local_runs
 from .plan import make_plan
 from .rules import RuleKey, first_rule, rule_pairs
-from .targets import ReplayValues, Target, Values
+from .targets import Target, Values
 
 #: An init callable as Megatron takes it: ``fn(tensor)`` fills ``tensor`` in place.
 InitMethod: TypeAlias = Callable[[torch.Tensor], object]
@@ -439,7 +439,7 @@ class MegatronChooser:
         choice = self._choose(target)
         if choice is None:
             return None
-        return ReplayValues(_record(choice, target.name, target.global_shape, target.dtype), seed)
+        return Values(_record(choice, target.name, target.global_shape, target.dtype), seed)
 
     def missing_error(self, missing: Sequence[str]) -> str:
         return (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
@@ -18,17 +18,18 @@ from .._torch_compat import apply_to_tensors, is_flat_param
 from ..errors import ShardInitError
 from ..spec import ParamSpec
 from . import fsdp1, zero3
-from .capture import CapturedInit, ParamRecord, base_ops, constructor_record, write_buffers
+from .capture import (
+    CapturedInit,
+    CapturedOp,
+    ParamRecord,
+    base_ops,
+    constructor_record,
+    write_buffers,
+)
 from .defaults import DefaultInit, default_buffer_value, parent_overrides
 from .placements import full_runs, is_dtensor, local_runs_of
 from .rules import RuleKey, RuleList, choose_init, first_rule
-from .targets import (
-    InitValues,
-    LocalTarget,
-    ReplayValues,
-    Target,
-    Values,
-)
+from .targets import LocalTarget, Target, Values
 
 #: ``buffer_init(module, name, tensor)`` fills ``tensor`` (already allocated) in place.
 BufferInit = Callable[[nn.Module, str, torch.Tensor], None]
@@ -333,7 +334,7 @@ def make_plan(
             if record.covers_all():
                 key = chooser.rule_for(target)
                 shadowed += [] if key is None else [f"{target.name} (rule {key!r})"]
-                params.append(ParamPlan(target, ReplayValues(record, seed)))
+                params.append(ParamPlan(target, Values(record, seed)))
                 continue
         values = chooser.values(target, record, seed)
         if values is None:
@@ -382,25 +383,31 @@ def tie_differences(root: nn.Module, captured: Mapping[str, str]) -> list[str]:
 
 def _constructed(target: Target, record: ParamRecord | None, seed: int) -> Values | None:
     """The constructor's value (:func:`shardinit.record_constructors`), if one was
-    recorded: after init_fn's record (which it starts, where init_fn covers part)."""
+    recorded: before init_fn's record (which it starts, where init_fn covers part)."""
     owner, attr = target.holders[0]
     made = constructor_record(owner, attr, target.name, target.global_shape, target.dtype)
     if made is None:
         return None
-    if record is None:
-        return ReplayValues(made, seed)
-    return ReplayValues(record, seed, made.ops)
+    return Values(_after(made.ops, made if record is None else record), seed)
 
 
 def _values(target: Target, choice: DefaultInit, record: ParamRecord | None, seed: int) -> Values:
+    """The rule's or default's one-source program (then its zero rows), with init_fn's
+    record after it where init_fn covers part of the parameter."""
     try:
         spec = ParamSpec(target.name, target.global_shape, target.dtype, choice.init, seed=seed)
     except ShardInitError as error:
         raise ShardInitError(f"parameter {target.name}: {error}") from None
+    start = base_ops(choice.init, spec.shape, choice.zero_rows)
     if record is None:
-        return InitValues(spec, choice.zero_rows)
-    # init_fn covers part of it: the rest keeps what the rule or default gives.
-    return ReplayValues(record, seed, base_ops(choice.init, spec.shape, choice.zero_rows))
+        record = ParamRecord(target.name, target.global_shape, target.dtype, ())
+    return Values(_after(start, record), seed)
+
+
+def _after(start: tuple[CapturedOp, ...], record: ParamRecord) -> ParamRecord:
+    """``record`` with the operations ``start`` in front of its own (what the parameter
+    held before them)."""
+    return replace(record, ops=(*start, *record.ops)) if start else record
 
 
 def _check_record(record: ParamRecord, target: Target) -> None:

@@ -15,9 +15,8 @@ allocated), :meth:`~Target.allocate` and :meth:`~Target.fill`. Four kinds exist:
 
 A new sharding wrapper adds one class with the same methods (see :class:`Target`) in
 its own module, with the function that builds its targets.
-*Values* say what to write: :class:`InitValues` (an initializer from a rule or torch.nn's
-default) or :class:`ReplayValues` (init_fn's captured operations); both write either
-form of region.
+*Values* say what to write: one init program per parameter (:class:`Values`), written
+into either form of region by the one writer.
 """
 
 from __future__ import annotations
@@ -30,76 +29,31 @@ import torch
 from torch import nn
 
 from .._names import ParamSlot
-from ..shard import init_box, init_flat
-from ..spec import ParamSpec
-from .capture import CapturedOp, ParamRecord, replay_flat, replay_runs
-from .placements import Run, is_dtensor, local_boxes, local_of
+from .capture import ParamRecord, replay_flat, replay_runs
+from .placements import Run, is_dtensor, local_of
 
 # --------------------------------------------------------------------------- values
 
 
 @dataclass(frozen=True)
-class InitValues:
-    """Values from an initializer: ``spec``'s stream, then rows ``zero_rows`` along dim 0
-    set to zero (an Embedding's ``padding_idx``)."""
-
-    spec: ParamSpec
-    zero_rows: tuple[int, ...] = ()
-
-    def write_runs(self, runs: Sequence[Sequence[Run]], local: torch.Tensor) -> None:
-        """Writes the region ``runs`` (per dim, runs of global indices) into ``local``."""
-        boxes = local_boxes(runs)
-        if len(boxes) == 1 and local.is_contiguous():
-            init_box(self.spec, boxes[0].global_box, out=local)
-        else:
-            for box in boxes:
-                index = tuple(
-                    slice(begin, begin + stop - start)
-                    for begin, (start, stop) in zip(box.local_start, box.global_box, strict=True)
-                )
-                local[index].copy_(init_box(self.spec, box.global_box, device=local.device))
-        for row in self.zero_rows:
-            position = 0
-            for start, stop in runs[0] if runs else []:
-                if start <= row < stop:
-                    local[position + row - start].zero_()
-                    break
-                position += stop - start
-
-    def write_flat(self, start: int, stop: int, out: torch.Tensor) -> None:
-        """Writes flat elements ``[start, stop)`` of the row-major parameter into the 1-D
-        ``out``."""
-        init_flat(self.spec, start, stop, out=out)
-        row_size = 1
-        for size in self.spec.shape[1:]:
-            row_size *= size
-        for row in self.zero_rows:
-            low = max(row * row_size, start)
-            high = min((row + 1) * row_size, stop)
-            if low < high:
-                out[low - start : high - start].zero_()
-
-
-@dataclass(frozen=True)
-class ReplayValues:
-    """Values from init_fn's captured operations, after ``prior`` (what the parameter
-    held before init_fn, where the record does not cover all of it)."""
+class Values:
+    """A parameter's values: its init program, the operations of ``record`` (a rule's
+    or torch.nn default's one source, the constructor's value, init_fn's captured
+    operations, or these in order), from the parameter's stream for ``seed``. Both forms
+    of region are written by the one writer (:func:`.capture.write_pieces`)."""
 
     record: ParamRecord
     seed: int
-    prior: tuple[CapturedOp, ...] = ()
 
     def write_runs(self, runs: Sequence[Sequence[Run]], local: torch.Tensor) -> None:
         """Writes the region ``runs`` (per dim, runs of global indices) into ``local``."""
-        replay_runs(self.record, self.seed, runs, local, prior=self.prior)
+        replay_runs(self.record, self.seed, runs, local)
 
     def write_flat(self, start: int, stop: int, out: torch.Tensor) -> None:
         """Writes flat elements ``[start, stop)`` of the row-major parameter into the 1-D
         ``out``."""
-        replay_flat(self.record, self.seed, start, stop, out, prior=self.prior)
+        replay_flat(self.record, self.seed, start, stop, out)
 
-
-Values = InitValues | ReplayValues
 
 # --------------------------------------------------------------------------- targets
 

@@ -23,7 +23,7 @@ from torch import nn
 from .. import init
 from .._integration.defaults import default_init
 from .._integration.fingerprint import shard_term
-from .._integration.placements import local_boxes
+from .._integration.capture import ParamRecord, base_ops, replay_runs
 from ..init import Initializer
 from ..shard import init_box
 from ..spec import SUPPORTED_DTYPES, ParamSpec
@@ -110,20 +110,11 @@ class RankShards:
 
 
 def _fill(spec: ParamSpec, runs: list[list[tuple[int, int]]]) -> torch.Tensor:
-    """The local tensor of ``runs``: each box generated in place where its slice of the
-    local tensor is contiguous (always, but for uneven ``_StridedShard`` columns)."""
+    """The local tensor of ``runs``, written by materialize's one writer from the spec's
+    one-source program."""
     local = torch.empty([sum(b - a for a, b in dim) for dim in runs], dtype=spec.dtype)
-    for box in local_boxes(runs):
-        view = local[
-            tuple(
-                slice(start, start + stop - first)
-                for start, (first, stop) in zip(box.local_start, box.global_box, strict=True)
-            )
-        ]
-        if view.is_contiguous():
-            init_box(spec, box.global_box, out=view)
-        else:
-            view.copy_(init_box(spec, box.global_box))
+    record = ParamRecord(spec.name, spec.shape, spec.dtype, base_ops(spec.init, spec.shape))
+    replay_runs(record, spec.seed, runs, local)
     return local
 
 
