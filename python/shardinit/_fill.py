@@ -17,12 +17,11 @@ import torch
 
 from . import _core, _cuda
 from ._host import fill_cpu, fill_program_cpu, fill_via_pinned, fill_whole_on_host
+from ._layout import Box
 from .spec import ParamSpec
 
-__all__ = ["Box", "CoreProgram", "Region", "fill", "fill_not_elementwise"]
+__all__ = ["CoreProgram", "Region", "fill", "fill_not_elementwise"]
 
-#: A box of the global tensor: one ``(start, stop)`` pair per dim.
-Box = tuple[tuple[int, int], ...]
 #: What ``out`` holds: a box (in C order), or the flat elements from an ``int`` start.
 Region = Box | int
 #: Writes the region's elements from ``offset`` on (None: all of them) into the CPU tensor.

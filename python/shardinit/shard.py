@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from . import _core
-from ._fill import Box, fill
+from ._fill import fill
+from ._layout import Box, chunk_bounds
 from ._validate import U64_MAX, check_int, resolve_device
 from .errors import ShardInitError
 from .spec import ParamSpec
@@ -149,7 +149,7 @@ def box_of_shard(spec: ParamSpec, rank: int, world: int, dim: int = 0) -> Box:
     if ndim == 0:
         raise ShardInitError("dim: a 0-d parameter cannot be sharded; use full()")
     dim = check_int("dim", dim, low=-ndim, high=ndim - 1) % ndim
-    start, stop = _core.chunk_range(spec.shape[dim], rank, world)
+    start, stop = chunk_bounds(spec.shape[dim], world, rank)
     return tuple((start, stop) if d == dim else (0, size) for d, size in enumerate(spec.shape))
 
 
