@@ -121,15 +121,15 @@ def fsdp1_param_init_fn(module: nn.Module, device: Any = None) -> nn.Module:
     return module
 
 
-def take_meta_buffers(module: nn.Module) -> set[str]:
+def unset_buffers(module: nn.Module) -> set[str]:
     """Names of ``module``'s buffers that fsdp1_param_init_fn allocated from meta and
-    that are still unset; forgets them."""
-    return _META_BUFFERS.pop(module, set())
-
-
-def peek_meta_buffers(module: nn.Module) -> set[str]:
-    """Like :func:`take_meta_buffers` without forgetting."""
+    that are still unset (materialize plans them as meta buffers)."""
     return set(_META_BUFFERS.get(module, set()))
+
+
+def forget_unset_buffers(module: nn.Module) -> None:
+    """Records that ``module``'s buffers have been set."""
+    _META_BUFFERS.pop(module, None)
 
 
 def is_unfilled(module: nn.Module) -> bool:

@@ -279,6 +279,12 @@ class MegatronTarget:
     def is_filled(self) -> bool:
         return False
 
+    def module_pass_tensor(self) -> torch.Tensor | None:
+        return None
+
+    def after_module_pass(self) -> None:
+        pass
+
     def allocate(self, device: torch.device) -> None:
         del device  # Megatron allocated the partitions (meta ones are refused)
 

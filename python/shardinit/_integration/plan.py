@@ -33,14 +33,41 @@ from .targets import LocalTarget, Target, Values
 
 #: ``buffer_init(module, name, tensor)`` fills ``tensor`` (already allocated) in place.
 BufferInit = Callable[[nn.Module, str, torch.Tensor], None]
-#: A region source that materialize finds in the model itself: the targets of the
-#: parameters a wrapper holds in its own layout, and the ``(id(module), attr)`` holders
-#: it manages (the generic walk skips them).
-RegionSource = Callable[[nn.Module], tuple[Sequence[Target], set[tuple[int, str]]]]
+
+
+def _no_buffers(module: nn.Module) -> set[str]:
+    del module
+    return set()
+
+
+def _nothing(module: nn.Module) -> None:
+    del module
+
+
+@dataclass(frozen=True)
+class RegionSource:
+    """A sharding wrapper whose parameters materialize finds in the model itself.
+
+    Attributes:
+        targets: the targets of the parameters the wrapper holds in its own layout, and
+            the ``(id(module), attr)`` holders it manages (the generic walk skips them).
+        unset_buffers: a module's buffers that the wrapper allocated off meta and left
+            unset (planned like meta buffers).
+        buffers_set: called once a module's planned buffers are set.
+    """
+
+    targets: Callable[[nn.Module], tuple[Sequence[Target], set[tuple[int, str]]]]
+    unset_buffers: Callable[[nn.Module], set[str]] = _no_buffers
+    buffers_set: Callable[[nn.Module], None] = _nothing
+
+
 #: materialize's region sources: FSDP1's flat shards and DeepSpeed ZeRO-3's padded flat
 #: partitions. (Megatron's partitions need the model's config for their presets: its
 #: own entry point builds them, see :func:`shardinit.megatron.materialize`.)
-REGION_SOURCES: tuple[RegionSource, ...] = (fsdp1.fsdp1_targets, zero3.zero3_targets)
+REGION_SOURCES: tuple[RegionSource, ...] = (
+    RegionSource(fsdp1.fsdp1_targets, fsdp1.unset_buffers, fsdp1.forget_unset_buffers),
+    RegionSource(zero3.zero3_targets),
+)
 
 
 @dataclass(frozen=True)
@@ -150,10 +177,9 @@ class Plan:
     def allocate(self, root: nn.Module, device: torch.device | None) -> None:
         """Gives every meta parameter and buffer storage: DTensor shards on ``device``
         (default the mesh's device), the rest on ``device`` (default the CPU)."""
-        local = [plan.target for plan in self.params if isinstance(plan.target, LocalTarget)]
-        meta_dtensors = [t for t in local if t.is_dtensor and t.local().is_meta]
-        if meta_dtensors:
-            mesh_device = _dtensor_device(meta_dtensors[0].slot.current(), device)
+        pending = [t for p in self.params if (t := p.target.module_pass_tensor()) is not None]
+        if pending:
+            mesh_device = _dtensor_device(pending[0], device)
 
             def allocate(tensor: torch.Tensor) -> torch.Tensor:
                 return torch.empty_like(tensor, device=mesh_device) if tensor.is_meta else tensor
@@ -161,8 +187,8 @@ class Plan:
             # One pass over the root, not per parameter: FSDP2 re-registers its sharded
             # parameters in its Module._apply override.
             apply_to_tensors(root, allocate)
-            for target in local:
-                target.retie()
+            for plan in self.params:
+                plan.target.after_module_pass()
         plain_device = device if device is not None else torch.device("cpu")
         for plan in self.params:
             plan.target.allocate(plain_device)
@@ -194,7 +220,8 @@ class Plan:
                 else:
                     assert buffer_init is not None
                     buffer_init(module, attr, value)
-                fsdp1.take_meta_buffers(module)
+                for source in REGION_SOURCES:
+                    source.buffers_set(module)
         if self.captured is not None and self.write_computed:
             write_buffers(root, self.captured)
 
@@ -217,7 +244,7 @@ def region_targets(root: nn.Module) -> tuple[list[Target], set[tuple[int, str]]]
     targets: list[Target] = []
     managed: set[tuple[int, str]] = set()
     for source in REGION_SOURCES:
-        found, held = source(root)
+        found, held = source.targets(root)
         targets += found
         managed |= held
     return targets, managed
@@ -425,7 +452,7 @@ def _buffer_plans(root: nn.Module, computed: set[str]) -> list[BufferPlan]:
     plans: list[BufferPlan] = []
     seen: set[int] = set()
     for holder in buffer_holders(root):
-        pending = fsdp1.peek_meta_buffers(holder.module)
+        pending = set().union(*(source.unset_buffers(holder.module) for source in REGION_SOURCES))
         if id(holder.tensor) in seen or not (holder.tensor.is_meta or holder.attr in pending):
             continue
         seen.add(id(holder.tensor))

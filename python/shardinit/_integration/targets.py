@@ -93,6 +93,16 @@ class Target(Protocol):
         """Whether the region already holds values (then only ``overwrite=True`` refills)."""
         ...
 
+    def module_pass_tensor(self) -> torch.Tensor | None:
+        """The tensor still on meta that only the one ``Module._apply`` pass over the root
+        may allocate (a DTensor: FSDP2 re-registers its shards in that pass), which runs
+        before :meth:`allocate`; None for storage the target allocates itself or has."""
+        ...
+
+    def after_module_pass(self) -> None:
+        """Called on every target after that pass (when one ran): undoes what it split."""
+        ...
+
     def allocate(self, device: torch.device) -> None:
         """Gives a region still on the meta device storage on ``device``."""
         ...
@@ -107,8 +117,8 @@ class LocalTarget:
     """A DTensor's local shard (``runs`` from its placements) or a whole plain parameter.
 
     DTensor shards on meta are allocated by one pass over the module before
-    :meth:`allocate` (see ``materialize``): FSDP2 must see that pass to re-register its
-    sharded parameters.
+    :meth:`allocate` (:meth:`module_pass_tensor`): FSDP2 must see that pass to
+    re-register its sharded parameters.
     """
 
     slot: ParamSlot
@@ -130,10 +140,6 @@ class LocalTarget:
     def holders(self) -> Sequence[tuple[nn.Module, str]]:
         return self.slot.owners
 
-    @property
-    def is_dtensor(self) -> bool:
-        return is_dtensor(self.slot.param)
-
     def local(self) -> torch.Tensor:
         return local_of(self.slot.current())
 
@@ -151,7 +157,11 @@ class LocalTarget:
             for owner, attr in self.slot.owners:
                 setattr(owner, attr, new)
 
-    def retie(self) -> None:
+    def module_pass_tensor(self) -> torch.Tensor | None:
+        tensor = self.slot.current()
+        return tensor if is_dtensor(tensor) and self.local().is_meta else None
+
+    def after_module_pass(self) -> None:
         """Module._apply gives each module its own new Parameter: tie the other holders
         back to the canonical one."""
         primary = self.slot.current()
@@ -212,6 +222,12 @@ class FlatTarget:
     def is_filled(self) -> bool:
         tensor = self.shard.tensor
         return not self.fresh and tensor.numel() > 0 and not tensor.is_meta
+
+    def module_pass_tensor(self) -> torch.Tensor | None:
+        return None
+
+    def after_module_pass(self) -> None:
+        pass
 
     def allocate(self, device: torch.device) -> None:
         # The wrapper allocated the shard (fsdp1_param_init_fn); only padding is left.
