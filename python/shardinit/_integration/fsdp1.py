@@ -42,6 +42,12 @@ _TIES: list[list[tuple[weakref.ref[nn.Module], str]]] = []
 _META_BUFFERS: weakref.WeakKeyDictionary[nn.Module, set[str]] = weakref.WeakKeyDictionary()
 
 
+def _live_ties() -> list[list[tuple[weakref.ref[nn.Module], str]]]:
+    """The ties in :data:`_TIES` whose holders all still exist (a model that was freed
+    leaves its ties behind otherwise, one list per tie, for the life of the process)."""
+    return [owners for owners in _TIES if all(ref() is not None for ref, _ in owners)]
+
+
 def _fsdp_class() -> type[nn.Module]:
     from torch.distributed.fsdp import FullyShardedDataParallel
 
@@ -109,7 +115,7 @@ def fsdp1_param_init_fn(module: nn.Module, device: Any = None) -> nn.Module:
             owners = getattr(param, _OWNERS_ATTR)
             owners.append((weakref.ref(module), attr))
             if len(owners) == 2:
-                _TIES.append(owners)
+                _TIES[:] = [*_live_ties(), owners]
         module._parameters[attr] = new
         allocated = True
     for attr, buffer in list(module._buffers.items()):
@@ -214,6 +220,7 @@ def ties_split_across_units(root: nn.Module) -> list[str]:
             walk(child, qualified(path, name), unit)
 
     walk(root, "", outside)
+    _TIES[:] = _live_ties()
     groups = [list(owners) for owners in _TIES]
     # A holder that fsdp1_param_init_fn never saw (outside every unit) still holds the
     # meta parameter the others were allocated from.
