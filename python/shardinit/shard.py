@@ -24,7 +24,7 @@ import torch
 
 from ._fill import fill
 from ._layout import Box, chunk_bounds
-from ._validate import U64_MAX, check_int, resolve_device
+from ._validate import U64_MAX, DeviceLike, check_int, resolve_device
 from .errors import ShardInitError
 from .spec import ParamSpec
 
@@ -127,7 +127,7 @@ def _check_box(spec: ParamSpec, box: Any) -> Box:
     return tuple(checked)
 
 
-def _fill_box(spec: ParamSpec, box: Box, device: Any, out: torch.Tensor | None) -> torch.Tensor:
+def _fill_box(spec: ParamSpec, box: Box, device: DeviceLike, out: torch.Tensor | None) -> torch.Tensor:
     shape = tuple(stop - start for start, stop in box)
     if out is None:
         target_device = resolve_device(device)
@@ -159,7 +159,7 @@ def init_shard(
     world: int,
     *,
     dim: int = 0,
-    device: Any = None,
+    device: DeviceLike = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Generates ``rank``'s chunk of the parameter along ``dim``.
@@ -206,7 +206,7 @@ def init_box(
     spec: ParamSpec,
     box: Sequence[tuple[int, int]],
     *,
-    device: Any = None,
+    device: DeviceLike = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Generates the box ``box`` (one ``(start, stop)`` pair per dim, 0 <= start <= stop
@@ -225,7 +225,7 @@ def init_box(
     return _fill_box(spec, _check_box(spec, box), device, out)
 
 
-def full(spec: ParamSpec, *, device: Any = None) -> torch.Tensor:
+def full(spec: ParamSpec, *, device: DeviceLike = None) -> torch.Tensor:
     """The whole parameter (world 1)."""
     if not isinstance(spec, ParamSpec):
         raise TypeError(f"spec must be a ParamSpec, got {type(spec).__name__}")
@@ -237,7 +237,7 @@ def init_flat(
     start: int,
     stop: int,
     *,
-    device: Any = None,
+    device: DeviceLike = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Generates flat elements ``[start, stop)`` of the row-major flattened parameter as a

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import functools
 import weakref
-from typing import Any
 
 import torch
 from torch import nn
 
 from .._names import canonical_name, listing, qualified
 from .._torch_compat import FlatEntry, fsdp1_unit
-from .._validate import resolve_device
+from .._validate import DeviceLike, resolve_device
 from ..errors import ShardInitError
 from .targets import FlatShard, FlatTarget
 
@@ -70,7 +69,7 @@ def _default_device() -> torch.device:
     return torch.device("cpu")
 
 
-def fsdp1_param_init_fn(module: nn.Module, device: Any = None) -> nn.Module:
+def fsdp1_param_init_fn(module: nn.Module, device: DeviceLike = None) -> nn.Module:
     """FSDP1 ``param_init_fn`` that only allocates: ``module``'s own meta parameters and
     buffers get uninitialized storage on ``device``; :func:`shardinit.materialize` fills
     the local flat shards afterwards. Parameters shared between modules stay shared.

@@ -14,11 +14,10 @@ allocated) -> allocate -> fill -> buffers.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from torch import nn
 
-from .._validate import check_seed, resolve_device
+from .._validate import DeviceLike, check_seed, resolve_device
 from ..errors import ShardInitError
 from .capture import CapturedInit, capture_init
 from .plan import BufferInit, RulesAndDefaults, local_targets, make_plan, region_targets
@@ -32,7 +31,7 @@ def materialize(
     module: nn.Module,
     *,
     seed: int,
-    device: Any = None,
+    device: DeviceLike = None,
     rules: Rules | None = None,
     buffer_init: BufferInit | None = None,
     overwrite: bool = False,

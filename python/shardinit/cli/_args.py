@@ -18,6 +18,15 @@ _MAX_SEED = 2**64 - 1
 MODELS_HELP = f"built-in Llama-style config: {', '.join(MODELS)}"
 
 
+def rss_bytes(field: str = "VmRSS") -> int:
+    """``VmRSS`` (now) or ``VmHWM`` (peak since the last reset) of this process."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"/proc/self/status has no {field}")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with a one-line error, the usage, and exit status 2 (no traceback)."""
 

@@ -27,10 +27,11 @@ from .._integration.capture import ParamRecord, base_ops, replay_runs
 from ..init import Initializer
 from ..shard import init_box
 from ..spec import SUPPORTED_DTYPES, ParamSpec
+from ._args import rss_bytes
 from .layout import LayoutPlan, ParamLayout
 from .models import ParamKind
 
-__all__ = ["RankShards", "generate_rank", "param_spec", "rss_bytes"]
+__all__ = ["RankShards", "generate_rank", "param_spec"]
 
 # A plan names dtypes (it imports no torch); a spec takes the torch dtype of that name.
 _TORCH_DTYPES = {name: dtype for dtype, name in SUPPORTED_DTYPES.items()}
@@ -57,15 +58,6 @@ def param_spec(param: ParamLayout, kind: ParamKind, seed: int) -> ParamSpec:
     """The spec of ``param`` that :func:`shardinit.materialize` would use."""
     dtype = _TORCH_DTYPES[param.dtype]
     return ParamSpec(param.name, param.shape, dtype, _initializer(kind), seed=seed)
-
-
-def rss_bytes(field: str = "VmRSS") -> int:
-    """``VmRSS`` (now) or ``VmHWM`` (peak since the last reset) of this process."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise OSError(f"/proc/self/status has no {field}")
 
 
 def _reset_peak_rss() -> bool:

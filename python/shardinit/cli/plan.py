@@ -152,8 +152,11 @@ _STRATEGY_LABELS = {
     "shardinit": "FSDP2 + shardinit.materialize",
 }
 
-#: Ranks whose regions and bytes print without ``--all-ranks`` on more than 8 ranks.
-_SHOWN = 5
+
+def _shown_ranks(world: int) -> list[int]:
+    """The ranks whose regions and bytes print without ``--all-ranks`` on more than 8
+    ranks: the first three, the middle one and the last two."""
+    return sorted({0, 1, 2, world // 2, world - 2, world - 1})
 
 
 def _model(text: str) -> str:
@@ -256,7 +259,7 @@ def run_plan(args: argparse.Namespace, parser: Parser) -> int:
     say(f"  {layout} on {plan.world} rank(s), mesh {mesh}\n")
     ranks: Sequence[int] = range(plan.world)
     if not args.all_ranks and plan.world > 8:
-        ranks = sorted({0, 1, 2, plan.world // 2, plan.world - 2, plan.world - 1})[: _SHOWN + 1]
+        ranks = _shown_ranks(plan.world)
     summary = byte_summary(plan)
     _print_regions(plan, ranks)
     _print_bytes(plan, ranks, summary)

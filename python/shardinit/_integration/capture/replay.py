@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from torch import nn
 
 from ..._names import buffer_holders
-from ..._validate import resolve_device
+from ..._validate import DeviceLike, resolve_device
 from ...errors import ShardInitError
 from ...init import Constant, Initializer
 from ...spec import ParamSpec
@@ -101,7 +100,7 @@ def replay_box(
     box: Sequence[tuple[int, int]],
     out: torch.Tensor | None = None,
     *,
-    device: Any = None,
+    device: DeviceLike = None,
     prior: Sequence[CapturedOp] = (),
 ) -> torch.Tensor:
     """The values of ``box`` (global coordinates) of the parameter after its captured
@@ -212,7 +211,7 @@ def op_programs(record: ParamRecord, ops: Sequence[CapturedOp]) -> list[Expr]:
 
 
 def replay_full(
-    record: ParamRecord, seed: int, *, device: Any = None, prior: Sequence[CapturedOp] = ()
+    record: ParamRecord, seed: int, *, device: DeviceLike = None, prior: Sequence[CapturedOp] = ()
 ) -> torch.Tensor:
     """The whole parameter after its captured operations (world 1)."""
     return replay_box(
