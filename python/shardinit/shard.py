@@ -127,7 +127,9 @@ def _check_box(spec: ParamSpec, box: Any) -> Box:
     return tuple(checked)
 
 
-def _fill_box(spec: ParamSpec, box: Box, device: DeviceLike, out: torch.Tensor | None) -> torch.Tensor:
+def _fill_box(
+    spec: ParamSpec, box: Box, device: DeviceLike, out: torch.Tensor | None
+) -> torch.Tensor:
     shape = tuple(stop - start for start, stop in box)
     if out is None:
         target_device = resolve_device(device)
