@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Mapping
 from typing import NoReturn
 
 from .models import MODELS
@@ -58,13 +59,23 @@ def positive(text: str) -> int:
     return value
 
 
-def model_choice(text: str) -> str:
-    """``--model``: a key of :data:`shardinit.cli.models.MODELS`."""
-    if text not in MODELS:
-        raise argparse.ArgumentTypeError(
-            f"unknown model {text!r} (choose from {', '.join(MODELS)})"
-        )
-    return text
+def choice_of(registry: Mapping[str, object]) -> Callable[[str], str]:
+    """The ``--model`` argument type for the configs of ``registry`` (a table of
+    :mod:`shardinit.cli.models`): a key of it, or a usage error listing them."""
+
+    def choice(text: str) -> str:
+        if text not in registry:
+            raise argparse.ArgumentTypeError(
+                f"unknown model {text!r} (choose from {', '.join(registry)})"
+            )
+        return text
+
+    return choice
+
+
+#: ``--model`` of the commands that build the model: a key of
+#: :data:`shardinit.cli.models.MODELS`.
+model_choice = choice_of(MODELS)
 
 
 def human_bytes(nbytes: float) -> str:

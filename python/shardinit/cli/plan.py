@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .._dtypes import DTYPE_SIZES
 from ..errors import ShardInitError
-from ._args import Parser, human_bytes, positive, say, seed
+from ._args import Parser, choice_of, human_bytes, positive, say, seed
 from .layout import (
     ByteSummary,
     LayoutPlan,
@@ -159,12 +159,8 @@ def _shown_ranks(world: int) -> list[int]:
     return sorted({0, 1, 2, world // 2, world - 2, world - 1})
 
 
-def _model(text: str) -> str:
-    if text not in PLAN_MODELS:
-        raise argparse.ArgumentTypeError(
-            f"unknown model {text!r} (choose from {', '.join(PLAN_MODELS)})"
-        )
-    return text
+#: ``--model`` of ``plan``: a key of :data:`shardinit.cli.models.PLAN_MODELS`.
+_model = choice_of(PLAN_MODELS)
 
 
 def _rank(text: str) -> int:
