@@ -415,7 +415,7 @@ def _constructed(target: Target, record: ParamRecord | None, seed: int) -> Value
     made = constructor_record(owner, attr, target.name, target.global_shape, target.dtype)
     if made is None:
         return None
-    return Values(_after(made.ops, made if record is None else record), seed)
+    return Values(made if record is None else _after(made.ops, record), seed)
 
 
 def _values(target: Target, choice: DefaultInit, record: ParamRecord | None, seed: int) -> Values:
