@@ -166,3 +166,27 @@ def test_orthogonal_to_cuda_stages_its_region_once(staged: list[int], q_count: l
     # The hull of the three boxes (rows 0-15, 16 x 20 float32) is staged once, whole.
     assert staged == [16 * 20 * 4]
     assert torch.equal(out.as_subclass(torch.Tensor), orthogonal_full(shape).reshape(-1)[17:305])
+
+
+def test_a_default_is_one_program_with_its_zero_row() -> None:
+    """An Embedding's torch default (normal, then its padding_idx row zeroed) is the
+    parameter's one program, written like any other: the same values as the stream
+    with that row set to zero."""
+    from torch import nn
+
+    from shardinit._integration.plan import RulesAndDefaults, local_targets, make_plan
+
+    with torch.device("meta"):
+        module = nn.Embedding(10, 4, padding_idx=3)
+    targets = local_targets(module, set())
+    chooser = RulesAndDefaults([], module, targets)
+    plan = make_plan(
+        module, targets, seed=SEED, chooser=chooser, captured=None, write_computed=False
+    )
+    [param] = plan.params
+    assert param.values.record.ops == base_ops(init.normal(0.0, 1.0), (10, 4), (3,))
+    shardinit.materialize(module, seed=SEED)
+    spec = shardinit.ParamSpec("weight", (10, 4), torch.float32, init.normal(0.0, 1.0), seed=SEED)
+    expected = shardinit.full(spec)
+    expected[3] = 0.0
+    assert torch.equal(module.weight.detach(), expected)
