@@ -1,8 +1,10 @@
 """Where a parameter's values go, and what they are.
 
-A *target* is the part of one parameter this rank holds, with three methods that
+A *target* is the part of one parameter this rank holds, with the methods that
 materialize calls in its phases: :meth:`~Target.is_filled` (checked before anything is
-allocated), :meth:`~Target.allocate` and :meth:`~Target.fill`. Four kinds exist:
+allocated), :meth:`~Target.module_pass_tensor` / :meth:`~Target.after_module_pass` (the
+one ``Module._apply`` pass over the root), :meth:`~Target.allocate` and
+:meth:`~Target.fill`. Four kinds exist:
 
 * :class:`LocalTarget` (here): a DTensor's local shard (a product of per-dim runs of
   global indices) or a plain parameter (the whole tensor);
@@ -16,7 +18,7 @@ allocated), :meth:`~Target.allocate` and :meth:`~Target.fill`. Four kinds exist:
 A new sharding wrapper adds one class with the same methods (see :class:`Target`) in
 its own module, with the function that builds its targets.
 *Values* say what to write: one init program per parameter (:class:`Values`), written
-into either form of region by the one writer.
+into either form of region by the one writer (:func:`.capture.write_pieces`).
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ class Target(Protocol):
 
     A new region source (a sharding wrapper that holds parameters in its own layout,
     e.g. DeepSpeed ZeRO-3's padded flat partitions) adds one class with these attributes
-    and methods, built by a source function listed in
+    and methods, built by the ``targets`` function of a
+    :class:`~shardinit._integration.plan.RegionSource` in
     :data:`shardinit._integration.plan.REGION_SOURCES` (or, when it needs arguments of
     its own, by its entry point, as :func:`shardinit.megatron.materialize`).
     """
