@@ -5,9 +5,10 @@ FSDP1 flattens each wrapped unit's parameters into one ``FlatParameter`` and kee
 this rank's slice of it. Its ``_shard_param_infos`` say, per original parameter, whether
 the slice holds part of it, where (``offset_in_shard``, ``numel_in_shard``) and which
 flat element range of the parameter that is (``intra_param_start_idx`` to
-``intra_param_end_idx``, inclusive). shardinit fills exactly those ranges with
-``init_flat``; alignment and end padding stay zero. :func:`fsdp1_targets` is FSDP1's
-region source for materialize.
+``intra_param_end_idx``, inclusive). shardinit writes exactly those ranges of each
+parameter's program (the one writer's flat ranges); alignment and end padding stay
+zero. :func:`fsdp1_targets` (with :func:`unset_buffers` / :func:`forget_unset_buffers`)
+is FSDP1's region source for materialize.
 """
 
 from __future__ import annotations
