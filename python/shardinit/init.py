@@ -85,6 +85,7 @@ class BaseInit(Initializer):
     def check_shape(self, name: str, shape: Sequence[int]) -> None:
         """Refuses a global ``shape`` the initializer cannot fill, naming the parameter
         ``name`` (every shape, but for :class:`Orthogonal`)."""
+        del name, shape  # an elementwise initializer fills every shape
 
     @abstractmethod
     def params(self) -> tuple[float, float, float, float]:
