@@ -39,7 +39,7 @@ MIB = 2**20
 
 
 def _plan_in_process(model: str, world: int, tp: int) -> dict[str, Any]:
-    from shardinit.cli.generate import rss_bytes  # imports torch
+    from shardinit.cli._args import rss_bytes
 
     argv = ["plan", "--model", model, "--world", str(world), "--tp", str(tp)]
     before = rss_bytes()

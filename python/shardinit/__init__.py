@@ -21,17 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 from ._core import STREAM_FORMAT_VERSION
 from ._core import __version__ as __version__
-from .errors import InternalError, ShapeTooLargeError, ShardInitError
+from .errors import (
+    CudaBackendWarning,
+    InternalError,
+    ShapeTooLargeError,
+    ShardInitError,
+    UnsupportedInitOpError,
+)
 
 if TYPE_CHECKING:  # what _LAZY imports on first access, spelled out for type checkers
     from . import deepspeed, init, megatron, presets
-    from ._cuda.backend import CudaBackendWarning, get_cuda_backend, set_cuda_backend
-    from ._integration.capture import (
-        CapturedInit,
-        UnsupportedInitOpError,
-        capture_init,
-        record_constructors,
-    )
+    from ._cuda.backend import get_cuda_backend, set_cuda_backend
+    from ._integration.capture import CapturedInit, capture_init, record_constructors
     from ._integration.fingerprint import fingerprint, fingerprint_model, model_digest
     from ._integration.fsdp1 import fsdp1_param_init_fn
     from ._integration.materialize import materialize
@@ -57,11 +58,9 @@ _LAZY: dict[str, str] = {
     "init": ".init",
     "megatron": ".megatron",
     "presets": ".presets",
-    "CudaBackendWarning": "._cuda.backend",
     "get_cuda_backend": "._cuda.backend",
     "set_cuda_backend": "._cuda.backend",
     "CapturedInit": "._integration.capture",
-    "UnsupportedInitOpError": "._integration.capture",
     "capture_init": "._integration.capture",
     "record_constructors": "._integration.capture",
     "fingerprint": "._integration.fingerprint",

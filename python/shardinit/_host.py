@@ -17,7 +17,14 @@ from . import _core
 from .init import core_init
 from .spec import ParamSpec
 
-__all__ = ["fill_cpu", "fill_via_pinned", "fill_whole_on_host", "writable_view"]
+__all__ = [
+    "fill_cpu",
+    "fill_program_cpu",
+    "fill_via_pinned",
+    "fill_whole_on_host",
+    "pinned_empty",
+    "writable_view",
+]
 
 
 def writable_view(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
@@ -45,6 +52,33 @@ def fill_cpu(spec: ParamSpec, region: _core.Region, out: torch.Tensor, threads: 
     )
 
 
+def fill_program_cpu(
+    spec: ParamSpec,
+    program: _core.Program,
+    region: _core.Region,
+    out: torch.Tensor,
+    threads: int,
+) -> None:
+    """Writes ``region`` of ``program``'s values (keyed by ``spec``: name, seed, global
+    shape, dtype; its initializer is not read) into the CPU tensor ``out``, as
+    :func:`fill_cpu` does."""
+    _core.fill_program(
+        spec.key64,
+        list(spec.shape),
+        program,
+        spec.dtype_name,
+        region,
+        writable_view(out),
+        threads,
+    )
+
+
+def pinned_empty(numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """A pinned host buffer of ``numel`` elements: every host tensor the CUDA paths stage
+    through is made here (tests/torch/test_writer.py counts their bytes)."""
+    return torch.empty(numel, dtype=dtype, pin_memory=True)
+
+
 def fill_via_pinned(
     dest: torch.Tensor, fill_part: Callable[[int, torch.Tensor], None], chunk_bytes: int
 ) -> None:
@@ -59,7 +93,7 @@ def fill_via_pinned(
         return
     chunk = max(1, chunk_bytes // dest.element_size())
     size = min(chunk, total)
-    staging = [torch.empty(size, dtype=dest.dtype, pin_memory=True) for _ in range(2)]
+    staging = [pinned_empty(size, dest.dtype) for _ in range(2)]
     copied: list[torch.cuda.Event | None] = [None, None]
     with torch.cuda.device(dest.device):
         stream = torch.cuda.current_stream()
@@ -84,8 +118,9 @@ def fill_via_pinned(
 
 def fill_whole_on_host(dest: torch.Tensor, fill: Callable[[torch.Tensor], None]) -> None:
     """Fills the CUDA tensor ``dest`` by ``fill(host)`` into one host tensor of its shape,
-    then one copy: for orthogonal, whose fill computes the whole matrix (once, not once
-    per staging chunk) and which the device kernel does not implement."""
-    host = torch.empty(tuple(dest.shape), dtype=dest.dtype, pin_memory=True)
+    then one copy: for values that are not elementwise (orthogonal), whose fill computes
+    the whole matrix (once, not once per staging chunk) and which the device kernel does
+    not implement. The core holds that matrix in binary64 meanwhile anyway."""
+    host = pinned_empty(dest.numel(), dest.dtype).view(tuple(dest.shape))
     fill(host)
     dest.copy_(host)

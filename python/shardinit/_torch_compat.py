@@ -14,6 +14,7 @@ is how a parameter is replaced without ``__setattr__``'s checks (torch's own
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
@@ -44,6 +45,7 @@ __all__ = [
     "split_factor",
     "strided_shard",
     "tree_flatten",
+    "unchecked_torch",
     "unwrap_fsdp2_classes",
 ]
 
@@ -64,6 +66,24 @@ def enter_dispatch_mode(mode: DispatchMode) -> None:
 def exit_dispatch_mode(mode: DispatchMode, *exc: Any) -> None:
     mode.__exit__(*exc)  # type: ignore[no-untyped-call]
 
+
+def unchecked_torch(version: str) -> str | None:
+    """Why torch ``version`` (``torch.__version__``) is not the release the APIs below
+    were checked against (another major.minor; local suffixes and patch releases
+    count as checked), or None."""
+    release = version.split("+")[0].split(".")[:2]
+    if release == CHECKED_TORCH.split(".")[:2]:
+        return None
+    return (
+        f"shardinit's uses of private torch APIs were checked against torch "
+        f"{CHECKED_TORCH}, this is torch {version}; materialize, capture_init and "
+        "fingerprint may fail or refuse models until shardinit is checked against it"
+    )
+
+
+# Checked once, when the first module that needs these APIs is imported.
+if (_unchecked := unchecked_torch(torch.__version__)) is not None:
+    warnings.warn(_unchecked, UserWarning, stacklevel=2)
 
 # --------------------------------------------------------------------------- torch.nn
 

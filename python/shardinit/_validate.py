@@ -92,7 +92,13 @@ def check_seed(value: Any) -> int:
     return check_int("seed", value, low=0, high=U64_MAX)
 
 
-def resolve_device(device: Any) -> torch.device:
+#: What a ``device`` argument may be: None (the CPU), a str (``"cuda:1"``), an int (a CUDA
+#: index) or a ``torch.device``; anything else is refused at run time by
+#: :func:`resolve_device`.
+DeviceLike = torch.device | str | int | None
+
+
+def resolve_device(device: object) -> torch.device:
     """``device`` (None: the CPU, a str, an int or a ``torch.device``) as a CPU or
     available CUDA ``torch.device``.
 

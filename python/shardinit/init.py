@@ -21,7 +21,7 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
@@ -75,9 +75,17 @@ class BaseInit(Initializer):
     """One of the initializers of stream format v1 (stream-format.md §4)."""
 
     kind: str
+    #: Whether an element's value depends only on its own stream position (then any
+    #: region, or any part of one, is computed on its own). Orthogonal's is not.
+    elementwise: ClassVar[bool] = True
 
     def resolve(self, global_shape: Sequence[int]) -> BaseInit:
         return self
+
+    def check_shape(self, name: str, shape: Sequence[int]) -> None:
+        """Refuses a global ``shape`` the initializer cannot fill, naming the parameter
+        ``name`` (every shape, but for :class:`Orthogonal`)."""
+        del name, shape  # an elementwise initializer fills every shape
 
     @abstractmethod
     def params(self) -> tuple[float, float, float, float]:
@@ -214,6 +222,7 @@ class Orthogonal(BaseInit):
     gain: float = 1.0
     max_numel: int | None = dataclasses.field(default=None, compare=False)
     kind = "orthogonal"
+    elementwise: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gain", check_real("gain", self.gain))
@@ -364,6 +373,28 @@ def _normal_std(std: float, arg: str) -> BaseInit:
     return Normal(0.0, std)
 
 
+def _kaiming_std(
+    init: KaimingUniform | KaimingNormal, global_shape: Sequence[int], name: str
+) -> float | None:
+    """torch's Kaiming ``std = gain / sqrt(fan)`` for ``global_shape``; None for a shape
+    with a zero size (nothing to fill: torch warns and returns before computing fans)."""
+    if 0 in tuple(global_shape):
+        return None
+    fan_in, fan_out = fan_in_and_fan_out(global_shape, name)
+    fan = fan_in if init.mode == "fan_in" else fan_out
+    gain = torch.nn.init.calculate_gain(init.nonlinearity, init.a)  # type: ignore[arg-type]
+    return gain / math.sqrt(fan)
+
+
+def _xavier_std(gain: float, global_shape: Sequence[int], name: str) -> float | None:
+    """torch's Glorot ``std = gain * sqrt(2 / (fan_in + fan_out))``; None when both fans
+    are 0 (nothing to fill)."""
+    fan_in, fan_out = fan_in_and_fan_out(global_shape, name)
+    if fan_in + fan_out == 0:
+        return None
+    return gain * math.sqrt(2.0 / float(fan_in + fan_out))
+
+
 @dataclass(frozen=True)
 class KaimingUniform(Initializer):
     """He et al. uniform: ``U(-bound, bound)``, ``bound = gain * sqrt(3 / fan)``."""
@@ -378,15 +409,10 @@ class KaimingUniform(Initializer):
         _check_nonlinearity(self.nonlinearity, self.a)
 
     def resolve(self, global_shape: Sequence[int]) -> BaseInit:
-        if 0 in tuple(global_shape):
-            # Nothing to fill; torch warns and returns before computing fans.
+        std = _kaiming_std(self, global_shape, "kaiming_uniform")
+        if std is None:
             return Constant(0.0)
-        fan_in, fan_out = fan_in_and_fan_out(global_shape, "kaiming_uniform")
-        fan = fan_in if self.mode == "fan_in" else fan_out
-        gain = torch.nn.init.calculate_gain(self.nonlinearity, self.a)  # type: ignore[arg-type]
-        std = gain / math.sqrt(fan)
-        bound = math.sqrt(3.0) * std
-        return _uniform_bound(bound, f"kaiming_uniform(a={self.a})")
+        return _uniform_bound(math.sqrt(3.0) * std, f"kaiming_uniform(a={self.a})")
 
 
 @dataclass(frozen=True)
@@ -403,13 +429,9 @@ class KaimingNormal(Initializer):
         _check_nonlinearity(self.nonlinearity, self.a)
 
     def resolve(self, global_shape: Sequence[int]) -> BaseInit:
-        if 0 in tuple(global_shape):
-            # Nothing to fill; torch warns and returns before computing fans.
+        std = _kaiming_std(self, global_shape, "kaiming_normal")
+        if std is None:
             return Constant(0.0)
-        fan_in, fan_out = fan_in_and_fan_out(global_shape, "kaiming_normal")
-        fan = fan_in if self.mode == "fan_in" else fan_out
-        gain = torch.nn.init.calculate_gain(self.nonlinearity, self.a)  # type: ignore[arg-type]
-        std = gain / math.sqrt(fan)
         return _normal_std(std, f"kaiming_normal(a={self.a})")
 
 
@@ -423,12 +445,10 @@ class XavierUniform(Initializer):
         object.__setattr__(self, "gain", _check_gain(self.gain))
 
     def resolve(self, global_shape: Sequence[int]) -> BaseInit:
-        fan_in, fan_out = fan_in_and_fan_out(global_shape, "xavier_uniform")
-        if fan_in + fan_out == 0:
+        std = _xavier_std(self.gain, global_shape, "xavier_uniform")
+        if std is None:
             return Constant(0.0)
-        std = self.gain * math.sqrt(2.0 / float(fan_in + fan_out))
-        bound = math.sqrt(3.0) * std
-        return _uniform_bound(bound, f"gain={self.gain}")
+        return _uniform_bound(math.sqrt(3.0) * std, f"gain={self.gain}")
 
 
 @dataclass(frozen=True)
@@ -441,10 +461,9 @@ class XavierNormal(Initializer):
         object.__setattr__(self, "gain", _check_gain(self.gain))
 
     def resolve(self, global_shape: Sequence[int]) -> BaseInit:
-        fan_in, fan_out = fan_in_and_fan_out(global_shape, "xavier_normal")
-        if fan_in + fan_out == 0:
+        std = _xavier_std(self.gain, global_shape, "xavier_normal")
+        if std is None:
             return Constant(0.0)
-        std = self.gain * math.sqrt(2.0 / float(fan_in + fan_out))
         return _normal_std(std, f"gain={self.gain}")
 
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
-from . import _core
-from ._fill import Box, fill
-from ._validate import U64_MAX, check_int, resolve_device
+from ._fill import fill
+from ._layout import Box, chunk_bounds
+from ._validate import U64_MAX, DeviceLike, check_int, resolve_device
 from .errors import ShardInitError
 from .spec import ParamSpec
 
@@ -127,7 +127,9 @@ def _check_box(spec: ParamSpec, box: Any) -> Box:
     return tuple(checked)
 
 
-def _fill_box(spec: ParamSpec, box: Box, device: Any, out: torch.Tensor | None) -> torch.Tensor:
+def _fill_box(
+    spec: ParamSpec, box: Box, device: DeviceLike, out: torch.Tensor | None
+) -> torch.Tensor:
     shape = tuple(stop - start for start, stop in box)
     if out is None:
         target_device = resolve_device(device)
@@ -149,7 +151,7 @@ def box_of_shard(spec: ParamSpec, rank: int, world: int, dim: int = 0) -> Box:
     if ndim == 0:
         raise ShardInitError("dim: a 0-d parameter cannot be sharded; use full()")
     dim = check_int("dim", dim, low=-ndim, high=ndim - 1) % ndim
-    start, stop = _core.chunk_range(spec.shape[dim], rank, world)
+    start, stop = chunk_bounds(spec.shape[dim], world, rank)
     return tuple((start, stop) if d == dim else (0, size) for d, size in enumerate(spec.shape))
 
 
@@ -159,7 +161,7 @@ def init_shard(
     world: int,
     *,
     dim: int = 0,
-    device: Any = None,
+    device: DeviceLike = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Generates ``rank``'s chunk of the parameter along ``dim``.
@@ -206,7 +208,7 @@ def init_box(
     spec: ParamSpec,
     box: Sequence[tuple[int, int]],
     *,
-    device: Any = None,
+    device: DeviceLike = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Generates the box ``box`` (one ``(start, stop)`` pair per dim, 0 <= start <= stop
@@ -225,7 +227,7 @@ def init_box(
     return _fill_box(spec, _check_box(spec, box), device, out)
 
 
-def full(spec: ParamSpec, *, device: Any = None) -> torch.Tensor:
+def full(spec: ParamSpec, *, device: DeviceLike = None) -> torch.Tensor:
     """The whole parameter (world 1)."""
     if not isinstance(spec, ParamSpec):
         raise TypeError(f"spec must be a ParamSpec, got {type(spec).__name__}")
@@ -237,7 +239,7 @@ def init_flat(
     start: int,
     stop: int,
     *,
-    device: Any = None,
+    device: DeviceLike = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Generates flat elements ``[start, stop)`` of the row-major flattened parameter as a

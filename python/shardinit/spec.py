@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -14,13 +16,15 @@ from . import _core
 from ._dtypes import DTYPE_SIZES
 from ._validate import U64_MAX, check_int, check_name, check_seed
 from .errors import ShapeTooLargeError, ShardInitError
-from .init import BaseInit, Constant, Initializer, Normal, Orthogonal, Uniform
+from .init import BaseInit, Constant, Initializer, Normal, Uniform
 
 __all__ = ["SUPPORTED_DTYPES", "ParamSpec"]
 
 #: torch dtypes of stream format v1, with their names in the core (``torch.float32``:
 #: ``"float32"``, ...; the list's one home is :data:`shardinit._dtypes.DTYPE_SIZES`).
-SUPPORTED_DTYPES: dict[torch.dtype, str] = {getattr(torch, name): name for name in DTYPE_SIZES}
+SUPPORTED_DTYPES: Mapping[torch.dtype, str] = MappingProxyType(
+    {getattr(torch, name): name for name in DTYPE_SIZES}
+)
 
 
 def _check_shape(shape: Any) -> tuple[int, ...]:
@@ -64,6 +68,7 @@ def _overflows(value: float, dtype: torch.dtype) -> bool:
     return not bool(torch.isfinite(rounded))
 
 
+@dataclass(frozen=True, init=False)
 class ParamSpec:
     """What determines every element of a parameter (stream format: seed, name, global shape,
     dtype, initializer). Immutable and validated on construction.
@@ -134,36 +139,9 @@ class ParamSpec:
             ("seed", seed),
         ):
             object.__setattr__(self, field, value)
-        object.__setattr__(self, "_frozen", True)
         # Resolve now so errors surface at construction.
         _check_fits_dtype(self.base_init, dtype)
-        if isinstance(self.base_init, Orthogonal):
-            self.base_init.check_shape(name, shape_tuple)
-
-    def __setattr__(self, key: str, value: object) -> None:
-        if getattr(self, "_frozen", False) and key != "__dict__":
-            raise AttributeError(f"ParamSpec is immutable; cannot set {key}")
-        object.__setattr__(self, key, value)
-
-    def __delattr__(self, key: str) -> None:
-        raise AttributeError(f"ParamSpec is immutable; cannot delete {key}")
-
-    def _identity(self) -> tuple[object, ...]:
-        return (self.name, self.shape, self.dtype, self.init, self.seed)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, ParamSpec):
-            return NotImplemented
-        return self._identity() == other._identity()
-
-    def __hash__(self) -> int:
-        return hash(self._identity())
-
-    def __repr__(self) -> str:
-        return (
-            f"ParamSpec(name={self.name!r}, shape={self.shape}, dtype={self.dtype}, "
-            f"init={self.init!r}, seed={self.seed})"
-        )
+        self.base_init.check_shape(name, shape_tuple)
 
     @cached_property
     def base_init(self) -> BaseInit:

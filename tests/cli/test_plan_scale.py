@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import shardinit
 from shardinit import ShardInitError
 from shardinit._integration.fingerprint import digest_of_total
-from shardinit._integration.placements import local_runs
+from shardinit._integration.placements import local_runs, torch_placement
 from shardinit.cli import run
 from shardinit.cli.generate import generate_rank, param_spec
 from shardinit.cli.layout import LayoutPlan, byte_summary, plan_layout
@@ -65,7 +65,7 @@ def _reference_bytes(plan: LayoutPlan) -> list[int]:
     for rank in range(plan.world):
         total = 0
         for param in plan.params:
-            placements = [split.to_torch() for split in param.placements]
+            placements = [torch_placement(split) for split in param.placements]
             reference = local_runs(
                 param.shape, plan.mesh_shape(param), plan.coordinate(param, rank), placements
             )

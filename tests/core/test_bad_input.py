@@ -121,7 +121,7 @@ def _materialize_only_flat() -> object:
     def source(root: nn.Module) -> tuple[list[object], set[tuple[int, str]]]:
         return [object()], set()
 
-    with mock.patch.object(plan, "REGION_SOURCES", (source,)):
+    with mock.patch.object(plan, "REGION_SOURCES", (plan.RegionSource(source),)):
         return shardinit.materialize(_meta_linear(), seed=0, only=["weight"])
 
 

@@ -241,3 +241,27 @@ CHECKS = [
 @pytest.mark.parametrize("name", CHECKS)
 def test_fsdp1(world: int, name: str) -> None:
     assert_check_passed(results(world), name)
+
+
+def test_ties_of_freed_models_are_forgotten() -> None:
+    """fsdp1_param_init_fn remembers every tie it allocates (materialize checks that
+    FSDP1 kept each inside one unit); a model that was freed leaves none behind."""
+    import gc
+
+    from shardinit._integration import fsdp1
+
+    def allocate_tied_pair() -> None:
+        with torch.device("meta"):
+            first, second = nn.Linear(4, 4), nn.Linear(4, 4)
+        second.weight = first.weight
+        for module in (first, second):
+            shardinit.fsdp1_param_init_fn(module, device="cpu")
+        assert first.weight is second.weight and not first.weight.is_meta
+
+    before = len(fsdp1._live_ties())
+    allocate_tied_pair()
+    gc.collect()
+    allocate_tied_pair()
+    assert len(fsdp1._TIES) == before + 1  # the first pair's tie was pruned
+    gc.collect()
+    assert len(fsdp1._live_ties()) == before

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..errors import ShardInitError
+from ..errors import CudaBackendWarning, ShardInitError
 
 __all__ = [
     "BACKENDS",
@@ -41,11 +41,6 @@ MIN_TRITON = (3, 6)
 _setting: str | None = None
 _lock = threading.Lock()
 _warned = False
-
-
-class CudaBackendWarning(UserWarning):
-    """The device kernel is unavailable, so CUDA fills take the host path (same bits,
-    slower). Silence it with ``shardinit.set_cuda_backend("host")``."""
 
 
 def _check_backend(value: Any, what: str) -> str:

@@ -5,23 +5,23 @@ FSDP1 flattens each wrapped unit's parameters into one ``FlatParameter`` and kee
 this rank's slice of it. Its ``_shard_param_infos`` say, per original parameter, whether
 the slice holds part of it, where (``offset_in_shard``, ``numel_in_shard``) and which
 flat element range of the parameter that is (``intra_param_start_idx`` to
-``intra_param_end_idx``, inclusive). shardinit fills exactly those ranges with
-``init_flat``; alignment and end padding stay zero. :func:`fsdp1_targets` is FSDP1's
-region source for materialize.
+``intra_param_end_idx``, inclusive). shardinit writes exactly those ranges of each
+parameter's program (the one writer's flat ranges); alignment and end padding stay
+zero. :func:`fsdp1_targets` (with :func:`unset_buffers` / :func:`forget_unset_buffers`)
+is FSDP1's region source for materialize.
 """
 
 from __future__ import annotations
 
 import functools
 import weakref
-from typing import Any
 
 import torch
 from torch import nn
 
 from .._names import canonical_name, listing, qualified
 from .._torch_compat import FlatEntry, fsdp1_unit
-from .._validate import resolve_device
+from .._validate import DeviceLike, resolve_device
 from ..errors import ShardInitError
 from .targets import FlatShard, FlatTarget
 
@@ -40,6 +40,12 @@ _OWNERS_ATTR = "_shardinit_owners"
 _TIES: list[list[tuple[weakref.ref[nn.Module], str]]] = []
 # Buffers fsdp1_param_init_fn allocated (they were on meta): materialize sets them.
 _META_BUFFERS: weakref.WeakKeyDictionary[nn.Module, set[str]] = weakref.WeakKeyDictionary()
+
+
+def _live_ties() -> list[list[tuple[weakref.ref[nn.Module], str]]]:
+    """The ties in :data:`_TIES` whose holders all still exist (a model that was freed
+    leaves its ties behind otherwise, one list per tie, for the life of the process)."""
+    return [owners for owners in _TIES if all(ref() is not None for ref, _ in owners)]
 
 
 def _fsdp_class() -> type[nn.Module]:
@@ -64,7 +70,7 @@ def _default_device() -> torch.device:
     return torch.device("cpu")
 
 
-def fsdp1_param_init_fn(module: nn.Module, device: Any = None) -> nn.Module:
+def fsdp1_param_init_fn(module: nn.Module, device: DeviceLike = None) -> nn.Module:
     """FSDP1 ``param_init_fn`` that only allocates: ``module``'s own meta parameters and
     buffers get uninitialized storage on ``device``; :func:`shardinit.materialize` fills
     the local flat shards afterwards. Parameters shared between modules stay shared.
@@ -109,7 +115,7 @@ def fsdp1_param_init_fn(module: nn.Module, device: Any = None) -> nn.Module:
             owners = getattr(param, _OWNERS_ATTR)
             owners.append((weakref.ref(module), attr))
             if len(owners) == 2:
-                _TIES.append(owners)
+                _TIES[:] = [*_live_ties(), owners]
         module._parameters[attr] = new
         allocated = True
     for attr, buffer in list(module._buffers.items()):
@@ -121,15 +127,15 @@ def fsdp1_param_init_fn(module: nn.Module, device: Any = None) -> nn.Module:
     return module
 
 
-def take_meta_buffers(module: nn.Module) -> set[str]:
+def unset_buffers(module: nn.Module) -> set[str]:
     """Names of ``module``'s buffers that fsdp1_param_init_fn allocated from meta and
-    that are still unset; forgets them."""
-    return _META_BUFFERS.pop(module, set())
-
-
-def peek_meta_buffers(module: nn.Module) -> set[str]:
-    """Like :func:`take_meta_buffers` without forgetting."""
+    that are still unset (materialize plans them as meta buffers)."""
     return set(_META_BUFFERS.get(module, set()))
+
+
+def forget_unset_buffers(module: nn.Module) -> None:
+    """Records that ``module``'s buffers have been set."""
+    _META_BUFFERS.pop(module, None)
 
 
 def is_unfilled(module: nn.Module) -> bool:
@@ -214,6 +220,7 @@ def ties_split_across_units(root: nn.Module) -> list[str]:
             walk(child, qualified(path, name), unit)
 
     walk(root, "", outside)
+    _TIES[:] = _live_ties()
     groups = [list(owners) for owners in _TIES]
     # A holder that fsdp1_param_init_fn never saw (outside every unit) still holds the
     # meta parameter the others were allocated from.

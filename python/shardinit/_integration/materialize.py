@@ -14,12 +14,11 @@ allocated) -> allocate -> fill -> buffers.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from torch import nn
 
 from .._names import listing, param_slots
-from .._validate import check_seed, resolve_device
+from .._validate import DeviceLike, check_seed, resolve_device
 from ..errors import ShardInitError
 from .capture import CapturedInit, capture_init
 from .only import Only, check_only, chosen_names
@@ -43,7 +42,7 @@ def materialize(
     module: nn.Module,
     *,
     seed: int,
-    device: Any = None,
+    device: DeviceLike = None,
     rules: Rules | None = None,
     buffer_init: BufferInit | None = None,
     overwrite: bool = False,
@@ -255,7 +254,7 @@ def _captured(
     init_fn: Callable[[], object] | CapturedInit | None,
     *,
     hides_params: bool,
-    device: Any,
+    device: DeviceLike,
 ) -> CapturedInit | None:
     if init_fn is None or isinstance(init_fn, CapturedInit):
         return init_fn

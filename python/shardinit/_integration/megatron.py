@@ -54,7 +54,7 @@ from .exclusive import ThreadExclusive
 from .placements import Run, full_runs, local_runs
 from .plan import make_plan
 from .rules import RuleKey, first_rule, rule_pairs
-from .targets import ReplayValues, Target, Values
+from .targets import Target, Values
 
 #: An init callable as Megatron takes it: ``fn(tensor)`` fills ``tensor`` in place.
 InitMethod: TypeAlias = Callable[[torch.Tensor], object]
@@ -284,6 +284,15 @@ class MegatronTarget:
     def is_filled(self) -> bool:
         return False
 
+    def module_pass_tensor(self) -> torch.Tensor | None:
+        return None
+
+    def planned_tensor(self) -> torch.Tensor | None:
+        return None
+
+    def after_module_pass(self) -> None:
+        pass
+
     def allocate(self, device: torch.device) -> None:
         del device  # Megatron allocated the partitions (meta ones are refused)
 
@@ -481,7 +490,7 @@ class MegatronChooser:
         choice = self._choose(target)
         if choice is None:
             return None
-        return ReplayValues(_record(choice, target.name, target.global_shape, target.dtype), seed)
+        return Values(_record(choice, target.name, target.global_shape, target.dtype), seed)
 
     def missing_error(self, missing: Sequence[str]) -> str:
         return (

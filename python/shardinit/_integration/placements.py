@@ -1,33 +1,20 @@
-"""The global region a DTensor's local shard holds, derived from its placements.
-
-A DTensor's local shard is described per tensor dim by the list of GLOBAL indices it
-holds, in local order. Each mesh dim's placement refines that list, left to right, as
-``torch.distributed.tensor._utils.compute_local_shape_and_global_offset`` does:
-
-* ``Replicate()`` keeps the list;
-* ``Shard(d)`` keeps chunk ``c`` of ``torch.chunk(list, n)`` (``c`` the mesh coordinate,
-  ``n`` the mesh dim's size; trailing chunks may be short or empty);
-* ``_StridedShard(d, split_factor=s)`` (what FSDP2 on top of tensor parallelism
-  produces) splits the list into ``s`` pieces with ``torch.chunk``, takes chunk ``c`` of
-  ``n`` of each piece, and concatenates those.
-
-The index list is kept as runs (``(start, stop)`` ranges of global indices), so the local
-shard is the Cartesian product of per-dim runs: a list of boxes of the global tensor,
-each landing in a known slice of the local tensor. A plain ``Shard`` layout is one box; a
-``_StridedShard`` layout with uneven pieces can be several.
+"""The global region a DTensor's local shard holds, derived from its placements: the
+edge where torch placement objects become the torch-free :class:`~shardinit._layout.Split`
+(:func:`split_of`, which refuses ``Partial`` and unknown placements naming the
+parameter), whose region arithmetic (per-dim runs of global indices, the boxes they make)
+is :mod:`shardinit._layout`'s, shared with ``shardinit plan``.
 """
 
 from __future__ import annotations
 
-import itertools
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeGuard
 
 import torch
 
-from .._torch_compat import is_strided_shard, split_factor
+from .._layout import LocalBox, Run, Split, full_runs, layout_runs, local_boxes, run_length
+from .._torch_compat import is_strided_shard, split_factor, strided_shard
 from ..errors import ShardInitError
 
 if TYPE_CHECKING:
@@ -36,69 +23,18 @@ if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.placement_types import Placement
 
-#: A half-open range ``[start, stop)`` of global indices along one dim.
-Run = tuple[int, int]
-
-
-@dataclass(frozen=True)
-class LocalBox:
-    """One box of the global tensor held by the local shard.
-
-    Attributes:
-        global_box: one ``(start, stop)`` per dim, in GLOBAL indices.
-        local_start: where the box starts in the local tensor, per dim (its extent is
-            the global box's).
-    """
-
-    global_box: tuple[Run, ...]
-    local_start: tuple[int, ...]
-
-
-def _total(runs: Sequence[Run]) -> int:
-    return sum(stop - start for start, stop in runs)
-
-
-def _slice_runs(runs: Sequence[Run], begin: int, end: int) -> list[Run]:
-    """Positions ``[begin, end)`` of the index list that ``runs`` spell out."""
-    sliced: list[Run] = []
-    position = 0
-    for start, stop in runs:
-        length = stop - start
-        low = max(begin, position)
-        high = min(end, position + length)
-        if low < high:
-            sliced.append((start + low - position, start + high - position))
-        position += length
-        if position >= end:
-            break
-    return sliced
-
-
-def _chunk(runs: Sequence[Run], num_chunks: int, index: int) -> list[Run]:
-    """Chunk ``index`` of ``torch.chunk(list, num_chunks)``, empty past the last chunk."""
-    size = _total(runs)
-    chunk_size = -(-size // num_chunks)  # ceil, as torch.chunk
-    begin = min(index * chunk_size, size)
-    end = min(begin + chunk_size, size)
-    return _slice_runs(runs, begin, end)
-
-
-def _merge(runs: Sequence[Run]) -> list[Run]:
-    """Joins runs that continue one another (fewer, larger boxes to generate)."""
-    merged: list[Run] = []
-    for start, stop in runs:
-        if start == stop:
-            continue
-        if merged and merged[-1][1] == start:
-            merged[-1] = (merged[-1][0], stop)
-        else:
-            merged.append((start, stop))
-    return merged
-
-
-def full_runs(shape: Sequence[int]) -> list[list[Run]]:
-    """The runs of a whole tensor of ``shape`` (one run per dim, none for a 0-size dim)."""
-    return [[(0, size)] if size > 0 else [] for size in shape]
+__all__ = [
+    "LocalBox",
+    "Run",
+    "full_runs",
+    "is_dtensor",
+    "local_boxes",
+    "local_of",
+    "local_runs",
+    "local_runs_of",
+    "split_of",
+    "torch_placement",
+]
 
 
 def local_runs(
@@ -137,38 +73,52 @@ def local_runs(
             f"{name}: mesh shape {tuple(mesh_shape)}, coordinate {tuple(coordinate)} and "
             f"placements {tuple(placements)} must have one entry per mesh dim"
         )
+    splits = [
+        split_of(placement, mesh_dim, global_shape, name)
+        for mesh_dim, placement in enumerate(placements)
+    ]
+    return layout_runs(global_shape, mesh_shape, coordinate, splits)
+
+
+def split_of(placement: Placement, mesh_dim: int, global_shape: Sequence[int], name: str) -> Split:
+    """The torch-free :class:`~shardinit._layout.Split` of a torch placement on
+    ``mesh_dim`` (the edge where torch placements enter the region arithmetic).
+
+    Raises:
+        ShardInitError: a ``Partial`` or unknown placement, or a shard dim out of range.
+    """
     from torch.distributed.tensor.placement_types import Partial, Replicate, Shard
 
-    runs: list[list[Run]] = [[(0, size)] if size > 0 else [] for size in global_shape]
-    for mesh_dim, placement in enumerate(placements):
-        num_chunks = int(mesh_shape[mesh_dim])
-        index = int(coordinate[mesh_dim])
-        # _StridedShard first: in some torch versions it is a subclass of Shard.
-        if is_strided_shard(placement):
-            dim = _check_dim(placement.dim, global_shape, placement, name)
-            pieces_count = split_factor(placement)
-            pieces = [_chunk(runs[dim], pieces_count, j) for j in range(pieces_count)]
-            runs[dim] = _merge(
-                [run for piece in pieces for run in _chunk(piece, num_chunks, index)]
-            )
-        elif isinstance(placement, Shard):
-            dim = _check_dim(placement.dim, global_shape, placement, name)
-            runs[dim] = _merge(_chunk(runs[dim], num_chunks, index))
-        elif isinstance(placement, Replicate):
-            continue
-        elif isinstance(placement, Partial):
-            raise ShardInitError(
-                f"{name}: placement {placement} on mesh dim {mesh_dim} holds partial sums, "
-                "not a region of the parameter; redistribute it to Shard or Replicate "
-                "before materialize"
-            )
-        else:
-            raise ShardInitError(
-                f"{name}: unknown placement {placement!r} ({type(placement).__name__}) on "
-                f"mesh dim {mesh_dim}; materialize supports Shard, _StridedShard and "
-                "Replicate"
-            )
-    return runs
+    # _StridedShard first: in some torch versions it is a subclass of Shard.
+    if is_strided_shard(placement):
+        dim = _check_dim(placement.dim, global_shape, placement, name)
+        return Split(dim, split_factor(placement))
+    if isinstance(placement, Shard):
+        return Split(_check_dim(placement.dim, global_shape, placement, name))
+    if isinstance(placement, Replicate):
+        return Split()
+    if isinstance(placement, Partial):
+        raise ShardInitError(
+            f"{name}: placement {placement} on mesh dim {mesh_dim} holds partial sums, "
+            "not a region of the parameter; redistribute it to Shard or Replicate "
+            "before materialize"
+        )
+    raise ShardInitError(
+        f"{name}: unknown placement {placement!r} ({type(placement).__name__}) on "
+        f"mesh dim {mesh_dim}; materialize supports Shard, _StridedShard and "
+        "Replicate"
+    )
+
+
+def torch_placement(split: Split) -> Placement:
+    """The torch placement object of ``split`` (imports ``torch.distributed.tensor``)."""
+    from torch.distributed.tensor.placement_types import Replicate, Shard
+
+    if split.dim is None:
+        return Replicate()
+    if split.split_factor > 1:
+        return strided_shard(split.dim, split.split_factor)
+    return Shard(split.dim)
 
 
 def _check_dim(dim: int, global_shape: Sequence[int], placement: Placement, name: str) -> int:
@@ -195,7 +145,7 @@ def local_runs_of(tensor: DTensor, *, name: str = "parameter") -> list[list[Run]
     runs = local_runs(
         tuple(tensor.shape), tuple(mesh.shape), tuple(coordinate), tensor.placements, name=name
     )
-    expected = tuple(_total(dim_runs) for dim_runs in runs)
+    expected = tuple(run_length(dim_runs) for dim_runs in runs)
     actual = tuple(tensor.to_local().shape)
     if expected != actual:
         raise ShardInitError(
@@ -204,36 +154,6 @@ def local_runs_of(tensor: DTensor, *, name: str = "parameter") -> list[list[Run]
             f"shape {actual}; this layout is not supported"
         )
     return runs
-
-
-def local_boxes(runs: Sequence[Sequence[Run]]) -> list[LocalBox]:
-    """The boxes of the global tensor that make up a local shard, from its per-dim runs.
-
-    Returns:
-        One :class:`LocalBox` per combination of per-dim runs (none if the shard is
-        empty); together they tile the local tensor.
-
-    Example:
-        >>> local_boxes([[(0, 2), (5, 6)], [(0, 4)]])[1]
-        LocalBox(global_box=((5, 6), (0, 4)), local_start=(2, 0))
-    """
-    per_dim: list[list[tuple[Run, int]]] = []
-    for dim_runs in runs:
-        placed: list[tuple[Run, int]] = []
-        position = 0
-        for start, stop in dim_runs:
-            placed.append(((start, stop), position))
-            position += stop - start
-        per_dim.append(placed)
-    boxes = []
-    for combo in itertools.product(*per_dim):
-        boxes.append(
-            LocalBox(
-                global_box=tuple(run for run, _ in combo),
-                local_start=tuple(position for _, position in combo),
-            )
-        )
-    return boxes
 
 
 def is_dtensor(tensor: object) -> TypeGuard[DTensor]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
@@ -22,6 +22,7 @@ from ..spec import ParamSpec
 from . import fsdp1, zero3
 from .capture import (
     CapturedInit,
+    CapturedOp,
     ConstructorValue,
     ParamRecord,
     base_ops,
@@ -34,24 +35,45 @@ from .capture import (
 from .defaults import DefaultInit, default_buffer_value, parent_overrides
 from .placements import full_runs, is_dtensor, local_runs_of
 from .rules import RuleKey, RuleList, choose_init, first_rule
-from .targets import (
-    InitValues,
-    LocalTarget,
-    ReplayValues,
-    Target,
-    Values,
-)
+from .targets import LocalTarget, Target, Values
 
 #: ``buffer_init(module, name, tensor)`` fills ``tensor`` (already allocated) in place.
 BufferInit = Callable[[nn.Module, str, torch.Tensor], None]
-#: A region source that materialize finds in the model itself: the targets of the
-#: parameters a wrapper holds in its own layout, and the ``(id(module), attr)`` holders
-#: it manages (the generic walk skips them).
-RegionSource = Callable[[nn.Module], tuple[Sequence[Target], set[tuple[int, str]]]]
+
+
+def _no_buffers(module: nn.Module) -> set[str]:
+    del module
+    return set()
+
+
+def _nothing(module: nn.Module) -> None:
+    del module
+
+
+@dataclass(frozen=True)
+class RegionSource:
+    """A sharding wrapper whose parameters materialize finds in the model itself.
+
+    Attributes:
+        targets: the targets of the parameters the wrapper holds in its own layout, and
+            the ``(id(module), attr)`` holders it manages (the generic walk skips them).
+        unset_buffers: a module's buffers that the wrapper allocated off meta and left
+            unset (planned like meta buffers).
+        buffers_set: called once a module's planned buffers are set.
+    """
+
+    targets: Callable[[nn.Module], tuple[Sequence[Target], set[tuple[int, str]]]]
+    unset_buffers: Callable[[nn.Module], set[str]] = _no_buffers
+    buffers_set: Callable[[nn.Module], None] = _nothing
+
+
 #: materialize's region sources: FSDP1's flat shards and DeepSpeed ZeRO-3's padded flat
 #: partitions. (Megatron's partitions need the model's config for their presets: its
 #: own entry point builds them, see :func:`shardinit.megatron.materialize`.)
-REGION_SOURCES: tuple[RegionSource, ...] = (fsdp1.fsdp1_targets, zero3.zero3_targets)
+REGION_SOURCES: tuple[RegionSource, ...] = (
+    RegionSource(fsdp1.fsdp1_targets, fsdp1.unset_buffers, fsdp1.forget_unset_buffers),
+    RegionSource(zero3.zero3_targets),
+)
 
 
 @dataclass(frozen=True)
@@ -174,11 +196,11 @@ class Plan:
     def allocate(self, root: nn.Module, device: torch.device | None) -> None:
         """Gives every meta parameter and buffer storage: DTensor shards on ``device``
         (default the mesh's device), the rest on ``device`` (default the CPU)."""
-        local = [plan.target for plan in self.params if isinstance(plan.target, LocalTarget)]
-        meta_dtensors = [t for t in local if t.is_dtensor and t.local().is_meta]
-        if meta_dtensors:
-            mesh_device = _dtensor_device(meta_dtensors[0].slot.current(), device)
-            planned = {id(target.slot.current()) for target in local}
+        pending = [t for p in self.params if (t := p.target.module_pass_tensor()) is not None]
+        if pending:
+            mesh_device = _dtensor_device(pending[0], device)
+            # The parameters of planned targets (materialize(only=...) plans some only).
+            planned = {id(t) for p in self.params if (t := p.target.planned_tensor()) is not None}
 
             def allocate(tensor: torch.Tensor) -> torch.Tensor:
                 # A parameter with no plan (materialize(only=...)) stays as it is.
@@ -190,8 +212,8 @@ class Plan:
             # One pass over the root, not per parameter: FSDP2 re-registers its sharded
             # parameters in its Module._apply override.
             apply_to_tensors(root, allocate)
-            for target in local:
-                target.retie()
+            for plan in self.params:
+                plan.target.after_module_pass()
         plain_device = device if device is not None else torch.device("cpu")
         for plan in self.params:
             plan.target.allocate(plain_device)
@@ -232,7 +254,8 @@ class Plan:
                 else:
                     assert buffer_init is not None
                     buffer_init(module, attr, value)
-                fsdp1.take_meta_buffers(module)
+                for source in REGION_SOURCES:
+                    source.buffers_set(module)
         if self.captured is not None and self.write_computed:
             write_buffers(root, self.captured)
 
@@ -261,7 +284,7 @@ def region_targets(root: nn.Module) -> tuple[list[Target], set[tuple[int, str]]]
     targets: list[Target] = []
     managed: set[tuple[int, str]] = set()
     for source in REGION_SOURCES:
-        found, held = source(root)
+        found, held = source.targets(root)
         targets += found
         managed |= held
     return targets, managed
@@ -394,14 +417,16 @@ def make_plan(
             if record.covers_all():
                 key = chooser.rule_for(target)
                 shadowed += [] if key is None else [f"{target.name} (rule {key!r})"]
-                params.append(ParamPlan(target, ReplayValues(record, seed)))
+                params.append(ParamPlan(target, Values(record, seed)))
                 continue
         values = chooser.values(target if source is None else source, record, seed)
         if values is None and 0 in target.global_shape:
             # No element to fill (init_fn's normal_ on it recorded nothing): every
             # initializer gives the same empty tensor, so it needs no rule.
-            spec = ParamSpec(target.name, target.global_shape, target.dtype, zeros(), seed=seed)
-            values = InitValues(spec)
+            empty = base_ops(zeros(), target.global_shape)
+            values = Values(
+                ParamRecord(target.name, target.global_shape, target.dtype, empty), seed
+            )
         if values is None:
             missing.append(f"{target.name} ({type(target.holders[0][0]).__name__})")
             continue
@@ -475,25 +500,31 @@ def tie_differences(root: nn.Module, captured: Mapping[str, str]) -> list[str]:
 
 def _constructed(target: Target, record: ParamRecord | None, seed: int) -> Values | None:
     """The constructor's value (:func:`shardinit.record_constructors`), if one was
-    recorded: after init_fn's record (which it starts, where init_fn covers part)."""
+    recorded: before init_fn's record (which it starts, where init_fn covers part)."""
     owner, attr = target.holders[0]
     made = constructor_record(owner, attr, target.name, target.global_shape, target.dtype)
     if made is None:
         return None
-    if record is None:
-        return ReplayValues(made, seed)
-    return ReplayValues(record, seed, made.ops)
+    return Values(made if record is None else _after(made.ops, record), seed)
 
 
 def _values(target: Target, choice: DefaultInit, record: ParamRecord | None, seed: int) -> Values:
+    """The rule's or default's one-source program (then its zero rows), with init_fn's
+    record after it where init_fn covers part of the parameter."""
     try:
         spec = ParamSpec(target.name, target.global_shape, target.dtype, choice.init, seed=seed)
     except ShardInitError as error:
         raise ShardInitError(f"parameter {target.name}: {error}") from None
+    start = base_ops(choice.init, spec.shape, choice.zero_rows)
     if record is None:
-        return InitValues(spec, choice.zero_rows)
-    # init_fn covers part of it: the rest keeps what the rule or default gives.
-    return ReplayValues(record, seed, base_ops(choice.init, spec.shape, choice.zero_rows))
+        record = ParamRecord(target.name, target.global_shape, target.dtype, ())
+    return Values(_after(start, record), seed)
+
+
+def _after(start: tuple[CapturedOp, ...], record: ParamRecord) -> ParamRecord:
+    """``record`` with the operations ``start`` in front of its own (what the parameter
+    held before them)."""
+    return replace(record, ops=(*start, *record.ops)) if start else record
 
 
 def _check_record(record: ParamRecord, target: Target) -> None:
@@ -511,7 +542,7 @@ def _buffer_plans(root: nn.Module, computed: set[str]) -> list[BufferPlan]:
     plans: list[BufferPlan] = []
     seen: set[int] = set()
     for holder in buffer_holders(root):
-        pending = fsdp1.peek_meta_buffers(holder.module)
+        pending = set().union(*(source.unset_buffers(holder.module) for source in REGION_SOURCES))
         if id(holder.tensor) in seen or not (holder.tensor.is_meta or holder.attr in pending):
             continue
         seen.add(id(holder.tensor))

@@ -1,8 +1,10 @@
 """Where a parameter's values go, and what they are.
 
-A *target* is the part of one parameter this rank holds, with three methods that
+A *target* is the part of one parameter this rank holds, with the methods that
 materialize calls in its phases: :meth:`~Target.is_filled` (checked before anything is
-allocated), :meth:`~Target.allocate` and :meth:`~Target.fill`. Four kinds exist:
+allocated), :meth:`~Target.module_pass_tensor` / :meth:`~Target.after_module_pass` (the
+one ``Module._apply`` pass over the root), :meth:`~Target.allocate` and
+:meth:`~Target.fill`. Four kinds exist:
 
 * :class:`LocalTarget` (here): a DTensor's local shard (a product of per-dim runs of
   global indices) or a plain parameter (the whole tensor);
@@ -15,9 +17,8 @@ allocated), :meth:`~Target.allocate` and :meth:`~Target.fill`. Four kinds exist:
 
 A new sharding wrapper adds one class with the same methods (see :class:`Target`) in
 its own module, with the function that builds its targets.
-*Values* say what to write: :class:`InitValues` (an initializer from a rule or torch.nn's
-default) or :class:`ReplayValues` (init_fn's captured operations); both write either
-form of region.
+*Values* say what to write: one init program per parameter (:class:`Values`), written
+into either form of region by the one writer (:func:`.capture.write_pieces`).
 """
 
 from __future__ import annotations
@@ -30,76 +31,31 @@ import torch
 from torch import nn
 
 from .._names import ParamSlot
-from ..shard import init_box, init_flat
-from ..spec import ParamSpec
-from .capture import CapturedOp, ParamRecord, replay_flat, replay_runs
-from .placements import Run, is_dtensor, local_boxes, local_of
+from .capture import ParamRecord, replay_flat, replay_runs
+from .placements import Run, is_dtensor, local_of
 
 # --------------------------------------------------------------------------- values
 
 
 @dataclass(frozen=True)
-class InitValues:
-    """Values from an initializer: ``spec``'s stream, then rows ``zero_rows`` along dim 0
-    set to zero (an Embedding's ``padding_idx``)."""
-
-    spec: ParamSpec
-    zero_rows: tuple[int, ...] = ()
-
-    def write_runs(self, runs: Sequence[Sequence[Run]], local: torch.Tensor) -> None:
-        """Writes the region ``runs`` (per dim, runs of global indices) into ``local``."""
-        boxes = local_boxes(runs)
-        if len(boxes) == 1 and local.is_contiguous():
-            init_box(self.spec, boxes[0].global_box, out=local)
-        else:
-            for box in boxes:
-                index = tuple(
-                    slice(begin, begin + stop - start)
-                    for begin, (start, stop) in zip(box.local_start, box.global_box, strict=True)
-                )
-                local[index].copy_(init_box(self.spec, box.global_box, device=local.device))
-        for row in self.zero_rows:
-            position = 0
-            for start, stop in runs[0] if runs else []:
-                if start <= row < stop:
-                    local[position + row - start].zero_()
-                    break
-                position += stop - start
-
-    def write_flat(self, start: int, stop: int, out: torch.Tensor) -> None:
-        """Writes flat elements ``[start, stop)`` of the row-major parameter into the 1-D
-        ``out``."""
-        init_flat(self.spec, start, stop, out=out)
-        row_size = 1
-        for size in self.spec.shape[1:]:
-            row_size *= size
-        for row in self.zero_rows:
-            low = max(row * row_size, start)
-            high = min((row + 1) * row_size, stop)
-            if low < high:
-                out[low - start : high - start].zero_()
-
-
-@dataclass(frozen=True)
-class ReplayValues:
-    """Values from init_fn's captured operations, after ``prior`` (what the parameter
-    held before init_fn, where the record does not cover all of it)."""
+class Values:
+    """A parameter's values: its init program, the operations of ``record`` (a rule's
+    or torch.nn default's one source, the constructor's value, init_fn's captured
+    operations, or these in order), from the parameter's stream for ``seed``. Both forms
+    of region are written by the one writer (:func:`.capture.write_pieces`)."""
 
     record: ParamRecord
     seed: int
-    prior: tuple[CapturedOp, ...] = ()
 
     def write_runs(self, runs: Sequence[Sequence[Run]], local: torch.Tensor) -> None:
         """Writes the region ``runs`` (per dim, runs of global indices) into ``local``."""
-        replay_runs(self.record, self.seed, runs, local, prior=self.prior)
+        replay_runs(self.record, self.seed, runs, local)
 
     def write_flat(self, start: int, stop: int, out: torch.Tensor) -> None:
         """Writes flat elements ``[start, stop)`` of the row-major parameter into the 1-D
         ``out``."""
-        replay_flat(self.record, self.seed, start, stop, out, prior=self.prior)
+        replay_flat(self.record, self.seed, start, stop, out)
 
-
-Values = InitValues | ReplayValues
 
 # --------------------------------------------------------------------------- targets
 
@@ -109,7 +65,8 @@ class Target(Protocol):
 
     A new region source (a sharding wrapper that holds parameters in its own layout,
     e.g. DeepSpeed ZeRO-3's padded flat partitions) adds one class with these attributes
-    and methods, built by a source function listed in
+    and methods, built by the ``targets`` function of a
+    :class:`~shardinit._integration.plan.RegionSource` in
     :data:`shardinit._integration.plan.REGION_SOURCES` (or, when it needs arguments of
     its own, by its entry point, as :func:`shardinit.megatron.materialize`).
     """
@@ -139,6 +96,21 @@ class Target(Protocol):
         """Whether the region already holds values (then only ``overwrite=True`` refills)."""
         ...
 
+    def module_pass_tensor(self) -> torch.Tensor | None:
+        """The tensor still on meta that only the one ``Module._apply`` pass over the root
+        may allocate (a DTensor: FSDP2 re-registers its shards in that pass), which runs
+        before :meth:`allocate`; None for storage the target allocates itself or has."""
+        ...
+
+    def after_module_pass(self) -> None:
+        """Called on every target after that pass (when one ran): undoes what it split."""
+        ...
+
+    def planned_tensor(self) -> torch.Tensor | None:
+        """The model's tensor this target fills, which that pass may allocate (a target
+        of a wrapper's own layout: None, the pass never touches its storage)."""
+        ...
+
     def allocate(self, device: torch.device) -> None:
         """Gives a region still on the meta device storage on ``device``."""
         ...
@@ -153,8 +125,8 @@ class LocalTarget:
     """A DTensor's local shard (``runs`` from its placements) or a whole plain parameter.
 
     DTensor shards on meta are allocated by one pass over the module before
-    :meth:`allocate` (see ``materialize``): FSDP2 must see that pass to re-register its
-    sharded parameters.
+    :meth:`allocate` (:meth:`module_pass_tensor`): FSDP2 must see that pass to
+    re-register its sharded parameters.
     """
 
     slot: ParamSlot
@@ -176,10 +148,6 @@ class LocalTarget:
     def holders(self) -> Sequence[tuple[nn.Module, str]]:
         return self.slot.owners
 
-    @property
-    def is_dtensor(self) -> bool:
-        return is_dtensor(self.slot.param)
-
     def local(self) -> torch.Tensor:
         return local_of(self.slot.current())
 
@@ -197,7 +165,14 @@ class LocalTarget:
             for owner, attr in self.slot.owners:
                 setattr(owner, attr, new)
 
-    def retie(self) -> None:
+    def module_pass_tensor(self) -> torch.Tensor | None:
+        tensor = self.slot.current()
+        return tensor if is_dtensor(tensor) and self.local().is_meta else None
+
+    def planned_tensor(self) -> torch.Tensor | None:
+        return self.slot.current()
+
+    def after_module_pass(self) -> None:
         """Module._apply gives each module its own new Parameter: tie the other holders
         back to the canonical one."""
         primary = self.slot.current()
@@ -258,6 +233,15 @@ class FlatTarget:
     def is_filled(self) -> bool:
         tensor = self.shard.tensor
         return not self.fresh and tensor.numel() > 0 and not tensor.is_meta
+
+    def module_pass_tensor(self) -> torch.Tensor | None:
+        return None
+
+    def after_module_pass(self) -> None:
+        pass
+
+    def planned_tensor(self) -> torch.Tensor | None:
+        return None
 
     def allocate(self, device: torch.device) -> None:
         # The wrapper allocated the shard (fsdp1_param_init_fn); only padding is left.

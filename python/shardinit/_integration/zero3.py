@@ -100,6 +100,15 @@ class Zero3Target:
         # A partition made by stock zero.Init holds the module's own init values.
         return not getattr(self.slot.param, _UNFILLED_ATTR, False)
 
+    def module_pass_tensor(self) -> torch.Tensor | None:
+        return None
+
+    def planned_tensor(self) -> torch.Tensor | None:
+        return None
+
+    def after_module_pass(self) -> None:
+        pass
+
     def allocate(self, device: torch.device) -> None:
         del device  # DeepSpeed allocated the partitions
 

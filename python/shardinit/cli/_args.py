@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Mapping
 from typing import NoReturn
 
 from .models import MODELS
@@ -16,6 +17,15 @@ _MAX_SEED = 2**64 - 1
 
 #: ``--model`` help text of every subcommand.
 MODELS_HELP = f"built-in Llama-style config: {', '.join(MODELS)}"
+
+
+def rss_bytes(field: str = "VmRSS") -> int:
+    """``VmRSS`` (now) or ``VmHWM`` (peak since the last reset) of this process."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"/proc/self/status has no {field}")
 
 
 class Parser(argparse.ArgumentParser):
@@ -49,13 +59,23 @@ def positive(text: str) -> int:
     return value
 
 
-def model_choice(text: str) -> str:
-    """``--model``: a key of :data:`shardinit.cli.models.MODELS`."""
-    if text not in MODELS:
-        raise argparse.ArgumentTypeError(
-            f"unknown model {text!r} (choose from {', '.join(MODELS)})"
-        )
-    return text
+def choice_of(registry: Mapping[str, object]) -> Callable[[str], str]:
+    """The ``--model`` argument type for the configs of ``registry`` (a table of
+    :mod:`shardinit.cli.models`): a key of it, or a usage error listing them."""
+
+    def choice(text: str) -> str:
+        if text not in registry:
+            raise argparse.ArgumentTypeError(
+                f"unknown model {text!r} (choose from {', '.join(registry)})"
+            )
+        return text
+
+    return choice
+
+
+#: ``--model`` of the commands that build the model: a key of
+#: :data:`shardinit.cli.models.MODELS`.
+model_choice = choice_of(MODELS)
 
 
 def human_bytes(nbytes: float) -> str:

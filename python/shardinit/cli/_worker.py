@@ -14,7 +14,6 @@ import argparse
 import hashlib
 import json
 import os
-import resource
 import time
 from pathlib import Path
 from typing import Any
@@ -24,21 +23,10 @@ import torch.distributed as dist
 from torch import nn
 
 from .. import canonical_name, fingerprint_model, materialize, set_num_threads
+from ._args import rss_bytes
 from ._launch import exit_worker
 from .models import TP_PLAN
 from .transformer import build_model
-
-
-def rss_bytes() -> int:
-    """This process's resident set size now."""
-    with open("/proc/self/statm") as statm:
-        pages = int(statm.read().split()[1])
-    return pages * os.sysconf("SC_PAGE_SIZE")
-
-
-def peak_rss_bytes() -> int:
-    """This process's peak resident set size so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def build_sharded(model_name: str, world: int, tp: int) -> tuple[nn.Module, Any]:
@@ -105,7 +93,7 @@ def _shardinit_path(model: nn.Module, seed: int, rank: int) -> dict[str, Any]:
     start = time.perf_counter()
     materialize(model, seed=seed)
     seconds = time.perf_counter() - start
-    peak = peak_rss_bytes()
+    peak = rss_bytes("VmHWM")
     _say(rank, f"materialized in {seconds:.2f} s; fingerprinting")
     start = time.perf_counter()
     fingerprints = fingerprint_model(model)

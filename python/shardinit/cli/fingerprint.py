@@ -73,12 +73,14 @@ def _from_workers(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, l
 
 
 def _print_json(args: argparse.Namespace, fingerprints: dict[str, str], digest: str) -> None:
+    from .._integration.fingerprint import FINGERPRINT_FORMAT  # torch: the command runs
+
     document: dict[str, Any] = {
         "model": args.model,
         "seed": args.seed,
         "world": args.world,
         "tp": args.tp,
-        "format": "fp1",
+        "format": FINGERPRINT_FORMAT,
         "model_digest": digest,
         "fingerprints": fingerprints,
     }

@@ -21,16 +21,17 @@ import torch
 from torch import nn
 
 from .. import init
+from .._integration.capture import ParamRecord, base_ops, replay_runs
 from .._integration.defaults import default_init
 from .._integration.fingerprint import shard_term
-from .._integration.placements import local_boxes
 from ..init import Initializer
 from ..shard import init_box
 from ..spec import SUPPORTED_DTYPES, ParamSpec
+from ._args import rss_bytes
 from .layout import LayoutPlan, ParamLayout
 from .models import ParamKind
 
-__all__ = ["RankShards", "generate_rank", "param_spec", "rss_bytes"]
+__all__ = ["RankShards", "generate_rank", "param_spec"]
 
 # A plan names dtypes (it imports no torch); a spec takes the torch dtype of that name.
 _TORCH_DTYPES = {name: dtype for dtype, name in SUPPORTED_DTYPES.items()}
@@ -57,15 +58,6 @@ def param_spec(param: ParamLayout, kind: ParamKind, seed: int) -> ParamSpec:
     """The spec of ``param`` that :func:`shardinit.materialize` would use."""
     dtype = _TORCH_DTYPES[param.dtype]
     return ParamSpec(param.name, param.shape, dtype, _initializer(kind), seed=seed)
-
-
-def rss_bytes(field: str = "VmRSS") -> int:
-    """``VmRSS`` (now) or ``VmHWM`` (peak since the last reset) of this process."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise OSError(f"/proc/self/status has no {field}")
 
 
 def _reset_peak_rss() -> bool:
@@ -110,20 +102,11 @@ class RankShards:
 
 
 def _fill(spec: ParamSpec, runs: list[list[tuple[int, int]]]) -> torch.Tensor:
-    """The local tensor of ``runs``: each box generated in place where its slice of the
-    local tensor is contiguous (always, but for uneven ``_StridedShard`` columns)."""
+    """The local tensor of ``runs``, written by materialize's one writer from the spec's
+    one-source program."""
     local = torch.empty([sum(b - a for a, b in dim) for dim in runs], dtype=spec.dtype)
-    for box in local_boxes(runs):
-        view = local[
-            tuple(
-                slice(start, start + stop - first)
-                for start, (first, stop) in zip(box.local_start, box.global_box, strict=True)
-            )
-        ]
-        if view.is_contiguous():
-            init_box(spec, box.global_box, out=view)
-        else:
-            view.copy_(init_box(spec, box.global_box))
+    record = ParamRecord(spec.name, spec.shape, spec.dtype, base_ops(spec.init, spec.shape))
+    replay_runs(record, spec.seed, runs, local)
     return local
 
 

@@ -8,11 +8,12 @@ which every parameter's chunk sizes are constant. The cells come from the few
 coordinates where a ``torch.chunk`` changes from full chunks to the short one to empty
 ones, so their number depends on the shapes, not on the world size.
 
-The geometry is DTensor's, as :func:`shardinit._integration.placements.local_runs`
-computes it from torch placement objects; this module keeps its own light placement
-(:class:`Split`) and names dtypes by their names (:data:`shardinit._dtypes.DTYPE_SIZES`),
-so that planning imports no torch at all (seconds and hundreds of MiB), and tests/cli
-checks it against ``local_runs`` rank by rank.
+The geometry is DTensor's, computed by the one torch-free region arithmetic
+(:mod:`shardinit._layout`, whose :class:`~shardinit._layout.Split` materialize's
+:func:`~shardinit._integration.placements.local_runs` converts torch placements to);
+dtypes are named by their names (:data:`shardinit._dtypes.DTYPE_SIZES`), so that
+planning imports no torch at all (seconds and hundreds of MiB), and tests/cli checks the
+plan against ``local_runs`` rank by rank.
 
 The mesh: ``world = dp * tp`` ranks, row-major over ``(dp // ep, ep, tp)`` (the *fine*
 mesh). Dense parameters are laid out by FSDP2 over ``dp`` (the first two fine dims
@@ -25,59 +26,23 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from .._dtypes import DTYPE_SIZES
+from .._layout import Run, Split, chunk_bounds, layout_runs, split_length
 from ..errors import ShardInitError
 from .models import ParamEntry, tp_style
-
-if TYPE_CHECKING:
-    from torch.distributed.tensor.placement_types import Placement
 
 __all__ = [
     "ByteSummary",
     "LayoutPlan",
     "ParamLayout",
-    "Run",
-    "Split",
     "byte_summary",
     "placements_text",
     "plan_layout",
 ]
-
-#: A half-open range ``[start, stop)`` of global indices along one tensor dim.
-Run = tuple[int, int]
-
-
-@dataclass(frozen=True)
-class Split:
-    """The placement on one mesh dim: ``Replicate()`` (``dim`` None), ``Shard(dim)``, or
-    with ``split_factor`` > 1 FSDP2's ``_StridedShard(dim, split_factor)``."""
-
-    dim: int | None = None
-    split_factor: int = 1
-
-    def __str__(self) -> str:
-        if self.dim is None:
-            return "Replicate()"
-        if self.split_factor > 1:
-            return f"_StridedShard(dim={self.dim}, sf={self.split_factor})"
-        return f"Shard(dim={self.dim})"
-
-    def to_torch(self) -> Placement:
-        """The torch placement object (imports ``torch.distributed.tensor``)."""
-        from torch.distributed.tensor.placement_types import Replicate, Shard
-
-        from .._torch_compat import strided_shard
-
-        if self.dim is None:
-            return Replicate()
-        if self.split_factor > 1:
-            return strided_shard(self.dim, self.split_factor)
-        return Shard(self.dim)
 
 
 def placements_text(placements: Sequence[Split]) -> str:
@@ -152,21 +117,8 @@ class LayoutPlan:
 
     def runs(self, param: ParamLayout, rank: int) -> list[list[Run]]:
         """Per tensor dim, the runs of global indices ``rank`` holds, in local order."""
-        runs: list[list[Run]] = [[(0, size)] if size else [] for size in param.shape]
         coordinate = self.coordinate(param, rank)
-        for split, size, index in zip(
-            param.placements, self.mesh_shape(param), coordinate, strict=True
-        ):
-            if split.dim is None:
-                continue
-            pieces = [
-                _chunk_runs(runs[split.dim], split.split_factor, j)
-                for j in range(split.split_factor)
-            ]
-            runs[split.dim] = _merge(
-                [run for piece in pieces for run in _chunk_runs(piece, size, index)]
-            )
-        return runs
+        return layout_runs(param.shape, self.mesh_shape(param), coordinate, param.placements)
 
     def local_shape(self, param: ParamLayout, rank: int) -> tuple[int, ...]:
         """The shape of ``rank``'s local shard of ``param``, by chunk arithmetic only."""
@@ -176,7 +128,7 @@ class LayoutPlan:
             param.placements, self.mesh_shape(param), coordinate, strict=True
         ):
             if split.dim is not None:
-                lengths[split.dim] = _split_length(lengths[split.dim], split, size, index)
+                lengths[split.dim] = split_length(lengths[split.dim], split, size, index)
         return tuple(lengths)
 
     @cached_property
@@ -220,47 +172,9 @@ def _ravel(coordinate: Sequence[int], sizes: Sequence[int]) -> int:
     return index
 
 
-def _chunk_bounds(length: int, chunks: int, index: int) -> tuple[int, int]:
-    """Positions ``[begin, end)`` of chunk ``index`` of ``torch.chunk`` over ``length``
-    items into ``chunks`` (size ``ceil(length / chunks)``; trailing chunks short or
-    empty)."""
-    size = -(-length // chunks)
-    begin = min(index * size, length)
-    return begin, min(begin + size, length)
-
-
 def _chunk_length(length: int, chunks: int, index: int) -> int:
-    begin, end = _chunk_bounds(length, chunks, index)
+    begin, end = chunk_bounds(length, chunks, index)
     return end - begin
-
-
-def _split_length(length: int, split: Split, size: int, index: int) -> int:
-    """Length along ``split.dim`` after ``split`` at coordinate ``index`` of ``size``."""
-    pieces = [_chunk_length(length, split.split_factor, j) for j in range(split.split_factor)]
-    return sum(_chunk_length(piece, size, index) for piece in pieces)
-
-
-def _chunk_runs(runs: Sequence[Run], chunks: int, index: int) -> list[Run]:
-    """Chunk ``index`` of ``torch.chunk`` applied to the index list ``runs`` spells out."""
-    begin, end = _chunk_bounds(sum(b - a for a, b in runs), chunks, index)
-    taken: list[Run] = []
-    position = 0
-    for start, stop in runs:
-        low, high = max(begin, position), min(end, position + stop - start)
-        if low < high:
-            taken.append((start + low - position, start + high - position))
-        position += stop - start
-    return taken
-
-
-def _merge(runs: Iterable[Run]) -> list[Run]:
-    merged: list[Run] = []
-    for start, stop in runs:
-        if merged and merged[-1][1] == start:
-            merged[-1] = (merged[-1][0], stop)
-        elif start < stop:
-            merged.append((start, stop))
-    return merged
 
 
 # --------------------------------------------------------------------- all ranks at once
@@ -328,7 +242,7 @@ def _param_breakpoints(plan: LayoutPlan, param: ParamLayout) -> list[set[int]]:
             for j in range(split.split_factor):
                 points |= _breakpoints(_chunk_length(length, split.split_factor, j), chunks)
             for index in points | {0}:
-                seen.add(_split_length(length, split, chunks, index))
+                seen.add(split_length(length, split, chunks, index))
             for point in points:
                 coordinate = _unravel(point, sizes)
                 for position, (dim, x) in enumerate(zip(dims, coordinate, strict=True)):

@@ -31,13 +31,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from .._dtypes import DTYPE_SIZES
+from .._layout import Run
 from ..errors import ShardInitError
-from ._args import Parser, human_bytes, positive, say, seed
+from ._args import Parser, choice_of, human_bytes, positive, say, seed
 from .layout import (
     ByteSummary,
     LayoutPlan,
     ParamLayout,
-    Run,
     byte_summary,
     placements_text,
     plan_layout,
@@ -152,16 +152,15 @@ _STRATEGY_LABELS = {
     "shardinit": "FSDP2 + shardinit.materialize",
 }
 
-#: Ranks whose regions and bytes print without ``--all-ranks`` on more than 8 ranks.
-_SHOWN = 5
+
+def _shown_ranks(world: int) -> list[int]:
+    """The ranks whose regions and bytes print without ``--all-ranks`` on more than 8
+    ranks: the first three, the middle one and the last two."""
+    return sorted({0, 1, 2, world // 2, world - 2, world - 1})
 
 
-def _model(text: str) -> str:
-    if text not in PLAN_MODELS:
-        raise argparse.ArgumentTypeError(
-            f"unknown model {text!r} (choose from {', '.join(PLAN_MODELS)})"
-        )
-    return text
+#: ``--model`` of ``plan``: a key of :data:`shardinit.cli.models.PLAN_MODELS`.
+_model = choice_of(PLAN_MODELS)
 
 
 def _rank(text: str) -> int:
@@ -256,7 +255,7 @@ def run_plan(args: argparse.Namespace, parser: Parser) -> int:
     say(f"  {layout} on {plan.world} rank(s), mesh {mesh}\n")
     ranks: Sequence[int] = range(plan.world)
     if not args.all_ranks and plan.world > 8:
-        ranks = sorted({0, 1, 2, plan.world // 2, plan.world - 2, plan.world - 1})[: _SHOWN + 1]
+        ranks = _shown_ranks(plan.world)
     summary = byte_summary(plan)
     _print_regions(plan, ranks)
     _print_bytes(plan, ranks, summary)

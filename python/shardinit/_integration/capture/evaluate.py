@@ -1,8 +1,9 @@
-"""Evaluating a recorded :class:`~.records.Program` on one box of a parameter with the
-core's deterministic binary64 evaluator (``_core.Program`` / ``_core.fill_program``,
-docs/stream-format.md "Init programs"). Only the box is computed: no temporary of the
-whole parameter exists, except tables of values init code computed itself on the CPU.
-CUDA destinations are computed on the host and copied."""
+"""Writing a recorded program (:mod:`.program`) on one box of a parameter: a bare source
+as the stream-v1 fill, any other as the core's deterministic binary64 evaluator
+(``_core.Program``, docs/stream-format.md "Init programs"), both through the one fill
+dispatch (:func:`shardinit._fill.fill`). Only the box is computed: no temporary of the
+whole parameter exists, except tables of values init code computed itself on the CPU
+(and the matrix of an orthogonal source, which the core computes whole)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ from typing import Any
 
 import torch
 
-from ... import _core
-from ..._host import writable_view
+from ... import _core, shard
+from ..._fill import CoreProgram, fill
 from ...init import core_init
-from ...shard import get_num_threads, init_box
 from ...spec import SUPPORTED_DTYPES, ParamSpec
 from .program import (
     Bad,
@@ -34,7 +34,9 @@ from .program import (
 )
 from .regions import Box
 
-__all__ = ["fill_program_box"]
+__all__ = ["is_elementwise", "write_program"]
+
+CONTIGUOUS = torch.contiguous_format
 
 
 class _Emitter:
@@ -89,34 +91,38 @@ class _Emitter:
         return self.program.table(values.numpy(), strides, lin.offset)
 
 
-def fill_program_box(expr: Expr, spec: ParamSpec, box: Box, target: torch.Tensor) -> None:
+def is_elementwise(expr: Expr) -> bool:
+    """Whether each element's value of ``expr`` is computed on its own (no source of it
+    is orthogonal, whose values are the whole matrix's)."""
+    return all(node.init.elementwise for node in walk_nodes(expr) if isinstance(node, Source))
+
+
+def write_program(expr: Expr, spec: ParamSpec, box: Box, target: torch.Tensor) -> None:
     """Writes the values of ``expr`` on ``box`` (global coordinates) of the parameter
-    ``spec`` into ``target`` (the box's shape, any device and strides). A program that
-    is one source is the stream-v1 fill of ``spec`` with that initializer, written by
-    :func:`shardinit.init_box` (the Triton kernel on CUDA); the core dispatches a source
-    with further steps to its fused fill too (docs/stream-format.md §7)."""
+    ``spec`` (its name, seed, global shape and dtype) into ``target`` (the box's shape,
+    any device and strides), through the one fill dispatch (:func:`shardinit._fill.fill`):
+    a program that is one source is the stream-v1 fill of that initializer (the Triton
+    kernel on CUDA), any other the core's registers (on the host; a CUDA ``target``
+    through the bounded pinned staging). The core runs a source with further steps on
+    its fused fill first (docs/stream-format.md §7)."""
     if math.prod(stop - start for start, stop in box) == 0:
         return
     init = bare_source(expr)
-    if init is not None:
-        one = ParamSpec(spec.name, spec.shape, spec.dtype, init, seed=spec.seed)
-        if target.is_contiguous():
-            init_box(one, box, out=target)
-        else:
-            target.copy_(init_box(one, box, device=target.device))
-        return
-    emitter = _Emitter(spec.shape)
-    emitter.emit(expr)
-    direct = target.device.type == "cpu" and target.is_contiguous()
-    host = target if direct else torch.empty(tuple(target.shape), dtype=target.dtype)
-    _core.fill_program(
-        spec.key64,
-        list(spec.shape),
-        emitter.program,
-        spec.dtype_name,
-        _core.Region.box([(int(a), int(b)) for a, b in box]),
-        writable_view(host),
-        get_num_threads(),
+    program = None
+    if init is None:
+        emitter = _Emitter(spec.shape)
+        emitter.emit(expr)
+        program = CoreProgram(emitter.program, is_elementwise(expr))
+    else:
+        spec = ParamSpec(spec.name, spec.shape, spec.dtype, init, seed=spec.seed)
+    out = target if target.is_contiguous() else torch.empty_like(target, memory_format=CONTIGUOUS)
+    fill(
+        spec,
+        box,
+        out,
+        threads=shard.get_num_threads(),
+        chunk_bytes=shard.CUDA_CHUNK_BYTES,
+        program=program,
     )
-    if not direct:
-        target.copy_(host)
+    if out is not target:
+        target.copy_(out)

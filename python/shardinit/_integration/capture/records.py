@@ -10,7 +10,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from ...errors import ShardInitError
+from ...errors import UnsupportedInitOpError
 from ...init import BaseInit, Constant
 from .program import (
     Const,
@@ -40,12 +40,6 @@ __all__ = [
     "program_of",
     "sets_values",
 ]
-
-
-class UnsupportedInitOpError(ShardInitError):
-    """``init_fn`` did something to a parameter that cannot be replayed shard-locally
-    (or wrote a region that is not a box). The message names the parameter, the
-    operation and where it was called from."""
 
 
 class Program:

@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from ..._layout import Box
+
 __all__ = [
     "Box",
     "box_runs",
@@ -27,8 +29,6 @@ __all__ = [
     "view_runs",
 ]
 
-#: A box of a tensor in its GLOBAL coordinates: one half-open ``(start, stop)`` per dim.
-Box = tuple[tuple[int, int], ...]
 #: A run of flat (row-major) positions ``[start, stop)``.
 Run = tuple[int, int]
 

@@ -5,7 +5,7 @@ applied to a parameter and the box of the GLOBAL tensor each one covers; each
 operation is an init program (:class:`~.records.Program`). Replaying it on a local
 region (a box of the global tensor) gives every element the value of the LAST operation
 that covered it: each program is evaluated on the intersection of its box with the
-local box only (:func:`.evaluate.fill_program_box`), and not at all where a later one
+local box only (:func:`.evaluate.write_program`), and not at all where a later one
 covers it. A program that reads the values before it (a scale) reads them as the
 program of the operations before it over its box (:func:`op_programs`), so the values
 never depend on the order pieces are written in, and random values always come from
@@ -30,18 +30,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from torch import nn
 
 from ..._names import buffer_holders
-from ..._validate import resolve_device
+from ..._validate import DeviceLike, resolve_device
 from ...errors import ShardInitError
 from ...init import Constant, Initializer
 from ...spec import ParamSpec
 from ..placements import Run, local_boxes
-from .evaluate import fill_program_box
+from .evaluate import is_elementwise, write_program
 from .program import Const, Expr, in_box, simplify, where
 from .records import (
     CapturedInit,
@@ -62,6 +61,7 @@ __all__ = [
     "replay_full",
     "replay_runs",
     "write_buffers",
+    "write_pieces",
 ]
 
 
@@ -100,7 +100,7 @@ def replay_box(
     box: Sequence[tuple[int, int]],
     out: torch.Tensor | None = None,
     *,
-    device: Any = None,
+    device: DeviceLike = None,
     prior: Sequence[CapturedOp] = (),
 ) -> torch.Tensor:
     """The values of ``box`` (global coordinates) of the parameter after its captured
@@ -132,24 +132,58 @@ def replay_box(
             f"parameter {record.name}: out has shape {tuple(out.shape)} and dtype "
             f"{out.dtype}, the box needs {shape} and {record.dtype}"
         )
+    write_pieces(record, seed, [(local_box, out)], prior=prior)
+    return out
+
+
+#: A box of the global tensor and the tensor (its shape, any strides) that holds it.
+Piece = tuple[Box, torch.Tensor]
+
+
+def write_pieces(
+    record: ParamRecord, seed: int, pieces: Sequence[Piece], *, prior: Sequence[CapturedOp] = ()
+) -> None:
+    """The one writer of a parameter's values: each of ``pieces`` (disjoint boxes of the
+    region this rank holds, with the tensors they go to) gets the value of the LAST
+    operation covering each element. Operation by operation, its program is trimmed to
+    each piece's part it is the last to cover and written there
+    (:func:`.evaluate.write_program`); a program that is not elementwise (orthogonal) is
+    computed once over the hull of those parts and copied out, so the matrix is computed
+    once per operation and region, not per piece."""
     ops = _check_ops(record, prior)
     programs = op_programs(record, ops)
-    pieces = [intersect(op.region, local_box) for op in ops]
     spec = ParamSpec(record.name, record.shape, record.dtype, Constant(0.0), seed=seed)
-    with torch.no_grad():
-        for index, (program, piece) in enumerate(zip(programs, pieces, strict=True)):
-            if piece is None or any(
-                later is not None and contains(later, piece) for later in pieces[index + 1 :]
+    visible: list[list[Piece]] = [[] for _ in ops]
+    for box, tensor in pieces:
+        covered = [intersect(op.region, box) for op in ops]
+        for index, part in enumerate(covered):
+            if part is None or any(
+                later is not None and contains(later, part) for later in covered[index + 1 :]
             ):
                 continue  # a later operation overwrites all of it: generate nothing
-            target = out[
-                tuple(
-                    slice(p0 - b0, p1 - b0)
-                    for (p0, p1), (b0, _) in zip(piece, local_box, strict=True)
-                )
-            ]
-            fill_program_box(simplify(program, piece), spec, piece, target)
-    return out
+            visible[index].append((part, tensor[_local_index(part, box)]))
+    with torch.no_grad():
+        for program, parts in zip(programs, visible, strict=True):
+            if not parts:
+                continue
+            if is_elementwise(program) or len(parts) == 1:
+                for part, target in parts:
+                    write_program(simplify(program, part), spec, part, target)
+                continue
+            hull = tuple(
+                (min(part[d][0] for part, _ in parts), max(part[d][1] for part, _ in parts))
+                for d in range(len(record.shape))
+            )
+            shape = tuple(stop - start for start, stop in hull)
+            whole = parts[0][1].new_empty(shape)  # the parameter's dtype, the pieces' device
+            write_program(simplify(program, hull), spec, hull, whole)
+            for part, target in parts:
+                target.copy_(whole[_local_index(part, hull)])
+
+
+def _local_index(part: Box, box: Box) -> tuple[slice, ...]:
+    """Where ``part`` lies in a tensor holding ``box``."""
+    return tuple(slice(p0 - b0, p1 - b0) for (p0, p1), (b0, _) in zip(part, box, strict=True))
 
 
 def op_programs(record: ParamRecord, ops: Sequence[CapturedOp]) -> list[Expr]:
@@ -177,7 +211,7 @@ def op_programs(record: ParamRecord, ops: Sequence[CapturedOp]) -> list[Expr]:
 
 
 def replay_full(
-    record: ParamRecord, seed: int, *, device: Any = None, prior: Sequence[CapturedOp] = ()
+    record: ParamRecord, seed: int, *, device: DeviceLike = None, prior: Sequence[CapturedOp] = ()
 ) -> torch.Tensor:
     """The whole parameter after its captured operations (world 1)."""
     return replay_box(
@@ -196,12 +230,14 @@ def replay_runs(
     """Fills ``local``, the tensor holding the region ``runs`` (per dim, the runs of
     global indices it holds, as :func:`shardinit.placements.local_runs` gives them).
     """
+    pieces = []
     for piece in local_boxes(runs):
         index = tuple(
             slice(begin, begin + stop - start)
             for begin, (start, stop) in zip(piece.local_start, piece.global_box, strict=True)
         )
-        replay_box(record, seed, piece.global_box, local[index], prior=prior)
+        pieces.append((piece.global_box, local[index]))
+    write_pieces(record, seed, pieces, prior=prior)
 
 
 def replay_flat(
@@ -214,13 +250,13 @@ def replay_flat(
     prior: Sequence[CapturedOp] = (),
 ) -> None:
     """Fills the 1-D ``out`` with flat elements ``[start, stop)`` of the row-major
-    parameter (FSDP1 flat-shard ranges)."""
+    parameter (FSDP1 flat-shard ranges, ZeRO-3 partitions)."""
+    pieces = []
     for offset, piece in flat_range_boxes(record.shape, start, stop):
-        count = 1
-        for low, high in piece:
-            count *= high - low
-        target = out[offset : offset + count].view(tuple(hi - lo for lo, hi in piece))
-        replay_box(record, seed, piece, target, prior=prior)
+        count = math.prod(high - low for low, high in piece)
+        shape = tuple(high - low for low, high in piece)
+        pieces.append((piece, out[offset : offset + count].view(shape)))
+    write_pieces(record, seed, pieces, prior=prior)
 
 
 def write_buffers(module: nn.Module, captured: CapturedInit) -> list[str]:

@@ -1,0 +1,28 @@
+"""The torch release ``_torch_compat``'s private APIs were checked against is compared
+with the running torch once, at import: another major.minor is a warning."""
+
+from __future__ import annotations
+
+import torch
+
+from shardinit import _torch_compat
+from shardinit._torch_compat import CHECKED_TORCH, unchecked_torch
+
+
+def test_the_checked_release_and_its_patch_and_local_builds_pass() -> None:
+    major, minor, _ = CHECKED_TORCH.split(".")
+    for version in (CHECKED_TORCH, f"{major}.{minor}.7", f"{CHECKED_TORCH}+cu132"):
+        assert unchecked_torch(version) is None
+
+
+def test_another_release_is_named_with_the_checked_one() -> None:
+    major, minor, _ = CHECKED_TORCH.split(".")
+    newer = f"{major}.{int(minor) + 1}.0"
+    message = unchecked_torch(newer)
+    assert message is not None
+    assert f"checked against torch {CHECKED_TORCH}, this is torch {newer}" in message
+
+
+def test_the_running_torch_is_the_checked_one_here() -> None:
+    # pytest turns warnings into errors: the import above would have failed otherwise.
+    assert _torch_compat.unchecked_torch(torch.__version__) is None

@@ -1,0 +1,192 @@
+"""The one writer below every parameter's program (``capture.write_pieces`` through the
+one fill dispatch ``_fill.fill``): an orthogonal matrix is computed once per region of a
+rank, however many boxes the region has (flat ranges of FSDP1 / ZeRO-3, uneven
+``_StridedShard`` shards), and a CUDA destination of a program is staged through the
+bounded pinned buffers, ``CUDA_CHUNK_BYTES`` at a time (CUDA runtime mocked: no GPU)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+
+import shardinit
+from shardinit import _fill, _host, init, shard
+from shardinit._integration.capture import CapturedOp, ParamRecord, base_ops
+from shardinit._integration.capture.records import Scale
+from shardinit._integration.placements import full_runs
+from shardinit._integration.targets import Values
+
+SEED = 11
+
+
+def orthogonal_record(shape: tuple[int, ...], zero_rows: tuple[int, ...] = ()) -> ParamRecord:
+    ops = base_ops(init.orthogonal(0.5), shape, zero_rows)
+    return ParamRecord("q", shape, torch.float32, ops)
+
+
+def orthogonal_full(shape: tuple[int, ...], zero_rows: tuple[int, ...] = ()) -> torch.Tensor:
+    full = shardinit.full(
+        shardinit.ParamSpec("q", shape, torch.float32, init.orthogonal(0.5), seed=SEED)
+    )
+    for row in zero_rows:
+        full[row] = 0.0
+    return full
+
+
+@pytest.fixture
+def q_count(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times values that are not elementwise were computed (each computes the
+    whole orthogonal matrix, one QR, in the core)."""
+    calls = [0]
+    inner = _fill.fill_not_elementwise
+
+    def counted(out: torch.Tensor, write: Callable[[torch.Tensor, int | None], None]) -> None:
+        calls[0] += 1
+        inner(out, write)
+
+    monkeypatch.setattr(_fill, "fill_not_elementwise", counted)
+    return calls
+
+
+@pytest.mark.parametrize("zero_rows", [(), (4,)], ids=["orthogonal", "then_a_zero_row"])
+def test_a_flat_range_of_three_boxes_computes_q_once(
+    q_count: list[int], zero_rows: tuple[int, ...]
+) -> None:
+    # [17, 305) of (30, 20): rows 0 (part), 1-14 (whole), 15 (part): three boxes.
+    shape = (30, 20)
+    out = torch.full((288,), float("nan"))
+    Values(orthogonal_record(shape, zero_rows), SEED).write_flat(17, 305, out)
+    assert q_count[0] == 1
+    assert torch.equal(out, orthogonal_full(shape, zero_rows).reshape(-1)[17:305])
+
+
+def test_an_uneven_strided_shard_computes_q_once(q_count: list[int]) -> None:
+    # Rank 0 of _StridedShard(0, split_factor=2) on 2 ranks over 10 rows: rows 0:3 and
+    # 5:8, two boxes, placed one after the other in the local tensor.
+    shape = (10, 6)
+    runs = [[(0, 3), (5, 8)], [(0, 6)]]
+    local = torch.full((6, 6), float("nan"))
+    Values(orthogonal_record(shape), SEED).write_runs(runs, local)
+    assert q_count[0] == 1
+    full = orthogonal_full(shape)
+    assert torch.equal(local, torch.cat([full[0:3], full[5:8]]))
+
+
+def test_elementwise_values_never_take_the_whole_matrix_path(q_count: list[int]) -> None:
+    shape = (30, 20)
+    record = ParamRecord("w", shape, torch.float32, base_ops(init.normal(0.0, 0.02), shape))
+    out = torch.empty(288)
+    Values(record, SEED).write_flat(17, 305, out)
+    assert q_count[0] == 0
+    spec = shardinit.ParamSpec("w", shape, torch.float32, init.normal(0.0, 0.02), seed=SEED)
+    assert torch.equal(out, shardinit.init_flat(spec, 17, 305))
+
+
+class OnCuda(torch.Tensor):
+    """A CPU tensor that says it is on cuda:0 (the dispatch picks its path by device)."""
+
+    @property  # type: ignore[override]
+    def device(self) -> torch.device:
+        return torch.device("cuda", 0)
+
+
+class FakeEvent:
+    def record(self, stream: object) -> None:
+        del stream
+
+    def synchronize(self) -> None:
+        pass
+
+
+@pytest.fixture
+def staged(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """The CUDA runtime mocked for the host path; yields the byte size of every host
+    buffer the fills stage through."""
+    sizes: list[int] = []
+
+    def pinned_empty(numel: int, dtype: torch.dtype) -> torch.Tensor:
+        buffer = torch.empty(numel, dtype=dtype)
+        sizes.append(buffer.numel() * buffer.element_size())
+        return buffer
+
+    monkeypatch.setattr(_host, "pinned_empty", pinned_empty)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: None)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(shard, "CUDA_CHUNK_BYTES", 4096)
+    shardinit.set_cuda_backend("host")
+    yield sizes
+    shardinit.set_cuda_backend(None)
+
+
+def scaled_record(shape: tuple[int, ...]) -> ParamRecord:
+    """normal_(std=0.02) then mul_(3.0): a program that is not a bare source."""
+    whole = tuple((0, size) for size in shape)
+    ops = (
+        *base_ops(init.normal(0.0, 0.02), shape),
+        CapturedOp(whole, Scale(3.0), "mul_(3.0)", "<test>"),
+    )
+    return ParamRecord("w", shape, torch.float32, ops)
+
+
+def test_a_program_to_cuda_is_staged_in_bounded_buffers(staged: list[int]) -> None:
+    shape = (300, 64)  # 76800 bytes: 19 staging chunks of 4096
+    record = scaled_record(shape)
+    local = torch.full(shape, float("nan")).as_subclass(OnCuda)
+    Values(record, SEED).write_runs(full_runs(shape), local)
+    assert staged == [4096, 4096]
+    expected = torch.empty(shape)
+    Values(record, SEED).write_runs(full_runs(shape), expected)
+    assert torch.equal(local.as_subclass(torch.Tensor), expected)
+    spec = shardinit.ParamSpec("w", shape, torch.float32, init.normal(0.0, 0.02), seed=SEED)
+    assert torch.equal(expected, shardinit.full(spec) * 3.0)
+
+
+def test_a_flat_program_to_cuda_is_staged_in_bounded_buffers(staged: list[int]) -> None:
+    shape = (300, 64)
+    record = scaled_record(shape)
+    out = torch.full((9000,), float("nan")).as_subclass(OnCuda)
+    Values(record, SEED).write_flat(17, 9017, out)
+    # Three boxes (row 0's tail, rows 1-139, row 140's head), two buffers each at most.
+    assert staged and max(staged) <= 4096
+    assert len(staged) <= 2 * 3
+    expected = torch.empty(9000)
+    Values(record, SEED).write_flat(17, 9017, expected)
+    assert torch.equal(out.as_subclass(torch.Tensor), expected)
+
+
+def test_orthogonal_to_cuda_stages_its_region_once(staged: list[int], q_count: list[int]) -> None:
+    shape = (30, 20)
+    out = torch.full((288,), float("nan")).as_subclass(OnCuda)
+    Values(orthogonal_record(shape), SEED).write_flat(17, 305, out)
+    assert q_count[0] == 1
+    # The hull of the three boxes (rows 0-15, 16 x 20 float32) is staged once, whole.
+    assert staged == [16 * 20 * 4]
+    assert torch.equal(out.as_subclass(torch.Tensor), orthogonal_full(shape).reshape(-1)[17:305])
+
+
+def test_a_default_is_one_program_with_its_zero_row() -> None:
+    """An Embedding's torch default (normal, then its padding_idx row zeroed) is the
+    parameter's one program, written like any other: the same values as the stream
+    with that row set to zero."""
+    from torch import nn
+
+    from shardinit._integration.plan import RulesAndDefaults, local_targets, make_plan
+
+    with torch.device("meta"):
+        module = nn.Embedding(10, 4, padding_idx=3)
+    targets = local_targets(module, set())
+    chooser = RulesAndDefaults([], module, targets)
+    plan = make_plan(
+        module, targets, seed=SEED, chooser=chooser, captured=None, write_computed=False
+    )
+    [param] = plan.params
+    assert param.values.record.ops == base_ops(init.normal(0.0, 1.0), (10, 4), (3,))
+    shardinit.materialize(module, seed=SEED)
+    spec = shardinit.ParamSpec("weight", (10, 4), torch.float32, init.normal(0.0, 1.0), seed=SEED)
+    expected = shardinit.full(spec)
+    expected[3] = 0.0
+    assert torch.equal(module.weight.detach(), expected)
