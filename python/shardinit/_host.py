@@ -59,7 +59,7 @@ def fill_via_pinned(
         return
     chunk = max(1, chunk_bytes // dest.element_size())
     size = min(chunk, total)
-    staging = [torch.empty(size, dtype=dest.dtype, pin_memory=True) for _ in range(2)]
+    staging = [torch.empty(size, dtype=dest.dtype, device="cpu", pin_memory=True) for _ in range(2)]
     copied: list[torch.cuda.Event | None] = [None, None]
     with torch.cuda.device(dest.device):
         stream = torch.cuda.current_stream()
@@ -86,6 +86,6 @@ def fill_whole_on_host(dest: torch.Tensor, fill: Callable[[torch.Tensor], None])
     """Fills the CUDA tensor ``dest`` by ``fill(host)`` into one host tensor of its shape,
     then one copy: for orthogonal, whose fill computes the whole matrix (once, not once
     per staging chunk) and which the device kernel does not implement."""
-    host = torch.empty(tuple(dest.shape), dtype=dest.dtype, pin_memory=True)
+    host = torch.empty(tuple(dest.shape), dtype=dest.dtype, device="cpu", pin_memory=True)
     fill(host)
     dest.copy_(host)

@@ -49,7 +49,7 @@ def _check_fits_dtype(base: BaseInit, dtype: torch.dtype) -> None:
         return  # normal: unbounded tails; trunc_normal: clamped to [a, b] in binary64
     for arg, value in bounds.items():
         # Round as stream-format.md §4 does: to float32 first, then to the target.
-        rounded = torch.tensor(value, dtype=torch.float64).to(torch.float32).to(dtype)
+        rounded = torch.tensor(value, dtype=torch.float64, device="cpu").to(torch.float32).to(dtype)
         if not bool(torch.isfinite(rounded)):
             raise ShardInitError(
                 f"init {arg}={value} overflows {dtype} (largest finite value "

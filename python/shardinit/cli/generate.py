@@ -112,7 +112,7 @@ class RankShards:
 def _fill(spec: ParamSpec, runs: list[list[tuple[int, int]]]) -> torch.Tensor:
     """The local tensor of ``runs``: each box generated in place where its slice of the
     local tensor is contiguous (always, but for uneven ``_StridedShard`` columns)."""
-    local = torch.empty([sum(b - a for a, b in dim) for dim in runs], dtype=spec.dtype)
+    local = torch.empty([sum(b - a for a, b in dim) for dim in runs], dtype=spec.dtype, device="cpu")
     for box in local_boxes(runs):
         view = local[
             tuple(

@@ -108,7 +108,7 @@ def fill_program_box(expr: Expr, spec: ParamSpec, box: Box, target: torch.Tensor
     emitter = _Emitter(spec.shape)
     emitter.emit(expr)
     direct = target.device.type == "cpu" and target.is_contiguous()
-    host = target if direct else torch.empty(tuple(target.shape), dtype=target.dtype)
+    host = target if direct else torch.empty(tuple(target.shape), dtype=target.dtype, device="cpu")
     _core.fill_program(
         spec.key64,
         list(spec.shape),

@@ -472,7 +472,7 @@ def bare_source(expr: Expr) -> BaseInit | None:
     the op is a plain fill: stream v1 values, whatever dtype the temporary had)."""
     while isinstance(expr, Round) and isinstance(expr.x, Source | Const):
         if isinstance(expr.x, Const):
-            exact = float(torch.tensor(expr.x.value, dtype=torch.float64).to(expr.dtype))
+            exact = float(torch.tensor(expr.x.value, dtype=torch.float64, device="cpu").to(expr.dtype))
             if exact != expr.x.value:
                 return None
         expr = expr.x
