@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ...init import Constant, Normal, Uniform
-from .pointwise import POINTWISE, cast, cast_dtype, step_of
+from .pointwise import POINTWISE, cast, cast_dtype, no_formula, step_of
 from .program import (
     Bad,
     Binary,
@@ -582,7 +582,12 @@ class Computing(Recorder):
                 temp = self.new_temp(name, leaf)
                 temp.from_random = True
                 self.carry_read(temp, (args, kwargs), name)
-                why = f"{name} at {user_frame()} is not an elementwise operation shardinit follows"
+                kind = (
+                    "an elementwise operation shardinit has no exact formula for"
+                    if no_formula(name)
+                    else "not an elementwise operation shardinit follows"
+                )
+                why = f"{name} at {user_frame()} is {kind}"
                 temp.ops.append(CapturedOp(_whole(leaf), Opaque(why), name, user_frame()))
 
 

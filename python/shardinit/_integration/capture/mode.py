@@ -15,7 +15,7 @@ from ..._torch_compat import handed_to_mode, tree_flatten
 from ...errors import ShardInitError
 from ...init import Constant
 from .computed import SOURCES, Computing, read_reason
-from .pointwise import POINTWISE, inplace_name
+from .pointwise import POINTWISE, inplace_name, no_formula
 from .recorder import (
     CONCATS,
     COPIES,
@@ -91,7 +91,9 @@ class CaptureMode(Computing):
             return self.cast_temp(name, func, args, kwargs)
         params = self.params_in((args, kwargs))
         if params:
-            if is_inplace(name) and target is not None:
+            if no_formula(name):
+                why = "it is an elementwise operation shardinit has no exact formula for"
+            elif is_inplace(name) and target is not None:
                 why = "this in-place operation on the parameter's values is not replayable"
             else:
                 why = "it reads the parameter's values (they do not exist on meta)"
