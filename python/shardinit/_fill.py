@@ -52,3 +52,7 @@ def fill(
         )
     else:
         fill_cpu(spec, _core_region(region), out, threads)
+    # The backends write out's memory behind autograd's back (the core's pointer, the
+    # kernel): bump its version as torch's own in-place ops do, even under no_grad, so a
+    # graph that saved out refuses to backward. A no-op for inference tensors.
+    torch.autograd.graph.increment_version(out)

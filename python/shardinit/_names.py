@@ -170,6 +170,28 @@ def buffer_holders(root: nn.Module) -> Iterator[BufferHolder]:
                 yield BufferHolder(canonical_name(qualified(path, attr)), module, attr, buffer)
 
 
+def refuse_lazy(slots: Sequence[ParamSlot], caller: str) -> None:
+    """Refuses uninitialized lazy parameters (``nn.LazyLinear`` before its first
+    forward), whose shape is unknown.
+
+    Raises:
+        ShardInitError: naming them.
+    """
+    from torch.nn.parameter import is_lazy
+
+    from .errors import ShardInitError
+
+    lazy = [slot.name for slot in slots if is_lazy(slot.param)]
+    if lazy:
+        raise ShardInitError(
+            f"{caller}: {len(lazy)} parameter(s) are uninitialized lazy parameters "
+            f"(nn.LazyLinear and the other nn.Lazy* modules), whose shape is unknown until "
+            f"their first forward: {listing(lazy)}. Run one forward pass first (on meta, "
+            "with meta inputs, it only infers the shapes) or build the modules non-lazy "
+            "(nn.Linear(in_features, out_features))"
+        )
+
+
 def listing(names: Sequence[str], separator: str = ", ") -> str:
     """Names for an error message: the first 20, then how many more (``separator``
     between them, e.g. ``"; "`` for entries that hold commas).

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode as DispatchMode
 
 if TYPE_CHECKING:
     from torch.distributed.tensor.placement_types import Placement, _StridedShard
@@ -29,9 +30,12 @@ __all__ = [
     "CHECKED_TORCH",
     "CONV_MODULES",
     "NORM_MODULES",
+    "DispatchMode",
     "FlatEntry",
     "Fsdp1Unit",
     "apply_to_tensors",
+    "enter_dispatch_mode",
+    "exit_dispatch_mode",
     "fsdp1_unit",
     "handed_to_mode",
     "is_flat_param",
@@ -45,6 +49,21 @@ __all__ = [
 
 #: The torch release every API below was checked against.
 CHECKED_TORCH = "2.15.0"
+
+# --------------------------------------------------------------------------- dispatch
+
+# ``DispatchMode`` is ``torch.utils._python_dispatch.TorchDispatchMode`` (checked 2.15.0;
+# imported above): a mode that sees every aten operation below the torch-function layer
+# (capture's backstop). It is untyped in torch: it is entered and left through these.
+
+
+def enter_dispatch_mode(mode: DispatchMode) -> None:
+    mode.__enter__()  # type: ignore[no-untyped-call]
+
+
+def exit_dispatch_mode(mode: DispatchMode, *exc: Any) -> None:
+    mode.__exit__(*exc)  # type: ignore[no-untyped-call]
+
 
 # --------------------------------------------------------------------------- torch.nn
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import sys
 from typing import Any
 
 import torch
@@ -41,14 +42,32 @@ def check_real(arg: str, value: Any) -> float:
 
     Raises:
         TypeError: ``value`` is not a real number.
-        ShardInitError: ``value`` is NaN or infinite.
+        ShardInitError: ``value`` is NaN, infinite, or beyond binary64's range (an int
+            or Fraction such as ``10**400``).
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{arg} must be a real number, got {type(value).__name__} {value!r}")
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:
+        # An exact int or Fraction past binary64's largest finite value (torch takes
+        # Python floats, so no other rounding is possible).
+        raise ShardInitError(
+            f"{arg} must be a finite number in binary64's range [-{sys.float_info.max!r}, "
+            f"{sys.float_info.max!r}], got {_abbreviated(value)}"
+        ) from None
     if not math.isfinite(result):
         raise ShardInitError(f"{arg} must be a finite number, got {result}")
     return result
+
+
+def _abbreviated(value: numbers.Real) -> str:
+    """``value`` for an error message: huge ints by their digit count, not 400 digits."""
+    text = repr(value)
+    if len(text) <= 40:
+        return f"{type(value).__name__} {text}"
+    size = f"{len(str(abs(value)))} digits" if isinstance(value, int) else f"{len(text)} characters"
+    return f"{type(value).__name__} {text[:12]}... ({size})"
 
 
 def check_name(arg: str, value: Any) -> str:

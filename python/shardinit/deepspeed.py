@@ -44,7 +44,10 @@ def Init(*args: Any, **kwargs: Any) -> Any:
         The context manager (a ``deepspeed.zero.Init`` subclass instance).
 
     Raises:
-        TypeError: ``config_dict_or_path`` (by keyword) not a dict, a path or None;
-            DeepSpeed checks the other arguments.
+        TypeError: ``config_dict_or_path`` (or DeepSpeed's deprecated ``config``), by
+            keyword or position, not a dict, a path (str or ``os.PathLike``, passed on
+            as a str) or None; DeepSpeed checks the other arguments.
+        ShardInitError: a path that names no file (and is not a base64-encoded config,
+            which DeepSpeed also takes).
     """
     return no_broadcast_init(*args, **kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from functools import cached_property
@@ -48,13 +49,19 @@ def _check_fits_dtype(base: BaseInit, dtype: torch.dtype) -> None:
     else:
         return  # normal: unbounded tails; trunc_normal: clamped to [a, b] in binary64
     for arg, value in bounds.items():
-        # Round as stream-format.md §4 does: to float32 first, then to the target.
-        rounded = torch.tensor(value, dtype=torch.float64, device="cpu").to(torch.float32).to(dtype)
-        if not bool(torch.isfinite(rounded)):
+        if _overflows(value, dtype):
             raise ShardInitError(
                 f"init {arg}={value} overflows {dtype} (largest finite value "
                 f"{torch.finfo(dtype).max}); every element would be +-inf"
             )
+
+
+@functools.lru_cache(maxsize=4096)
+def _overflows(value: float, dtype: torch.dtype) -> bool:
+    # Round as stream-format.md §4 does: to float32 first, then to the target. (Cached:
+    # capture checks every fill it records, mostly with the same few constants.)
+    rounded = torch.tensor(value, dtype=torch.float64, device="cpu").to(torch.float32).to(dtype)
+    return not bool(torch.isfinite(rounded))
 
 
 class ParamSpec:

@@ -18,6 +18,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from types import ModuleType
 from unittest import mock
@@ -79,12 +80,49 @@ def _meta_linear() -> nn.Linear:
         return nn.Linear(3, 2)
 
 
+def _meta_lazy_linear() -> nn.Module:
+    """An nn.LazyLinear on meta before its first forward: its parameters have no shape."""
+    with torch.device("meta"):
+        return nn.LazyLinear(2)
+
+
 def _prepared_meta_linear() -> nn.Linear:
     """A meta model as accelerate's Accelerator.prepare leaves it (the attribute it sets on
     what it returns), still on meta: its optimizer is already wrong (docs/trainers.md)."""
     model = _meta_linear()
     model._is_accelerate_prepared = True  # type: ignore[assignment]
     return model
+
+
+def _materialize_part() -> Callable[[], object]:
+    """materialize of a module its model still holds (the model is kept by the closure)."""
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(3, 2), nn.Linear(3, 2))
+    return lambda: shardinit.materialize(model[1], seed=0)
+
+
+def _materialize_copy_of_loaded() -> object:
+    """only= a deep copy (record_constructors) whose source a checkpoint loaded."""
+    import copy
+
+    with torch.device("meta"), shardinit.record_constructors():
+        source = nn.Linear(3, 2)
+        model = nn.ModuleDict({"source": source, "copy": copy.deepcopy(source)})
+    loaded = {"source.weight": torch.ones(2, 3), "source.bias": torch.ones(2)}
+    missing = model.load_state_dict(loaded, strict=False, assign=True).missing_keys
+    return shardinit.materialize(model, seed=0, only=missing)
+
+
+def _materialize_only_flat() -> object:
+    """only= with a region source's target (an FSDP1 flat shard or a ZeRO-3 partition),
+    stood in for by a source that reports one."""
+    from shardinit._integration import plan
+
+    def source(root: nn.Module) -> tuple[list[object], set[tuple[int, str]]]:
+        return [object()], set()
+
+    with mock.patch.object(plan, "REGION_SOURCES", (source,)):
+        return shardinit.materialize(_meta_linear(), seed=0, only=["weight"])
 
 
 def _materialize(**kwargs: object) -> Callable[[], object]:
@@ -107,6 +145,11 @@ class _MegatronConfig:
 def _megatron(**kwargs: object) -> Callable[[], object]:
     args: dict[str, object] = {"seed": 0, "config": _MegatronConfig(), **kwargs}
     return lambda: shardinit.megatron.materialize(nn.Linear(3, 2), **args)  # type: ignore[arg-type]
+
+
+def _two_argument_init(tensor: torch.Tensor, std: float) -> torch.Tensor:
+    """An init method of the wrong arity for Megatron's ``fn(tensor)``."""
+    return nn.init.normal_(tensor, std=std)
 
 
 def _spec(**overrides: object) -> Callable[[], object]:
@@ -243,10 +286,14 @@ CASES: list[Case] = [
     Case("init.constant", "value", "None", lambda: init.constant(None), TypeError, r"^value must be a real number, got NoneType"),
     Case("init.constant", "value", "nan", lambda: init.constant(NAN), E, r"^value must be a finite number, got nan"),
     Case("init.constant", "value", "-inf", lambda: init.constant(-INF), E, r"^value must be a finite number, got -inf"),
+    Case("init.constant", "value", "10**400", lambda: init.constant(10**400), E, r"^value must be a finite number in binary64\'s range \[-1\.7976931348623157e\+308, 1\.7976931348623157e\+308\], got int 100000000000\.\.\. \(401 digits\)$"),
+    Case("init.constant", "value", "Fraction(-10**400)", lambda: init.constant(Fraction(-10**400)), E, r"^value must be a finite number in binary64\'s range \[-1\.7976931348623157e\+308, 1\.7976931348623157e\+308\], got Fraction Fraction\(-10\.\.\. \(415 characters\)$"),
     Case("init.uniform", "a", "'0'", lambda: init.uniform("0", 1), TypeError, r"^a must be a real number, got str"),
     Case("init.uniform", "a", "torch.tensor(0.0)", lambda: init.uniform(torch.tensor(0.0), 1), TypeError, r"^a must be a real number, got Tensor"),
     Case("init.uniform", "a", "nan", lambda: init.uniform(NAN, 1), E, r"^a must be a finite number, got nan"),
     Case("init.uniform", "b", "inf", lambda: init.uniform(0, INF), E, r"^b must be a finite number, got inf"),
+    Case("init.uniform", "a", "-10**400", lambda: init.uniform(a=-10**400), E, r"^a must be a finite number in binary64\'s range \[-1\.7976931348623157e\+308, 1\.7976931348623157e\+308\], got int -10000000000\.\.\. \(401 digits\)$"),
+    Case("init.uniform", "b", "2**1024", lambda: init.uniform(b=2**1024), E, r"^b must be a finite number in binary64\'s range \[-1\.7976931348623157e\+308, 1\.7976931348623157e\+308\], got int 179769313486\.\.\. \(309 digits\)$"),
     Case("init.uniform", "a, b", "a == b", lambda: init.uniform(1, 1), E, r"^uniform needs a < b, got a=1.0, b=1.0"),
     Case("init.uniform", "a, b", "a > b", lambda: init.uniform(1, 0), E, r"^uniform needs a < b, got a=1.0, b=0.0"),
     Case("init.uniform", "a, b", "-1e308, 1e308", lambda: init.uniform(-1e308, 1e308), E, r"^uniform needs b - a to be finite"),
@@ -255,27 +302,35 @@ CASES: list[Case] = [
     Case("init.normal", "std", "inf", lambda: init.normal(0, INF), E, r"^std must be a finite number, got inf"),
     Case("init.normal", "std", "'1'", lambda: init.normal(0, "1"), TypeError, r"^std must be a real number, got str"),
     Case("init.normal", "std", "1e308", lambda: init.normal(0, 1e308), E, r"^std=1e\+308 with mean=0.0 overflows binary64"),
+    Case("init.normal", "mean", "-10**400", lambda: init.normal(mean=-10**400), E, r"^mean must be a finite number in binary64\'s range \[-1\.7976931348623157e\+308, 1\.7976931348623157e\+308\], got int -10000000000\.\.\. \(401 digits\)$"),
+    Case("init.normal", "std", "10**400", lambda: init.normal(std=10**400), E, r"^std must be a finite number in binary64\'s range \[-1\.7976931348623157e\+308, 1\.7976931348623157e\+308\], got int 100000000000\.\.\. \(401 digits\)$"),
     Case("init.trunc_normal", "mean", "'0'", lambda: init.trunc_normal("0"), TypeError, r"^mean must be a real number, got str"),
     Case("init.trunc_normal", "std", "0", lambda: init.trunc_normal(0, 0), E, r"^trunc_normal needs std > 0, got 0.0"),
     Case("init.trunc_normal", "std", "-1", lambda: init.trunc_normal(0, -1), E, r"^trunc_normal needs std > 0, got -1.0"),
     Case("init.trunc_normal", "a", "nan", lambda: init.trunc_normal(0, 1, NAN, 2), E, r"^a must be a finite number, got nan"),
     Case("init.trunc_normal", "b", "inf", lambda: init.trunc_normal(0, 1, -2, INF), E, r"^b must be a finite number, got inf"),
+    Case("init.trunc_normal", "std", "10**400", lambda: init.trunc_normal(std=10**400), E, r"^std must be a finite number in binary64\'s range \[-1\.7976931348623157e\+308, 1\.7976931348623157e\+308\], got int 100000000000\.\.\. \(401 digits\)$"),
+    Case("init.trunc_normal", "a", "-10**400", lambda: init.trunc_normal(a=-10**400), E, r"^a must be a finite number in binary64\'s range \[-1\.7976931348623157e\+308, 1\.7976931348623157e\+308\], got int -10000000000\.\.\. \(401 digits\)$"),
     Case("init.trunc_normal", "a, b", "a == b", lambda: init.trunc_normal(0, 1, 1, 1), E, r"^trunc_normal needs a < b, got a=1.0, b=1.0"),
     Case("init.trunc_normal", "a, b", "[100, 101] with std 1", lambda: init.trunc_normal(0, 1, 100, 101), E, r"^trunc_normal interval \[a, b\] = \[100.0, 101.0\] lies 100 std from the mean"),
     Case("init.kaiming_uniform", "a", "nan", lambda: init.kaiming_uniform(a=NAN), E, r"^a must be a finite number, got nan"),
     Case("init.kaiming_uniform", "a", "'x'", lambda: init.kaiming_uniform(a="x"), TypeError, r"^a must be a real number, got str"),
+    Case("init.kaiming_uniform", "a", "10**400", lambda: init.kaiming_uniform(a=10**400), E, r"^a must be a finite number in binary64\'s range \[-1\.7976931348623157e\+308, 1\.7976931348623157e\+308\], got int 100000000000\.\.\. \(401 digits\)$"),
     Case("init.kaiming_uniform", "mode", "'fan'", lambda: init.kaiming_uniform(mode="fan"), E, r"^mode must be 'fan_in' or 'fan_out', got 'fan'"),
     Case("init.kaiming_uniform", "mode", "1", lambda: init.kaiming_uniform(mode=1), TypeError, r"^mode must be a str, got int"),
     Case("init.kaiming_uniform", "nonlinearity", "'foo'", lambda: init.kaiming_uniform(nonlinearity="foo"), E, r"^nonlinearity must be one torch.nn.init.calculate_gain accepts, got 'foo'"),
     Case("init.kaiming_uniform", "nonlinearity", "None", lambda: init.kaiming_uniform(nonlinearity=None), TypeError, r"^nonlinearity must be a str, got NoneType"),
     Case("init.kaiming_normal", "a", "inf", lambda: init.kaiming_normal(a=INF), E, r"^a must be a finite number, got inf"),
+    Case("init.kaiming_normal", "a", "-10**400", lambda: init.kaiming_normal(a=-10**400), E, r"^a must be a finite number in binary64\'s range \[-1\.7976931348623157e\+308, 1\.7976931348623157e\+308\], got int -10000000000\.\.\. \(401 digits\)$"),
     Case("init.kaiming_normal", "mode", "'in'", lambda: init.kaiming_normal(mode="in"), E, r"^mode must be 'fan_in' or 'fan_out'"),
     Case("init.kaiming_normal", "nonlinearity", "'gelu'", lambda: init.kaiming_normal(nonlinearity="gelu"), E, r"^nonlinearity must be one torch.nn.init.calculate_gain accepts, got 'gelu'"),
     Case("init.xavier_uniform", "gain", "-1", lambda: init.xavier_uniform(-1), E, r"^gain must be >= 0, got -1.0"),
     Case("init.xavier_uniform", "gain", "nan", lambda: init.xavier_uniform(NAN), E, r"^gain must be a finite number, got nan"),
     Case("init.xavier_uniform", "gain", "'1'", lambda: init.xavier_uniform("1"), TypeError, r"^gain must be a real number, got str"),
+    Case("init.xavier_uniform", "gain", "10**400", lambda: init.xavier_uniform(10**400), E, r"^gain must be a finite number in binary64\'s range \[-1\.7976931348623157e\+308, 1\.7976931348623157e\+308\], got int 100000000000\.\.\. \(401 digits\)$"),
     Case("init.xavier_normal", "gain", "-0.5", lambda: init.xavier_normal(-0.5), E, r"^gain must be >= 0, got -0.5"),
     Case("init.xavier_normal", "gain", "inf", lambda: init.xavier_normal(INF), E, r"^gain must be a finite number, got inf"),
+    Case("init.xavier_normal", "gain", "10**400", lambda: init.xavier_normal(10**400), E, r"^gain must be a finite number in binary64\'s range \[-1\.7976931348623157e\+308, 1\.7976931348623157e\+308\], got int 100000000000\.\.\. \(401 digits\)$"),
     # ---- set_num_threads(threads) -------------------------------------------------------
     Case("set_num_threads", "threads", "0", lambda: shardinit.set_num_threads(0), E, r"^threads must be in \[1, 4096\], got 0"),
     Case("set_num_threads", "threads", "-1", lambda: shardinit.set_num_threads(-1), E, r"^threads must be in \[1, 4096\], got -1"),
@@ -292,7 +347,7 @@ CASES: list[Case] = [
     # ---- canonical_name(path) ---------------------------------------------------------------
     Case("canonical_name", "path", "3", lambda: shardinit.canonical_name(3), TypeError, r"^path must be a str, got int 3$"),
     Case("canonical_name", "path", "None", lambda: shardinit.canonical_name(None), TypeError, r"^path must be a str, got NoneType None$"),
-    # ---- materialize(module, *, seed, device, rules, buffer_init, overwrite, init_fn) ----------
+    # ---- materialize(module, *, seed, device, rules, buffer_init, overwrite, init_fn, only) ----
     Case("materialize", "module", "None", lambda: shardinit.materialize(None, seed=0), TypeError, r"^module must be a torch.nn.Module, got NoneType$"),
     Case("materialize", "module", "a state dict", lambda: shardinit.materialize({"w": torch.empty(2)}, seed=0), TypeError, r"^module must be a torch.nn.Module, got dict$"),
     Case("materialize", "module", "already materialized (cpu)", lambda: shardinit.materialize(nn.Linear(3, 2), seed=0), E, r"^materialize: 2 parameter\(s\) are already materialized: weight, bias\. materialize fills meta-device models \(and FSDP1 units allocated by shardinit.fsdp1_param_init_fn\); pass overwrite=True to replace existing values$"),
@@ -309,9 +364,19 @@ CASES: list[Case] = [
     Case("materialize", "buffer_init", "3", _materialize(buffer_init=3), TypeError, r"^buffer_init must be callable, got int$"),
     Case("materialize", "overwrite", "'yes'", _materialize(overwrite="yes"), TypeError, r"^overwrite must be a bool, got str$"),
     Case("materialize", "init_fn", "3", _materialize(init_fn=3), TypeError, r"^init_fn must be callable or a CapturedInit, got int$"),
+    Case("materialize", "init_fn", "calls materialize(..., init_fn=...) (nested)", _materialize(init_fn=lambda: shardinit.materialize(_meta_linear(), seed=0, init_fn=lambda: None)), E, r"^capture_init called while capture_init is already running in this thread \(nested\): init code may not capture again"),
+    Case("materialize", "module", "nn.LazyLinear on meta (no shape yet)", lambda: shardinit.materialize(_meta_lazy_linear(), seed=0), E, r"^materialize: 2 parameter\(s\) are uninitialized lazy parameters \(nn.LazyLinear and the other nn.Lazy\* modules\), whose shape is unknown until their first forward: weight, bias\. Run one forward pass first"),
+    Case("materialize", "module", "a submodule of a larger model", _materialize_part(), E, r"^materialize: module \(Linear\) is part of a larger model: a Sequential holds it as '1'\. Canonical names are paths from the module passed \('weight', not '1\.weight'\), so parts of one shape would get equal values\. Materialize the whole model; to fill part of it, pass only: materialize\(model, seed=\.\.\., only=lambda name: name\.startswith\('1\.'\)\)$"),
+    Case("materialize", "only", "3", _materialize(only=3), TypeError, r"^only must be an iterable of parameter names \(e\.g\. load_state_dict's missing_keys\) or a callable name -> bool, got int 3$"),
+    Case("materialize", "only", "'weight'", _materialize(only="weight"), TypeError, r"^only must be an iterable of parameter names \(e\.g\. load_state_dict's missing_keys\) or a callable name -> bool, got str 'weight'$"),
+    Case("materialize", "only", "[1]", _materialize(only=[1]), TypeError, r"^only must hold str names, got int 1$"),
+    Case("materialize", "only", "['wieght']", _materialize(only=["wieght"]), E, r"^materialize: only names 1 parameter\(s\) the model does not have: wieght\. Pass the names of this model's parameters \(canonical or as named_parameters\(\) and load_state_dict's missing_keys give them\)$"),
+    Case("materialize", "only", "with FSDP1 or ZeRO-3", _materialize_only_flat, E, r"^materialize: only fills plain and DTensor parameters \(meta-device, FSDP2, TP\); not FSDP1 flat shards \(zeroed whole before they are filled\) or DeepSpeed ZeRO-3 partitions\. There, materialize the whole model, then load the checkpoint$"),
+    Case("materialize", "only", "a copy of a loaded source", _materialize_copy_of_loaded, E, r"^materialize: only fills 2 parameter\(s\) that were deep-copied from a parameter only leaves as it is: copy\.bias \(a copy of source\.bias\), copy\.weight \(a copy of source\.weight\)\. In eager torch a copy starts equal to its source: load the checkpoint's value of the source into the copy too \(map its key onto both names\), or fill both$"),
     # ---- capture_init(module, init_fn) ------------------------------------------------------
     Case("capture_init", "module", "None", lambda: shardinit.capture_init(None, lambda: None), TypeError, r"^module must be a torch.nn.Module, got NoneType$"),
     Case("capture_init", "init_fn", "3", lambda: shardinit.capture_init(_meta_linear(), 3), TypeError, r"^init_fn must be callable, got int$"),
+    Case("capture_init", "init_fn", "calls capture_init (nested)", lambda: shardinit.capture_init(_meta_linear(), lambda: shardinit.capture_init(_meta_linear(), lambda: None)), E, r"^capture_init called while capture_init is already running in this thread \(nested\)"),
     # ---- fsdp1_param_init_fn(module, device) ------------------------------------------------
     Case("fsdp1_param_init_fn", "module", "None", lambda: shardinit.fsdp1_param_init_fn(None), TypeError, r"^module must be a torch.nn.Module, got NoneType$"),
     Case("fsdp1_param_init_fn", "device", "'meta'", lambda: shardinit.fsdp1_param_init_fn(_meta_linear(), device="meta"), E, r"^device must be 'cpu' or a CUDA device, got meta$"),
@@ -325,10 +390,16 @@ CASES: list[Case] = [
     Case("megatron.materialize", "rules", "3", _megatron(rules=3), TypeError, r"^rules must be a mapping or a sequence of pairs, got 3$"),
     Case("megatron.materialize", "rules", "{1: zeros()}", _megatron(rules={1: init.zeros()}), TypeError, r"^rules key 1 must be a name glob \(str\), an nn.Module subclass, or \(nn.Module subclass, attribute glob\)$"),
     Case("megatron.materialize", "rules", "{'*weight': 'normal'}", _megatron(rules={"*weight": "normal"}), TypeError, r"^rules\['\*weight'\] must be a shardinit.init initializer or an init callable fn\(tensor\), got str 'normal'$"),
+    Case("megatron.materialize", "rules", "{'*': init.Normal} (the class)", _megatron(rules={"*": init.Normal}), TypeError, r"^rules\['\*'\] must be a shardinit.init initializer or an init callable fn\(tensor\), got the class Normal \(an instance, e.g. shardinit.init.normal\(0.0, 0.02\), not the class\)$"),
+    Case("megatron.materialize", "rules", "{'*': fn(tensor, std)} (two arguments)", _megatron(rules={"*": _two_argument_init}), TypeError, r"^rules\['\*'\] must be a shardinit.init initializer or an init callable fn\(tensor\): it is called with one tensor, but _two_argument_init takes \(tensor, std\) \(missing a required argument: 'std'\)$"),
     # ---- megatron.partition_names(model_or_chunks) --------------------------------------------
     Case("megatron.partition_names", "model_or_chunks", "'model'", lambda: shardinit.megatron.partition_names("model"), TypeError, r"^model_or_chunks must be an nn.Module or a non-empty list of them \(virtual pipeline chunks\), got 'model'$"),
     # ---- deepspeed.Init(*args, **kwargs): deepspeed.zero.Init's arguments ---------------------
     Case("deepspeed.Init", "config_dict_or_path", "3", lambda: shardinit.deepspeed.Init(config_dict_or_path=3), TypeError, r"^config_dict_or_path must be a dict, a path \(str or os.PathLike\) or None, got int$"),
+    Case("deepspeed.Init", "config_dict_or_path", "3 (positional)", lambda: shardinit.deepspeed.Init(None, None, True, None, False, 3), TypeError, r"^config_dict_or_path must be a dict, a path \(str or os.PathLike\) or None, got int$"),
+    Case("deepspeed.Init", "config", "3 (deprecated alias)", lambda: shardinit.deepspeed.Init(config=3), TypeError, r"^config must be a dict, a path \(str or os.PathLike\) or None, got int$"),
+    Case("deepspeed.Init", "config_dict_or_path", "'missing-ds.json'", lambda: shardinit.deepspeed.Init(config_dict_or_path="missing-ds.json"), E, r"^config_dict_or_path: no file at 'missing-ds.json' \(DeepSpeed takes a dict, the path of an existing JSON config file, or a base64-encoded config\)$"),
+    Case("deepspeed.Init", "config_dict_or_path", "Path('missing-ds.json')", lambda: shardinit.deepspeed.Init(config_dict_or_path=Path("missing-ds.json")), E, r"^config_dict_or_path: no file at 'missing-ds.json'"),
     # ---- fingerprint(tensor, *, group) --------------------------------------------------------
     Case("fingerprint", "tensor", "a list", lambda: shardinit.fingerprint([1.0, 2.0]), TypeError, r"^fingerprint needs a torch.Tensor or DTensor, got list$"),
     Case("fingerprint", "tensor", "a numpy array", lambda: shardinit.fingerprint(np.zeros(3)), TypeError, r"^fingerprint needs a torch.Tensor or DTensor, got ndarray$"),
@@ -349,6 +420,7 @@ CASES: list[Case] = [
     # ---- presets.llm(std, *, depth_scaled_output, output_proj_patterns, norm_patterns) ----------
     Case("presets.llm", "std", "0", lambda: presets.llm(0), E, r"^std must be > 0, got 0.0$"),
     Case("presets.llm", "std", "nan", lambda: presets.llm(NAN), E, r"^std must be a finite number, got nan$"),
+    Case("presets.llm", "std", "10**400", lambda: presets.llm(10**400), E, r"^std must be a finite number in binary64\'s range \[-1\.7976931348623157e\+308, 1\.7976931348623157e\+308\], got int 100000000000\.\.\. \(401 digits\)$"),
     Case("presets.llm", "std", "'x'", lambda: presets.llm("x"), TypeError, r"^std must be a real number, got str 'x'$"),
     Case("presets.llm", "depth_scaled_output", "0", lambda: presets.llm(depth_scaled_output=0), E, r"^depth_scaled_output must be in \[1, inf\], got 0$"),
     Case("presets.llm", "depth_scaled_output", "2.0", lambda: presets.llm(depth_scaled_output=2.0), TypeError, r"^depth_scaled_output must be an int, got float 2.0$"),
@@ -363,6 +435,7 @@ CASES: list[Case] = [
     Case("ParamSpec", "SHARDINIT_ORTHOGONAL_MAX_NUMEL", "'0'", lambda: _with_environment("SHARDINIT_ORTHOGONAL_MAX_NUMEL", "0", _spec(init=init.orthogonal())), E, r"^the environment variable SHARDINIT_ORTHOGONAL_MAX_NUMEL must be an int in \[1, 18446744073709551615\], got '0'$"),
     Case("init.orthogonal", "gain", "nan", lambda: init.orthogonal(NAN), E, r"^gain must be a finite number, got nan$"),
     Case("init.orthogonal", "gain", "inf", lambda: init.orthogonal(INF), E, r"^gain must be a finite number, got inf$"),
+    Case("init.orthogonal", "gain", "10**400", lambda: init.orthogonal(10**400), E, r"^gain must be a finite number in binary64\'s range \[-1\.7976931348623157e\+308, 1\.7976931348623157e\+308\], got int 100000000000\.\.\. \(401 digits\)$"),
     Case("init.orthogonal", "gain", "'1'", lambda: init.orthogonal("1"), TypeError, r"^gain must be a real number, got str '1'$"),
     Case("init.orthogonal", "max_numel", "0", lambda: init.orthogonal(max_numel=0), E, r"^max_numel must be in \[1, 18446744073709551615\], got 0$"),
     Case("init.orthogonal", "max_numel", "1.5", lambda: init.orthogonal(max_numel=1.5), TypeError, r"^max_numel must be an int, got float 1.5$"),

@@ -15,12 +15,13 @@ from shardinit import ShardInitError
 
 
 @contextmanager
-def expect_refusal(pattern: str) -> Iterator[None]:
-    """The block must raise a ShardInitError whose message matches ``pattern``."""
+def expect_refusal(pattern: str, kind: type[Exception] = ShardInitError) -> Iterator[None]:
+    """The block must raise a ``kind`` (a ShardInitError unless told) whose message
+    matches ``pattern``."""
     try:
         yield
-    except ShardInitError as error:
+    except kind as error:
         if not re.search(pattern, str(error)):
-            raise AssertionError(f"ShardInitError {error!s} does not match {pattern!r}") from error
+            raise AssertionError(f"{kind.__name__} {error!s} does not match {pattern!r}") from error
         return
-    raise AssertionError(f"no ShardInitError matching {pattern!r} was raised")
+    raise AssertionError(f"no {kind.__name__} matching {pattern!r} was raised")

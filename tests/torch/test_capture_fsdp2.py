@@ -154,6 +154,36 @@ def _check_orthogonal(world: int) -> None:
         expect_equal(name, param.full_tensor(), shardinit.full(spec))
 
 
+def _check_closed_world(world: int) -> None:
+    """Issue 28 on DTensor parameters: a stand-in answers the mesh's device (a guard on
+    meta runs its init code), init code asking for the local shard is refused (its
+    values would depend on the layout), and requires_grad set by init code is carried
+    onto the sharded parameter."""
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(5, 7))
+    _shard(model, [], world)
+
+    def guarded() -> None:
+        weight = model[0].weight
+        assert weight.device == torch.device("cpu") and not weight.is_meta
+        if not weight.is_meta:
+            nn.init.constant_(weight, 0.5)
+        model[0].bias.requires_grad_(False)
+
+    shardinit.materialize(model, seed=SEED, init_fn=guarded)
+    expect_equal("guarded", model[0].weight.full_tensor(), torch.full((7, 5), 0.5))
+    assert isinstance(model[0].bias, DTensor) and not model[0].bias.requires_grad
+    with torch.device("meta"):
+        local = nn.Sequential(nn.Linear(5, 7))
+    _shard(local, [], world)
+    try:
+        shardinit.materialize(local, seed=SEED, init_fn=lambda: local[0].weight.to_local())
+    except shardinit.UnsupportedInitOpError as error:
+        assert "to_local()" in str(error) and "global shape (7, 5)" in str(error), error
+    else:
+        raise AssertionError("to_local() on a stand-in was not refused")
+
+
 @gloo_scenario(1, 2, 3)
 def capture_scenario(rank: int, world: int) -> Checks:
     checks: Checks = {}
@@ -162,6 +192,7 @@ def capture_scenario(rank: int, world: int) -> Checks:
     check(checks, "hf", lambda: _check_hf(world))
     check(checks, "reset_parameters", lambda: _check_reset_parameters(world))
     check(checks, "orthogonal", lambda: _check_orthogonal(world))
+    check(checks, "closed_world", lambda: _check_closed_world(world))
     return checks
 
 
@@ -200,3 +231,8 @@ def test_fsdp2_reset_parameters_equals_defaults(world: int) -> None:
 @pytest.mark.parametrize("world", WORLDS)
 def test_fsdp2_orthogonal_captured_and_by_rule_bit_exact(world: int) -> None:
     _assert_passed(world, "orthogonal")
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_fsdp2_stand_ins_answer_as_dtensors_at_run_time(world: int) -> None:
+    _assert_passed(world, "closed_world")

@@ -144,6 +144,32 @@ def _check_torch_duplicates() -> None:
     assert not torch.equal(gathered[0], gathered[1])
 
 
+class _WithEmpty(nn.Module):
+    """A custom module with a zero-size parameter that its init code fills."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.empty = nn.Parameter(torch.empty(0, 4))
+        self.weight = nn.Parameter(torch.empty(4, 4))
+
+    def init_weights(self) -> None:
+        nn.init.normal_(self.empty)  # nothing to fill: records nothing
+        nn.init.ones_(self.weight)
+
+
+def _check_zero_size(world: int) -> None:
+    """A zero-size parameter that init_fn fills is accepted (it was refused as having
+    no rule): it is allocated with its shape, and the rest gets init_fn's values."""
+    mesh = init_device_mesh("cpu", (world,))
+    with torch.device("meta"):
+        model = _WithEmpty()
+    fully_shard(model, mesh=mesh)
+    shardinit.materialize(model, seed=SEED, init_fn=model.init_weights)
+    assert isinstance(model.empty, DTensor) and not model.empty.to_local().is_meta
+    assert tuple(model.empty.shape) == (0, 4)
+    expect_equal("weight", model.weight.full_tensor(), torch.ones(4, 4))
+
+
 @gloo_scenario(1, 2, 3, 4)
 def fsdp2_scenario(rank: int, world: int) -> Checks:
     checks: Checks = {}
@@ -159,6 +185,7 @@ def fsdp2_scenario(rank: int, world: int) -> Checks:
         check(checks, "strided_alone", lambda: _check_strided_alone(world))
     if world == 2:
         check(checks, "torch_duplicates", _check_torch_duplicates)
+        check(checks, "zero_size", lambda: _check_zero_size(world))
     return checks
 
 
@@ -201,3 +228,7 @@ def test_fsdp2_strided_shard_multi_box(world: int) -> None:
 
 def test_torch_cpu_mesh_duplicates_shards() -> None:
     _assert_passed(2, "torch_duplicates")
+
+
+def test_fsdp2_zero_size_parameter_filled_by_init_fn() -> None:
+    _assert_passed(2, "zero_size")

@@ -292,6 +292,77 @@ def test_refuses_materialized_parameters_unless_overwrite() -> None:
     assert torch.equal(model.weight.detach(), shardinit.full(spec))
 
 
+@pytest.mark.parametrize("tied", [False, True], ids=["plain", "tied"])
+def test_overwrite_of_parameters_a_graph_saved_makes_backward_refuse(tied: bool) -> None:
+    """overwrite=True writes the parameters in place: their version counters move, as
+    after torch's own in-place init, so a graph built before refuses to backward (it
+    used to run on the new values), with or without init_fn (captured programs)."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    if tied:
+        model[1].weight = model[0].weight
+    x = torch.ones(2, 4, requires_grad=True)
+    loss = (model(x) ** 2).sum()  # saves the weights
+    versions = [p._version for p in model.parameters()]
+    weight = model[0].weight
+    shardinit.materialize(
+        model, seed=SEED, overwrite=True, init_fn=lambda: nn.init.ones_(model[1].bias)
+    )
+    assert model[0].weight is weight
+    assert all(p._version > v for p, v in zip(model.parameters(), versions, strict=True))
+    assert torch.equal(model[1].bias.detach(), torch.ones(4))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_uninitialized_lazy_parameters_are_refused_until_a_forward() -> None:
+    """nn.LazyLinear on meta has no shape yet: refused naming its parameters and the way
+    out (it was torch's "Can't access the shape" from deep inside); after one forward with
+    a meta input the module is an nn.Linear(8, 4) and gets that default."""
+    with torch.device("meta"):
+        model = nn.Sequential(nn.LazyLinear(4), nn.Linear(4, 2))
+    with pytest.raises(
+        shardinit.ShardInitError,
+        match=r"^materialize: 2 parameter\(s\) are uninitialized lazy parameters .*: "
+        r"0\.weight, 0\.bias\. Run one forward pass first",
+    ):
+        shardinit.materialize(model, seed=SEED, init_fn=lambda: None)
+    assert model[1].weight.is_meta  # refused before anything was allocated
+    with pytest.raises(shardinit.ShardInitError, match=r"^capture_init: 2 parameter\(s\) are"):
+        shardinit.capture_init(model, lambda: None)
+    model(torch.empty(2, 8, device="meta"))
+    shardinit.materialize(model, seed=SEED)
+    spec = shardinit.ParamSpec(
+        "0.weight", (4, 8), init=init.kaiming_uniform(a=math.sqrt(5)), seed=SEED
+    )
+    assert torch.equal(model[0].weight.detach(), shardinit.full(spec))
+
+
+class _WithEmpty(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.empty = nn.Parameter(torch.empty(0, 4))
+        self.weight = nn.Parameter(torch.empty(2, 4))
+
+    def init_weights(self) -> None:
+        nn.init.normal_(self.empty)  # nothing to fill: records nothing
+        nn.init.ones_(self.weight)
+
+
+@pytest.mark.parametrize("with_init_fn", [True, False], ids=["init_fn", "rules"])
+def test_a_zero_size_parameter_needs_no_initializer(with_init_fn: bool) -> None:
+    """Nothing to fill: accepted with or without init_fn touching it (it was refused as
+    having no rule and no default), allocated with its shape on the CPU."""
+    with torch.device("meta"):
+        model = _WithEmpty()
+    if with_init_fn:
+        shardinit.materialize(model, seed=SEED, init_fn=model.init_weights)
+    else:
+        shardinit.materialize(model, seed=SEED, rules={"weight": init.ones()})
+    assert isinstance(model.empty, nn.Parameter) and model.empty.device.type == "cpu"
+    assert tuple(model.empty.shape) == (0, 4) and model.empty.requires_grad
+    assert torch.equal(model.weight.detach(), torch.ones(2, 4))
+
+
 def test_bad_arguments() -> None:
     with torch.device("meta"):
         model = nn.Linear(2, 2)

@@ -274,6 +274,24 @@ def _guards() -> None:
         shardinit.materialize(engine, seed=SEED)
 
 
+def _config_path() -> None:
+    """A config given as the path of a JSON file, an ``os.PathLike`` or a str, builds the
+    same partitions as the dict (a Path failed inside DeepSpeed: "not iterable")."""
+    _deepspeed()
+    reference, _ = _build(ours=True)
+    shardinit.materialize(reference, seed=SEED)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder, "ds.json")
+        path.write_text(json.dumps(_config()))
+        for config in (path, str(path)):
+            with shardinit.deepspeed.Init(config_dict_or_path=config, remote_device="cpu"):
+                model = ZooNet()
+            shardinit.materialize(model, seed=SEED)
+            pairs = zip(model.named_parameters(), reference.parameters(), strict=True)
+            for (name, ours), theirs in pairs:
+                assert torch.equal(ours.ds_tensor, theirs.ds_tensor), f"{config!r}: {name}"
+
+
 def _hf_llama() -> None:
     """A tiny transformers Llama under ZeRO-3, built with shardinit's Init and filled
     with its own ``_init_weights`` (captured on a meta copy), equals the meta copy
@@ -408,6 +426,7 @@ def scenario(rank: int, world: int) -> Checks:
     if world == 2:
         check(checks, "guards", _guards)
         check(checks, "hpz", _hpz_secondary_partitions)
+        check(checks, "config_path", _config_path)
     return checks
 
 
@@ -485,6 +504,12 @@ def test_guards() -> None:
     from materialize_workers import assert_check_passed
 
     assert_check_passed(_outcome(2), "guards")
+
+
+def test_config_as_a_path() -> None:
+    from materialize_workers import assert_check_passed
+
+    assert_check_passed(_outcome(2), "config_path")
 
 
 def test_one_step_bit_identical_at_world_1_and_2() -> None:

@@ -20,6 +20,7 @@ import functools
 import math
 import warnings
 from collections.abc import Callable, Iterable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -460,6 +461,40 @@ def _rules_override() -> None:
     assert bool((model.decoder.final_layernorm.weight == 0.5).all())
 
 
+def _config_edges() -> None:
+    """A TransformerConfig init method that is not ``fn(tensor)`` and a class given as a
+    rule are TypeErrors naming the field or the rule, raised before anything is written;
+    a nested deferred_init() is refused and leaves Megatron's functions unpatched."""
+    _layout(2, 1)
+    config = _config(tensor_model_parallel_size=2)
+    model = _gpt(config, False)
+    embedding = model.embedding.word_embeddings.weight
+    before = embedding.detach().clone().view(torch.int32)  # uninitialized: compare bits
+    fields = {attr: getattr(config, attr) for attr in ("init_method", "output_layer_init_method")}
+    for bad, got in ((None, "NoneType None"), (0.02, "float 0.02")):
+        edited = SimpleNamespace(**fields, embedding_init_method=bad)
+        with expect_refusal(
+            rf"^config.embedding_init_method must be an init callable fn\(tensor\).*, got {got}$",
+            TypeError,
+        ):
+            shardinit.megatron.materialize(model, seed=SEED, config=edited)
+    edited = SimpleNamespace(**fields, embedding_init_method=lambda tensor, std: None)
+    with expect_refusal(r"^config.embedding_init_method .* takes \(tensor, std\)", TypeError):
+        shardinit.megatron.materialize(model, seed=SEED, config=edited)
+    with expect_refusal(r"^rules\['\*'\] .*, got the class Normal \(an instance", TypeError):
+        shardinit.megatron.materialize(model, seed=SEED, config=config, rules={"*": init.Normal})
+    assert torch.equal(before, embedding.detach().view(torch.int32)), "refused, yet written"
+    from megatron.core.tensor_parallel import layers
+
+    original = layers._initialize_affine_weight_cpu
+    nested = r"^shardinit.megatron.deferred_init\(\) called while .* is already running"
+    deferred = shardinit.megatron.deferred_init
+    with expect_refusal(nested), deferred(), deferred():
+        pass
+    assert layers._initialize_affine_weight_cpu is original
+    shardinit.megatron.materialize(_gpt(config, False), seed=SEED, config=config)  # free again
+
+
 def _run_all(cases: dict[str, Callable[[], None]]) -> Checks:
     from materialize_workers import check
 
@@ -485,6 +520,7 @@ def scenario_world2(rank: int, world: int) -> Checks:
     cases["vpp"] = _vpp_chunks
     cases["rules"] = _rules_override
     cases["guards"] = _guards
+    cases["config_edges"] = _config_edges
     return _run_all(cases)
 
 
@@ -523,6 +559,7 @@ WORLD2 = [
     "vpp",
     "rules",
     "guards",
+    "config_edges",
 ]
 
 

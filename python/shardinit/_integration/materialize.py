@@ -13,16 +13,27 @@ allocated) -> allocate -> fill -> buffers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from torch import nn
 
+from .._names import listing, param_slots
 from .._validate import check_seed, resolve_device
 from ..errors import ShardInitError
 from .capture import CapturedInit, capture_init
-from .plan import BufferInit, RulesAndDefaults, local_targets, make_plan, region_targets
+from .only import Only, check_only, chosen_names
+from .parents import refuse_part_of_model
+from .plan import (
+    BufferInit,
+    RulesAndDefaults,
+    copy_sources,
+    local_targets,
+    make_plan,
+    region_targets,
+)
 from .rules import Rules, check_rules
+from .targets import Target
 from .trainers import refuse_prepared_on_meta
 
 __all__ = ["materialize"]
@@ -37,6 +48,7 @@ def materialize(
     buffer_init: BufferInit | None = None,
     overwrite: bool = False,
     init_fn: Callable[[], object] | CapturedInit | None = None,
+    only: Only | None = None,
 ) -> nn.Module:
     """Fills every parameter of ``module`` with its stream-v1 values, shard-locally.
 
@@ -90,15 +102,28 @@ def materialize(
             wrapping. Buffers are written only when it was captured on ``module``
             itself and not under FSDP1; otherwise they need defaults or
             ``buffer_init``. See docs/capturing-init.md.
+        only: fill just these parameters, e.g. what a checkpoint lacks (fine-tuning,
+            docs/capturing-init.md): the ``missing_keys`` of
+            ``load_state_dict(ckpt, strict=False, assign=True)`` as they come (module
+            paths; buffer names among them are accepted), or a predicate
+            ``only(canonical_name) -> bool``. Each
+            gets exactly the values it gets when the whole model is materialized
+            (init_fn still runs over the whole model); every other parameter is left as
+            it is (loaded, or still on meta), neither checked nor touched. Meta buffers
+            are filled as always; other buffers are left alone.
 
     Returns:
         ``module``, filled in place.
 
     Raises:
         TypeError: arguments of the wrong type.
-        ShardInitError: parameters with no rule and no known default, meta buffers with
-            no default and no ``buffer_init``, already materialized parameters without
-            ``overwrite=True``, unsupported placements or dtypes, tied parameters split
+        ShardInitError: ``module`` is part of a larger model (its names would be
+            relative to it: fill part of a model with ``only``), names in ``only``
+            that match no parameter, ``only`` with FSDP1 or ZeRO-3 parameters, a copy
+            ``only`` fills whose source it leaves alone, parameters with no rule and
+            no known default, meta buffers with no default and no ``buffer_init``,
+            already materialized parameters without ``overwrite=True``, unsupported
+            placements or dtypes, tied parameters split
             across FSDP1 units, records of a ``CapturedInit`` that match no parameter,
             ties that differ from those of the model a ``CapturedInit`` was captured on,
             ZeRO-3 parameters that cannot be filled now (after ``deepspeed.initialize``,
@@ -122,28 +147,66 @@ def materialize(
     seed = _check_arguments(module, seed, overwrite, buffer_init, init_fn)
     target_device = None if device is None else resolve_device(device)
     rule_list = check_rules(rules)
+    check_only(only)
     refuse_prepared_on_meta(module)
+    refuse_part_of_model(module)
 
     # 1. Plan every name, region and initializer before touching any tensor, so an error
     #    leaves the model as it was.
     flat, managed = region_targets(module)
     targets = [*local_targets(module, managed), *flat]
-    captured = _captured(module, init_fn, hides_params=bool(flat))
+    if only is not None and flat:
+        raise ShardInitError(
+            "materialize: only fills plain and DTensor parameters (meta-device, FSDP2, "
+            "TP); not FSDP1 flat shards (zeroed whole before they are filled) or DeepSpeed "
+            "ZeRO-3 partitions. There, materialize the whole model, then load the checkpoint"
+        )
+    chosen = targets if only is None else _chosen(module, targets, only)
+    copies = _copies(targets, chosen)
+    captured = _captured(module, init_fn, hides_params=bool(flat), device=target_device)
     # The buffer values init_fn computed are written if it computed them on this very
     # model and no wrapper flattened its parameters (flat parameters cannot be swapped
     # for stand-ins); otherwise those buffers need defaults or buffer_init.
     write_computed = captured is not None and not flat and captured.captured_on(module)
     plan = make_plan(
         module,
-        targets,
+        chosen,
         seed=seed,
         chooser=RulesAndDefaults(rule_list, module, targets),
         captured=captured,
         write_computed=write_computed,
+        left_alone=frozenset(t.name for t in targets) - {t.name for t in chosen},
+        copies=copies,
     )
+    flags = _checked_flags(module, captured, hides_params=bool(flat))
+    flags = {name: flag for name, flag in flags.items() if any(t.name == name for t in chosen)}
     # 2. Check, 3. allocate, 4. fill, 5. buffers.
     plan.carry_out(module, overwrite=overwrite, buffer_init=buffer_init, device=target_device)
+    for slot in param_slots(module):
+        if slot.name in flags:
+            slot.param.requires_grad_(flags[slot.name])
     return module
+
+
+def _checked_flags(
+    module: nn.Module, captured: CapturedInit | None, *, hides_params: bool
+) -> dict[str, bool]:
+    """The ``requires_grad`` flags init_fn set, per canonical name, checked before
+    anything is allocated: each names a parameter materialize can set it on."""
+    flags = dict(captured.requires_grad) if captured is not None else {}
+    if flags and hides_params:
+        raise ShardInitError(
+            f"materialize: init_fn sets requires_grad of {listing(sorted(flags))}, which "
+            "FSDP1's flat parameters and ZeRO-3's partitions cannot carry per original "
+            "parameter; set it on the model before wrapping it"
+        )
+    missing = sorted(set(flags) - {slot.name for slot in param_slots(module)})
+    if missing:
+        raise ShardInitError(
+            f"materialize: init_fn's capture sets requires_grad of {listing(missing)}, "
+            "which the model does not have"
+        )
+    return flags
 
 
 def _check_arguments(
@@ -162,8 +225,37 @@ def _check_arguments(
     return seed
 
 
+def _chosen(module: nn.Module, targets: Sequence[Target], only: Only) -> list[Target]:
+    names = chosen_names(module, targets, only)
+    return [target for target in targets if target.name in names]
+
+
+def _copies(targets: Sequence[Target], chosen: Sequence[Target]) -> dict[str, Target]:
+    """The copy relations of the chosen parameters; a copy whose source ``only`` leaves
+    alone (loaded) cannot take the source's values from the stream."""
+    copies = copy_sources(targets)
+    names = {target.name for target in chosen}
+    stranded = [
+        f"{name} (a copy of {source.name})"
+        for name, source in sorted(copies.items())
+        if name in names and source.name not in names
+    ]
+    if stranded:
+        raise ShardInitError(
+            f"materialize: only fills {len(stranded)} parameter(s) that were deep-copied "
+            f"from a parameter only leaves as it is: {listing(stranded)}. In eager torch a "
+            "copy starts equal to its source: load the checkpoint's value of the source "
+            "into the copy too (map its key onto both names), or fill both"
+        )
+    return copies
+
+
 def _captured(
-    module: nn.Module, init_fn: Callable[[], object] | CapturedInit | None, *, hides_params: bool
+    module: nn.Module,
+    init_fn: Callable[[], object] | CapturedInit | None,
+    *,
+    hides_params: bool,
+    device: Any,
 ) -> CapturedInit | None:
     if init_fn is None or isinstance(init_fn, CapturedInit):
         return init_fn
@@ -175,4 +267,4 @@ def _captured(
             "result: captured = shardinit.capture_init(model, model.init_weights); "
             "materialize(fsdp_model, seed=..., init_fn=captured)"
         )
-    return capture_init(module, init_fn)
+    return capture_init(module, init_fn, device=device)

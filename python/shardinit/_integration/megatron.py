@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import itertools
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -50,6 +50,7 @@ from ..errors import ShardInitError
 from ..init import Initializer, ones, zeros
 from ..spec import SUPPORTED_DTYPES
 from .capture import ParamRecord, base_ops, capture_init
+from .exclusive import ThreadExclusive
 from .placements import Run, full_runs, local_runs
 from .plan import make_plan
 from .rules import RuleKey, first_rule, rule_pairs
@@ -65,7 +66,12 @@ MegatronRules: TypeAlias = (
 
 #: On a weight tagged by :func:`deferred_init`: the ``init_method`` Megatron passed.
 _INIT_METHOD_ATTR = "_shardinit_init_method"
-_DEFERRED_LOCK = threading.Lock()
+#: One deferred_init() at a time (it patches megatron's module attributes); nested in
+#: one thread it is refused (a plain lock would deadlock).
+_DEFERRED = ThreadExclusive(
+    "shardinit.megatron.deferred_init()",
+    "build the whole model inside one deferred_init()",
+)
 
 
 # --------------------------------------------------------------------------- module types
@@ -134,7 +140,6 @@ def deferred_init() -> Iterator[None]:
         >>> #     model = GPTModel(config, spec, vocab_size=..., max_sequence_length=...)
         >>> # shardinit.megatron.materialize(model, seed=0, config=config)
     """
-    import inspect
 
     layers = _layers()
     originals = {
@@ -160,7 +165,7 @@ def deferred_init() -> Iterator[None]:
     # Modules that import the functions by name hold their own references: import them
     # now, so that none binds the stand-ins for good by being imported inside.
     holders = [layers, importlib.import_module("megatron.core.transformer.moe.experts")]
-    with _DEFERRED_LOCK:
+    with _DEFERRED.hold():
         saved = [
             (holder, name, getattr(holder, name))
             for holder in holders
@@ -401,12 +406,49 @@ def _preset(target: MegatronTarget, config: Any) -> _Choice | None:
     return None
 
 
-def _check_rule_value(key: RuleKey, value: object) -> None:
-    if not (isinstance(value, Initializer) or callable(value)):
-        raise TypeError(
-            f"rules[{key!r}] must be a shardinit.init initializer or an init callable "
-            f"fn(tensor), got {type(value).__name__} {value!r}"
+def _check_init_method(method: object, source: str, allowed: str) -> InitMethod:
+    """``method`` if it is an init callable ``fn(tensor)``, else a TypeError that names
+    ``source`` (``config.init_method``, ``rules['*']``) and what is ``allowed``: a class
+    (``shardinit.init.Normal`` itself), a non-callable, or a callable whose signature does
+    not take one tensor (which would fail inside the user's code, naming nothing)."""
+    if isinstance(method, type):
+        example = ""
+        if issubclass(method, Initializer):
+            example = " (an instance, e.g. shardinit.init.normal(0.0, 0.02), not the class)"
+        raise TypeError(f"{source} must be {allowed}, got the class {method.__qualname__}{example}")
+    if not callable(method):
+        raise TypeError(f"{source} must be {allowed}, got {type(method).__name__} {method!r}")
+    try:
+        signature = inspect.signature(method)
+    except (TypeError, ValueError):  # no signature to read (some builtins): called as is
+        return cast(InitMethod, method)
+    try:
+        signature.bind(torch.empty(0))
+    except TypeError as error:
+        name = getattr(method, "__qualname__", type(method).__qualname__)
+        bare = signature.replace(
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=signature.empty,
         )
+        raise TypeError(
+            f"{source} must be {allowed}: it is called with one tensor, but {name} takes "
+            f"{bare} ({error})"
+        ) from None
+    return cast(InitMethod, method)
+
+
+#: What a rule's value may be.
+_RULE_VALUES = "a shardinit.init initializer or an init callable fn(tensor)"
+#: What the TransformerConfig's init methods may be.
+_CONFIG_METHODS = (
+    "an init callable fn(tensor), as TransformerConfig sets from init_method_std "
+    "(e.g. functools.partial(torch.nn.init.normal_, mean=0.0, std=0.02))"
+)
+
+
+def _check_rule_value(key: RuleKey, value: object) -> None:
+    if not isinstance(value, Initializer):
+        _check_init_method(value, f"rules[{key!r}]", _RULE_VALUES)
 
 
 class MegatronChooser:
@@ -469,11 +511,12 @@ def _record(choice: _Choice, name: str, shape: tuple[int, ...], dtype: torch.dty
     if choice.initializer is not None:
         ops = base_ops(choice.initializer, shape)
         return ParamRecord(name, shape, dtype, ops)
-    assert choice.method is not None
+    allowed = _CONFIG_METHODS if choice.source.startswith("config.") else _RULE_VALUES
+    method = _check_init_method(choice.method, choice.source, allowed)
     try:
-        record = _captured_method(choice.method, shape, dtype)
+        record = _captured_method(method, shape, dtype)
     except TypeError:  # an unhashable callable: capture it without the cache
-        record = _captured_method.__wrapped__(choice.method, shape, dtype)
+        record = _captured_method.__wrapped__(method, shape, dtype)
     if not record.covers_all():
         raise ShardInitError(
             f"{name}: {choice.source} {choice.method!r} sets only part of the tensor; "

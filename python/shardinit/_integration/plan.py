@@ -5,6 +5,7 @@ phase by phase (allocate, fill, buffers).
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -13,12 +14,20 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from .._names import BufferHolder, buffer_holders, holder_names, listing, param_slots
+from .._names import BufferHolder, buffer_holders, holder_names, listing, param_slots, refuse_lazy
 from .._torch_compat import apply_to_tensors, is_flat_param
 from ..errors import ShardInitError
+from ..init import zeros
 from ..spec import ParamSpec
 from . import fsdp1, zero3
-from .capture import CapturedInit, ParamRecord, base_ops, constructor_record, write_buffers
+from .capture import (
+    CapturedInit,
+    ParamRecord,
+    base_ops,
+    constructor_record,
+    copy_source,
+    write_buffers,
+)
 from .defaults import DefaultInit, default_buffer_value, parent_overrides
 from .placements import full_runs, is_dtensor, local_runs_of
 from .rules import RuleKey, RuleList, choose_init, first_rule
@@ -153,9 +162,14 @@ class Plan:
         meta_dtensors = [t for t in local if t.is_dtensor and t.local().is_meta]
         if meta_dtensors:
             mesh_device = _dtensor_device(meta_dtensors[0].slot.current(), device)
+            planned = {id(target.slot.current()) for target in local}
 
             def allocate(tensor: torch.Tensor) -> torch.Tensor:
-                return torch.empty_like(tensor, device=mesh_device) if tensor.is_meta else tensor
+                # A parameter with no plan (materialize(only=...)) stays as it is.
+                unplanned = isinstance(tensor, nn.Parameter) and id(tensor) not in planned
+                if not tensor.is_meta or unplanned:
+                    return tensor
+                return torch.empty_like(tensor, device=mesh_device)
 
             # One pass over the root, not per parameter: FSDP2 re-registers its sharded
             # parameters in its Module._apply override.
@@ -177,6 +191,12 @@ class Plan:
         with torch.no_grad():
             for plan in self.params:
                 plan.target.fill(plan.values)
+        # The targets write through .data (a tensor with its own version counter): bump
+        # each parameter's, as torch's in-place init does, so that a graph that saved one
+        # (materialize with overwrite=True on a model in use) refuses to backward.
+        torch.autograd.graph.increment_version(
+            [param for plan in self.params for param in _held_tensors(plan.target)]
+        )
 
     def fill_buffers(self, root: nn.Module, buffer_init: BufferInit | None) -> None:
         """Sets each meta buffer to its default or by ``buffer_init``; then writes the
@@ -196,6 +216,12 @@ class Plan:
                 fsdp1.take_meta_buffers(module)
         if self.captured is not None and self.write_computed:
             write_buffers(root, self.captured)
+
+
+def _held_tensors(target: Target) -> list[torch.Tensor]:
+    """The tensors ``target``'s holders register now (a tied parameter once)."""
+    held = (owner._parameters.get(attr) for owner, attr in target.holders)
+    return list({id(tensor): tensor for tensor in held if tensor is not None}.values())
 
 
 def _dtensor_device(tensor: torch.Tensor, device: torch.device | None) -> torch.device:
@@ -227,15 +253,18 @@ def local_targets(root: nn.Module, managed: set[tuple[int, str]]) -> list[LocalT
     parameters, tied ones once.
 
     Raises:
-        ShardInitError: a DTensor layout that is not supported.
+        ShardInitError: a DTensor layout that is not supported; uninitialized lazy
+            parameters (``nn.LazyLinear`` before its first forward), whose shape is unknown.
     """
 
     def skip(module: nn.Module, attr: str, param: nn.Parameter) -> bool:
         # A region source's flat parameter is filled through that source's targets.
         return (id(module), attr) in managed or is_flat_param(param)
 
+    slots = param_slots(root, skip=skip)
+    refuse_lazy(slots, "materialize")
     targets = []
-    for slot in param_slots(root, skip=skip):
+    for slot in slots:
         param = slot.param
         if is_dtensor(param):
             runs = local_runs_of(param, name=slot.name)
@@ -315,9 +344,16 @@ def make_plan(
     chooser: Chooser,
     captured: CapturedInit | None,
     write_computed: bool,
+    left_alone: frozenset[str] = frozenset(),
+    copies: Mapping[str, Target] | None = None,
 ) -> Plan:
-    """One plan per parameter (init_fn's capture, then ``chooser``) and per meta buffer.
-    Nothing is allocated or written.
+    """One plan per parameter of ``targets`` (init_fn's capture, then ``chooser``) and per
+    meta buffer. Nothing is allocated or written. ``left_alone``: the names of the
+    model's other parameters (``materialize(only=...)``), which get no plan; init_fn's
+    records of them are not used. ``copies`` (:func:`copy_sources`): a copy is planned
+    as its source (the source's constructor value, rule or default), then init_fn's
+    writes to the copy itself, all named by the source's canonical name; unless a rule
+    other than the source's matches the copy.
 
     Raises:
         ShardInitError: a capture that does not fit its parameter, or an initializer
@@ -326,21 +362,33 @@ def make_plan(
     params: list[ParamPlan] = []
     missing: list[str] = []
     shadowed: list[str] = []
+    copies = copies or {}
     for target in targets:
+        source = copies.get(target.name)
+        if source is not None and chooser.rule_for(target) != chooser.rule_for(source):
+            source = None  # a rule of the copy's own says what it holds
         record = captured.params.get(target.name) if captured is not None else None
         if record is not None:
             _check_record(record, target)
+            if source is not None:  # values are named by the source: equal name, equal values
+                record = dataclasses.replace(record, name=source.name)
             if record.covers_all():
                 key = chooser.rule_for(target)
                 shadowed += [] if key is None else [f"{target.name} (rule {key!r})"]
                 params.append(ParamPlan(target, ReplayValues(record, seed)))
                 continue
-        values = chooser.values(target, record, seed)
+        values = chooser.values(target if source is None else source, record, seed)
+        if values is None and 0 in target.global_shape:
+            # No element to fill (init_fn's normal_ on it recorded nothing): every
+            # initializer gives the same empty tensor, so it needs no rule.
+            spec = ParamSpec(target.name, target.global_shape, target.dtype, zeros(), seed=seed)
+            values = InitValues(spec)
         if values is None:
             missing.append(f"{target.name} ({type(target.holders[0][0]).__name__})")
             continue
         params.append(ParamPlan(target, values))
     names = {target.name for target in targets}
+    names |= left_alone
     unmatched = [name for name in captured.params if name not in names] if captured else []
     computed = set(captured.buffers) if captured is not None and write_computed else set()
     retied = tie_differences(root, captured.aliases) if captured is not None else []
@@ -355,6 +403,32 @@ def make_plan(
         captured,
         write_computed,
     )
+
+
+def copy_sources(targets: Sequence[Target]) -> dict[str, Target]:
+    """``{copy's name: source's target}`` for the parameters deep-copied from another
+    parameter of the same model while it was built inside
+    :func:`shardinit.record_constructors` (same shape and dtype; a copy of a copy
+    names the first source)."""
+    by_holder = {(id(m), attr): t for t in targets for m, attr in t.holders}
+
+    def source_of(target: Target) -> Target | None:
+        module, attr = target.holders[0]
+        found = copy_source(module, attr)
+        source = None if found is None else by_holder.get((id(found[0]), found[1]))
+        if source is None or source is target:
+            return None
+        alike = (source.global_shape, source.dtype) == (target.global_shape, target.dtype)
+        return source if alike else None
+
+    sources: dict[str, Target] = {}
+    for target in targets:
+        source, seen = source_of(target), {target.name}
+        while source is not None and source.name not in seen:
+            seen.add(source.name)
+            sources[target.name] = source
+            source = source_of(source)
+    return sources
 
 
 def tie_differences(root: nn.Module, captured: Mapping[str, str]) -> list[str]:

@@ -18,6 +18,8 @@ Every DeepSpeed attribute read here was checked against deepspeed 0.19.8
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import os
 import sys
@@ -277,19 +279,66 @@ def _no_broadcast_class() -> type:
     return NoBroadcastInit
 
 
+#: ``deepspeed.zero.Init``'s leading parameters in order (0.19.8), up to its two config
+#: arguments: a config given positionally is checked like one given by keyword.
+_ZERO_INIT_LEADING = (
+    "module",
+    "data_parallel_group",
+    "mem_efficient_linear",
+    "remote_device",
+    "pin_memory",
+    "config_dict_or_path",
+    "config",  # deprecated by DeepSpeed in favour of config_dict_or_path
+)
+_CONFIG_ARGS = ("config_dict_or_path", "config")
+
+
+def _is_base64_text(text: str) -> bool:
+    """Whether DeepSpeed would read ``text`` as a base64-encoded config (its third form)."""
+    try:
+        base64.urlsafe_b64decode(text).decode("utf-8")
+    except (binascii.Error, ValueError):  # UnicodeDecodeError is a ValueError
+        return False
+    return True
+
+
+def _checked_config(arg: str, config: Any) -> Any:
+    """``config`` as DeepSpeed reads it: a dict, None, a base64 str, or the path of an
+    existing file as a str (``os.fspath``: DeepSpeed's ``in`` test fails on a Path)."""
+    if config is None or isinstance(config, dict):
+        return config
+    if not isinstance(config, (str, os.PathLike)):
+        raise TypeError(
+            f"{arg} must be a dict, a path (str or os.PathLike) or None, "
+            f"got {type(config).__name__}"
+        )
+    path = os.fspath(config)
+    if os.path.isfile(path):
+        return path
+    if isinstance(config, str) and _is_base64_text(config):
+        return config
+    raise ShardInitError(
+        f"{arg}: no file at {path!r} (DeepSpeed takes a dict, the path of an existing "
+        "JSON config file, or a base64-encoded config)"
+    )
+
+
 def no_broadcast_init(*args: Any, **kwargs: Any) -> Any:
     """``deepspeed.zero.Init(*args, **kwargs)`` without the full-size init and the
     broadcast: see :func:`shardinit.deepspeed.Init`.
 
     Raises:
-        TypeError: ``config_dict_or_path`` (by keyword) that is not a dict, a path or
-            None (checked before deepspeed is imported; DeepSpeed checks the rest).
+        TypeError: ``config_dict_or_path`` (or DeepSpeed's deprecated ``config``), by
+            keyword or position, that is not a dict, a path or None (checked before
+            deepspeed is imported; DeepSpeed checks the rest).
+        ShardInitError: a path to no file (that is not a base64-encoded config either).
     """
-    config = kwargs.get("config_dict_or_path")
-    if config is not None and not isinstance(config, (dict, str, os.PathLike)):
-        raise TypeError(
-            "config_dict_or_path must be a dict, a path (str or os.PathLike) or None, "
-            f"got {type(config).__name__}"
-        )
+    positional = list(args)
+    for arg in _CONFIG_ARGS:
+        index = _ZERO_INIT_LEADING.index(arg)
+        if index < len(positional):
+            positional[index] = _checked_config(arg, positional[index])
+        elif arg in kwargs:
+            kwargs[arg] = _checked_config(arg, kwargs[arg])
     init_class: Callable[..., Any] = _no_broadcast_class()
-    return init_class(*args, **kwargs)
+    return init_class(*positional, **kwargs)

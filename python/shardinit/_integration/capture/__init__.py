@@ -14,16 +14,20 @@ The modules, bottom up:
 * :mod:`.records`: what is recorded (fills, scales, eye/dirac patterns, programs);
 * :mod:`.translations` / :mod:`.pointwise`: the tables that turn torch calls into
   records (fills) and program steps (elementwise operations);
-* :mod:`.tracks` / :mod:`.recorder` / :mod:`.computed` / :mod:`.mode`: the followed
-  tensors, the routes of fills and copies, of computed values, and the
-  ``TorchFunctionMode`` that dispatches them;
+* :mod:`.tables`: the dispatch's one table (which route each torch name takes);
+* :mod:`.tracks` / :mod:`.store` / :mod:`.engine` / :mod:`.claims` / :mod:`.structured`:
+  the followed tensors, the record store, the expression engine (values, sources, steps,
+  writes, copies), where random values land, and fills' actions;
+* :mod:`.mode` / :mod:`.backstop` / :mod:`.frames`: the ``TorchFunctionMode`` that
+  routes each call (holding a store and an engine), the ``TorchDispatchMode`` below it
+  that refuses every write to a parameter it did not route, and the call sites;
 * :mod:`.standins`: stand-ins for parameters (the tie rule) and buffers;
 * :mod:`.api`: :func:`capture_init`; :mod:`.constructors`: constructor values;
   :mod:`.replay` / :mod:`.evaluate`: replaying records (programs by the core).
 """
 
 from .api import capture_init
-from .constructors import constructor_record, record_constructors
+from .constructors import constructor_record, copy_source, record_constructors
 from .records import (
     Action,
     CapturedInit,
@@ -55,6 +59,7 @@ __all__ = [
     "box_union_covers",
     "capture_init",
     "constructor_record",
+    "copy_source",
     "flat_range_boxes",
     "record_constructors",
     "replay_box",

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import threading
 import warnings
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..._names import holder_names, listing
 from ..._torch_compat import rewrap_fsdp2_classes, unwrap_fsdp2_classes
+from ..exclusive import ThreadExclusive
 from .mode import CaptureMode
-from .records import CapturedInit, ParamRecord
+from .records import CapturedInit, ParamRecord, UnsupportedInitOpError
 from .standins import (
     ParamGroup,
     buffer_standins,
@@ -28,10 +29,21 @@ from .tracks import Track
 
 __all__ = ["capture_init"]
 
-_LOCK = threading.Lock()
+#: One capture at a time: the stand-ins and the recorder are process-wide state.
+#: Another thread waits; a capture nested in this thread's capture is refused.
+_CAPTURE = ThreadExclusive(
+    "capture_init",
+    "init code may not capture again (shardinit.capture_init, or shardinit.materialize "
+    "with init_fn), and a capture may not run inside record_constructors(); capture the "
+    "whole model with one init_fn (or the part before or after), and leave "
+    "record_constructors() before capturing",
+    clashes_with=("record_constructors()",),
+)
 
 
-def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedInit:
+def capture_init(
+    module: nn.Module, init_fn: Callable[[], object], *, device: Any = None
+) -> CapturedInit:
     """Runs ``init_fn()`` on stand-ins of ``module``'s parameters and buffers and records
     what it does to each parameter, and the buffer values it computes.
 
@@ -48,6 +60,10 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
             ignored: only names, shapes and dtypes are read).
         init_fn: a callable that initializes ``module`` in place when run normally, e.g.
             ``model.init_weights`` or ``lambda: model.apply(model._init_weights)``.
+        device: the device init code is told a parameter on the meta device is on
+            (``param.device``, ``param.is_meta``), as it will be at run time: what
+            :func:`shardinit.materialize` allocates on (default: the CPU). A DTensor's
+            stand-in reports its mesh's device, another parameter its own.
 
     Returns:
         The :class:`CapturedInit`: per canonical parameter name, the ordered operations
@@ -81,7 +97,7 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     if not callable(init_fn):
         raise TypeError(f"init_fn must be callable, got {type(init_fn).__name__}")
-    with _LOCK:
+    with _CAPTURE.hold():
         groups = param_groups(module)
         buffers = buffer_standins(module)
         aliases = {
@@ -90,7 +106,9 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
             if g.original.is_meta and type(g.original) in (torch.Tensor, nn.Parameter)
         }
         tracks = [*iter_tracks(groups), *(b.track for b in buffers)]
-        recorder = CaptureMode(tracks, aliases)
+        devices = {id(g.tracks[0]): _runtime_device(g.original, device) for g in groups}
+        devices.update({id(t): devices[id(g.tracks[0])] for g in groups for t in g.tracks})
+        recorder = CaptureMode(tracks, aliases, devices)
         flags = snapshot_flags(module)
         classes = unwrap_fsdp2_classes(module)
         for group in groups:
@@ -110,6 +128,7 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
             raise recorder.error  # init_fn swallowed the exception: still unusable
         if replaced:
             raise replaced_error(replaced)
+        _check_unchanged(groups)
     _warn_dropped(groups, winners)
     params = {
         group.name: ParamRecord(
@@ -118,8 +137,43 @@ def capture_init(module: nn.Module, init_fn: Callable[[], object]) -> CapturedIn
         for group, winner in zip(groups, winners, strict=True)
         if winner.ops
     }
+    grads = {
+        group.name: winner.base.requires_grad
+        for group, winner in zip(groups, winners, strict=True)
+        if winner.base.requires_grad != group.original.requires_grad
+    }
     held = holder_names(module)  # which names are tied, for materialize to compare
-    return CapturedInit(params, tuple(sorted(values)), init_fn, values, weakref.ref(module), held)
+    return CapturedInit(
+        params, tuple(sorted(values)), init_fn, values, weakref.ref(module), held, grads
+    )
+
+
+def _runtime_device(param: torch.Tensor, device: Any) -> torch.device:
+    """The device ``param`` is on when init code runs for real (see ``capture_init``)."""
+    mesh = getattr(param, "device_mesh", None)
+    if mesh is not None:
+        return torch.device(mesh.device_type)
+    if not param.is_meta:
+        return param.device
+    return torch.device("cpu") if device is None else torch.device(device)
+
+
+def _check_unchanged(groups: list[ParamGroup]) -> None:
+    """The closed world's last check: no stand-in became another tensor by a route that
+    neither the dispatch nor its backstop saw (``torch.utils.swap_tensors``, ...).
+
+    Raises:
+        UnsupportedInitOpError: naming the parameter and what changed.
+    """
+    for group in groups:
+        for track in {id(t): t for t in group.tracks}.values():
+            why = track.changed()
+            if why is not None:
+                raise UnsupportedInitOpError(
+                    f"capture_init: {track.label}: init_fn made it another tensor: {why}; "
+                    "shardinit allocates each parameter with its own shape and dtype, so "
+                    "init code may only write its values (torch.nn.init, tensor methods)"
+                )
 
 
 def _warn_dropped(groups: list[ParamGroup], winners: list[Track]) -> None:

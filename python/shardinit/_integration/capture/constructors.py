@@ -9,25 +9,37 @@ notes which module attribute each parameter lands on. When it exits, each parame
 still held there gets its init program (the fold of what was written to its tensor).
 Records are kept per module object and attribute name (weakly), so they survive
 ``fully_shard`` (which swaps Parameters for DTensors but keeps the modules).
+
+Copies: ``copy.deepcopy`` of a module (peft's ``modules_to_save`` wrapper) starts each
+copied parameter bit-equal to its source in eager torch. ``Parameter.__deepcopy__``
+clones ``self.data`` under the active mode; :class:`_DeepCopies` notes the ``memo`` of
+that deep copy, and at exit every copied parameter is recorded as a copy of its source
+(``memo`` maps each original to its copy), by module and attribute like the values.
+``materialize`` then names the copy's values by the source's canonical name
+(docs/capturing-init.md, "Copies").
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
+import sys
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import FrameType
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn.modules.module import register_module_parameter_registration_hook
+from torch.overrides import TorchFunctionMode
 
+from ..exclusive import ThreadExclusive
 from .mode import CaptureMode
 from .program import Bad, Expr, bad_reasons
 from .records import CapturedOp, ParamRecord, program_of
 
-__all__ = ["ConstructorValue", "constructor_record", "record_constructors"]
+__all__ = ["ConstructorValue", "constructor_record", "copy_source", "record_constructors"]
 
 
 @dataclass(frozen=True)
@@ -42,8 +54,72 @@ class ConstructorValue:
 _RECORDS: weakref.WeakKeyDictionary[nn.Module, dict[str, ConstructorValue]] = (
     weakref.WeakKeyDictionary()
 )
-_LOCK = threading.RLock()
+#: One thread records at a time (the registration hook is process-wide); nested in the
+#: same thread each level records its own modules; entered from init code that
+#: capture_init runs, it is refused.
+_RECORDING = ThreadExclusive(
+    "record_constructors()",
+    "build the model inside record_constructors(), outside init code that capture_init runs",
+    clashes_with=("capture_init",),
+    reentrant=True,
+)
+#: copy module -> {attr: (source module, source attr)}: parameters deep-copied from another.
+_COPIES: weakref.WeakKeyDictionary[nn.Module, dict[str, tuple[weakref.ref[nn.Module], str]]] = (
+    weakref.WeakKeyDictionary()
+)
 _NEVER = "that were never written"
+_PARAM_DEEPCOPY = nn.Parameter.__deepcopy__.__code__
+
+
+class _DeepCopies(TorchFunctionMode):
+    """Notes the ``memo`` of every deep copy that copies a Parameter while it is active
+    (``Parameter.__deepcopy__`` clones ``self.data``); everything else passes through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.memos: dict[int, dict[int, Any]] = {}
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        if func is torch.Tensor.clone:
+            frame: FrameType | None = sys._getframe(1)
+            for _ in range(3):  # the clone's caller, through torch's dispatch helpers
+                if frame is None:
+                    break
+                if frame.f_code is _PARAM_DEEPCOPY:
+                    memo = frame.f_locals.get("memo")
+                    if isinstance(memo, dict):
+                        self.memos[id(memo)] = memo
+                    break
+                frame = frame.f_back
+        return func(*args, **(kwargs or {}))
+
+    def record(self) -> None:
+        """Records each deep-copied parameter of a module as a copy of its source."""
+        for memo in self.memos.values():
+            for original in memo.get(id(memo), ()):  # deepcopy keeps the originals alive there
+                copy = memo.get(id(original))
+                if not isinstance(original, nn.Module) or not isinstance(copy, nn.Module):
+                    continue
+                for attr, param in original._parameters.items():
+                    copied = copy._parameters.get(attr)
+                    if param is not None and copied is not None and memo.get(id(param)) is copied:
+                        _COPIES.setdefault(copy, {})[attr] = (weakref.ref(original), attr)
+
+
+def copy_source(module: nn.Module, attr: str) -> tuple[nn.Module, str] | None:
+    """The ``(module, attr)`` that ``module.<attr>`` was deep-copied from while
+    :func:`record_constructors` was active, if that source is still alive, else None."""
+    found = _COPIES.get(module, {}).get(attr)
+    if found is None:
+        return None
+    source = found[0]()
+    return None if source is None else (source, found[1])
 
 
 @contextlib.contextmanager
@@ -65,21 +141,25 @@ def record_constructors() -> Iterator[None]:
     A parameter whose constructor computed something that cannot be replayed (e.g.
     ``orthogonal_``) is refused by ``materialize`` if nothing earlier in the order
     initializes it; a parameter its constructor never wrote has no constructor value.
+    A parameter deep-copied from another inside it (peft's ``modules_to_save``) keeps
+    its source's values, as in eager torch (:func:`copy_source`).
     """
     mode = CaptureMode([], {})
+    copies = _DeepCopies()
     seen: list[tuple[weakref.ref[nn.Module], str, nn.Parameter]] = []
 
     def hook(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         if param is not None:
             seen.append((weakref.ref(module), name, param))
 
-    with _LOCK:
+    with _RECORDING.hold():
         handle = register_module_parameter_registration_hook(hook)
         try:
-            with mode:
+            with mode, copies:
                 yield
         finally:
             handle.remove()
+    copies.record()
     for ref, name, param in seen:
         module = ref()
         if module is None or module._parameters.get(name) is not param:
@@ -90,9 +170,9 @@ def record_constructors() -> Iterator[None]:
 
 
 def _value(mode: CaptureMode, param: nn.Parameter) -> ConstructorValue | None:
-    if mode.lookup(param) is None:
+    if mode.store.lookup(param) is None:
         return None
-    expr = mode.value_of(param, "nn.Parameter")
+    expr = mode.engine.value_of(param, "nn.Parameter")
     reasons = bad_reasons(expr)
     if reasons and all(_NEVER in why for why in reasons):
         return None  # never written (torch.empty): no constructor value

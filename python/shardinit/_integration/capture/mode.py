@@ -1,6 +1,23 @@
 """The dispatch of a capture: a ``TorchFunctionMode`` that sends each torch call on the
-followed tensors down one route (see :mod:`.recorder` for the routes of fills and
-copies, :mod:`.computed` for computed values)."""
+followed tensors down one route (:func:`.tables.route_of`), over a record store
+(:mod:`.store`) and an expression engine (:mod:`.engine`), with a ``TorchDispatchMode``
+below it (:mod:`.backstop`) that refuses every write to a parameter it did not route.
+
+The routes:
+
+* inside a ``torch.nn.init`` function (recognised by its code on the call stack, so
+  wrappers, aliases and patched module attributes all count): recorded once, at the
+  first tensor operation it makes; its own body is its business;
+* a write into a followed tensor: a translated fill (``normal_``, ``fill_``, ``mul_``
+  by a number, ...), ``copy_``, ``__setitem__``, ``.data =``, an in-place elementwise
+  step, a ``out=`` of any function (the result is computed as a temporary, then copied);
+* a temporary: factories, sources (``arange``, ``rand``, ...), ``cat``/``stack``,
+  ``clone``, views, elementwise steps, casts;
+* questions a parameter's stand-in answers as the parameter will at run time
+  (``is_meta``, ``device``), and flags it takes (``requires_grad_``);
+* anything else: refused where it reads or writes a parameter's values (naming the
+  parameter, the operation and the caller's ``file:line``), opaque on temporaries.
+"""
 
 from __future__ import annotations
 
@@ -10,32 +27,24 @@ from types import FrameType
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
-from ..._torch_compat import handed_to_mode, tree_flatten
+from ..._torch_compat import enter_dispatch_mode, exit_dispatch_mode, handed_to_mode
 from ...errors import ShardInitError
 from ...init import Constant
-from .computed import SOURCES, Computing, read_reason
-from .pointwise import POINTWISE, inplace_name, no_formula
-from .recorder import (
-    CONCATS,
-    COPIES,
-    FACTORIES,
-    METADATA,
-    VIEWS,
-    frame_arguments,
-    func_name,
-    init_frame,
-    is_inplace,
-    same_view,
-)
-from .records import Action, Fill, Opaque
-from .tracks import Track, storage_id
+from .backstop import WriteBackstop
+from .engine import Engine, read_reason
+from .frames import frame_arguments, func_name, init_frame
+from .pointwise import inplace_name, no_formula
+from .records import Action, Fill, Opaque, UnsupportedInitOpError
+from .store import RecordStore
+from .tables import CONCATS, COPIES, FACTORIES, SCALES, is_inplace, route_of
+from .tracks import Track, run_op, same_view, storage_id
 from .translations import INIT_FUNCTIONS, INIT_TRANSLATIONS, METHOD_TRANSLATIONS, bind, scalar
 
 __all__ = ["CaptureMode"]
 
-_CASTS = frozenset({"float", "double", "half", "bfloat16", "long", "int", "to", "type", "type_as"})
-_SCALES = frozenset({"scale", "divide"})
+_CPU = torch.device("cpu")
 
 
 def _tensor_operand(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
@@ -56,8 +65,47 @@ def quietly(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         torch.default_generator.set_state(state)
 
 
-class CaptureMode(Computing):
-    """The dispatch: which route an operation takes (see the module docstring)."""
+class CaptureMode(TorchFunctionMode):
+    """The dispatch (module docstring).
+
+    Args:
+        tracks: the followed tensors to start with (parameter stand-ins, buffers).
+        aliases: more storages that stand for a track (a model's own meta tensors).
+        devices: per parameter track (by ``id``), the device its parameter will be on
+            at run time, which its stand-in reports (default: the CPU).
+    """
+
+    def __init__(
+        self,
+        tracks: Sequence[Track],
+        aliases: Mapping[int, Track],
+        devices: Mapping[int, torch.device] | None = None,
+    ) -> None:
+        super().__init__()
+        self.store = RecordStore(tracks, aliases)
+        self.engine = Engine(self.store)
+        self.backstop = WriteBackstop(self.store)
+        self.devices = dict(devices or {})
+        self.handled: set[FrameType] = set()
+
+    @property
+    def error(self) -> UnsupportedInitOpError | None:
+        return self.store.error
+
+    def __enter__(self) -> CaptureMode:
+        enter_dispatch_mode(self.backstop)
+        try:
+            super().__enter__()  # type: ignore[no-untyped-call]
+        except BaseException:
+            exit_dispatch_mode(self.backstop, None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)  # type: ignore[no-untyped-call]
+        finally:
+            exit_dispatch_mode(self.backstop, *exc)
 
     def __torch_function__(
         self,
@@ -71,25 +119,44 @@ class CaptureMode(Computing):
         if found is not None:
             return self.inside_init(*found, func, args, kwargs)
         name = func_name(func)
-        if name in METADATA or name.endswith(".__get__"):
+        route = route_of(name)
+        if route == "metadata":
             return func(*args, **kwargs)
-        target = self.lookup(args[0]) if args else None
+        target = self.store.lookup(args[0]) if args else None
+        if route == "device" and target is not None and target.kind == "param":
+            return self.answer(name, target)
+        if route == "flag":  # the tensor takes it; its values do not change
+            return func(*args, **kwargs)
+        if kwargs.get("out") is not None and self.store.followed(kwargs["out"]):
+            return self.into_out(name, route, func, types, args, kwargs)
         if target is not None:
             handled, result = self.on_target(name, target, func, args, kwargs)
             if handled:
                 return result
-        if name in VIEWS:
+        return self.by_route(name, route, target, func, args, kwargs)
+
+    def by_route(
+        self,
+        name: str,
+        route: str,
+        target: Track | None,
+        func: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """An operation that writes no followed tensor (or one the routes above left)."""
+        if route == "view":
             return self.view(name, func, args, kwargs)
-        if name in FACTORIES or name in CONCATS or (name in COPIES and target is not None):
+        if route in ("factory", "concat") or (route == "copy" and target is not None):
             return self.make_temporary(name, func, args, kwargs)
-        if name in SOURCES:
-            return self.source(name, func, args, kwargs)
-        followed = [t for t in map(self.lookup, tree_flatten((args, kwargs))[0]) if t]
-        if name in POINTWISE and any(t.kind != "buffer" for t in followed):
-            return self.pointwise(name, func, args, kwargs)
-        if name in _CASTS and target is not None and target.kind == "temp":
-            return self.cast_temp(name, func, args, kwargs)
-        params = self.params_in((args, kwargs))
+        if route == "source":
+            return self.engine.source(name, func, args, kwargs)
+        followed = self.store.followed((args, kwargs))
+        if route == "pointwise" and any(t.kind != "buffer" for t in followed):
+            return self.engine.pointwise(name, func, args, kwargs)
+        if route == "cast" and target is not None and target.kind == "temp":
+            return self.engine.cast_temp(name, func, args, kwargs)
+        params = [track for track in followed if track.kind == "param"]
         if params:
             if no_formula(name):
                 why = "it is an elementwise operation shardinit has no exact formula for"
@@ -97,14 +164,15 @@ class CaptureMode(Computing):
                 why = "this in-place operation on the parameter's values is not replayable"
             else:
                 why = "it reads the parameter's values (they do not exist on meta)"
-            raise self.fail(params[0], name, why)
-        reads = self.read_in((args, kwargs), name)
+            raise self.store.fail(params[0], name, why)
+        reads = self.engine.read_in((args, kwargs), name)
         if reads:  # values computed from a parameter's, beyond elementwise steps
-            raise self.fail(reads[0][0], name, read_reason(reads[0]))
+            raise self.store.fail(reads[0][0], name, read_reason(reads[0]))
         if target is not None and is_inplace(name):
-            self.record(target, args[0], Opaque(f"{name} is not a recorded fill"), name)
-        result = func(*args, **kwargs)
-        self.taint(name, args, kwargs, result)
+            self.engine.record(target, args[0], Opaque(f"{name} is not a recorded fill"), name)
+        with self.backstop.expecting(target if is_inplace(name) else None):
+            result = run_op(func, args, kwargs)
+        self.engine.taint(name, args, kwargs, result)
         return result
 
     # ----------------------------------------------------------------- routes
@@ -113,25 +181,91 @@ class CaptureMode(Computing):
         self, frame: FrameType, init_name: str, func: Any, args: Sequence[Any], kwargs: Any
     ) -> Any:
         """An operation inside ``torch.nn.init.<init_name>``: the call is recorded once, at
-        its first operation; torch's own body then runs (a no-op on meta stand-ins)."""
+        its first operation; torch's own body then runs on temporaries (on a parameter's
+        stand-in its writes are the recorded call's, and are skipped)."""
         arguments = frame_arguments(frame)
+        tensor = arguments.get("tensor")
+        track = self.store.lookup(tensor)
         if frame not in self.handled:
             self.handled.add(frame)
-            tensor = arguments.get("tensor")
-            track = self.lookup(tensor)
             if track is not None and isinstance(tensor, torch.Tensor):
                 entry = INIT_TRANSLATIONS[init_name]
                 values = [
                     arguments.get(n, d) for n, d in zip(entry.names, entry.defaults, strict=True)
                 ]
                 shown = ", ".join(f"{n}={v!r}" for n, v in zip(entry.names, values, strict=True))
-                self.write(track, tensor, entry, values, f"torch.nn.init.{init_name}({shown})")
+                self.engine.write(
+                    track, tensor, entry, values, f"torch.nn.init.{init_name}({shown})"
+                )
         if handed_to_mode(sys._getframe(2), frame):
             # The function handed itself to the mode before running: run its body now.
-            return INIT_FUNCTIONS[init_name](**arguments)
-        if args and self.lookup(args[0]) is not None:
+            if track is not None and track.kind == "param":
+                return tensor
+            with self.backstop.expecting(track):
+                return INIT_FUNCTIONS[init_name](**arguments)
+        operand = self.store.lookup(args[0]) if args else None
+        if operand is None and track is None:
+            return func(*args, **kwargs)
+        if operand is not None and operand.kind == "param" and is_inplace(func_name(func)):
+            return args[0]
+        with self.backstop.expecting(track, operand):  # the recorded call's own writes
             return quietly(func, args, kwargs)
-        return func(*args, **kwargs)
+
+    def answer(self, name: str, target: Track) -> Any:
+        """What the parameter of the stand-in ``target`` answers at run time."""
+        device = self.devices.get(id(target), _CPU)
+        if name == "device.__get__":
+            return device
+        if name == "get_device":
+            if device.type == "cpu":
+                return -1
+            return device.index if device.index is not None else torch.cuda.current_device()
+        kind = name.removeprefix("is_").removesuffix(".__get__")
+        return device.type == kind
+
+    def into_out(
+        self,
+        name: str,
+        route: str,
+        func: Any,
+        types: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        """``func(..., out=tensor)`` with ``tensor`` followed: the result computed out of
+        place (a temporary, on the out tensor's device and in its dtype for factories),
+        then copied into it, as torch writes it."""
+        out = kwargs.pop("out")
+        target = self.store.lookup(out) if isinstance(out, torch.Tensor) else None
+        if target is None:  # several outs (``torch.max(..., out=(a, b))``), some followed
+            track = self.store.followed(out)[0]
+            if track.kind == "param":
+                raise self.store.fail(track, f"{name}(out=...)", "an out= of several tensors")
+            kwargs["out"] = out
+            return func(*args, **kwargs)  # the backstop makes the followed outs opaque
+        if route in ("factory", "source"):
+            kwargs.setdefault("device", out.device)
+            kwargs.setdefault("dtype", out.dtype)
+        result = self.__torch_function__(func, types, args, kwargs)
+        op = f"{name}(out=...)"
+        if not isinstance(result, torch.Tensor) or tuple(result.shape) != tuple(out.shape):
+            shape = tuple(result.shape) if isinstance(result, torch.Tensor) else result
+            why = f"it resizes the out tensor of shape {tuple(out.shape)} to {shape}"
+            if target.kind != "temp":
+                raise self.store.fail(target, op, why)
+            self.engine.record(target, out, Opaque(why), op)
+            return result
+        self.engine.copy_into(target, out, result, op)
+        self.run_on(target, torch.Tensor.copy_, (out, result), {})
+        return out
+
+    def run_on(self, target: Track, func: Any, args: Sequence[Any], kwargs: Any) -> Any:
+        """Runs a recorded write on a temporary's or buffer's real values (a parameter's
+        stand-in has none: its first argument is returned)."""
+        if target.kind == "param":
+            return args[0]
+        with self.backstop.expecting(target):
+            return quietly(func, args, kwargs)
 
     def on_target(
         self, name: str, target: Track, func: Any, args: Sequence[Any], kwargs: dict[str, Any]
@@ -139,12 +273,10 @@ class CaptureMode(Computing):
         """Writes into a followed tensor; ``(False, None)`` when ``name`` is none."""
         view = args[0]
         if name == "data.__set__":
-            value = args[1]
-            if not same_view(view, value):
-                self.copy_into(target, view, value, "param.data = tensor")
+            self.set_data(target, view, args[1])
             return True, None
         entry = METHOD_TRANSLATIONS.get(name)
-        if entry is not None and entry.kind in _SCALES and _tensor_operand(args, kwargs):
+        if entry is not None and entry.kind in SCALES and _tensor_operand(args, kwargs):
             entry = None  # arithmetic with a tensor: an elementwise step
         base = inplace_name(name)
         if entry is not None:
@@ -152,9 +284,9 @@ class CaptureMode(Computing):
                 args[1:], {k: v for k, v in kwargs.items() if k != "rounding_mode"}, entry
             )
             shown = ", ".join(f"{n}={v!r}" for n, v in zip(entry.names, values, strict=True))
-            self.write(target, view, entry, values, f"{name.strip('_')}_({shown})")
+            self.engine.write(target, view, entry, values, f"{name.strip('_')}_({shown})")
         elif name == "copy_":
-            self.copy_into(target, view, args[1], "copy_")
+            self.engine.copy_into(target, view, args[1], "copy_")
         elif name == "pad" and not any(args[1] if len(args) > 1 else kwargs.get("pad", ())):
             # Zero padding is the identity: transformers' _adjust_bias stores it back.
             return True, view
@@ -162,41 +294,67 @@ class CaptureMode(Computing):
             self.setitem(target, view, args[1], args[2])
             return True, None
         elif base is not None:
-            return True, self.inplace(name, base, target, func, args, kwargs)
+            self.engine.inplace(name, base, target, func, args, kwargs)
         else:
             return False, None
-        return True, view if target.kind == "param" else quietly(func, args, kwargs)
+        return True, self.run_on(target, func, args, kwargs)
+
+    def set_data(self, target: Track, view: torch.Tensor, value: Any) -> None:
+        """``tensor.data = value``: a copy when ``value`` has the tensor's shape and dtype;
+        else it would change what the tensor is (refused on a parameter or buffer)."""
+        op = "tensor.data = value"
+        if same_view(view, value):
+            return
+        if not isinstance(value, torch.Tensor) or (value.shape, value.dtype) != (
+            view.shape,
+            view.dtype,
+        ):
+            shown = (
+                f"{tuple(value.shape)} {value.dtype}" if isinstance(value, torch.Tensor) else value
+            )
+            why = f"it makes the {tuple(view.shape)} {view.dtype} tensor a {shown} one"
+            if target.kind != "temp":
+                raise self.store.fail(target, op, why)
+            self.engine.record(target, view, Opaque(why), op)
+            return
+        self.engine.copy_into(target, view, value, op)
+        self.run_on(target, torch.Tensor.copy_, (view, value), {})
 
     def setitem(self, target: Track, tensor: torch.Tensor, index: Any, value: Any) -> None:
         op = f"[{index!r}] = {value!r}"
         view = tensor[index]
         if same_view(view, value):
             return  # `w[idx] *= 2`: Python stores the scaled view back into itself
-        if self.lookup(view) is not target:
+        if self.store.lookup(view) is not target:
             if target.kind == "param":
-                raise self.fail(target, op, "advanced indexing writes a region that is not a box")
-            self.record(target, tensor, Opaque(f"{op}: advanced indexing"), op)
+                raise self.store.fail(
+                    target, op, "advanced indexing writes a region that is not a box"
+                )
+            self.engine.record(target, tensor, Opaque(f"{op}: advanced indexing"), op)
         elif isinstance(value, torch.Tensor) and value.dim() > 0:
-            self.copy_into(target, view, value, op)
+            self.engine.copy_into(target, view, value, op)
         else:
-            try:
-                action: Action = Fill(Constant(scalar(value)))
-            except ShardInitError as why:
-                if target.kind == "param":
-                    raise self.fail(target, op, str(why)) from None
-                action = Opaque(str(why))
-            self.record(target, view, action, op)
-        if target.kind != "param":
-            tensor.__setitem__(index, value)
+            self.engine.record(target, view, self.constant(target, value, op), op)
+        self.run_on(target, torch.Tensor.__setitem__, (tensor, index, value), {})
+
+    def constant(self, target: Track, value: Any, op: str) -> Action:
+        """A fill by the number ``value`` (refused on a parameter, opaque on others when
+        it is no number)."""
+        try:
+            return Fill(Constant(scalar(value)))
+        except ShardInitError as why:  # scalar() checks the operand: it refuses nothing
+            if target.kind == "param":
+                raise self.store.fail(target, op, str(why)) from None
+            return Opaque(str(why))
 
     def view(self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         result = func(*args, **kwargs)
-        followed = [t for t in map(self.lookup, tree_flatten((args, kwargs))[0]) if t is not None]
-        params = [track for track in followed if track.kind == "param"]
-        for leaf in tree_flatten(result)[0]:
-            if params and isinstance(leaf, torch.Tensor) and self.lookup(leaf) is None:
-                raise self.fail(params[0], name, "it copies the values (a read)")
-        self.taint(name, args, kwargs, result)  # advanced indexing copies
+        params = self.store.params_in((args, kwargs))
+        if params:
+            for leaf in _tensors(result):
+                if self.store.lookup(leaf) is None:
+                    raise self.store.fail(params[0], name, "it copies the values (a read)")
+        self.engine.taint(name, args, kwargs, result)  # advanced indexing copies
         return result
 
     def make_temporary(
@@ -204,19 +362,19 @@ class CaptureMode(Computing):
     ) -> Any:
         """A factory, ``cat``/``stack`` or ``clone``: the result is a new temporary."""
         if name in CONCATS or name in COPIES:
-            params = self.params_in((args, kwargs))
+            params = self.store.params_in((args, kwargs))
             if params:
-                raise self.fail(params[0], name, "it reads the parameter's values")
-        result = func(*args, **kwargs)
+                raise self.store.fail(params[0], name, "it reads the parameter's values")
+        result = run_op(func, args, kwargs)
         if not isinstance(result, torch.Tensor) or not result.is_contiguous():
             return result
         if name in COPIES and storage_id(result) == storage_id(args[0]):
             return result  # contiguous() of a contiguous tensor: itself
-        temp = self.new_temp(name, result)
+        temp = self.store.new_temp(name, result)
         if name in FACTORIES:
             self.fill_new(temp, name, args, kwargs)
         elif name in COPIES:
-            self.copy_into(temp, result, args[0], name)
+            self.engine.copy_into(temp, result, args[0], name)
         else:
             self.concatenate(temp, name, args, kwargs)
         return result
@@ -230,11 +388,7 @@ class CaptureMode(Computing):
         if value == "arg":
             position = 1 if name == "full" else 2 if name == "new_full" else 1
             value = kwargs.get("fill_value", args[position] if len(args) > position else None)
-        try:
-            action: Action = Fill(Constant(scalar(value)))
-        except ShardInitError as why:
-            action = Opaque(str(why))
-        self.record(temp, temp.base, action, name)
+        self.engine.record(temp, temp.base, self.constant(temp, value, name), name)
 
     def concatenate(
         self, temp: Track, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -249,4 +403,10 @@ class CaptureMode(Computing):
                 dst = temp.base.narrow(dim, offset, part.shape[dim] if part.dim() else 0)
                 offset += dst.shape[dim]
             if dst.numel():
-                self.copy_into(temp, dst, part, name)
+                self.engine.copy_into(temp, dst, part, name)
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    from ..._torch_compat import tree_flatten
+
+    return [leaf for leaf in tree_flatten(tree)[0] if isinstance(leaf, torch.Tensor)]

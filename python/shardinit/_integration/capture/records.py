@@ -217,6 +217,8 @@ class CapturedInit:
         aliases: which parameter each name of the module captured on held, as
             :func:`shardinit._names.holder_names` gives it (tied names share a value);
             materialize refuses a model tied differently.
+        requires_grad: per canonical name, the ``requires_grad`` flag ``init_fn`` gave
+            the parameter, where it changed it (materialize sets it).
     """
 
     params: Mapping[str, ParamRecord]
@@ -228,6 +230,7 @@ class CapturedInit:
         default=lambda: None, repr=False, compare=False
     )
     aliases: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    requires_grad: Mapping[str, bool] = field(default_factory=dict, repr=False)
 
     def captured_on(self, module: nn.Module) -> bool:
         """Whether this was captured on ``module`` itself (so the buffer values computed

@@ -292,3 +292,12 @@ def _slice_runs(runs: Sequence[tuple[int, Run]], low: int, high: int) -> Iterato
         a, b = max(low, position), min(high, position + stop - start)
         if a < b:
             yield (start + a - position, start + b - position)
+
+
+def runs_or_reason(view: torch.Tensor, base: torch.Tensor) -> list[Run] | str:
+    """:func:`view_runs`, or why there are none (the view is not in the base's row-major
+    order): for callers that choose another route then, rather than refuse."""
+    try:
+        return view_runs(view, base)
+    except ValueError as why:  # view_runs is geometry only: nothing in it refuses
+        return str(why)

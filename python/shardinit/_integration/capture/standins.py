@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..._names import canonical_name, param_slots, qualified
+from ..._names import canonical_name, param_slots, qualified, refuse_lazy
 from ..._torch_compat import is_flat_param
 from ...errors import ShardInitError
 from ...spec import SUPPORTED_DTYPES
@@ -94,8 +94,42 @@ def _declared_tie_targets(module: nn.Module) -> Mapping[str, str]:
     }
 
 
+class DTensorStandIn(nn.Parameter):
+    """The stand-in of a DTensor parameter: a plain meta tensor of the GLOBAL shape, whose
+    DTensor methods refuse (init code that works on a rank's local shard would give
+    values that depend on the layout; shardinit fills each rank's shard of the whole)."""
+
+    def _refuse(self, what: str) -> UnsupportedInitOpError:
+        from .frames import user_frame
+
+        return UnsupportedInitOpError(
+            f"capture_init: a DTensor parameter of global shape {tuple(self.shape)}: {what} "
+            f"at {user_frame()}: during the capture init code sees each parameter whole, "
+            "as a plain tensor of its global shape, not as a DTensor; initialize the "
+            "parameter itself (shardinit fills each rank's shard of the whole)"
+        )
+
+    def to_local(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        raise self._refuse("to_local()")
+
+    def full_tensor(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        raise self._refuse("full_tensor()")
+
+    def redistribute(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        raise self._refuse("redistribute()")
+
+    @property
+    def placements(self) -> Any:
+        raise self._refuse("placements")
+
+    @property
+    def device_mesh(self) -> Any:
+        raise self._refuse("device_mesh")
+
+
 def _standin(param: torch.Tensor) -> nn.Parameter:
-    return nn.Parameter(
+    cls = DTensorStandIn if hasattr(param, "device_mesh") else nn.Parameter
+    return cls(
         torch.empty(tuple(param.shape), dtype=param.dtype, device="meta"),
         requires_grad=param.requires_grad,
     )
@@ -110,7 +144,9 @@ def param_groups(module: nn.Module) -> list[ParamGroup]:
     paths = {id(m): p for p, m in reversed(list(module.named_modules(remove_duplicate=False)))}
     declared = _declared_tie_targets(module)
     groups = []
-    for slot in param_slots(module):
+    slots = param_slots(module)
+    refuse_lazy(slots, "capture_init")
+    for slot in slots:
         if is_flat_param(slot.param):
             raise ShardInitError(
                 "capture_init: FSDP1 flat parameters are not supported; capture the "

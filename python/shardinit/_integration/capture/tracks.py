@@ -5,17 +5,32 @@ parameter's stand-in, a temporary that init code made (``new_empty``, ``torch.ze
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
 from .records import CapturedOp, sets_values
 from .regions import Box, box_union_covers, intersect
 
-__all__ = ["Track", "storage_id"]
+__all__ = ["Track", "run_op", "same_view", "storage_id"]
 
 TrackKind = Literal["param", "temp", "buffer"]
+
+
+_LAYOUT_PARTS = ("class", "shape", "strides", "storage offset", "dtype", "storage")
+
+
+def _layout(tensor: torch.Tensor) -> tuple[object, ...]:
+    return (
+        type(tensor).__name__,
+        tuple(tensor.shape),
+        tuple(tensor.stride()),
+        tensor.storage_offset(),
+        tensor.dtype,
+        storage_id(tensor),
+    )
 
 
 def storage_id(tensor: torch.Tensor) -> int | None:
@@ -60,6 +75,18 @@ class Track:
     def __post_init__(self) -> None:
         # Holding the storage object keeps its id() from being reused during the capture.
         self.storage = self.base.untyped_storage()
+        self.layout = _layout(self.base)
+
+    def changed(self) -> str | None:
+        """What became different about the tensor since it was followed (its class,
+        shape, strides, dtype or storage: init code made it another tensor), or None."""
+        now = _layout(self.base)
+        for what, before, after in zip(_LAYOUT_PARTS, self.layout, now, strict=True):
+            if before != after and what == "storage":
+                return "its storage was replaced by another tensor's"
+            if before != after:
+                return f"its {what} changed from {before} to {after}"
+        return None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -79,3 +106,37 @@ class Track:
                     tuple((a - r0, b - r0) for (a, b), (r0, _) in zip(common, region, strict=True))
                 )
         return box_union_covers(pieces, [stop - start for start, stop in region])
+
+
+def same_view(view: torch.Tensor, value: object) -> bool:
+    """Whether ``value`` is a tensor viewing exactly the elements of ``view``, in the same
+    layout (``w[idx] *= 2`` stores the scaled view back into itself)."""
+    return bool(
+        isinstance(value, torch.Tensor)
+        and storage_id(value) == storage_id(view)
+        and value.storage_offset() == view.storage_offset()
+        and value.shape == view.shape
+        and value.stride() == view.stride()
+    )
+
+
+def run_op(func: object, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """``func(*args, **kwargs)`` for the capture, where a parameter's stand-in is a meta
+    tensor that reports its run-time device: init code mixes it with tensors it made on
+    that device (``torch.tensor(..., device=p.device)``), which torch refuses to combine
+    with a meta tensor. Then the op runs with those on meta too: the capture follows its
+    values from the originals, so only the result's shape and dtype are needed."""
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    leaves = [leaf for leaf in tree_flatten((args, kwargs))[0] if isinstance(leaf, torch.Tensor)]
+    if any(leaf.is_meta for leaf in leaves) and any(_real_operand(leaf) for leaf in leaves):
+        args, kwargs = tree_map(
+            lambda v: v.to("meta") if isinstance(v, torch.Tensor) and _real_operand(v) else v,
+            (tuple(args), dict(kwargs)),
+        )
+    return func(*args, **kwargs)  # type: ignore[operator]
+
+
+def _real_operand(tensor: torch.Tensor) -> bool:
+    # A 0-d CPU tensor combines with any device (torch treats it as a number).
+    return not tensor.is_meta and (tensor.dim() > 0 or tensor.device.type != "cpu")

@@ -78,11 +78,22 @@ INIT_TRANSLATIONS: Mapping[str, Translation] = {
     "kaiming_normal_": Translation(*_FAN),
     "orthogonal_": Translation("orthogonal", ("gain",), (1,)),
     "sparse_": Translation("refuse", ("sparsity", "std"), (None, 0.01)),
+    # torch's private helpers behind the public functions, which init code calls too
+    # (older timm, DeiT): the same fills.
+    "_no_grad_uniform_": Translation("uniform", ("a", "b"), (0.0, 1.0)),
+    "_no_grad_normal_": Translation("normal", *_NORMAL),
+    "_no_grad_trunc_normal_": Translation(
+        "trunc_normal", ("mean", "std", "a", "b"), (0.0, 1.0, -2.0, 2.0)
+    ),
+    "_no_grad_fill_": Translation("constant", ("val",), (None,)),
+    "_no_grad_zero_": Translation("zeros"),
 }
 
 #: The original ``torch.nn.init`` functions (taken at import, before anyone patches them).
 INIT_FUNCTIONS: Mapping[str, Callable[..., Any]] = {
-    name: getattr(torch.nn.init, name) for name in INIT_TRANSLATIONS
+    name: getattr(torch.nn.init, name)
+    for name in INIT_TRANSLATIONS
+    if hasattr(torch.nn.init, name)  # a private helper a torch release may drop
 }
 #: Their code objects: a frame running one of these is inside that init function.
 INIT_CODES: Mapping[CodeType, str] = {func.__code__: name for name, func in INIT_FUNCTIONS.items()}

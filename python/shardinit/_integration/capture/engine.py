@@ -1,5 +1,5 @@
-"""Computed values: the recorder's part that turns elementwise computations into init
-programs (:mod:`.program`).
+"""The expression engine of a capture: values, sources, elementwise steps and writes
+over a :class:`.store.RecordStore`, as init programs (:mod:`.program`).
 
 * **Values of tensors.** A followed temporary's value is the fold of what was written
   to it (its ops, last one wins, as ``where`` of their boxes); a view of it reads that
@@ -13,19 +13,28 @@ programs (:mod:`.program`).
   ``rand``/``randn`` (and ``*_like``).
 * **Steps**: elementwise operations (:mod:`.pointwise`) out of place (a new temporary)
   and in place (an op reading :class:`~.program.Prior`), casts.
-* **Writes**: an expression over a view's coordinates lands on the boxes of its base the
-  view covers, read back at each element's own coordinates.
+* **Writes**: a fill (:mod:`.translations`) lands on the box its view covers; an
+  expression over a view's coordinates lands on the boxes of its base the view covers,
+  read back at each element's own coordinates; random values land in one place only
+  (:mod:`.claims`).
+
+A write the engine cannot describe refuses (``store.fail``) when its target is a
+parameter and makes a temporary opaque otherwise: no refusal is caught to choose a route.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from ...init import Constant, Normal, Uniform
+from ..._torch_compat import tree_flatten
+from ...errors import ShardInitError
+from ...init import Constant
+from ...spec import ParamSpec
+from .claims import RandomPlaces
+from .frames import user_frame
 from .pointwise import POINTWISE, cast, cast_dtype, no_formula, step_of
 from .program import (
     Bad,
@@ -38,7 +47,6 @@ from .program import (
     Table,
     TableData,
     Where,
-    as_lin,
     bad_reasons,
     broadcast_coords,
     combine,
@@ -54,35 +62,26 @@ from .program import (
     walk_nodes,
     where,
 )
-from .recorder import Recorder, same_view, user_frame
-from .records import (
-    Action,
-    CapturedOp,
-    Computed,
-    Fill,
-    Opaque,
-    UnsupportedInitOpError,
-    program_of,
-)
+from .records import Action, CapturedOp, Computed, Fill, Opaque, program_of
 from .regions import (
     Box,
     Run,
     box_runs,
     flat_range_boxes,
     map_runs_from,
+    runs_or_reason,
     view_region,
-    view_runs,
 )
-from .tracks import Track
+from .store import RecordStore
+from .structured import fill_action
+from .tables import RANDOM_SOURCES
+from .tracks import Track, run_op, same_view
+from .translations import Translation
 
-__all__ = ["SOURCES", "Computing"]
+__all__ = ["Engine", "read_reason"]
 
-#: Factories whose values are known per element (made into temporaries).
-SOURCES = frozenset(
-    {"arange", "linspace", "eye", "tensor", "new_tensor", "rand", "randn", "rand_like",
-     "randn_like"}
-)  # fmt: skip
-_RANDOM = {"rand": Uniform(0.0, 1.0), "randn": Normal(0.0, 1.0)}
+# A write into a buffer's real stand-in: only its region matters (the values are real).
+_BUFFER_WRITE = Constant(0.0)
 
 
 def _ranges(shape: Sequence[int]) -> list[tuple[int, int]]:
@@ -100,19 +99,15 @@ def op_value(op: CapturedOp, track: Track, prior: Expr) -> Expr:
     return op.action.after(track.base.dtype, len(track.shape), id(op), prior)
 
 
-class Computing(Recorder):
-    """Values, sources, elementwise steps and expression writes (module docstring)."""
+class Engine:
+    """Values, sources, elementwise steps and writes, over a :class:`.store.RecordStore`
+    (module docstring)."""
 
-    def __init__(self, tracks: Sequence[Track], aliases: Mapping[int, Track]) -> None:
-        super().__init__(tracks, aliases)
+    def __init__(self, store: RecordStore) -> None:
+        self.store = store
         self.rng_start = torch.default_generator.get_state()
         self.folds: dict[int, tuple[int, CapturedOp | None, Expr]] = {}
-        # Random values in parameters (:meth:`land`): per random op, where its values
-        # went; each write to a parameter is numbered.
-        self.claims: dict[int, list[_Claim]] = {}
-        self.roots: dict[int, int] = {}  # a fill copied op by op -> the op it copies
-        self.spaces: dict[int, Track] = {}  # a random fill of a temporary -> that temporary
-        self.writes = 0
+        self.places = RandomPlaces(store, self.folded)
 
     # ----------------------------------------------------------------- values
 
@@ -179,7 +174,7 @@ class Computing(Recorder):
             return Const(float(value))
         if not isinstance(value, torch.Tensor):
             return Bad(f"an operand of type {type(value).__name__}")
-        track = self.lookup(value)
+        track = self.store.lookup(value)
         if track is None or track.kind == "buffer":
             return self.table_of(value)
         if value.dtype != track.base.dtype:
@@ -195,11 +190,9 @@ class Computing(Recorder):
     def read_in(self, tree: Any, op: str) -> list[tuple[Track, str]]:
         """The parameters whose values the tensors in ``tree`` carry, read by ``op`` now
         or into a temporary before (:attr:`.tracks.Track.reads`), each with its read."""
-        from ..._torch_compat import tree_flatten
-
         reads: list[tuple[Track, str]] = []
         for leaf in tree_flatten(tree)[0]:
-            track = self.lookup(leaf)
+            track = self.store.lookup(leaf)
             if track is not None and track.kind == "param":
                 _merge_reads(reads, [(track, f"{op} at {user_frame()}")])
             elif track is not None:
@@ -219,10 +212,23 @@ class Computing(Recorder):
         reads = self.read_in(tree, op)
         if target.kind == "temp":
             _merge_reads(target.reads, reads)
+            if any(self.random(track) for track in self.store.followed(tree)):
+                # Its CPU values (if any) were computed from torch's draws, which the
+                # capture does not keep apart: never a table (random values that met
+                # in one element stay refused however many steps follow).
+                target.from_random = True
             return
         for read in reads:
             if read[0] is not target:
-                raise self.fail(target, op, read_reason(read))
+                raise self.store.fail(target, op, read_reason(read))
+
+    def random(self, track: Track) -> bool:
+        """Whether a followed temporary's values depend on random values."""
+        if track.kind != "temp":
+            return False
+        return track.from_random or any(
+            isinstance(node, Source) for node in walk_nodes(self.folded(track))
+        )
 
     def repeat_reason(self, op: str) -> str:
         return (
@@ -247,9 +253,42 @@ class Computing(Recorder):
         reasons = bad_reasons(expr)
         if reasons:
             if track.kind == "param":
-                raise self.fail(track, op, reasons[0])
+                raise self.store.fail(track, op, reasons[0])
             return Opaque(reasons[0])
         return program_of(expr)
+
+    def record(self, track: Track, view: torch.Tensor, action: Action, op: str) -> None:
+        """Records ``action`` on the box ``view`` covers (:meth:`.store.RecordStore.append`);
+        a fill of a parameter must make a valid stream-v1 parameter.
+
+        Raises:
+            UnsupportedInitOpError: a parameter's region is no box, or its fill is invalid
+                for it (a constant that overflows its dtype, ...).
+        """
+        if track.kind == "param" and isinstance(action, Fill):
+            why = _invalid_fill(track, action)
+            if why is not None:
+                raise self.store.fail(track, op, why)
+        recorded = self.store.append(track, view, action, op)
+        if recorded is not None and recorded.action is action:
+            self.places.recorded(track, recorded, f"{op} at {recorded.where}")
+
+    def write(
+        self, track: Track, view: torch.Tensor, entry: Translation, values: list[Any], op: str
+    ) -> None:
+        """Records one translated fill (``entry`` with argument ``values``); an invalid
+        one is refused on a parameter and opaque on a temporary."""
+        if track.kind == "buffer":
+            self.record(track, view, Fill(_BUFFER_WRITE), op)
+            return
+        aligned = entry.kind in ("eye", "dirac")
+        region = self.store.region(track, view, op) if aligned else None
+        made = fill_action(track, view, entry.kind, values, op, region)
+        if isinstance(made, str):
+            if track.kind == "param":
+                raise self.store.fail(track, op, made)
+            made = Opaque(f"{op}: {made}")
+        self.record(track, view, made, op)
 
     def append(self, track: Track, box: Box, expr: Expr, op: str, where_: str) -> None:
         """Appends the write of ``expr`` on ``box``. An in-place step reads the values
@@ -259,64 +298,8 @@ class Computing(Recorder):
             prior = simplify(self.folded(track), box)
             expr = substitute_prior(expr, prior)
         if track.kind == "param":
-            self.land(track, box, expr, op)
+            self.places.land(track, box, expr, op, f"{op} at {user_frame()}")
         track.ops.append(CapturedOp(box, self.action_of(track, expr, op), op, where_))
-
-    # ----------------------------------------------------------------- random values
-
-    def record(self, track: Track, view: torch.Tensor, action: Action, op: str) -> None:
-        super().record(track, view, action, op)
-        last = track.ops[-1] if track.ops else None
-        if not _drawn(action) or last is None or last.action is not action:
-            return
-        if track.kind == "temp":
-            self.spaces[id(last)] = track  # whose coordinates its values' places are in
-        elif track.kind == "param":
-            self.writes += 1  # a fill of the parameter: its values are where it drew them
-            self.claims[id(last)] = [_Claim(self.writes, None, (), f"{op} at {user_frame()}")]
-
-    def root(self, origin: int) -> int:
-        """The random op whose values ``origin`` (a fill copied op by op) holds."""
-        return self.roots.get(origin, origin)
-
-    def land(self, track: Track, box: Box, expr: Expr, op: str) -> None:
-        """Checks that the random values in ``expr``, written to ``box`` of the parameter
-        ``track``, land in no other place. A random value is drawn at its destination
-        element's own index (docs/stream-format.md §7), so one value copied into two
-        places (two parameters, two boxes, a parameter's value moved within it) would
-        become two independent values where torch has equal ones.
-
-        Raises:
-            UnsupportedInitOpError: values of one random op land in two places.
-        """
-        if not any(isinstance(node, Source) for node in walk_nodes(expr)):
-            return  # nothing random (tables, constants): no need to rebuild the program
-        fresh = _random_ats(_pinned(expr, box), self.root)
-        held = _random_ats(_pinned(self.folded(track), box), self.root)
-        for origin, ats in fresh.items():
-            if ats <= held.get(origin, set()):
-                continue  # the values already there, at the same places (a step of them)
-            space = self.spaces.get(origin)
-            runs = None if space is None else _image_runs(ats, box, space.shape)
-            exact = None if runs is None else id(space)  # None: all of the op's values
-            claim = _Claim(self.writes, exact, runs or (), f"{op} at {user_frame()}")
-            self.claim(track, origin, claim, op)
-
-    def claim(self, track: Track, origin: int, new: _Claim, op: str) -> None:
-        """Records that write ``new.write`` puts values of the random op ``origin`` in
-        ``track``; refuses it where an earlier write put some of them elsewhere."""
-        claims = self.claims.setdefault(origin, [])
-        for old in claims:
-            if old.write != new.write and not new.disjoint(old):
-                raise self.fail(
-                    track, op,
-                    f"random values that {old.where} already put in a parameter would "
-                    "land in a second place: shardinit draws each random value at its "
-                    "destination element's own index, so the copy would not equal the "
-                    "first, as it does in torch; give each destination its own fill, or "
-                    "copy disjoint parts of a temporary op by op",
-                )  # fmt: skip
-        claims.append(new)
 
     def spread(
         self,
@@ -337,15 +320,14 @@ class Computing(Recorder):
 
     def write_expr(self, target: Track, view: torch.Tensor, expr: Expr, op: str) -> None:
         """Writes ``expr`` (over ``view``'s coordinates) into ``view`` of ``target``."""
-        self.writes += 1
+        self.places.writes += 1
         if target.kind == "buffer":
             self.record(target, view, Fill(Constant(0.0)), op)
             return
-        try:
-            runs = view_runs(view, target.base)
-        except ValueError as why:
+        runs = runs_or_reason(view, target.base)
+        if isinstance(runs, str):
             if target.kind == "param":
-                raise self.fail(target, op, f"the view written is not a box ({why})") from None
+                raise self.store.fail(target, op, f"the view written is not a box ({runs})")
             self.record(target, view, Opaque(f"{op} wrote a view that is not a box"), op)
             return
         where_ = user_frame()
@@ -375,93 +357,81 @@ class Computing(Recorder):
 
     def translate(
         self, source: Track, src: torch.Tensor, target: Track, dst: torch.Tensor, op: str
-    ) -> None:
+    ) -> bool:
         """``dst`` (of ``target``) takes the values of ``src`` (of ``source``, a
         temporary of the same shape), op by op: a fill gives each element the
         initializer of the element it comes from, a program is read at the element's
-        source position.
+        source position. Returns False, writing nothing, when a view's order is not
+        row-major (then the copy goes by values).
 
         Raises:
-            UnsupportedInitOpError: elements never written, values no op describes.
-            ValueError: a view's order is not row-major (copied by values instead).
+            UnsupportedInitOpError: a parameter takes elements never written, or values
+                no op describes (a temporary takes them as opaque).
         """
-        runs = view_runs(src, source.base), view_runs(dst, target.base)
-        for start, stop in runs[0]:
-            for _, box in flat_range_boxes(source.shape, start, stop):
-                if not source.written(box):
-                    raise self.fail(target, op, f"it copies elements of {source.label} "
-                                    "that were never written")  # fmt: skip
+        src_runs, dst_runs = runs_or_reason(src, source.base), runs_or_reason(dst, target.base)
+        if isinstance(src_runs, str) or isinstance(dst_runs, str):
+            return False
+        runs = src_runs, dst_runs
+        why = _uncopyable(source, runs)
+        if why is not None:
+            if target.kind == "param":
+                raise self.store.fail(target, op, why)
+            self.record(target, dst, Opaque(why), op)
+            return True
         where_ = user_frame()
-        self.writes += 1
+        self.places.writes += 1
         for entry in source.ops:
             copied = f"{entry.op} (copied by {op} at {where_})"
             if isinstance(entry.action, Computed):
                 for box, value in self.spread_op(entry, runs, source, target):
                     self.append(target, box, value, copied, entry.where)
-                continue
-            if isinstance(entry.action, Opaque):
-                reason = entry.action.why
-                if any(
-                    next(map_runs_from(runs[0], run, runs[1]), None) is not None
-                    for run in box_runs(entry.region, source.shape)
-                ):
-                    raise self.fail(target, op, f"it copies values of {source.label}: {reason}")
-                continue
-            for run in box_runs(entry.region, source.shape):
-                for at, mapped in map_runs_from(runs[0], run, runs[1]):
-                    self.claim_copy(source, entry, target, (at, at + mapped[1] - mapped[0]), op)
-                    for _, box in flat_range_boxes(target.shape, *mapped):
-                        copy = CapturedOp(box, entry.action, copied, entry.where)
-                        self.roots[id(copy)] = self.root(id(entry))
-                        target.ops.append(copy)
+            elif not isinstance(entry.action, Opaque):  # opaque parts: not copied (checked)
+                self.copy_op(source, entry, target, runs, (op, copied, where_))
+        return True
 
-    def claim_copy(
-        self, source: Track, entry: CapturedOp, target: Track, run: Run, op: str
+    def copy_op(
+        self,
+        source: Track,
+        entry: CapturedOp,
+        target: Track,
+        runs: tuple[list[Run], list[Run]],
+        names: tuple[str, str, str],
     ) -> None:
-        """Elements ``run`` (flat) of the temporary ``source``, written by ``entry``,
-        copied op by op into a parameter (:meth:`land`): exact positions when ``entry``
-        drew them itself."""
-        if target.kind != "param" or not _drawn(entry.action):
-            return
-        origin = self.root(id(entry))
-        space = id(source) if origin == id(entry) else None
-        claim = _Claim(self.writes, space, (run,), f"{op} at {user_frame()}")
-        self.claim(target, origin, claim, op)
+        """``entry`` (a fill or scale of ``source``) copied through ``runs``."""
+        op, copied, where_ = names
+        for run in box_runs(entry.region, source.shape):
+            for at, mapped in map_runs_from(runs[0], run, runs[1]):
+                moved = (at, at + mapped[1] - mapped[0])
+                self.places.copied(source, entry, target, moved, op, f"{op} at {where_}")
+                for _, box in flat_range_boxes(target.shape, *mapped):
+                    copy = CapturedOp(box, entry.action, copied, entry.where)
+                    self.places.roots[id(copy)] = self.places.root(id(entry))
+                    target.ops.append(copy)
 
     def copy_into(self, target: Track, dst: torch.Tensor, value: Any, op: str) -> None:
         """``dst`` of ``target`` takes ``value``: a temporary of the same shape op by op
         (:meth:`translate`), anything else by its computed values (broadcast)."""
-        source = self.lookup(value)
+        source = self.store.lookup(value)
         self.carry_read(target, value, op)
         if target.kind == "buffer":
-            self.record(target, dst, Fill(Constant(0.0)), op)
+            self.record(target, dst, Fill(_BUFFER_WRITE), op)
             return
         if source is not None and source.kind == "param":
             if source is target and same_view(dst, value):
                 return
             if target.kind == "param":
-                raise self.fail(target, op, f"it copies the values of {source.label}")
+                raise self.store.fail(target, op, f"it copies the values of {source.label}")
         if source is target and same_view(dst, value):
             return
-        try:
-            if (
-                source is not None
-                and source.kind == "temp"
-                and value.shape == dst.shape
-                and not any(isinstance(o.action, Computed) for o in source.ops)
-            ):
-                try:
-                    self.translate(source, value, target, dst, op)
-                    return
-                except ValueError:
-                    pass  # not in row-major order: by values
-            self.copy_expr(target, dst, value, op)
-        except UnsupportedInitOpError as error:
-            if target.kind == "param":
-                raise
-            if self.error is error:
-                self.error = None
-            self.record(target, dst, Opaque(str(error)), op)
+        by_ops = (
+            source is not None
+            and source.kind == "temp"
+            and value.shape == dst.shape
+            and not any(isinstance(o.action, Computed) for o in source.ops)
+        )
+        if by_ops and self.translate(source, value, target, dst, op):  # type: ignore[arg-type]
+            return
+        self.copy_expr(target, dst, value, op)
 
     # ----------------------------------------------------------------- sources and steps
 
@@ -469,15 +439,15 @@ class Computing(Recorder):
         """A factory of known values: the result is a new temporary."""
         state = torch.default_generator.get_state()
         try:
-            result = func(*args, **kwargs)
+            result = run_op(func, args, kwargs)
         finally:
             torch.default_generator.set_state(state)
         if not isinstance(result, torch.Tensor):
             return result
-        temp = self.new_temp(name, result)
+        temp = self.store.new_temp(name, result)
         base = name.removesuffix("_like")
-        if base in _RANDOM:
-            self.record(temp, result, Fill(_RANDOM[base]), name)
+        if base in RANDOM_SOURCES:
+            self.record(temp, result, Fill(RANDOM_SOURCES[base]), name)
             return result
         expr = self.source_value(name, args, kwargs, result)
         temp.ops.append(CapturedOp(_whole(result), self.action_of(temp, expr, name), name,
@@ -505,24 +475,20 @@ class Computing(Recorder):
         value = combine("add", combine("mul", Coord(0), Const(step)), Const(start))
         return stored(value, result.dtype)
 
-    def new_temp(self, name: str, result: torch.Tensor) -> Track:
-        label = f"temporary {name}{tuple(result.shape)} at {user_frame()}"
-        return self.follow(Track("temp", result, label))
-
     def pointwise(
         self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> Any:
         """An elementwise operation with a followed operand: a new temporary."""
         step = POINTWISE[name]
         operands, options = step_of(step, args, kwargs)
-        result = func(*args, **kwargs)
+        result = run_op(func, args, kwargs)
         if not isinstance(result, torch.Tensor):
             return result
         if not result.is_contiguous():
             result = result.contiguous()
         shape = tuple(result.shape)
         exprs = [None if v is None else self.operand(v, shape, name) for v in operands]
-        temp = self.new_temp(name, result)
+        temp = self.store.new_temp(name, result)
         self.carry_read(temp, operands, name)
         expr = step.build(exprs, options)
         temp.ops.append(CapturedOp(_whole(result), self.action_of(temp, expr, name), name,
@@ -531,15 +497,15 @@ class Computing(Recorder):
 
     def cast_temp(self, name: str, func: Any, args: Sequence[Any], kwargs: Any) -> Any:
         """A cast or device move of a followed temporary."""
-        result = func(*args, **kwargs)
+        result = run_op(func, args, kwargs)
         source = args[0]
-        if not isinstance(result, torch.Tensor) or self.lookup(result) is not None:
+        if not isinstance(result, torch.Tensor) or self.store.lookup(result) is not None:
             return result
         if not result.is_contiguous():
             result = result.contiguous()
         dtype = cast_dtype(name, args, kwargs) or result.dtype
         expr = cast(self.operand(source, tuple(result.shape), name), source.dtype, dtype)
-        temp = self.new_temp(name, result)
+        temp = self.store.new_temp(name, result)
         self.carry_read(temp, source, name)
         temp.ops.append(CapturedOp(_whole(result), self.action_of(temp, expr, name), name,
                                    user_frame()))  # fmt: skip
@@ -548,8 +514,9 @@ class Computing(Recorder):
     def inplace(
         self, name: str, base_name: str, target: Track, func: Any, args: Sequence[Any],
         kwargs: Mapping[str, Any],
-    ) -> Any:  # fmt: skip
-        """An in-place elementwise step on (a view of) a followed tensor."""
+    ) -> None:  # fmt: skip
+        """Records an in-place elementwise step on (a view of) a followed tensor (the
+        dispatch runs it on a temporary's or buffer's real values)."""
         view = args[0]
         step = POINTWISE[base_name]
         operands, options = step_of(step, args, kwargs)
@@ -558,28 +525,23 @@ class Computing(Recorder):
         exprs += [None if v is None else self.operand(v, shape, name) for v in operands[1:]]
         self.carry_read(target, operands[1:], name)
         self.write_expr(target, view, step.build(exprs, options), name)
-        if target.kind == "param":
-            return view
-        return func(*args, **kwargs)
 
     def taint(self, name: str, args: Any, kwargs: Any, result: Any) -> None:
         """Results of an operation shardinit does not follow, on followed temporaries:
         opaque (unless on the CPU and free of random values, then a table)."""
-        from ..._torch_compat import tree_flatten
-
-        temps = [t for t in map(self.lookup, tree_flatten((args, kwargs))[0]) if t is not None]
+        temps = self.store.followed((args, kwargs))
         if not temps:
             return
         random = any(
             isinstance(n, (Source, Bad)) for t in temps for n in walk_nodes(self.folded(t))
         )
         for leaf in tree_flatten(result)[0]:
-            if not isinstance(leaf, torch.Tensor) or self.lookup(leaf) is not None:
+            if not isinstance(leaf, torch.Tensor) or self.store.lookup(leaf) is not None:
                 continue
             if leaf.device.type == "cpu" and not random:
                 continue  # a CPU tensor of known values: a table if it is copied
             if leaf.is_contiguous():
-                temp = self.new_temp(name, leaf)
+                temp = self.store.new_temp(name, leaf)
                 temp.from_random = True
                 self.carry_read(temp, (args, kwargs), name)
                 kind = (
@@ -591,25 +553,29 @@ class Computing(Recorder):
                 temp.ops.append(CapturedOp(_whole(leaf), Opaque(why), name, user_frame()))
 
 
-@dataclass(frozen=True)
-class _Claim:
-    """Where one write put values of one random op: ``runs`` (flat) of the temporary
-    ``space`` that op drew them in, or anywhere (``space`` None: not known exactly)."""
-
-    write: int
-    space: int | None
-    runs: tuple[Run, ...]
-    where: str
-
-    def disjoint(self, other: _Claim) -> bool:
-        if self.space is None or self.space != other.space:
-            return False
-        return all(b <= c or d <= a for a, b in self.runs for c, d in other.runs)
+def _invalid_fill(track: Track, action: Fill) -> str | None:
+    """Why ``action`` cannot fill the parameter ``track`` (ParamSpec's checks), or None."""
+    try:
+        ParamSpec(track.name, track.shape, track.base.dtype, action.init, seed=0)
+    except ShardInitError as why:  # ParamSpec validates its arguments: it refuses nothing
+        return str(why)
+    return None
 
 
-def _drawn(action: Action) -> bool:
-    """Whether ``action`` draws random values (a fill by a random initializer)."""
-    return isinstance(action, Fill) and not isinstance(action.init, Constant)
+def _uncopyable(source: Track, runs: tuple[list[Run], list[Run]]) -> str | None:
+    """Why the elements ``runs[0]`` of the temporary ``source`` cannot be copied op by op
+    (never written, or written by an op no program describes), or None."""
+    for start, stop in runs[0]:
+        for _, box in flat_range_boxes(source.shape, start, stop):
+            if not source.written(box):
+                return f"it copies elements of {source.label} that were never written"
+    for entry in source.ops:
+        if isinstance(entry.action, Opaque) and any(
+            next(map_runs_from(runs[0], run, runs[1]), None) is not None
+            for run in box_runs(entry.region, source.shape)
+        ):
+            return f"it copies values of {source.label}: {entry.action.why}"
+    return None
 
 
 def _merge_reads(reads: list[tuple[Track, str]], more: Sequence[tuple[Track, str]]) -> None:
@@ -617,52 +583,6 @@ def _merge_reads(reads: list[tuple[Track, str]], more: Sequence[tuple[Track, str
     for read in more:
         if all(read[0] is not seen for seen, _ in reads):
             reads.append(read)
-
-
-def _pinned(expr: Expr, box: Box) -> Expr:
-    """``expr`` over ``box``, with the coordinates of its one-element dims as constants
-    (so a place reads the same however a view wrote it: ``Coord(d)`` or ``0``)."""
-    coords = [Const(float(a)) if b - a == 1 else Coord(d) for d, (a, b) in enumerate(box)]
-    return reindex(expr, coords, list(box), keep=False)
-
-
-def _image_runs(
-    ats: set[tuple[Expr, ...]], box: Box, shape: tuple[int, ...]
-) -> tuple[Run, ...] | None:
-    """The flat runs of a temporary of ``shape`` that the places ``ats`` read over
-    ``box``, when each is a shift of the box (every coordinate a constant or one of the
-    box's dims plus a constant, each dim used once); else None."""
-    runs: list[Run] = []
-    for at in ats:
-        image: list[tuple[int, int]] = []
-        used: set[int] = set()
-        for coordinate in at:
-            lin = as_lin(coordinate)
-            if lin is None or len(lin.coefs) > 1:
-                return None
-            if not lin.coefs:
-                image.append((lin.offset, lin.offset + 1))
-                continue
-            ((dim, coef),) = lin.coefs
-            if coef != 1 or dim in used:
-                return None
-            used.add(dim)
-            image.append((box[dim][0] + lin.offset, box[dim][1] + lin.offset))
-        if len(image) != len(shape) or any(
-            stop - start > 1 and dim not in used for dim, (start, stop) in enumerate(box)
-        ):
-            return None
-        runs += box_runs(tuple(image), shape)
-    return tuple(runs)
-
-
-def _random_ats(expr: Expr, root: Callable[[int], int]) -> dict[int, set[tuple[Expr, ...]]]:
-    """Per random op whose values ``expr`` holds, the places it reads them at."""
-    found: dict[int, set[tuple[Expr, ...]]] = {}
-    for node in walk_nodes(expr):
-        if isinstance(node, Source):
-            found.setdefault(root(node.origin), set()).add(node.at)
-    return found
 
 
 def read_reason(read: tuple[Track, str]) -> str:
@@ -688,7 +608,7 @@ def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, list[Expr]
     each of its dims runs along one base dim; else None."""
     try:
         region = view_region(view, base)
-    except ValueError:
+    except ValueError:  # view_region is geometry only: nothing in it refuses
         return None
     if region is None:
         return None

@@ -1,0 +1,106 @@
+"""A translated fill's action (:func:`fill_action`): the initializer it builds
+(:func:`.translations.build`), ``eye_`` / ``dirac_`` as programs of the element's global
+coordinates, and the whole-parameter rule of ``orthogonal_``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ...errors import ShardInitError
+from ...init import Constant
+from .program import Const, Coord, Expr, combine
+from .records import Action, Computed, Fill
+from .regions import Box
+from .tracks import Track
+from .translations import build
+
+__all__ = ["fill_action"]
+
+Region = tuple[Box, Sequence[int | None] | None] | None
+_ZERO = Constant(0.0)
+
+
+def fill_action(
+    track: Track, view: torch.Tensor, kind: str, values: Sequence[Any], op: str, region: Region
+) -> Action | str:
+    """The action of a fill of ``kind`` with ``values`` on ``view`` of ``track`` (whose
+    region is ``region``, needed by ``eye``/``dirac`` only), or why there is none.
+
+    Raises:
+        ValueError: ``eye_`` / ``dirac_`` on a tensor of a rank torch refuses (torch's
+            own error, as eager torch raises it).
+    """
+    if kind in ("eye", "dirac"):
+        return _aligned(view, kind, values, region)
+    if kind == "orthogonal":
+        why = _not_whole(track, view)
+        if why is not None:
+            return why
+    try:
+        return build(kind, values, op.split("(")[0].split(".")[-1], view)
+    except ShardInitError as why:  # build validates the arguments: it refuses nothing
+        return str(why)
+
+
+def _aligned(view: torch.Tensor, kind: str, values: Sequence[Any], region: Region) -> Action | str:
+    if kind == "eye" and view.dim() != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    groups = int(values[0]) if kind == "dirac" else 1
+    if kind == "dirac" and (view.dim() not in (3, 4, 5) or view.size(0) % groups):
+        raise ValueError("dirac_ needs a 3-5-D tensor whose dim 0 divides into groups")
+    if region is None:
+        return Fill(_ZERO)
+    box, axes = region
+    if axes is None or any(s > 1 and a is None for s, a in zip(view.shape, axes, strict=True)):
+        return f"{kind}_ on a view that merges dims"
+    program = _structured(box, axes, tuple(view.shape), groups if kind == "dirac" else 0)
+    return Computed(program)
+
+
+def _not_whole(track: Track, view: torch.Tensor) -> str | None:
+    """``orthogonal_``'s matrix is that of the tensor it is given: replayable only when
+    that is a parameter itself, whole and in its own order (flattened the same way)."""
+    if track.kind != "param":
+        return "orthogonal_ on a temporary is not replayable (fill the parameter)"
+    whole = (
+        view.dim() == track.base.dim()
+        and tuple(view.shape) == track.shape
+        and view.is_contiguous()
+        and view.storage_offset() == track.base.storage_offset()
+    )
+    if whole:
+        return None
+    return (
+        f"orthogonal_ on a view of shape {tuple(view.shape)} that is not the whole "
+        f"parameter of shape {track.shape} in its own order: its matrix would be the "
+        "view's; call it on the parameter itself"
+    )
+
+
+def _structured(
+    box: Box, axes: Sequence[int | None], view_shape: Sequence[int], groups: int
+) -> Expr:
+    """``eye_`` (``groups == 0``) or ``dirac_(view, groups)`` on the view of ``box`` whose
+    dims run along ``axes`` (None: a size-1 view dim): a table of the element's global
+    coordinates, 1.0 on the identity's (each group's) diagonal, else 0.0."""
+    ranges = list(box)
+
+    def op(name: str, a: Expr, b: Expr | float) -> Expr:
+        return combine(name, a, Const(float(b)) if isinstance(b, (int, float)) else b, ranges)
+
+    def rel(view_dim: int) -> Expr:  # the view's own coordinate
+        axis = axes[view_dim]
+        return Const(0.0) if axis is None else op("sub", Coord(axis), box[axis][0])
+
+    if groups == 0:
+        return op("eq", rel(0), rel(1))
+    out_per_group = view_shape[0] // groups
+    diagonal = op("mod", rel(0), out_per_group)
+    mask = op("mul", op("lt", diagonal, min(out_per_group, view_shape[1])),
+              op("eq", rel(1), diagonal))  # fmt: skip
+    for view_dim in range(2, len(view_shape)):
+        mask = op("mul", mask, op("eq", rel(view_dim), view_shape[view_dim] // 2))
+    return mask
