@@ -106,7 +106,7 @@ class Scale(Program):
     def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
         factor = self.factor
         if dtype != torch.float64:
-            factor = float(torch.tensor(factor, dtype=torch.float32))
+            factor = float(torch.tensor(factor, dtype=torch.float32, device="cpu"))
         step = combine("div" if self.divide else "mul", Prior(), Const(factor))
         return step if dtype == torch.float64 else Round(step, torch.float32)
 
