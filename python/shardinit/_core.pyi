@@ -4,9 +4,11 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Final, final
 
 __all__ = [
+    "BINARY_OPS",
     "LOG_CONSTANTS",
     "PHI_INV_CONSTANTS",
     "STREAM_FORMAT_VERSION",
+    "UNARY_OPS",
     "Init",
     "InternalError",
     "Program",
@@ -40,6 +42,10 @@ LOG_CONSTANTS: Final[Mapping[str, float]]
 #: ``PHI_INV_SPLIT1`` = 0.425), read-only, by name, to the bit. Their one home is
 #: rust/core/src/math.rs ``PHI_INV_CONSTANTS``; the device kernel is built from here.
 PHI_INV_CONSTANTS: Final[Mapping[str, float]]
+#: The operation names :meth:`Program.unary` and :meth:`Program.binary` take, in the
+#: core's order. Their one home is rust/core/src/program.rs (``UnaryOp``, ``BinaryOp``).
+UNARY_OPS: Final[tuple[str, ...]]
+BINARY_OPS: Final[tuple[str, ...]]
 
 class ShardInitError(ValueError): ...
 class ShapeTooLargeError(ShardInitError): ...
@@ -122,12 +128,14 @@ class Program:
     def unary(self, op: str, x: int) -> int:
         """``op(x)``, op one of ``"neg"``, ``"abs"``, ``"reciprocal"``, ``"sqrt"``,
         ``"rsqrt"``, ``"exp"``, ``"expm1"``, ``"log"``, ``"log1p"``, ``"sin"``, ``"cos"``,
-        ``"tanh"``, ``"sigmoid"``, ``"softplus"``, ``"floor"``."""
+        ``"tanh"``, ``"sigmoid"``, ``"softplus"``, ``"floor"``, ``"erf"``, ``"erfinv"``,
+        ``"round_half_even"`` (:data:`UNARY_OPS`)."""
 
     def binary(self, op: str, a: int, b: int) -> int:
         """``op(a, b)``, op one of ``"add"``, ``"sub"``, ``"mul"``, ``"div"``,
         ``"pow"``, ``"min"``, ``"max"``, ``"floordiv"``, ``"mod"``, ``"lt"``, ``"le"``,
-        ``"gt"``, ``"ge"``, ``"eq"``, ``"ne"`` (comparisons give 1.0 or 0.0)."""
+        ``"gt"``, ``"ge"``, ``"eq"``, ``"ne"`` (comparisons give 1.0 or 0.0;
+        :data:`BINARY_OPS`)."""
 
     def where(self, cond: int, a: int, b: int) -> int:
         """``a`` where ``cond != 0`` (NaN counts as non-zero), else ``b``."""

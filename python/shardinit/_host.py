@@ -76,7 +76,7 @@ def fill_program_cpu(
 def pinned_empty(numel: int, dtype: torch.dtype) -> torch.Tensor:
     """A pinned host buffer of ``numel`` elements: every host tensor the CUDA paths stage
     through is made here (tests/torch/test_writer.py counts their bytes)."""
-    return torch.empty(numel, dtype=dtype, pin_memory=True)
+    return torch.empty(numel, dtype=dtype, device="cpu", pin_memory=True)
 
 
 def fill_via_pinned(

@@ -9,8 +9,10 @@ infinities, signed zeros) are checked against C99, as numpy implements it.
 Measured maxima (these inputs, and sweeps of ~10x more): exp 0.70, expm1 0.65,
 log 0.79, log1p 0.59, sin 0.50, cos 0.55, pow 0.78 ulp; sqrt and reciprocal 0.50 ulp
 (correctly rounded); tanh, sigmoid, softplus and rsqrt 0.50 ulp (0.5002 at most over
-400k inputs: double-double intermediates, one rounding). Each is held to 1 ulp (0.5,
-correct rounding, for sqrt and reciprocal).
+400k inputs: double-double intermediates, one rounding); erf 0.76 ulp; erfinv 0.50
+ulp (0.59 where its residual is erfc's, 0.73 for subnormal results; 55k inputs). Each
+is held to 1 ulp (0.5, correct rounding, for sqrt and reciprocal; round_half_even is
+exact).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Callable
 import mpmath
 import numpy as np
 import pytest
+import torch
 
 from shardinit import _core
 
@@ -75,6 +78,13 @@ def bands(*ranges: tuple[float, float], n: int = 100) -> list[np.ndarray]:
 SUBNORMALS = np.array([5e-324, 1e-320, 2.2250738585072e-308, 1e-310])
 NEAR_ONE = 1 + RNG.uniform(-1e-6, 1e-6, 200)
 PI_MULTIPLES = np.arange(1, 400) * (math.pi / 2)
+
+# erf: both signs on a log scale, and bands around each switch of fdlibm's formulas
+# (0.84375, 1.25, 1/0.35, 6).
+ERF_INPUTS = np.concatenate(
+    [both_signs(log_uniform(1e-300, 7.0, 3000)), SUBNORMALS, both_signs(SUBNORMALS)]
+    + [both_signs(b) for b in bands((0.83, 0.86), (1.24, 1.26), (2.85, 2.86), (5.9, 6.1))]
+)
 
 CASES: dict[str, tuple[Callable[[mpmath.mpf], mpmath.mpf], np.ndarray, float]] = {
     # op: (exact function, inputs, max ulps accepted)
@@ -139,6 +149,7 @@ CASES: dict[str, tuple[Callable[[mpmath.mpf], mpmath.mpf], np.ndarray, float]] =
         ),
         1.0,
     ),
+    "erf": (mpmath.erf, ERF_INPUTS, 1.0),
 }
 
 
@@ -172,6 +183,67 @@ def test_pow_is_within_one_ulp_of_mpmath() -> None:
     ints = np.array([2.0, 3.0, -7.0, 10.0, 5.0])
     powers = np.array([52.0, 33.0, 17.0, 22.0, -3.0])
     assert evaluate("pow", ints, powers).tolist() == [2.0**52, 3.0**33, (-7.0) ** 17, 1e22, 0.008]
+
+
+def _erfinv_inputs() -> np.ndarray:
+    """A dense grid of (0, 1), both signs: a log scale down to the subnormals, the tail
+    ``1 - 2^-53 k`` and ``1 - d`` on a log scale, and bands around the switches of
+    stream-format.md §7's erfinv (its start at 0.85, its residual at erf(2.5), its linear
+    part at 2^-960)."""
+    tail = 1 - np.arange(1, 400) * 2.0**-53
+    near_one = 1 - log_uniform(2.0**-52, 0.1, 1500)
+    switches = bands((0.845, 0.855), (0.99958, 0.99961), n=300)
+    linear = np.array([2.0**-960, 2.0**-960 * (1 - 2.0**-52), 2.0**-959, 1e-290])
+    dense = RNG.uniform(0, 1, 4000)
+    values = [log_uniform(1e-320, 1.0, 3000), tail, near_one, *switches, linear, dense]
+    return both_signs(np.concatenate(values))
+
+
+def _erfinv_exact(x: mpmath.mpf, near: float) -> mpmath.mpf:
+    """erfinv(x) at 200 bits: Newton on mpmath's erf from the value under test (which is
+    within ulps of it: three steps are far below 2^-200; a wrong start shows as a large
+    error all the same). Checked against mpmath.erfinv itself below."""
+    y = mpmath.mpf(near)
+    slope = 2 / mpmath.sqrt(mpmath.pi)
+    for _ in range(3):
+        y -= (mpmath.erf(y) - x) / (slope * mpmath.exp(-y * y))
+    return y
+
+
+def test_erfinv_is_within_one_ulp_of_mpmath() -> None:
+    inputs = _erfinv_inputs()
+    got = evaluate("erfinv", inputs)
+    errors = [
+        ulp_error(g, _erfinv_exact(mpmath.mpf(x), g))
+        for x, g in zip(inputs.tolist(), got.tolist(), strict=True)
+    ]
+    worst = int(np.argmax(errors))
+    assert errors[worst] <= 1.0, (
+        f"erfinv({inputs[worst]!r}) = {got[worst]!r}: {errors[worst]:.3f} ulp"
+    )
+    # The Newton reference is mpmath's erfinv (slow: a few points).
+    for x, g in list(zip(inputs.tolist(), got.tolist(), strict=True))[::997]:
+        exact = mpmath.erfinv(mpmath.mpf(x))
+        assert abs(_erfinv_exact(mpmath.mpf(x), g) - exact) < mpmath.mpf(2) ** -150 * abs(exact)
+
+
+def test_erfinv_and_round_special_values_are_torchs() -> None:
+    specials = np.array(
+        [math.nan, math.inf, -math.inf, 0.0, -0.0, 1.0, -1.0, 1 + 2**-52, -2.0, 0.5, -0.5,
+         2.5, -2.5, 1.5, 0.49999999999999994, -0.3, 2.0**52 + 1, 2.0**53 + 2, 1e308, 5e-324]
+    )  # fmt: skip
+    for op, reference in (("erfinv", torch.erfinv), ("round_half_even", torch.round),
+                          ("erf", torch.erf)):  # fmt: skip
+        want = reference(torch.from_numpy(specials)).tolist()
+        got = evaluate(op, specials).tolist()
+        for x, g, w in zip(specials.tolist(), got, want, strict=True):
+            if math.isnan(w):
+                assert math.isnan(g), f"{op}({x}) = {g}, want NaN"
+            elif math.isinf(w) or w == 0 or op == "round_half_even":
+                assert (g, math.copysign(1, g)) == (w, math.copysign(1, w)), f"{op}({x}) = {g}"
+    # Half to even, exact, as numpy's rint, on a log scale.
+    values = both_signs(np.concatenate([log_uniform(1e-3, 1e17), np.arange(-20, 20) + 0.5]))
+    assert evaluate("round_half_even", values).tolist() == np.rint(values).tolist()
 
 
 SPECIALS = np.array(

@@ -510,6 +510,51 @@ def test_unreplayable_constructor_values_are_refused_unless_overridden() -> None
     assert not model.weight.any()
 
 
+class ConstantsThroughRounding(nn.Module):
+    """timm's constructors: the drop-path schedule ``linspace(0, 0.0, depth)`` on the CPU,
+    a constant through a rounding step (``add_(0.0)``) and a scale (``mul_(0.1)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rates = torch.linspace(0, 0.0, 2, device="cpu").tolist()
+        self.bias = nn.Parameter(torch.zeros(4))
+        self.bias.data.add_(0.0)
+        self.gain = nn.Parameter(torch.ones(4))
+        self.gain.data.mul_(0.1)
+
+
+def test_shardinits_own_tensors_ignore_the_meta_default_device() -> None:
+    """Issue 29's crash: the tensors shardinit builds for its own arithmetic (a constant's
+    rounding, a scale's float32 factor, a spec's bounds, materialize's host buffer, the
+    fingerprint's indices) are on the CPU whatever the default device is."""
+    with torch.device("meta"), shardinit.record_constructors():
+        assert torch.linspace(0, 0.0, 2, device="cpu").tolist() == [0.0, 0.0]
+        model = ConstantsThroughRounding()
+    with torch.device("meta"):
+        spec = shardinit.ParamSpec("w", (4,), dtype=torch.bfloat16, init=init.uniform(0, 1),
+                                   seed=SEED)  # fmt: skip
+        shardinit.materialize(model, seed=SEED)
+        lin = nn.Linear(SHAPE[1], SHAPE[0])
+
+        def steps() -> None:
+            lin.weight.data.uniform_(0.5, 2.0).log_()
+            lin.bias.data.fill_(0.5).mul_(0.3)
+
+        shardinit.materialize(lin, seed=SEED, init_fn=steps)
+        printed = shardinit.fingerprint(lin.weight.detach())
+    assert model.rates == [0.0, 0.0]
+    assert torch.equal(model.bias.detach(), torch.zeros(4))
+    assert torch.equal(model.gain.detach(), torch.full((4,), 0.1))
+    assert lin.weight.device.type == "cpu" and spec.dtype == torch.bfloat16
+    assert torch.equal(lin.bias.detach(), torch.full((7,), 0.5) * 0.3)
+    uniform = shardinit.full(
+        shardinit.ParamSpec("weight", SHAPE, init=init.uniform(0.5, 2.0), seed=SEED)
+    )
+    torch.testing.assert_close(lin.weight.detach(), uniform.double().log().float(),
+                               rtol=2**-23, atol=0)  # fmt: skip
+    assert printed == shardinit.fingerprint(lin.weight.detach())
+
+
 @pytest.mark.skipif(
     not torch.cuda.is_available(),
     reason="needs a CUDA device; the host evaluation it copies to the device is tested "

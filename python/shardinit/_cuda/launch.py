@@ -119,7 +119,7 @@ def _as_kernel_out(out: torch.Tensor) -> torch.Tensor:
 def _fill_constant(spec: ParamSpec, out: torch.Tensor) -> None:
     """Every element has the bits the host path gives one element; ``fill_`` of those
     bits through an integer view (never ``fill_``'s own rounding of the float)."""
-    one = torch.empty(1, dtype=spec.dtype)
+    one = torch.empty(1, dtype=spec.dtype, device="cpu")
     fill_cpu(spec, _core.Region.flat(0), one, threads=1)
     bits = int(one.view(_INT_VIEWS[spec.dtype])[0])
     out.view(_INT_VIEWS[spec.dtype]).fill_(bits)
@@ -240,6 +240,6 @@ def self_check(device: torch.device) -> bool:
     spec = ParamSpec("shardinit.self_check", (4096,), torch.float32, normal(0.0, 1.0), seed=0)
     out = torch.empty(1031, dtype=torch.float32, device=device)
     fill_flat(spec, 3, out)
-    host = torch.empty(1031, dtype=torch.float32)
+    host = torch.empty(1031, dtype=torch.float32, device="cpu")
     fill_cpu(spec, _core.Region.flat(3), host, threads=1)
     return torch.equal(out.cpu(), host)

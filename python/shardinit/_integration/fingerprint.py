@@ -183,8 +183,8 @@ def _dtensor_layout(
     coordinate = mesh.get_coordinate()
     if coordinate is None:
         # This rank is not in the mesh: it holds nothing and contributes nothing.
-        empty = torch.empty(0, dtype=tensor.dtype)
-        return empty, [torch.empty(0, dtype=torch.int64)], False, mesh
+        empty = torch.empty(0, dtype=tensor.dtype, device="cpu")
+        return empty, [torch.empty(0, dtype=torch.int64, device="cpu")], False, mesh
     for placement in placements:
         if not (isinstance(placement, (Shard, Replicate)) or is_strided_shard(placement)):
             raise ShardInitError(
@@ -211,8 +211,8 @@ def _dtensor_layout(
 
 def _indices(runs: Sequence[Run]) -> torch.Tensor:
     """The global indices that ``runs`` spell out, in local order."""
-    parts = [torch.arange(start, stop, dtype=torch.int64) for start, stop in runs]
-    return torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64)
+    parts = [torch.arange(start, stop, dtype=torch.int64, device="cpu") for start, stop in runs]
+    return torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64, device="cpu")
 
 
 def _reduce_group(mesh: Any, group: Any) -> Any:
@@ -235,7 +235,7 @@ def _local_part(tensor: Any) -> tuple[int, Any, torch.device, torch.dtype, tuple
     zero3 = flat_partition_of(tensor) if isinstance(tensor, torch.Tensor) else None
     if zero3 is not None:  # a ZeRO-3 partition: flat elements [start, start + count)
         local, start, group, shape = zero3
-        flat = [torch.arange(start, start + local.numel(), dtype=torch.int64)]
+        flat = [torch.arange(start, start + local.numel(), dtype=torch.int64, device="cpu")]
         partial = _partial_sum(local, (math.prod(shape),), flat)
         return partial, group, local.device, tensor.dtype, shape
     if is_dtensor(tensor):
@@ -250,7 +250,7 @@ def _local_part(tensor: Any) -> tuple[int, Any, torch.device, torch.dtype, tuple
     if tensor.is_meta:
         raise ShardInitError("fingerprint: the tensor is on the meta device (no values)")
     shape = tuple(tensor.shape)
-    indices = [torch.arange(size, dtype=torch.int64) for size in shape]
+    indices = [torch.arange(size, dtype=torch.int64, device="cpu") for size in shape]
     return _partial_sum(tensor, shape, indices), None, tensor.device, tensor.dtype, shape
 
 

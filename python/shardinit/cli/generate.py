@@ -104,7 +104,9 @@ class RankShards:
 def _fill(spec: ParamSpec, runs: list[list[tuple[int, int]]]) -> torch.Tensor:
     """The local tensor of ``runs``, written by materialize's one writer from the spec's
     one-source program."""
-    local = torch.empty([sum(b - a for a, b in dim) for dim in runs], dtype=spec.dtype)
+    local = torch.empty(
+        [sum(b - a for a, b in dim) for dim in runs], dtype=spec.dtype, device="cpu"
+    )
     record = ParamRecord(spec.name, spec.shape, spec.dtype, base_ops(spec.init, spec.shape))
     replay_runs(record, spec.seed, runs, local)
     return local

@@ -3,7 +3,8 @@
 //! (stream-format.md §7), [`expm1`], [`log1p`], [`sin`], [`cos`] and [`pow`] (module
 //! `elementary`, ports of FreeBSD msun's fdlibm) and [`tanh`], [`sigmoid`],
 //! [`softplus`] and [`rsqrt`] (module `compensated`: double-double intermediates,
-//! rounded once).
+//! rounded once) and [`erfinv`] (module `erfinv`: AS 241 refined by a Newton step whose
+//! residual is a double-double).
 //!
 //! # Why this crate owns these functions
 //!
@@ -43,8 +44,10 @@
 
 mod compensated;
 mod elementary;
+mod erfinv;
 pub use compensated::{rsqrt, sigmoid, softplus, tanh};
 pub use elementary::{cos, expm1, log1p, pow, sin, TRIG_MAX};
+pub use erfinv::erfinv;
 
 // ---------------------------------------------------------------------------------
 // Word access helpers (fdlibm's __HI / __LO).
@@ -726,7 +729,13 @@ pub const PHI_INV_CONSTANTS: [(&str, f64); 46] = [
 /// all U32 and U52 values); the measured error is stated on [`phi_inv`].
 #[inline(always)]
 pub fn phi_inv_central(p: f64) -> f64 {
-    let d = p - 0.5;
+    central_of_offset(p - 0.5)
+}
+
+/// [`phi_inv_central`] of `p = 0.5 + d`, from `d` itself (so that [`erfinv`] keeps the
+/// bits of a small `d` that `0.5 + d` would round away).
+#[inline(always)]
+fn central_of_offset(d: f64) -> f64 {
     let r = 0.180625 - d * d;
     // Horner, highest coefficient first, in exactly this order (see above).
     let num = ((((((A7 * r + A6) * r + A5) * r + A4) * r + A3) * r + A2) * r + A1) * r + A0;

@@ -108,6 +108,12 @@ named_ops!(
         Softplus => "softplus",
         /// Round toward minus infinity.
         Floor => "floor",
+        /// [`math::erf`] (fdlibm's).
+        Erf => "erf",
+        /// [`math::erfinv`]: `+-inf` at `+-1`, NaN beyond.
+        Erfinv => "erfinv",
+        /// [`round_half_even`] (torch's `round`).
+        RoundHalfEven => "round_half_even",
     }
 );
 
@@ -846,6 +852,9 @@ fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) {
         UnaryOp::Sigmoid => map(x, dst, math::sigmoid),
         UnaryOp::Softplus => map(x, dst, math::softplus),
         UnaryOp::Floor => map(x, dst, f64::floor),
+        UnaryOp::Erf => map(x, dst, math::erf),
+        UnaryOp::Erfinv => map(x, dst, math::erfinv),
+        UnaryOp::RoundHalfEven => map(x, dst, round_half_even),
         UnaryOp::Sin => map(x, dst, |v| if refused(v) { f64::NAN } else { math::sin(v) }),
         UnaryOp::Cos => map(x, dst, |v| if refused(v) { f64::NAN } else { math::cos(v) }),
     }
@@ -888,6 +897,21 @@ fn refusals(step: &Step, earlier: &[Vec<Refusal>], values: &[Vec<f64>], dst: &mu
             }
         }
         _ => dst.fill(None),
+    }
+}
+
+/// `2^52`: from it on every binary64 is an integer.
+const TWO52: f64 = 4_503_599_627_370_496.0;
+
+/// `x` rounded to the nearest integer, ties to even, with `x`'s sign (`-0.3` gives
+/// `-0.0`, as torch's `round`): `(|x| + 2^52) - 2^52` below `2^52`, where the sum
+/// rounds to the integer by IEEE's round-to-nearest-even and the difference is exact;
+/// `x` itself from `2^52` on and for infinities and NaN.
+pub fn round_half_even(x: f64) -> f64 {
+    if x.abs() < TWO52 {
+        ((x.abs() + TWO52) - TWO52).copysign(x)
+    } else {
+        x
     }
 }
 
@@ -1371,9 +1395,9 @@ mod tests {
             p.coord(-1).unwrap_err().to_string(),
             "dim must be >= 0, got -1"
         );
-        let msg = UnaryOp::from_name("erf").unwrap_err().to_string();
+        let msg = UnaryOp::from_name("atan").unwrap_err().to_string();
         assert!(msg.starts_with("op must be one of 'neg', 'abs', "), "{msg}");
-        assert!(msg.ends_with("'floor', got 'erf'"), "{msg}");
+        assert!(msg.ends_with("'round_half_even', got 'atan'"), "{msg}");
         assert!(BinaryOp::from_name("atan2")
             .unwrap_err()
             .to_string()
@@ -1557,6 +1581,28 @@ mod tests {
         )
         .unwrap();
         assert!(ok[0].is_nan() && ok[1].is_nan());
+    }
+
+    #[test]
+    fn round_half_even_is_torchs_round() {
+        let cases = [
+            (0.5, 0.0),
+            (1.5, 2.0),
+            (2.5, 2.0),
+            (-2.5, -2.0),
+            (-0.3, -0.0),
+            (0.49999999999999994, 0.0),
+            (4503599627370495.5, 4503599627370496.0),
+            (4503599627370497.0, 4503599627370497.0),
+            (-1e300, -1e300),
+            (f64::INFINITY, f64::INFINITY),
+            (-0.0, -0.0),
+            (7.0, 7.0),
+        ];
+        for (x, want) in cases {
+            assert_eq!(round_half_even(x).to_bits(), want.to_bits(), "{x}");
+        }
+        assert!(round_half_even(f64::NAN).is_nan());
     }
 
     #[test]

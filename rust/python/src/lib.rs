@@ -50,6 +50,12 @@ mod _core {
             "PHI_INV_CONSTANTS",
             crate::stream::constant_table(py, &PHI_INV_CONSTANTS)?,
         )?;
+        use pyo3::types::PyTuple;
+        module.add("UNARY_OPS", PyTuple::new(py, crate::program::unary_ops())?)?;
+        module.add(
+            "BINARY_OPS",
+            PyTuple::new(py, crate::program::binary_ops())?,
+        )?;
         Ok(())
     }
 }

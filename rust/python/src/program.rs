@@ -124,6 +124,16 @@ impl PyProgram {
     }
 }
 
+/// The names `Program.unary` takes, in the core's order (the one home of the op set).
+pub fn unary_ops() -> Vec<&'static str> {
+    UnaryOp::ALL.iter().map(|op| op.name()).collect()
+}
+
+/// The names `Program.binary` takes, in the core's order.
+pub fn binary_ops() -> Vec<&'static str> {
+    BinaryOp::ALL.iter().map(|op| op.name()).collect()
+}
+
 /// Fills `out` with `region` of `program`'s last register over the parameter
 /// `(key, global_shape)`, rounded to `dtype`: the contract of `fill` otherwise.
 #[pyfunction]

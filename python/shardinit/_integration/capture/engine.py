@@ -35,7 +35,7 @@ from ...init import Constant
 from ...spec import ParamSpec
 from .claims import RandomPlaces
 from .frames import user_frame
-from .pointwise import POINTWISE, cast, cast_dtype, step_of
+from .pointwise import POINTWISE, cast, cast_dtype, no_formula, step_of
 from .program import (
     Bad,
     Binary,
@@ -544,7 +544,12 @@ class Engine:
                 temp = self.store.new_temp(name, leaf)
                 temp.from_random = True
                 self.carry_read(temp, (args, kwargs), name)
-                why = f"{name} at {user_frame()} is not an elementwise operation shardinit follows"
+                kind = (
+                    "an elementwise operation shardinit has no exact formula for"
+                    if no_formula(name)
+                    else "not an elementwise operation shardinit follows"
+                )
+                why = f"{name} at {user_frame()} is {kind}"
                 temp.ops.append(CapturedOp(_whole(leaf), Opaque(why), name, user_frame()))
 
 

@@ -39,7 +39,7 @@ from .backstop import WriteBackstop
 from .coordinates import Coordinates
 from .engine import Engine, read_reason
 from .frames import frame_arguments, func_name, init_frame
-from .pointwise import inplace_name
+from .pointwise import inplace_name, no_formula
 from .records import Action, Fill, Opaque, UnsupportedInitOpError
 from .store import RecordStore
 from .tables import CONCATS, COPIES, FACTORIES, SCALES, is_inplace, route_of
@@ -165,7 +165,9 @@ class CaptureMode(TorchFunctionMode):
             return self.engine.cast_temp(name, func, args, kwargs)
         params = [track for track in followed if track.kind == "param"]
         if params:
-            if is_inplace(name) and target is not None:
+            if no_formula(name):
+                why = "it is an elementwise operation shardinit has no exact formula for"
+            elif is_inplace(name) and target is not None:
                 why = "this in-place operation on the parameter's values is not replayable"
             else:
                 why = "it reads the parameter's values (they do not exist on meta)"

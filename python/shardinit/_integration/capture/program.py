@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ... import _core
 from ...init import BaseInit, Constant
 
 __all__ = [
@@ -49,16 +50,10 @@ __all__ = [
     "substitute_prior",
 ]
 
-#: Unary operations of the core's evaluator.
-UNARY = frozenset(
-    {"neg", "abs", "reciprocal", "sqrt", "rsqrt", "exp", "expm1", "log", "log1p", "sin", "cos",
-     "tanh", "sigmoid", "softplus", "floor"}
-)  # fmt: skip
+#: Unary operations of the core's evaluator (their one home is the core: ``UnaryOp``).
+UNARY = frozenset(_core.UNARY_OPS)
 #: Binary operations of the core's evaluator (comparisons give 1.0 or 0.0).
-BINARY = frozenset(
-    {"add", "sub", "mul", "div", "pow", "min", "max", "floordiv", "mod", "lt", "le", "gt",
-     "ge", "eq", "ne"}
-)  # fmt: skip
+BINARY = frozenset(_core.BINARY_OPS)
 _COMPARE = {"lt", "le", "gt", "ge", "eq", "ne"}
 
 
@@ -363,8 +358,13 @@ def random_key(expr: Expr) -> set[tuple[int, tuple[Expr, ...]]] | None:
         parts = [random_key(expr.a), random_key(expr.b), random_key(expr.cond)]
         if any(p is None for p in parts):
             return None
-        if parts[2]:
-            return None
+        cond = parts[2]
+        if cond:
+            # A random condition (``where(x < 0, 0, x)``: relu, clamp by a number) meets
+            # either branch: both must read that one value, or none.
+            if len(cond) > 1 or any(p and p != cond for p in parts[:2]):
+                return None
+            return cond
         return set().union(*(p for p in parts[:2] if p))
     found: set[tuple[int, tuple[Expr, ...]]] = set()
     for child in _children(expr):

@@ -26,7 +26,7 @@ use super::{log1p, two_pow, two_prod};
 
 /// `a + b = s + e` exactly, for any finite `a`, `b` (Knuth's TwoSum).
 #[inline]
-fn two_sum(a: f64, b: f64) -> (f64, f64) {
+pub(super) fn two_sum(a: f64, b: f64) -> (f64, f64) {
     let s = a + b;
     let bb = s - a;
     (s, (a - (s - bb)) + (b - bb))
@@ -34,7 +34,7 @@ fn two_sum(a: f64, b: f64) -> (f64, f64) {
 
 /// `a + b = s + e` exactly when `a == 0` or `|a| >= |b|` (Dekker's FastTwoSum).
 #[inline]
-fn fast_two_sum(a: f64, b: f64) -> (f64, f64) {
+pub(super) fn fast_two_sum(a: f64, b: f64) -> (f64, f64) {
     let s = a + b;
     (s, b - (s - a))
 }
