@@ -146,7 +146,10 @@ fn bench_regions(c: &mut Criterion) {
     let one = evaluated.constant(1.0);
     let sum = evaluated.binary(BinaryOp::Add, n, one).unwrap();
     evaluated.unary(UnaryOp::Log, sum).unwrap();
-    for (name, program) in [("program_fused_f32", fused), ("program_coords_f32", evaluated)] {
+    for (name, program) in [
+        ("program_fused_f32", fused),
+        ("program_coords_f32", evaluated),
+    ] {
         for cols in [16u64, 512] {
             let region = column_box(cols);
             let mut out = vec![0f32; (ROWS * cols) as usize];
