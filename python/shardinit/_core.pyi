@@ -4,9 +4,11 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Final, final
 
 __all__ = [
+    "BINARY_OPS",
     "LOG_CONSTANTS",
     "PHI_INV_CONSTANTS",
     "STREAM_FORMAT_VERSION",
+    "UNARY_OPS",
     "Init",
     "InternalError",
     "Program",
@@ -19,6 +21,7 @@ __all__ = [
     "chunk_range",
     "fill",
     "fill_program",
+    "fill_regions",
     "key64",
     "phi",
     "phi_inv",
@@ -40,6 +43,12 @@ LOG_CONSTANTS: Final[Mapping[str, float]]
 #: ``PHI_INV_SPLIT1`` = 0.425), read-only, by name, to the bit. Their one home is
 #: rust/core/src/math.rs ``PHI_INV_CONSTANTS``; the device kernel is built from here.
 PHI_INV_CONSTANTS: Final[Mapping[str, float]]
+#: The names :meth:`Program.unary` takes, in the order of its error message. Their one
+#: home is rust/core/src/program.rs ``UnaryOp``.
+UNARY_OPS: Final[tuple[str, ...]]
+#: The names :meth:`Program.binary` takes (comparisons give 1.0 or 0.0), in the order of
+#: its error message. Their one home is rust/core/src/program.rs ``BinaryOp``.
+BINARY_OPS: Final[tuple[str, ...]]
 
 class ShardInitError(ValueError): ...
 class ShapeTooLargeError(ShardInitError): ...
@@ -190,6 +199,26 @@ def fill(
         ValueError: ``out`` read-only or not C-contiguous.
         BufferError: ``out``'s item format does not match ``dtype``.
         RuntimeError: the worker threads could not be started.
+    """
+
+def fill_regions(
+    key: int,
+    global_shape: list[int],
+    init: Init,
+    dtype: str,
+    regions: list[Region],
+    outs: list[Any],
+    threads: int = 0,
+) -> None:
+    """Writes each of ``regions`` of the parameter into the buffer of the same position in
+    ``outs``, from one source: an orthogonal matrix is computed once for all of them (a
+    rank's region of several boxes, a flat range cut into boxes), not once per region.
+    Every region is checked before anything is computed or written; otherwise as
+    :func:`fill`, and no two of ``outs`` may overlap.
+
+    Raises:
+        ShardInitError: ``outs`` not one buffer per region; as :func:`fill` for any
+            region (overlapping ``outs`` included).
     """
 
 def fill_program(

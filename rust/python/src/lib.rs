@@ -22,7 +22,7 @@ mod _core {
     #[pymodule_export]
     use crate::errors::{InternalError, ShapeTooLargeError, ShardInitError};
     #[pymodule_export]
-    use crate::fill::fill;
+    use crate::fill::{fill, fill_regions};
     #[pymodule_export]
     use crate::program::{fill_program, PyProgram};
     #[pymodule_export]
@@ -50,6 +50,14 @@ mod _core {
             "PHI_INV_CONSTANTS",
             crate::stream::constant_table(py, &PHI_INV_CONSTANTS)?,
         )?;
+        // The evaluator's operations, by the names `Program.unary` / `.binary` take;
+        // their one home is rust/core/src/program.rs.
+        use pyo3::types::PyTuple;
+        use shardinit_core::{BinaryOp, UnaryOp};
+        let unary = UnaryOp::ALL.iter().map(|op| op.name());
+        module.add("UNARY_OPS", PyTuple::new(py, unary)?)?;
+        let binary = BinaryOp::ALL.iter().map(|op| op.name());
+        module.add("BINARY_OPS", PyTuple::new(py, binary)?)?;
         Ok(())
     }
 }
