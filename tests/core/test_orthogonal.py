@@ -193,10 +193,8 @@ def test_fill_regions_writes_every_box_of_a_region_from_one_matrix() -> None:
         _core.fill_regions(key, shape, core_init, "float64", bad, untouched[:1])
     shared = np.zeros(8)
     overlapping = [regions[0], regions[3]]
-    with pytest.raises(shardinit.ShardInitError, match="^out overlaps the memory"):
-        _core.fill_regions(
-            key, shape, core_init, "float64", overlapping, [shared[:3], shared[2:]]
-        )
+    with pytest.raises(shardinit.ShardInitError, match=r"^out overlaps the memory"):
+        _core.fill_regions(key, shape, core_init, "float64", overlapping, [shared[:3], shared[2:]])
 
 
 def test_one_thread_equals_many() -> None:
