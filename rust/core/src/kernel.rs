@@ -459,18 +459,20 @@ fn two_word_steps<T: Element, W: WordSource>(
     const SMALL: usize = SMALL_STEP / 2;
     let mut index = start;
     let mut done = 0;
-    // Reused by every step: written in full before each use.
-    let mut big_words = [0u32; BIG_STEP];
+    // Reused by every step: written in full before each use. The big one is zeroed on
+    // the first big step only: a short run (a box's narrow rows) takes none.
+    let mut big_words: Option<[u32; BIG_STEP]> = None;
     let mut small_words = [0u32; SMALL_STEP];
     while done < out.len() {
         let skip = (index & 1) as usize;
         let remaining = out.len() - done;
         if skip == 0 && remaining >= BIG {
-            words_of.step(index >> 1, key, &mut big_words);
+            let words = big_words.get_or_insert([0u32; BIG_STEP]);
+            words_of.step(index >> 1, key, words);
             let dest: &mut [T; BIG] = (&mut out[done..done + BIG])
                 .try_into()
                 .expect("a full step");
-            transform_two_word(sampler, &big_words, dest);
+            transform_two_word(sampler, words, dest);
             done += BIG;
             index += BIG as u64;
             continue;
