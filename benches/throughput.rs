@@ -1,11 +1,14 @@
 //! Criterion benchmarks of the core, reported in bytes/s of output: raw words, uniform
 //! f32, normal f32, trunc_normal f32, normal bf16, each on 1 thread and on all threads;
 //! then uniform / normal / trunc_normal f32 on one thread for every backend this CPU
-//! runs (the scalar reference, the portable lane code, AVX2, AVX-512).
+//! runs (the scalar reference, the portable lane code, AVX2, AVX-512); then the region
+//! walk on one thread: boxes of short runs (a column slice) and init programs over a
+//! box, fused (a source then steps) and evaluated (coordinates).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use half::bf16;
-use shardinit_core::{Backend, Init, ParamStream, Stream, Threads};
+use shardinit_core::program::{BinaryOp, Program, UnaryOp};
+use shardinit_core::{Backend, Dtype, Init, OutBuf, ParamStream, Region, Stream, Threads};
 
 const ELEMENTS: usize = 1 << 22;
 
@@ -95,5 +98,75 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// The global shape of the region benchmarks, and the column slice they fill: runs of
+/// `cols` elements, one per row.
+const ROWS: u64 = 4096;
+const COLUMNS: u64 = 1024;
+
+fn column_box(cols: u64) -> Region {
+    Region::Box {
+        ranges: vec![(0, ROWS), (8, 8 + cols)],
+        offset: None,
+    }
+}
+
+fn bench_regions(c: &mut Criterion) {
+    let mut group = c.benchmark_group("regions");
+    group.sample_size(10);
+    let normal = Init::Normal {
+        mean: 0.0,
+        std: 0.02,
+    };
+    let p = ParamStream {
+        key64: 7,
+        global_shape: vec![ROWS, COLUMNS],
+        init: normal,
+    };
+    for cols in [16u64, 512] {
+        let region = column_box(cols);
+        let mut out = vec![0f32; (ROWS * cols) as usize];
+        group.throughput(Throughput::Bytes((out.len() * 4) as u64));
+        let id = BenchmarkId::new("box_normal_f32", format!("runs_of_{cols}"));
+        group.bench_function(id, |b| {
+            b.iter(|| {
+                p.fill_region(&region, OutBuf::F32(&mut out), Threads::Count(1))
+                    .unwrap()
+            });
+        });
+    }
+    // normal * 2 + 1 (the fused path) and log(coord1 + 1) (the evaluator).
+    let mut fused = Program::new();
+    let x = fused.source(normal, Dtype::F32).unwrap();
+    let two = fused.constant(2.0);
+    let doubled = fused.binary(BinaryOp::Mul, x, two).unwrap();
+    let one = fused.constant(1.0);
+    fused.binary(BinaryOp::Add, doubled, one).unwrap();
+    let mut evaluated = Program::new();
+    let n = evaluated.coord(1).unwrap();
+    let one = evaluated.constant(1.0);
+    let sum = evaluated.binary(BinaryOp::Add, n, one).unwrap();
+    evaluated.unary(UnaryOp::Log, sum).unwrap();
+    for (name, program) in [
+        ("program_fused_f32", fused),
+        ("program_coords_f32", evaluated),
+    ] {
+        for cols in [16u64, 512] {
+            let region = column_box(cols);
+            let mut out = vec![0f32; (ROWS * cols) as usize];
+            group.throughput(Throughput::Bytes((out.len() * 4) as u64));
+            let id = BenchmarkId::new(name, format!("runs_of_{cols}"));
+            group.bench_function(id, |b| {
+                b.iter(|| {
+                    let out = OutBuf::F32(&mut out);
+                    program
+                        .fill_region(7, &[ROWS, COLUMNS], &region, out, Threads::Count(1))
+                        .unwrap()
+                });
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_regions);
 criterion_main!(benches);

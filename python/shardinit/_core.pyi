@@ -21,6 +21,7 @@ __all__ = [
     "chunk_range",
     "fill",
     "fill_program",
+    "fill_regions",
     "key64",
     "phi",
     "phi_inv",
@@ -42,9 +43,11 @@ LOG_CONSTANTS: Final[Mapping[str, float]]
 #: ``PHI_INV_SPLIT1`` = 0.425), read-only, by name, to the bit. Their one home is
 #: rust/core/src/math.rs ``PHI_INV_CONSTANTS``; the device kernel is built from here.
 PHI_INV_CONSTANTS: Final[Mapping[str, float]]
-#: The operation names :meth:`Program.unary` and :meth:`Program.binary` take, in the
-#: core's order. Their one home is rust/core/src/program.rs (``UnaryOp``, ``BinaryOp``).
+#: The names :meth:`Program.unary` takes, in the order of its error message. Their one
+#: home is rust/core/src/program.rs ``UnaryOp``.
 UNARY_OPS: Final[tuple[str, ...]]
+#: The names :meth:`Program.binary` takes (comparisons give 1.0 or 0.0), in the order of
+#: its error message. Their one home is rust/core/src/program.rs ``BinaryOp``.
 BINARY_OPS: Final[tuple[str, ...]]
 
 class ShardInitError(ValueError): ...
@@ -198,6 +201,26 @@ def fill(
         ValueError: ``out`` read-only or not C-contiguous.
         BufferError: ``out``'s item format does not match ``dtype``.
         RuntimeError: the worker threads could not be started.
+    """
+
+def fill_regions(
+    key: int,
+    global_shape: list[int],
+    init: Init,
+    dtype: str,
+    regions: list[Region],
+    outs: list[Any],
+    threads: int = 0,
+) -> None:
+    """Writes each of ``regions`` of the parameter into the buffer of the same position in
+    ``outs``, from one source: an orthogonal matrix is computed once for all of them (a
+    rank's region of several boxes, a flat range cut into boxes), not once per region.
+    Every region is checked before anything is computed or written; otherwise as
+    :func:`fill`, and no two of ``outs`` may overlap.
+
+    Raises:
+        ShardInitError: ``outs`` not one buffer per region; as :func:`fill` for any
+            region (overlapping ``outs`` included).
     """
 
 def fill_program(

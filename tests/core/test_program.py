@@ -352,3 +352,23 @@ def test_the_gil_is_released_while_a_program_fills() -> None:
         if len(middle) >= 5:
             break
     assert len(middle) >= 5, (len(middle), end - start)
+
+
+def test_the_op_lists_are_the_evaluators() -> None:
+    """``_core.UNARY_OPS`` / ``BINARY_OPS`` (the core's operation lists, exported for
+    Python) are exactly the names the evaluator takes, in its error message's order, and
+    every one of them is covered by the programs above."""
+    p = _core.Program()
+    x = p.constant(2.0)
+    for op in _core.UNARY_OPS:
+        p.unary(op, x)
+    for op in _core.BINARY_OPS:
+        p.binary(op, x, x)
+    for ops, add in [(_core.UNARY_OPS, lambda: p.unary("no_such_op", x)),
+                     (_core.BINARY_OPS, lambda: p.binary("no_such_op", x, x))]:  # fmt: skip
+        listed = ", ".join(f"'{op}'" for op in ops)
+        with pytest.raises(_core.ShardInitError) as refused:
+            add()
+        assert str(refused.value) == f"op must be one of {listed}, got 'no_such_op'"
+    assert set(_core.UNARY_OPS) == set(UNARY_DOMAIN)
+    assert set(_core.BINARY_OPS) == set(BINARY_OPS)

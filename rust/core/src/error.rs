@@ -3,7 +3,9 @@
 use std::fmt;
 
 /// Everything the core can refuse. Each variant names the offending argument so the
-/// bindings can raise a specific exception with a clear message.
+/// bindings can raise a specific exception with a clear message. The messages name the
+/// core's own arguments and limits only: how a caller's API sets them (a cap, a thread
+/// count) is for that API's layer to add.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Error {
@@ -82,8 +84,9 @@ pub enum Error {
         /// What the thread-pool builder reported.
         reason: String,
     },
-    /// An orthogonal initializer's parameter has more elements than its cap: every rank
-    /// would hold the whole matrix in binary64.
+    /// An orthogonal initializer's parameter has more elements than its cap (the caller's,
+    /// [`crate::Init::Orthogonal`]'s `max_numel`): every rank would hold the whole matrix
+    /// in binary64.
     OrthogonalTooLarge {
         /// The global shape.
         global_shape: Vec<u64>,
@@ -210,11 +213,9 @@ impl fmt::Display for Error {
             Error::OutputSizeMismatch { expected, got } => {
                 write!(f, "out has {got} elements but the region has {expected}")
             }
-            Error::ThreadPool { threads, reason } => write!(
-                f,
-                "could not start {threads} worker threads ({reason}); lower the count with \
-                 shardinit.set_num_threads"
-            ),
+            Error::ThreadPool { threads, reason } => {
+                write!(f, "could not start {threads} worker threads ({reason})")
+            }
             Error::OrthogonalTooLarge {
                 global_shape,
                 numel,
@@ -232,8 +233,7 @@ impl fmt::Display for Error {
                 f,
                 "orthogonal init of shape {global_shape:?} has {numel} elements, above the \
                  cap of {max_numel} (every rank computes the whole matrix in binary64, 8 \
-                 bytes per element); raise the cap with shardinit.init.orthogonal(max_numel=...) \
-                 or the environment variable SHARDINIT_ORTHOGONAL_MAX_NUMEL"
+                 bytes per element)"
             ),
             Error::OrthogonalShape { global_shape } => write!(
                 f,

@@ -1,25 +1,18 @@
-//! The fill API: write any region of a parameter's global tensor into a
-//! caller-provided contiguous buffer.
-//!
-//! Two kinds of region ([`Region`]):
-//! * a **flat range** `[start, start + len)` of flat row-major element indices
-//!   (FSDP1 flat-parameter shards);
-//! * a **box**, one `(start, stop)` range per dimension of the global shape, written in
-//!   C order (DTensor shards, `torch.chunk` pieces), or a part of one.
-//!
-//! Work is split into chunks of [`CHUNK_ELEMENTS`] output elements
-//! ([`crate::pool`]). Each element's value depends only on its global flat index
-//! ([`crate::geometry`]), so the result never depends on how the work is split or on
-//! the thread count.
+//! The fill API: write any [`Region`] of a parameter's global tensor into a
+//! caller-provided contiguous buffer, through the one region walk
+//! ([`crate::region`]): per run, the serial stream writer ([`crate::serial`]) for the
+//! elementwise initializers, or a read of the orthogonal matrix, computed once per fill.
 
 use half::{bf16, f16};
 
-use crate::geometry::{box_numel, checked_numel, RunLayout};
+use crate::geometry::{box_numel, checked_numel};
 use crate::init::{Dtype, Element, Init, Sampler};
 use crate::kernel;
 use crate::orthogonal::OrthogonalMatrix;
 use crate::philox::{Backend, Stream};
-use crate::pool::{for_each_chunk, Threads, CHUNK_ELEMENTS};
+use crate::pool::Threads;
+use crate::region::{Region, RunWriter, Walk};
+use crate::serial::write_stream;
 use crate::Error;
 
 /// One parameter of stream format v1, everything but the dtype (which comes from the
@@ -34,100 +27,44 @@ pub struct ParamStream {
     pub init: Init,
 }
 
-/// A region of a parameter's global tensor, as [`ParamStream::fill_region`] writes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Region {
-    /// Elements `[start, start + out.len())` of the row-major flattened tensor.
-    Flat {
-        /// First flat element index.
-        start: u64,
-    },
-    /// The box `ranges` (one `(start, stop)` per dim), in C order: the whole box when
-    /// `offset` is `None` (then `out` must hold exactly the box), else its elements
-    /// `[offset, offset + out.len())`.
-    Box {
-        /// One `(start, stop)` per dimension of the global shape.
-        ranges: Vec<(u64, u64)>,
-        /// Where in the box (in C order) `out` starts, or `None` for the whole box.
-        offset: Option<u64>,
-    },
-}
-
-/// Writes elements `[start, start + out.len())` (global flat indices) of one parameter.
-/// Single-threaded; the building block of all fills.
-pub(crate) fn fill_flat_serial<T: Element>(
-    backend: Backend,
-    stream: &Stream,
-    sampler: &Sampler,
-    start: u64,
-    out: &mut [T],
-) {
-    if let Sampler::Constant { value } = *sampler {
-        out.fill(T::from_f64(value));
-        return;
-    }
-    let two_words = T::DTYPE.words_per_element() == 2;
-    match (backend, two_words) {
-        (Backend::Scalar, false) => scalar_one_word(stream, sampler, start, out),
-        (Backend::Scalar, true) => scalar_two_word(stream, sampler, start, out),
-        (_, false) => {
-            kernel::fill_lanes::<T, false>(backend, stream.key_words(), sampler, start, out)
-        }
-        (_, true) => {
-            kernel::fill_lanes::<T, true>(backend, stream.key_words(), sampler, start, out)
-        }
-    }
-}
-
-/// The scalar reference for one-word dtypes: element `i` is
-/// `T::from_f64(sampler.one_word(word i))`, one Philox block at a time.
-fn scalar_one_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, out: &mut [T]) {
-    // `out` first: the index range is never advanced past the last element.
-    for (slot, index) in out.iter_mut().zip(start..) {
-        let block = stream.block(index >> 2);
-        *slot = T::from_f64(sampler.one_word(block[(index & 3) as usize]));
-    }
-}
-
-/// The scalar reference for float64: element `i` uses words `2i` and `2i + 1` (both in
-/// block `i >> 1`).
-fn scalar_two_word<T: Element>(stream: &Stream, sampler: &Sampler, start: u64, out: &mut [T]) {
-    // `out` first: the index range is never advanced past the last element.
-    for (slot, index) in out.iter_mut().zip(start..) {
-        let block = stream.block(index >> 1);
-        let pair = 2 * (index & 1) as usize;
-        *slot = T::from_f64(sampler.two_words(block[pair], block[pair + 1]));
-    }
-}
-
 /// Where a fill's values come from: the stream through an elementwise sampler, or a
 /// matrix computed whole (orthogonal).
 enum Source {
-    Stream(Stream, Sampler),
+    Stream {
+        backend: Backend,
+        stream: Stream,
+        sampler: Sampler,
+    },
     Orthogonal(OrthogonalMatrix),
 }
 
-impl Source {
-    /// Writes elements `[start, start + out.len())` (global flat indices).
-    fn write<T: Element>(&self, backend: Backend, start: u64, out: &mut [T]) {
+impl<T: Element> RunWriter<T> for Source {
+    type Scratch = ();
+
+    fn scratch(&self) {}
+
+    #[inline(always)]
+    fn write_run(&self, _: &mut (), start: u64, out: &mut [T]) -> Result<(), (u64, Error)> {
         match self {
-            Source::Stream(stream, sampler) => {
-                fill_flat_serial(backend, stream, sampler, start, out);
-            }
+            Source::Stream {
+                backend,
+                stream,
+                sampler,
+            } => write_stream(*backend, stream, sampler, start, out),
             Source::Orthogonal(matrix) => {
                 for (slot, index) in out.iter_mut().zip(start..) {
                     *slot = T::from_f64(matrix.value(index));
                 }
             }
         }
+        Ok(())
     }
 }
 
 impl ParamStream {
-    /// Validates the initializer for the shape and dtype; returns the element count.
-    fn checked<T: Element>(&self) -> Result<u64, Error> {
-        let numel = checked_numel(&self.global_shape, T::DTYPE.max_numel())?;
+    /// Validates the initializer for the shape and `dtype`; returns the element count.
+    fn checked(&self, dtype: Dtype) -> Result<u64, Error> {
+        let numel = checked_numel(&self.global_shape, dtype.max_numel())?;
         self.init.validate()?;
         self.init.check_shape(&self.global_shape, numel)?;
         Ok(numel)
@@ -144,8 +81,29 @@ impl ParamStream {
                 backend,
                 threads,
             )?)),
-            init => Ok(Source::Stream(Stream::new(self.key64), init.prepare()?)),
+            init => Ok(Source::Stream {
+                backend,
+                stream: Stream::new(self.key64),
+                sampler: init.prepare()?,
+            }),
         }
+    }
+
+    /// Checks the initializer, then `region` for `out`, then computes the source and
+    /// walks the region (the one fill every entry point below ends in).
+    fn fill_using<T: Element>(
+        &self,
+        backend: Backend,
+        region: &Region,
+        out: &mut [T],
+        threads: Threads,
+    ) -> Result<(), Error> {
+        let numel = self.checked(T::DTYPE)?;
+        let Some(walk) = Walk::new(&self.global_shape, numel, region, out.len() as u64)? else {
+            return Ok(());
+        };
+        let source = self.source(backend, threads)?;
+        walk.write(out, threads, &source)
     }
 
     /// Fills `out` with elements `[start, start + out.len())` of the flattened global
@@ -178,19 +136,7 @@ impl ParamStream {
         threads: Threads,
     ) -> Result<(), Error> {
         kernel::check_available(backend);
-        let numel = self.checked::<T>()?;
-        let len = out.len() as u64;
-        if start.checked_add(len).is_none_or(|end| end > numel) {
-            return Err(Error::RangeOutOfBounds { start, len, numel });
-        }
-        if len == 0 {
-            return Ok(());
-        }
-        let source = self.source(backend, threads)?;
-        for_each_chunk(out, threads, |index, chunk| {
-            let chunk_start = start + (index * CHUNK_ELEMENTS) as u64;
-            source.write(backend, chunk_start, chunk);
-        })
+        self.fill_using(backend, &Region::Flat { start }, out, threads)
     }
 
     /// Fills `out` with the box `region` (one `(start, stop)` per dim) of the global
@@ -249,33 +195,11 @@ impl ParamStream {
         threads: Threads,
     ) -> Result<(), Error> {
         kernel::check_available(backend);
-        self.checked::<T>()?;
-        let box_len = box_numel(&self.global_shape, region)?;
-        let len = out.len() as u64;
-        if out_offset.checked_add(len).is_none_or(|end| end > box_len) {
-            return Err(Error::OutputSizeMismatch {
-                expected: box_len.saturating_sub(out_offset),
-                got: len,
-            });
-        }
-        if len == 0 {
-            return Ok(());
-        }
-        let layout = RunLayout::new(&self.global_shape, region);
-        let source = self.source(backend, threads)?;
-        for_each_chunk(out, threads, |index, chunk| {
-            let mut position = out_offset + (index * CHUNK_ELEMENTS) as u64;
-            let mut done = 0usize;
-            while done < chunk.len() {
-                let run = position / layout.run_len;
-                let within = position % layout.run_len;
-                let take = ((layout.run_len - within) as usize).min(chunk.len() - done);
-                let global_start = layout.run_start(run) + within;
-                source.write(backend, global_start, &mut chunk[done..done + take]);
-                done += take;
-                position += take as u64;
-            }
-        })
+        let region = Region::Box {
+            ranges: region.to_vec(),
+            offset: Some(out_offset),
+        };
+        self.fill_using(backend, &region, out, threads)
     }
 }
 
@@ -345,6 +269,39 @@ impl ParamStream {
         }
     }
 
+    /// Fills each `(region, out)` of `parts` with that region of the parameter, from one
+    /// source: an orthogonal matrix is computed once for all the parts (a rank's region
+    /// made of several boxes, or a flat range cut into boxes) instead of once per fill.
+    /// Every part is checked before anything is computed or written.
+    ///
+    /// # Errors
+    /// As [`ParamStream::fill_region`], for the first part refused.
+    pub fn fill_regions(
+        &self,
+        parts: Vec<(Region, OutBuf<'_>)>,
+        threads: Threads,
+    ) -> Result<(), Error> {
+        let mut walks = Vec::with_capacity(parts.len());
+        for (region, out) in &parts {
+            let (numel, len) = (self.checked(out.dtype())?, out.len() as u64);
+            walks.push(Walk::new(&self.global_shape, numel, region, len)?);
+        }
+        if walks.iter().all(Option::is_none) {
+            return Ok(());
+        }
+        let source = self.source(Backend::detect(), threads)?;
+        for (walk, (_, out)) in walks.iter().zip(parts) {
+            let Some(walk) = walk else { continue };
+            match out {
+                OutBuf::F32(s) => walk.write(s, threads, &source),
+                OutBuf::F64(s) => walk.write(s, threads, &source),
+                OutBuf::BF16(s) => walk.write(s, threads, &source),
+                OutBuf::F16(s) => walk.write(s, threads, &source),
+            }?;
+        }
+        Ok(())
+    }
+
     /// [`ParamStream::fill_region`] for one element type.
     pub(crate) fn fill_region_typed<T: Element>(
         &self,
@@ -353,15 +310,134 @@ impl ParamStream {
         threads: Threads,
     ) -> Result<(), Error> {
         match *region {
-            Region::Flat { start } => self.fill_flat(start, out, threads),
+            // The whole box: its size is checked before the initializer.
             Region::Box {
                 ref ranges,
                 offset: None,
             } => self.fill_box(ranges, out, threads),
-            Region::Box {
-                ref ranges,
-                offset: Some(offset),
-            } => self.fill_box_part(ranges, offset, out, threads),
+            _ => self.fill_using(Backend::detect(), region, out, threads),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::orthogonal::COMPUTED;
+
+    fn computed() -> usize {
+        COMPUTED.with(std::cell::Cell::get)
+    }
+
+    fn boxed(ranges: &[(u64, u64)], offset: Option<u64>) -> Region {
+        Region::Box {
+            ranges: ranges.to_vec(),
+            offset,
+        }
+    }
+
+    #[test]
+    fn fill_regions_computes_one_orthogonal_matrix_for_every_part() {
+        let param = ParamStream {
+            key64: 11,
+            global_shape: vec![12, 10],
+            init: Init::Orthogonal {
+                gain: 2.0,
+                max_numel: 1 << 20,
+            },
+        };
+        let mut full = vec![0f64; 120];
+        param.fill_flat(0, &mut full, Threads::Count(1)).unwrap();
+        // An uneven flat range [7, 113) as three boxes (the tail of row 0, rows 1..11,
+        // the head of row 11), and part of a column box in float32.
+        let (mut head, mut rows, mut tail) = (vec![0f64; 3], vec![0f64; 100], vec![0f64; 3]);
+        let mut column = vec![0f32; 5];
+        let before = computed();
+        let parts = vec![
+            (boxed(&[(0, 1), (7, 10)], None), OutBuf::F64(&mut head)),
+            (boxed(&[(1, 11), (0, 10)], None), OutBuf::F64(&mut rows)),
+            (boxed(&[(11, 12), (0, 3)], None), OutBuf::F64(&mut tail)),
+            (boxed(&[(0, 12), (4, 5)], Some(6)), OutBuf::F32(&mut column)),
+        ];
+        param.fill_regions(parts, Threads::Count(2)).unwrap();
+        assert_eq!(computed() - before, 1);
+        assert_eq!(head, full[7..10]);
+        assert_eq!(rows, full[10..110]);
+        assert_eq!(tail, full[110..113]);
+        let expected: Vec<f32> = (6..11).map(|row| full[row * 10 + 4] as f32).collect();
+        assert_eq!(column, expected);
+        // One fill per box computes the matrix once per box.
+        let before = computed();
+        param
+            .fill_box(&[(0, 1), (7, 10)], &mut head, Threads::Count(1))
+            .unwrap();
+        param
+            .fill_box(&[(11, 12), (0, 3)], &mut tail, Threads::Count(1))
+            .unwrap();
+        assert_eq!(computed() - before, 2);
+    }
+
+    #[test]
+    fn fill_regions_checks_every_part_before_writing_any() {
+        let param = ParamStream {
+            key64: 3,
+            global_shape: vec![4, 6],
+            init: Init::Orthogonal {
+                gain: 1.0,
+                max_numel: 100,
+            },
+        };
+        let (mut first, mut second) = (vec![7f32; 6], vec![7f32; 5]);
+        let before = computed();
+        let parts = vec![
+            (boxed(&[(0, 1), (0, 6)], None), OutBuf::F32(&mut first)),
+            (Region::Flat { start: 20 }, OutBuf::F32(&mut second)),
+        ];
+        let error = param.fill_regions(parts, Threads::Count(1)).unwrap_err();
+        assert_eq!(
+            error,
+            Error::RangeOutOfBounds {
+                start: 20,
+                len: 5,
+                numel: 24
+            }
+        );
+        assert_eq!(computed(), before);
+        assert_eq!((first, second), (vec![7f32; 6], vec![7f32; 5]));
+    }
+
+    #[test]
+    fn fill_regions_of_a_sampled_initializer_is_each_fill() {
+        let param = ParamStream {
+            key64: 5,
+            global_shape: vec![3, 70_000],
+            init: Init::TruncNormal {
+                mean: 0.0,
+                std: 1.0,
+                a: -2.0,
+                b: 2.0,
+            },
+        };
+        let region = boxed(&[(0, 3), (5, 69_000)], None);
+        let flat = Region::Flat { start: 1000 };
+        let mut expected_box = vec![0f32; 3 * 68_995];
+        let mut expected_flat = vec![0f64; 100_000];
+        param
+            .fill_region(&region, OutBuf::F32(&mut expected_box), Threads::Count(1))
+            .unwrap();
+        param
+            .fill_region(&flat, OutBuf::F64(&mut expected_flat), Threads::Count(1))
+            .unwrap();
+        let mut got_box = vec![0f32; 3 * 68_995];
+        let mut got_flat = vec![0f64; 100_000];
+        let mut empty: Vec<f32> = Vec::new();
+        let parts = vec![
+            (region, OutBuf::F32(&mut got_box)),
+            (Region::Flat { start: 0 }, OutBuf::F32(&mut empty)),
+            (flat, OutBuf::F64(&mut got_flat)),
+        ];
+        param.fill_regions(parts, Threads::Count(3)).unwrap();
+        assert_eq!(got_box, expected_box);
+        assert_eq!(got_flat, expected_flat);
     }
 }

@@ -313,7 +313,8 @@ pub enum Init {
         /// The scale (finite, any sign).
         gain: f64,
         /// The largest element count allowed (the whole matrix is computed in binary64
-        /// by every fill); see [`crate::orthogonal::DEFAULT_MAX_NUMEL`].
+        /// by every fill, 8 bytes per element): the caller's choice (the Python API's
+        /// default and its environment variable live there).
         max_numel: u64,
     },
 }
@@ -419,17 +420,20 @@ impl Init {
 /// `-PhiInv(1 - t)` with `1 - t = Phi(-be) + (1 - U) * mass`, which involves no
 /// cancellation (`1 - U` is exact for the U32 and U52 maps).
 #[derive(Clone, Copy, Debug, PartialEq)]
+///
+/// Its fields are the constants [`Sampler::constants`] publishes, by the same names; the
+/// lane kernels read them by name too.
 pub struct TruncNormal {
-    mean: f64,
-    std: f64,
-    a: f64,
-    b: f64,
+    pub(crate) mean: f64,
+    pub(crate) std: f64,
+    pub(crate) a: f64,
+    pub(crate) b: f64,
     /// Phi(al).
-    lower_cdf: f64,
+    pub(crate) lower_cdf: f64,
     /// Phi(-be) = 1 - Phi(be).
-    upper_tail: f64,
+    pub(crate) upper_tail: f64,
     /// Phi(be) - Phi(al), computed without cancellation for the interval's position.
-    mass: f64,
+    pub(crate) mass: f64,
 }
 
 impl TruncNormal {
@@ -458,20 +462,6 @@ impl TruncNormal {
             upper_tail,
             mass,
         }
-    }
-
-    /// `(mean, std, a, b, Phi(al), Phi(-be), mass)`, for the lane kernels.
-    #[inline(always)]
-    pub(crate) fn constants(&self) -> (f64, f64, f64, f64, f64, f64, f64) {
-        (
-            self.mean,
-            self.std,
-            self.a,
-            self.b,
-            self.lower_cdf,
-            self.upper_tail,
-            self.mass,
-        )
     }
 
     /// `Phi(al)`, the normal CDF at the standardized lower bound `al = (a - mean) / std`.
@@ -724,7 +714,15 @@ mod tests {
         let Sampler::TruncNormal(t) = trunc else {
             panic!("a trunc_normal sampler")
         };
-        let (mean, std, a, b, lower_cdf, upper_tail, mass) = t.constants();
+        let TruncNormal {
+            mean,
+            std,
+            a,
+            b,
+            lower_cdf,
+            upper_tail,
+            mass,
+        } = t;
         let expected = [
             ("mean", mean),
             ("std", std),

@@ -181,7 +181,15 @@ fn normal_lanes<const N: usize>(mean: f64, std: f64, u: &[f64; N], value: &mut [
 /// [`TruncNormal::sample`] over lanes of uniforms `u`.
 #[inline(always)]
 fn trunc_normal_lanes<const N: usize>(t: &TruncNormal, u: &[f64; N], value: &mut [f64; N]) {
-    let (mean, std, a, b, lower_cdf, upper_tail, mass) = t.constants();
+    let TruncNormal {
+        mean,
+        std,
+        a,
+        b,
+        lower_cdf,
+        upper_tail,
+        mass,
+    } = *t;
     let mut p = [0f64; N];
     let mut upper = [false; N];
     for i in 0..N {
@@ -451,31 +459,35 @@ fn two_word_steps<T: Element, W: WordSource>(
     const SMALL: usize = SMALL_STEP / 2;
     let mut index = start;
     let mut done = 0;
+    // Reused by every step: written in full before each use. The big one is zeroed on
+    // the first big step only: a short run (a box's narrow rows) takes none.
+    let mut big_words: Option<[u32; BIG_STEP]> = None;
+    let mut small_words = [0u32; SMALL_STEP];
     while done < out.len() {
         let skip = (index & 1) as usize;
         let remaining = out.len() - done;
         if skip == 0 && remaining >= BIG {
-            let mut words = [0u32; BIG_STEP];
-            words_of.step(index >> 1, key, &mut words);
+            let words = big_words.get_or_insert([0u32; BIG_STEP]);
+            words_of.step(index >> 1, key, words);
             let dest: &mut [T; BIG] = (&mut out[done..done + BIG])
                 .try_into()
                 .expect("a full step");
-            transform_two_word(sampler, &words, dest);
+            transform_two_word(sampler, words, dest);
             done += BIG;
             index += BIG as u64;
             continue;
         }
-        let mut words = [0u32; SMALL_STEP];
-        words_of.step(index >> 1, key, &mut words);
+        words_of.step(index >> 1, key, &mut small_words);
         let take = (SMALL - skip).min(remaining);
         if take == SMALL {
             let dest: &mut [T; SMALL] = (&mut out[done..done + SMALL])
                 .try_into()
                 .expect("a full step");
-            transform_two_word(sampler, &words, dest);
+            transform_two_word(sampler, &small_words, dest);
         } else {
+            // A partial step (the first or the last): transform all, keep a part.
             let mut values = [T::from_f64(0.0); SMALL];
-            transform_two_word(sampler, &words, &mut values);
+            transform_two_word(sampler, &small_words, &mut values);
             out[done..done + take].copy_from_slice(&values[skip..skip + take]);
         }
         done += take;

@@ -12,9 +12,11 @@ pub mod orthogonal;
 pub mod philox;
 pub mod pool;
 pub mod program;
+pub mod region;
+mod serial;
 
 pub use error::Error;
-pub use fill::{OutBuf, ParamStream, Region};
+pub use fill::{OutBuf, ParamStream};
 pub use geometry::{box_numel, checked_numel, chunk_range};
 pub use init::{Dtype, Element, Init, Sampler};
 pub use key::{key64, KEY_DOMAIN_V1};
@@ -22,3 +24,4 @@ pub use orthogonal::OrthogonalMatrix;
 pub use philox::{philox4x32_10, Backend, Stream};
 pub use pool::{Threads, CHUNK_ELEMENTS};
 pub use program::{BinaryOp, Program, UnaryOp};
+pub use region::Region;

@@ -25,16 +25,18 @@
 //! Cost: `4 m n^2 - 4 n^3 / 3` flops (the QR and forming `Q`), one `m x n` binary64
 //! matrix per call (plus a panel of `PANEL` columns), freed when the fill returns.
 
-use crate::fill::fill_flat_serial;
 use crate::init::Sampler;
 use crate::philox::{Backend, Stream};
 use crate::pool::{install, Threads};
+use crate::serial::write_stream;
 use crate::Error;
 use rayon::prelude::*;
 
-/// The default cap on the elements of an orthogonal parameter: 2^26 (an 8192 x 8192
-/// matrix, 512 MiB of binary64 working memory on every rank that fills any part of it).
-pub const DEFAULT_MAX_NUMEL: u64 = 1 << 26;
+#[cfg(test)]
+thread_local! {
+    /// Matrices computed by calls on this thread (tests count the QRs of a fill).
+    pub(crate) static COMPUTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
 
 /// Reflectors per panel: the loops apply this many reflectors to one column while it
 /// stays in cache. Changes no bits (see the module docs).
@@ -72,6 +74,8 @@ impl OrthogonalMatrix {
         backend: Backend,
         threads: Threads,
     ) -> Result<OrthogonalMatrix, Error> {
+        #[cfg(test)]
+        COMPUTED.with(|count| count.set(count.get() + 1));
         Self::compute_with_panel(key64, global_shape, gain, backend, threads, PANEL)
     }
 
@@ -156,7 +160,7 @@ fn generate(
     if transposed {
         // a[j * m + i] = A[i, j] = N[j, i], flat index j * m + i: the stream in order.
         let fill = |(index, part): (usize, &mut [f64])| {
-            fill_flat_serial(backend, stream, &normal, (index * m) as u64, part);
+            write_stream(backend, stream, &normal, (index * m) as u64, part);
         };
         if parallel {
             a.par_chunks_mut(m).enumerate().for_each(fill);
@@ -173,7 +177,7 @@ fn generate(
         let mut row = [0f64; GENERATE_COLUMNS];
         for i in 0..m {
             let start = (i * n + first) as u64;
-            fill_flat_serial(backend, stream, &normal, start, &mut row[..width]);
+            write_stream(backend, stream, &normal, start, &mut row[..width]);
             for (c, &value) in row[..width].iter().enumerate() {
                 part[c * m + i] = value;
             }
@@ -488,7 +492,7 @@ mod tests {
             std: 1.0,
         };
         let mut n_matrix = vec![0.0; 84];
-        fill_flat_serial(Backend::Scalar, &stream, &normal, 0, &mut n_matrix);
+        write_stream(Backend::Scalar, &stream, &normal, 0, &mut n_matrix);
         for j in 0..7 {
             let mut r_jj = 0.0;
             for i in 0..12 {
@@ -560,7 +564,7 @@ mod tests {
             std: 1.0,
         };
         let mut n_matrix = [0.0f64; 4];
-        fill_flat_serial(Backend::Scalar, &stream, &normal, 0, &mut n_matrix);
+        write_stream(Backend::Scalar, &stream, &normal, 0, &mut n_matrix);
         let [a, b, c, d] = n_matrix;
         let norm = a.hypot(c);
         let (q00, q10) = (a / norm, c / norm);

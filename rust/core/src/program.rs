@@ -21,16 +21,17 @@
 //! with the result. That is also how a source whose values are not elementwise (an
 //! orthogonal matrix, computed whole) takes steps.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use half::{bf16, f16};
 
-use crate::fill::{OutBuf, ParamStream, Region};
-use crate::geometry::{box_numel, checked_numel, RunLayout};
+use crate::fill::{OutBuf, ParamStream};
+use crate::geometry::checked_numel;
 use crate::init::{Dtype, Element, Init, Sampler};
 use crate::math;
 use crate::philox::Stream;
-use crate::pool::{for_each_chunk, Threads, CHUNK_ELEMENTS};
+use crate::pool::Threads;
+use crate::region::{Region, RunWriter, Walk};
 use crate::Error;
 
 /// Elements evaluated together: one scratch vector of this length per register.
@@ -546,19 +547,6 @@ impl Program {
     }
 }
 
-/// The first error of a fill, by lowest flat index (so the report does not depend on
-/// the order chunks finish in).
-type FirstError = Mutex<Option<(u64, Error)>>;
-
-fn record(first: &FirstError, at: u64, error: Error) {
-    let mut slot = first
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if slot.as_ref().is_none_or(|(index, _)| at < *index) {
-        *slot = Some((at, error));
-    }
-}
-
 impl Compiled {
     /// The fused fill of `param` (the program's source) into `out`, then the program
     /// evaluated over it, reading the source's register back from `out`.
@@ -573,6 +561,7 @@ impl Compiled {
         self.fill(region, out, threads)
     }
 
+    /// The program over `region` into `out`, through the one region walk.
     fn fill<T: Element>(
         &self,
         region: &Region,
@@ -580,60 +569,8 @@ impl Compiled {
         threads: Threads,
     ) -> Result<(), Error> {
         let numel = checked_numel(&self.shape, T::DTYPE.max_numel())?;
-        let first_error: FirstError = Mutex::new(None);
-        let len = out.len() as u64;
-        match *region {
-            Region::Flat { start } => {
-                if start.checked_add(len).is_none_or(|end| end > numel) {
-                    return Err(Error::RangeOutOfBounds { start, len, numel });
-                }
-                for_each_chunk(out, threads, |index, chunk| {
-                    let chunk_start = start + (index * CHUNK_ELEMENTS) as u64;
-                    let mut scratch = Scratch::new(self);
-                    if let Err((at, e)) = self.eval_run(chunk_start, chunk, &mut scratch) {
-                        record(&first_error, at, e);
-                    }
-                })?;
-            }
-            Region::Box { ref ranges, offset } => {
-                let box_len = box_numel(&self.shape, ranges)?;
-                let out_offset = offset.unwrap_or(0);
-                let fits = match offset {
-                    None => len == box_len,
-                    Some(o) => o.checked_add(len).is_some_and(|end| end <= box_len),
-                };
-                if !fits {
-                    return Err(Error::OutputSizeMismatch {
-                        expected: box_len.saturating_sub(out_offset),
-                        got: len,
-                    });
-                }
-                if len == 0 {
-                    return Ok(());
-                }
-                let layout = RunLayout::new(&self.shape, ranges);
-                for_each_chunk(out, threads, |index, chunk| {
-                    let mut scratch = Scratch::new(self);
-                    let mut position = out_offset + (index * CHUNK_ELEMENTS) as u64;
-                    let mut done = 0usize;
-                    while done < chunk.len() {
-                        let run = position / layout.run_len;
-                        let within = position % layout.run_len;
-                        let take = ((layout.run_len - within) as usize).min(chunk.len() - done);
-                        let global_start = layout.run_start(run) + within;
-                        let run_out = &mut chunk[done..done + take];
-                        if let Err((at, e)) = self.eval_run(global_start, run_out, &mut scratch) {
-                            record(&first_error, at, e);
-                            return;
-                        }
-                        done += take;
-                        position += take as u64;
-                    }
-                })?;
-            }
-        }
-        match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            Some((_, error)) => Err(error),
+        match Walk::new(&self.shape, numel, region, out.len() as u64)? {
+            Some(walk) => walk.write(out, threads, self),
             None => Ok(()),
         }
     }
@@ -674,6 +611,24 @@ impl Compiled {
             }
         }
         Ok(())
+    }
+}
+
+impl<T: Element> RunWriter<T> for Compiled {
+    type Scratch = Scratch;
+
+    fn scratch(&self) -> Scratch {
+        Scratch::new(self)
+    }
+
+    #[inline(always)]
+    fn write_run(
+        &self,
+        scratch: &mut Scratch,
+        start: u64,
+        out: &mut [T],
+    ) -> Result<(), (u64, Error)> {
+        self.eval_run(start, out, scratch)
     }
 }
 
@@ -1022,6 +977,7 @@ fn binary(op: BinaryOp, a: &[f64], b: &[f64], dst: &mut [f64]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pool::CHUNK_ELEMENTS;
 
     /// A program touching every instruction kind: a source, coordinates, the flat
     /// index, a broadcast table, unary and binary operations, a select and a rounding.

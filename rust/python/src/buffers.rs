@@ -108,9 +108,7 @@ fn threads_of(count: usize) -> Threads {
 }
 
 /// Runs `write` on `out` (a buffer of `dtype`) with the GIL released: the one way the
-/// fills write into a caller's buffer. `out` is checked (item format and size,
-/// writability, contiguity) and claimed, so a second shardinit fill of overlapping
-/// memory while this one runs is refused; a panic in `write` becomes `InternalError`.
+/// fills write into a caller's buffer ([`write_all_detached`] of one buffer).
 pub fn write_detached<W>(
     py: Python<'_>,
     out: &Bound<'_, PyAny>,
@@ -121,23 +119,59 @@ pub fn write_detached<W>(
 where
     W: FnOnce(OutBuf<'_>, Threads) -> Result<(), Error> + Send,
 {
-    let owned = OwnedOut::get(out, dtype)?;
-    let raw = owned.raw(dtype)?;
-    let claim = raw.claim()?;
+    write_all_detached(
+        py,
+        std::slice::from_ref(out),
+        dtype,
+        threads,
+        |outs, threads| {
+            let out = outs.into_iter().next().expect("one buffer per object");
+            write(out, threads)
+        },
+    )
+}
+
+/// Runs `write` on `outs` (buffers of `dtype`) with the GIL released. Each buffer is
+/// checked (item format and size, writability, contiguity) and claimed, so a second
+/// shardinit fill of overlapping memory while this one runs is refused, and so is a
+/// buffer that overlaps another of `outs`; a panic in `write` becomes `InternalError`.
+pub fn write_all_detached<W>(
+    py: Python<'_>,
+    outs: &[Bound<'_, PyAny>],
+    dtype: Dtype,
+    threads: usize,
+    write: W,
+) -> PyResult<()>
+where
+    W: FnOnce(Vec<OutBuf<'_>>, Threads) -> Result<(), Error> + Send,
+{
+    let owned: Vec<OwnedOut> = outs
+        .iter()
+        .map(|out| OwnedOut::get(out, dtype))
+        .collect::<PyResult<_>>()?;
+    let raws: Vec<RawOut> = owned
+        .iter()
+        .map(|out| out.raw(dtype))
+        .collect::<PyResult<_>>()?;
+    // Claimed one after the other: a buffer overlapping an earlier one of `outs` is
+    // refused like one of another running fill.
+    let claims: Vec<Claim> = raws.iter().map(RawOut::claim).collect::<PyResult<_>>()?;
     let threads = threads_of(threads);
     let result = py.detach(|| {
         catch_panic(|| {
-            // SAFETY: `owned` keeps the buffer alive until after this closure returns.
+            // SAFETY: `owned` keeps the buffers alive until after this closure returns.
             // Other Python threads do run while the GIL is released (and at all times
-            // on a free-threaded build): `claim` keeps every other shardinit fill off
-            // these bytes until it is dropped below, and anything else writing or
-            // reading the tensor meanwhile breaks the documented contract of `out=`
-            // (concurrent writes to the same tensor are not allowed).
-            let out = unsafe { raw.as_out() };
-            write(out, threads)
+            // on a free-threaded build): `claims` keep every other shardinit fill off
+            // these bytes until they are dropped below, and keep the buffers of `outs`
+            // pairwise disjoint (an overlap was refused), so no two slices alias;
+            // anything else writing or reading the tensors meanwhile breaks the
+            // documented contract of `out=` (concurrent writes to the same tensor are
+            // not allowed).
+            let outs = raws.iter().map(|raw| unsafe { raw.as_out() }).collect();
+            write(outs, threads)
         })
     });
-    drop(claim);
+    drop(claims);
     drop(owned);
     result
 }

@@ -28,8 +28,10 @@ create_exception!(
 pub fn to_py_err(error: Error) -> PyErr {
     match error {
         Error::ShapeTooLarge { .. } => ShapeTooLargeError::new_err(error.to_string()),
-        // Not a bad value: the machine refused a resource.
-        Error::ThreadPool { .. } => PyRuntimeError::new_err(error.to_string()),
+        // Not a bad value: the machine refused a resource; the Python API sets the count.
+        Error::ThreadPool { .. } => PyRuntimeError::new_err(format!(
+            "{error}; lower the count with shardinit.set_num_threads"
+        )),
         other => ShardInitError::new_err(other.to_string()),
     }
 }
