@@ -23,8 +23,11 @@ from . import fsdp1, zero3
 from .capture import (
     CapturedInit,
     CapturedOp,
+    ConstructorValue,
     ParamRecord,
     base_ops,
+    buffer_tensor,
+    constructor_buffer,
     constructor_record,
     copy_source,
     write_buffers,
@@ -83,12 +86,23 @@ class ParamPlan:
 
 @dataclass(frozen=True)
 class BufferPlan:
-    """One buffer left on the meta device: its constant default (None if unknown) and
-    whether init_fn computes it (then it gets the value computed during the capture)."""
+    """One buffer left on the meta device: its constant default (None if unknown),
+    whether init_fn computes it (then it gets the value computed during the capture),
+    and its constructor's value (:func:`shardinit.record_constructors`), which comes
+    before the default."""
 
     holder: BufferHolder
     default: float | None
     computed: bool
+    made: ConstructorValue | None = None
+
+    def known(self) -> bool:
+        """Whether materialize knows the value without ``buffer_init``."""
+        if self.computed:
+            return True
+        if self.made is not None:
+            return self.made.computable
+        return self.default is not None
 
 
 @dataclass(frozen=True)
@@ -154,11 +168,13 @@ class Plan:
                 "units allocated by shardinit.fsdp1_param_init_fn); pass overwrite=True "
                 "to replace existing values"
             )
-        unknown = [b.holder.name for b in self.buffers if b.default is None and not b.computed]
+        unknown = [b for b in self.buffers if not b.known()]
         if unknown and buffer_init is None:
+            _raise_uncomputable(unknown)
+            names = [b.holder.name for b in unknown]
             raise ShardInitError(
-                f"materialize: {len(unknown)} buffer(s) on the meta device have no known "
-                f"default: {listing(unknown)}. Pass buffer_init=fn, called as "
+                f"materialize: {len(names)} buffer(s) on the meta device have no known "
+                f"default: {listing(names)}. Pass buffer_init=fn, called as "
                 "fn(module, name, tensor) to fill each one in place"
             )
 
@@ -230,7 +246,10 @@ class Plan:
                 assert value is not None
                 if buffer.computed:
                     continue  # written below from the capture
-                if buffer.default is not None:
+                if buffer.known() and buffer.made is not None:
+                    made = buffer_tensor(buffer.made, buffer.holder.name, value.shape, value.dtype)
+                    value.copy_(made)
+                elif buffer.default is not None:
                     value.fill_(buffer.default)
                 else:
                     assert buffer_init is not None
@@ -528,5 +547,15 @@ def _buffer_plans(root: nn.Module, computed: set[str]) -> list[BufferPlan]:
             continue
         seen.add(id(holder.tensor))
         default = default_buffer_value(holder.module, holder.attr)
-        plans.append(BufferPlan(holder, default, holder.name in computed))
+        made = constructor_buffer(holder.module, holder.attr)
+        plans.append(BufferPlan(holder, default, holder.name in computed, made))
     return plans
+
+
+def _raise_uncomputable(unknown: Sequence[BufferPlan]) -> None:
+    """Raises the error for the first buffer whose constructor computed what cannot be
+    replayed (naming it and the line that registered it), if any."""
+    for buffer in unknown:
+        if buffer.made is not None:
+            shape, dtype = tuple(buffer.holder.tensor.shape), buffer.holder.tensor.dtype
+            buffer_tensor(buffer.made, buffer.holder.name, shape, dtype)  # raises

@@ -21,13 +21,24 @@ The modules, bottom up:
 * :mod:`.mode` / :mod:`.backstop` / :mod:`.frames`: the ``TorchFunctionMode`` that
   routes each call (holding a store and an engine), the ``TorchDispatchMode`` below it
   that refuses every write to a parameter it did not route, and the call sites;
+* :mod:`.coordinates`: writes at positions computed from coordinates (``triu_``,
+  ``fill_diagonal_``, ``masked_fill_``, ...), a component the mode calls;
+* :mod:`.modulecalls`: ``to_empty`` / ``to`` / ``_apply`` on the model inside init code;
 * :mod:`.standins`: stand-ins for parameters (the tie rule) and buffers;
-* :mod:`.api`: :func:`capture_init`; :mod:`.constructors`: constructor values;
+* :mod:`.api`: :func:`capture_init`; :mod:`.constructors`: constructor values
+  (parameters and meta buffers);
   :mod:`.replay` / :mod:`.evaluate`: replaying records (programs by the core).
 """
 
 from .api import capture_init
-from .constructors import constructor_record, copy_source, record_constructors
+from .constructors import (
+    ConstructorValue,
+    buffer_tensor,
+    constructor_buffer,
+    constructor_record,
+    copy_source,
+    record_constructors,
+)
 from .records import (
     Action,
     CapturedInit,
@@ -49,6 +60,7 @@ __all__ = [
     "CapturedInit",
     "CapturedOp",
     "Computed",
+    "ConstructorValue",
     "Fill",
     "Opaque",
     "ParamRecord",
@@ -57,7 +69,9 @@ __all__ = [
     "UnsupportedInitOpError",
     "base_ops",
     "box_union_covers",
+    "buffer_tensor",
     "capture_init",
+    "constructor_buffer",
     "constructor_record",
     "copy_source",
     "flat_range_boxes",

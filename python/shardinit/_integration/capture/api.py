@@ -14,6 +14,7 @@ from ..._names import holder_names, listing
 from ..._torch_compat import rewrap_fsdp2_classes, unwrap_fsdp2_classes
 from ..exclusive import ThreadExclusive
 from .mode import CaptureMode
+from .modulecalls import install_module_calls
 from .records import CapturedInit, ParamRecord, UnsupportedInitOpError
 from .standins import (
     ParamGroup,
@@ -74,9 +75,10 @@ def capture_init(
             shard-locally (``sparse_``, ``orthogonal_`` on part of a parameter,
             operations that are not elementwise on values unknown at capture, broadcasts
             of random values, reading a parameter's values, a non-box region, replacing a
-            parameter).
+            parameter, a dtype change of the model or ``to_empty`` after writes).
         ShardInitError: FSDP1 flat parameters, dtypes outside stream format v1, buffers
-            init code computes on the meta device or only in part.
+            init code computes on the meta device or only in part, or empties
+            (``to_empty``) and does not compute again.
         TypeError: ``module`` is not an ``nn.Module`` or ``init_fn`` is not callable.
 
     Warns:
@@ -115,17 +117,21 @@ def capture_init(
             group.install()
         for standin in buffers:
             standin.module._buffers[standin.attr] = standin.track.base
+        undo_module_calls = install_module_calls(module, recorder)
         try:
             with recorder, torch.no_grad():
                 init_fn()
         finally:
+            undo_module_calls()
             rewrap_fsdp2_classes(classes)
             restore_flags(flags)
             winners = [group.winner() for group in groups]
             replaced = [path for group in groups for path in group.restore()]
-            values = read_buffers(buffers)
+            values, buffer_error = read_buffers(buffers)
         if recorder.error is not None:
             raise recorder.error  # init_fn swallowed the exception: still unusable
+        if buffer_error is not None:
+            raise buffer_error
         if replaced:
             raise replaced_error(replaced)
         _check_unchanged(groups)

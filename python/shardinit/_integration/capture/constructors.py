@@ -1,14 +1,18 @@
 """Constructor values: what a model's constructor computes for its parameters
 (``nn.Parameter(torch.tensor(2.6592))``, ``nn.Parameter(torch.ones(d))``,
-``nn.Parameter(torch.randn(d) * 0.02)``, ``nn.Parameter(torch.log(A))``), recorded while
-the model is built (on meta) so that ``materialize`` can give them those values.
+``nn.Parameter(torch.randn(d) * 0.02)``, ``nn.Parameter(torch.log(A))``) and its meta
+buffers (``register_buffer("position_ids", torch.arange(n).expand((1, -1)))``, a causal
+mask ``torch.empty(n, n).fill_(-inf).triu_(1)``, sin-cos tables), recorded while the
+model is built (on meta) so that ``materialize`` can give them those values.
 
 :func:`record_constructors` follows every tensor made while it is active, as
-:func:`~shardinit.capture_init` follows temporaries, and a parameter registration hook
-notes which module attribute each parameter lands on. When it exits, each parameter
-still held there gets its init program (the fold of what was written to its tensor).
-Records are kept per module object and attribute name (weakly), so they survive
-``fully_shard`` (which swaps Parameters for DTensors but keeps the modules).
+:func:`~shardinit.capture_init` follows temporaries, and registration hooks note which
+module attribute each parameter and buffer lands on. When it exits, each parameter
+still held there gets its init program (the fold of what was written to its tensor);
+so does each buffer still held there on the meta device (a CPU buffer keeps its real
+value anyway), evaluated whole at ``materialize``. Records are kept per module object
+and attribute name (weakly), so they survive ``fully_shard`` (which swaps Parameters
+for DTensors but keeps the modules).
 
 Copies: ``copy.deepcopy`` of a module (peft's ``modules_to_save`` wrapper) starts each
 copied parameter bit-equal to its source in eager torch. ``Parameter.__deepcopy__``
@@ -31,15 +35,29 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn.modules.module import register_module_parameter_registration_hook
+from torch.nn.modules.module import (
+    register_module_buffer_registration_hook,
+    register_module_parameter_registration_hook,
+)
 from torch.overrides import TorchFunctionMode
 
+from ...errors import ShardInitError
+from ...spec import SUPPORTED_DTYPES
 from ..exclusive import ThreadExclusive
+from .frames import user_frame
 from .mode import CaptureMode
-from .program import Bad, Expr, bad_reasons
+from .program import Bad, Const, Expr, Source, bad_reasons, walk_nodes
 from .records import CapturedOp, ParamRecord, program_of
+from .replay import replay_full
 
-__all__ = ["ConstructorValue", "constructor_record", "copy_source", "record_constructors"]
+__all__ = [
+    "ConstructorValue",
+    "buffer_tensor",
+    "constructor_buffer",
+    "constructor_record",
+    "copy_source",
+    "record_constructors",
+]
 
 
 @dataclass(frozen=True)
@@ -50,8 +68,16 @@ class ConstructorValue:
     expr: Expr
     where: str
 
+    @property
+    def computable(self) -> bool:
+        """Whether the value can be replayed (else ``expr`` says why not)."""
+        return not isinstance(self.expr, Bad)
+
 
 _RECORDS: weakref.WeakKeyDictionary[nn.Module, dict[str, ConstructorValue]] = (
+    weakref.WeakKeyDictionary()
+)
+_BUFFERS: weakref.WeakKeyDictionary[nn.Module, dict[str, ConstructorValue]] = (
     weakref.WeakKeyDictionary()
 )
 #: One thread records at a time (the registration hook is process-wide); nested in the
@@ -143,30 +169,86 @@ def record_constructors() -> Iterator[None]:
     initializes it; a parameter its constructor never wrote has no constructor value.
     A parameter deep-copied from another inside it (peft's ``modules_to_save``) keeps
     its source's values, as in eager torch (:func:`copy_source`).
+
+    A buffer registered on the meta device gets the value its constructor computed
+    (``position_ids``, causal masks, sin-cos tables), written by ``materialize`` after
+    ``init_fn``'s and before torch's defaults and ``buffer_init``; one computed by
+    operations shardinit does not follow is refused there (naming the buffer and the
+    line that registered it) unless ``buffer_init`` fills it.
     """
     mode = CaptureMode([], {})
     copies = _DeepCopies()
     seen: list[tuple[weakref.ref[nn.Module], str, nn.Parameter]] = []
+    buffers: list[tuple[weakref.ref[nn.Module], str, torch.Tensor, str]] = []
 
     def hook(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         if param is not None:
             seen.append((weakref.ref(module), name, param))
 
+    def buffer_hook(module: nn.Module, name: str, buffer: torch.Tensor | None) -> None:
+        if buffer is None:
+            return
+        with torch._C.DisableTorchFunction():  # the tensor's own device, not the dispatch's
+            meta = buffer.is_meta
+        if meta:
+            buffers.append((weakref.ref(module), name, buffer, user_frame()))
+
     with _RECORDING.hold():
-        handle = register_module_parameter_registration_hook(hook)
+        handles = [
+            register_module_parameter_registration_hook(hook),
+            register_module_buffer_registration_hook(buffer_hook),
+        ]
         try:
             with mode, copies:
                 yield
         finally:
-            handle.remove()
+            for handle in handles:
+                handle.remove()
     copies.record()
-    for ref, name, param in seen:
+    with torch.device("cpu"):  # folding makes CPU constants; the model's device is meta
+        for ref, name, param in seen:
+            module = ref()
+            if module is None or module._parameters.get(name) is not param:
+                continue
+            value = _value(mode, param)
+            if value is not None:
+                _RECORDS.setdefault(module, {})[name] = value
+        _keep_buffers(mode, buffers)
+
+
+def _keep_buffers(
+    mode: CaptureMode, buffers: list[tuple[weakref.ref[nn.Module], str, torch.Tensor, str]]
+) -> None:
+    """Records the value of each meta buffer its module still holds (the last one
+    registered under a name wins, as the module holds it)."""
+    for ref, name, buffer, where in buffers:
         module = ref()
-        if module is None or module._parameters.get(name) is not param:
+        if module is None or module._buffers.get(name) is not buffer:
             continue
-        value = _value(mode, param)
-        if value is not None:
-            _RECORDS.setdefault(module, {})[name] = value
+        value = _buffer_value(mode, buffer, where)
+        records = _BUFFERS.setdefault(module, {})
+        if value is None:
+            records.pop(name, None)
+        else:
+            records[name] = value
+
+
+def _buffer_value(mode: CaptureMode, buffer: torch.Tensor, where: str) -> ConstructorValue | None:
+    """A meta buffer's value as a program of its coordinates; a :class:`Bad` one
+    names why it cannot be computed; None when its constructor never wrote it."""
+    if mode.store.lookup(buffer) is None:
+        why = "computed by operations shardinit does not follow"
+        return ConstructorValue(Bad(why), where)
+    expr = mode.engine.value_of(buffer, "register_buffer")
+    reasons = bad_reasons(expr)
+    if reasons and all(_NEVER in why for why in reasons):
+        return None  # never written (torch.empty): no constructor value
+    if reasons:
+        return ConstructorValue(Bad(reasons[0]), where)
+    if any(isinstance(node, Source) for node in walk_nodes(expr)):
+        why = "random values (torch's generator in eager torch; no stream draws buffers)"
+        return ConstructorValue(Bad(why), where)
+    return ConstructorValue(expr, where)
 
 
 def _value(mode: CaptureMode, param: nn.Parameter) -> ConstructorValue | None:
@@ -190,8 +272,6 @@ def constructor_record(
     Raises:
         ShardInitError: the constructor computed values that cannot be replayed.
     """
-    from ...errors import ShardInitError
-
     value = _RECORDS.get(module, {}).get(attr)
     if value is None:
         return None
@@ -204,3 +284,45 @@ def constructor_record(
     whole = tuple((0, size) for size in shape)
     op = CapturedOp(whole, action, "constructor value", value.where)
     return ParamRecord(name, shape, dtype, (op,))
+
+
+def constructor_buffer(module: nn.Module, attr: str) -> ConstructorValue | None:
+    """The constructor value recorded for the meta buffer ``module.<attr>``, or None
+    (a :class:`Bad` one says why it cannot be computed: see :func:`buffer_tensor`)."""
+    return _BUFFERS.get(module, {}).get(attr)
+
+
+def buffer_tensor(
+    value: ConstructorValue, name: str, shape: tuple[int, ...], dtype: torch.dtype
+) -> torch.Tensor:
+    """The buffer ``name``'s constructor value, whole, on the CPU: the program is
+    evaluated as a parameter's is (docs/stream-format.md §7); integer and bool buffers
+    in binary64, then converted where every value is exact.
+
+    Raises:
+        ShardInitError: a value that cannot be computed (names the buffer and the line
+            that registered it), or one an integer or bool buffer cannot hold.
+    """
+    if isinstance(value.expr, Bad):
+        raise ShardInitError(
+            f"buffer {name}: its constructor's value (registered at {value.where}) cannot "
+            f"be computed ({value.expr.why}); pass buffer_init=fn to fill it"
+        )
+    exact = dtype in SUPPORTED_DTYPES
+    if isinstance(value.expr, Const):  # one value, maybe no initializer's (-inf)
+        computed = torch.full(shape, value.expr.value, dtype=torch.float64)
+        computed = computed.to(dtype) if exact else computed
+    else:
+        whole = tuple((0, size) for size in shape)
+        op = CapturedOp(whole, program_of(value.expr), "constructor value", value.where)
+        record = ParamRecord(name, shape, dtype if exact else torch.float64, (op,))
+        computed = replay_full(record, seed=0)
+    if exact:
+        return computed
+    converted = computed.to(dtype)
+    if not torch.equal(converted.to(torch.float64), computed):
+        raise ShardInitError(
+            f"buffer {name}: its constructor's value (registered at {value.where}) is not "
+            f"exactly representable as {dtype}; pass buffer_init=fn to fill it"
+        )
+    return converted

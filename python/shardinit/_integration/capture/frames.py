@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 import torch
@@ -14,39 +14,50 @@ from .translations import INIT_CODES
 
 __all__ = ["frame_arguments", "func_name", "init_frame", "user_frame"]
 
-# Frames that are plumbing between the user's call and the op: shardinit's, every file
-# of the torch package but its modules' own (a Linear's reset_parameters is the caller
-# of its init) other than module.py (``apply``, ``to_empty``, ``__setattr__``: the
-# caller is whoever called those), and libraries' wrappers of torch.nn.init.
+# Frames that are never the user's line (closed world): shardinit's, every file of the
+# torch package (its modules' ``apply`` / ``to_empty`` / ``__setattr__``,
+# parametrizations, nn.init, overrides, ...), and libraries' wrappers of torch.nn.init;
+# but torch.nn modules' own init code is the init code that made the call (a default,
+# or init code calling ``module.reset_parameters()``): those frames are the user's.
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _TORCH_MODULES = os.path.join(_TORCH_DIR, "nn", "modules") + os.sep
-_TORCH_MODULE_BASE = os.path.join(_TORCH_MODULES, "module.py")
+_TORCH_INIT_CODE = frozenset({"reset_parameters", "_reset_parameters"})
 _WRAPPERS = (os.path.join("transformers", "initialization.py"),)  # guarded nn.init wrappers
-# co_filename -> whether its frames are plumbing (decided once per file: a capture asks
-# for the user's line at every recorded operation).
-_IS_PLUMBING: dict[str, bool] = {}
+# co_filename -> its frames' kind: "user", "plumbing", or "torch.nn" (the user's only in
+# _TORCH_INIT_CODE functions); decided once per file: a capture asks for the user's line
+# at every recorded operation.
+_KIND_OF_FILE: dict[str, str] = {}
 
 
-def _plumbing(filename: str) -> bool:
-    known = _IS_PLUMBING.get(filename)
+def _file_kind(filename: str) -> str:
+    known = _KIND_OF_FILE.get(filename)
     if known is None:
         path = os.path.abspath(filename)
-        in_torch = path.startswith(_TORCH_DIR) and (
-            not path.startswith(_TORCH_MODULES) or path == _TORCH_MODULE_BASE
-        )
-        known = path.startswith(_OWN_DIR) or in_torch or path.endswith(_WRAPPERS)
-        _IS_PLUMBING[filename] = known
+        if path.startswith(_OWN_DIR) or path.endswith(_WRAPPERS):
+            known = "plumbing"
+        elif path.startswith(_TORCH_MODULES):
+            known = "torch.nn"
+        else:
+            known = "plumbing" if path.startswith(_TORCH_DIR) else "user"
+        _KIND_OF_FILE[filename] = known
     return known
 
 
+def _is_users(code: CodeType) -> bool:
+    """Whether frames of ``code`` are user (or library) code (see above)."""
+    kind = _file_kind(code.co_filename)
+    return kind == "user" or (kind == "torch.nn" and code.co_name in _TORCH_INIT_CODE)
+
+
 def user_frame() -> str:
-    """``file:line in function`` of the innermost frame outside shardinit's and the
-    libraries' plumbing."""
+    """``file:line in function`` of the innermost frame of the user's (or a library's)
+    code: never shardinit's, a wrapper's or torch's own, but torch.nn modules'
+    ``reset_parameters``."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
-        if not _plumbing(code.co_filename):
+        if _is_users(code):
             return f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
         frame = frame.f_back
     return "<unknown>"

@@ -11,6 +11,9 @@ The routes:
 * a write into a followed tensor: a translated fill (``normal_``, ``fill_``, ``mul_``
   by a number, ...), ``copy_``, ``__setitem__``, ``.data =``, an in-place elementwise
   step, a ``out=`` of any function (the result is computed as a temporary, then copied);
+* writes at positions computed from coordinates (``triu_``, ``fill_diagonal_``,
+  ``masked_fill_``, ``index_fill_``, ``w[[i, j]] = v``, constants on a diagonal view)
+  and ``outer``: programs of coordinates (:mod:`.coordinates`);
 * a temporary: factories, sources (``arange``, ``rand``, ...), ``cat``/``stack``,
   ``clone``, views, elementwise steps, casts;
 * questions a parameter's stand-in answers as the parameter will at run time
@@ -33,6 +36,7 @@ from ..._torch_compat import enter_dispatch_mode, exit_dispatch_mode, handed_to_
 from ...errors import ShardInitError
 from ...init import Constant
 from .backstop import WriteBackstop
+from .coordinates import Coordinates
 from .engine import Engine, read_reason
 from .frames import frame_arguments, func_name, init_frame
 from .pointwise import inplace_name, no_formula
@@ -85,6 +89,7 @@ class CaptureMode(TorchFunctionMode):
         self.store = RecordStore(tracks, aliases)
         self.engine = Engine(self.store)
         self.backstop = WriteBackstop(self.store)
+        self.coordinates = Coordinates(self.store, self.engine)
         self.devices = dict(devices or {})
         self.handled: set[FrameType] = set()
 
@@ -129,6 +134,8 @@ class CaptureMode(TorchFunctionMode):
             return func(*args, **kwargs)
         if kwargs.get("out") is not None and self.store.followed(kwargs["out"]):
             return self.into_out(name, route, func, types, args, kwargs)
+        if route == "coordinate" and target is not None:
+            return self.coordinate_op(name, target, func, args, kwargs)
         if target is not None:
             handled, result = self.on_target(name, target, func, args, kwargs)
             if handled:
@@ -194,7 +201,7 @@ class CaptureMode(TorchFunctionMode):
                     arguments.get(n, d) for n, d in zip(entry.names, entry.defaults, strict=True)
                 ]
                 shown = ", ".join(f"{n}={v!r}" for n, v in zip(entry.names, values, strict=True))
-                self.engine.write(
+                self.coordinates.write(
                     track, tensor, entry, values, f"torch.nn.init.{init_name}({shown})"
                 )
         if handed_to_mode(sys._getframe(2), frame):
@@ -284,7 +291,7 @@ class CaptureMode(TorchFunctionMode):
                 args[1:], {k: v for k, v in kwargs.items() if k != "rounding_mode"}, entry
             )
             shown = ", ".join(f"{n}={v!r}" for n, v in zip(entry.names, values, strict=True))
-            self.engine.write(target, view, entry, values, f"{name.strip('_')}_({shown})")
+            self.coordinates.write(target, view, entry, values, f"{name.strip('_')}_({shown})")
         elif name == "copy_":
             self.engine.copy_into(target, view, args[1], "copy_")
         elif name == "pad" and not any(args[1] if len(args) > 1 else kwargs.get("pad", ())):
@@ -298,6 +305,16 @@ class CaptureMode(TorchFunctionMode):
         else:
             return False, None
         return True, self.run_on(target, func, args, kwargs)
+
+    def coordinate_op(
+        self, name: str, target: Track, func: Any, args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> Any:
+        """One of :data:`.tables.COORDINATE_OPS` on the followed tensor ``target``
+        (:mod:`.coordinates`): in place, recorded then run; else a new temporary."""
+        if is_inplace(name):
+            self.coordinates.write_at(name, target, args, kwargs)
+            return self.run_on(target, func, args, kwargs)
+        return self.coordinates.new_value(name, func, args, kwargs)
 
     def set_data(self, target: Track, view: torch.Tensor, value: Any) -> None:
         """``tensor.data = value``: a copy when ``value`` has the tensor's shape and dtype;
@@ -326,11 +343,14 @@ class CaptureMode(TorchFunctionMode):
         if same_view(view, value):
             return  # `w[idx] *= 2`: Python stores the scaled view back into itself
         if self.store.lookup(view) is not target:
-            if target.kind == "param":
+            if self.coordinates.indexed_constant(target, tensor, index, value, op):
+                pass  # constants at listed positions or a mask: a program of coordinates
+            elif target.kind == "param":
                 raise self.store.fail(
                     target, op, "advanced indexing writes a region that is not a box"
                 )
-            self.engine.record(target, tensor, Opaque(f"{op}: advanced indexing"), op)
+            else:
+                self.engine.record(target, tensor, Opaque(f"{op}: advanced indexing"), op)
         elif isinstance(value, torch.Tensor) and value.dim() > 0:
             self.engine.copy_into(target, view, value, op)
         else:

@@ -238,7 +238,7 @@ _MORE: dict[str, Step] = {
         "mul": _binary("mul"), "multiply": _binary("mul"), "__mul__": _binary("mul"),
         "__rmul__": _binary("mul", swap=True),
         "div": _div(), "divide": _div(), "true_divide": _div(), "__truediv__": _div(),
-        "__rtruediv__": _div(swap=True),
+        "__rtruediv__": _div(swap=True), "__rdiv__": _div(swap=True),
         "floor_divide": _binary("floordiv"), "__floordiv__": _binary("floordiv"),
         "__rfloordiv__": _binary("floordiv", swap=True),
         "remainder": _binary("mod"), "__mod__": _binary("mod"),

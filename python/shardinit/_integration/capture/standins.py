@@ -207,12 +207,14 @@ def buffer_standins(module: nn.Module) -> list[BufferStandIn]:
     return found
 
 
-def read_buffers(standins: list[BufferStandIn]) -> dict[str, torch.Tensor]:
-    """The values init code computed, per buffer name; puts the meta buffers back.
-
-    Raises:
-        ShardInitError: a buffer written only in part, or assigned a meta tensor.
-    """
+def read_buffers(
+    standins: list[BufferStandIn],
+) -> tuple[dict[str, torch.Tensor], ShardInitError | None]:
+    """The values init code computed, per buffer name, and the error for the buffers
+    that cannot be used (returned, not raised: this runs while an error init code
+    raised may be on its way out, which it must not hide); puts the meta buffers back.
+    The error names buffers written only in part, assigned a meta tensor, or emptied
+    by ``to_empty`` and not computed again."""
     values: dict[str, torch.Tensor] = {}
     problems = []
     for standin in standins:
@@ -224,18 +226,20 @@ def read_buffers(standins: list[BufferStandIn]) -> dict[str, torch.Tensor]:
                 values[standin.name] = current
             elif standin.track.ops:
                 problems.append(f"{standin.name} (init_fn wrote only part of it)")
+            elif standin.track.emptied:
+                problems.append(f"{standin.name} (init_fn emptied it with to_empty)")
         elif current is not None and current is not standin.original:
             if current.is_meta:
                 problems.append(f"{standin.name} (init_fn computed it on the meta device)")
             else:
                 values[standin.name] = current.detach()
-    if problems:
-        raise ShardInitError(
-            f"capture_init: buffer(s) {', '.join(problems)} cannot be computed; compute "
-            "them on a real device (e.g. from the buffer's own device, which is the CPU "
-            "during the capture), or leave them to buffer_init"
-        )
-    return values
+    if not problems:
+        return values, None
+    return values, ShardInitError(
+        f"capture_init: buffer(s) {', '.join(problems)} cannot be computed; compute "
+        "them on a real device (e.g. from the buffer's own device, which is the CPU "
+        "during the capture), or leave them to buffer_init"
+    )
 
 
 def snapshot_flags(module: nn.Module) -> list[tuple[nn.Module, dict[str, Any]]]:

@@ -19,6 +19,7 @@ from .translations import METHOD_TRANSLATIONS
 __all__ = [
     "CASTS",
     "CONCATS",
+    "COORDINATE_OPS",
     "COPIES",
     "DEVICE_QUESTIONS",
     "FACTORIES",
@@ -84,9 +85,15 @@ CASTS = frozenset({"float", "double", "half", "bfloat16", "long", "int", "to", "
 # 0-d CPU number), or a rounding mode, they are elementwise steps instead.
 SCALES = frozenset({"scale", "divide"})
 
+#: Writes at positions computed from coordinates, and ``outer`` (:mod:`.coordinates`).
+COORDINATE_OPS = frozenset(
+    {"triu", "tril", "triu_", "tril_", "fill_diagonal_", "masked_fill", "masked_fill_",
+     "index_fill", "index_fill_", "outer", "ger"}
+)  # fmt: skip
+
 Route = Literal[
     "metadata", "flag", "device", "view", "factory", "concat", "copy", "source", "pointwise",
-    "cast", "translated", "inplace", "other",
+    "cast", "translated", "inplace", "coordinate", "other",
 ]  # fmt: skip
 
 
@@ -129,6 +136,8 @@ def route_of(name: str) -> Route:
         return "source"
     if name in POINTWISE:
         return "pointwise"
+    if name in COORDINATE_OPS:
+        return "coordinate"
     if inplace_name(name) is not None:
         return "inplace"
     if name in CASTS:

@@ -61,6 +61,8 @@ class Track:
             (``ones_like``); its values may go back into that parameter only (by
             elementwise steps); reaching another parameter, a buffer or Python, they are
             refused, naming them.
+        emptied: for a buffer's stand-in, ``to_empty`` emptied it (:mod:`.modulecalls`):
+            unless init code computes it again, the capture refuses it.
     """
 
     kind: TrackKind
@@ -71,6 +73,7 @@ class Track:
     ops: list[CapturedOp] = field(default_factory=list)
     from_random: bool = False
     reads: list[tuple[Track, str]] = field(default_factory=list)
+    emptied: bool = False
 
     def __post_init__(self) -> None:
         # Holding the storage object keeps its id() from being reused during the capture.

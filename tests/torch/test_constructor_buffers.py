@@ -1,0 +1,160 @@
+"""Buffers a constructor computes (issue 29, item 3): built on meta inside
+``shardinit.record_constructors()``, ``materialize`` gives each meta buffer the value its
+constructor computed, equal (``torch.equal``) to the same module built on the CPU:
+``register_buffer("pos", torch.arange(8))``, HF's ``position_ids``
+(``arange(n).expand((1, -1))``), rotary frequencies, a causal mask
+(``empty(n, n).fill_(-inf).triu_(1)``, open_clip's pattern), diffusers' 2-D sin-cos table
+(``meshgrid``, ``outer``, ``sin``/``cos`` in float64, then ``float()``), bool and integer
+buffers. A value that cannot be computed is refused naming the buffer and the line that
+registered it, unless ``buffer_init`` fills it; ``init_fn``'s value wins."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import shardinit
+
+
+class Tables(nn.Module):
+    def __init__(self, n: int = 8) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.norm = nn.BatchNorm1d(4)
+        self.register_buffer("pos", torch.arange(8))
+        self.register_buffer("position_ids", torch.arange(n).expand((1, -1)), persistent=False)
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, 8, 2, dtype=torch.int64).float() / 8))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.register_buffer("flags", torch.arange(5) > 1)
+        self.register_buffer("offsets", torch.arange(6, dtype=torch.int32) * 3 - 4)
+        self.register_buffer("scale", torch.tensor(0.125))
+
+
+class CausalMask(nn.Module):
+    """open_clip's ``TextTransformer.build_causal_mask``."""
+
+    def __init__(self, n: int = 7) -> None:
+        super().__init__()
+        mask = torch.empty(n, n)
+        mask.fill_(float("-inf"))
+        mask.triu_(1)
+        self.register_buffer("attn_mask", mask, persistent=False)
+        self.register_buffer("lower", torch.ones(n, n, dtype=torch.bool).tril())
+
+
+def _sincos_1d(dim: int, pos: torch.Tensor) -> torch.Tensor:
+    omega = torch.arange(dim // 2, device=pos.device, dtype=torch.float64)
+    omega /= dim / 2.0
+    omega = 1.0 / 10000**omega
+    out = torch.outer(pos.reshape(-1), omega)
+    return torch.concat([torch.sin(out), torch.cos(out)], dim=1)
+
+
+class SinCos2d(nn.Module):
+    """diffusers' ``get_2d_sincos_pos_embed(..., output_type="pt")`` in ``PatchEmbed``."""
+
+    def __init__(self, dim: int = 16, grid: int = 4, base_size: int = 2) -> None:
+        super().__init__()
+        steps = torch.arange(grid, dtype=torch.float32) / (grid / base_size)
+        mesh = torch.stack(torch.meshgrid(steps, steps * 0.5, indexing="xy"), dim=0)
+        mesh = mesh.reshape([2, 1, grid, grid])
+        table = torch.concat([_sincos_1d(dim // 2, mesh[0]), _sincos_1d(dim // 2, mesh[1])], 1)
+        self.register_buffer("pos_embed", table.float().unsqueeze(0))
+
+
+class NumpyTable(nn.Module):
+    """A table computed with numpy is a real CPU buffer even on meta: it stays as it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(2, 2)
+        table = torch.from_numpy(np.sin(np.linspace(0.0, 1.0, 5))).float().unsqueeze(0)
+        self.register_buffer("table", table)
+
+
+@pytest.mark.parametrize("make", [Tables, CausalMask, SinCos2d, NumpyTable])
+def test_constructor_buffers_equal_the_cpu_construction(make: Callable[[], nn.Module]) -> None:
+    with torch.device("meta"), shardinit.record_constructors():
+        model = make()
+    shardinit.materialize(model, seed=0)
+    reference = dict(make().named_buffers())
+    ours = dict(model.named_buffers())
+    assert sorted(ours) == sorted(reference)
+    for name, value in reference.items():
+        assert ours[name].dtype == value.dtype and ours[name].device.type == "cpu", name
+        assert torch.equal(ours[name], value), name
+
+
+def test_without_record_constructors_buffers_need_buffer_init() -> None:
+    with torch.device("meta"):
+        model = CausalMask()
+    with pytest.raises(shardinit.ShardInitError, match="no known default: attn_mask, lower"):
+        shardinit.materialize(model, seed=0)
+
+
+def test_init_fn_value_wins_over_the_constructor() -> None:
+    with torch.device("meta"), shardinit.record_constructors():
+        model = Tables()
+
+    def init_fn() -> None:
+        with torch.device(model.inv_freq.device):
+            model.inv_freq = torch.full((4,), 2.0)
+
+    shardinit.materialize(model, seed=0, init_fn=init_fn)
+    assert torch.equal(model.inv_freq, torch.full((4,), 2.0))
+    assert torch.equal(model.pos, torch.arange(8))
+
+
+class Unfollowed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(3, 3)
+        self.register_buffer("cumulative", torch.arange(6.0).cumsum(0))
+
+
+class Drawn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("noise", torch.randn(4))
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [(Unfollowed, "cumsum at .* is not an elementwise operation"), (Drawn, "random values")],
+)
+def test_uncomputable_buffer_is_refused_naming_it_and_its_line(
+    make: Callable[[], nn.Module], why: str
+) -> None:
+    with torch.device("meta"), shardinit.record_constructors():
+        model = make()
+    with pytest.raises(shardinit.ShardInitError) as raised:
+        shardinit.materialize(model, seed=0)
+    message = str(raised.value)
+    assert message.startswith(f"buffer {next(iter(dict(model.named_buffers())))}: ")
+    assert f"registered at {__file__}:" in message and "in __init__" in message
+    assert re.search(why, message), message
+    shardinit.materialize(
+        model, seed=0, buffer_init=lambda module, name, tensor: tensor.fill_(1.0)
+    )  # the documented way out
+    assert all(bool((b == 1).all()) for b in model.buffers())
+
+
+def test_integer_buffer_value_must_be_exact() -> None:
+    class Halves(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            values = torch.arange(4)
+            values.mul_(3)  # integer arithmetic: exact
+            self.register_buffer("values", values)
+            self.register_buffer("halves", torch.arange(4, dtype=torch.float64) / 2)
+
+    with torch.device("meta"), shardinit.record_constructors():
+        model = Halves()
+    shardinit.materialize(model, seed=0)
+    assert torch.equal(model.values, torch.arange(4) * 3)
+    assert torch.equal(model.halves, torch.arange(4, dtype=torch.float64) / 2)
