@@ -67,7 +67,6 @@ TIMM: dict[str, tuple[str, dict[str, Any]]] = {
         "eva02_tiny_patch14_224",
         {"img_size": 28, "patch_size": 7, "depth": 2, "embed_dim": 64, "num_heads": 2},
     ),
-    "mixer": ("mixer_s16_224", {"img_size": 32, "embed_dim": 64}),
     "regnet": ("regnetx_002", {}),
     "convnextv2": ("convnextv2_atto", {"depths": (1, 1, 1, 1), "dims": (16, 32, 64, 128)}),
 }
@@ -327,4 +326,8 @@ SETUPS: dict[str, Setup] = {
 def cpu_reference(name: str, seed: int = 0) -> nn.Module:
     """The library's own CPU init of setup ``name``, without shardinit."""
     torch.manual_seed(seed)
-    return SETUPS[name].reference()
+    with warnings.catch_warnings():
+        # peft 0.21.2 calls transformers' deprecated is_gradient_checkpointing (a
+        # FutureWarning), as do the recipes (test_ecosystem.py ignores it there too).
+        warnings.simplefilter("ignore", FutureWarning)
+        return SETUPS[name].reference()

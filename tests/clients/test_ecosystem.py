@@ -84,7 +84,7 @@ def _fully_shard(mesh: Any) -> ecosystem_recipes.Parallelize:
 def _materialized(name: str, mesh: Any = None) -> nn.Module:
     parallelize = _unsharded if mesh is None else _fully_shard(mesh)
     with warnings.catch_warnings():
-        # timm and diffusers warn about their own deprecations at build time.
+        # peft calls transformers' deprecated is_gradient_checkpointing (FutureWarning).
         warnings.simplefilter("ignore", FutureWarning)
         return SETUPS[name].materialize(parallelize, mesh, SEED)
 
