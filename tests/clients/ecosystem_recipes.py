@@ -53,15 +53,24 @@ def peft_lora(model_class: Any, config: Any, lora_config: Any, parallelize: Para
               seed: int) -> Any:  # fmt: skip
     import torch
     from peft import get_peft_model
+    from peft.tuners.lora import LoraLayer
 
     import shardinit
 
-    # The base model's init (transformers' post_init) and peft's LoRA init both run in
-    # the constructors, in that order.
-    with torch.device("meta"), shardinit.record_constructors():
+    with torch.device("meta"):
         model = get_peft_model(model_class(config), lora_config)
     parallelize(model)
-    shardinit.materialize(model, seed=seed)
+
+    def init_fn() -> None:
+        # transformers skips its init on the meta device: run it, then peft's LoRA init
+        # over it (transformers' _init_weights reaches the LoRA Linears too), as on the CPU.
+        model.get_base_model().init_weights()
+        for module in model.modules():
+            if isinstance(module, LoraLayer):
+                for adapter in module.active_adapters:
+                    module.reset_lora_parameters(adapter, lora_config.init_lora_weights)
+
+    shardinit.materialize(model, seed=seed, init_fn=init_fn)
     return model
 
 
