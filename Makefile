@@ -14,7 +14,8 @@ RUST_SOURCES := $(shell find rust benches -name '*.rs' -o -name Cargo.toml) Carg
 # The set-up in layers, one requirements file (and one stamp) each; a target installs
 # only the layers it needs:
 #   core    requirements-core.txt: torch, numpy, maturin, the test tools  (every target)
-#   clients requirements-clients*.txt: transformers, torchtitan   (make test, test-zoo)
+#   clients requirements-clients*.txt: transformers, torchtitan, the trainers, timm,
+#           diffusers, peft, open_clip, litgpt, OLMo-core          (make test, test-zoo)
 #   zoo     requirements-zoo*.txt: megatron-core, DeepSpeed                (make test-zoo)
 #   lint    requirements-lint.txt: ruff, mypy                                  (make lint)
 #   bench   requirements-bench.txt: matplotlib                                (make bench)

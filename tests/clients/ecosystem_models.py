@@ -1,0 +1,333 @@
+"""Tiny models of timm 1.0.31, diffusers 0.42.1, peft 0.21.2, OLMo-core 3.0.0, open_clip
+3.3.0 and litgpt 0.5.13 (issue 29), built from configs, nothing downloaded.
+
+Each :class:`Setup` materializes its model by a recipe of ``ecosystem_recipes`` (the
+library's most natural route) and builds the library's own CPU init without shardinit,
+the reference its values are compared with."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import ecosystem_recipes as recipes
+import torch
+from torch import nn
+
+#: materialize(parallelize, mesh, seed): the recipe run (``mesh`` only for OLMo-core,
+#: which shards itself with its own ``apply_fsdp``).
+Materialize = Callable[[recipes.Parallelize, Any, int], nn.Module]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One tiny model and its recipe.
+
+    Attributes:
+        name: the test id.
+        materialize: the recipe, on the meta device, sharded by its ``parallelize``.
+        reference: the library's own CPU init (run after ``torch.manual_seed``).
+    """
+
+    name: str
+    materialize: Materialize
+    reference: Callable[[], nn.Module]
+
+
+# --------------------------------------------------------------------------- timm
+
+#: name -> (timm model name, create_model kwargs), tiny versions of each family.
+TIMM: dict[str, tuple[str, dict[str, Any]]] = {
+    "vit": ("vit_tiny_patch16_224", {"img_size": 32, "patch_size": 8, "depth": 2}),
+    "vit_jax": (
+        "vit_tiny_patch16_224",
+        {"img_size": 32, "patch_size": 8, "depth": 2, "weight_init": "jax"},
+    ),
+    "convnext": ("convnext_atto", {"depths": (1, 1, 1, 1), "dims": (16, 32, 64, 128)}),
+    "swin": (
+        "swin_tiny_patch4_window7_224",
+        {"img_size": 32, "embed_dim": 16, "depths": (1, 1), "num_heads": (1, 2), "window_size": 4},
+    ),
+    "resnet": ("resnet10t", {"stem_width": 8, "channels": (8, 16, 32, 64)}),
+    # TinyNet E: timm's EfficientNet at its smallest width and depth multipliers.
+    "efficientnet": ("tinynet_e", {}),
+    "mobilenetv3": ("mobilenetv3_small_050", {}),
+    # Families no issue names (issue 29: "checked against models nobody listed").
+    "deit_distilled": (
+        "deit_tiny_distilled_patch16_224",
+        {"img_size": 32, "patch_size": 8, "depth": 2},
+    ),
+    "beit": (
+        "beit_base_patch16_224",
+        {"img_size": 32, "patch_size": 8, "depth": 2, "embed_dim": 64, "num_heads": 2},
+    ),
+    "eva02": (
+        "eva02_tiny_patch14_224",
+        {"img_size": 28, "patch_size": 7, "depth": 2, "embed_dim": 64, "num_heads": 2},
+    ),
+    "regnet": ("regnetx_002", {}),
+    "convnextv2": ("convnextv2_atto", {"depths": (1, 1, 1, 1), "dims": (16, 32, 64, 128)}),
+}
+
+
+def _timm(name: str) -> Setup:
+    model, kwargs = TIMM[name]
+    kwargs = {"num_classes": 10, **kwargs}
+
+    def reference() -> nn.Module:
+        import timm
+
+        return timm.create_model(model, pretrained=False, **kwargs)
+
+    return Setup(
+        f"timm_{name}",
+        lambda parallelize, mesh, seed: recipes.timm_model(model, kwargs, parallelize, seed),
+        reference,
+    )
+
+
+# --------------------------------------------------------------------------- diffusers
+
+_UNET_BLOCKS = {"block_out_channels": (8, 16), "norm_num_groups": 4, "layers_per_block": 1,
+                "cross_attention_dim": 16, "attention_head_dim": 2}  # fmt: skip
+_DIT = {"num_attention_heads": 2, "attention_head_dim": 8, "in_channels": 4, "num_layers": 1,
+        "sample_size": 8, "patch_size": 2}  # fmt: skip
+#: name -> (diffusers class name, config).
+DIFFUSERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "dit": ("DiTTransformer2DModel", {**_DIT, "num_embeds_ada_norm": 10}),
+    "pixart": (
+        "PixArtTransformer2DModel",
+        {**_DIT, "out_channels": 8, "cross_attention_dim": 16, "caption_channels": 16},
+    ),
+    "sd3": (
+        "SD3Transformer2DModel",
+        {
+            "sample_size": 8,
+            "patch_size": 2,
+            "in_channels": 4,
+            "num_layers": 1,
+            "attention_head_dim": 8,
+            "num_attention_heads": 2,
+            "joint_attention_dim": 16,
+            "caption_projection_dim": 16,
+            "pooled_projection_dim": 16,
+            "out_channels": 4,
+            "pos_embed_max_size": 16,
+        },
+    ),
+    "flux": (
+        "FluxTransformer2DModel",
+        {
+            "patch_size": 1,
+            "in_channels": 4,
+            "num_layers": 1,
+            "num_single_layers": 1,
+            "attention_head_dim": 8,
+            "num_attention_heads": 2,
+            "joint_attention_dim": 16,
+            "pooled_projection_dim": 16,
+            "axes_dims_rope": (2, 2, 4),
+        },
+    ),
+    "unet2d_condition": (
+        "UNet2DConditionModel",
+        {
+            **_UNET_BLOCKS,
+            "sample_size": 8,
+            "in_channels": 4,
+            "out_channels": 4,
+            "down_block_types": ("CrossAttnDownBlock2D", "DownBlock2D"),
+            "up_block_types": ("UpBlock2D", "CrossAttnUpBlock2D"),
+        },
+    ),
+    "autoencoder_kl": (
+        "AutoencoderKL",
+        {
+            "block_out_channels": (8, 16),
+            "norm_num_groups": 4,
+            "layers_per_block": 1,
+            "down_block_types": ("DownEncoderBlock2D",) * 2,
+            "latent_channels": 4,
+            "up_block_types": ("UpDecoderBlock2D",) * 2,
+        },
+    ),
+    "controlnet": (
+        "ControlNetModel",
+        {
+            **_UNET_BLOCKS,
+            "in_channels": 4,
+            "conditioning_embedding_out_channels": (4, 8),
+            "down_block_types": ("CrossAttnDownBlock2D", "DownBlock2D"),
+        },
+    ),
+    # Beyond the issue's list.
+    "unet2d": (
+        "UNet2DModel",
+        {
+            "sample_size": 8,
+            "in_channels": 3,
+            "out_channels": 3,
+            "block_out_channels": (8, 16),
+            "norm_num_groups": 4,
+            "layers_per_block": 1,
+            "down_block_types": ("DownBlock2D", "AttnDownBlock2D"),
+            "up_block_types": ("AttnUpBlock2D", "UpBlock2D"),
+        },
+    ),
+}
+
+
+def _diffusers(name: str) -> Setup:
+    class_name, config = DIFFUSERS[name]
+
+    def model_class() -> Any:
+        import diffusers
+
+        return getattr(diffusers, class_name)
+
+    return Setup(
+        f"diffusers_{name}",
+        lambda parallelize, mesh, seed: recipes.diffusers_model(
+            model_class(), config, parallelize, seed
+        ),
+        lambda: model_class().from_config(config),
+    )
+
+
+# --------------------------------------------------------------------------- peft
+
+#: name -> LoraConfig arguments, on an untied tiny Llama.
+PEFT: dict[str, dict[str, Any]] = {
+    "lora": {"r": 4, "target_modules": ["q_proj", "v_proj"]},
+    "lora_gaussian": {
+        "r": 4,
+        "target_modules": ["q_proj", "v_proj"],
+        "init_lora_weights": "gaussian",
+    },
+    "lora_embed_tokens": {"r": 4, "target_modules": ["q_proj", "v_proj", "embed_tokens"]},
+}
+
+
+def _llama() -> tuple[Any, Any]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=1000, max_position_embeddings=64, pad_token_id=0,
+        tie_word_embeddings=False,
+    )  # fmt: skip
+    return LlamaForCausalLM, config
+
+
+def _peft(name: str) -> Setup:
+    def lora() -> Any:
+        from peft import LoraConfig
+
+        return LoraConfig(**PEFT[name])
+
+    def reference() -> nn.Module:
+        from peft import get_peft_model
+
+        model_class, config = _llama()
+        model: nn.Module = get_peft_model(model_class(config), lora())
+        return model
+
+    return Setup(
+        f"peft_{name}",
+        lambda parallelize, mesh, seed: recipes.peft_lora(*_llama(), lora(), parallelize, seed),
+        reference,
+    )
+
+
+# --------------------------------------------------------------------------- the others
+
+
+def _olmo_config() -> Any:
+    with warnings.catch_warnings():
+        # olmo_core.nn imports fla (its vision code): at import it warns "Triton is not
+        # supported on current platform, roll back to CPU." (UserWarning), "Flash
+        # Attention is not installed" (ImportWarning).
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", ImportWarning)
+        from olmo_core.nn.transformer import TransformerConfig
+
+    return TransformerConfig.olmo2_1M(vocab_size=1000, n_layers=2)
+
+
+def _olmo_reference() -> nn.Module:
+    model = _olmo_config().build(init_device="cpu")
+    model.init_weights(device=torch.device("cpu"))
+    return model  # type: ignore[no-any-return]
+
+
+def _open_clip_configs() -> tuple[int, Any, Any]:
+    from open_clip import CLIPTextCfg, CLIPVisionCfg
+
+    vision = CLIPVisionCfg(layers=1, width=64, head_width=32, patch_size=8, image_size=32)
+    text = CLIPTextCfg(context_length=16, vocab_size=1000, width=64, heads=2, layers=1)
+    return 32, vision, text
+
+
+def _open_clip_reference() -> nn.Module:
+    import open_clip
+
+    return open_clip.CLIP(*_open_clip_configs())  # type: ignore[no-any-return]
+
+
+def _litgpt_config() -> Any:
+    from litgpt import Config
+
+    return Config(
+        n_layer=2, n_embd=64, n_head=4, n_query_groups=2, vocab_size=1000,
+        padded_vocab_size=1000, block_size=64, norm_class_name="RMSNorm",
+        mlp_class_name="LLaMAMLP", intermediate_size=128, bias=False,
+    )  # fmt: skip
+
+
+def _litgpt_reference() -> nn.Module:
+    from litgpt.model import GPT
+
+    model = GPT(_litgpt_config())
+    model.apply(model._init_weights)
+    return model
+
+
+SETUPS: dict[str, Setup] = {
+    s.name: s
+    for s in [
+        *(_timm(name) for name in TIMM),
+        *(_diffusers(name) for name in DIFFUSERS),
+        *(_peft(name) for name in PEFT),
+        Setup(
+            "olmo_core",
+            lambda parallelize, mesh, seed: recipes.olmo_core_transformer(
+                _olmo_config(), mesh, seed
+            ),
+            _olmo_reference,
+        ),
+        Setup(
+            "open_clip",
+            lambda parallelize, mesh, seed: recipes.open_clip_model(
+                *_open_clip_configs(), parallelize, seed
+            ),
+            _open_clip_reference,
+        ),
+        Setup(
+            "litgpt",
+            lambda parallelize, mesh, seed: recipes.litgpt_gpt(_litgpt_config(), parallelize, seed),
+            _litgpt_reference,
+        ),
+    ]
+}
+
+
+def cpu_reference(name: str, seed: int = 0) -> nn.Module:
+    """The library's own CPU init of setup ``name``, without shardinit."""
+    torch.manual_seed(seed)
+    with warnings.catch_warnings():
+        # peft 0.21.2 calls transformers' deprecated is_gradient_checkpointing (a
+        # FutureWarning), as do the recipes (test_ecosystem.py ignores it there too).
+        warnings.simplefilter("ignore", FutureWarning)
+        return SETUPS[name].reference()

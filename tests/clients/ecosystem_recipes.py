@@ -1,0 +1,120 @@
+"""The recipes of docs/capturing-init.md for the torch ecosystem beyond transformers and
+torchtitan (issue 29): timm, diffusers, peft, OLMo-core, open_clip and litgpt, each by the
+library's most natural route, quoted verbatim there (tests/clients/test_ecosystem.py fails
+when a quote is stale) and run by that file at world sizes 1, 2 and 3.
+
+Each recipe builds the model on the meta device, hands it to ``parallelize`` (the
+caller's ``fully_shard`` / TP code: a no-op for one process, ``fully_shard`` on each block
+and the root on a mesh), and materializes it with the library's own init code. ``seed`` is
+shardinit's seed; the arguments before it say which model to build.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from torch import nn
+
+Parallelize = Callable[[nn.Module], object]
+
+
+def timm_model(name: str, kwargs: dict[str, Any], parallelize: Parallelize, seed: int) -> Any:
+    import timm
+    import torch
+
+    import shardinit
+
+    # timm initializes in its constructors (each model's init_weights, timm's
+    # trunc_normal_, torch.nn defaults): record_constructors keeps all of it.
+    with torch.device("meta"), shardinit.record_constructors():
+        model = timm.create_model(name, pretrained=False, **kwargs)
+    parallelize(model)
+    shardinit.materialize(model, seed=seed)
+    return model
+
+
+def diffusers_model(model_class: Any, config: dict[str, Any], parallelize: Parallelize,
+                    seed: int) -> Any:  # fmt: skip
+    import torch
+
+    import shardinit
+
+    # diffusers has no init method: its models' values (and buffers such as PatchEmbed's
+    # sin-cos pos_embed) come from their constructors.
+    with torch.device("meta"), shardinit.record_constructors():
+        model = model_class.from_config(config)
+    parallelize(model)
+    shardinit.materialize(model, seed=seed)
+    return model
+
+
+def peft_lora(model_class: Any, config: Any, lora_config: Any, parallelize: Parallelize,
+              seed: int) -> Any:  # fmt: skip
+    import torch
+    from peft import get_peft_model
+    from peft.tuners.lora import LoraLayer
+
+    import shardinit
+
+    with torch.device("meta"):
+        model = get_peft_model(model_class(config), lora_config)
+    parallelize(model)
+
+    def init_fn() -> None:
+        # transformers skips its init on the meta device: run it, then peft's LoRA init
+        # over it (transformers' _init_weights reaches the LoRA Linears too), as on the CPU.
+        model.get_base_model().init_weights()
+        for module in model.modules():
+            if isinstance(module, LoraLayer):
+                for adapter in module.active_adapters:
+                    module.reset_lora_parameters(adapter, lora_config.init_lora_weights)
+
+    shardinit.materialize(model, seed=seed, init_fn=init_fn)
+    return model
+
+
+def olmo_core_transformer(config: Any, mesh: Any, seed: int) -> Any:
+    import torch
+
+    import shardinit
+
+    model = config.build(init_device="meta")
+    if mesh is not None:
+        model.apply_fsdp(dp_mesh=mesh)
+    # OLMo-core's own init entry point (it starts with self.to_empty(device)).
+    shardinit.materialize(
+        model, seed=seed, init_fn=lambda: model.init_weights(device=torch.device("cpu"))
+    )
+    return model
+
+
+def open_clip_model(embed_dim: int, vision_cfg: Any, text_cfg: Any, parallelize: Parallelize,
+                    seed: int) -> Any:  # fmt: skip
+    import open_clip
+    import torch
+
+    import shardinit
+
+    # CLIP's init runs in its towers' constructors (init_parameters), and its attn_mask
+    # buffer and logit_scale are set there too.
+    with torch.device("meta"), shardinit.record_constructors():
+        model = open_clip.CLIP(embed_dim, vision_cfg, text_cfg)
+    parallelize(model)
+    shardinit.materialize(model, seed=seed)
+    return model
+
+
+def litgpt_gpt(config: Any, parallelize: Parallelize, seed: int) -> Any:
+    import torch
+    from litgpt.model import GPT
+
+    import shardinit
+
+    # RMSNorm's ones and the rope cache come from the constructor; the weights from
+    # GPT._init_weights, "meant to be used with gpt.apply(gpt._init_weights)".
+    with torch.device("meta"), shardinit.record_constructors():
+        model = GPT(config)
+    parallelize(model)
+    shardinit.materialize(model, seed=seed, init_fn=lambda: model.apply(model._init_weights))
+    return model

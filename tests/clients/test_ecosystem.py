@@ -1,0 +1,191 @@
+"""The torch ecosystem beyond transformers and torchtitan (issue 29): tiny timm, diffusers,
+peft, OLMo-core, open_clip and litgpt models (``ecosystem_models``), each materialized by
+its library's most natural recipe (``ecosystem_recipes``, quoted in
+docs/capturing-init.md), with no hand-written buffer init or workaround.
+
+* World 1 (this process): against the library's own CPU init without shardinit, as in
+  test_clients.py: the same parameter names and ties; constants exact, random values'
+  std/mean/abs-max within sample-size tolerances, the same zeros; distinct parameters the
+  library makes bit-equal (copies) bit-equal here too; buffers equal.
+* Worlds 1, 2, 3 (gloo, the shared groups): ``fully_shard`` on each block and the root
+  (OLMo-core: its own ``apply_fsdp``) -> the recipe; the gathered parameters and the
+  buffers equal, byte for byte, the same recipe run unsharded in the same process.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import ecosystem_recipes
+import pytest
+import torch
+from ecosystem_models import SETUPS, cpu_reference
+from materialize_workers import (
+    Checks,
+    assert_check_passed,
+    check,
+    expect_equal,
+    gloo_scenario,
+    run_group,
+)
+from test_clients import _like_library, _ties
+from torch import nn
+
+from shardinit._integration.placements import is_dtensor
+
+pytestmark = pytest.mark.clients
+
+SEED = 1234
+DOC = Path(__file__).resolve().parents[2] / "docs" / "capturing-init.md"
+CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
+
+
+def _unsharded(model: nn.Module) -> None:
+    """``parallelize`` for one process: nothing to shard."""
+
+
+def _blocks(model: nn.Module) -> list[nn.Module]:
+    """The outermost members of the model's ModuleLists, Sequentials and ModuleDicts that
+    hold parameters: the units ``fully_shard`` wraps one by one (timm's blocks and stages,
+    diffusers' down/up blocks, the transformer layers of the others)."""
+    blocks: list[nn.Module] = []
+    inside: set[int] = set()
+    for module in model.modules():
+        if id(module) in inside or not isinstance(module, CONTAINERS):
+            continue
+        members = module.values() if isinstance(module, nn.ModuleDict) else module
+        for member in members:
+            if any(True for _ in member.parameters()):
+                blocks.append(member)
+                inside.update(id(sub) for sub in member.modules())
+    return blocks
+
+
+def _fully_shard(mesh: Any) -> ecosystem_recipes.Parallelize:
+    from torch.distributed.fsdp import fully_shard
+
+    def parallelize(model: nn.Module) -> None:
+        for block in _blocks(model):
+            fully_shard(block, mesh=mesh)
+        # FSDP2 refuses 0-d parameters (open_clip's logit_scale): they stay plain, on
+        # meta, and materialize allocates them whole.
+        scalars = {p for p in model.parameters() if p.dim() == 0}
+        fully_shard(model, mesh=mesh, ignored_params=scalars or None)
+
+    return parallelize
+
+
+def _materialized(name: str, mesh: Any = None) -> nn.Module:
+    parallelize = _unsharded if mesh is None else _fully_shard(mesh)
+    with warnings.catch_warnings():
+        # peft calls transformers' deprecated is_gradient_checkpointing (FutureWarning).
+        warnings.simplefilter("ignore", FutureWarning)
+        return SETUPS[name].materialize(parallelize, mesh, SEED)
+
+
+#: Below this many random elements, a sample's std and abs-max say little: a bias of 8
+#: elements drawn twice from one uniform law differs in std by a factor 3 at times, and
+#: the largest of n uniform draws on [-b, b] lies below b / 4 with probability 4**-n.
+SMALL = 64
+
+
+def _compare(name: str, ours: torch.Tensor, theirs: torch.Tensor) -> None:
+    """test_clients' per-parameter check; for fewer than SMALL random elements only the
+    shape, dtype, the zeros, and that the values are random and within 4 times the
+    library's largest magnitude."""
+    if theirs.numel() >= SMALL or theirs.unique().numel() <= 1:
+        _like_library(name, ours, theirs)
+        return
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype, name
+    assert torch.equal(ours == 0, theirs == 0), f"{name}: zero pattern differs"
+    assert ours.unique().numel() > 1, f"{name}: constant, the library's is random"
+    assert float(ours.abs().max()) <= 4 * float(theirs.abs().max()), f"{name}: magnitude"
+
+
+def _copies(model: nn.Module) -> list[list[str]]:
+    """Groups of distinct, non-constant parameters that are bit-equal."""
+    groups: dict[tuple[object, ...], list[str]] = {}
+    for name, param in model.named_parameters():
+        values = param.detach()
+        if values.numel() < 2 or values.unique().numel() <= 1:
+            continue
+        digest = hashlib.sha256(values.contiguous().view(torch.uint8).numpy()).hexdigest()
+        groups.setdefault((tuple(values.shape), values.dtype, digest), []).append(name)
+    return sorted(sorted(g) for g in groups.values() if len(g) > 1)
+
+
+@pytest.mark.parametrize("name", sorted(SETUPS))
+def test_world1_matches_the_librarys_own_cpu_init(name: str) -> None:
+    model = _materialized(name)
+    reference = cpu_reference(name)
+    assert _ties(model) == _ties(reference)
+    assert _copies(model) == _copies(reference)
+    theirs = dict(reference.named_parameters())
+    assert sorted(n for n, _ in model.named_parameters()) == sorted(theirs)
+    for param_name, param in model.named_parameters():
+        _compare(param_name, param.detach(), theirs[param_name].detach())
+    buffers = dict(reference.named_buffers())
+    assert sorted(n for n, _ in model.named_buffers()) == sorted(buffers)
+    for buffer_name, buffer in model.named_buffers():
+        expect_equal(buffer_name, buffer, buffers[buffer_name])
+
+
+def test_doc_quotes_every_recipe_verbatim() -> None:
+    """Each ``<!-- recipe: NAME -->`` block of docs/capturing-init.md is the source of
+    ``ecosystem_recipes.NAME``, and every recipe is quoted."""
+    pattern = r"<!-- recipe: (\w+) -->\n```python\n(.*?)```"
+    quoted = dict(re.findall(pattern, DOC.read_text(), re.S))
+    recipes = {
+        name: inspect.getsource(fn)
+        for name, fn in vars(ecosystem_recipes).items()
+        if inspect.isfunction(fn) and fn.__module__ == ecosystem_recipes.__name__
+    }
+    assert sorted(quoted) == sorted(recipes)
+    for name, source in recipes.items():
+        assert quoted[name] == source, f"docs/capturing-init.md quotes an old {name}: copy it"
+
+
+# --------------------------------------------------------------------------- worlds 1-3
+
+
+@gloo_scenario(1, 2, 3)
+def ecosystem_scenario(rank: int, world: int) -> Checks:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (world,))
+    checks: Checks = {}
+    for name in sorted(SETUPS):
+
+        def run(name: str = name) -> None:
+            _expect_gathered_equal_unsharded(_materialized(name, mesh), _materialized(name))
+
+        check(checks, name, run)
+    return checks
+
+
+def _expect_gathered_equal_unsharded(sharded: nn.Module, plain: nn.Module) -> None:
+    params = dict(plain.named_parameters())
+    for param_name, param in sharded.named_parameters():
+        full = param.full_tensor() if is_dtensor(param) else param.detach()
+        expect_equal(param_name, full, params[param_name].detach())
+    buffers = dict(plain.named_buffers())
+    for buffer_name, buffer in sharded.named_buffers():
+        expect_equal(buffer_name, buffer, buffers[buffer_name])
+
+
+@functools.cache
+def _results(world: int) -> dict[str, list[str]]:
+    return run_group(world, ecosystem_scenario)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("name", sorted(SETUPS))
+def test_fsdp2_worlds_give_identical_bytes(name: str, world: int) -> None:
+    assert_check_passed(_results(world), name)
