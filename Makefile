@@ -41,7 +41,7 @@ export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 unexport PYTHONDONTWRITEBYTECODE
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-deps test-rust test-python test-slow test-wheel test-zoo msrv fuzz quality lint bench wheel clean
+.PHONY: setup demo test test-deps test-rust test-python test-slow test-wheel test-zoo test-ecosystem msrv fuzz quality lint bench wheel clean
 
 setup: $(BUILD_STAMP)
 
@@ -110,6 +110,12 @@ test-slow: test-deps
 # The release wheel built by maturin, installed into a fresh venv (minutes: its own step).
 test-wheel: setup
 	$(PY) -m pytest -q --runwheel -m wheel
+
+# Every ecosystem setup (timm, diffusers, peft, OLMo-core, open_clip, litgpt) under FSDP2 at
+# worlds 1-3 (tests/clients/test_ecosystem.py; make test runs them all at world 1 and one
+# at worlds 1-3): each rank imports the libraries, minutes on 2 cores.
+test-ecosystem: test-deps
+	$(PY) -m pytest -q --runeco -m ecosystem
 
 # Megatron-core and DeepSpeed ZeRO-3 on gloo CPU (DeepSpeed builds one CPU op with g++ and
 # ninja on first use, cached in ~/.cache/torch_extensions).

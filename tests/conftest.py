@@ -9,7 +9,10 @@ pulls in a slow test by accident):
   wheel with maturin and installs it into a fresh virtual env;
 * ``--runzoo`` (its own CI step, ``make test-zoo``): Megatron-core and DeepSpeed ZeRO-3 on
   gloo, minutes of runs plus DeepSpeed's one-time op build, kept out of ``make test``
-  (which does not even install them: the zoo layer of requirements is ``make test-zoo``'s).
+  (which does not even install them: the zoo layer of requirements is ``make test-zoo``'s);
+* ``--runeco`` (its own CI step, ``make test-ecosystem``): every ecosystem setup of
+  tests/clients/test_ecosystem.py at world 1 and at worlds 1-3 under FSDP2 (each rank
+  imports timm, diffusers, ...: minutes); ``make test`` checks one model per library.
 
 Hypothesis profiles, chosen with the environment variable ``HYPOTHESIS_PROFILE``:
 
@@ -53,6 +56,11 @@ OPT_IN_MARKERS = {
     "slow": ("--runslow", "run tests marked slow (make test-slow)"),
     "wheel": ("--runwheel", "run tests marked wheel: build and install the release wheel"),
     "zoo": ("--runzoo", "run tests marked zoo: real Megatron-core and DeepSpeed (make test-zoo)"),
+    "ecosystem": (
+        "--runeco",
+        "run tests marked ecosystem: every timm/diffusers/peft/OLMo-core/open_clip/litgpt "
+        "setup at world 1 and under FSDP2 at worlds 1-3 (make test-ecosystem)",
+    ),
 }
 
 

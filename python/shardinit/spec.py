@@ -143,6 +143,32 @@ class ParamSpec:
         _check_fits_dtype(self.base_init, dtype)
         self.base_init.check_shape(name, shape_tuple)
 
+    def with_init(self, init: Initializer) -> ParamSpec:
+        """This spec with another initializer, checking only what depends on it (the
+        name, shape, dtype and seed are this spec's, checked already): the writer makes
+        one per operation it writes.
+
+        Raises:
+            TypeError: ``init`` is no initializer.
+            ShardInitError: the initializer does not apply to the shape or dtype.
+        """
+        if not isinstance(init, Initializer):
+            raise TypeError(
+                f"init must be a shardinit.init initializer, got {type(init).__name__} {init!r}"
+            )
+        spec = object.__new__(ParamSpec)
+        for field, value in (
+            ("name", self.name),
+            ("shape", self.shape),
+            ("dtype", self.dtype),
+            ("init", init),
+            ("seed", self.seed),
+        ):
+            object.__setattr__(spec, field, value)
+        _check_fits_dtype(spec.base_init, self.dtype)
+        spec.base_init.check_shape(self.name, self.shape)
+        return spec
+
     @cached_property
     def base_init(self) -> BaseInit:
         """The stream-v1 initializer after resolving fans from the global shape."""

@@ -111,10 +111,16 @@ def litgpt_gpt(config: Any, parallelize: Parallelize, seed: int) -> Any:
 
     import shardinit
 
-    # RMSNorm's ones and the rope cache come from the constructor; the weights from
-    # GPT._init_weights, "meant to be used with gpt.apply(gpt._init_weights)".
+    # RMSNorm's ones come from the constructor; the weights from GPT._init_weights ("meant
+    # to be used with gpt.apply(gpt._init_weights)"); the rope cache from reset_parameters,
+    # as litgpt's own training scripts call it after init.
     with torch.device("meta"), shardinit.record_constructors():
         model = GPT(config)
     parallelize(model)
-    shardinit.materialize(model, seed=seed, init_fn=lambda: model.apply(model._init_weights))
+
+    def init_fn() -> None:
+        model.apply(model._init_weights)
+        model.reset_parameters()
+
+    shardinit.materialize(model, seed=seed, init_fn=init_fn)
     return model

@@ -37,6 +37,7 @@ from materialize_workers import (
 from test_clients import _like_library, _ties
 from torch import nn
 
+import shardinit
 from shardinit._integration.placements import is_dtensor
 
 pytestmark = pytest.mark.clients
@@ -120,7 +121,31 @@ def _copies(model: nn.Module) -> list[list[str]]:
     return sorted(sorted(g) for g in groups.values() if len(g) > 1)
 
 
-@pytest.mark.parametrize("name", sorted(SETUPS))
+# One model per library in make test (the whole set: make test-ecosystem, --runeco).
+QUICK = frozenset({"timm_vit"})
+# Constructor buffers computed by operations capture does not follow yet (clear refusals
+# naming the buffer and the library's line; replayable in principle): issue 29's notes.
+NOT_YET = {
+    "timm_swin": "relative_position_index: a sum of coordinate tables",
+    "timm_beit": "relative_position_index: a sum of coordinate tables",
+    "timm_eva02": "rope pos_embed: repeat_interleave of a sin/cos table",
+}
+
+
+def _setups(quick: set[str] | frozenset[str] | None) -> list[object]:
+    """The setups; outside ``quick`` (None: all of them) marked ``ecosystem``; those of
+    ``NOT_YET`` expected to be refused, clearly."""
+    params = []
+    for name in sorted(SETUPS):
+        marks = [] if quick is None or name in quick else [pytest.mark.ecosystem]
+        if name in NOT_YET:
+            refused = pytest.mark.xfail(raises=shardinit.ShardInitError, reason=NOT_YET[name])
+            marks.append(refused)
+        params.append(pytest.param(name, marks=marks))
+    return params
+
+
+@pytest.mark.parametrize("name", _setups(None))
 def test_world1_matches_the_librarys_own_cpu_init(name: str) -> None:
     model = _materialized(name)
     reference = cpu_reference(name)
@@ -146,7 +171,8 @@ def test_doc_quotes_every_recipe_verbatim() -> None:
         for name, fn in vars(ecosystem_recipes).items()
         if inspect.isfunction(fn) and fn.__module__ == ecosystem_recipes.__name__
     }
-    assert sorted(quoted) == sorted(recipes)
+    missing = sorted(set(recipes) - set(quoted))
+    assert not missing, f"docs/capturing-init.md quotes no recipe {missing}"
     for name, source in recipes.items():
         assert quoted[name] == source, f"docs/capturing-init.md quotes an old {name}: copy it"
 
@@ -154,19 +180,31 @@ def test_doc_quotes_every_recipe_verbatim() -> None:
 # --------------------------------------------------------------------------- worlds 1-3
 
 
-@gloo_scenario(1, 2, 3)
-def ecosystem_scenario(rank: int, world: int) -> Checks:
+def _scenario_checks(world: int, names: list[str]) -> Checks:
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh("cpu", (world,))
     checks: Checks = {}
-    for name in sorted(SETUPS):
+    for name in names:
 
         def run(name: str = name) -> None:
             _expect_gathered_equal_unsharded(_materialized(name, mesh), _materialized(name))
 
         check(checks, name, run)
     return checks
+
+
+_SHARDED = sorted(set(SETUPS) - set(NOT_YET))
+
+
+@gloo_scenario(1, 2, 3)
+def ecosystem_quick_scenario(rank: int, world: int) -> Checks:
+    return _scenario_checks(world, [name for name in _SHARDED if name in QUICK])
+
+
+@gloo_scenario(1, 2, 3)
+def ecosystem_scenario(rank: int, world: int) -> Checks:
+    return _scenario_checks(world, [name for name in _SHARDED if name not in QUICK])
 
 
 def _expect_gathered_equal_unsharded(sharded: nn.Module, plain: nn.Module) -> None:
@@ -180,12 +218,18 @@ def _expect_gathered_equal_unsharded(sharded: nn.Module, plain: nn.Module) -> No
 
 
 @functools.cache
-def _results(world: int) -> dict[str, list[str]]:
-    return run_group(world, ecosystem_scenario)
+def _results(world: int, quick: bool) -> dict[str, list[str]]:
+    return run_group(world, ecosystem_quick_scenario if quick else ecosystem_scenario)
 
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("world", [1, 2, 3])
-@pytest.mark.parametrize("name", sorted(SETUPS))
+@pytest.mark.parametrize(
+    "name",
+    [
+        name if name in QUICK else pytest.param(name, marks=pytest.mark.ecosystem)
+        for name in _SHARDED
+    ],
+)
 def test_fsdp2_worlds_give_identical_bytes(name: str, world: int) -> None:
-    assert_check_passed(_results(world), name)
+    assert_check_passed(_results(world, name in QUICK), name)

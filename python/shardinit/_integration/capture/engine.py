@@ -554,12 +554,24 @@ class Engine:
 
 
 def _invalid_fill(track: Track, action: Fill) -> str | None:
-    """Why ``action`` cannot fill the parameter ``track`` (ParamSpec's checks), or None."""
+    """Why ``action`` cannot fill the parameter ``track`` (ParamSpec's checks), or None.
+    Fills found valid are remembered by what decides it (shape, dtype, initializer): a
+    capture checks every fill it records, mostly the same few."""
+    key = (track.shape, track.base.dtype, action.init)
+    if key in _VALID_FILLS:
+        return None
     try:
         ParamSpec(track.name, track.shape, track.base.dtype, action.init, seed=0)
     except ShardInitError as why:  # ParamSpec validates its arguments: it refuses nothing
         return str(why)
+    if getattr(action.init, "elementwise", False):  # orthogonal's cap reads the environment
+        if len(_VALID_FILLS) > 4096:
+            _VALID_FILLS.clear()
+        _VALID_FILLS.add(key)
     return None
+
+
+_VALID_FILLS: set[tuple[object, ...]] = set()
 
 
 def _uncopyable(source: Track, runs: tuple[list[Run], list[Run]]) -> str | None:

@@ -114,7 +114,7 @@ def write_program(expr: Expr, spec: ParamSpec, box: Box, target: torch.Tensor) -
         emitter.emit(expr)
         program = CoreProgram(emitter.program, is_elementwise(expr))
     else:
-        spec = ParamSpec(spec.name, spec.shape, spec.dtype, init, seed=spec.seed)
+        spec = spec.with_init(init)
     out = target if target.is_contiguous() else torch.empty_like(target, memory_format=CONTIGUOUS)
     fill(
         spec,
