@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import inspect
-import re
 import warnings
-from pathlib import Path
 from typing import Any
 
 import ecosystem_recipes
@@ -43,7 +40,6 @@ from shardinit._integration.placements import is_dtensor
 pytestmark = pytest.mark.clients
 
 SEED = 1234
-DOC = Path(__file__).resolve().parents[2] / "docs" / "capturing-init.md"
 CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
 
 
@@ -159,22 +155,6 @@ def test_world1_matches_the_librarys_own_cpu_init(name: str) -> None:
     assert sorted(n for n, _ in model.named_buffers()) == sorted(buffers)
     for buffer_name, buffer in model.named_buffers():
         expect_equal(buffer_name, buffer, buffers[buffer_name])
-
-
-def test_doc_quotes_every_recipe_verbatim() -> None:
-    """Each ``<!-- recipe: NAME -->`` block of docs/capturing-init.md is the source of
-    ``ecosystem_recipes.NAME``, and every recipe is quoted."""
-    pattern = r"<!-- recipe: (\w+) -->\n```python\n(.*?)```"
-    quoted = dict(re.findall(pattern, DOC.read_text(), re.S))
-    recipes = {
-        name: inspect.getsource(fn)
-        for name, fn in vars(ecosystem_recipes).items()
-        if inspect.isfunction(fn) and fn.__module__ == ecosystem_recipes.__name__
-    }
-    missing = sorted(set(recipes) - set(quoted))
-    assert not missing, f"docs/capturing-init.md quotes no recipe {missing}"
-    for name, source in recipes.items():
-        assert quoted[name] == source, f"docs/capturing-init.md quotes an old {name}: copy it"
 
 
 # --------------------------------------------------------------------------- worlds 1-3

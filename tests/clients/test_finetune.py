@@ -16,10 +16,7 @@ materialize:
 from __future__ import annotations
 
 import functools
-import inspect
-import re
 import warnings
-from pathlib import Path
 from typing import Any
 
 import finetune_recipes
@@ -40,7 +37,6 @@ import shardinit
 pytestmark = pytest.mark.clients
 
 SEED = 2929
-DOC = Path(__file__).resolve().parents[2] / "docs" / "capturing-init.md"
 COPY = "base_model.model.lm_head.modules_to_save.default.weight"
 ORIGINAL = "base_model.model.lm_head.original_module.weight"
 Weights = dict[str, torch.Tensor]
@@ -104,20 +100,6 @@ def _whole() -> Weights:
 
 
 # --------------------------------------------------------------------------- in process
-
-
-def test_doc_quotes_every_recipe_verbatim() -> None:
-    """Each ``<!-- recipe: NAME -->`` block of docs/capturing-init.md is the source of
-    ``finetune_recipes.NAME``, and every recipe is quoted."""
-    quoted = dict(re.findall(r"<!-- recipe: (\w+) -->\n```python\n(.*?)```", DOC.read_text(), re.S))
-    recipes = {
-        name: inspect.getsource(fn)
-        for name, fn in vars(finetune_recipes).items()
-        if inspect.isfunction(fn) and fn.__module__ == finetune_recipes.__name__
-    }
-    assert sorted(quoted) == sorted(recipes)
-    for name, source in recipes.items():
-        assert quoted[name] == source, f"docs/capturing-init.md quotes an old {name}: copy it again"
 
 
 def test_modules_to_save_copy_starts_equal_to_the_original_as_in_eager_peft() -> None:

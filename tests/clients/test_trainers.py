@@ -26,13 +26,10 @@ meta model ("FSDP needs a non-CPU accelerator device"). Its shardinit part (FSDP
 from __future__ import annotations
 
 import functools
-import inspect
 import math
-import re
 import tempfile
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,7 +50,6 @@ import shardinit
 pytestmark = pytest.mark.clients
 
 SEED = 4321
-DOC = Path(__file__).resolve().parents[2] / "docs" / "trainers.md"
 SCENARIOS = ["transformers_trainer", "accelerate_fsdp2", "accelerate_meta_trap", "accelerate_fsdp1"]
 SCENARIOS += ["lightning_fabric", "lightning_trainer"]
 Weights = dict[str, torch.Tensor]
@@ -76,20 +72,6 @@ def _batch() -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------- in process
-
-
-def test_doc_quotes_every_recipe_verbatim() -> None:
-    """Each ``<!-- recipe: NAME -->`` block of docs/trainers.md is the source of
-    ``trainer_recipes.NAME``, and every recipe is quoted."""
-    quoted = dict(re.findall(r"<!-- recipe: (\w+) -->\n```python\n(.*?)```", DOC.read_text(), re.S))
-    recipes = {
-        name: inspect.getsource(fn)
-        for name, fn in vars(trainer_recipes).items()
-        if inspect.isfunction(fn) and fn.__module__ == trainer_recipes.__name__
-    }
-    assert sorted(quoted) == sorted(recipes)
-    for name, source in recipes.items():
-        assert quoted[name] == source, f"docs/trainers.md quotes an old {name}: copy it again"
 
 
 def test_fsdp1_param_init_fn_under_accelerates_tie_wrapper() -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .program import Const, Coord, Expr, Source, as_lin, reindex, walk_nodes
 from .records import Action, CapturedOp, Fill
-from .regions import Box, Run, box_runs
+from .regions import Box, FlatRun, box_runs
 from .store import RecordStore
 from .tracks import Track
 
@@ -27,7 +27,7 @@ class _Claim:
 
     write: int
     space: int | None
-    runs: tuple[Run, ...]
+    runs: tuple[FlatRun, ...]
     where: str
 
     def disjoint(self, other: _Claim) -> bool:
@@ -106,7 +106,7 @@ class RandomPlaces:
         claims.append(new)
 
     def copied(
-        self, source: Track, entry: CapturedOp, target: Track, run: Run, op: str, where: str
+        self, source: Track, entry: CapturedOp, target: Track, run: FlatRun, op: str, where: str
     ) -> None:
         """Elements ``run`` (flat) of the temporary ``source``, written by ``entry``,
         copied op by op into a parameter (:meth:`land`): exact positions when ``entry``
@@ -127,11 +127,11 @@ def _pinned(expr: Expr, box: Box) -> Expr:
 
 def _image_runs(
     ats: set[tuple[Expr, ...]], box: Box, shape: tuple[int, ...]
-) -> tuple[Run, ...] | None:
+) -> tuple[FlatRun, ...] | None:
     """The flat runs of a temporary of ``shape`` that the places ``ats`` read over
     ``box``, when each is a shift of the box (every coordinate a constant or one of the
     box's dims plus a constant, each dim used once); else None."""
-    runs: list[Run] = []
+    runs: list[FlatRun] = []
     for at in ats:
         image: list[tuple[int, int]] = []
         used: set[int] = set()

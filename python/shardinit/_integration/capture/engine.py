@@ -65,7 +65,7 @@ from .program import (
 from .records import Action, CapturedOp, Computed, Fill, Opaque, program_of
 from .regions import (
     Box,
-    Run,
+    FlatRun,
     box_runs,
     flat_range_boxes,
     map_runs_from,
@@ -305,7 +305,7 @@ class Engine:
         self,
         expr: Expr,
         source_shape: Sequence[int],
-        pieces: Iterator[tuple[int, Run]],
+        pieces: Iterator[tuple[int, FlatRun]],
         target: Track,
     ) -> Iterator[tuple[Box, Expr]]:
         """``expr`` (over a row-major tensor of ``source_shape``) on the boxes of
@@ -345,7 +345,11 @@ class Engine:
         self.write_expr(target, dst, self.operand(value, tuple(dst.shape), op), op)
 
     def spread_op(
-        self, entry: CapturedOp, runs: tuple[list[Run], list[Run]], source: Track, target: Track
+        self,
+        entry: CapturedOp,
+        runs: tuple[list[FlatRun], list[FlatRun]],
+        source: Track,
+        target: Track,
     ) -> Iterator[tuple[Box, Expr]]:
         """A temporary's program op, copied through ``runs`` (source, target)."""
         assert isinstance(entry.action, Computed)
@@ -394,7 +398,7 @@ class Engine:
         source: Track,
         entry: CapturedOp,
         target: Track,
-        runs: tuple[list[Run], list[Run]],
+        runs: tuple[list[FlatRun], list[FlatRun]],
         names: tuple[str, str, str],
     ) -> None:
         """``entry`` (a fill or scale of ``source``) copied through ``runs``."""
@@ -574,7 +578,7 @@ def _invalid_fill(track: Track, action: Fill) -> str | None:
 _VALID_FILLS: set[tuple[object, ...]] = set()
 
 
-def _uncopyable(source: Track, runs: tuple[list[Run], list[Run]]) -> str | None:
+def _uncopyable(source: Track, runs: tuple[list[FlatRun], list[FlatRun]]) -> str | None:
     """Why the elements ``runs[0]`` of the temporary ``source`` cannot be copied op by op
     (never written, or written by an op no program describes), or None."""
     for start, stop in runs[0]:

@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 #: A run of flat (row-major) positions ``[start, stop)``.
-Run = tuple[int, int]
+FlatRun = tuple[int, int]
 
 
 def intersect(a: Box, b: Box) -> Box | None:
@@ -176,7 +176,7 @@ def flat_range_boxes(shape: Sequence[int], start: int, stop: int) -> list[tuple[
     return pieces
 
 
-def box_runs(box: Box, shape: Sequence[int]) -> list[Run]:
+def box_runs(box: Box, shape: Sequence[int]) -> list[FlatRun]:
     """The flat runs of ``box`` of a row-major tensor of ``shape``, in the box's own
     row-major order (adjacent runs merged).
 
@@ -193,7 +193,7 @@ def box_runs(box: Box, shape: Sequence[int]) -> list[Run]:
         inner -= 1
     split = max(inner - 1, 0)
     length = math.prod(stop - start for start, stop in box[split:])
-    runs: list[Run] = []
+    runs: list[FlatRun] = []
     for index in itertools.product(*(range(start, stop) for start, stop in box[:split])):
         first = sum(i * s for i, s in zip(index, strides, strict=False))
         first += sum(start * strides[d] for d, (start, _) in enumerate(box) if d >= split)
@@ -204,7 +204,7 @@ def box_runs(box: Box, shape: Sequence[int]) -> list[Run]:
     return runs
 
 
-def view_runs(view: torch.Tensor, base: torch.Tensor) -> list[Run]:
+def view_runs(view: torch.Tensor, base: torch.Tensor) -> list[FlatRun]:
     """The elements of ``view`` (same storage as the contiguous ``base``) in the view's
     row-major order, as flat runs of ``base`` (adjacent runs merged).
 
@@ -226,7 +226,7 @@ def view_runs(view: torch.Tensor, base: torch.Tensor) -> list[Run]:
     while outer > 0 and dims[outer - 1][1] == length:  # trailing dims that are one run
         length *= dims[outer - 1][0]
         outer -= 1
-    runs: list[Run] = []
+    runs: list[FlatRun] = []
     for index in itertools.product(*(range(n) for n, _ in dims[:outer])):
         start = rel + sum(i * s for i, (_, s) in zip(index, dims, strict=False))
         if runs and start < runs[-1][1]:
@@ -240,7 +240,9 @@ def view_runs(view: torch.Tensor, base: torch.Tensor) -> list[Run]:
     return runs
 
 
-def map_runs(source: Sequence[Run], piece: Run, target: Sequence[Run]) -> Iterator[Run]:
+def map_runs(
+    source: Sequence[FlatRun], piece: FlatRun, target: Sequence[FlatRun]
+) -> Iterator[FlatRun]:
     """Where the flat positions ``piece`` of the source's base land in the target's base,
     when the view with runs ``source`` is copied into the view with runs ``target``
     (same number of elements, both in row-major order)."""
@@ -254,8 +256,8 @@ def map_runs(source: Sequence[Run], piece: Run, target: Sequence[Run]) -> Iterat
 
 
 def map_runs_from(
-    source: Sequence[Run], piece: Run, target: Sequence[Run]
-) -> Iterator[tuple[int, Run]]:
+    source: Sequence[FlatRun], piece: FlatRun, target: Sequence[FlatRun]
+) -> Iterator[tuple[int, FlatRun]]:
     """As :func:`map_runs`, each target run with the source's flat position its first
     element comes from."""
     position = 0
@@ -271,22 +273,22 @@ def map_runs_from(
 
 
 def _slice_runs_at(
-    runs: Sequence[tuple[int, Run]], low: int, high: int
-) -> Iterator[tuple[int, Run]]:
+    runs: Sequence[tuple[int, FlatRun]], low: int, high: int
+) -> Iterator[tuple[int, FlatRun]]:
     for position, (start, stop) in runs:
         a, b = max(low, position), min(high, position + stop - start)
         if a < b:
             yield a, (start + a - position, start + b - position)
 
 
-def _positions(runs: Sequence[Run]) -> Iterator[tuple[int, Run]]:
+def _positions(runs: Sequence[FlatRun]) -> Iterator[tuple[int, FlatRun]]:
     position = 0
     for run in runs:
         yield position, run
         position += run[1] - run[0]
 
 
-def _slice_runs(runs: Sequence[tuple[int, Run]], low: int, high: int) -> Iterator[Run]:
+def _slice_runs(runs: Sequence[tuple[int, FlatRun]], low: int, high: int) -> Iterator[FlatRun]:
     """Positions ``[low, high)`` of the concatenated ``runs`` (each with its position)."""
     for position, (start, stop) in runs:
         a, b = max(low, position), min(high, position + stop - start)
@@ -294,7 +296,7 @@ def _slice_runs(runs: Sequence[tuple[int, Run]], low: int, high: int) -> Iterato
             yield (start + a - position, start + b - position)
 
 
-def runs_or_reason(view: torch.Tensor, base: torch.Tensor) -> list[Run] | str:
+def runs_or_reason(view: torch.Tensor, base: torch.Tensor) -> list[FlatRun] | str:
     """:func:`view_runs`, or why there are none (the view is not in the base's row-major
     order): for callers that choose another route then, rather than refuse."""
     try:
