@@ -46,6 +46,7 @@ LAYERS = {
     "test-slow": {"core", "clients"},
     "test-wheel": {"core"},
     "test-zoo": {"core", "clients", "zoo"},
+    "test-ecosystem": {"core", "clients"},
     "msrv": set(),
 }
 
@@ -70,7 +71,7 @@ def _dry_run(target: str, tmp_path: Path) -> list[str]:
 
 
 def _installed_layers(line: str) -> set[str]:
-    """The layers a `pip install -r requirements-<layer>[-nodeps].txt` line installs."""
+    """The layers a `uv pip install -r requirements-<layer>[-nodeps].txt` line installs."""
     if "pip install" not in line:
         return set()
     return set(re.findall(r"-r requirements-([a-z]+?)(?:-nodeps)?\.txt", line))
