@@ -4,9 +4,10 @@
 Not a public library module: it serves ``shardinit demo``/``fingerprint``, the
 benchmarks and the tests (the examples use only the public API). No weights are
 downloaded or allocated: :func:`build_model` returns a module whose parameters live on
-``torch.device("meta")``, ready for ``fully_shard`` and shard-local materialization. :meth:`Transformer.init_weights`
-is torchtitan's Llama init, for ``shardinit.materialize(model, seed=...,
-init_fn=model.init_weights)``; the demo does not use it (it shows torch.nn's defaults).
+``torch.device("meta")``, ready for ``fully_shard`` and shard-local materialization.
+:meth:`Transformer.init_weights` is torchtitan's Llama init, for
+``shardinit.materialize(model, seed=..., init_fn=model.init_weights)``; the demo does not
+use it (it shows torch.nn's defaults).
 
 Example:
     >>> from shardinit.cli.models import MODELS
