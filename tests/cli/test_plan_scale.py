@@ -21,7 +21,6 @@ from shardinit.cli.generate import generate_rank, param_spec
 from shardinit.cli.layout import LayoutPlan, byte_summary, plan_layout
 from shardinit.cli.models import (
     MODELS,
-    PLAN_MODELS,
     ParamEntry,
     param_table,
     tp_style,
@@ -171,7 +170,7 @@ def test_preset_sizes_match_the_published_totals() -> None:
     assert MODELS["llama-8b"].num_params() == 8_030_261_248  # Llama 3.1 8B
     assert MODELS["llama-70b"].num_params() == 70_553_706_496  # ~70.6B
     assert MODELS["llama-405b"].num_params() == 405_853_388_800  # ~405.9B
-    total = PLAN_MODELS["deepseek-v3"].num_params()
+    total = MODELS["deepseek-v3"].num_params()
     assert round(total / 1e9) == 671  # DeepSeek-V3's 671B, without its MTP layer
     names = {entry.name for entry in param_table("deepseek-v3")}
     assert len(names) == len(param_table("deepseek-v3"))

@@ -87,3 +87,20 @@ def test_every_public_name_imports_in_a_fresh_interpreter() -> None:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "[]"
+
+
+def test_examples_import_only_the_public_api() -> None:
+    """The examples are what users copy: they import shardinit and its public modules,
+    never a private module or the CLI's scaffolding (``shardinit.cli``)."""
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    private = []
+    for script in sorted(examples.glob("*.py")):
+        for node in ast.walk(ast.parse(script.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "shardinit" and any(p == "cli" or p.startswith("_") for p in parts):
+                    private.append(f"{script.name}: {name}")
+    assert not private, private

@@ -18,7 +18,7 @@ one ``Module._apply`` pass over the root), :meth:`~Target.allocate` and
 A new sharding wrapper adds one class with the same methods (see :class:`Target`) in
 its own module, with the function that builds its targets.
 *Values* say what to write: one init program per parameter (:class:`Values`), written
-into either form of region by the one writer (:func:`.capture.write_pieces`).
+into either form of region by the one writer (:func:`.capture.replay.write_pieces`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class Values:
     """A parameter's values: its init program, the operations of ``record`` (a rule's
     or torch.nn default's one source, the constructor's value, init_fn's captured
     operations, or these in order), from the parameter's stream for ``seed``. Both forms
-    of region are written by the one writer (:func:`.capture.write_pieces`)."""
+    of region are written by the one writer (:func:`.capture.replay.write_pieces`)."""
 
     record: ParamRecord
     seed: int

@@ -11,12 +11,15 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import NoReturn
 
-from .models import MODELS
+from .models import BUILDABLE_MODELS, MODELS
 
 _MAX_SEED = 2**64 - 1
 
-#: ``--model`` help text of every subcommand.
-MODELS_HELP = f"built-in Llama-style config: {', '.join(MODELS)}"
+#: ``--model`` help text of the commands that build the model.
+MODELS_HELP = f"built-in Llama-style config: {', '.join(BUILDABLE_MODELS)}"
+
+#: ``--model`` help text of ``plan``, which knows every built-in model.
+PLAN_MODELS_HELP = f"built-in config: {', '.join(MODELS)}"
 
 
 def rss_bytes(field: str = "VmRSS") -> int:
@@ -74,8 +77,11 @@ def choice_of(registry: Mapping[str, object]) -> Callable[[str], str]:
 
 
 #: ``--model`` of the commands that build the model: a key of
-#: :data:`shardinit.cli.models.MODELS`.
-model_choice = choice_of(MODELS)
+#: :data:`shardinit.cli.models.BUILDABLE_MODELS`.
+model_choice = choice_of(BUILDABLE_MODELS)
+
+#: ``--model`` of ``plan``: a key of :data:`shardinit.cli.models.MODELS`.
+plan_model_choice = choice_of(MODELS)
 
 
 def human_bytes(nbytes: float) -> str:

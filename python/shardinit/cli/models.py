@@ -1,9 +1,9 @@
-"""The one Llama-style model of the project as configs and parameter tables: built-in
-configs (tiny to 405B-shaped, and a DeepSeek-V3-shaped mixture of experts) for the CLI,
-``examples/fsdp2_llama.py`` and the tests, and the tensor-parallel plan.
+"""The one registry of the CLI's built-in models, as configs and parameter tables: the
+project's one Llama-style model (tiny to 405B-shaped) and a DeepSeek-V3-shaped mixture of
+experts, and the tensor-parallel plan.
 
 Not a public library module: it serves ``shardinit demo``/``plan``/``fingerprint``, the
-example and the tests. It imports no torch, so that ``shardinit plan`` does not either:
+benchmarks and the tests. It imports no torch, so that ``shardinit plan`` does not either:
 the model as torch.nn modules (``Transformer``, built on meta by ``build_model``) lives
 in :mod:`shardinit.cli.transformer`. Parameter names follow the Llama reference
 implementation (``tok_embeddings.weight``, ``layers.0.attention.wq.weight``, ...).
@@ -16,6 +16,8 @@ Example:
     ('layers.0.attention.wq.weight', (64, 64))
     >>> MODELS["tiny"].num_params()
     164160
+    >>> "deepseek-v3" in MODELS, "deepseek-v3" in BUILDABLE_MODELS
+    (True, False)
 """
 
 from __future__ import annotations
@@ -23,19 +25,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from ..errors import ShardInitError
 
 __all__ = [
+    "BUILDABLE_MODELS",
     "DEFAULT_MODEL",
     "MLA_TP_PLAN",
     "MODELS",
-    "MOE_MODELS",
-    "PLAN_MODELS",
     "TP_PLAN",
     "LlamaConfig",
     "MoEConfig",
+    "ModelConfig",
     "ParamEntry",
     "ParamKind",
     "TPStyle",
@@ -79,6 +81,13 @@ class LlamaConfig:
         feed_forward = 3 * self.dim * self.ffn_hidden
         block = attention + feed_forward + 2 * self.dim
         return self.n_layers * block + 2 * self.vocab_size * self.dim + self.dim
+
+    def summary(self) -> str:
+        """The shape in a few words, for :func:`describe`."""
+        return (
+            f"dim {self.dim}, {self.n_layers} layers, ffn {self.ffn_hidden}, "
+            f"vocab {self.vocab_size}"
+        )
 
     def param_table(self) -> list[ParamEntry]:
         """Every parameter of :class:`shardinit.cli.transformer.Transformer` in
@@ -229,9 +238,23 @@ class MoEConfig:
         """Number of parameters (the multi-token-prediction module not included)."""
         return sum(math.prod(entry.shape) for entry in self.param_table())
 
+    def summary(self) -> str:
+        """The shape in a few words, for :func:`describe`."""
+        return (
+            f"dim {self.dim}, {self.n_layers} layers of which {self.n_dense_layers} dense, "
+            f"{self.n_routed_experts} routed + {self.n_shared_experts} shared experts of "
+            f"{self.moe_hidden}, vocab {self.vocab_size}"
+        )
 
-#: Built-in configs by name, smallest first.
-MODELS: dict[str, LlamaConfig] = {
+
+#: A built-in model's config.
+ModelConfig = LlamaConfig | MoEConfig
+_Config = TypeVar("_Config", LlamaConfig, ModelConfig)
+
+
+#: Every built-in model by name, the dense Llamas smallest first, then the mixtures of
+#: experts; ``shardinit plan`` knows them all.
+MODELS: dict[str, ModelConfig] = {
     "tiny": LlamaConfig(
         dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_hidden=192, vocab_size=512
     ),
@@ -259,10 +282,6 @@ MODELS: dict[str, LlamaConfig] = {
     "llama-405b": LlamaConfig(
         dim=16384, n_layers=126, n_heads=128, n_kv_heads=8, ffn_hidden=53248, vocab_size=128256
     ),
-}
-
-#: Mixture-of-experts configs, for ``shardinit plan`` only.
-MOE_MODELS: dict[str, MoEConfig] = {
     "tiny-moe": MoEConfig(
         dim=64,
         n_layers=3,
@@ -303,8 +322,10 @@ MOE_MODELS: dict[str, MoEConfig] = {
     ),
 }
 
-#: Every config ``shardinit plan`` knows.
-PLAN_MODELS: dict[str, LlamaConfig | MoEConfig] = {**MODELS, **MOE_MODELS}
+#: The models that have a module (``shardinit demo``/``fingerprint`` build them).
+BUILDABLE_MODELS: dict[str, LlamaConfig] = {
+    name: config for name, config in MODELS.items() if isinstance(config, LlamaConfig)
+}
 
 #: The config ``shardinit demo`` uses unless told otherwise.
 DEFAULT_MODEL = "demo"
@@ -358,26 +379,22 @@ def tp_style(param_name: str) -> TPStyle | None:
 
 
 def llama_config(name: str) -> LlamaConfig:
-    """The :data:`MODELS` config ``name``.
+    """The :data:`BUILDABLE_MODELS` config ``name``.
 
     Raises:
         ShardInitError: an unknown name.
     """
-    if name not in MODELS:
-        raise ShardInitError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
-    return MODELS[name]
+    return _lookup(BUILDABLE_MODELS, name)
 
 
 def param_table(name: str) -> list[ParamEntry]:
-    """Every parameter of the built-in model ``name`` (a key of :data:`PLAN_MODELS`), in
+    """Every parameter of the built-in model ``name`` (a key of :data:`MODELS`), in
     module order, built from the config alone.
 
     Raises:
         ShardInitError: an unknown name.
     """
-    if name not in PLAN_MODELS:
-        raise ShardInitError(f"unknown model {name!r}; choose one of {', '.join(PLAN_MODELS)}")
-    return PLAN_MODELS[name].param_table()
+    return _lookup(MODELS, name).param_table()
 
 
 def param_shapes(name: str) -> dict[str, tuple[int, ...]]:
@@ -391,19 +408,19 @@ def param_shapes(name: str) -> dict[str, tuple[int, ...]]:
 
 
 def describe(name: str) -> str:
-    """One line: ``name: N params (dim, layers, ...)``."""
-    if name in MOE_MODELS:
-        moe = MOE_MODELS[name]
-        return (
-            f"{name}: {_count(moe.num_params())} parameters (dim {moe.dim}, {moe.n_layers} "
-            f"layers of which {moe.n_dense_layers} dense, {moe.n_routed_experts} routed + "
-            f"{moe.n_shared_experts} shared experts of {moe.moe_hidden}, vocab {moe.vocab_size})"
-        )
-    config = llama_config(name)
-    return (
-        f"{name}: {_count(config.num_params())} parameters (dim {config.dim}, "
-        f"{config.n_layers} layers, ffn {config.ffn_hidden}, vocab {config.vocab_size})"
-    )
+    """One line: ``name: N parameters (dim, layers, ...)``.
+
+    Raises:
+        ShardInitError: an unknown name.
+    """
+    config = _lookup(MODELS, name)
+    return f"{name}: {_count(config.num_params())} parameters ({config.summary()})"
+
+
+def _lookup(registry: dict[str, _Config], name: str) -> _Config:
+    if name not in registry:
+        raise ShardInitError(f"unknown model {name!r}; choose one of {', '.join(registry)}")
+    return registry[name]
 
 
 def _count(params: int) -> str:

@@ -33,7 +33,15 @@ from pathlib import Path
 from .._dtypes import DTYPE_SIZES
 from .._layout import Run
 from ..errors import ShardInitError
-from ._args import Parser, choice_of, human_bytes, positive, say, seed
+from ._args import (
+    PLAN_MODELS_HELP,
+    Parser,
+    human_bytes,
+    plan_model_choice,
+    positive,
+    say,
+    seed,
+)
 from .layout import (
     ByteSummary,
     LayoutPlan,
@@ -42,7 +50,7 @@ from .layout import (
     placements_text,
     plan_layout,
 )
-from .models import PLAN_MODELS, ParamEntry, describe, param_table
+from .models import ParamEntry, describe, param_table
 
 __all__ = ["add_command", "load_shapes", "peak_estimates", "run_plan"]
 
@@ -159,10 +167,6 @@ def _shown_ranks(world: int) -> list[int]:
     return sorted({0, 1, 2, world // 2, world - 2, world - 1})
 
 
-#: ``--model`` of ``plan``: a key of :data:`shardinit.cli.models.PLAN_MODELS`.
-_model = choice_of(PLAN_MODELS)
-
-
 def _rank(text: str) -> int:
     try:
         value = int(text)
@@ -183,7 +187,7 @@ def add_command(commands: argparse._SubParsersAction[Parser]) -> Parser:
         "weights are generated, unless --generate asks for one rank's.",
     )
     source = plan.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", type=_model, help=f"built-in config: {', '.join(PLAN_MODELS)}")
+    source.add_argument("--model", type=plan_model_choice, help=PLAN_MODELS_HELP)
     source.add_argument(
         "--shapes",
         metavar="FILE",

@@ -1,12 +1,13 @@
 """The one Llama-style model of the project as torch.nn modules, shaped by the configs of
 :mod:`shardinit.cli.models` (kept apart so that ``shardinit plan`` imports no torch).
 
-Not a public library module: it serves ``shardinit demo``/``fingerprint``,
-``examples/fsdp2_llama.py`` and the tests. No weights are downloaded or allocated:
-:func:`build_model` returns a module whose parameters live on ``torch.device("meta")``,
-ready for ``fully_shard`` and shard-local materialization. :meth:`Transformer.init_weights`
-is torchtitan's Llama init, for ``shardinit.materialize(model, seed=...,
-init_fn=model.init_weights)``; the demo does not use it (it shows torch.nn's defaults).
+Not a public library module: it serves ``shardinit demo``/``fingerprint``, the
+benchmarks and the tests (the examples use only the public API). No weights are
+downloaded or allocated: :func:`build_model` returns a module whose parameters live on
+``torch.device("meta")``, ready for ``fully_shard`` and shard-local materialization.
+:meth:`Transformer.init_weights` is torchtitan's Llama init, for
+``shardinit.materialize(model, seed=..., init_fn=model.init_weights)``; the demo does not
+use it (it shows torch.nn's defaults).
 
 Example:
     >>> from shardinit.cli.models import MODELS
@@ -158,7 +159,7 @@ def build_model(name: str, *, device: torch.device | str = "meta") -> Transforme
     """Builds the built-in model ``name`` (on the meta device by default: no memory).
 
     Args:
-        name: a key of :data:`shardinit.cli.models.MODELS`.
+        name: a key of :data:`shardinit.cli.models.BUILDABLE_MODELS`.
         device: where to build; ``"cpu"`` allocates and runs torch's default init.
 
     Returns:

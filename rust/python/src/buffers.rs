@@ -13,30 +13,79 @@ use crate::inflight::Claim;
 /// A raw view of a writable buffer. The `PyBuffer` that owns the memory is held by the
 /// caller for as long as the view is used; the view itself only carries the address so
 /// it can cross into `py.detach`.
-pub struct RawOut {
+struct RawOut {
     address: usize,
     len: usize,
-    dtype: Dtype,
+    item_bytes: usize,
 }
 
-fn checked<T: BufferElement>(buffer: &PyBuffer<T>, dtype: Dtype) -> PyResult<RawOut> {
-    if buffer.readonly() {
-        return Err(PyValueError::new_err(
-            "out must be writable, got a read-only buffer",
-        ));
+impl RawOut {
+    /// The view of `buffer`, after checking writability and contiguity (`PyBuffer::get`
+    /// checked its item format and size against `T`).
+    fn of<T: BufferElement>(buffer: &PyBuffer<T>) -> PyResult<RawOut> {
+        if buffer.readonly() {
+            return Err(PyValueError::new_err(
+                "out must be writable, got a read-only buffer",
+            ));
+        }
+        if !buffer.is_c_contiguous() {
+            return Err(PyValueError::new_err("out must be C-contiguous"));
+        }
+        Ok(RawOut {
+            address: buffer.buf_ptr() as usize,
+            len: buffer.item_count(),
+            item_bytes: std::mem::size_of::<T>(),
+        })
     }
-    if !buffer.is_c_contiguous() {
-        return Err(PyValueError::new_err("out must be C-contiguous"));
+
+    /// Claims the buffer's bytes for one write (see [`Claim`]).
+    fn claim(&self) -> PyResult<Claim> {
+        Claim::new(self.address, self.len * self.item_bytes)
     }
-    Ok(RawOut {
-        address: buffer.buf_ptr() as usize,
-        len: buffer.item_count(),
-        dtype,
-    })
+
+    /// The buffer as a slice of `T`, an item type of the buffer's item size.
+    ///
+    /// # Safety
+    /// The `PyBuffer` this view came from must be alive for `'a`, every bit pattern of
+    /// its items must be a valid `T`, and nothing else may access the memory while the
+    /// slice is used.
+    unsafe fn as_slice<'a, T>(&self) -> &'a mut [T] {
+        assert_eq!(
+            std::mem::size_of::<T>(),
+            self.item_bytes,
+            "item size of out"
+        );
+        // SAFETY: `address` is the start of a live, writable, C-contiguous buffer of
+        // `len` items of `item_bytes` each (`PyBuffer::get` checked the format, `of`
+        // writability and contiguity), the size of `T` (asserted above); the caller
+        // guarantees that any bits are a valid `T`, that the buffer outlives 'a and
+        // that it is not otherwise accessed.
+        unsafe { std::slice::from_raw_parts_mut(self.address as *mut T, self.len) }
+    }
+
+    /// The buffer as a core output slice of `dtype` (the one given to [`OwnedOut::get`]).
+    ///
+    /// # Safety
+    /// The `OwnedOut` this view came from must be alive for `'a`, and nothing else may
+    /// access the memory while the slice is used.
+    unsafe fn as_out<'a>(&self, dtype: Dtype) -> OutBuf<'a> {
+        // SAFETY: the caller's guarantees are those of `as_slice`; every bit pattern is a
+        // valid f32, f64, bf16 and f16 (the last two `repr(transparent)` over u16, so
+        // reinterpreting 16-bit items is sound), and `OwnedOut::get` took the buffer
+        // with the item size of `dtype`.
+        unsafe {
+            match dtype {
+                Dtype::F32 => OutBuf::F32(self.as_slice()),
+                Dtype::F64 => OutBuf::F64(self.as_slice()),
+                Dtype::BF16 => OutBuf::BF16(self.as_slice::<bf16>()),
+                Dtype::F16 => OutBuf::F16(self.as_slice::<f16>()),
+            }
+        }
+    }
 }
 
 /// A buffer of one of the dtypes the core writes, kept alive while it is written.
-pub enum OwnedOut {
+enum OwnedOut {
     /// float32 items (`'f'`).
     F32(PyBuffer<f32>),
     /// float64 items (`'d'`).
@@ -48,7 +97,7 @@ pub enum OwnedOut {
 impl OwnedOut {
     /// Gets the buffer of `object` for `dtype`; `PyBuffer::get` checks that its item
     /// format and size match.
-    pub fn get(object: &Bound<'_, PyAny>, dtype: Dtype) -> PyResult<OwnedOut> {
+    fn get(object: &Bound<'_, PyAny>, dtype: Dtype) -> PyResult<OwnedOut> {
         Ok(match dtype {
             Dtype::F32 => OwnedOut::F32(PyBuffer::get(object)?),
             Dtype::F64 => OwnedOut::F64(PyBuffer::get(object)?),
@@ -56,45 +105,12 @@ impl OwnedOut {
         })
     }
 
-    /// The raw view of `dtype` (the one given to [`OwnedOut::get`]), after checking
-    /// writability and contiguity.
-    pub fn raw(&self, dtype: Dtype) -> PyResult<RawOut> {
+    /// The raw view, after checking writability and contiguity.
+    fn raw(&self) -> PyResult<RawOut> {
         match self {
-            OwnedOut::F32(b) => checked(b, dtype),
-            OwnedOut::F64(b) => checked(b, dtype),
-            OwnedOut::Half(b) => checked(b, dtype),
-        }
-    }
-}
-
-impl RawOut {
-    /// Claims the buffer's bytes for one fill (see [`Claim`]).
-    pub fn claim(&self) -> PyResult<Claim> {
-        Claim::new(self.address, self.len * self.dtype.size_bytes())
-    }
-
-    /// The buffer as a core output slice.
-    ///
-    /// # Safety
-    /// The `OwnedOut` this view came from must be alive for `'a`, and nothing else may
-    /// access the memory while the slice is used.
-    pub unsafe fn as_out<'a>(&self) -> OutBuf<'a> {
-        let (address, len) = (self.address, self.len);
-        // SAFETY: `address` is the start of a live, writable, C-contiguous buffer of
-        // `len` items whose format and size `PyBuffer::get` checked against `dtype`
-        // (and `checked` its writability and contiguity); the caller guarantees it
-        // outlives 'a and is not otherwise accessed. bf16 and f16 are
-        // `repr(transparent)` over u16 and every bit pattern is valid, so
-        // reinterpreting 16-bit items is sound.
-        unsafe {
-            match self.dtype {
-                Dtype::F32 => OutBuf::F32(std::slice::from_raw_parts_mut(address as *mut f32, len)),
-                Dtype::F64 => OutBuf::F64(std::slice::from_raw_parts_mut(address as *mut f64, len)),
-                Dtype::BF16 => {
-                    OutBuf::BF16(std::slice::from_raw_parts_mut(address as *mut bf16, len))
-                }
-                Dtype::F16 => OutBuf::F16(std::slice::from_raw_parts_mut(address as *mut f16, len)),
-            }
+            OwnedOut::F32(b) => RawOut::of(b),
+            OwnedOut::F64(b) => RawOut::of(b),
+            OwnedOut::Half(b) => RawOut::of(b),
         }
     }
 }
@@ -131,10 +147,8 @@ where
     )
 }
 
-/// Runs `write` on `outs` (buffers of `dtype`) with the GIL released. Each buffer is
-/// checked (item format and size, writability, contiguity) and claimed, so a second
-/// shardinit fill of overlapping memory while this one runs is refused, and so is a
-/// buffer that overlaps another of `outs`; a panic in `write` becomes `InternalError`.
+/// Runs `write` on `outs` (buffers of `dtype`) with the GIL released, through
+/// [`claimed_detached`]; buffers of `outs` may not overlap each other.
 pub fn write_all_detached<W>(
     py: Python<'_>,
     outs: &[Bound<'_, PyAny>],
@@ -149,29 +163,55 @@ where
         .iter()
         .map(|out| OwnedOut::get(out, dtype))
         .collect::<PyResult<_>>()?;
-    let raws: Vec<RawOut> = owned
-        .iter()
-        .map(|out| out.raw(dtype))
-        .collect::<PyResult<_>>()?;
-    // Claimed one after the other: a buffer overlapping an earlier one of `outs` is
-    // refused like one of another running fill.
-    let claims: Vec<Claim> = raws.iter().map(RawOut::claim).collect::<PyResult<_>>()?;
+    let raws: Vec<RawOut> = owned.iter().map(OwnedOut::raw).collect::<PyResult<_>>()?;
     let threads = threads_of(threads);
-    let result = py.detach(|| {
-        catch_panic(|| {
-            // SAFETY: `owned` keeps the buffers alive until after this closure returns.
-            // Other Python threads do run while the GIL is released (and at all times
-            // on a free-threaded build): `claims` keep every other shardinit fill off
-            // these bytes until they are dropped below, and keep the buffers of `outs`
-            // pairwise disjoint (an overlap was refused), so no two slices alias;
-            // anything else writing or reading the tensors meanwhile breaks the
-            // documented contract of `out=` (concurrent writes to the same tensor are
-            // not allowed).
-            let outs = raws.iter().map(|raw| unsafe { raw.as_out() }).collect();
-            write(outs, threads)
-        })
+    let result = claimed_detached(py, &raws, |raws| {
+        // SAFETY: `owned` keeps the buffers alive until after this call returns, and
+        // `claimed_detached` keeps every other shardinit write off them and them
+        // pairwise disjoint while this closure runs, so no two slices alias.
+        let outs = raws
+            .iter()
+            .map(|raw| unsafe { raw.as_out(dtype) })
+            .collect();
+        write(outs, threads)
     });
-    drop(claims);
     drop(owned);
+    result
+}
+
+/// Runs `write` on `out`, a buffer of uint32 words, with the GIL released, through
+/// [`claimed_detached`] (the raw Philox words of `stream_words`).
+pub fn write_words_detached<W>(py: Python<'_>, out: &Bound<'_, PyAny>, write: W) -> PyResult<()>
+where
+    W: FnOnce(&mut [u32]) -> Result<(), Error> + Send,
+{
+    let owned: PyBuffer<u32> = PyBuffer::get(out)?;
+    let raw = RawOut::of(&owned)?;
+    let result = claimed_detached(py, std::slice::from_ref(&raw), |raws| {
+        // SAFETY: `owned` keeps the buffer alive until after this call returns, every
+        // bit pattern is a valid u32, and `claimed_detached` keeps every other
+        // shardinit write off it while this closure runs.
+        write(unsafe { raws[0].as_slice() })
+    });
+    drop(owned);
+    result
+}
+
+/// Runs `write` on `raws` with the GIL released: the one way the glue writes into a
+/// caller's buffers. Each is claimed first, one after the other, so a second shardinit
+/// write of overlapping memory while this one runs is refused, and so is a buffer that
+/// overlaps an earlier one of `raws`; a panic in `write` becomes `InternalError`.
+///
+/// Other Python threads do run while the GIL is released (and at all times on a
+/// free-threaded build): the claims keep other shardinit writes off the bytes until
+/// `write` returns; anything else writing or reading them meanwhile breaks the
+/// documented contract of `out=` (concurrent writes to the same tensor are not allowed).
+fn claimed_detached<W>(py: Python<'_>, raws: &[RawOut], write: W) -> PyResult<()>
+where
+    W: FnOnce(&[RawOut]) -> Result<(), Error> + Send,
+{
+    let claims: Vec<Claim> = raws.iter().map(RawOut::claim).collect::<PyResult<_>>()?;
+    let result = py.detach(|| catch_panic(|| write(raws)));
+    drop(claims);
     result
 }

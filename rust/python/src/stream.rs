@@ -1,14 +1,12 @@
 //! Keys, raw words, chunk ranges, the math functions and their constant tables, for
 //! verification and for other implementations of the same operations (the GPU kernel).
 
-use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyMappingProxy};
 use shardinit_core::Stream;
 
+use crate::buffers::write_words_detached;
 use crate::errors::{catch_panic, to_py_err};
-use crate::inflight::Claim;
 
 /// Version of the stream format this build implements.
 pub const STREAM_FORMAT_VERSION: u32 = 1;
@@ -23,30 +21,10 @@ pub fn key64(seed: u64, name: &str) -> PyResult<u64> {
 /// writable C-contiguous buffer of uint32.
 #[pyfunction]
 pub fn stream_words(py: Python<'_>, key: u64, start: u64, out: &Bound<'_, PyAny>) -> PyResult<()> {
-    let buffer: PyBuffer<u32> = PyBuffer::get(out)?;
-    if buffer.readonly() || !buffer.is_c_contiguous() {
-        return Err(PyValueError::new_err(
-            "out must be a writable C-contiguous uint32 buffer",
-        ));
-    }
-    let address = buffer.buf_ptr() as usize;
-    let len = buffer.item_count();
-    let claim = Claim::new(address, 4 * len)?;
-    let result = py.detach(|| {
-        catch_panic(|| {
-            // SAFETY: `buffer` (alive until the end of this function) owns `len`
-            // writable, contiguous u32 items at `address` (format checked by
-            // `PyBuffer::get`); the slice does not outlive this closure. `claim` keeps
-            // other shardinit calls off these bytes; other code touching them meanwhile
-            // breaks the contract of `out` (no concurrent writes).
-            let words = unsafe { std::slice::from_raw_parts_mut(address as *mut u32, len) };
-            Stream::new(key).fill_words(start, words);
-            Ok(())
-        })
-    });
-    drop(claim);
-    drop(buffer);
-    result
+    write_words_detached(py, out, |words| {
+        Stream::new(key).fill_words(start, words);
+        Ok(())
+    })
 }
 
 /// `(start, stop)` of chunk `rank` of `world` along a dim of `size` (torch.chunk).
