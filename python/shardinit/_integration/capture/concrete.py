@@ -84,7 +84,10 @@ class Concrete:
         for value in metas:
             known = self.known(value, name)
             if isinstance(known, str):
-                return f"{name} at {user_frame()} is not an elementwise operation shardinit follows, and {known}"
+                return (
+                    f"{name} at {user_frame()} is not an elementwise operation shardinit "
+                    f"follows, and {known}"
+                )
             operands[id(value)] = known
         cpu_args, cpu_kwargs = tree_map(
             lambda v: operands.get(id(v), v) if isinstance(v, torch.Tensor) else _on_cpu(v),

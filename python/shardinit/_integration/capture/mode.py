@@ -177,14 +177,22 @@ class CaptureMode(TorchFunctionMode):
         reads = self.engine.read_in((args, kwargs), name)
         if reads:  # values computed from a parameter's, beyond elementwise steps
             raise self.store.fail(reads[0][0], name, read_reason(reads[0]))
+        return self.unfollowed(name, target, func, args, kwargs)
+
+    def unfollowed(
+        self, name: str, target: Track | None, func: Any, args: Sequence[Any],
+        kwargs: dict[str, Any],
+    ) -> Any:  # fmt: skip
+        """An operation no route follows, reading no parameter's values: run on the CPU
+        where its meta operands' values are known (:mod:`.concrete`), its results
+        tables; else run as it is, its results opaque (:meth:`.engine.Engine.taint`)."""
         evaluated = self.concrete.evaluate(name, func, args, kwargs)
-        why = evaluated if isinstance(evaluated, str) else None
         if target is not None and is_inplace(name):
             return self.other_inplace(name, target, func, args, kwargs, evaluated)
         if isinstance(evaluated, Evaluated):
             return self.concrete.results(name, func, args, kwargs, evaluated)
         result = run_op(func, args, kwargs)
-        self.engine.taint(name, args, kwargs, result, why)
+        self.engine.taint(name, args, kwargs, result, evaluated)
         return result
 
     def other_inplace(
@@ -391,7 +399,7 @@ class CaptureMode(TorchFunctionMode):
 
     def view(self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         params = self.store.params_in((args, kwargs))
-        why = None
+        why: str | None = None
         if not params and _tensors((args[1:], kwargs)):  # indexing by tensors: a copy
             evaluated = self.concrete.evaluate(name, func, args, kwargs)
             if isinstance(evaluated, Evaluated):
