@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .engine import Engine
+from .engine import Engine, unfollowed
 from .frames import user_frame
 from .program import Bad, Expr, Source, bad_reasons, walk_nodes
 from .records import CapturedOp, Opaque
@@ -84,10 +84,7 @@ class Concrete:
         for value in metas:
             known = self.known(value, name)
             if isinstance(known, str):
-                return (
-                    f"{name} at {user_frame()} is not an elementwise operation shardinit "
-                    f"follows, and {known}"
-                )
+                return f"{unfollowed(name)}, and {known}"
             operands[id(value)] = known
         cpu_args, cpu_kwargs = tree_map(
             lambda v: operands.get(id(v), v) if isinstance(v, torch.Tensor) else _on_cpu(v),

@@ -78,7 +78,7 @@ from .tables import RANDOM_SOURCES
 from .tracks import Track, run_op, same_view
 from .translations import Translation
 
-__all__ = ["Engine", "read_reason"]
+__all__ = ["Engine", "read_reason", "unfollowed"]
 
 # A write into a buffer's real stand-in: only its region matters (the values are real).
 _BUFFER_WRITE = Constant(0.0)
@@ -551,14 +551,18 @@ class Engine:
                 temp = self.store.new_temp(name, leaf)
                 temp.from_random = True
                 self.carry_read(temp, (args, kwargs), name)
-                if why is None:
-                    kind = (
-                        "an elementwise operation shardinit has no exact formula for"
-                        if no_formula(name)
-                        else "not an elementwise operation shardinit follows"
-                    )
-                    why = f"{name} at {user_frame()} is {kind}"
+                why = why or unfollowed(name)
                 temp.ops.append(CapturedOp(_whole(leaf), Opaque(why), name, user_frame()))
+
+
+def unfollowed(name: str) -> str:
+    """Why the results of ``name`` (called here) are not a program."""
+    kind = (
+        "an elementwise operation shardinit has no exact formula for"
+        if no_formula(name)
+        else "not an elementwise operation shardinit follows"
+    )
+    return f"{name} at {user_frame()} is {kind}"
 
 
 def _inexact_integers(value: torch.Tensor) -> bool:
