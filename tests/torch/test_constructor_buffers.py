@@ -230,9 +230,9 @@ def test_a_parameter_computed_by_an_unfollowed_op_takes_its_table() -> None:
 
 
 def test_a_table_beyond_the_cap_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shardinit._integration.capture import concrete
+    from shardinit._integration.capture import program
 
-    monkeypatch.setattr(concrete, "TABLE_CAP", 4)
+    monkeypatch.setattr(program, "TABLE_CAP", 4)
     with torch.device("meta"), shardinit.record_constructors():
         model = ComputedParameter()
     with pytest.raises(shardinit.ShardInitError, match=r"beyond the cap of 4 elements"):

@@ -16,8 +16,8 @@ Closed world: an operand with random values (the stream draws those at each
 destination's own index, so no table of them exists), values read from a parameter,
 values no op describes, or an operation that draws from torch's generator itself is not
 evaluated: its results stay opaque, refused with the reason where they reach a
-parameter or a buffer. Memory is bounded by :data:`TABLE_CAP`, the most elements one
-evaluated operand or result may hold.
+parameter or a buffer. Memory is bounded by :data:`.program.TABLE_CAP`, the most
+elements one evaluated operand or result may hold.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+from . import program
 from .engine import Engine, unfollowed
 from .frames import user_frame
 from .program import Bad, Expr, Source, bad_reasons, walk_nodes
@@ -38,11 +39,8 @@ from .store import RecordStore
 from .torchvalues import torch_values
 from .tracks import Track, run_op, storage_id
 
-__all__ = ["TABLE_CAP", "Concrete", "Evaluated"]
+__all__ = ["Concrete", "Evaluated"]
 
-#: The most elements an operand or a result evaluated at capture may hold (each is kept
-#: as a binary64 table: 128 MiB at the cap). Larger ones are refused, naming the cap.
-TABLE_CAP = 1 << 24
 _CPU = torch.device("cpu")
 
 
@@ -107,7 +105,7 @@ class Concrete:
         track = self.store.lookup(value)
         if track is None or track.kind != "temp":
             return "its operand is a meta tensor whose values capture did not follow"
-        if value.numel() > TABLE_CAP:
+        if value.numel() > program.TABLE_CAP:
             return _beyond_cap(value.numel(), "an operand")
         expr = self.engine.value_of(value, op)
         reasons = bad_reasons(expr)
@@ -153,7 +151,7 @@ class Concrete:
         return temp
 
     def table(self, values: torch.Tensor) -> Expr:
-        if values.numel() > TABLE_CAP:
+        if values.numel() > program.TABLE_CAP:
             return Bad(_beyond_cap(values.numel(), "a result"))
         return self.engine.table_of(values)
 
@@ -191,8 +189,8 @@ def evaluate(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Te
 
 def _beyond_cap(count: int, what: str) -> str:
     return (
-        f"{what} of {count} elements is beyond the cap of {TABLE_CAP} elements a table "
-        "computed at capture may hold (shardinit._integration.capture.concrete.TABLE_CAP)"
+        f"{what} of {count} elements is beyond the cap of {program.TABLE_CAP} elements a "
+        "table computed at capture may hold (shardinit._integration.capture.program.TABLE_CAP)"
     )
 
 

@@ -31,7 +31,7 @@ _UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "log1p": torch.log1p, "neg": torch.neg, "reciprocal": torch.reciprocal,
     "round_half_even": torch.round, "rsqrt": torch.rsqrt, "sigmoid": torch.sigmoid,
     "sin": torch.sin, "sqrt": torch.sqrt, "tanh": torch.tanh,
-    "softplus": lambda x: torch.logaddexp(x, torch.zeros((), dtype=x.dtype)),
+    "softplus": lambda x: torch.logaddexp(x, torch.zeros((), dtype=x.dtype, device=_CPU)),
 }  # fmt: skip
 _BINARY: dict[str, Callable[[Any, Any], torch.Tensor]] = {
     "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.true_divide,
@@ -64,14 +64,24 @@ def _node(node: Expr, values: dict[int, Value], shape: tuple[int, ...]) -> Value
         sizes[node.dim] = shape[node.dim]
         return torch.arange(shape[node.dim], dtype=_F64, device=_CPU).view(sizes)
     if isinstance(node, Table):
-        index = _tensor(values[id(node.index)]).to(torch.int64)
-        return node.data.values[index]
+        return _read(node, _tensor(values[id(node.index)]).to(torch.int64))
     if isinstance(node, Where):
         cond, a, b = (_tensor(values[id(n)]) for n in (node.cond, node.a, node.b))
         return torch.where(cond != 0, a, b)
     if isinstance(node, Round):
         return _rounded(node, values)
     return _step(node, values, _F64)
+
+
+def _read(node: Table, index: torch.Tensor) -> torch.Tensor:
+    """A table read at ``index``; NaN outside it (as the core pads a table: read only in a
+    ``where`` branch another write covers, never selected)."""
+    table = node.data.values
+    nan = torch.full((), math.nan, dtype=_F64, device=_CPU)
+    if table.numel() == 0:
+        return nan.expand(index.shape)
+    inside = (index >= 0) & (index < table.numel())
+    return torch.where(inside, table[index.clamp(0, table.numel() - 1)], nan)
 
 
 def _step(node: Expr, values: dict[int, Value], dtype: torch.dtype) -> Value:
