@@ -36,7 +36,7 @@ from .frames import user_frame
 from .program import Bad, Expr, Source, bad_reasons, walk_nodes
 from .records import CapturedOp, Opaque
 from .store import RecordStore
-from .torchvalues import torch_values
+from .torchvalues import exactly, torch_values
 from .tracks import Track, run_op, storage_id
 
 __all__ = ["Concrete", "Evaluated"]
@@ -176,13 +176,8 @@ def evaluate(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Te
         return "complex values"
     if math.prod(shape) == 0:
         return torch.empty(shape, dtype=dtype, device=_CPU)
-    values = torch_values(expr, shape)
-    converted = values.to(dtype)
-    back = converted.to(torch.float64)
-    same = torch.equal(torch.isnan(values), torch.isnan(back)) and torch.equal(
-        back.nan_to_num(0.0), values.nan_to_num(0.0)
-    )
-    if not same:
+    converted = exactly(torch_values(expr, shape), dtype)
+    if converted is None:
         return f"its operand's values are not exactly representable as {dtype}"
     return converted
 

@@ -20,7 +20,7 @@ import torch
 
 from .program import Binary, Const, Coord, Expr, Round, Table, Unary, Where, walk_nodes
 
-__all__ = ["torch_values"]
+__all__ = ["exactly", "torch_values"]
 
 _F64 = torch.float64
 _CPU = torch.device("cpu")
@@ -54,6 +54,16 @@ def torch_values(expr: Expr, shape: tuple[int, ...]) -> torch.Tensor:
     if not isinstance(result, torch.Tensor):
         result = torch.tensor(result, dtype=_F64, device=_CPU)
     return result.to(_F64).expand(shape).contiguous()
+
+
+def exactly(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """``values`` (binary64) as ``dtype`` where that holds every value exactly (NaN as
+    NaN), else None."""
+    converted = values.to(dtype)
+    back = converted.to(_F64)
+    if not torch.equal(values.isnan(), back.isnan()):
+        return None
+    return converted if torch.equal(values.nan_to_num(0.0), back.nan_to_num(0.0)) else None
 
 
 def _node(node: Expr, values: dict[int, Value], shape: tuple[int, ...]) -> Value:
