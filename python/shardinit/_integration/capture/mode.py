@@ -19,7 +19,9 @@ The routes:
 * questions a parameter's stand-in answers as the parameter will at run time
   (``is_meta``, ``device``), and flags it takes (``requires_grad_``);
 * anything else: refused where it reads or writes a parameter's values (naming the
-  parameter, the operation and the caller's ``file:line``), opaque on temporaries.
+  parameter, the operation and the caller's ``file:line``); on meta temporaries of
+  known values, run on the CPU as eager torch would, its results tables
+  (:mod:`.concrete`); opaque on other temporaries.
 """
 
 from __future__ import annotations
