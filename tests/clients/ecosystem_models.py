@@ -1,5 +1,6 @@
 """Tiny models of timm 1.0.31, diffusers 0.42.1, peft 0.21.2, OLMo-core 3.0.0, open_clip
-3.3.0 and litgpt 0.5.13 (issue 29), built from configs, nothing downloaded.
+3.3.0, litgpt 0.5.13 and a transformers vision model (issue 29), built from configs,
+nothing downloaded.
 
 Each :class:`Setup` materializes its model by a recipe of ``ecosystem_recipes`` (the
 library's most natural route) and builds the library's own CPU init without shardinit,
@@ -68,6 +69,11 @@ TIMM: dict[str, tuple[str, dict[str, Any]]] = {
         {"img_size": 28, "patch_size": 7, "depth": 2, "embed_dim": 64, "num_heads": 2},
     ),
     "regnet": ("regnetx_002", {}),
+    # Swin V2: relative_coords_table (log-spaced, sign * log2(1 + |x|)) and the index.
+    "swinv2": (
+        "swinv2_tiny_window8_256",
+        {"img_size": 32, "embed_dim": 16, "depths": (1, 1), "num_heads": (2, 4), "window_size": 4},
+    ),
     "convnextv2": ("convnextv2_atto", {"depths": (1, 1, 1, 1), "dims": (16, 32, 64, 128)}),
 }
 
@@ -210,6 +216,31 @@ PEFT: dict[str, dict[str, Any]] = {
 }
 
 
+# --------------------------------------------------------------------------- transformers
+
+
+def _transformers_swinv2() -> Setup:
+    """A transformers vision model (issue 29: "models nobody listed"): its constructors
+    compute Swin's relative_position_index and relative_coords_table buffers."""
+
+    def build() -> tuple[Any, Any]:
+        from transformers import Swinv2Config, Swinv2Model
+
+        config = Swinv2Config(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                              num_heads=[2, 4], window_size=4)  # fmt: skip
+        return Swinv2Model, config
+
+    def reference() -> nn.Module:
+        model_class, config = build()
+        return model_class(config)
+
+    return Setup(
+        "transformers_swinv2",
+        lambda parallelize, mesh, seed: recipes.transformers_vision(*build(), parallelize, seed),
+        reference,
+    )
+
+
 def _llama() -> tuple[Any, Any]:
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -300,6 +331,7 @@ SETUPS: dict[str, Setup] = {
         *(_timm(name) for name in TIMM),
         *(_diffusers(name) for name in DIFFUSERS),
         *(_peft(name) for name in PEFT),
+        _transformers_swinv2(),
         Setup(
             "olmo_core",
             lambda parallelize, mesh, seed: recipes.olmo_core_transformer(

@@ -49,6 +49,22 @@ def diffusers_model(model_class: Any, config: dict[str, Any], parallelize: Paral
     return model
 
 
+def transformers_vision(model_class: Any, config: Any, parallelize: Parallelize,
+                        seed: int) -> Any:  # fmt: skip
+    import torch
+
+    import shardinit
+
+    # transformers skips its init on the meta device: init_weights runs it. The buffers
+    # its constructors compute (Swin's relative_position_index) come from
+    # record_constructors.
+    with torch.device("meta"), shardinit.record_constructors():
+        model = model_class(config)
+    parallelize(model)
+    shardinit.materialize(model, seed=seed, init_fn=model.init_weights)
+    return model
+
+
 def peft_lora(model_class: Any, config: Any, lora_config: Any, parallelize: Parallelize,
               seed: int) -> Any:  # fmt: skip
     import torch

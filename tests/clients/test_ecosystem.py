@@ -119,13 +119,8 @@ def _copies(model: nn.Module) -> list[list[str]]:
 
 # One model per library in make test (the whole set: make test-ecosystem, --runeco).
 QUICK = frozenset({"timm_vit"})
-# Constructor buffers computed by operations capture does not follow yet (clear refusals
-# naming the buffer and the library's line; replayable in principle): issue 29's notes.
-NOT_YET = {
-    "timm_swin": "relative_position_index: a sum of coordinate tables",
-    "timm_beit": "relative_position_index: a sum of coordinate tables",
-    "timm_eva02": "rope pos_embed: repeat_interleave of a sin/cos table",
-}
+# Setups expected to be refused, clearly (none now; the name and the reason otherwise).
+NOT_YET: dict[str, str] = {}
 
 
 def _setups(quick: set[str] | frozenset[str] | None) -> list[object]:

@@ -6,7 +6,12 @@ constructor computed, equal (``torch.equal``) to the same module built on the CP
 (``empty(n, n).fill_(-inf).triu_(1)``, open_clip's pattern), diffusers' 2-D sin-cos table
 (``meshgrid``, ``outer``, ``sin``/``cos`` in float64, then ``float()``), bool and integer
 buffers. A value that cannot be computed is refused naming the buffer and the line that
-registered it, unless ``buffer_init`` fills it; ``init_fn``'s value wins."""
+registered it, unless ``buffer_init`` fills it; ``init_fn``'s value wins.
+
+Operations capture does not follow as programs (``sum``, ``repeat_interleave``,
+``cumsum``, ``sort``, indexing by computed integers, ``item``) on known values run as
+eager torch runs them, on the CPU, their results tables (timm's relative position
+indices, EVA's rotary tables): equal to the CPU construction too."""
 
 from __future__ import annotations
 
@@ -77,7 +82,43 @@ class NumpyTable(nn.Module):
         self.register_buffer("table", table)
 
 
-@pytest.mark.parametrize("make", [Tables, CausalMask, SinCos2d, NumpyTable])
+def _relative_position_index(win_h: int, win_w: int) -> torch.Tensor:
+    """timm's ``get_relative_position_index`` (Swin): a sum of coordinate tables."""
+    grid = torch.meshgrid(torch.arange(win_h), torch.arange(win_w), indexing="ij")
+    coords = torch.flatten(torch.stack(grid), 1)
+    relative = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0).contiguous()
+    relative[:, :, 0] += win_h - 1
+    relative[:, :, 1] += win_w - 1
+    relative[:, :, 0] *= 2 * win_w - 1
+    return relative.sum(-1)
+
+
+class Computed(nn.Module):
+    """Constructor tables by operations that are not elementwise, on known values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("index", _relative_position_index(3, 2))
+        bands = 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8))  # float32 steps
+        angles = torch.arange(5).float()[:, None] * bands
+        rope = torch.cat([angles.sin(), angles.cos()], -1).repeat_interleave(2, -1)
+        self.register_buffer("rope", rope, persistent=False)
+        self.register_buffer("running", torch.arange(1.0, 7.0).cumsum(0).flip(0))
+        order = (torch.arange(6.0) * -0.4 + 1.0).sort()
+        self.register_buffer("sorted", order.values)
+        self.register_buffer("order", order.indices)
+        table = torch.arange(10.0) * 0.5
+        self.register_buffer("picked", table[torch.tensor([3, 1, 4, 1])])
+        scores = torch.zeros(4).scatter_(0, torch.tensor([2, 0]), torch.tensor([1.5, -2.0]))
+        self.register_buffer("scattered", scores)
+        depth = int(torch.arange(4).sum().item())  # Python control flow on a known value
+        self.register_buffer("depth", torch.full((depth,), 2.0))
+        self.register_buffer("mix", torch.einsum("i,j->ij", torch.arange(3.0), bands))
+        values = torch.arange(-2.0, 3.0) / 2
+        self.register_buffer("positive", values[values > 0])
+
+
+@pytest.mark.parametrize("make", [Tables, CausalMask, SinCos2d, NumpyTable, Computed])
 def test_constructor_buffers_equal_the_cpu_construction(make: Callable[[], nn.Module]) -> None:
     with torch.device("meta"), shardinit.record_constructors():
         model = make()
@@ -111,10 +152,20 @@ def test_init_fn_value_wins_over_the_constructor() -> None:
 
 
 class Unfollowed(nn.Module):
+    """A cumsum of random values: no table of them exists at capture."""
+
     def __init__(self) -> None:
         super().__init__()
         self.linear = nn.Linear(3, 3)
-        self.register_buffer("cumulative", torch.arange(6.0).cumsum(0))
+        self.register_buffer("cumulative", torch.rand(6).cumsum(0))
+
+
+class FromTorchsGenerator(nn.Module):
+    """Known probabilities, but torch's generator draws the samples."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("picked", torch.multinomial(torch.ones(6), 3).float())
 
 
 class Drawn(nn.Module):
@@ -125,7 +176,11 @@ class Drawn(nn.Module):
 
 @pytest.mark.parametrize(
     ("make", "why"),
-    [(Unfollowed, "cumsum at .* is not an elementwise operation"), (Drawn, "random values")],
+    [
+        (Unfollowed, "cumsum at .* is not an elementwise operation .* holds random values"),
+        (Drawn, "random values"),
+        (FromTorchsGenerator, "multinomial at .* draws from torch's random generator"),
+    ],
 )
 def test_uncomputable_buffer_is_refused_naming_it_and_its_line(
     make: Callable[[], nn.Module], why: str
@@ -158,3 +213,49 @@ def test_integer_buffer_value_must_be_exact() -> None:
     shardinit.materialize(model, seed=0)
     assert torch.equal(model.values, torch.arange(4) * 3)
     assert torch.equal(model.halves, torch.arange(4, dtype=torch.float64) / 2)
+
+
+class ComputedParameter(nn.Module):
+    def __init__(self, n: int = 6) -> None:
+        super().__init__()
+        self.steps = nn.Parameter(torch.arange(1.0, n + 1.0).cumsum(0))
+        self.linear = nn.Linear(2, 2)
+
+
+def test_a_parameter_computed_by_an_unfollowed_op_takes_its_table() -> None:
+    with torch.device("meta"), shardinit.record_constructors():
+        model = ComputedParameter()
+    shardinit.materialize(model, seed=0)
+    assert torch.equal(model.steps.detach(), torch.arange(1.0, 7.0).cumsum(0))
+
+
+def test_a_table_beyond_the_cap_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shardinit._integration.capture import program
+
+    monkeypatch.setattr(program, "TABLE_CAP", 4)
+    with torch.device("meta"), shardinit.record_constructors():
+        model = ComputedParameter()
+    with pytest.raises(shardinit.ShardInitError, match=r"beyond the cap of 4 elements"):
+        shardinit.materialize(model, seed=0)
+
+
+def test_init_code_on_meta_temporaries_of_known_values() -> None:
+    """capture_init: a meta temporary's known values run through ``cumsum`` too."""
+    with torch.device("meta"):
+        lin = nn.Linear(3, 4)
+
+    def init_fn() -> None:
+        steps = torch.arange(12.0, device="meta").cumsum(0).view(4, 3)
+        lin.weight.data.copy_(steps / 10)
+        lin.bias.data.copy_(torch.rand(4, device="meta").sort().values)
+
+    with pytest.raises(shardinit.UnsupportedInitOpError, match=r"sort at .* random values"):
+        shardinit.capture_init(lin, init_fn)
+
+    def known_only() -> None:
+        lin.weight.data.copy_(torch.arange(12.0, device="meta").cumsum(0).view(4, 3) / 10)
+        lin.bias.data.zero_()
+
+    shardinit.materialize(lin, seed=0, init_fn=known_only)
+    expected = torch.arange(12.0).cumsum(0).view(4, 3) / 10
+    assert torch.equal(lin.weight.detach(), expected)

@@ -23,6 +23,9 @@ The modules, bottom up:
   that refuses every write to a parameter it did not route, and the call sites;
 * :mod:`.coordinates`: writes at positions computed from coordinates (``triu_``,
   ``fill_diagonal_``, ``masked_fill_``, ...), a component the mode calls;
+* :mod:`.concrete` / :mod:`.torchvalues`: operations no route follows, on meta
+  temporaries of known values, run on the CPU as eager torch runs them (operands
+  evaluated by torch's own kernels), their results tables; a component the mode calls;
 * :mod:`.modulecalls`: ``to_empty`` / ``to`` / ``_apply`` on the model inside init code;
 * :mod:`.standins`: stand-ins for parameters (the tie rule) and buffers;
 * :mod:`.api`: :func:`capture_init`; :mod:`.constructors`: constructor values

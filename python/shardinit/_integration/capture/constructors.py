@@ -42,13 +42,12 @@ from torch.nn.modules.module import (
 from torch.overrides import TorchFunctionMode
 
 from ...errors import ShardInitError
-from ...spec import SUPPORTED_DTYPES
 from ..exclusive import ThreadExclusive
 from .frames import user_frame
 from .mode import CaptureMode
-from .program import Bad, Const, Expr, Source, bad_reasons, walk_nodes
+from .program import Bad, Expr, Source, bad_reasons, walk_nodes
 from .records import CapturedOp, ParamRecord, program_of
-from .replay import replay_full
+from .torchvalues import exactly, torch_values
 
 __all__ = [
     "ConstructorValue",
@@ -295,9 +294,11 @@ def constructor_buffer(module: nn.Module, attr: str) -> ConstructorValue | None:
 def buffer_tensor(
     value: ConstructorValue, name: str, shape: tuple[int, ...], dtype: torch.dtype
 ) -> torch.Tensor:
-    """The buffer ``name``'s constructor value, whole, on the CPU: the program is
-    evaluated as a parameter's is (docs/stream-format.md §7); integer and bool buffers
-    in binary64, then converted where every value is exact.
+    """The buffer ``name``'s constructor value, whole, on the CPU, as eager torch computed
+    it: the program step by step with torch's own CPU kernels in the dtypes eager used
+    (:mod:`.torchvalues`; a buffer is the same on every rank and is never sharded, so
+    its bits are eager's, not the core's binary64 ones), then converted where every
+    value is exact.
 
     Raises:
         ShardInitError: a value that cannot be computed (names the buffer and the line
@@ -308,19 +309,11 @@ def buffer_tensor(
             f"buffer {name}: its constructor's value (registered at {value.where}) cannot "
             f"be computed ({value.expr.why}); pass buffer_init=fn to fill it"
         )
-    exact = dtype in SUPPORTED_DTYPES
-    if isinstance(value.expr, Const):  # one value, maybe no initializer's (-inf)
-        computed = torch.full(shape, value.expr.value, dtype=torch.float64)
-        computed = computed.to(dtype) if exact else computed
-    else:
-        whole = tuple((0, size) for size in shape)
-        op = CapturedOp(whole, program_of(value.expr), "constructor value", value.where)
-        record = ParamRecord(name, shape, dtype if exact else torch.float64, (op,))
-        computed = replay_full(record, seed=0)
-    if exact:
-        return computed
-    converted = computed.to(dtype)
-    if not torch.equal(converted.to(torch.float64), computed):
+    computed = torch.empty(shape, dtype=torch.float64, device="cpu")
+    if computed.numel():
+        computed = torch_values(value.expr, shape)
+    converted = exactly(computed, dtype)
+    if converted is None:
         raise ShardInitError(
             f"buffer {name}: its constructor's value (registered at {value.where}) is not "
             f"exactly representable as {dtype}; pass buffer_init=fn to fill it"

@@ -78,7 +78,7 @@ from .tables import RANDOM_SOURCES
 from .tracks import Track, run_op, same_view
 from .translations import Translation
 
-__all__ = ["Engine", "read_reason"]
+__all__ = ["Engine", "read_reason", "unfollowed"]
 
 # A write into a buffer's real stand-in: only its region matters (the values are real).
 _BUFFER_WRITE = Constant(0.0)
@@ -124,6 +124,8 @@ class Engine:
             )
         if value.is_complex():
             return Bad("complex values")
+        if _inexact_integers(value):
+            return Bad("integer values beyond 2**53, which binary64 tables do not hold exactly")
         if not self.rng_untouched():
             return Bad(
                 "values computed after init code drew from torch's random generator "
@@ -530,9 +532,10 @@ class Engine:
         self.carry_read(target, operands[1:], name)
         self.write_expr(target, view, step.build(exprs, options), name)
 
-    def taint(self, name: str, args: Any, kwargs: Any, result: Any) -> None:
+    def taint(self, name: str, args: Any, kwargs: Any, result: Any, why: str | None = None) -> None:
         """Results of an operation shardinit does not follow, on followed temporaries:
-        opaque (unless on the CPU and free of random values, then a table)."""
+        opaque (unless on the CPU and free of random values, then a table), with ``why``
+        (default: the operation is not followed)."""
         temps = self.store.followed((args, kwargs))
         if not temps:
             return
@@ -548,13 +551,27 @@ class Engine:
                 temp = self.store.new_temp(name, leaf)
                 temp.from_random = True
                 self.carry_read(temp, (args, kwargs), name)
-                kind = (
-                    "an elementwise operation shardinit has no exact formula for"
-                    if no_formula(name)
-                    else "not an elementwise operation shardinit follows"
-                )
-                why = f"{name} at {user_frame()} is {kind}"
+                why = why or unfollowed(name)
                 temp.ops.append(CapturedOp(_whole(leaf), Opaque(why), name, user_frame()))
+
+
+def unfollowed(name: str) -> str:
+    """Why the results of ``name`` (called here) are not a program."""
+    kind = (
+        "an elementwise operation shardinit has no exact formula for"
+        if no_formula(name)
+        else "not an elementwise operation shardinit follows"
+    )
+    return f"{name} at {user_frame()} is {kind}"
+
+
+def _inexact_integers(value: torch.Tensor) -> bool:
+    """Whether an integer tensor holds a value binary64 does not hold exactly."""
+    if value.dtype.is_floating_point or value.dtype == torch.bool or value.numel() == 0:
+        return False
+    if torch.iinfo(value.dtype).bits < 53:
+        return False
+    return bool(value.detach().abs().max() > 2**53)
 
 
 def _invalid_fill(track: Track, action: Fill) -> str | None:

@@ -19,7 +19,9 @@ The routes:
 * questions a parameter's stand-in answers as the parameter will at run time
   (``is_meta``, ``device``), and flags it takes (``requires_grad_``);
 * anything else: refused where it reads or writes a parameter's values (naming the
-  parameter, the operation and the caller's ``file:line``), opaque on temporaries.
+  parameter, the operation and the caller's ``file:line``); on meta temporaries of
+  known values, run on the CPU as eager torch would, its results tables
+  (:mod:`.concrete`); opaque on other temporaries.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from ..._torch_compat import enter_dispatch_mode, exit_dispatch_mode, handed_to_
 from ...errors import ShardInitError
 from ...init import Constant
 from .backstop import WriteBackstop
+from .concrete import Concrete, Evaluated
 from .coordinates import Coordinates
 from .engine import Engine, read_reason
 from .frames import frame_arguments, func_name, init_frame
@@ -90,6 +93,7 @@ class CaptureMode(TorchFunctionMode):
         self.engine = Engine(self.store)
         self.backstop = WriteBackstop(self.store)
         self.coordinates = Coordinates(self.store, self.engine)
+        self.concrete = Concrete(self.store, self.engine)
         self.devices = dict(devices or {})
         self.handled: set[FrameType] = set()
 
@@ -175,9 +179,37 @@ class CaptureMode(TorchFunctionMode):
         reads = self.engine.read_in((args, kwargs), name)
         if reads:  # values computed from a parameter's, beyond elementwise steps
             raise self.store.fail(reads[0][0], name, read_reason(reads[0]))
+        return self.unfollowed(name, target, func, args, kwargs)
+
+    def unfollowed(
+        self, name: str, target: Track | None, func: Any, args: Sequence[Any],
+        kwargs: dict[str, Any],
+    ) -> Any:  # fmt: skip
+        """An operation no route follows, reading no parameter's values: run on the CPU
+        where its meta operands' values are known (:mod:`.concrete`), its results
+        tables; else run as it is, its results opaque (:meth:`.engine.Engine.taint`)."""
+        evaluated = self.concrete.evaluate(name, func, args, kwargs)
         if target is not None and is_inplace(name):
-            self.engine.record(target, args[0], Opaque(f"{name} is not a recorded fill"), name)
-        with self.backstop.expecting(target if is_inplace(name) else None):
+            return self.other_inplace(name, target, func, args, kwargs, evaluated)
+        if isinstance(evaluated, Evaluated):
+            return self.concrete.results(name, func, args, kwargs, evaluated)
+        result = run_op(func, args, kwargs)
+        self.engine.taint(name, args, kwargs, result, evaluated)
+        return result
+
+    def other_inplace(
+        self, name: str, target: Track, func: Any, args: Sequence[Any], kwargs: dict[str, Any],
+        evaluated: Evaluated | str | None,
+    ) -> Any:  # fmt: skip
+        """An in-place operation no route follows on a followed tensor: on a known meta
+        temporary, the table of its values run on the CPU (:mod:`.concrete`; meta holds
+        no values, so nothing runs there); else the tensor's values become opaque."""
+        if isinstance(evaluated, Evaluated) and target.kind == "temp" and target.base.is_meta:
+            self.concrete.write_inplace(name, target, args[0], evaluated)
+            return args[0]
+        why = evaluated if isinstance(evaluated, str) else f"{name} is not a recorded fill"
+        self.engine.record(target, args[0], Opaque(why), name)
+        with self.backstop.expecting(target):
             result = run_op(func, args, kwargs)
         self.engine.taint(name, args, kwargs, result)
         return result
@@ -368,13 +400,19 @@ class CaptureMode(TorchFunctionMode):
             return Opaque(str(why))
 
     def view(self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-        result = func(*args, **kwargs)
         params = self.store.params_in((args, kwargs))
+        why: str | None = None
+        if not params and _tensors((args[1:], kwargs)):  # indexing by tensors: a copy
+            evaluated = self.concrete.evaluate(name, func, args, kwargs)
+            if isinstance(evaluated, Evaluated):
+                return self.concrete.results(name, func, args, kwargs, evaluated)
+            why = evaluated
+        result = func(*args, **kwargs)
         if params:
             for leaf in _tensors(result):
                 if self.store.lookup(leaf) is None:
                     raise self.store.fail(params[0], name, "it copies the values (a read)")
-        self.engine.taint(name, args, kwargs, result)  # advanced indexing copies
+        self.engine.taint(name, args, kwargs, result, why)  # advanced indexing copies
         return result
 
     def make_temporary(

@@ -17,6 +17,7 @@ is folded here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ from ...init import BaseInit, Constant
 
 __all__ = [
     "BINARY",
+    "TABLE_CAP",
     "UNARY",
     "Bad",
     "Binary",
@@ -42,6 +44,7 @@ __all__ = [
     "Where",
     "bad_reasons",
     "bare_source",
+    "gathered",
     "in_box",
     "random_key",
     "reindex",
@@ -330,7 +333,7 @@ def _rebuild(
     if isinstance(node, Table):
         index = walk(node.index)
         if as_lin(index) is None:
-            return Bad("a table of computed values read at positions that are not affine")
+            return gathered(node.data, index, ranges)
         return Table(node.data, index)
     if isinstance(node, Unary):
         return Unary(node.op, walk(node.x))
@@ -341,6 +344,63 @@ def _rebuild(
     if isinstance(node, Round):
         return Round(walk(node.x), node.dtype)
     return node  # Const, Prior, Bad
+
+
+#: The most elements a table gathered at capture may hold (binary64: 128 MiB at the cap);
+#: :mod:`.concrete` holds the tables it computes to it too.
+TABLE_CAP = 1 << 24
+
+
+def gathered(data: TableData, index: Expr, ranges: Sequence[tuple[int, int]]) -> Expr:
+    """``data`` read at ``index``, an integer expression of coordinates that is not affine
+    (a reshape of a table: ``i // n``, ``i % n``), as a new table of the values read over
+    ``ranges`` (gathered exactly: integer indexing, no float computed)."""
+    shape = tuple(max(stop - start, 0) for start, stop in ranges)
+    count = math.prod(shape)
+    if count > TABLE_CAP:
+        return Bad(
+            f"a table read at positions that are not affine, gathered, would hold {count} "
+            f"elements, beyond the cap of {TABLE_CAP} elements a table computed at capture "
+            "may hold"
+        )
+    flat = _index_values(index, ranges)
+    if flat is None or bool((flat < 0).any() or (flat >= data.values.numel()).any()):
+        return Bad("a table of computed values read at positions that are not affine")
+    values = data.values[flat.reshape(-1)].clone() if count else data.values[:0].clone()
+    shifted = [combine("sub", Coord(d), Const(float(start))) for d, (start, _) in enumerate(ranges)]
+    local = reindex(contiguous_index(shape), shifted, ranges)
+    return Table(TableData(values), local)
+
+
+def _index_values(index: Expr, ranges: Sequence[tuple[int, int]]) -> torch.Tensor | None:
+    """The integer values of ``index`` over ``ranges`` (row-major), or None when it is no
+    integer expression of coordinates (sums, products, ``//`` and ``%`` of them)."""
+    if isinstance(index, Const):
+        return (
+            None
+            if not float(index.value).is_integer()
+            else torch.tensor(int(index.value), device="cpu")
+        )
+    if isinstance(index, Coord):
+        start, stop = ranges[index.dim]
+        sizes = [1] * len(ranges)
+        sizes[index.dim] = max(stop - start, 0)
+        return torch.arange(start, max(stop, start), dtype=torch.int64, device="cpu").view(sizes)
+    if not isinstance(index, Binary) or index.op not in _INTEGER_OPS:
+        return None
+    a, b = _index_values(index.a, ranges), _index_values(index.b, ranges)
+    if a is None or b is None:
+        return None
+    if index.op in ("floordiv", "mod") and bool((b == 0).any()):
+        return None
+    shape = [max(stop - start, 0) for start, stop in ranges]
+    return _INTEGER_OPS[index.op](a, b).expand(shape)
+
+
+_INTEGER_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "floordiv": torch.floor_divide,
+    "mod": torch.remainder,
+}  # fmt: skip
 
 
 def simplify(expr: Expr, box: Sequence[tuple[int, int]]) -> Expr:

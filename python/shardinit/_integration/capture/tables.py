@@ -3,7 +3,9 @@ during a capture (:func:`route_of`), built from the name sets below and the tabl
 fills (:mod:`.translations`) and elementwise steps (:mod:`.pointwise`).
 
 A name in no set takes the closed-world route: refused where it touches a parameter's
-values, opaque where it touches a temporary's (its results cannot be followed).
+values; on meta temporaries of known values, run on the CPU, its results tables
+(:mod:`.concrete`); opaque where it touches other temporaries (its results cannot be
+followed).
 """
 
 from __future__ import annotations
