@@ -34,7 +34,8 @@ BENCH_TOOLS := $(VENV)/.layer-bench
 # pip only bootstraps uv itself, at the version pinned here. UV_NATIVE_TLS: the system's
 # certificates, as pip uses them.
 UV_VERSION := 0.13.9
-INSTALL := $(VENV)/bin/uv pip install --python $(PY)
+UV := $(VENV)/bin/uv
+INSTALL := $(UV) pip install --python $(PY)
 export UV_NATIVE_TLS := 1
 
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
@@ -50,9 +51,12 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
 setup: $(BUILD_STAMP)
 
-$(CORE): requirements-core.txt
+# uv has a target of its own, so that a venv made before it was used gets it too.
+$(UV):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --disable-pip-version-check -q uv==$(UV_VERSION)
+
+$(CORE): $(UV) requirements-core.txt
 	$(INSTALL) -r requirements-core.txt
 	touch $@
 
