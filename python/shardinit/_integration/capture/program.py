@@ -17,6 +17,7 @@ is folded here.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -471,17 +472,20 @@ def bare_source(expr: Expr) -> BaseInit | None:
     """The initializer when ``expr`` is nothing but a random source or a constant (then
     the op is a plain fill: stream v1 values, whatever dtype the temporary had)."""
     while isinstance(expr, Round) and isinstance(expr.x, Source | Const):
-        if isinstance(expr.x, Const):
-            value = torch.tensor(expr.x.value, dtype=torch.float64, device="cpu")
-            exact = float(value.to(expr.dtype))
-            if exact != expr.x.value:
-                return None
+        if isinstance(expr.x, Const) and not _holds_exactly(expr.x.value, expr.dtype):
+            return None
         expr = expr.x
     if isinstance(expr, Source):
         return expr.init
     if isinstance(expr, Const):
         return Constant(float(expr.value))
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _holds_exactly(value: float, dtype: torch.dtype) -> bool:
+    # Cached: the writer asks for every constant fill it writes, mostly the same few.
+    return float(torch.tensor(value, dtype=torch.float64, device="cpu").to(dtype)) == value
 
 
 def contiguous_index(shape: Sequence[int]) -> Expr:
