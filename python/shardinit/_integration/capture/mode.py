@@ -111,6 +111,9 @@ class CaptureMode(TorchFunctionMode):
             super().__exit__(*exc)  # type: ignore[no-untyped-call]
         finally:
             exit_dispatch_mode(self.backstop, *exc)
+            # The frames reach the capture's own frame, which holds this mode: a cycle
+            # that would keep every record alive until the garbage collector ran.
+            self.handled.clear()
 
     def __torch_function__(
         self,
