@@ -200,9 +200,10 @@ def _plan_and_fill(
     flags = {name: flag for name, flag in flags.items() if any(t.name == name for t in chosen)}
     # 2. Check, 3. allocate, 4. fill, 5. buffers.
     plan.carry_out(module, overwrite=overwrite, buffer_init=buffer_init, device=target_device)
-    for slot in param_slots(module):
-        if slot.name in flags:
-            slot.param.requires_grad_(flags[slot.name])
+    if flags:  # a walk only when init_fn set some: it finds their new Parameters
+        for slot in param_slots(module):
+            if slot.name in flags:
+                slot.param.requires_grad_(flags[slot.name])
     return module
 
 

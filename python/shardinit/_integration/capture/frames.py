@@ -44,10 +44,19 @@ def _file_kind(filename: str) -> str:
     return known
 
 
+# code object -> whether it is the user's; each frame of the stack asks at every
+# recorded operation.
+_USERS_CODE: dict[CodeType, bool] = {}
+
+
 def _is_users(code: CodeType) -> bool:
     """Whether frames of ``code`` are user (or library) code (see above)."""
-    kind = _file_kind(code.co_filename)
-    return kind == "user" or (kind == "torch.nn" and code.co_name in _TORCH_INIT_CODE)
+    known = _USERS_CODE.get(code)
+    if known is None:
+        kind = _file_kind(code.co_filename)
+        known = kind == "user" or (kind == "torch.nn" and code.co_name in _TORCH_INIT_CODE)
+        _USERS_CODE[code] = known
+    return known
 
 
 def user_frame() -> str:
