@@ -82,12 +82,13 @@ def func_name(func: Any) -> str:
     return str(name)
 
 
-def init_frame() -> tuple[FrameType, str] | None:
+def init_frame(outer: FrameType | None = None) -> tuple[FrameType, str] | None:
     """The outermost frame running a ``torch.nn.init`` function's original code (a
-    private helper a public function calls is part of that call)."""
+    private helper a public function calls is part of that call), below ``outer`` (the
+    capture's own frame: init code runs below it; the stack above it is not walked)."""
     found: tuple[FrameType, str] | None = None
     frame: FrameType | None = sys._getframe(2)
-    while frame is not None:
+    while frame is not None and frame is not outer:
         name = INIT_CODES.get(frame.f_code)
         if name is not None:
             found = frame, name

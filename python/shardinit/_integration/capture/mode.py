@@ -92,12 +92,14 @@ class CaptureMode(TorchFunctionMode):
         self.coordinates = Coordinates(self.store, self.engine)
         self.devices = dict(devices or {})
         self.handled: set[FrameType] = set()
+        self.outer: FrameType | None = None  # the frame that entered the mode
 
     @property
     def error(self) -> UnsupportedInitOpError | None:
         return self.store.error
 
     def __enter__(self) -> CaptureMode:
+        self.outer = sys._getframe(1)
         enter_dispatch_mode(self.backstop)
         try:
             super().__enter__()  # type: ignore[no-untyped-call]
@@ -114,6 +116,7 @@ class CaptureMode(TorchFunctionMode):
             # The frames reach the capture's own frame, which holds this mode: a cycle
             # that would keep every record alive until the garbage collector ran.
             self.handled.clear()
+            self.outer = None
 
     def __torch_function__(
         self,
@@ -123,7 +126,7 @@ class CaptureMode(TorchFunctionMode):
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         kwargs = dict(kwargs or {})
-        found = init_frame()
+        found = init_frame(self.outer)
         if found is not None:
             return self.inside_init(*found, func, args, kwargs)
         name = func_name(func)
