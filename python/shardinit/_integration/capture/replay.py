@@ -191,7 +191,8 @@ def _visible_parts(ops: Sequence[CapturedOp], pieces: Sequence[Piece]) -> list[l
                 later is not None and contains(later, part) for later in covered[index + 1 :]
             ):
                 continue  # a later operation overwrites all of it: generate nothing
-            visible[index].append((part, tensor[_local_index(part, box)]))
+            held = tensor if part == box else tensor[_local_index(part, box)]
+            visible[index].append((part, held))
     return visible
 
 
@@ -269,7 +270,9 @@ def replay_runs(
             slice(begin, begin + stop - start)
             for begin, (start, stop) in zip(piece.local_start, piece.global_box, strict=True)
         )
-        pieces.append((piece.global_box, local[index]))
+        sizes = tuple(stop - start for start, stop in piece.global_box)
+        whole = sizes == tuple(local.shape) and not any(piece.local_start)
+        pieces.append((piece.global_box, local if whole else local[index]))
     write_pieces(record, seed, pieces, prior=prior)
 
 
