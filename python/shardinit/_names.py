@@ -56,6 +56,8 @@ def canonical_name(path: str) -> str:
     """
     if not isinstance(path, str):
         raise TypeError(f"path must be a str, got {type(path).__name__} {path!r}")
+    if not any(segment in path for segment in WRAPPER_SEGMENTS):
+        return path  # nothing to remove (most models): no split and join per parameter
     return ".".join(part for part in path.split(".") if part not in WRAPPER_SEGMENTS)
 
 
