@@ -43,6 +43,7 @@ __all__ = [
     "Where",
     "bad_reasons",
     "bare_source",
+    "holds_exactly",
     "in_box",
     "random_key",
     "reindex",
@@ -472,7 +473,7 @@ def bare_source(expr: Expr) -> BaseInit | None:
     """The initializer when ``expr`` is nothing but a random source or a constant (then
     the op is a plain fill: stream v1 values, whatever dtype the temporary had)."""
     while isinstance(expr, Round) and isinstance(expr.x, Source | Const):
-        if isinstance(expr.x, Const) and not _holds_exactly(expr.x.value, expr.dtype):
+        if isinstance(expr.x, Const) and not holds_exactly(expr.x.value, expr.dtype):
             return None
         expr = expr.x
     if isinstance(expr, Source):
@@ -483,8 +484,10 @@ def bare_source(expr: Expr) -> BaseInit | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _holds_exactly(value: float, dtype: torch.dtype) -> bool:
-    # Cached: the writer asks for every constant fill it writes, mostly the same few.
+def holds_exactly(value: float, dtype: torch.dtype) -> bool:
+    """Whether a tensor of ``dtype`` holds ``value`` exactly (then a fill by it is the
+    stream-v1 constant fill). Cached: the writer asks at every constant fill it writes,
+    mostly of the same few."""
     return float(torch.tensor(value, dtype=torch.float64, device="cpu").to(dtype)) == value
 
 

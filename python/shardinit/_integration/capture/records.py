@@ -21,6 +21,7 @@ from .program import (
     Source,
     bare_source,
     combine,
+    holds_exactly,
     stored,
     substitute_prior,
 )
@@ -99,9 +100,11 @@ class Fill(Program):
         return Source(self.init, dtype, origin, tuple(Coord(d) for d in range(ndim)))
 
     def plain_init(self, dtype: torch.dtype) -> BaseInit | None:
-        # ``init``, unless it is a constant that ``dtype`` does not hold exactly (then
-        # its program rounds it once, not as stream v1's fill does).
-        return bare_source(self.program(dtype, 0, 0))
+        # ``init``, unless it is a constant that ``dtype`` does not hold exactly: then
+        # its program rounds it once, not as stream v1's fill does (bare_source of it).
+        if isinstance(self.init, Constant) and not holds_exactly(self.init.value, dtype):
+            return None
+        return self.init
 
 
 @dataclass(frozen=True)
