@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 
@@ -156,7 +157,8 @@ def write_pieces(
     visible = _visible_parts(ops, pieces)
     spec: ParamSpec | None = None  # the parameter's, made (and checked) once
     programs: list[Expr] | None = None
-    with torch.no_grad():
+    # Materialize writes every parameter under one no_grad already: no switch per call.
+    with torch.no_grad() if torch.is_grad_enabled() else contextlib.nullcontext():
         for index, (op, parts) in enumerate(zip(ops, visible, strict=True)):
             if not parts:
                 continue
