@@ -49,6 +49,9 @@ from .translations import INIT_FUNCTIONS, INIT_TRANSLATIONS, METHOD_TRANSLATIONS
 __all__ = ["CaptureMode"]
 
 _CPU = torch.device("cpu")
+# torch.no_grad()'s switch, which torch.nn.init functions run around their writes: it
+# writes no tensor and draws no random number, so inside them it runs as it is.
+_GRAD_SWITCH = torch._C._set_grad_enabled
 
 
 def _tensor_operand(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
@@ -216,6 +219,8 @@ class CaptureMode(TorchFunctionMode):
                 return tensor
             with self.backstop.expecting(track):
                 return INIT_FUNCTIONS[init_name](**arguments)
+        if func is _GRAD_SWITCH:
+            return func(*args, **kwargs)
         operand = self.store.lookup(args[0]) if args else None
         if operand is None and track is None:
             return func(*args, **kwargs)
