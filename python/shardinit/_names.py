@@ -10,6 +10,7 @@ several modules (tied weights) is one slot, named by its first path in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -31,6 +32,8 @@ __all__ = [
 
 #: Path segments of wrappers, removed from canonical names (stream-format.md §5).
 WRAPPER_SEGMENTS = frozenset({"_fsdp_wrapped_module", "_checkpoint_wrapped_module", "_orig_mod"})
+# Finds any of them in a path: one without is its own canonical name (most models).
+_ANY_WRAPPER = re.compile("|".join(re.escape(segment) for segment in sorted(WRAPPER_SEGMENTS)))
 
 # Names shown in one error message before "... (N more)".
 _MAX_LISTED = 20
@@ -56,6 +59,8 @@ def canonical_name(path: str) -> str:
     """
     if not isinstance(path, str):
         raise TypeError(f"path must be a str, got {type(path).__name__} {path!r}")
+    if _ANY_WRAPPER.search(path) is None:
+        return path  # nothing to remove: no split and join per parameter
     return ".".join(part for part in path.split(".") if part not in WRAPPER_SEGMENTS)
 
 

@@ -28,6 +28,8 @@ SUPPORTED_DTYPES: Mapping[torch.dtype, str] = MappingProxyType(
 
 
 def _check_shape(shape: Any) -> tuple[int, ...]:
+    if type(shape) is tuple and all(type(size) is int and 0 <= size <= U64_MAX for size in shape):
+        return shape  # what the checks below return for it (the writer's specs: one a call)
     if isinstance(shape, (int, str, bytes)) or not isinstance(shape, (Sequence, torch.Size)):
         raise TypeError(f"shape must be a sequence of ints, got {type(shape).__name__} {shape!r}")
     sizes = tuple(check_int(f"shape[{dim}]", size, low=0) for dim, size in enumerate(shape))

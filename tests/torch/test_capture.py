@@ -395,6 +395,14 @@ def test_view_regions() -> None:
             view_region(bad, p)
 
 
+@pytest.mark.parametrize("shape", [(), (1,), (7,), (3, 1, 4), (1, 1), (2, 3, 1, 5)])
+def test_the_whole_tensor_has_the_region_of_any_view_of_it_whole(shape: tuple[int, ...]) -> None:
+    # view_region answers the tensor itself without working it out; a view of the same
+    # layout takes the general path.
+    p = torch.empty(shape, device="meta")
+    assert view_region(p, p) == view_region(p.view(shape), p)
+
+
 @pytest.mark.parametrize("shape", [(5,), (3, 4), (2, 3, 4), (3, 1, 2, 2)])
 def test_flat_range_boxes_tile_the_range(shape: tuple[int, ...]) -> None:
     numel = math.prod(shape)

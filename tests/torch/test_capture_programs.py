@@ -576,3 +576,20 @@ def test_programs_on_cuda_destinations_equal_the_cpu() -> None:
     for (name, cpu), cuda in zip(models[0].named_parameters(), models[1].parameters(), strict=True):
         assert cuda.device.type == "cuda"
         assert torch.equal(cpu.detach(), cuda.detach().cpu()), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "initializer",
+    [init.zeros(), init.ones(), init.constant(0.02), init.constant(1 / 3), init.constant(-2.5),
+     init.constant(65504.0), init.constant(1e-8), init.normal(0.0, 0.02)],
+)  # fmt: skip
+def test_a_fill_is_handed_to_the_core_as_its_program_would_be(
+    initializer: init.BaseInit, dtype: torch.dtype
+) -> None:
+    # The writer takes a fill's initializer without building its program: the same
+    # initializer bare_source finds in that program, or none (then it is evaluated).
+    from shardinit._integration.capture.program import Const, bare_source
+
+    fill = Fill(initializer)
+    assert fill.plain_init(dtype) == bare_source(fill.after(dtype, 2, 0, Const(math.nan)))

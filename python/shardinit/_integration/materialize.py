@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import torch
 from torch import nn
 
 from .._names import listing, param_slots
 from .._validate import DeviceLike, check_seed, resolve_device
 from ..errors import ShardInitError
 from .capture import CapturedInit, capture_init
+from .collector import collector_paused
 from .only import Only, check_only, chosen_names
 from .parents import refuse_part_of_model
 from .plan import (
@@ -31,7 +33,7 @@ from .plan import (
     make_plan,
     region_targets,
 )
-from .rules import Rules, check_rules
+from .rules import RuleList, Rules, check_rules
 from .targets import Target
 from .trainers import refuse_prepared_on_meta
 
@@ -150,6 +152,23 @@ def materialize(
     refuse_prepared_on_meta(module)
     refuse_part_of_model(module)
 
+    with collector_paused():  # why: collector.py
+        return _plan_and_fill(
+            module, seed, target_device, rule_list, buffer_init, overwrite, init_fn, only
+        )
+
+
+def _plan_and_fill(
+    module: nn.Module,
+    seed: int,
+    target_device: torch.device | None,
+    rule_list: RuleList,
+    buffer_init: BufferInit | None,
+    overwrite: bool,
+    init_fn: Callable[[], object] | CapturedInit | None,
+    only: Only | None,
+) -> nn.Module:
+    """``materialize`` after its arguments are checked."""
     # 1. Plan every name, region and initializer before touching any tensor, so an error
     #    leaves the model as it was.
     flat, managed = region_targets(module)
@@ -181,9 +200,10 @@ def materialize(
     flags = {name: flag for name, flag in flags.items() if any(t.name == name for t in chosen)}
     # 2. Check, 3. allocate, 4. fill, 5. buffers.
     plan.carry_out(module, overwrite=overwrite, buffer_init=buffer_init, device=target_device)
-    for slot in param_slots(module):
-        if slot.name in flags:
-            slot.param.requires_grad_(flags[slot.name])
+    if flags:  # a walk only when init_fn set some: it finds their new Parameters
+        for slot in param_slots(module):
+            if slot.name in flags:
+                slot.param.requires_grad_(flags[slot.name])
     return module
 
 

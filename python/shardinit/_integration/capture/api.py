@@ -12,6 +12,7 @@ from torch import nn
 
 from ..._names import holder_names, listing
 from ..._torch_compat import rewrap_fsdp2_classes, unwrap_fsdp2_classes
+from ..collector import collector_paused
 from ..exclusive import ThreadExclusive
 from .mode import CaptureMode
 from .modulecalls import install_module_calls
@@ -99,7 +100,7 @@ def capture_init(
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     if not callable(init_fn):
         raise TypeError(f"init_fn must be callable, got {type(init_fn).__name__}")
-    with _CAPTURE.hold():
+    with _CAPTURE.hold(), collector_paused():  # why: collector.py
         groups = param_groups(module)
         buffers = buffer_standins(module)
         aliases = {

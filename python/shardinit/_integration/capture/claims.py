@@ -47,9 +47,8 @@ class RandomPlaces:
     """Per random op, the places its values went; each write to a parameter is numbered
     (:attr:`writes`), so the parts of one write never conflict with each other."""
 
-    def __init__(self, store: RecordStore, folded: Folded) -> None:
+    def __init__(self, store: RecordStore) -> None:
         self.store = store
-        self.folded = folded
         self.claims: dict[int, list[_Claim]] = {}
         self.roots: dict[int, int] = {}  # a fill copied op by op -> the op it copies
         self.spaces: dict[int, Track] = {}  # a random fill of a temporary -> that temporary
@@ -70,9 +69,11 @@ class RandomPlaces:
         """The random op whose values ``origin`` (a fill copied op by op) holds."""
         return self.roots.get(origin, origin)
 
-    def land(self, track: Track, box: Box, expr: Expr, op: str, where: str) -> None:
+    def land(self, track: Track, box: Box, expr: Expr, op: str, where: str, folded: Folded) -> None:
         """Checks that the random values in ``expr``, written to ``box`` of the parameter
-        ``track``, land in no other place.
+        ``track`` (whose values are ``folded(track)``), land in no other place. (The
+        engine's ``folded`` comes per call: held here, it would make a reference cycle
+        that keeps the capture's records alive until the garbage collector runs.)
 
         Raises:
             UnsupportedInitOpError: values of one random op land in two places.
@@ -80,7 +81,7 @@ class RandomPlaces:
         if not any(isinstance(node, Source) for node in walk_nodes(expr)):
             return  # nothing random (tables, constants): no need to rebuild the program
         fresh = _random_ats(_pinned(expr, box), self.root)
-        held = _random_ats(_pinned(self.folded(track), box), self.root)
+        held = _random_ats(_pinned(folded(track), box), self.root)
         for origin, ats in fresh.items():
             if ats <= held.get(origin, set()):
                 continue  # the values already there, at the same places (a step of them)

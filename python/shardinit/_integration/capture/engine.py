@@ -107,7 +107,7 @@ class Engine:
         self.store = store
         self.rng_start = torch.default_generator.get_state()
         self.folds: dict[int, tuple[int, CapturedOp | None, Expr]] = {}
-        self.places = RandomPlaces(store, self.folded)
+        self.places = RandomPlaces(store)
 
     # ----------------------------------------------------------------- values
 
@@ -300,7 +300,7 @@ class Engine:
             prior = simplify(self.folded(track), box)
             expr = substitute_prior(expr, prior)
         if track.kind == "param":
-            self.places.land(track, box, expr, op, f"{op} at {user_frame()}")
+            self.places.land(track, box, expr, op, f"{op} at {user_frame()}", self.folded)
         track.ops.append(CapturedOp(box, self.action_of(track, expr, op), op, where_))
 
     def spread(

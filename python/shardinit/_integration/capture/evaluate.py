@@ -34,7 +34,7 @@ from .program import (
 )
 from .regions import Box
 
-__all__ = ["is_elementwise", "write_program"]
+__all__ = ["is_elementwise", "write_fill", "write_program"]
 
 CONTIGUOUS = torch.contiguous_format
 
@@ -108,13 +108,23 @@ def write_program(expr: Expr, spec: ParamSpec, box: Box, target: torch.Tensor) -
     if math.prod(stop - start for start, stop in box) == 0:
         return
     init = bare_source(expr)
-    program = None
-    if init is None:
-        emitter = _Emitter(spec.shape)
-        emitter.emit(expr)
-        program = CoreProgram(emitter.program, is_elementwise(expr))
-    else:
-        spec = spec.with_init(init)
+    if init is not None:
+        write_fill(spec.with_init(init), box, target)
+        return
+    emitter = _Emitter(spec.shape)
+    emitter.emit(expr)
+    _write(spec, box, target, CoreProgram(emitter.program, is_elementwise(expr)))
+
+
+def write_fill(spec: ParamSpec, box: Box, target: torch.Tensor) -> None:
+    """Writes ``box`` of ``spec``'s own stream-v1 fill (its initializer) into ``target``,
+    as :func:`write_program` writes a program that is that one source."""
+    if math.prod(stop - start for start, stop in box) == 0:
+        return
+    _write(spec, box, target, None)
+
+
+def _write(spec: ParamSpec, box: Box, target: torch.Tensor, program: CoreProgram | None) -> None:
     out = target if target.is_contiguous() else torch.empty_like(target, memory_format=CONTIGUOUS)
     fill(
         spec,

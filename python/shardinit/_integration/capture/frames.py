@@ -44,10 +44,19 @@ def _file_kind(filename: str) -> str:
     return known
 
 
+# code object -> whether it is the user's; each frame of the stack asks at every
+# recorded operation.
+_USERS_CODE: dict[CodeType, bool] = {}
+
+
 def _is_users(code: CodeType) -> bool:
     """Whether frames of ``code`` are user (or library) code (see above)."""
-    kind = _file_kind(code.co_filename)
-    return kind == "user" or (kind == "torch.nn" and code.co_name in _TORCH_INIT_CODE)
+    known = _USERS_CODE.get(code)
+    if known is None:
+        kind = _file_kind(code.co_filename)
+        known = kind == "user" or (kind == "torch.nn" and code.co_name in _TORCH_INIT_CODE)
+        _USERS_CODE[code] = known
+    return known
 
 
 def user_frame() -> str:
@@ -73,12 +82,13 @@ def func_name(func: Any) -> str:
     return str(name)
 
 
-def init_frame() -> tuple[FrameType, str] | None:
+def init_frame(outer: FrameType | None = None) -> tuple[FrameType, str] | None:
     """The outermost frame running a ``torch.nn.init`` function's original code (a
-    private helper a public function calls is part of that call)."""
+    private helper a public function calls is part of that call), below ``outer`` (the
+    capture's own frame: init code runs below it; the stack above it is not walked)."""
     found: tuple[FrameType, str] | None = None
     frame: FrameType | None = sys._getframe(2)
-    while frame is not None:
+    while frame is not None and frame is not outer:
         name = INIT_CODES.get(frame.f_code)
         if name is not None:
             found = frame, name

@@ -52,6 +52,9 @@ from .translations import INIT_FUNCTIONS, INIT_TRANSLATIONS, METHOD_TRANSLATIONS
 __all__ = ["CaptureMode"]
 
 _CPU = torch.device("cpu")
+# torch.no_grad()'s switch, which torch.nn.init functions run around their writes: it
+# writes no tensor and draws no random number, so inside them it runs as it is.
+_GRAD_SWITCH = torch._C._set_grad_enabled
 
 
 def _tensor_operand(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
@@ -96,12 +99,14 @@ class CaptureMode(TorchFunctionMode):
         self.concrete = Concrete(self.store, self.engine)
         self.devices = dict(devices or {})
         self.handled: set[FrameType] = set()
+        self.outer: FrameType | None = None  # the frame that entered the mode
 
     @property
     def error(self) -> UnsupportedInitOpError | None:
         return self.store.error
 
     def __enter__(self) -> CaptureMode:
+        self.outer = sys._getframe(1)
         enter_dispatch_mode(self.backstop)
         try:
             super().__enter__()  # type: ignore[no-untyped-call]
@@ -115,6 +120,10 @@ class CaptureMode(TorchFunctionMode):
             super().__exit__(*exc)  # type: ignore[no-untyped-call]
         finally:
             exit_dispatch_mode(self.backstop, *exc)
+            # The frames reach the capture's own frame, which holds this mode: a cycle
+            # that would keep every record alive until the garbage collector ran.
+            self.handled.clear()
+            self.outer = None
 
     def __torch_function__(
         self,
@@ -124,7 +133,7 @@ class CaptureMode(TorchFunctionMode):
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         kwargs = dict(kwargs or {})
-        found = init_frame()
+        found = init_frame(self.outer)
         if found is not None:
             return self.inside_init(*found, func, args, kwargs)
         name = func_name(func)
@@ -242,6 +251,8 @@ class CaptureMode(TorchFunctionMode):
                 return tensor
             with self.backstop.expecting(track):
                 return INIT_FUNCTIONS[init_name](**arguments)
+        if func is _GRAD_SWITCH:
+            return func(*args, **kwargs)
         operand = self.store.lookup(args[0]) if args else None
         if operand is None and track is None:
             return func(*args, **kwargs)

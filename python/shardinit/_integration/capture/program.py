@@ -17,6 +17,7 @@ is folded here.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ __all__ = [
     "bad_reasons",
     "bare_source",
     "gathered",
+    "holds_exactly",
     "in_box",
     "random_key",
     "reindex",
@@ -304,17 +306,24 @@ def reindex(
     identity map returns ``expr`` itself unless ``keep`` is False."""
     if keep and repeats is None and all(c == Coord(d) for d, c in enumerate(coords)):
         return expr  # the identity: the same expression
-    memo: dict[int, Expr] = {}
+    return _Memoized(lambda node, walk: _rebuild(node, walk, coords, ranges, repeats))(expr)
 
-    def walk(node: Expr) -> Expr:
-        done = memo.get(id(node))
-        if done is not None:
-            return done
-        result = _rebuild(node, walk, coords, ranges, repeats)
-        memo[id(node)] = result
-        return result
 
-    return walk(expr)
+class _Memoized:
+    """A rewrite of an expression, each node rewritten once (a shared subexpression
+    stays shared): ``rewrite(node, walk)`` rebuilds one node, walking its children with
+    ``walk``. An object, not a closure that calls itself: that would be a reference
+    cycle, left for the garbage collector at every rewrite."""
+
+    def __init__(self, rewrite: Callable[[Expr, Callable[[Expr], Expr]], Expr]) -> None:
+        self.rewrite = rewrite
+        self.memo: dict[int, Expr] = {}
+
+    def __call__(self, node: Expr) -> Expr:
+        done = self.memo.get(id(node))
+        if done is None:
+            done = self.memo[id(node)] = self.rewrite(node, self)
+        return done
 
 
 def _rebuild(
@@ -491,28 +500,21 @@ def bad_reasons(expr: Expr) -> list[str]:
 
 def substitute_prior(expr: Expr, prior: Expr) -> Expr:
     """``expr`` with :class:`Prior` replaced by ``prior``."""
-    memo: dict[int, Expr] = {}
+    return _Memoized(lambda node, walk: _substituted(node, walk, prior))(expr)
 
-    def walk(node: Expr) -> Expr:
-        if isinstance(node, Prior):
-            return prior
-        done = memo.get(id(node))
-        if done is not None:
-            return done
-        if isinstance(node, Unary):
-            result: Expr = Unary(node.op, walk(node.x))
-        elif isinstance(node, Binary):
-            result = combine(node.op, walk(node.a), walk(node.b))
-        elif isinstance(node, Where):
-            result = where(walk(node.cond), walk(node.a), walk(node.b))
-        elif isinstance(node, Round):
-            result = Round(walk(node.x), node.dtype)
-        else:
-            result = node
-        memo[id(node)] = result
-        return result
 
-    return walk(expr)
+def _substituted(node: Expr, walk: Callable[[Expr], Expr], prior: Expr) -> Expr:
+    if isinstance(node, Prior):
+        return prior
+    if isinstance(node, Unary):
+        return Unary(node.op, walk(node.x))
+    if isinstance(node, Binary):
+        return combine(node.op, walk(node.a), walk(node.b))
+    if isinstance(node, Where):
+        return where(walk(node.cond), walk(node.a), walk(node.b))
+    if isinstance(node, Round):
+        return Round(walk(node.x), node.dtype)
+    return node
 
 
 _ROUNDED = (torch.float32, torch.float16, torch.bfloat16)
@@ -531,17 +533,22 @@ def bare_source(expr: Expr) -> BaseInit | None:
     """The initializer when ``expr`` is nothing but a random source or a constant (then
     the op is a plain fill: stream v1 values, whatever dtype the temporary had)."""
     while isinstance(expr, Round) and isinstance(expr.x, Source | Const):
-        if isinstance(expr.x, Const):
-            value = torch.tensor(expr.x.value, dtype=torch.float64, device="cpu")
-            exact = float(value.to(expr.dtype))
-            if exact != expr.x.value:
-                return None
+        if isinstance(expr.x, Const) and not holds_exactly(expr.x.value, expr.dtype):
+            return None
         expr = expr.x
     if isinstance(expr, Source):
         return expr.init
     if isinstance(expr, Const):
         return Constant(float(expr.value))
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def holds_exactly(value: float, dtype: torch.dtype) -> bool:
+    """Whether a tensor of ``dtype`` holds ``value`` exactly (then a fill by it is the
+    stream-v1 constant fill). Cached: the writer asks at every constant fill it writes,
+    mostly of the same few."""
+    return float(torch.tensor(value, dtype=torch.float64, device="cpu").to(dtype)) == value
 
 
 def contiguous_index(shape: Sequence[int]) -> Expr:

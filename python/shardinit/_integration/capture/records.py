@@ -21,6 +21,7 @@ from .program import (
     Source,
     bare_source,
     combine,
+    holds_exactly,
     stored,
     substitute_prior,
 )
@@ -69,6 +70,12 @@ class Program:
         ``origin`` tells its random source from other operations'."""
         raise NotImplementedError
 
+    def plain_init(self, dtype: torch.dtype) -> BaseInit | None:
+        """The initializer when this program, in a parameter of ``dtype``, is nothing but
+        one stream-v1 fill (:func:`.program.bare_source`): the writer hands it to the
+        core as is, without building the program. None for any other."""
+        return None
+
     def after(self, dtype: torch.dtype, ndim: int, origin: int, prior: Expr) -> Expr:
         """The value an element holds after this operation, as a tensor of ``dtype``
         holds it, given ``prior``, its value before."""
@@ -91,6 +98,13 @@ class Fill(Program):
         if isinstance(self.init, Constant):
             return stored(Const(self.init.value), dtype)
         return Source(self.init, dtype, origin, tuple(Coord(d) for d in range(ndim)))
+
+    def plain_init(self, dtype: torch.dtype) -> BaseInit | None:
+        # ``init``, unless it is a constant that ``dtype`` does not hold exactly: then
+        # its program rounds it once, not as stream v1's fill does (bare_source of it).
+        if isinstance(self.init, Constant) and not holds_exactly(self.init.value, dtype):
+            return None
+        return self.init
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,10 @@ def view_region(
     if view.numel() == 0:
         return None
     shape = tuple(base.shape)
+    if view is base:  # the whole tensor (most init code writes): each dim along itself
+        return tuple((0, size) for size in shape), tuple(
+            None if size == 1 else dim for dim, size in enumerate(shape)
+        )
     cstride = _contiguous_strides(shape)
     rel = view.storage_offset() - base.storage_offset()
     if not 0 <= rel < max(base.numel(), 1):

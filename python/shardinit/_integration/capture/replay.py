@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 
@@ -40,7 +41,7 @@ from ...errors import ShardInitError
 from ...init import Constant, Initializer
 from ...spec import ParamSpec
 from ..placements import Run, local_boxes
-from .evaluate import is_elementwise, write_program
+from .evaluate import is_elementwise, write_fill, write_program
 from .program import Const, Expr, in_box, simplify, where
 from .records import (
     CapturedInit,
@@ -149,10 +150,41 @@ def write_pieces(
     each piece's part it is the last to cover and written there
     (:func:`.evaluate.write_program`); a program that is not elementwise (orthogonal) is
     computed once over the hull of those parts and copied out, so the matrix is computed
-    once per operation and region, not per piece."""
+    once per operation and region, not per piece. An operation that is one stream-v1
+    fill (most init code: ``normal_``, ``zeros_``) is that fill, written without
+    building its program; the programs are built only when one is more."""
     ops = _check_ops(record, prior)
-    programs = op_programs(record, ops)
-    spec = ParamSpec(record.name, record.shape, record.dtype, Constant(0.0), seed=seed)
+    visible = _visible_parts(ops, pieces)
+    spec: ParamSpec | None = None  # the parameter's, made (and checked) once
+    programs: list[Expr] | None = None
+    # Materialize writes every parameter under one no_grad already: no switch per call.
+    with torch.no_grad() if torch.is_grad_enabled() else contextlib.nullcontext():
+        for index, (op, parts) in enumerate(zip(ops, visible, strict=True)):
+            if not parts:
+                continue
+            assert isinstance(op.action, Program), op.action  # Opaque is never in a record
+            init = op.action.plain_init(record.dtype)
+            if init is not None and (init.elementwise or len(parts) == 1):
+                spec = _spec(record, seed, init, spec)
+                for part, target in parts:
+                    write_fill(spec, part, target)
+                continue
+            spec = _spec(record, seed, Constant(0.0), spec)
+            if programs is None:
+                programs = op_programs(record, ops)
+            _write_program(programs[index], spec, parts)
+
+
+def _spec(record: ParamRecord, seed: int, init: Initializer, made: ParamSpec | None) -> ParamSpec:
+    """``record``'s spec with ``init``: ``made`` (checked already) with it, or a new one."""
+    if made is None:
+        return ParamSpec(record.name, record.shape, record.dtype, init, seed=seed)
+    return made if made.init is init else made.with_init(init)
+
+
+def _visible_parts(ops: Sequence[CapturedOp], pieces: Sequence[Piece]) -> list[list[Piece]]:
+    """Per operation, the parts of ``pieces`` it is the last to cover (with the views of
+    the pieces' tensors that hold them)."""
     visible: list[list[Piece]] = [[] for _ in ops]
     for box, tensor in pieces:
         covered = [intersect(op.region, box) for op in ops]
@@ -161,24 +193,28 @@ def write_pieces(
                 later is not None and contains(later, part) for later in covered[index + 1 :]
             ):
                 continue  # a later operation overwrites all of it: generate nothing
-            visible[index].append((part, tensor[_local_index(part, box)]))
-    with torch.no_grad():
-        for program, parts in zip(programs, visible, strict=True):
-            if not parts:
-                continue
-            if is_elementwise(program) or len(parts) == 1:
-                for part, target in parts:
-                    write_program(simplify(program, part), spec, part, target)
-                continue
-            hull = tuple(
-                (min(part[d][0] for part, _ in parts), max(part[d][1] for part, _ in parts))
-                for d in range(len(record.shape))
-            )
-            shape = tuple(stop - start for start, stop in hull)
-            whole = parts[0][1].new_empty(shape)  # the parameter's dtype, the pieces' device
-            write_program(simplify(program, hull), spec, hull, whole)
-            for part, target in parts:
-                target.copy_(whole[_local_index(part, hull)])
+            held = tensor if part == box else tensor[_local_index(part, box)]
+            visible[index].append((part, held))
+    return visible
+
+
+def _write_program(program: Expr, spec: ParamSpec, parts: Sequence[Piece]) -> None:
+    """Writes ``program`` on each of ``parts``: per part when it is elementwise, else
+    once over their hull, copied out."""
+    if is_elementwise(program) or len(parts) == 1:
+        for part, target in parts:
+            write_program(simplify(program, part), spec, part, target)
+        return
+    ndim = len(spec.shape)
+    hull = tuple(
+        (min(part[d][0] for part, _ in parts), max(part[d][1] for part, _ in parts))
+        for d in range(ndim)
+    )
+    shape = tuple(stop - start for start, stop in hull)
+    whole = parts[0][1].new_empty(shape)  # the parameter's dtype, the pieces' device
+    write_program(simplify(program, hull), spec, hull, whole)
+    for part, target in parts:
+        target.copy_(whole[_local_index(part, hull)])
 
 
 def _local_index(part: Box, box: Box) -> tuple[slice, ...]:
@@ -236,7 +272,9 @@ def replay_runs(
             slice(begin, begin + stop - start)
             for begin, (start, stop) in zip(piece.local_start, piece.global_box, strict=True)
         )
-        pieces.append((piece.global_box, local[index]))
+        sizes = tuple(stop - start for start, stop in piece.global_box)
+        whole = sizes == tuple(local.shape) and not any(piece.local_start)
+        pieces.append((piece.global_box, local if whole else local[index]))
     write_pieces(record, seed, pieces, prior=prior)
 
 
