@@ -73,22 +73,52 @@ def _ties(model: nn.Module) -> list[set[str]]:
     return sorted((g for g in groups.values() if len(g) > 1), key=sorted)
 
 
+def _zeros_agree(name: str, ours: torch.Tensor, theirs: torch.Tensor) -> None:
+    """The same zero rows (padding rows, zeroed blocks) exactly, and the same zeros up to
+    isolated random draws of exactly 0.0: a value derived from a 24-bit uniform is 0.0
+    with probability about 2**-24 per element, for shardinit and torch alike (6 and 4 in
+    2**26 draws of a Linear's default), so a weight of a few hundred thousand elements
+    holds one now and then. Up to ``2 + n * 2**-20`` isolated differences are allowed."""
+    if ours.dim() >= 2:
+        rows = (ours == 0).all(-1), (theirs == 0).all(-1)
+        assert torch.equal(*rows), f"{name}: zero rows (padding rows) differ"
+    differ = int(((ours == 0) != (theirs == 0)).sum())
+    assert differ <= 2 + ours.numel() * 2**-20, f"{name}: zero pattern differs ({differ})"
+
+
 def _like_library(name: str, ours: torch.Tensor, theirs: torch.Tensor) -> None:
     """Constants exact; random values: the same zeros (padding rows), std and mean within
     6 standard errors of the sample (n elements), abs-max within a factor 2 (the
-    largest of n >= 64 normal samples lies between about 2 and 5 standard deviations)."""
+    largest of n >= 64 normal samples lies between about 2 and 5 standard deviations).
+    The moments are those of the values within :func:`_bulk`'s cut; beyond it, each
+    side may hold only isolated values."""
     assert ours.shape == theirs.shape and ours.dtype == theirs.dtype, name
     if theirs.unique().numel() <= 1:
         assert torch.equal(ours, theirs), f"{name}: constant differs"
         return
-    assert torch.equal(ours == 0, theirs == 0), f"{name}: zero pattern (padding rows) differs"
-    values, reference = ours[theirs != 0].double(), theirs[theirs != 0].double()
+    _zeros_agree(name, ours, theirs)
+    values, reference = _bulk(name, ours[theirs != 0].double(), theirs[theirs != 0].double())
     n = values.numel()
     std = float(reference.std())
     assert abs(float(values.std()) / std - 1) < 6 / math.sqrt(2 * n), f"{name}: std"
     assert abs(float(values.mean() - reference.mean())) < 6 * std * math.sqrt(2 / n), name
     ratio = float(values.abs().max() / reference.abs().max())
     assert 1 / 2 < ratio < 2, f"{name}: abs-max ratio {ratio}"
+
+
+def _bulk(name: str, ours: torch.Tensor, theirs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Both samples without their isolated far outliers: values beyond 20 times the
+    library's median magnitude (13.5 standard deviations of a normal; none of a uniform),
+    of which each side may hold ``2 + n * 2**-20``. Torch's float32 ``uniform_`` returns
+    its lower end with probability 2**-24, so timm's ``trunc_normal_`` (``uniform_`` then
+    ``erfinv_`` then ``clamp_``) with its default absolute bounds of +-2 puts a value at
+    -2 (100 standard deviations of std 0.02) about once in 16 million draws; shardinit's
+    U24 can be 0 as well. One such value moves a 150k-element sample's std by 3 %."""
+    cut = 20 * float(theirs.abs().median())
+    allowed = 2 + theirs.numel() * 2**-20
+    for side in (ours, theirs):
+        assert int((side.abs() > cut).sum()) <= allowed, f"{name}: values far out"
+    return ours[ours.abs() <= cut], theirs[theirs.abs() <= cut]
 
 
 # --------------------------------------------------------------------------- computed values
