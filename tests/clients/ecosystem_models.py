@@ -219,23 +219,41 @@ PEFT: dict[str, dict[str, Any]] = {
 # --------------------------------------------------------------------------- transformers
 
 
-def _transformers_swinv2() -> Setup:
-    """A transformers vision model (issue 29: "models nobody listed"): its constructors
-    compute Swin's relative_position_index and relative_coords_table buffers."""
+#: name -> (transformers config and model class names, config kwargs): vision models
+#: whose constructors compute buffers (Swin's relative_position_index, Swin V2's
+#: relative_coords_table; issue 29's table names Swin and ConvNeXt, the rest are beyond it).
+TRANSFORMERS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "swin": ("SwinConfig", "SwinModel", {"image_size": 32, "patch_size": 4, "embed_dim": 16,
+             "depths": [1, 1], "num_heads": [1, 2], "window_size": 4}),
+    "swinv2": ("Swinv2Config", "Swinv2Model", {"image_size": 32, "patch_size": 4,
+               "embed_dim": 16, "depths": [1, 1], "num_heads": [2, 4], "window_size": 4}),
+    "convnext": ("ConvNextConfig", "ConvNextModel", {"hidden_sizes": [8, 16, 32, 64],
+                 "depths": [1, 1, 1, 1]}),
+    "vit": ("ViTConfig", "ViTModel", {"image_size": 32, "patch_size": 8, "hidden_size": 32,
+            "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}),
+    "dinov2": ("Dinov2Config", "Dinov2Model", {"image_size": 32, "patch_size": 8,
+               "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}),
+    "beit": ("BeitConfig", "BeitModel", {"image_size": 32, "patch_size": 8, "hidden_size": 32,
+             "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+             "use_relative_position_bias": True}),
+}  # fmt: skip
+
+
+def _transformers(name: str) -> Setup:
+    config_name, model_name, kwargs = TRANSFORMERS[name]
 
     def build() -> tuple[Any, Any]:
-        from transformers import Swinv2Config, Swinv2Model
+        import transformers
 
-        config = Swinv2Config(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
-                              num_heads=[2, 4], window_size=4)  # fmt: skip
-        return Swinv2Model, config
+        config = getattr(transformers, config_name)(**kwargs)
+        return getattr(transformers, model_name), config
 
     def reference() -> nn.Module:
         model_class, config = build()
         return model_class(config)
 
     return Setup(
-        "transformers_swinv2",
+        f"transformers_{name}",
         lambda parallelize, mesh, seed: recipes.transformers_vision(*build(), parallelize, seed),
         reference,
     )
@@ -331,7 +349,7 @@ SETUPS: dict[str, Setup] = {
         *(_timm(name) for name in TIMM),
         *(_diffusers(name) for name in DIFFUSERS),
         *(_peft(name) for name in PEFT),
-        _transformers_swinv2(),
+        *(_transformers(name) for name in TRANSFORMERS),
         Setup(
             "olmo_core",
             lambda parallelize, mesh, seed: recipes.olmo_core_transformer(
