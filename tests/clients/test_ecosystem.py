@@ -50,7 +50,9 @@ def _unsharded(model: nn.Module) -> None:
 def _blocks(model: nn.Module) -> list[nn.Module]:
     """The outermost members of the model's ModuleLists, Sequentials and ModuleDicts that
     hold parameters: the units ``fully_shard`` wraps one by one (timm's blocks and stages,
-    diffusers' down/up blocks, the transformer layers of the others)."""
+    diffusers' down/up blocks, the transformer layers of the others); a container inside a
+    container (litgpt's ``transformer.h`` in a ModuleDict) is looked into, not wrapped
+    (``fully_shard`` refuses modules without a forward)."""
     blocks: list[nn.Module] = []
     inside: set[int] = set()
     for module in model.modules():
@@ -58,7 +60,7 @@ def _blocks(model: nn.Module) -> list[nn.Module]:
             continue
         members = module.values() if isinstance(module, nn.ModuleDict) else module
         for member in members:
-            if any(True for _ in member.parameters()):
+            if not isinstance(member, CONTAINERS) and any(True for _ in member.parameters()):
                 blocks.append(member)
                 inside.update(id(sub) for sub in member.modules())
     return blocks
