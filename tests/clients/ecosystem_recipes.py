@@ -90,6 +90,23 @@ def peft_lora(model_class: Any, config: Any, lora_config: Any, parallelize: Para
     return model
 
 
+def peft_adapter(model_class: Any, config: Any, peft_config: Any, parallelize: Parallelize,
+                 seed: int) -> Any:  # fmt: skip
+    import torch
+    from peft import get_peft_model
+
+    import shardinit
+
+    # peft's other tuners (IA3, LoHa, LoKr, AdaLoRA, BOFT, LN tuning, ...) initialize
+    # their adapters in their constructors: record_constructors keeps that; transformers'
+    # own init (skipped on meta) is init_fn and reaches no adapter of theirs.
+    with torch.device("meta"), shardinit.record_constructors():
+        model = get_peft_model(model_class(config), peft_config)
+    parallelize(model)
+    shardinit.materialize(model, seed=seed, init_fn=model.get_base_model().init_weights)
+    return model
+
+
 def olmo_core_transformer(config: Any, mesh: Any, seed: int) -> Any:
     import torch
 

@@ -15,6 +15,7 @@ indices, EVA's rotary tables): equal to the CPU construction too."""
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable
 
@@ -116,6 +117,11 @@ class Computed(nn.Module):
         self.register_buffer("mix", torch.einsum("i,j->ij", torch.arange(3.0), bands))
         values = torch.arange(-2.0, 3.0) / 2
         self.register_buffer("positive", values[values > 0])
+        permutation = torch.arange(4).flip(0)
+        scattered = torch.zeros(4, 4)
+        for row in range(4):
+            scattered[row, permutation[row]] = 1  # a 0-d tensor index (peft BOFT's perm2mat)
+        self.register_buffer("permutation", scattered)
 
 
 @pytest.mark.parametrize("make", [Tables, CausalMask, SinCos2d, NumpyTable, Computed])
@@ -227,6 +233,33 @@ def test_a_parameter_computed_by_an_unfollowed_op_takes_its_table() -> None:
         model = ComputedParameter()
     shardinit.materialize(model, seed=0)
     assert torch.equal(model.steps.detach(), torch.arange(1.0, 7.0).cumsum(0))
+
+
+class Wrapped(nn.Module):
+    """A layer wrapped after its construction and moved to its weight's device, as peft's
+    ``_replace_module`` does (``module.to(weight.device)``); the stand-in answers the
+    run-time device, and the move must leave the meta tensors for materialize."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.base = nn.LayerNorm(8)
+        nn.init.constant_(self.base.weight, 0.5)
+        self.copy = copy.deepcopy(self.base)
+        self.copy.to(self.base.weight.device)
+
+
+def test_a_device_move_inside_a_constructor_keeps_meta_and_values() -> None:
+    with torch.device("meta"), shardinit.record_constructors():
+        model = Wrapped()
+    assert model.copy.weight.is_meta
+    shardinit.materialize(model, seed=0)
+    assert torch.equal(model.copy.weight.detach(), torch.full((8,), 0.5))
+    assert torch.equal(model.base.weight.detach(), torch.full((8,), 0.5))
+    # outside record_constructors, torch's own move again: meta cannot be copied out of
+    with torch.device("meta"):
+        plain = nn.LayerNorm(8)
+    with pytest.raises(NotImplementedError, match="Cannot copy out of meta tensor"):
+        plain.to("cpu")
 
 
 def test_a_table_beyond_the_cap_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -45,6 +45,7 @@ from ...errors import ShardInitError
 from ..exclusive import ThreadExclusive
 from .frames import user_frame
 from .mode import CaptureMode
+from .modulecalls import constructor_moves
 from .program import Bad, Expr, Source, bad_reasons, walk_nodes
 from .records import CapturedOp, ParamRecord, program_of
 from .torchvalues import exactly, torch_values
@@ -198,7 +199,7 @@ def record_constructors() -> Iterator[None]:
             register_module_buffer_registration_hook(buffer_hook),
         ]
         try:
-            with mode, copies:
+            with mode, copies, constructor_moves():
                 yield
         finally:
             for handle in handles:

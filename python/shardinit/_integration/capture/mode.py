@@ -380,8 +380,28 @@ class CaptureMode(TorchFunctionMode):
         self.engine.copy_into(target, view, value, op)
         self.run_on(target, torch.Tensor.copy_, (view, value), {})
 
+    def setitem_by_meta(
+        self, target: Track, tensor: torch.Tensor, index: Any, value: Any, op: str
+    ) -> None:
+        """``tensor[index] = value`` with meta tensors in ``index`` (peft BOFT's
+        ``perm_mat[i, idx] = 1``): meta cannot read an index, so on a known meta temporary
+        with a known index the write runs on the CPU values (:mod:`.concrete`); else it is
+        refused (a parameter) or the temporary's values become opaque."""
+        args = (tensor, index, value)
+        evaluated = self.concrete.evaluate("__setitem__", torch.Tensor.__setitem__, args, {})
+        if isinstance(evaluated, Evaluated) and target.kind == "temp" and target.base.is_meta:
+            self.concrete.write_inplace("__setitem__", target, tensor, evaluated)
+            return
+        why = evaluated if isinstance(evaluated, str) else "an index by tensors is no box"
+        if target.kind == "param":
+            raise self.store.fail(target, op, why)
+        self.engine.record(target, tensor, Opaque(why), op)
+
     def setitem(self, target: Track, tensor: torch.Tensor, index: Any, value: Any) -> None:
         op = f"[{index!r}] = {value!r}"
+        if any(t.is_meta for t in _tensors(index)):
+            self.setitem_by_meta(target, tensor, index, value, op)
+            return
         view = tensor[index]
         if same_view(view, value):
             return  # `w[idx] *= 2`: Python stores the scaled view back into itself

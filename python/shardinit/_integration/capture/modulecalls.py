@@ -22,8 +22,11 @@ stand-in what the call would do to the parameter being initialized, reading no v
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from types import CodeType, FrameType
 from typing import Any
@@ -34,7 +37,7 @@ from torch import nn
 from .mode import CaptureMode
 from .tracks import Track
 
-__all__ = ["install_module_calls"]
+__all__ = ["constructor_moves", "install_module_calls"]
 
 _DEVICE_MOVES = ("cuda", "cpu", "xpu", "ipu", "mtia", "to_empty")
 _DTYPE_CASTS = {
@@ -83,6 +86,45 @@ def _bound_apply(module: nn.Module, recorder: CaptureMode) -> Callable[..., nn.M
         return module
 
     return _apply
+
+
+@contextlib.contextmanager
+def constructor_moves() -> Iterator[None]:
+    """While modules are built inside ``record_constructors`` (in this thread), a device
+    move (``to(device)``, ``cuda()``, ``cpu()``) leaves meta tensors on meta, where
+    ``materialize`` allocates them on the target device later: peft's ``_replace_module``
+    calls ``module.to(weight.device)``, which the stand-in answers with the run-time
+    device, so torch's own move would copy out of meta. Everything else (dtype casts,
+    ``to_empty``, any other ``fn``, other threads) is torch's own ``_apply``. A patch of
+    the class, not of instances: ``copy.deepcopy`` of a module would copy an instance's
+    bound ``_apply`` along, pointing at the original."""
+    original: Callable[..., nn.Module] = nn.Module._apply
+    owner = threading.get_ident()
+
+    def _apply(
+        self: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
+    ) -> nn.Module:
+        call, dtype = _calling_method(sys._getframe(1))
+        if (
+            threading.get_ident() == owner
+            and call in (*_DEVICE_MOVES, "to")
+            and call != "to_empty"
+            and dtype is None
+        ):
+            fn = functools.partial(_keep_meta, fn)
+        return original(self, fn, recurse)
+
+    nn.Module._apply = _apply  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module._apply = original  # type: ignore[method-assign]
+
+
+def _keep_meta(fn: Callable[[torch.Tensor], torch.Tensor], tensor: torch.Tensor) -> torch.Tensor:
+    with torch._C.DisableTorchFunction():  # the tensor's own device, not the stand-in's answer
+        meta = tensor.is_meta
+    return tensor if meta else fn(tensor)
 
 
 def _own_tensors(module: nn.Module) -> Iterator[torch.Tensor]:
