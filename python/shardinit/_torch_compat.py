@@ -35,6 +35,7 @@ __all__ = [
     "FlatEntry",
     "Fsdp1Unit",
     "apply_to_tensors",
+    "assign_parameter",
     "enter_dispatch_mode",
     "exit_dispatch_mode",
     "fsdp1_unit",
@@ -101,6 +102,33 @@ def apply_to_tensors(module: nn.Module, fn: Callable[[torch.Tensor], torch.Tenso
     re-register its sharded parameters afterwards, which ``to_empty`` alone would not
     let shardinit restrict to meta tensors."""
     module._apply(fn)  # type: ignore[no-untyped-call]
+
+
+def assign_parameter(module: nn.Module, attr: str, param: nn.Parameter) -> None:
+    """``setattr(module, attr, param)`` for ``attr`` a parameter of ``module`` already.
+    Where nothing could run in between (checked 2.15.0: the class keeps
+    ``Module.__setattr__`` and ``register_parameter``, no global parameter registration
+    hook is set, and ``param`` is a leaf), the registry is written directly, as
+    ``__setattr__`` ends up doing (it keeps ``attr`` out of ``__dict__``, ``_buffers``
+    and ``_modules``, where a registered parameter never is): materialize allocates every
+    parameter of a model, and ``__setattr__``'s checks cost more than the allocation."""
+    cls = type(module)
+    if (
+        cls.__setattr__ is nn.Module.__setattr__
+        and cls.register_parameter is nn.Module.register_parameter
+        and not _PARAMETER_HOOKS
+        and attr in module._parameters
+        and type(param) is nn.Parameter
+        and param.grad_fn is None
+    ):
+        module._parameters[attr] = param
+    else:
+        setattr(module, attr, param)
+
+
+#: torch's global parameter registration hooks (checked 2.15.0): a dict torch updates in
+#: place, so this reference sees the hooks registered later.
+_PARAMETER_HOOKS: dict[Any, Any] = nn.modules.module._global_parameter_registration_hooks
 
 
 def handed_to_mode(caller: FrameType, frame: FrameType) -> bool:
