@@ -78,6 +78,12 @@ class ParamGroup:
             module._parameters[attr] = self.original
         return replaced
 
+    def distinct_tracks(self) -> list[Track]:
+        """Its stand-ins' tracks, each once (a shared one is every holder's)."""
+        if len(self.tracks) == 1:  # one holder: nothing to deduplicate
+            return self.tracks
+        return list({id(track): track for track in self.tracks}.values())
+
     def winner(self) -> Track:
         module, attr, _ = self.holders[self.primary]
         current = module._parameters.get(attr)
