@@ -106,24 +106,31 @@ def apply_to_tensors(module: nn.Module, fn: Callable[[torch.Tensor], torch.Tenso
 
 def assign_parameter(module: nn.Module, attr: str, param: nn.Parameter) -> None:
     """``setattr(module, attr, param)`` for ``attr`` a parameter of ``module`` already.
-    Where nothing could run in between (checked 2.15.0: the class keeps
-    ``Module.__setattr__`` and ``register_parameter``, no global parameter registration
-    hook is set, and ``param`` is a leaf), the registry is written directly, as
-    ``__setattr__`` ends up doing (it keeps ``attr`` out of ``__dict__``, ``_buffers``
-    and ``_modules``, where a registered parameter never is): materialize allocates every
-    parameter of a model, and ``__setattr__``'s checks cost more than the allocation."""
+    Where the class keeps ``Module.__setattr__`` and ``register_parameter`` (checked
+    2.15.0), this does what they come to for a leaf Parameter whose name is registered as
+    a parameter only: the global parameter registration hooks run (shardinit's own,
+    :mod:`._integration.parents`, is one), then the registry is written. materialize
+    allocates every parameter of a model, and the checks around those steps cost more
+    than the allocation."""
     cls = type(module)
-    if (
+    if not (
         cls.__setattr__ is nn.Module.__setattr__
         and cls.register_parameter is nn.Module.register_parameter
-        and not _PARAMETER_HOOKS
-        and attr in module._parameters
         and type(param) is nn.Parameter
         and param.grad_fn is None
+        and attr in module._parameters
+        and attr not in vars(module)
+        and attr not in module._buffers
+        and attr not in module._modules
+        and attr not in module._non_persistent_buffers_set
     ):
-        module._parameters[attr] = param
-    else:
         setattr(module, attr, param)
+        return
+    for hook in _PARAMETER_HOOKS.values():
+        output = hook(module, attr, param)
+        if output is not None:
+            param = output
+    module._parameters[attr] = param
 
 
 #: torch's global parameter registration hooks (checked 2.15.0): a dict torch updates in
