@@ -18,6 +18,7 @@ result is read back.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -269,17 +270,21 @@ def read_buffers(
 
 
 def snapshot_flags(module: nn.Module) -> list[tuple[nn.Module, dict[str, Any]]]:
-    return [
-        (m, {k: v for k, v in vars(m).items() if isinstance(v, _FLAG_TYPES)})
-        for m in module.modules()
-    ]
+    """Each module's attributes as they are before init code runs (a shallow copy: the
+    flags among them are put back by :func:`restore_flags`)."""
+    return [(m, dict(vars(m))) for m in module.modules()]
 
 
 def restore_flags(saved: list[tuple[nn.Module, dict[str, Any]]]) -> None:
     """Undoes plain flags init code set or changed on modules (tensors it assigned to
     module attributes are kept)."""
-    for module, flags in saved:
+    for module, before in saved:
         state = vars(module)
+        # Most modules' attributes are the very objects they were (compared in C): then
+        # no flag was set or changed, and there is nothing to undo.
+        if list(state) == list(before) and all(map(operator.is_, state.values(), before.values())):
+            continue
+        flags = {k: v for k, v in before.items() if isinstance(v, _FLAG_TYPES)}
         for key in [k for k, v in state.items() if isinstance(v, _FLAG_TYPES) and k not in flags]:
             del state[key]
         state.update(flags)
