@@ -231,6 +231,9 @@ class CaptureMode(TorchFunctionMode):
         """An operation inside ``torch.nn.init.<init_name>``: the call is recorded once, at
         its first operation; torch's own body then runs on temporaries (on a parameter's
         stand-in its writes are the recorded call's, and are skipped)."""
+        switch = func is _GRAD_SWITCH and frame in self.handled
+        if switch and not handed_to_mode(sys._getframe(2), frame):
+            return func(*args, **kwargs)  # as below, without reading the frame again
         arguments = frame_arguments(frame)
         tensor = arguments.get("tensor")
         track = self.store.lookup(tensor)
