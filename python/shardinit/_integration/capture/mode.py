@@ -331,7 +331,6 @@ class CaptureMode(TorchFunctionMode):
         entry = METHOD_TRANSLATIONS.get(name)
         if entry is not None and entry.kind in SCALES and _tensor_operand(args, kwargs):
             entry = None  # arithmetic with a tensor: an elementwise step
-        base = inplace_name(name)
         if entry is not None:
             values = bind(
                 args[1:], {k: v for k, v in kwargs.items() if k != "rounding_mode"}, entry
@@ -346,7 +345,7 @@ class CaptureMode(TorchFunctionMode):
         elif name == "__setitem__":
             self.setitem(target, view, args[1], args[2])
             return True, None
-        elif base is not None:
+        elif (base := inplace_name(name)) is not None:
             self.engine.inplace(name, base, target, func, args, kwargs)
         else:
             return False, None
