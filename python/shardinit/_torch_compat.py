@@ -35,6 +35,7 @@ __all__ = [
     "FlatEntry",
     "Fsdp1Unit",
     "apply_to_tensors",
+    "assign_parameter",
     "enter_dispatch_mode",
     "exit_dispatch_mode",
     "fsdp1_unit",
@@ -101,6 +102,40 @@ def apply_to_tensors(module: nn.Module, fn: Callable[[torch.Tensor], torch.Tenso
     re-register its sharded parameters afterwards, which ``to_empty`` alone would not
     let shardinit restrict to meta tensors."""
     module._apply(fn)  # type: ignore[no-untyped-call]
+
+
+def assign_parameter(module: nn.Module, attr: str, param: nn.Parameter) -> None:
+    """``setattr(module, attr, param)`` for ``attr`` a parameter of ``module`` already.
+    Where the class keeps ``Module.__setattr__`` and ``register_parameter`` (checked
+    2.15.0), this does what they come to for a leaf Parameter whose name is registered as
+    a parameter only: the global parameter registration hooks run (shardinit's own,
+    :mod:`._integration.parents`, is one), then the registry is written. materialize
+    allocates every parameter of a model, and the checks around those steps cost more
+    than the allocation."""
+    cls = type(module)
+    if not (
+        cls.__setattr__ is nn.Module.__setattr__
+        and cls.register_parameter is nn.Module.register_parameter
+        and type(param) is nn.Parameter
+        and param.grad_fn is None
+        and attr in module._parameters
+        and attr not in vars(module)
+        and attr not in module._buffers
+        and attr not in module._modules
+        and attr not in module._non_persistent_buffers_set
+    ):
+        setattr(module, attr, param)
+        return
+    for hook in _PARAMETER_HOOKS.values():
+        output = hook(module, attr, param)
+        if output is not None:
+            param = output
+    module._parameters[attr] = param
+
+
+#: torch's global parameter registration hooks (checked 2.15.0): a dict torch updates in
+#: place, so this reference sees the hooks registered later.
+_PARAMETER_HOOKS: dict[Any, Any] = nn.modules.module._global_parameter_registration_hooks
 
 
 def handed_to_mode(caller: FrameType, frame: FrameType) -> bool:

@@ -133,17 +133,13 @@ class ParamSpec:
                 f"shape {shape_tuple} has {numel} elements; stream format v1 addresses at "
                 f"most {max_numel} elements of {dtype}"
             )
-        for field, value in (
-            ("name", name),
-            ("shape", shape_tuple),
-            ("dtype", dtype),
-            ("init", init),
-            ("seed", seed),
-        ):
-            object.__setattr__(self, field, value)
+        # Frozen: the fields go into the instance's dict, as object.__setattr__ would put
+        # them (one update for all, a spec is made per parameter written).
+        vars(self).update(name=name, shape=shape_tuple, dtype=dtype, init=init, seed=seed)
         # Resolve now so errors surface at construction.
-        _check_fits_dtype(self.base_init, dtype)
-        self.base_init.check_shape(name, shape_tuple)
+        base = self.base_init
+        _check_fits_dtype(base, dtype)
+        base.check_shape(name, shape_tuple)
 
     def with_init(self, init: Initializer) -> ParamSpec:
         """This spec with another initializer, checking only what depends on it (the
@@ -159,16 +155,12 @@ class ParamSpec:
                 f"init must be a shardinit.init initializer, got {type(init).__name__} {init!r}"
             )
         spec = object.__new__(ParamSpec)
-        for field, value in (
-            ("name", self.name),
-            ("shape", self.shape),
-            ("dtype", self.dtype),
-            ("init", init),
-            ("seed", self.seed),
-        ):
-            object.__setattr__(spec, field, value)
-        _check_fits_dtype(spec.base_init, self.dtype)
-        spec.base_init.check_shape(self.name, self.shape)
+        vars(spec).update(
+            name=self.name, shape=self.shape, dtype=self.dtype, init=init, seed=self.seed
+        )
+        base = spec.base_init
+        _check_fits_dtype(base, self.dtype)
+        base.check_shape(self.name, self.shape)
         return spec
 
     @cached_property

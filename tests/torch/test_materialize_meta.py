@@ -435,3 +435,37 @@ def test_cuda_matches_cpu() -> None:
     ):
         assert got.device.type == "cuda", name
         assert torch.equal(got.cpu(), want), name
+
+
+class _SetattrCounting(nn.Linear):
+    """A module whose own ``__setattr__`` must see every parameter assigned to it."""
+
+    assigned: list[str]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, nn.Parameter):
+            vars(self).setdefault("assigned", []).append(name)
+        super().__setattr__(name, value)
+
+
+def test_allocation_runs_registration_hooks_and_custom_setattr() -> None:
+    # Allocation writes the parameter registry directly only where __setattr__ would
+    # run nothing else: a global registration hook and a class's own __setattr__ still
+    # see each new parameter.
+    seen: list[str] = []
+
+    def hook(module: nn.Module, name: str, param: nn.Parameter) -> None:
+        seen.append(name)
+
+    with torch.device("meta"):
+        plain, custom = nn.Linear(3, 2), _SetattrCounting(3, 2)
+    vars(custom)["assigned"] = []
+    handle = nn.modules.module.register_module_parameter_registration_hook(hook)
+    try:
+        shardinit.materialize(plain, seed=SEED)
+    finally:
+        handle.remove()
+    shardinit.materialize(custom, seed=SEED)
+    assert sorted(seen) == ["bias", "weight"]
+    assert sorted(custom.assigned) == ["bias", "weight"]
+    assert not plain.weight.is_meta and not custom.weight.is_meta

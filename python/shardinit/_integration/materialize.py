@@ -213,7 +213,9 @@ def _checked_flags(
     """The ``requires_grad`` flags init_fn set, per canonical name, checked before
     anything is allocated: each names a parameter materialize can set it on."""
     flags = dict(captured.requires_grad) if captured is not None else {}
-    if flags and hides_params:
+    if not flags:  # nothing to check: no walk of the model for the names
+        return flags
+    if hides_params:
         raise ShardInitError(
             f"materialize: init_fn sets requires_grad of {listing(sorted(flags))}, which "
             "FSDP1's flat parameters and ZeRO-3's partitions cannot carry per original "

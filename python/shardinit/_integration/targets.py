@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from .._names import ParamSlot
+from .._torch_compat import assign_parameter
 from .capture import ParamRecord, replay_flat, replay_runs
 from .placements import Run, is_dtensor, local_of
 
@@ -163,7 +164,7 @@ class LocalTarget:
                 requires_grad=tensor.requires_grad,
             )
             for owner, attr in self.slot.owners:
-                setattr(owner, attr, new)
+                assign_parameter(owner, attr, new)
 
     def module_pass_tensor(self) -> torch.Tensor | None:
         tensor = self.slot.current()

@@ -173,7 +173,7 @@ def _check_unchanged(groups: list[ParamGroup]) -> None:
         UnsupportedInitOpError: naming the parameter and what changed.
     """
     for group in groups:
-        for track in {id(t): t for t in group.tracks}.values():
+        for track in group.distinct_tracks():
             why = track.changed()
             if why is not None:
                 raise UnsupportedInitOpError(
@@ -187,7 +187,7 @@ def _warn_dropped(groups: list[ParamGroup], winners: list[Track]) -> None:
     dropped = [
         f"{track.holder}: {op.op} at {op.where}"
         for group, winner in zip(groups, winners, strict=True)
-        for track in {id(t): t for t in group.tracks}.values()
+        for track in group.distinct_tracks()
         if track is not winner
         for op in track.ops
     ]

@@ -231,6 +231,9 @@ class CaptureMode(TorchFunctionMode):
         """An operation inside ``torch.nn.init.<init_name>``: the call is recorded once, at
         its first operation; torch's own body then runs on temporaries (on a parameter's
         stand-in its writes are the recorded call's, and are skipped)."""
+        switch = func is _GRAD_SWITCH and frame in self.handled
+        if switch and not handed_to_mode(sys._getframe(2), frame):
+            return func(*args, **kwargs)  # as below, without reading the frame again
         arguments = frame_arguments(frame)
         tensor = arguments.get("tensor")
         track = self.store.lookup(tensor)
@@ -328,7 +331,6 @@ class CaptureMode(TorchFunctionMode):
         entry = METHOD_TRANSLATIONS.get(name)
         if entry is not None and entry.kind in SCALES and _tensor_operand(args, kwargs):
             entry = None  # arithmetic with a tensor: an elementwise step
-        base = inplace_name(name)
         if entry is not None:
             values = bind(
                 args[1:], {k: v for k, v in kwargs.items() if k != "rounding_mode"}, entry
@@ -343,7 +345,7 @@ class CaptureMode(TorchFunctionMode):
         elif name == "__setitem__":
             self.setitem(target, view, args[1], args[2])
             return True, None
-        elif base is not None:
+        elif (base := inplace_name(name)) is not None:
             self.engine.inplace(name, base, target, func, args, kwargs)
         else:
             return False, None

@@ -186,7 +186,13 @@ def _visible_parts(ops: Sequence[CapturedOp], pieces: Sequence[Piece]) -> list[l
     """Per operation, the parts of ``pieces`` it is the last to cover (with the views of
     the pieces' tensors that hold them)."""
     visible: list[list[Piece]] = [[] for _ in ops]
+    last = ops[-1].region if ops else None
     for box, tensor in pieces:
+        if last is not None and contains(last, box) and all(a < b for a, b in box):
+            # The common case (one operation on all of it): the last operation overwrites
+            # every earlier one on this piece, so the piece is all its part.
+            visible[-1].append((box, tensor))
+            continue
         covered = [intersect(op.region, box) for op in ops]
         for index, part in enumerate(covered):
             if part is None or any(
@@ -266,6 +272,11 @@ def replay_runs(
     """Fills ``local``, the tensor holding the region ``runs`` (per dim, the runs of
     global indices it holds, as :func:`shardinit.placements.local_runs` gives them).
     """
+    if all(len(dim_runs) == 1 for dim_runs in runs):  # one box, all of ``local``
+        box = tuple((start, stop) for ((start, stop),) in runs)
+        if tuple(stop - start for start, stop in box) == tuple(local.shape):
+            write_pieces(record, seed, [(box, local)], prior=prior)
+            return
     pieces = []
     for piece in local_boxes(runs):
         index = tuple(

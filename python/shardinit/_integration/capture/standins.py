@@ -18,6 +18,7 @@ result is read back.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..._names import canonical_name, param_slots, qualified, refuse_lazy
+from ..._names import ParamSlot, canonical_name, param_slots, qualified, refuse_lazy
 from ..._torch_compat import is_flat_param
 from ...errors import ShardInitError
 from ...spec import SUPPORTED_DTYPES
@@ -78,6 +79,12 @@ class ParamGroup:
             module._parameters[attr] = self.original
         return replaced
 
+    def distinct_tracks(self) -> list[Track]:
+        """Its stand-ins' tracks, each once (a shared one is every holder's)."""
+        if len(self.tracks) == 1:  # one holder: nothing to deduplicate
+            return self.tracks
+        return list({id(track): track for track in self.tracks}.values())
+
     def winner(self) -> Track:
         module, attr, _ = self.holders[self.primary]
         current = module._parameters.get(attr)
@@ -129,10 +136,9 @@ class DTensorStandIn(nn.Parameter):
 
 def _standin(param: torch.Tensor) -> nn.Parameter:
     cls = DTensorStandIn if hasattr(param, "device_mesh") else nn.Parameter
-    return cls(
-        torch.empty(tuple(param.shape), dtype=param.dtype, device="meta"),
-        requires_grad=param.requires_grad,
-    )
+    meta = torch.empty(tuple(param.shape), dtype=param.dtype, device="meta")
+    # What Parameter(meta, requires_grad) makes of a plain tensor, without its __new__.
+    return torch.Tensor._make_subclass(cls, meta, param.requires_grad)
 
 
 def param_groups(module: nn.Module) -> list[ParamGroup]:
@@ -141,8 +147,9 @@ def param_groups(module: nn.Module) -> list[ParamGroup]:
     Raises:
         ShardInitError: FSDP1 flat parameters, or dtypes outside stream format v1.
     """
-    paths = {id(m): p for p, m in reversed(list(module.named_modules(remove_duplicate=False)))}
     declared = _declared_tie_targets(module)
+    sources = set(declared.values())
+    paths: dict[int, str] | None = None  # module -> its first path, for tied holders
     groups = []
     slots = param_slots(module)
     refuse_lazy(slots, "capture_init")
@@ -155,21 +162,41 @@ def param_groups(module: nn.Module) -> list[ParamGroup]:
         if slot.param.dtype not in SUPPORTED_DTYPES:
             raise ShardInitError(f"capture_init: parameter {slot.name} has dtype "
                                  f"{slot.param.dtype}, not one of stream format v1")  # fmt: skip
-        holders = [(m, a, canonical_name(qualified(paths[id(m)], a))) for m, a in slot.owners]
-        group = ParamGroup(slot.name, slot.param, holders)
-        shared = Track(
-            "param", _standin(slot.param), f"parameter {slot.name!r}", slot.name, slot.name
-        )
-        for _, _, path in holders:
-            if path in declared and len(holders) > 1:
-                label = f"parameter {slot.name!r} (tied holder {path!r})"
-                group.tracks.append(Track("param", _standin(slot.param), label, slot.name, path))
-            else:
-                group.tracks.append(shared)
-        sources = [i for i, (_, _, path) in enumerate(holders) if path in declared.values()]
-        group.primary = sources[0] if sources else 0
+        if len(slot.owners) == 1:  # its one holder's path is the canonical name
+            (owner, attr), path = slot.owners[0], slot.name
+            group = ParamGroup(slot.name, slot.param, [(owner, attr, path)])
+            group.tracks.append(_param_track(slot.param, slot.name, path))
+            group.primary = 0
+        else:
+            if paths is None:
+                walk = module.named_modules(remove_duplicate=False)
+                paths = {id(m): p for p, m in reversed(list(walk))}
+            group = _tied_group(slot, paths, declared, sources)
         groups.append(group)
     return groups
+
+
+def _param_track(param: nn.Parameter, name: str, holder: str, label: str = "") -> Track:
+    return Track("param", _standin(param), label or f"parameter {name!r}", name, holder)
+
+
+def _tied_group(
+    slot: ParamSlot, paths: Mapping[int, str], declared: Mapping[str, str], sources: set[str]
+) -> ParamGroup:
+    """The group of a parameter several modules hold: one stand-in shared by all, but a
+    stand-in of its own for each declared tie target (see the module docstring)."""
+    holders = [(m, a, canonical_name(qualified(paths[id(m)], a))) for m, a in slot.owners]
+    group = ParamGroup(slot.name, slot.param, holders)
+    shared = _param_track(slot.param, slot.name, slot.name)
+    for _, _, path in holders:
+        if path in declared:
+            label = f"parameter {slot.name!r} (tied holder {path!r})"
+            group.tracks.append(_param_track(slot.param, slot.name, path, label))
+        else:
+            group.tracks.append(shared)
+    primary = [i for i, (_, _, path) in enumerate(holders) if path in sources]
+    group.primary = primary[0] if primary else 0
+    return group
 
 
 @dataclass
@@ -243,17 +270,21 @@ def read_buffers(
 
 
 def snapshot_flags(module: nn.Module) -> list[tuple[nn.Module, dict[str, Any]]]:
-    return [
-        (m, {k: v for k, v in vars(m).items() if isinstance(v, _FLAG_TYPES)})
-        for m in module.modules()
-    ]
+    """Each module's attributes as they are before init code runs (a shallow copy: the
+    flags among them are put back by :func:`restore_flags`)."""
+    return [(m, dict(vars(m))) for m in module.modules()]
 
 
 def restore_flags(saved: list[tuple[nn.Module, dict[str, Any]]]) -> None:
     """Undoes plain flags init code set or changed on modules (tensors it assigned to
     module attributes are kept)."""
-    for module, flags in saved:
+    for module, before in saved:
         state = vars(module)
+        # Most modules' attributes are the very objects they were (compared in C): then
+        # no flag was set or changed, and there is nothing to undo.
+        if list(state) == list(before) and all(map(operator.is_, state.values(), before.values())):
+            continue
+        flags = {k: v for k, v in before.items() if isinstance(v, _FLAG_TYPES)}
         for key in [k for k, v in state.items() if isinstance(v, _FLAG_TYPES) and k not in flags]:
             del state[key]
         state.update(flags)

@@ -84,6 +84,8 @@ class Track:
         """What became different about the tensor since it was followed (its class,
         shape, strides, dtype or storage: init code made it another tensor), or None."""
         now = _layout(self.base)
+        if now == self.layout:  # the common case, compared at once
+            return None
         for what, before, after in zip(_LAYOUT_PARTS, self.layout, now, strict=True):
             if before != after and what == "storage":
                 return "its storage was replaced by another tensor's"
