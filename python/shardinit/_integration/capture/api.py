@@ -5,13 +5,13 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import nn
 
 from ..._names import holder_names, listing
 from ..._torch_compat import rewrap_fsdp2_classes, unwrap_fsdp2_classes
+from ..._validate import DeviceLike
 from ..collector import collector_paused
 from ..exclusive import ThreadExclusive
 from .mode import CaptureMode
@@ -44,7 +44,7 @@ _CAPTURE = ThreadExclusive(
 
 
 def capture_init(
-    module: nn.Module, init_fn: Callable[[], object], *, device: Any = None
+    module: nn.Module, init_fn: Callable[[], object], *, device: DeviceLike = None
 ) -> CapturedInit:
     """Runs ``init_fn()`` on stand-ins of ``module``'s parameters and buffers and records
     what it does to each parameter, and the buffer values it computes.
@@ -155,7 +155,7 @@ def capture_init(
     )
 
 
-def _runtime_device(param: torch.Tensor, device: Any) -> torch.device:
+def _runtime_device(param: torch.Tensor, device: DeviceLike) -> torch.device:
     """The device ``param`` is on when init code runs for real (see ``capture_init``)."""
     mesh = getattr(param, "device_mesh", None)
     if mesh is not None:
