@@ -156,8 +156,15 @@ def local_runs_of(tensor: DTensor, *, name: str = "parameter") -> list[list[Run]
     return runs
 
 
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
 def is_dtensor(tensor: object) -> TypeGuard[DTensor]:
     """Whether ``tensor`` is a DTensor, without importing torch.distributed.tensor."""
+    # Most calls ask about a plain tensor or Parameter (materialize asks several times per
+    # parameter): neither exact type is a DTensor, nor does either override __class__.
+    if type(tensor) in _PLAIN_TYPES:
+        return False
     # No tensor is a DTensor unless torch.distributed.tensor was imported: checking
     # sys.modules keeps that import (seconds) off the plain-model path.
     module = sys.modules.get("torch.distributed.tensor")

@@ -467,7 +467,10 @@ def copy_sources(targets: Sequence[Target]) -> dict[str, Target]:
 
     sources: dict[str, Target] = {}
     for target in targets:
-        source, seen = source_of(target), {target.name}
+        source = source_of(target)
+        if source is None:  # most parameters: no set of the names seen
+            continue
+        seen = {target.name}
         while source is not None and source.name not in seen:
             seen.add(source.name)
             sources[target.name] = source
@@ -489,6 +492,8 @@ def tie_differences(root: nn.Module, captured: Mapping[str, str]) -> list[str]:
         (model, captured, "tied in the model, not in the capture"),
     )
     for ours, theirs, how in directions:
+        if all(ours[name] == name for name in common):
+            continue  # every name holds its own parameter here: no group of two to split
         groups: dict[str, list[str]] = {}
         for name in common:
             groups.setdefault(ours[name], []).append(name)

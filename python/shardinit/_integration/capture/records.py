@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import ClassVar
 
 import torch
@@ -203,6 +204,11 @@ class ParamRecord:
     def covers_all(self) -> bool:
         """Whether the fills together cover every element (then the parameter's values
         do not depend on anything before ``init_fn``)."""
+        return self._covers_all
+
+    @cached_property
+    def _covers_all(self) -> bool:
+        # Asked when planning and again when writing: the fields are frozen, so once.
         return box_union_covers(
             [op.region for op in self.ops if sets_values(op.action)], self.shape
         )

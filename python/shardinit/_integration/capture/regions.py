@@ -50,7 +50,7 @@ def box_union_covers(boxes: Sequence[Box], shape: Sequence[int], max_cells: int 
     """Whether the union of ``boxes`` covers every element of ``shape`` (exactly, by
     coordinate compression; False, conservatively, past ``max_cells`` cells)."""
     full = tuple((0, size) for size in shape)
-    if math.prod(shape) == 0 or any(box == full for box in boxes):
+    if math.prod(shape) == 0 or full in boxes:  # `in`: no generator per call
         return True
     cuts = []
     for dim, size in enumerate(shape):

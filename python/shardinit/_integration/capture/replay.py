@@ -85,8 +85,12 @@ def base_ops(
 
 def _check_ops(record: ParamRecord, extra: Sequence[CapturedOp]) -> list[CapturedOp]:
     ops = [*extra, *record.ops]
-    fills = [op.region for op in ops if sets_values(op.action)]
-    if not box_union_covers(fills, record.shape):
+    if extra:
+        fills = [op.region for op in ops if sets_values(op.action)]
+        covered = box_union_covers(fills, record.shape)
+    else:  # the record's own operations: what planning asked already
+        covered = record.covers_all()
+    if not covered:
         raise ShardInitError(
             f"parameter {record.name}: init_fn sets only part of it and nothing sets the "
             "rest (no rule or torch.nn default to start from); give it a rule or make "
