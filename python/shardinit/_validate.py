@@ -89,6 +89,8 @@ def check_name(arg: str, value: Any) -> str:
 
 def check_seed(value: Any) -> int:
     """Returns ``value`` if it is an int in [0, 2^64)."""
+    if type(value) is int and 0 <= value <= U64_MAX:
+        return value  # what check_int returns for it (checked once per spec, per parameter)
     return check_int("seed", value, low=0, high=U64_MAX)
 
 
