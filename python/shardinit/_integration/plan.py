@@ -29,6 +29,7 @@ from .capture import (
     buffer_tensor,
     constructor_buffer,
     constructor_record,
+    copied_any,
     copy_source,
     write_buffers,
 )
@@ -454,6 +455,8 @@ def copy_sources(targets: Sequence[Target]) -> dict[str, Target]:
     parameter of the same model while it was built inside
     :func:`shardinit.record_constructors` (same shape and dtype; a copy of a copy
     names the first source)."""
+    if not copied_any():  # most models: no copy recorded, no weak lookup per parameter
+        return {}
     by_holder = {(id(m), attr): t for t in targets for m, attr in t.holders}
 
     def source_of(target: Target) -> Target | None:

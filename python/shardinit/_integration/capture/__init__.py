@@ -39,6 +39,7 @@ from .constructors import (
     buffer_tensor,
     constructor_buffer,
     constructor_record,
+    copied_any,
     copy_source,
     record_constructors,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "capture_init",
     "constructor_buffer",
     "constructor_record",
+    "copied_any",
     "copy_source",
     "flat_range_boxes",
     "record_constructors",

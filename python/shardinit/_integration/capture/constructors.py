@@ -55,6 +55,7 @@ __all__ = [
     "buffer_tensor",
     "constructor_buffer",
     "constructor_record",
+    "copied_any",
     "copy_source",
     "record_constructors",
 ]
@@ -136,6 +137,12 @@ class _DeepCopies(TorchFunctionMode):
                     copied = copy._parameters.get(attr)
                     if param is not None and copied is not None and memo.get(id(param)) is copied:
                         _COPIES.setdefault(copy, {})[attr] = (weakref.ref(original), attr)
+
+
+def copied_any() -> bool:
+    """Whether any live module has a recorded copy (else :func:`copy_source` answers None
+    for every parameter, and a caller can skip asking per parameter)."""
+    return len(_COPIES) > 0
 
 
 def copy_source(module: nn.Module, attr: str) -> tuple[nn.Module, str] | None:
