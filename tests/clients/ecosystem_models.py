@@ -204,16 +204,25 @@ def _diffusers(name: str) -> Setup:
 
 # --------------------------------------------------------------------------- peft
 
-#: name -> LoraConfig arguments, on an untied tiny Llama.
-PEFT: dict[str, dict[str, Any]] = {
-    "lora": {"r": 4, "target_modules": ["q_proj", "v_proj"]},
-    "lora_gaussian": {
-        "r": 4,
-        "target_modules": ["q_proj", "v_proj"],
-        "init_lora_weights": "gaussian",
-    },
-    "lora_embed_tokens": {"r": 4, "target_modules": ["q_proj", "v_proj", "embed_tokens"]},
-}
+#: name -> (peft config class name, its arguments), on an untied tiny Llama: LoRA, which
+#: its own recipe initializes in init_fn (``peft_lora``), then tuners whose constructors
+#: initialize the adapters (``peft_adapter``; beyond issue 29's list).
+PEFT: dict[str, tuple[str, dict[str, Any]]] = {
+    "lora": ("LoraConfig", {"r": 4, "target_modules": ["q_proj", "v_proj"]}),
+    "lora_gaussian": ("LoraConfig", {"r": 4, "target_modules": ["q_proj", "v_proj"],
+                                     "init_lora_weights": "gaussian"}),
+    "lora_embed_tokens": ("LoraConfig", {"r": 4,
+                          "target_modules": ["q_proj", "v_proj", "embed_tokens"]}),
+    "ia3": ("IA3Config", {"target_modules": ["k_proj", "v_proj", "down_proj"],
+                          "feedforward_modules": ["down_proj"]}),
+    "loha": ("LoHaConfig", {"r": 4, "target_modules": ["q_proj", "v_proj"]}),
+    "lokr": ("LoKrConfig", {"r": 4, "target_modules": ["q_proj", "v_proj"]}),
+    "adalora": ("AdaLoraConfig", {"init_r": 4, "target_modules": ["q_proj", "v_proj"],
+                                  "total_step": 10}),
+}  # fmt: skip
+# BOFT (its buffers built by indexing with tensors) and LN tuning (deep copies moved with
+# module.to(weight.device)) pass too, but warn on this machine (BOFT: no ninja for its
+# CUDA extension; LN tuning: Llama's RMSNorm is "unsupported"), and warnings fail tests.
 
 
 # --------------------------------------------------------------------------- transformers
@@ -271,45 +280,12 @@ def _llama() -> tuple[Any, Any]:
 
 
 def _peft(name: str) -> Setup:
-    def lora() -> Any:
-        from peft import LoraConfig
+    class_name, kwargs = PEFT[name]
+    recipe = recipes.peft_lora if class_name == "LoraConfig" else recipes.peft_adapter
 
-        return LoraConfig(**PEFT[name])
-
-    def reference() -> nn.Module:
-        from peft import get_peft_model
-
-        model_class, config = _llama()
-        model: nn.Module = get_peft_model(model_class(config), lora())
-        return model
-
-    return Setup(
-        f"peft_{name}",
-        lambda parallelize, mesh, seed: recipes.peft_lora(*_llama(), lora(), parallelize, seed),
-        reference,
-    )
-
-
-#: name -> (peft config class name, its arguments): tuners other than LoRA, whose
-#: constructors initialize the adapters (beyond issue 29's list).
-PEFT_ADAPTERS: dict[str, tuple[str, dict[str, Any]]] = {
-    "ia3": ("IA3Config", {"target_modules": ["k_proj", "v_proj", "down_proj"],
-                          "feedforward_modules": ["down_proj"]}),
-    "loha": ("LoHaConfig", {"r": 4, "target_modules": ["q_proj", "v_proj"]}),
-    "lokr": ("LoKrConfig", {"r": 4, "target_modules": ["q_proj", "v_proj"]}),
-    "adalora": ("AdaLoraConfig", {"init_r": 4, "target_modules": ["q_proj", "v_proj"],
-                                  "total_step": 10}),
-}  # fmt: skip
-# BOFT (its buffers built by indexing with tensors) and LN tuning (deep copies moved with
-# module.to(weight.device)) pass too, but warn on this machine (BOFT: no ninja for its
-# CUDA extension; LN tuning: Llama's RMSNorm is "unsupported"), and warnings fail tests.
-
-
-def _peft_adapter(name: str) -> Setup:
     def peft_config() -> Any:
         import peft
 
-        class_name, kwargs = PEFT_ADAPTERS[name]
         return getattr(peft, class_name)(**kwargs)
 
     def reference() -> nn.Module:
@@ -321,9 +297,7 @@ def _peft_adapter(name: str) -> Setup:
 
     return Setup(
         f"peft_{name}",
-        lambda parallelize, mesh, seed: recipes.peft_adapter(
-            *_llama(), peft_config(), parallelize, seed
-        ),
+        lambda parallelize, mesh, seed: recipe(*_llama(), peft_config(), parallelize, seed),
         reference,
     )
 
@@ -387,7 +361,6 @@ SETUPS: dict[str, Setup] = {
         *(_timm(name) for name in TIMM),
         *(_diffusers(name) for name in DIFFUSERS),
         *(_peft(name) for name in PEFT),
-        *(_peft_adapter(name) for name in PEFT_ADAPTERS),
         *(_transformers(name) for name in TRANSFORMERS),
         Setup(
             "olmo_core",
