@@ -43,6 +43,31 @@ def _check_shape(shape: Any) -> tuple[int, ...]:
     return sizes
 
 
+def _check_init(init: object) -> Initializer:
+    if not isinstance(init, Initializer):
+        raise TypeError(
+            f"init must be a shardinit.init initializer, got {type(init).__name__} {init!r}"
+        )
+    return init
+
+
+def _set_fields(
+    spec: ParamSpec,
+    name: str,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    init: Initializer,
+    seed: int,
+) -> None:
+    """Sets the fields of the frozen ``spec`` (into its dict, as object.__setattr__ would
+    put them: one update for all, a spec is made per parameter written), then checks
+    what depends on the initializer, so that errors surface at construction."""
+    vars(spec).update(name=name, shape=shape, dtype=dtype, init=init, seed=seed)
+    base = spec.base_init
+    _check_fits_dtype(base, dtype)
+    base.check_shape(name, shape)
+
+
 def _check_fits_dtype(base: BaseInit, dtype: torch.dtype) -> None:
     """Rejects initializers whose values certainly overflow ``dtype`` to +-inf (a constant
     or a uniform bound out of range): stream-format.md §4 would round them to inf without a word."""
@@ -119,12 +144,7 @@ class ParamSpec:
         if dtype not in SUPPORTED_DTYPES:
             allowed = ", ".join(str(d) for d in SUPPORTED_DTYPES)
             raise ShardInitError(f"dtype must be one of {allowed}, got {dtype}")
-        if init is None:
-            init = Normal(0.0, 1.0)
-        if not isinstance(init, Initializer):
-            raise TypeError(
-                f"init must be a shardinit.init initializer, got {type(init).__name__} {init!r}"
-            )
+        init = _check_init(Normal(0.0, 1.0) if init is None else init)
         seed = check_seed(seed)
         numel = math.prod(shape_tuple)
         max_numel = 2**63 if dtype == torch.float64 else 2**64 - 1
@@ -133,13 +153,7 @@ class ParamSpec:
                 f"shape {shape_tuple} has {numel} elements; stream format v1 addresses at "
                 f"most {max_numel} elements of {dtype}"
             )
-        # Frozen: the fields go into the instance's dict, as object.__setattr__ would put
-        # them (one update for all, a spec is made per parameter written).
-        vars(self).update(name=name, shape=shape_tuple, dtype=dtype, init=init, seed=seed)
-        # Resolve now so errors surface at construction.
-        base = self.base_init
-        _check_fits_dtype(base, dtype)
-        base.check_shape(name, shape_tuple)
+        _set_fields(self, name, shape_tuple, dtype, init, seed)
 
     def with_init(self, init: Initializer) -> ParamSpec:
         """This spec with another initializer, checking only what depends on it (the
@@ -150,17 +164,8 @@ class ParamSpec:
             TypeError: ``init`` is no initializer.
             ShardInitError: the initializer does not apply to the shape or dtype.
         """
-        if not isinstance(init, Initializer):
-            raise TypeError(
-                f"init must be a shardinit.init initializer, got {type(init).__name__} {init!r}"
-            )
         spec = object.__new__(ParamSpec)
-        vars(spec).update(
-            name=self.name, shape=self.shape, dtype=self.dtype, init=init, seed=self.seed
-        )
-        base = spec.base_init
-        _check_fits_dtype(base, self.dtype)
-        base.check_shape(self.name, self.shape)
+        _set_fields(spec, self.name, self.shape, self.dtype, _check_init(init), self.seed)
         return spec
 
     @cached_property

@@ -22,7 +22,6 @@ elements one evaluated operand or result may hold.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,10 +32,10 @@ from torch.utils._pytree import tree_flatten, tree_map
 from . import program
 from .engine import Engine, unfollowed
 from .frames import user_frame
-from .program import Bad, Expr, Source, bad_reasons, walk_nodes
+from .program import Bad, Expr, Source, bad_reasons, beyond_table_cap, walk_nodes
 from .records import CapturedOp, Opaque
 from .store import RecordStore
-from .torchvalues import exactly, torch_values
+from .torchvalues import eager_values
 from .tracks import Track, run_op, storage_id
 
 __all__ = ["Concrete", "Evaluated"]
@@ -106,7 +105,7 @@ class Concrete:
         if track is None or track.kind != "temp":
             return "its operand is a meta tensor whose values capture did not follow"
         if value.numel() > program.TABLE_CAP:
-            return _beyond_cap(value.numel(), "an operand")
+            return beyond_table_cap(value.numel(), "an operand")
         expr = self.engine.value_of(value, op)
         reasons = bad_reasons(expr)
         if reasons:
@@ -152,7 +151,7 @@ class Concrete:
 
     def table(self, values: torch.Tensor) -> Expr:
         if values.numel() > program.TABLE_CAP:
-            return Bad(_beyond_cap(values.numel(), "a result"))
+            return Bad(beyond_table_cap(values.numel(), "a result"))
         return self.engine.table_of(values)
 
     def write_inplace(
@@ -174,19 +173,10 @@ def evaluate(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Te
     exact."""
     if dtype.is_complex:
         return "complex values"
-    if math.prod(shape) == 0:
-        return torch.empty(shape, dtype=dtype, device=_CPU)
-    converted = exactly(torch_values(expr, shape), dtype)
-    if converted is None:
+    values = eager_values(expr, shape, dtype)
+    if values is None:
         return f"its operand's values are not exactly representable as {dtype}"
-    return converted
-
-
-def _beyond_cap(count: int, what: str) -> str:
-    return (
-        f"{what} of {count} elements is beyond the cap of {program.TABLE_CAP} elements a "
-        "table computed at capture may hold (shardinit._integration.capture.program.TABLE_CAP)"
-    )
+    return values
 
 
 def _on_cpu(value: Any) -> Any:

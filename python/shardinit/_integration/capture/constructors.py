@@ -48,7 +48,7 @@ from .mode import CaptureMode
 from .modulecalls import constructor_moves
 from .program import Bad, Expr, Source, bad_reasons, walk_nodes
 from .records import CapturedOp, ParamRecord, program_of
-from .torchvalues import exactly, torch_values
+from .torchvalues import eager_values
 
 __all__ = [
     "ConstructorValue",
@@ -317,10 +317,7 @@ def buffer_tensor(
             f"buffer {name}: its constructor's value (registered at {value.where}) cannot "
             f"be computed ({value.expr.why}); pass buffer_init=fn to fill it"
         )
-    computed = torch.empty(shape, dtype=torch.float64, device="cpu")
-    if computed.numel():
-        computed = torch_values(value.expr, shape)
-    converted = exactly(computed, dtype)
+    converted = eager_values(value.expr, shape, dtype)
     if converted is None:
         raise ShardInitError(
             f"buffer {name}: its constructor's value (registered at {value.where}) is not "

@@ -45,6 +45,7 @@ __all__ = [
     "Where",
     "bad_reasons",
     "bare_source",
+    "beyond_table_cap",
     "gathered",
     "holds_exactly",
     "in_box",
@@ -360,6 +361,14 @@ def _rebuild(
 TABLE_CAP = 1 << 24
 
 
+def beyond_table_cap(count: int, what: str) -> str:
+    """Why ``what`` of ``count`` elements (beyond :data:`TABLE_CAP`) is no table."""
+    return (
+        f"{what} of {count} elements is beyond the cap of {TABLE_CAP} elements a table "
+        "computed at capture may hold (shardinit._integration.capture.program.TABLE_CAP)"
+    )
+
+
 def gathered(data: TableData, index: Expr, ranges: Sequence[tuple[int, int]]) -> Expr:
     """``data`` read at ``index``, an integer expression of coordinates that is not affine
     (a reshape of a table: ``i // n``, ``i % n``), as a new table of the values read over
@@ -367,11 +376,8 @@ def gathered(data: TableData, index: Expr, ranges: Sequence[tuple[int, int]]) ->
     shape = tuple(max(stop - start, 0) for start, stop in ranges)
     count = math.prod(shape)
     if count > TABLE_CAP:
-        return Bad(
-            f"a table read at positions that are not affine, gathered, would hold {count} "
-            f"elements, beyond the cap of {TABLE_CAP} elements a table computed at capture "
-            "may hold"
-        )
+        what = "a table read at positions that are not affine, gathered,"
+        return Bad(beyond_table_cap(count, what))
     flat = _index_values(index, ranges)
     if flat is None or bool((flat < 0).any() or (flat >= data.values.numel()).any()):
         return Bad("a table of computed values read at positions that are not affine")

@@ -287,9 +287,7 @@ def replay_runs(
             slice(begin, begin + stop - start)
             for begin, (start, stop) in zip(piece.local_start, piece.global_box, strict=True)
         )
-        sizes = tuple(stop - start for start, stop in piece.global_box)
-        whole = sizes == tuple(local.shape) and not any(piece.local_start)
-        pieces.append((piece.global_box, local if whole else local[index]))
+        pieces.append((piece.global_box, local[index]))
     write_pieces(record, seed, pieces, prior=prior)
 
 

@@ -20,7 +20,7 @@ import torch
 
 from .program import Binary, Const, Coord, Expr, Round, Table, Unary, Where, walk_nodes
 
-__all__ = ["exactly", "torch_values"]
+__all__ = ["eager_values", "exactly", "torch_values"]
 
 _F64 = torch.float64
 _CPU = torch.device("cpu")
@@ -54,6 +54,14 @@ def torch_values(expr: Expr, shape: tuple[int, ...]) -> torch.Tensor:
     if not isinstance(result, torch.Tensor):
         result = torch.tensor(result, dtype=_F64, device=_CPU)
     return result.to(_F64).expand(shape).contiguous()
+
+
+def eager_values(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
+    """The values of ``expr`` over a tensor of ``shape`` as eager torch holds them, a CPU
+    tensor of ``dtype``; None where ``dtype`` cannot hold every value exactly."""
+    if math.prod(shape) == 0:
+        return torch.empty(shape, dtype=dtype, device=_CPU)
+    return exactly(torch_values(expr, shape), dtype)
 
 
 def exactly(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
