@@ -13,6 +13,7 @@ is how a parameter is replaced without ``__setattr__``'s checks (torch's own
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -136,6 +137,29 @@ def assign_parameter(module: nn.Module, attr: str, param: nn.Parameter) -> None:
 #: torch's global parameter registration hooks (checked 2.15.0): a dict torch updates in
 #: place, so this reference sees the hooks registered later.
 _PARAMETER_HOOKS: dict[Any, Any] = nn.modules.module._global_parameter_registration_hooks
+
+
+def innermost_function_mode() -> object | None:
+    """The ``TorchFunctionMode`` torch hands a call to now in this thread (checked
+    2.15.0): the top of the mode stack; None when there is none, or torch functions are
+    disabled (``torch._C.DisableTorchFunction``), where no mode sees a call."""
+    if not torch._C._is_torch_function_mode_enabled():
+        return None
+    depth = torch._C._len_torch_function_stack()
+    return torch._C._get_function_stack_at(depth - 1) if depth else None
+
+
+@contextlib.contextmanager
+def mode_popped(mode: object) -> Iterator[None]:
+    """The ``with`` block with ``mode`` (the innermost, see
+    :func:`innermost_function_mode`) off this thread's stack, as torch runs a mode's
+    ``__torch_function__`` (checked 2.15.0: ``torch.overrides._pop_mode_temporarily``)."""
+    popped = torch._C._pop_torch_function_stack()
+    assert popped is mode, "mode_popped: not the innermost mode"
+    try:
+        yield
+    finally:
+        torch._C._push_on_torch_function_stack(popped)
 
 
 def handed_to_mode(caller: FrameType, frame: FrameType) -> bool:

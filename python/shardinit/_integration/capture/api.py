@@ -15,6 +15,7 @@ from ..._validate import DeviceLike
 from ..collector import collector_paused
 from ..exclusive import ThreadExclusive
 from .mode import CaptureMode
+from .initcalls import install_init_calls
 from .modulecalls import install_module_calls
 from .records import CapturedInit, ParamRecord, UnsupportedInitOpError
 from .standins import (
@@ -119,10 +120,12 @@ def capture_init(
         for standin in buffers:
             standin.module._buffers[standin.attr] = standin.track.base
         undo_module_calls = install_module_calls(module, recorder)
+        undo_init_calls = install_init_calls(recorder)
         try:
             with recorder, torch.no_grad():
                 init_fn()
         finally:
+            undo_init_calls()
             undo_module_calls()
             rewrap_fsdp2_classes(classes)
             restore_flags(flags)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...init import Constant
 from .program import Const, Coord, Expr, Source, as_lin, reindex, walk_nodes
 from .records import Action, CapturedOp, Fill
 from .regions import Box, FlatRun, box_runs
@@ -38,8 +39,6 @@ class _Claim:
 
 def drawn(action: Action) -> bool:
     """Whether ``action`` draws random values (a fill by a random initializer)."""
-    from ...init import Constant
-
     return isinstance(action, Fill) and not isinstance(action.init, Constant)
 
 

@@ -325,7 +325,9 @@ def _to_base(view: torch.Tensor, base: torch.Tensor, cond: Expr) -> Expr | None:
 def _strided_positions(view: torch.Tensor, base: torch.Tensor) -> Expr | None:
     """Where a 1-D view that is no box of ``base`` (a diagonal, ``w.view(-1)[::k]``)
     lies, over the base's coordinates: flat indices ``offset + i * stride``."""
-    if view.dim() != 1 or view.numel() < 2 or view.stride(0) <= 0 or not base.is_contiguous():
+    if view is base or view.dim() != 1 or view.numel() < 2 or view.stride(0) <= 0:
+        return None  # (the whole parameter: most init code)
+    if not base.is_contiguous():
         return None
     try:
         view_region(view, base)

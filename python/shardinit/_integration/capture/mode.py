@@ -240,14 +240,7 @@ class CaptureMode(TorchFunctionMode):
         if frame not in self.handled:
             self.handled.add(frame)
             if track is not None and isinstance(tensor, torch.Tensor):
-                entry = INIT_TRANSLATIONS[init_name]
-                values = [
-                    arguments.get(n, d) for n, d in zip(entry.names, entry.defaults, strict=True)
-                ]
-                shown = ", ".join(f"{n}={v!r}" for n, v in zip(entry.names, values, strict=True))
-                self.coordinates.write(
-                    track, tensor, entry, values, f"torch.nn.init.{init_name}({shown})"
-                )
+                self.init_call(init_name, track, tensor, arguments)
         if handed_to_mode(sys._getframe(2), frame):
             # The function handed itself to the mode before running: run its body now.
             if track is not None and track.kind == "param":
@@ -263,6 +256,17 @@ class CaptureMode(TorchFunctionMode):
             return args[0]
         with self.backstop.expecting(track, operand):  # the recorded call's own writes
             return quietly(func, args, kwargs)
+
+    def init_call(
+        self, init_name: str, track: Track, tensor: torch.Tensor, arguments: Mapping[str, Any]
+    ) -> None:
+        """Records the call ``torch.nn.init.<init_name>`` with ``arguments`` (by name) on
+        ``tensor``, a view of ``track``: however it was entered (:meth:`inside_init`,
+        :mod:`.initcalls`)."""
+        entry = INIT_TRANSLATIONS[init_name]
+        values = [arguments.get(n, d) for n, d in zip(entry.names, entry.defaults, strict=True)]
+        shown = ", ".join(f"{n}={v!r}" for n, v in zip(entry.names, values, strict=True))
+        self.coordinates.write(track, tensor, entry, values, f"torch.nn.init.{init_name}({shown})")
 
     def answer(self, name: str, target: Track) -> Any:
         """What the parameter of the stand-in ``target`` answers at run time."""
