@@ -5,6 +5,7 @@ from typing import Any, ClassVar, Final, final
 
 __all__ = [
     "BINARY_OPS",
+    "CHUNK_ELEMENTS",
     "LOG_CONSTANTS",
     "PHI_INV_CONSTANTS",
     "STREAM_FORMAT_VERSION",
@@ -34,6 +35,9 @@ __version__: Final[str]
 #: or "avx2-philox-avx512-lanes" (AVX2 Philox, transforms compiled for AVX-512F).
 backend: Final[str]
 STREAM_FORMAT_VERSION: Final[int]
+#: Output elements per unit of parallel work: a fill of at most this many elements runs
+#: on the calling thread, whatever ``threads`` it is given.
+CHUNK_ELEMENTS: Final[int]
 #: The constants of the core's ``log`` (fdlibm 5.3 ``e_log.c``: ``LN2_HI``, ``LN2_LO``,
 #: ``TWO54``, ``LG1``..``LG7``), read-only, by their fdlibm names, to the bit. Their one
 #: home is rust/core/src/math.rs ``LOG_CONSTANTS``; the device kernel is built from here.

@@ -13,7 +13,6 @@ is how a parameter is replaced without ``__setattr__``'s checks (torch's own
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -149,17 +148,23 @@ def innermost_function_mode() -> object | None:
     return torch._C._get_function_stack_at(depth - 1) if depth else None
 
 
-@contextlib.contextmanager
-def mode_popped(mode: object) -> Iterator[None]:
+class mode_popped:  # noqa: N801 - a context manager, named as the function it was
     """The ``with`` block with ``mode`` (the innermost, see
     :func:`innermost_function_mode`) off this thread's stack, as torch runs a mode's
-    ``__torch_function__`` (checked 2.15.0: ``torch.overrides._pop_mode_temporarily``)."""
-    popped = torch._C._pop_torch_function_stack()
-    assert popped is mode, "mode_popped: not the innermost mode"
-    try:
-        yield
-    finally:
-        torch._C._push_on_torch_function_stack(popped)
+    ``__torch_function__`` (checked 2.15.0: ``torch.overrides._pop_mode_temporarily``).
+    A class, not a generator: it runs once per recorded call."""
+
+    def __init__(self, mode: object) -> None:
+        self.mode = mode
+
+    def __enter__(self) -> None:
+        popped = torch._C._pop_torch_function_stack()
+        if popped is not self.mode:
+            torch._C._push_on_torch_function_stack(popped)
+            raise AssertionError("mode_popped: not the innermost mode")
+
+    def __exit__(self, *exc: object) -> None:
+        torch._C._push_on_torch_function_stack(self.mode)
 
 
 def handed_to_mode(caller: FrameType, frame: FrameType) -> bool:

@@ -45,6 +45,8 @@ def check_real(arg: str, value: Any) -> float:
         ShardInitError: ``value`` is NaN, infinite, or beyond binary64's range (an int
             or Fraction such as ``10**400``).
     """
+    if type(value) is float and math.isfinite(value):
+        return value  # what the checks below return for it (every initializer argument)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{arg} must be a real number, got {type(value).__name__} {value!r}")
     try:

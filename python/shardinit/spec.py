@@ -62,8 +62,9 @@ def _set_fields(
     """Sets the fields of the frozen ``spec`` (into its dict, as object.__setattr__ would
     put them: one update for all, a spec is made per parameter written), then checks
     what depends on the initializer, so that errors surface at construction."""
-    vars(spec).update(name=name, shape=shape, dtype=dtype, init=init, seed=seed)
-    base = spec.base_init
+    # base_init at once (a cached_property: this fills its cache), as every fill reads it.
+    base = init.resolve(shape)
+    vars(spec).update(name=name, shape=shape, dtype=dtype, init=init, seed=seed, base_init=base)
     _check_fits_dtype(base, dtype)
     base.check_shape(name, shape)
 

@@ -159,10 +159,10 @@ class LocalTarget:
     def allocate(self, device: torch.device) -> None:
         tensor = self.slot.current()
         if tensor.is_meta and not is_dtensor(tensor):
-            new = nn.Parameter(
-                torch.empty(tensor.shape, dtype=tensor.dtype, device=device),
-                requires_grad=tensor.requires_grad,
-            )
+            # What nn.Parameter(empty, requires_grad) makes of a plain tensor, without
+            # its __new__ (materialize allocates every parameter of a model).
+            empty = torch.empty(tensor.shape, dtype=tensor.dtype, device=device)
+            new = torch.Tensor._make_subclass(nn.Parameter, empty, tensor.requires_grad)
             for owner, attr in self.slot.owners:
                 assign_parameter(owner, attr, new)
 

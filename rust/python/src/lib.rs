@@ -30,6 +30,11 @@ mod _core {
     #[pymodule_export]
     use crate::types::{sampler_constants, PyInit, PyRegion};
 
+    /// Output elements per unit of parallel work: a fill of at most this many elements
+    /// runs on the calling thread, whatever `threads` it is given.
+    #[pymodule_export]
+    const CHUNK_ELEMENTS: usize = shardinit_core::CHUNK_ELEMENTS;
+
     /// Version of the stream format this build implements (stream format v1).
     #[pymodule_export]
     const STREAM_FORMAT_VERSION: u32 = crate::stream::STREAM_FORMAT_VERSION;

@@ -124,13 +124,24 @@ def write_fill(spec: ParamSpec, box: Box, target: torch.Tensor) -> None:
     _write(spec, box, target, None)
 
 
+def _threads(spec: ParamSpec, program: CoreProgram | None, out: torch.Tensor) -> int:
+    """The core's worker threads for writing ``out``: the setting, but one where the
+    core runs the fill on the calling thread anyway (elementwise values of at most one
+    chunk), without asking for the setting (it reads the CPU affinity: a system call per
+    parameter of a model of many small ones)."""
+    elementwise = spec.base_init.elementwise if program is None else program.elementwise
+    if elementwise and out.numel() <= _core.CHUNK_ELEMENTS:
+        return 1
+    return shard.get_num_threads()
+
+
 def _write(spec: ParamSpec, box: Box, target: torch.Tensor, program: CoreProgram | None) -> None:
     out = target if target.is_contiguous() else torch.empty_like(target, memory_format=CONTIGUOUS)
     fill(
         spec,
         box,
         out,
-        threads=shard.get_num_threads(),
+        threads=_threads(spec, program, out),
         chunk_bytes=shard.CUDA_CHUNK_BYTES,
         program=program,
     )

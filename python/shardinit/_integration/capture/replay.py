@@ -278,7 +278,7 @@ def replay_runs(
     """
     if all(len(dim_runs) == 1 for dim_runs in runs):  # one box, all of ``local``
         box = tuple((start, stop) for ((start, stop),) in runs)
-        if tuple(stop - start for start, stop in box) == tuple(local.shape):
+        if [stop - start for start, stop in box] == list(local.shape):
             write_pieces(record, seed, [(box, local)], prior=prior)
             return
     pieces = []
