@@ -53,16 +53,17 @@ class RandomPlaces:
         self.spaces: dict[int, Track] = {}  # a random fill of a temporary -> that temporary
         self.writes = 0
 
-    def recorded(self, track: Track, op: CapturedOp, where: str) -> None:
-        """``op`` was just recorded on ``track``: a random fill of a temporary draws in
-        its coordinates; of a parameter, its values are where it drew them."""
+    def recorded(self, track: Track, op: CapturedOp, name: str) -> None:
+        """``op`` was just recorded on ``track`` (the operation ``name``): a random fill
+        of a temporary draws in its coordinates; of a parameter, its values are where it
+        drew them."""
         if not drawn(op.action):
             return
         if track.kind == "temp":
             self.spaces[id(op)] = track
         elif track.kind == "param":
             self.writes += 1
-            self.claims[id(op)] = [_Claim(self.writes, None, (), where)]
+            self.claims[id(op)] = [_Claim(self.writes, None, (), f"{name} at {op.where}")]
 
     def root(self, origin: int) -> int:
         """The random op whose values ``origin`` (a fill copied op by op) holds."""

@@ -273,7 +273,7 @@ class Engine:
                 raise self.store.fail(track, op, why)
         recorded = self.store.append(track, view, action, op)
         if recorded is not None and recorded.action is action:
-            self.places.recorded(track, recorded, f"{op} at {recorded.where}")
+            self.places.recorded(track, recorded, op)
 
     def write(
         self, track: Track, view: torch.Tensor, entry: Translation, values: list[Any], op: str

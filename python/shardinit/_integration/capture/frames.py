@@ -66,7 +66,8 @@ def user_frame() -> str:
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
-        if _is_users(code):
+        users = _USERS_CODE.get(code)  # (_is_users' cache, read here: a lookup a frame)
+        if users or (users is None and _is_users(code)):
             return f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
         frame = frame.f_back
     return "<unknown>"

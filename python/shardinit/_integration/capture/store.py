@@ -86,6 +86,8 @@ class RecordStore:
         Raises:
             UnsupportedInitOpError: a parameter's region is not a box.
         """
+        if view is track.base:  # the whole tensor (most init code writes)
+            return track.whole()
         try:
             region = view_region(view, track.base)
         except ValueError as why:  # view_region's own check: no refusal runs inside it

@@ -40,7 +40,7 @@ def fill_action(
         if why is not None:
             return why
     try:
-        return build(kind, values, op.split("(")[0].split(".")[-1], view)
+        return build(kind, values, op, view)
     except ShardInitError as why:  # build validates the arguments: it refuses nothing
         return str(why)
 

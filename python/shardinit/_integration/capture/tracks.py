@@ -12,7 +12,7 @@ from typing import Any, Literal
 import torch
 
 from .records import CapturedOp, sets_values
-from .regions import Box, box_union_covers, intersect
+from .regions import Box, box_union_covers, intersect, view_region
 
 __all__ = ["Track", "run_op", "same_view", "storage_id"]
 
@@ -79,6 +79,7 @@ class Track:
         # Holding the storage object keeps its id() from being reused during the capture.
         self.storage = self.base.untyped_storage()
         self.layout = _layout(self.base)
+        self._whole: tuple[torch.Size, tuple[Box, tuple[int | None, ...]] | None] | None = None
 
     def changed(self) -> str | None:
         """What became different about the tensor since it was followed (its class,
@@ -96,6 +97,14 @@ class Track:
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.base.shape)
+
+    def whole(self) -> tuple[Box, tuple[int | None, ...]] | None:
+        """The region of all of ``base`` (:func:`.regions.view_region` of it), computed
+        once per shape (init code that resizes a temporary changes it)."""
+        shape = self.base.shape
+        if self._whole is None or self._whole[0] != shape:
+            self._whole = (shape, view_region(self.base, self.base))
+        return self._whole[1]
 
     def written(self, region: Box) -> bool:
         """Whether recorded writes (anything but a scale) cover all of ``region``."""

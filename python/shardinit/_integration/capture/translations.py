@@ -134,9 +134,10 @@ def scalar(value: Any) -> float:
     )
 
 
-def build(kind: str, values: Sequence[Any], init_name: str, tensor: torch.Tensor) -> Action:
+def build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> Action:
     """The action of a translation of ``kind`` with argument ``values`` (not ``eye`` /
-    ``dirac``, which need the region: the recorder builds those).
+    ``dirac``, which need the region: the recorder builds those); ``op`` is the call as
+    shown (``torch.nn.init.kaiming_uniform_(a=...)``), whose function a probe runs.
 
     Raises:
         ShardInitError: the arguments make no valid initializer, or the kind is refused.
@@ -153,7 +154,7 @@ def build(kind: str, values: Sequence[Any], init_name: str, tensor: torch.Tensor
     if kind in ("scale", "divide"):
         return Scale(scalar(values[0]), divide=kind == "divide")
     if kind == "probe":
-        return Fill(_probe(init_name, tensor, values))
+        return Fill(_probe(op.split("(")[0].split(".")[-1], tensor, values))
     if kind == "orthogonal":
         # The recorder checks that the view is the whole parameter in its own order.
         return Fill(Orthogonal(scalar(values[0])))
