@@ -227,6 +227,20 @@ def fill_regions(
             region (overlapping ``outs`` included).
     """
 
+def fill_many(
+    fills: list[tuple[int, list[int], Init, str, Region, Any]],
+    threads: int = 0,
+) -> None:
+    """Runs :func:`fill` for each of ``fills`` (its arguments but ``threads``) with one
+    release of the GIL: fills of at most one chunk run side by side on ``threads``,
+    larger ones one after the other, each on ``threads`` (the values are each fill's
+    own, on any thread count). Every fill is attempted; no two buffers may overlap.
+
+    Raises:
+        As :func:`fill`, for the first fill refused in order (overlapping buffers
+        included).
+    """
+
 def fill_program(
     key: int,
     global_shape: list[int],

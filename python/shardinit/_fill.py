@@ -16,11 +16,19 @@ from dataclasses import dataclass
 import torch
 
 from . import _core, _cuda
-from ._host import fill_cpu, fill_program_cpu, fill_via_pinned, fill_whole_on_host
+from ._host import (
+    fill_cpu,
+    fill_program_cpu,
+    fill_via_pinned,
+    fill_whole_on_host,
+    HostFill,
+    host_fill_args,
+    start_fills_cpu,
+)
 from ._layout import Box
 from .spec import ParamSpec
 
-__all__ = ["CoreProgram", "Region", "fill", "fill_not_elementwise"]
+__all__ = ["CoreProgram", "DeferredFills", "Region", "fill", "fill_not_elementwise"]
 
 #: What ``out`` holds: a box (in C order), or the flat elements from an ``int`` start.
 Region = Box | int
@@ -44,6 +52,72 @@ def _core_region(region: Region, offset: int | None = None) -> _core.Region:
     return _core.Region.box(list(region), offset)
 
 
+class DeferredFills:
+    """Fills of elementwise streams of at most one chunk into CPU tensors, which
+    :func:`fill` is handed and leaves to the core: one call per :attr:`BATCH` of them,
+    run on a thread of the core's while the caller goes on (:func:`._host.
+    start_fills_cpu`). A model of many small parameters spends about as long in Python
+    per parameter as the core spends generating it: the two overlap, on two cores.
+
+    The values are there when the ``with`` block ends (:meth:`__exit__` writes the last
+    batch, waits for every one and bumps the tensors' versions as :func:`fill` does), so
+    only a writer that reads none of the tensors meanwhile passes one
+    (:meth:`shardinit._integration.plan.Plan.fill`, which writes a whole model). The
+    first error of a batch is raised there; leaving on an error, the batch under way is
+    waited for and nothing more is started.
+    """
+
+    #: Fills per batch: enough that a batch's thread costs nothing per fill, few enough
+    #: that the core's check that no two buffers overlap (pairwise) stays cheap.
+    BATCH = 256
+
+    def __init__(self) -> None:
+        self.fills: list[HostFill] = []
+        self.outs: list[torch.Tensor] = []
+        self._running: tuple[_core.StartedFills, list[torch.Tensor]] | None = None
+
+    def takes(self, elementwise: bool, out: torch.Tensor) -> bool:
+        """Whether this fill of ``out`` may be left here (a larger one is written at
+        once, on every thread the caller gives it)."""
+        return elementwise and out.device.type != "cuda" and out.numel() <= _core.CHUNK_ELEMENTS
+
+    def add(self, spec: ParamSpec, region: Region, out: torch.Tensor) -> None:
+        """Takes the fill of ``region`` of ``spec``'s stream into ``out`` (one that
+        :meth:`takes`)."""
+        self.fills.append(host_fill_args(spec, _core_region(region), out))
+        self.outs.append(out)
+        if len(self.fills) >= self.BATCH:
+            self._start()
+
+    def _start(self) -> None:
+        """Waits for the batch under way (at most one runs: the caller's Python and the
+        core each keep one core busy), then starts the one taken."""
+        self._wait()
+        fills, outs = self.fills, self.outs
+        self.fills, self.outs = [], []
+        self._running = (start_fills_cpu(fills, 1), outs)
+
+    def _wait(self) -> None:
+        if self._running is not None:
+            started, outs = self._running
+            self._running = None
+            started.wait()
+            torch.autograd.graph.increment_version(outs)
+
+    def __enter__(self) -> DeferredFills:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if kind is not None:  # an error on its way out: finish what runs, start nothing
+            self.fills, self.outs = [], []
+            if self._running is not None:
+                self._running[0].wait()  # (its own error, if any, is dropped for this one)
+            return
+        if self.fills:
+            self._start()
+        self._wait()
+
+
 def fill(
     spec: ParamSpec,
     region: Region,
@@ -52,12 +126,17 @@ def fill(
     threads: int,
     chunk_bytes: int,
     program: CoreProgram | None = None,
+    deferred: DeferredFills | None = None,
 ) -> None:
     """Writes ``region`` of ``spec``'s stream (or of ``program``'s values, keyed by
     ``spec``: its name, seed, global shape and dtype) into ``out`` (checked by the
     caller: contiguous, of the region's shape and the spec's dtype, on the CPU or a CUDA
     device). ``threads``: the core's worker threads; ``chunk_bytes``: the size of each
-    pinned buffer of the host path to a CUDA ``out``."""
+    pinned buffer of the host path to a CUDA ``out``; ``deferred``: where a stream's fill
+    of a CPU ``out`` may be left, written when it is flushed."""
+    if deferred is not None and program is None and deferred.takes(spec.base_init.elementwise, out):
+        deferred.add(spec, region, out)
+        return
 
     def write(host: torch.Tensor, offset: int | None) -> None:
         core_region = _core_region(region, offset)

@@ -19,6 +19,8 @@ from .spec import ParamSpec
 
 __all__ = [
     "fill_cpu",
+    "start_fills_cpu",
+    "host_fill_args",
     "fill_program_cpu",
     "fill_via_pinned",
     "fill_whole_on_host",
@@ -38,19 +40,29 @@ def writable_view(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
     return detached.numpy().reshape(-1)
 
 
+#: The arguments of one ``_core.fill`` but ``threads``.
+HostFill = tuple[int, list[int], _core.Init, str, _core.Region, np.ndarray[Any, Any]]
+
+
+def host_fill_args(spec: ParamSpec, region: _core.Region, out: torch.Tensor) -> HostFill:
+    """The core's arguments for writing ``region`` of ``spec`` into the CPU tensor
+    ``out``."""
+    init = core_init(spec.base_init)
+    return spec.key64, list(spec.shape), init, spec.dtype_name, region, writable_view(out)
+
+
 def fill_cpu(spec: ParamSpec, region: _core.Region, out: torch.Tensor, threads: int) -> None:
     """Writes ``region`` of ``spec`` into the CPU tensor ``out`` with ``threads`` worker
     threads (GIL released). A second call on overlapping memory while this one runs
     raises ``ShardInitError``."""
-    _core.fill(
-        spec.key64,
-        list(spec.shape),
-        core_init(spec.base_init),
-        spec.dtype_name,
-        region,
-        writable_view(out),
-        threads,
-    )
+    _core.fill(*host_fill_args(spec, region, out), threads)
+
+
+def start_fills_cpu(fills: list[HostFill], threads: int) -> _core.StartedFills:
+    """Starts every fill of ``fills`` (:func:`host_fill_args`) on a thread of the core's
+    and returns at once (``_core.start_fills``): the caller reads none of the tensors
+    before ``wait()`` on the result."""
+    return _core.start_fills(fills, threads)
 
 
 def fill_program_cpu(

@@ -14,6 +14,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from .._fill import DeferredFills
 from .._names import BufferHolder, buffer_holders, holder_names, listing, param_slots, refuse_lazy
 from .._torch_compat import apply_to_tensors, is_flat_param
 from ..errors import ShardInitError
@@ -227,9 +228,12 @@ class Plan:
 
     def fill(self) -> None:
         """Writes every parameter's values into its target."""
-        with torch.no_grad():
+        # Small fills of streams into CPU tensors are written by the core while the
+        # next parameters are planned (no target reads what it wrote before the block
+        # ends, where they are all written).
+        with torch.no_grad(), DeferredFills() as deferred:
             for plan in self.params:
-                plan.target.fill(plan.values)
+                plan.target.fill(plan.values.deferring(deferred))
         # The targets write through .data (a tensor with its own version counter): bump
         # each parameter's, as torch's in-place init does, so that a graph that saved one
         # (materialize with overwrite=True on a model in use) refuses to backward.

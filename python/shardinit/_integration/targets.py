@@ -30,6 +30,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from .._fill import DeferredFills
 from .._names import ParamSlot
 from .._torch_compat import assign_parameter
 from .capture import ParamRecord, replay_flat, replay_runs
@@ -47,15 +48,22 @@ class Values:
 
     record: ParamRecord
     seed: int
+    #: Where the writes may be left until the caller flushes it (the plan's fill of a
+    #: whole model, :class:`shardinit._fill.DeferredFills`); None: written at once.
+    deferred: DeferredFills | None = None
+
+    def deferring(self, deferred: DeferredFills) -> Values:
+        """These values, written into ``deferred`` where they may be."""
+        return Values(self.record, self.seed, deferred)
 
     def write_runs(self, runs: Sequence[Sequence[Run]], local: torch.Tensor) -> None:
         """Writes the region ``runs`` (per dim, runs of global indices) into ``local``."""
-        replay_runs(self.record, self.seed, runs, local)
+        replay_runs(self.record, self.seed, runs, local, deferred=self.deferred)
 
     def write_flat(self, start: int, stop: int, out: torch.Tensor) -> None:
         """Writes flat elements ``[start, stop)`` of the row-major parameter into the 1-D
         ``out``."""
-        replay_flat(self.record, self.seed, start, stop, out)
+        replay_flat(self.record, self.seed, start, stop, out, deferred=self.deferred)
 
 
 # --------------------------------------------------------------------------- targets

@@ -320,6 +320,50 @@ impl ParamStream {
     }
 }
 
+/// One fill of a batch ([`fill_many`]): a region of a parameter into its own buffer.
+#[derive(Debug)]
+pub struct FillJob<'a> {
+    /// The parameter.
+    pub param: ParamStream,
+    /// The region of its global tensor `out` holds.
+    pub region: Region,
+    /// The buffer, of the region's length.
+    pub out: OutBuf<'a>,
+}
+
+/// Runs every job's [`ParamStream::fill_region`]: the values are each job's own, on any
+/// thread count. A model of many small parameters costs a call per parameter that is
+/// larger than its values, and one chunk per parameter leaves all but one thread idle:
+/// here jobs of at most one chunk ([`crate::CHUNK_ELEMENTS`]) run side by side on
+/// `threads`, larger ones one after the other, each on `threads`.
+///
+/// # Errors
+/// The first job's error in job order (every job is attempted).
+pub fn fill_many(jobs: Vec<FillJob<'_>>, threads: Threads) -> Result<(), Error> {
+    use rayon::prelude::*;
+
+    let run = |job: FillJob<'_>, threads: Threads| {
+        job.param.fill_region(&job.region, job.out, threads)
+    };
+    let (small, large): (Vec<_>, Vec<_>) = jobs
+        .into_iter()
+        .enumerate()
+        .partition(|(_, job)| job.out.len() <= crate::CHUNK_ELEMENTS);
+    let small_len = small.iter().map(|(_, job)| job.out.len()).sum();
+    let mut results: Vec<(usize, Result<(), Error>)> =
+        crate::pool::install(small_len, threads, |parallel| {
+            let one = |(index, job): (usize, FillJob<'_>)| (index, run(job, Threads::Count(1)));
+            if parallel {
+                small.into_par_iter().map(one).collect()
+            } else {
+                small.into_iter().map(one).collect()
+            }
+        })?;
+    results.extend(large.into_iter().map(|(index, job)| (index, run(job, threads))));
+    results.sort_by_key(|(index, _)| *index);
+    results.into_iter().map(|(_, result)| result).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,5 +483,90 @@ mod tests {
         param.fill_regions(parts, Threads::Count(3)).unwrap();
         assert_eq!(got_box, expected_box);
         assert_eq!(got_flat, expected_flat);
+    }
+
+    #[test]
+    fn fill_many_is_each_jobs_fill_on_any_thread_count_and_reports_the_first_error() {
+        let param = |key64, shape: &[u64], init| ParamStream {
+            key64,
+            global_shape: shape.to_vec(),
+            init,
+        };
+        let normal = Init::Normal {
+            mean: 0.0,
+            std: 1.0,
+        };
+        let uniform = Init::Uniform { a: -1.0, b: 1.0 };
+        // Small jobs (side by side) and one larger than a chunk (on all the threads).
+        let params = [
+            param(1, &[64, 64], normal),
+            param(2, &[64], uniform),
+            param(3, &[3, 70_000], normal),
+            param(4, &[7, 5], uniform),
+        ];
+        let regions = [
+            boxed(&[(0, 64), (0, 64)], None),
+            boxed(&[(8, 40)], None),
+            Region::Flat { start: 11 },
+            boxed(&[(2, 7), (1, 4)], None),
+        ];
+        let lens = [4096, 32, 150_000, 15];
+        let expected: Vec<Vec<f32>> = (0..4)
+            .map(|i| {
+                let mut out = vec![0f32; lens[i]];
+                let region = &regions[i];
+                params[i]
+                    .fill_region(region, OutBuf::F32(&mut out), Threads::Count(1))
+                    .unwrap();
+                out
+            })
+            .collect();
+        for threads in [Threads::Count(1), Threads::Count(3), Threads::All] {
+            let mut outs: Vec<Vec<f32>> = lens.iter().map(|&len| vec![0f32; len]).collect();
+            let jobs = outs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, out)| FillJob {
+                    param: params[i].clone(),
+                    region: regions[i].clone(),
+                    out: OutBuf::F32(out),
+                })
+                .collect();
+            fill_many(jobs, threads).unwrap();
+            assert_eq!(outs, expected, "{threads:?}");
+        }
+        // Two refused jobs: the error is the first one's, in job order.
+        let (mut short, mut past, mut fine) = (vec![0f32; 3], vec![0f32; 4], vec![0f32; 64]);
+        let jobs = vec![
+            FillJob {
+                param: params[1].clone(),
+                region: Region::Flat { start: 0 },
+                out: OutBuf::F32(&mut fine),
+            },
+            FillJob {
+                param: params[3].clone(),
+                region: boxed(&[(0, 2), (0, 2)], None),
+                out: OutBuf::F32(&mut short),
+            },
+            FillJob {
+                param: params[1].clone(),
+                region: Region::Flat { start: 62 },
+                out: OutBuf::F32(&mut past),
+            },
+        ];
+        let error = fill_many(jobs, Threads::Count(2)).unwrap_err();
+        assert_eq!(
+            error,
+            Error::OutputSizeMismatch {
+                expected: 4,
+                got: 3
+            }
+        );
+        // The jobs that were not refused were written all the same.
+        let mut whole = vec![0f32; 64];
+        params[1]
+            .fill_region(&Region::Flat { start: 0 }, OutBuf::F32(&mut whole), Threads::Count(1))
+            .unwrap();
+        assert_eq!((fine, &whole[8..40]), (whole.clone(), &expected[1][..]));
     }
 }

@@ -3,11 +3,11 @@
 
 use half::{bf16, f16};
 use pyo3::buffer::{Element as BufferElement, PyBuffer};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use shardinit_core::{Dtype, Error, OutBuf, Threads};
 
-use crate::errors::catch_panic;
+use crate::errors::{catch_panic, internal_error, to_py_err};
 use crate::inflight::Claim;
 
 /// A raw view of a writable buffer. The `PyBuffer` that owns the memory is held by the
@@ -116,7 +116,7 @@ impl OwnedOut {
 }
 
 /// The threads argument of the fills: 0 means every CPU.
-fn threads_of(count: usize) -> Threads {
+pub fn threads_of(count: usize) -> Threads {
     match count {
         0 => Threads::All,
         count => Threads::Count(count),
@@ -177,6 +177,82 @@ where
     });
     drop(owned);
     result
+}
+
+/// Writes running on a thread of their own ([`start_detached`]): the buffers they write
+/// stay alive and claimed until that thread has ended, which [`Started::wait`] waits
+/// for (and `Drop`, for writes never waited for).
+pub struct Started {
+    worker: Option<std::thread::JoinHandle<Result<(), Error>>>,
+    // Dropped after `Drop::drop` has joined the worker (fields drop after it, in order).
+    claims: Vec<Claim>,
+    owned: Vec<OwnedOut>,
+}
+
+impl Started {
+    /// Waits (GIL released) for the writes to end; returns their error, then releases
+    /// the buffers. A second call returns at once.
+    pub fn wait(&mut self, py: Python<'_>) -> PyResult<()> {
+        let Some(worker) = self.worker.take() else {
+            return Ok(());
+        };
+        let joined = py.detach(|| worker.join());
+        self.claims.clear();
+        self.owned.clear();
+        match joined {
+            Ok(result) => result.map_err(to_py_err),
+            Err(payload) => Err(internal_error(payload.as_ref())),
+        }
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            // The buffers must outlive the writes: wait (the worker never takes the GIL).
+            let _ = worker.join();
+        }
+    }
+}
+
+/// Starts `write` on `outs` (each a buffer of its own dtype) on a new thread and
+/// returns at once: the Python caller goes on (its next parameters) while the core
+/// writes these. Each buffer is claimed first (see [`claimed_detached`]); none may
+/// overlap another. Until [`Started::wait`] returns, nothing else may read or write
+/// the buffers (the contract of every `out=`, for longer).
+pub fn start_detached<W>(outs: &[(&Bound<'_, PyAny>, Dtype)], write: W) -> PyResult<Started>
+where
+    W: FnOnce(Vec<OutBuf<'_>>) -> Result<(), Error> + Send + 'static,
+{
+    let owned: Vec<OwnedOut> = outs
+        .iter()
+        .map(|&(out, dtype)| OwnedOut::get(out, dtype))
+        .collect::<PyResult<_>>()?;
+    let raws: Vec<RawOut> = owned.iter().map(OwnedOut::raw).collect::<PyResult<_>>()?;
+    let claims: Vec<Claim> = raws.iter().map(RawOut::claim).collect::<PyResult<_>>()?;
+    let dtypes: Vec<Dtype> = outs.iter().map(|&(_, dtype)| dtype).collect();
+    let worker = std::thread::Builder::new()
+        .name("shardinit-fills".to_owned())
+        .spawn(move || {
+            // SAFETY: the `Started` returned holds `owned` (the buffers, each taken with
+            // the item size of its own dtype by `OwnedOut::get`) and `claims` until this
+            // thread has been joined (`wait`, or its `Drop`), so the memory outlives the
+            // slices; the claims keep every other shardinit write off it and the buffers
+            // pairwise disjoint, so no two slices alias; the caller does not touch the
+            // buffers before `wait` (this function's contract).
+            let outs = raws
+                .iter()
+                .zip(dtypes)
+                .map(|(raw, dtype)| unsafe { raw.as_out(dtype) })
+                .collect();
+            write(outs) // a panic ends the thread: `wait` reports it as InternalError
+        })
+        .map_err(|error| PyRuntimeError::new_err(format!("could not start a fill thread: {error}")))?;
+    Ok(Started {
+        worker: Some(worker),
+        claims,
+        owned,
+    })
 }
 
 /// Runs `write` on `out`, a buffer of uint32 words, with the GIL released, through

@@ -40,15 +40,18 @@ pub fn to_py_err(error: Error) -> PyErr {
 pub fn catch_panic<T>(work: impl FnOnce() -> Result<T, Error>) -> Result<T, PyErr> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
         Ok(result) => result.map_err(to_py_err),
-        Err(payload) => {
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_owned());
-            Err(InternalError::new_err(format!(
-                "internal error in shardinit (please report): {message}"
-            )))
-        }
+        Err(payload) => Err(internal_error(payload.as_ref())),
     }
+}
+
+/// The `InternalError` of a panic's payload (a thread's, or `catch_unwind`'s).
+pub fn internal_error(payload: &(dyn std::any::Any + Send)) -> PyErr {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned());
+    InternalError::new_err(format!(
+        "internal error in shardinit (please report): {message}"
+    ))
 }

@@ -1,9 +1,9 @@
 //! The one fill: a region of a parameter into a caller's buffer.
 
 use pyo3::prelude::*;
-use shardinit_core::ParamStream;
+use shardinit_core::{fill_many as core_fill_many, FillJob, ParamStream};
 
-use crate::buffers::{write_all_detached, write_detached};
+use crate::buffers::{start_detached, threads_of, write_all_detached, write_detached, Started};
 use crate::errors::ShardInitError;
 use crate::types::{DtypeArg, PyInit, PyRegion};
 
@@ -68,4 +68,65 @@ pub fn fill_regions(
     write_all_detached(py, &outs, dtype.0, threads, |outs, threads| {
         param.fill_regions(regions.into_iter().zip(outs).collect(), threads)
     })
+}
+
+/// One fill of [`start_fills`]: `(key, global_shape, init, dtype, region, out)`, the
+/// arguments of [`fill`].
+type FillArgs<'py> = (
+    u64,
+    Vec<u64>,
+    PyRef<'py, PyInit>,
+    DtypeArg,
+    PyRef<'py, PyRegion>,
+    Bound<'py, PyAny>,
+);
+
+/// Fills under way on a thread of their own ([`start_fills`]).
+#[pyclass(name = "StartedFills", module = "shardinit._core")]
+pub struct PyStartedFills(Started);
+
+#[pymethods]
+impl PyStartedFills {
+    /// Waits for the fills to end (GIL released) and raises the first error among them
+    /// in order; then the buffers are free again. A second call returns at once.
+    fn wait(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.0.wait(py)
+    }
+}
+
+/// Starts every fill of `fills` (each the arguments of `fill` but `threads`) on a new
+/// thread and returns at once, so the caller goes on while they run (a model of many
+/// small parameters: its Python per parameter overlaps the core's). Fills of at most
+/// one chunk run side by side on `threads`, larger ones one after the other. Every
+/// buffer is claimed before this returns (as `fill` claims `out`); no two may overlap.
+/// Until `wait()` returns, nothing may read or write them; every fill is attempted and
+/// `wait()` raises the first error in order.
+#[pyfunction]
+#[pyo3(signature = (fills, threads = 1))]
+pub fn start_fills(fills: Vec<FillArgs<'_>>, threads: usize) -> PyResult<PyStartedFills> {
+    let outs: Vec<_> = fills
+        .iter()
+        .map(|(_, _, _, dtype, _, out)| (out, dtype.0))
+        .collect();
+    let params: Vec<_> = fills
+        .iter()
+        .map(|(key, shape, init, _, region, _)| {
+            let param = ParamStream {
+                key64: *key,
+                global_shape: shape.clone(),
+                init: init.0,
+            };
+            (param, region.0.clone())
+        })
+        .collect();
+    let threads = threads_of(threads);
+    let started = start_detached(&outs, move |outs| {
+        let jobs = params
+            .into_iter()
+            .zip(outs)
+            .map(|((param, region), out)| FillJob { param, region, out })
+            .collect();
+        core_fill_many(jobs, threads)
+    })?;
+    Ok(PyStartedFills(started))
 }

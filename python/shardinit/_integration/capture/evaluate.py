@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ... import _core, shard
-from ..._fill import CoreProgram, fill
+from ..._fill import CoreProgram, DeferredFills, fill
 from ...init import core_init
 from ...spec import SUPPORTED_DTYPES, ParamSpec
 from .program import (
@@ -116,12 +116,16 @@ def write_program(expr: Expr, spec: ParamSpec, box: Box, target: torch.Tensor) -
     _write(spec, box, target, CoreProgram(emitter.program, is_elementwise(expr)))
 
 
-def write_fill(spec: ParamSpec, box: Box, target: torch.Tensor) -> None:
+def write_fill(
+    spec: ParamSpec, box: Box, target: torch.Tensor, deferred: DeferredFills | None = None
+) -> None:
     """Writes ``box`` of ``spec``'s own stream-v1 fill (its initializer) into ``target``,
-    as :func:`write_program` writes a program that is that one source."""
+    as :func:`write_program` writes a program that is that one source; ``deferred``:
+    where a fill straight into a contiguous CPU ``target`` may be left (see
+    :class:`shardinit._fill.DeferredFills`)."""
     if math.prod(stop - start for start, stop in box) == 0:
         return
-    _write(spec, box, target, None)
+    _write(spec, box, target, None, deferred)
 
 
 def _threads(spec: ParamSpec, program: CoreProgram | None, out: torch.Tensor) -> int:
@@ -135,8 +139,15 @@ def _threads(spec: ParamSpec, program: CoreProgram | None, out: torch.Tensor) ->
     return shard.get_num_threads()
 
 
-def _write(spec: ParamSpec, box: Box, target: torch.Tensor, program: CoreProgram | None) -> None:
-    out = target if target.is_contiguous() else torch.empty_like(target, memory_format=CONTIGUOUS)
+def _write(
+    spec: ParamSpec,
+    box: Box,
+    target: torch.Tensor,
+    program: CoreProgram | None,
+    deferred: DeferredFills | None = None,
+) -> None:
+    direct = target.is_contiguous()
+    out = target if direct else torch.empty_like(target, memory_format=CONTIGUOUS)
     fill(
         spec,
         box,
@@ -144,6 +155,8 @@ def _write(spec: ParamSpec, box: Box, target: torch.Tensor, program: CoreProgram
         threads=_threads(spec, program, out),
         chunk_bytes=shard.CUDA_CHUNK_BYTES,
         program=program,
+        # A temporary is copied out at once: its values are needed now.
+        deferred=deferred if direct else None,
     )
-    if out is not target:
+    if not direct:
         target.copy_(out)

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from ..._names import buffer_holders
+from ..._fill import DeferredFills
 from ..._validate import DeviceLike, resolve_device
 from ...errors import ShardInitError
 from ...init import Constant, Initializer
@@ -146,7 +147,12 @@ Piece = tuple[Box, torch.Tensor]
 
 
 def write_pieces(
-    record: ParamRecord, seed: int, pieces: Sequence[Piece], *, prior: Sequence[CapturedOp] = ()
+    record: ParamRecord,
+    seed: int,
+    pieces: Sequence[Piece],
+    *,
+    prior: Sequence[CapturedOp] = (),
+    deferred: DeferredFills | None = None,
 ) -> None:
     """The one writer of a parameter's values: each of ``pieces`` (disjoint boxes of the
     region this rank holds, with the tensors they go to) gets the value of the LAST
@@ -156,9 +162,14 @@ def write_pieces(
     computed once over the hull of those parts and copied out, so the matrix is computed
     once per operation and region, not per piece. An operation that is one stream-v1
     fill (most init code: ``normal_``, ``zeros_``) is that fill, written without
-    building its program; the programs are built only when one is more."""
+    building its program; the programs are built only when one is more. ``deferred``:
+    where the fills may be left when one operation writes every piece (see
+    :class:`shardinit._fill.DeferredFills`); where several do, a later one overwrites
+    part of an earlier one's, in order, at once."""
     ops = _check_ops(record, prior)
     visible = _visible_parts(ops, pieces)
+    if deferred is not None and sum(1 for parts in visible if parts) > 1:
+        deferred = None
     spec: ParamSpec | None = None  # the parameter's, made (and checked) once
     programs: list[Expr] | None = None
     # Materialize writes every parameter under one no_grad already: no switch per call.
@@ -171,7 +182,7 @@ def write_pieces(
             if init is not None and (init.elementwise or len(parts) == 1):
                 spec = _spec(record, seed, init, spec)
                 for part, target in parts:
-                    write_fill(spec, part, target)
+                    write_fill(spec, part, target, deferred)
                 continue
             spec = _spec(record, seed, Constant(0.0), spec)
             if programs is None:
@@ -272,14 +283,16 @@ def replay_runs(
     local: torch.Tensor,
     *,
     prior: Sequence[CapturedOp] = (),
+    deferred: DeferredFills | None = None,
 ) -> None:
     """Fills ``local``, the tensor holding the region ``runs`` (per dim, the runs of
-    global indices it holds, as :func:`shardinit.placements.local_runs` gives them).
+    global indices it holds, as :func:`shardinit.placements.local_runs` gives them);
+    ``deferred`` as :func:`write_pieces` takes it.
     """
     if all(len(dim_runs) == 1 for dim_runs in runs):  # one box, all of ``local``
         box = tuple((start, stop) for ((start, stop),) in runs)
         if [stop - start for start, stop in box] == list(local.shape):
-            write_pieces(record, seed, [(box, local)], prior=prior)
+            write_pieces(record, seed, [(box, local)], prior=prior, deferred=deferred)
             return
     pieces = []
     for piece in local_boxes(runs):
@@ -288,7 +301,7 @@ def replay_runs(
             for begin, (start, stop) in zip(piece.local_start, piece.global_box, strict=True)
         )
         pieces.append((piece.global_box, local[index]))
-    write_pieces(record, seed, pieces, prior=prior)
+    write_pieces(record, seed, pieces, prior=prior, deferred=deferred)
 
 
 def replay_flat(
@@ -299,15 +312,17 @@ def replay_flat(
     out: torch.Tensor,
     *,
     prior: Sequence[CapturedOp] = (),
+    deferred: DeferredFills | None = None,
 ) -> None:
     """Fills the 1-D ``out`` with flat elements ``[start, stop)`` of the row-major
-    parameter (FSDP1 flat-shard ranges, ZeRO-3 partitions)."""
+    parameter (FSDP1 flat-shard ranges, ZeRO-3 partitions); ``deferred`` as
+    :func:`write_pieces` takes it."""
     pieces = []
     for offset, piece in flat_range_boxes(record.shape, start, stop):
         count = math.prod(high - low for low, high in piece)
         shape = tuple(high - low for low, high in piece)
         pieces.append((piece, out[offset : offset + count].view(shape)))
-    write_pieces(record, seed, pieces, prior=prior)
+    write_pieces(record, seed, pieces, prior=prior, deferred=deferred)
 
 
 def write_buffers(module: nn.Module, captured: CapturedInit) -> list[str]:
