@@ -16,6 +16,7 @@ __all__ = [
     "Region",
     "ShapeTooLargeError",
     "ShardInitError",
+    "StartedFills",
     "__version__",
     "_panic_for_test",
     "backend",
@@ -27,6 +28,7 @@ __all__ = [
     "phi",
     "phi_inv",
     "sampler_constants",
+    "start_fills",
     "stream_words",
 ]
 
@@ -227,18 +229,33 @@ def fill_regions(
             region (overlapping ``outs`` included).
     """
 
-def fill_many(
+@final
+class StartedFills:
+    """Fills under way on a thread of their own (:func:`start_fills`)."""
+
+    def wait(self) -> None:
+        """Waits for the fills to end (GIL released) and raises the first error among
+        them in order; then the buffers are free again. A second call returns at once.
+
+        Raises:
+            As :func:`fill`, for the first fill refused.
+        """
+
+def start_fills(
     fills: list[tuple[int, list[int], Init, str, Region, Any]],
-    threads: int = 0,
-) -> None:
-    """Runs :func:`fill` for each of ``fills`` (its arguments but ``threads``) with one
-    release of the GIL: fills of at most one chunk run side by side on ``threads``,
-    larger ones one after the other, each on ``threads`` (the values are each fill's
-    own, on any thread count). Every fill is attempted; no two buffers may overlap.
+    threads: int = 1,
+) -> StartedFills:
+    """Starts :func:`fill` for each of ``fills`` (its arguments but ``threads``) on a new
+    thread and returns at once, so the caller goes on while they run. Fills of at most
+    one chunk run side by side on ``threads``, larger ones one after the other. Every
+    buffer is claimed before this returns (as :func:`fill` claims ``out``); until
+    ``wait()`` returns, nothing may read or write them.
 
     Raises:
-        As :func:`fill`, for the first fill refused in order (overlapping buffers
-        included).
+        ShardInitError: two buffers overlap, or one overlaps a fill still running.
+        ValueError: a buffer read-only or not C-contiguous.
+        BufferError: a buffer's item format does not match its dtype.
+        RuntimeError: the thread could not be started.
     """
 
 def fill_program(

@@ -17,11 +17,11 @@ import torch
 
 from . import _core, _cuda
 from ._host import (
+    HostFill,
     fill_cpu,
     fill_program_cpu,
     fill_via_pinned,
     fill_whole_on_host,
-    HostFill,
     host_fill_args,
     start_fills_cpu,
 )

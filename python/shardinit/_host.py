@@ -19,12 +19,12 @@ from .spec import ParamSpec
 
 __all__ = [
     "fill_cpu",
-    "start_fills_cpu",
-    "host_fill_args",
     "fill_program_cpu",
     "fill_via_pinned",
     "fill_whole_on_host",
+    "host_fill_args",
     "pinned_empty",
+    "start_fills_cpu",
     "writable_view",
 ]
 

@@ -148,7 +148,7 @@ def innermost_function_mode() -> object | None:
     return torch._C._get_function_stack_at(depth - 1) if depth else None
 
 
-class mode_popped:  # noqa: N801 - a context manager, named as the function it was
+class mode_popped:
     """The ``with`` block with ``mode`` (the innermost, see
     :func:`innermost_function_mode`) off this thread's stack, as torch runs a mode's
     ``__torch_function__`` (checked 2.15.0: ``torch.overrides._pop_mode_temporarily``).

@@ -190,3 +190,64 @@ def test_a_default_is_one_program_with_its_zero_row() -> None:
     expected = shardinit.full(spec)
     expected[3] = 0.0
     assert torch.equal(module.weight.detach(), expected)
+
+
+def _many_small_model() -> torch.nn.Module:
+    """More small parameters than two batches of deferred fills, a larger one (written
+    at once), a default of two operations (its zero row: never deferred) and one of
+    each 16-bit dtype."""
+    from torch import nn
+
+    with torch.device("meta"):
+        layers: list[nn.Module] = [nn.Linear(8, 4) for _ in range(_fill.DeferredFills.BATCH)]
+        layers += [nn.Linear(300, 300), nn.Embedding(10, 4, padding_idx=3)]
+        layers += [nn.Linear(8, 4, dtype=torch.bfloat16), nn.Linear(8, 4, dtype=torch.float16)]
+        return nn.Sequential(*layers)
+
+
+def test_the_fills_of_a_whole_model_are_each_parameters_stream_and_bump_versions() -> None:
+    """materialize leaves small fills to the core on a thread of its own, written by the
+    end of the call: every parameter is its own stream (plan by plan, not deferred),
+    and each one's version is bumped as torch's in-place init bumps it."""
+    from shardinit._integration.plan import RulesAndDefaults, local_targets, make_plan
+
+    model = _many_small_model()
+    shardinit.materialize(model, seed=SEED)
+    reference = _many_small_model()
+    targets = local_targets(reference, set())
+    plan = make_plan(
+        reference, targets, seed=SEED, chooser=RulesAndDefaults([], reference, targets),
+        captured=None, write_computed=False,
+    )  # fmt: skip
+    deferred = 0
+    for param_plan in plan.params:
+        expected = torch.empty(param_plan.target.global_shape, dtype=param_plan.target.dtype)
+        param_plan.values.write_runs(full_runs(tuple(expected.shape)), expected)  # at once
+        got = model.get_parameter(param_plan.target.name)
+        assert torch.equal(got.detach(), expected), param_plan.target.name
+        assert got._version > 0, param_plan.target.name
+        deferred += got.numel() <= shardinit._core.CHUNK_ELEMENTS
+    assert deferred > 2 * _fill.DeferredFills.BATCH
+
+
+def test_deferred_fills_raise_a_batchs_error_when_the_block_ends() -> None:
+    """Two fills of one batch into overlapping memory (never made by the writer, whose
+    pieces are disjoint): the core refuses them, raised where the block ends."""
+    spec = shardinit.ParamSpec("w", (64,), torch.float32, init.normal(), seed=SEED)
+    out = torch.zeros(64)
+    with (
+        pytest.raises(shardinit.ShardInitError, match="out overlaps"),
+        _fill.DeferredFills() as deferred,
+    ):
+        deferred.add(spec, ((0, 40),), out[:40])
+        deferred.add(spec, ((30, 64),), out[30:])
+    assert not out.any()
+
+
+def test_deferred_fills_leaving_on_an_error_start_nothing_more() -> None:
+    spec = shardinit.ParamSpec("w", (64,), torch.float32, init.normal(), seed=SEED)
+    out = torch.zeros(64)
+    with pytest.raises(RuntimeError, match="init code failed"), _fill.DeferredFills() as deferred:
+        deferred.add(spec, ((0, 64),), out)
+        raise RuntimeError("init code failed")
+    assert not out.any(), "the batch taken was not started"

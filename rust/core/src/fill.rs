@@ -342,9 +342,8 @@ pub struct FillJob<'a> {
 pub fn fill_many(jobs: Vec<FillJob<'_>>, threads: Threads) -> Result<(), Error> {
     use rayon::prelude::*;
 
-    let run = |job: FillJob<'_>, threads: Threads| {
-        job.param.fill_region(&job.region, job.out, threads)
-    };
+    let run =
+        |job: FillJob<'_>, threads: Threads| job.param.fill_region(&job.region, job.out, threads);
     let (small, large): (Vec<_>, Vec<_>) = jobs
         .into_iter()
         .enumerate()
@@ -359,9 +358,13 @@ pub fn fill_many(jobs: Vec<FillJob<'_>>, threads: Threads) -> Result<(), Error> 
                 small.into_iter().map(one).collect()
             }
         })?;
-    results.extend(large.into_iter().map(|(index, job)| (index, run(job, threads))));
+    results.extend(
+        large
+            .into_iter()
+            .map(|(index, job)| (index, run(job, threads))),
+    );
     results.sort_by_key(|(index, _)| *index);
-    results.into_iter().map(|(_, result)| result).collect()
+    results.into_iter().try_for_each(|(_, result)| result)
 }
 
 #[cfg(test)]
@@ -565,7 +568,11 @@ mod tests {
         // The jobs that were not refused were written all the same.
         let mut whole = vec![0f32; 64];
         params[1]
-            .fill_region(&Region::Flat { start: 0 }, OutBuf::F32(&mut whole), Threads::Count(1))
+            .fill_region(
+                &Region::Flat { start: 0 },
+                OutBuf::F32(&mut whole),
+                Threads::Count(1),
+            )
             .unwrap();
         assert_eq!((fine, &whole[8..40]), (whole.clone(), &expected[1][..]));
     }

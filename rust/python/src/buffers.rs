@@ -247,7 +247,9 @@ where
                 .collect();
             write(outs) // a panic ends the thread: `wait` reports it as InternalError
         })
-        .map_err(|error| PyRuntimeError::new_err(format!("could not start a fill thread: {error}")))?;
+        .map_err(|error| {
+            PyRuntimeError::new_err(format!("could not start a fill thread: {error}"))
+        })?;
     Ok(Started {
         worker: Some(worker),
         claims,

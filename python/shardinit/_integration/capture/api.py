@@ -14,8 +14,8 @@ from ..._torch_compat import rewrap_fsdp2_classes, unwrap_fsdp2_classes
 from ..._validate import DeviceLike
 from ..collector import collector_paused
 from ..exclusive import ThreadExclusive
-from .mode import CaptureMode
 from .initcalls import install_init_calls
+from .mode import CaptureMode
 from .modulecalls import install_module_calls
 from .records import CapturedInit, ParamRecord, UnsupportedInitOpError
 from .standins import (

@@ -90,7 +90,7 @@ def _binder(
         if len(args) > len(positional):
             return None
         bound = dict(defaults)
-        bound.update(zip(positional, args))
+        bound.update(zip(positional, args, strict=False))  # (defaults for the rest)
         for key, value in kwargs.items():
             if key not in names or key in positional[: len(args)]:
                 return None

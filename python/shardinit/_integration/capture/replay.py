@@ -35,8 +35,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ..._names import buffer_holders
 from ..._fill import DeferredFills
+from ..._names import buffer_holders
 from ..._validate import DeviceLike, resolve_device
 from ...errors import ShardInitError
 from ...init import Constant, Initializer
