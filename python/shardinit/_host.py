@@ -35,9 +35,10 @@ def writable_view(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
     if detached.dtype in (torch.bfloat16, torch.float16):
         # numpy has no bfloat16: hand over the raw 16-bit patterns.
         detached = detached.view(torch.int16)
-    # 1-D: a 0-d array's buffer has no shape, which the core's buffer access rejects.
+    array = detached.numpy()
+    # A 0-d array's buffer has no shape, which the core's buffer access rejects: 1-D.
     # (numpy's reshape of the contiguous array is a view, made faster than torch's.)
-    return detached.numpy().reshape(-1)
+    return array.reshape(-1) if array.ndim == 0 else array
 
 
 #: The arguments of one ``_core.fill`` but ``threads``.

@@ -169,7 +169,7 @@ class LocalTarget:
         if tensor.is_meta and not is_dtensor(tensor):
             # What nn.Parameter(empty, requires_grad) makes of a plain tensor, without
             # its __new__ (materialize allocates every parameter of a model).
-            empty = torch.empty(tensor.shape, dtype=tensor.dtype, device=device)
+            empty = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device=device)
             new = torch.Tensor._make_subclass(nn.Parameter, empty, tensor.requires_grad)
             for owner, attr in self.slot.owners:
                 assign_parameter(owner, attr, new)

@@ -138,10 +138,47 @@ def build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> Ac
     """The action of a translation of ``kind`` with argument ``values`` (not ``eye`` /
     ``dirac``, which need the region: the recorder builds those); ``op`` is the call as
     shown (``torch.nn.init.kaiming_uniform_(a=...)``), whose function a probe runs.
+    Actions are immutable: one of Python numbers alone is built once per capture's
+    process for its kind and numbers (init code repeats a few per model).
 
     Raises:
         ShardInitError: the arguments make no valid initializer, or the kind is refused.
     """
+    key = _built_key(kind, values)
+    made = _BUILT.get(key) if key is not None else None
+    if made is None:
+        made = _build(kind, values, op, tensor)
+        if key is not None:
+            if len(_BUILT) >= 4096:
+                _BUILT.clear()
+            _BUILT[key] = made
+    return made
+
+
+#: ``build``'s actions of Python numbers, by kind and numbers (:func:`_built_key`).
+_BUILT: dict[tuple[object, ...], Action] = {}
+_NUMBER_KINDS = frozenset(
+    {"normal", "uniform", "trunc_normal", "constant", "zeros", "ones", "scale", "divide"}
+)
+
+
+def _built_key(kind: str, values: Sequence[Any]) -> tuple[object, ...] | None:
+    """The kind and numbers of ``values`` (a float by its bits: -0.0 is not 0.0), or None
+    where a value is anything else (a tensor, whose value may change)."""
+    if kind not in _NUMBER_KINDS:
+        return None
+    key: list[object] = [kind]
+    for value in values:
+        if type(value) is float:
+            key.append(value.hex())
+        elif type(value) is int:
+            key.append(value)
+        else:
+            return None
+    return tuple(key)
+
+
+def _build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> Action:
     if kind == "normal":
         return Fill(Normal(float(values[0]), float(values[1])))
     if kind == "uniform":
