@@ -194,3 +194,23 @@ def test_with_torch_functions_disabled_the_call_is_torchs_as_without_the_entry(
 
     with pytest.raises(shardinit.UnsupportedInitOpError, match="parameter 'weight'"):
         _records(call)
+
+
+def test_actions_of_equal_numbers_are_shared_but_minus_zero_is_not_zero() -> None:
+    """An action of Python numbers is built once per kind and numbers (a float by its
+    bits): ``constant_(w, -0.0)`` after ``constant_(v, 0.0)`` stays negative zero, as
+    eager torch writes it."""
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(3, 2), nn.Linear(3, 2), nn.Linear(3, 2))
+
+    def init_fn() -> None:
+        nn.init.constant_(model[0].weight, 0.0)
+        nn.init.constant_(model[1].weight, -0.0)
+        model[2].weight.data.fill_(-0.0)
+
+    captured = shardinit.capture_init(model, init_fn)
+    actions = [captured[f"{i}.weight"].ops[0].action for i in range(3)]
+    assert actions[1] is actions[2] and actions[0] is not actions[1]
+    shardinit.materialize(model, seed=0, init_fn=init_fn)
+    assert not torch.signbit(model[0].weight).any()
+    assert torch.signbit(model[1].weight).all() and torch.signbit(model[2].weight).all()
