@@ -95,7 +95,7 @@ def _measure(code: Callable[[nn.Module], None], layers: int) -> dict[str, float]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=2500, help="Linear(64, 64) modules")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     options = parser.parse_args()
     params = 2 * options.layers
     _measure(_normal_zeros, 8)  # warm up: imports, first-call caches
