@@ -58,10 +58,19 @@ def _trunc_scaled(model: nn.Module) -> None:
             nn.init.constant_(layer.bias, 0.0)
 
 
+def _reset(model: nn.Module) -> None:
+    # Each module's own reset_parameters (kaiming_uniform_ and a bias bound from the
+    # fan-in): what model.apply(model._init_weights) often comes to.
+    for layer in model.modules():
+        if isinstance(layer, nn.Linear):
+            layer.reset_parameters()
+
+
 CASES: list[Case] = [
     ("normal_ + zeros_", _normal_zeros),
     ("tensor methods", _methods),
     ("trunc_normal_ + mul_", _trunc_scaled),
+    ("reset_parameters", _reset),
 ]
 
 

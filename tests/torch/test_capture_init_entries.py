@@ -6,6 +6,7 @@ same either way, and what a library, another thread or another mode does is thei
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -214,3 +215,23 @@ def test_actions_of_equal_numbers_are_shared_but_minus_zero_is_not_zero() -> Non
     shardinit.materialize(model, seed=0, init_fn=init_fn)
     assert not torch.signbit(model[0].weight).any()
     assert torch.signbit(model[1].weight).all() and torch.signbit(model[2].weight).all()
+
+
+def test_a_probe_is_run_once_per_function_arguments_shape_and_dtype() -> None:
+    """``kaiming_uniform_`` runs torch's own function on a meta tensor to learn its bound:
+    once per function, arguments, shape and dtype; each shape gets its own bound."""
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(6, 5), nn.Linear(6, 5), nn.Linear(7, 5))
+
+    def init_fn() -> None:
+        for layer in model:
+            nn.init.kaiming_uniform_(layer.weight, a=5**0.5)
+
+    captured = shardinit.capture_init(model, init_fn)
+    actions = [captured[f"{i}.weight"].ops[0].action for i in range(3)]
+    assert actions[0] is actions[1] and actions[2] is not actions[0]
+    for action, fan_in in zip(actions, (6, 6, 7), strict=True):
+        # torch's own arithmetic for kaiming_uniform_(a=sqrt(5)), to the bit.
+        gain = math.sqrt(2.0 / (1 + (5**0.5) ** 2))
+        bound = math.sqrt(3.0) * (gain / math.sqrt(fan_in))
+        assert action.init == shardinit.init.Uniform(-bound, bound)

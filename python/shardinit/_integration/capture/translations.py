@@ -138,13 +138,14 @@ def build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> Ac
     """The action of a translation of ``kind`` with argument ``values`` (not ``eye`` /
     ``dirac``, which need the region: the recorder builds those); ``op`` is the call as
     shown (``torch.nn.init.kaiming_uniform_(a=...)``), whose function a probe runs.
-    Actions are immutable: one of Python numbers alone is built once per capture's
-    process for its kind and numbers (init code repeats a few per model).
+    Actions are immutable: one of plain arguments (numbers, strings, None) is built once
+    per process for its kind and arguments, a probe's also for the tensor's shape and
+    dtype (init code repeats a few per model; a probe runs torch's function).
 
     Raises:
         ShardInitError: the arguments make no valid initializer, or the kind is refused.
     """
-    key = _built_key(kind, values)
+    key = _action_key(kind, values, op, tensor)
     made = _BUILT.get(key) if key is not None else None
     if made is None:
         made = _build(kind, values, op, tensor)
@@ -155,27 +156,37 @@ def build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> Ac
     return made
 
 
-#: ``build``'s actions of Python numbers, by kind and numbers (:func:`_built_key`).
+#: ``build``'s actions of plain arguments (:func:`_action_key`).
 _BUILT: dict[tuple[object, ...], Action] = {}
 _NUMBER_KINDS = frozenset(
     {"normal", "uniform", "trunc_normal", "constant", "zeros", "ones", "scale", "divide"}
 )
 
 
-def _built_key(kind: str, values: Sequence[Any]) -> tuple[object, ...] | None:
-    """The kind and numbers of ``values`` (a float by its bits: -0.0 is not 0.0), or None
-    where a value is anything else (a tensor, whose value may change)."""
-    if kind not in _NUMBER_KINDS:
-        return None
+def _action_key(
+    kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor
+) -> tuple[object, ...] | None:
+    """What an action of ``kind`` depends on, or None where it is not only that: an
+    argument that is not a plain value (a tensor, whose value may change), or a kind
+    that reads more of the tensor than its shape and dtype (orthogonal)."""
     key: list[object] = [kind]
+    if kind == "probe":
+        key += [_init_name(op), tuple(tensor.shape), tensor.dtype]
+    elif kind not in _NUMBER_KINDS:
+        return None
     for value in values:
         if type(value) is float:
-            key.append(value.hex())
-        elif type(value) is int:
-            key.append(value)
+            key.append(value.hex())  # by its bits: -0.0 is not 0.0
+        elif value is None or type(value) in (int, str):
+            key.append((type(value), value))
         else:
             return None
     return tuple(key)
+
+
+def _init_name(op: str) -> str:
+    """The ``torch.nn.init`` function of a call as shown (``torch.nn.init.normal_(...)``)."""
+    return op.split("(")[0].split(".")[-1]
 
 
 def _build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> Action:
@@ -191,7 +202,7 @@ def _build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> A
     if kind in ("scale", "divide"):
         return Scale(scalar(values[0]), divide=kind == "divide")
     if kind == "probe":
-        return Fill(_probe(op.split("(")[0].split(".")[-1], tensor, values))
+        return Fill(_probe(_init_name(op), tensor, values))
     if kind == "orthogonal":
         # The recorder checks that the view is the whole parameter in its own order.
         return Fill(Orthogonal(scalar(values[0])))
