@@ -281,8 +281,13 @@ def test_the_dispatch_holds_a_store_and_an_engine_and_catches_no_refusal() -> No
         lambda lin: lin.weight.data.copy_(torch.randn(32, 16) * torch.randn(32, 16) / 3),
         lambda lin: lin.weight.data.copy_((torch.rand(32, 16) + torch.rand(32, 16)).exp()),
         lambda lin: torch.add(torch.randn(32, 16) + torch.rand(32, 16), 1.0, out=lin.weight.data),
+        # Found by the property test: a random condition choosing another random value
+        # (both drawn at the element's own index: one value where torch has two).
+        lambda lin: lin.weight.data.copy_(
+            torch.where(torch.randn(32, 16) > 0, torch.rand(32, 16), torch.zeros(32, 16))
+        ),
     ],
-    ids=["sub-cast", "mul-div", "add-exp", "add-out"],
+    ids=["sub-cast", "mul-div", "add-exp", "add-out", "where-of-another"],
 )
 def test_two_random_values_met_stay_refused_through_later_steps(code: InitCode) -> None:
     # Found by the property test: after a further step, the CPU values of the temporary

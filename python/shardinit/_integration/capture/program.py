@@ -272,11 +272,17 @@ def _decide(op: str, low: int, high: int) -> bool | None:
 
 
 def where(cond: Expr, a: Expr, b: Expr) -> Expr:
+    """``a`` where ``cond`` holds, else ``b``; :class:`Bad` when two random values would
+    meet in one element (a random condition choosing another random value: both are
+    drawn at the element's own index, so they would be one value, torch's two)."""
     if isinstance(cond, Const):
         return a if cond.value else b
     if a == b:
         return a
-    return Where(cond, a, b)
+    node = Where(cond, a, b)
+    if random_key(node) is None:
+        return Bad("two random values (or one read at two places) meet in one element")
+    return node
 
 
 def in_box(box: Sequence[tuple[int, int]], shape: Sequence[int]) -> Expr:
