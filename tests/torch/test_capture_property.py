@@ -552,7 +552,7 @@ def exprs(region: Region, unsupported: bool = False) -> st.SearchStrategy[tuple[
     return (
         st.recursive(sources(region), extend, max_leaves=3)
         .filter(_not_mixed)
-        .filter(_no_comparison_of_linspace)
+        .filter(_linspace_errors_bounded)
     )
 
 
@@ -568,19 +568,25 @@ def _not_mixed(expr: tuple[Any, ...]) -> bool:
     return not ({"rand", "randn"} & kinds and {"arange", "linspace", "own"} & kinds)
 
 
-def _no_comparison_of_linspace(expr: tuple[Any, ...]) -> bool:
-    """No comparison (``where``'s condition, ``gt``, ``lt``) reads linspace's values:
-    they reach the thresholds in exact arithmetic (0.0 two fifths of the way from -2 to
-    3, with 5 | steps - 1; 0.3 with 50 | steps - 1), where torch's float32 linspace is
-    off by its rounding (a vectorized kernel whose last bits follow the CPU's vector
-    width) and shardinit's is not: such a comparison compares rounding errors, which
-    neither side's values are (docs/capturing-init.md: linspace's last bit)."""
+def _linspace_errors_bounded(expr: tuple[Any, ...]) -> bool:
+    """linspace's values are torch's float32 kernel's within about an ulp of its ends
+    (its last bits follow the CPU's vector width; shardinit's are the exact formula's,
+    docs/capturing-init.md): no step here may magnify that beyond the check's ulps. So
+    none compares them (``where``'s condition, ``gt``, ``lt``: the thresholds 0.0 and 0.3
+    are reached exactly for some sizes), takes their square root (0 is reached: an error
+    of 1e-7 becomes 3e-4) or multiplies them by another table (an error at a small value
+    times a large factor)."""
     kind = expr[0]
     if kind == "where" and "linspace" in _kinds(expr[1]):
         return False
-    if kind == "unary" and expr[1] in ("gt", "lt") and "linspace" in _kinds(expr[3]):
+    if kind == "unary" and expr[1] in ("gt", "lt", "sqrt") and "linspace" in _kinds(expr[3]):
         return False
-    return all(_no_comparison_of_linspace(a) for a in expr[1:] if isinstance(a, tuple))
+    if kind == "binary" and expr[1] == "mul":
+        sides = [_kinds(side) for side in expr[2:]]
+        tables = {"arange", "linspace", "own"}
+        if any("linspace" in one and tables & other for one, other in (sides, sides[::-1])):
+            return False
+    return all(_linspace_errors_bounded(a) for a in expr[1:] if isinstance(a, tuple))
 
 
 def _key(region: Region) -> tuple[Any, ...] | None:
