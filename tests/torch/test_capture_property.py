@@ -556,8 +556,10 @@ def exprs(region: Region, unsupported: bool = False) -> st.SearchStrategy[tuple[
     )
 
 
-def _kinds(expr: tuple[Any, ...]) -> set[str]:
-    return {expr[0]}.union(*(_kinds(a) for a in expr[1:] if isinstance(a, tuple)))
+def _kinds(*exprs: tuple[Any, ...]) -> set[str]:
+    return set().union(
+        *({expr[0]}.union(*(_kinds(a) for a in expr[1:] if isinstance(a, tuple))) for expr in exprs)
+    )
 
 
 def _not_mixed(expr: tuple[Any, ...]) -> bool:
@@ -565,7 +567,18 @@ def _not_mixed(expr: tuple[Any, ...]) -> bool:
     where(randn() > 0, arange, randn) has a few values of its own at each element, and
     four eager runs cannot tell a tie on one of them from a deterministic value."""
     kinds = _kinds(expr)
-    return not ({"rand", "randn"} & kinds and {"arange", "linspace", "own"} & kinds)
+    if {"rand", "randn"} & kinds and {"arange", "linspace", "own"} & kinds:
+        return False
+    return not _own_condition_over_tables(expr)
+
+
+def _own_condition_over_tables(expr: tuple[Any, ...]) -> bool:
+    """Whether a ``where`` chooses between tables by a parameter's own values, which may
+    be random (an earlier ``normal_``): the same few values per element as above."""
+    tables = {"arange", "linspace"}
+    if expr[0] == "where" and "own" in _kinds(expr[1]) and tables & _kinds(expr[3], expr[4]):
+        return True
+    return any(_own_condition_over_tables(a) for a in expr[1:] if isinstance(a, tuple))
 
 
 def _linspace_errors_bounded(expr: tuple[Any, ...]) -> bool:
