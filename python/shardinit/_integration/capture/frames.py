@@ -44,19 +44,19 @@ def _file_kind(filename: str) -> str:
     return known
 
 
-# code object -> whether it is the user's; each frame of the stack asks at every
-# recorded operation.
-_USERS_CODE: dict[CodeType, bool] = {}
+class _UsersCode(dict[CodeType, bool]):
+    """Code object -> whether its frames are user (or library) code (see above), decided
+    once per code object: each frame of the stack is asked at every recorded operation,
+    with one lookup."""
 
-
-def _is_users(code: CodeType) -> bool:
-    """Whether frames of ``code`` are user (or library) code (see above)."""
-    known = _USERS_CODE.get(code)
-    if known is None:
+    def __missing__(self, code: CodeType) -> bool:
         kind = _file_kind(code.co_filename)
         known = kind == "user" or (kind == "torch.nn" and code.co_name in _TORCH_INIT_CODE)
-        _USERS_CODE[code] = known
-    return known
+        self[code] = known
+        return known
+
+
+_USERS_CODE = _UsersCode()
 
 
 def user_frame() -> str:
@@ -66,8 +66,7 @@ def user_frame() -> str:
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
-        users = _USERS_CODE.get(code)  # (_is_users' cache, read here: a lookup a frame)
-        if users or (users is None and _is_users(code)):
+        if _USERS_CODE[code]:
             return f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
         frame = frame.f_back
     return "<unknown>"
