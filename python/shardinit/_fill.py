@@ -28,7 +28,15 @@ from ._host import (
 from ._layout import Box
 from .spec import ParamSpec
 
-__all__ = ["CoreProgram", "DeferredFills", "Region", "fill", "fill_not_elementwise"]
+__all__ = [
+    "CoreProgram",
+    "DeferredFills",
+    "Region",
+    "fill",
+    "fill_not_elementwise",
+    "on_one_thread",
+    "values_elementwise",
+]
 
 #: What ``out`` holds: a box (in C order), or the flat elements from an ``int`` start.
 Region = Box | int
@@ -50,6 +58,17 @@ def _core_region(region: Region, offset: int | None = None) -> _core.Region:
     if isinstance(region, int):
         return _core.Region.flat(region + (offset or 0))
     return _core.Region.box(list(region), offset)
+
+
+def values_elementwise(spec: ParamSpec, program: CoreProgram | None) -> bool:
+    """Whether the values are elementwise: the spec's initializer's, or ``program``'s."""
+    return spec.base_init.elementwise if program is None else program.elementwise
+
+
+def on_one_thread(elementwise: bool, out: torch.Tensor) -> bool:
+    """Whether the core writes ``out`` on the calling thread, whatever ``threads`` it is
+    given: elementwise values of at most one chunk (``_core.CHUNK_ELEMENTS``)."""
+    return elementwise and out.numel() <= _core.CHUNK_ELEMENTS
 
 
 class DeferredFills:
@@ -79,7 +98,7 @@ class DeferredFills:
     def takes(self, elementwise: bool, out: torch.Tensor) -> bool:
         """Whether this fill of ``out`` may be left here (a larger one is written at
         once, on every thread the caller gives it)."""
-        return elementwise and out.device.type != "cuda" and out.numel() <= _core.CHUNK_ELEMENTS
+        return out.device.type != "cuda" and on_one_thread(elementwise, out)
 
     def add(self, spec: ParamSpec, region: Region, out: torch.Tensor) -> None:
         """Takes the fill of ``region`` of ``spec``'s stream into ``out`` (one that
@@ -111,7 +130,7 @@ class DeferredFills:
         if kind is not None:  # an error on its way out: finish what runs, start nothing
             self.fills, self.outs = [], []
             if self._running is not None:
-                self._running[0].wait()  # (its own error, if any, is dropped for this one)
+                self._running[0].wait()  # its own error, if any, is raised from this one
             return
         if self.fills:
             self._start()
@@ -134,7 +153,8 @@ def fill(
     device). ``threads``: the core's worker threads; ``chunk_bytes``: the size of each
     pinned buffer of the host path to a CUDA ``out``; ``deferred``: where a stream's fill
     of a CPU ``out`` may be left, written when it is flushed."""
-    if deferred is not None and program is None and deferred.takes(spec.base_init.elementwise, out):
+    elementwise = values_elementwise(spec, program)
+    if deferred is not None and program is None and deferred.takes(elementwise, out):
         deferred.add(spec, region, out)
         return
 
@@ -145,7 +165,6 @@ def fill(
         else:
             fill_program_cpu(spec, program.registers, core_region, host, threads)
 
-    elementwise = spec.base_init.elementwise if program is None else program.elementwise
     if not elementwise:
         fill_not_elementwise(out, write)
     elif out.device.type != "cuda":

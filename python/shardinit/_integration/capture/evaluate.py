@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ... import _core, shard
-from ..._fill import CoreProgram, DeferredFills, fill
+from ..._fill import CoreProgram, DeferredFills, fill, on_one_thread, values_elementwise
 from ...init import core_init
 from ...spec import SUPPORTED_DTYPES, ParamSpec
 from .program import (
@@ -133,10 +133,7 @@ def _threads(spec: ParamSpec, program: CoreProgram | None, out: torch.Tensor) ->
     core runs the fill on the calling thread anyway (elementwise values of at most one
     chunk), without asking for the setting (it reads the CPU affinity: a system call per
     parameter of a model of many small ones)."""
-    elementwise = spec.base_init.elementwise if program is None else program.elementwise
-    if elementwise and out.numel() <= _core.CHUNK_ELEMENTS:
-        return 1
-    return shard.get_num_threads()
+    return 1 if on_one_thread(values_elementwise(spec, program), out) else shard.get_num_threads()
 
 
 def _write(
