@@ -246,10 +246,10 @@ def start_fills(
     threads: int = 1,
 ) -> StartedFills:
     """Starts :func:`fill` for each of ``fills`` (its arguments but ``threads``) on a new
-    thread and returns at once, so the caller goes on while they run. Fills of at most
-    one chunk run side by side on ``threads``, larger ones one after the other. Every
-    buffer is claimed before this returns (as :func:`fill` claims ``out``); until
-    ``wait()`` returns, nothing may read or write them.
+    thread and returns at once, so the caller goes on while they run, one after the
+    other, each on ``threads``. Every buffer is claimed before this returns (as
+    :func:`fill` claims ``out``); until ``wait()`` returns, nothing may read or write
+    them.
 
     Raises:
         ShardInitError: two buffers overlap, or one overlaps a fill still running.

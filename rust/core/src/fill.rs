@@ -331,40 +331,21 @@ pub struct FillJob<'a> {
     pub out: OutBuf<'a>,
 }
 
-/// Runs every job's [`ParamStream::fill_region`]: the values are each job's own, on any
-/// thread count. A model of many small parameters costs a call per parameter that is
-/// larger than its values, and one chunk per parameter leaves all but one thread idle:
-/// here jobs of at most one chunk ([`crate::CHUNK_ELEMENTS`]) run side by side on
-/// `threads`, larger ones one after the other, each on `threads`.
+/// Runs every job's [`ParamStream::fill_region`], one after the other, each on
+/// `threads`: the batch of one call (the Python writer starts one on a thread of its
+/// own while it plans the next parameters).
 ///
 /// # Errors
 /// The first job's error in job order (every job is attempted).
 pub fn fill_many(jobs: Vec<FillJob<'_>>, threads: Threads) -> Result<(), Error> {
-    use rayon::prelude::*;
-
-    let run =
-        |job: FillJob<'_>, threads: Threads| job.param.fill_region(&job.region, job.out, threads);
-    let (small, large): (Vec<_>, Vec<_>) = jobs
-        .into_iter()
-        .enumerate()
-        .partition(|(_, job)| job.out.len() <= crate::CHUNK_ELEMENTS);
-    let small_len = small.iter().map(|(_, job)| job.out.len()).sum();
-    let mut results: Vec<(usize, Result<(), Error>)> =
-        crate::pool::install(small_len, threads, |parallel| {
-            let one = |(index, job): (usize, FillJob<'_>)| (index, run(job, Threads::Count(1)));
-            if parallel {
-                small.into_par_iter().map(one).collect()
-            } else {
-                small.into_iter().map(one).collect()
-            }
-        })?;
-    results.extend(
-        large
-            .into_iter()
-            .map(|(index, job)| (index, run(job, threads))),
-    );
-    results.sort_by_key(|(index, _)| *index);
-    results.into_iter().try_for_each(|(_, result)| result)
+    let mut first = Ok(());
+    for job in jobs {
+        let result = job.param.fill_region(&job.region, job.out, threads);
+        if first.is_ok() {
+            first = result;
+        }
+    }
+    first
 }
 
 #[cfg(test)]
@@ -500,7 +481,7 @@ mod tests {
             std: 1.0,
         };
         let uniform = Init::Uniform { a: -1.0, b: 1.0 };
-        // Small jobs (side by side) and one larger than a chunk (on all the threads).
+        // Small jobs and one larger than a chunk, on any thread count.
         let params = [
             param(1, &[64, 64], normal),
             param(2, &[64], uniform),

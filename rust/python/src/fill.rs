@@ -96,9 +96,9 @@ impl PyStartedFills {
 
 /// Starts every fill of `fills` (each the arguments of `fill` but `threads`) on a new
 /// thread and returns at once, so the caller goes on while they run (a model of many
-/// small parameters: its Python per parameter overlaps the core's). Fills of at most
-/// one chunk run side by side on `threads`, larger ones one after the other. Every
-/// buffer is claimed before this returns (as `fill` claims `out`); no two may overlap.
+/// small parameters: its Python per parameter overlaps the core's). They run one after
+/// the other, each on `threads`. Every buffer is claimed before this returns (as `fill`
+/// claims `out`); no two may overlap.
 /// Until `wait()` returns, nothing may read or write them; every fill is attempted and
 /// `wait()` raises the first error in order.
 #[pyfunction]
