@@ -147,6 +147,24 @@ where
     )
 }
 
+/// The buffers of `outs` (each with its dtype), kept alive, and their raw views, after
+/// checking their item format, writability and contiguity.
+fn take_buffers<'a, 'py: 'a>(
+    outs: impl Iterator<Item = (&'a Bound<'py, PyAny>, Dtype)>,
+) -> PyResult<(Vec<OwnedOut>, Vec<RawOut>)> {
+    let owned: Vec<OwnedOut> = outs
+        .map(|(out, dtype)| OwnedOut::get(out, dtype))
+        .collect::<PyResult<_>>()?;
+    let raws = owned.iter().map(OwnedOut::raw).collect::<PyResult<_>>()?;
+    Ok((owned, raws))
+}
+
+/// Claims every buffer of `raws`, one after the other (see [`Claim`]): one that overlaps
+/// an earlier one, or a fill still running, is refused.
+fn claim_all(raws: &[RawOut]) -> PyResult<Vec<Claim>> {
+    raws.iter().map(RawOut::claim).collect()
+}
+
 /// Runs `write` on `outs` (buffers of `dtype`) with the GIL released, through
 /// [`claimed_detached`]; buffers of `outs` may not overlap each other.
 pub fn write_all_detached<W>(
@@ -159,11 +177,7 @@ pub fn write_all_detached<W>(
 where
     W: FnOnce(Vec<OutBuf<'_>>, Threads) -> Result<(), Error> + Send,
 {
-    let owned: Vec<OwnedOut> = outs
-        .iter()
-        .map(|out| OwnedOut::get(out, dtype))
-        .collect::<PyResult<_>>()?;
-    let raws: Vec<RawOut> = owned.iter().map(OwnedOut::raw).collect::<PyResult<_>>()?;
+    let (owned, raws) = take_buffers(outs.iter().map(|out| (out, dtype)))?;
     let threads = threads_of(threads);
     let result = claimed_detached(py, &raws, |raws| {
         // SAFETY: `owned` keeps the buffers alive until after this call returns, and
@@ -224,12 +238,8 @@ pub fn start_detached<W>(outs: &[(&Bound<'_, PyAny>, Dtype)], write: W) -> PyRes
 where
     W: FnOnce(Vec<OutBuf<'_>>) -> Result<(), Error> + Send + 'static,
 {
-    let owned: Vec<OwnedOut> = outs
-        .iter()
-        .map(|&(out, dtype)| OwnedOut::get(out, dtype))
-        .collect::<PyResult<_>>()?;
-    let raws: Vec<RawOut> = owned.iter().map(OwnedOut::raw).collect::<PyResult<_>>()?;
-    let claims: Vec<Claim> = raws.iter().map(RawOut::claim).collect::<PyResult<_>>()?;
+    let (owned, raws) = take_buffers(outs.iter().copied())?;
+    let claims = claim_all(&raws)?;
     let dtypes: Vec<Dtype> = outs.iter().map(|&(_, dtype)| dtype).collect();
     let worker = std::thread::Builder::new()
         .name("shardinit-fills".to_owned())
@@ -288,7 +298,7 @@ fn claimed_detached<W>(py: Python<'_>, raws: &[RawOut], write: W) -> PyResult<()
 where
     W: FnOnce(&[RawOut]) -> Result<(), Error> + Send,
 {
-    let claims: Vec<Claim> = raws.iter().map(RawOut::claim).collect::<PyResult<_>>()?;
+    let claims = claim_all(raws)?;
     let result = py.detach(|| catch_panic(|| write(raws)));
     drop(claims);
     result
