@@ -11,7 +11,7 @@ from torch import nn
 
 from ..._names import holder_names, listing
 from ..._torch_compat import rewrap_fsdp2_classes, unwrap_fsdp2_classes
-from ..._validate import DeviceLike
+from ..._validate import DeviceLike, resolve_device
 from ..collector import collector_paused
 from ..exclusive import ThreadExclusive
 from .initcalls import install_init_calls
@@ -80,8 +80,11 @@ def capture_init(
             parameter, a dtype change of the model or ``to_empty`` after writes).
         ShardInitError: FSDP1 flat parameters, dtypes outside stream format v1, buffers
             init code computes on the meta device or only in part, or empties
-            (``to_empty``) and does not compute again.
-        TypeError: ``module`` is not an ``nn.Module`` or ``init_fn`` is not callable.
+            (``to_empty``) and does not compute again; a ``device`` that is not the CPU
+            or an available CUDA device (``"meta"`` included: init code that checks
+            ``param.is_meta`` would skip its work).
+        TypeError: ``module`` is not an ``nn.Module``, ``init_fn`` is not callable, or
+            ``device`` is of another type than DeviceLike's.
 
     Warns:
         UserWarning: writes to a tied parameter that its values do not take (see the tie
@@ -101,6 +104,8 @@ def capture_init(
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     if not callable(init_fn):
         raise TypeError(f"init_fn must be callable, got {type(init_fn).__name__}")
+    # What materialize allocates on: never "meta", where guarded init code would be skipped.
+    device = None if device is None else resolve_device(device)
     with _CAPTURE.hold(), collector_paused():  # why: collector.py
         groups = param_groups(module)
         buffers = buffer_standins(module)
