@@ -22,7 +22,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-__all__ = ["LaunchError", "exit_worker", "free_port", "launch", "threads_per_rank"]
+__all__ = [
+    "RANK_BYTES",
+    "LaunchError",
+    "exit_worker",
+    "free_port",
+    "launch",
+    "max_local_ranks",
+    "physical_memory",
+    "threads_per_rank",
+]
 
 
 class LaunchError(RuntimeError):
@@ -45,6 +54,25 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+#: Memory one local rank needs: a Python process with torch and gloo, the built-in
+#: models' ranks peak at about 720 MiB of RSS (``shardinit demo`` reports it), of which
+#: torch's shared libraries are a part every rank shares.
+RANK_BYTES = 512 * 2**20
+
+
+def physical_memory() -> int:
+    """Bytes of physical memory of this machine."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def max_local_ranks() -> int:
+    """The most ranks :func:`launch` starts on this machine: as many as its memory holds
+    at :data:`RANK_BYTES` each (at least 1). More would swap or be killed for memory
+    long before gloo's rendezvous completes, and a mistyped world size must not start
+    an unbounded number of processes."""
+    return max(1, physical_memory() // RANK_BYTES)
 
 
 def threads_per_rank(world: int) -> int:
@@ -95,8 +123,14 @@ def launch(
         One dict per rank.
 
     Raises:
-        LaunchError: a rank exited non-zero, wrote no result or ran past ``timeout``.
+        LaunchError: ``world`` beyond :func:`max_local_ranks`, or a rank exited non-zero,
+            wrote no result or ran past ``timeout``.
     """
+    if not 1 <= world <= max_local_ranks():
+        raise LaunchError(
+            f"world must be in [1, {max_local_ranks()}] on this machine (its memory holds "
+            f"that many ranks of about {RANK_BYTES >> 20} MiB each), got {world}"
+        )
     environ = dict(os.environ if env is None else env)
     for attempt in range(attempts):
         try:
