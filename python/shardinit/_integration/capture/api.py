@@ -14,6 +14,7 @@ from ..._torch_compat import rewrap_fsdp2_classes, unwrap_fsdp2_classes
 from ..._validate import DeviceLike, resolve_device
 from ..collector import collector_paused
 from ..exclusive import ThreadExclusive
+from ..new_modules import NewSubmodules
 from .initcalls import install_init_calls
 from .mode import CaptureMode
 from .modulecalls import install_module_calls
@@ -126,8 +127,9 @@ def capture_init(
             standin.module._buffers[standin.attr] = standin.track.base
         undo_module_calls = install_module_calls(module, recorder)
         undo_init_calls = install_init_calls(recorder)
+        new_submodules = NewSubmodules(module)
         try:
-            with recorder, torch.no_grad():
+            with recorder, torch.no_grad(), new_submodules.refused():
                 init_fn()
         finally:
             undo_init_calls()
@@ -139,6 +141,7 @@ def capture_init(
             values, buffer_error = read_buffers(buffers)
         if recorder.error is not None:
             raise recorder.error  # init_fn swallowed the exception: still unusable
+        new_submodules.raise_if_refused()
         if buffer_error is not None:
             raise buffer_error
         if replaced:
