@@ -86,13 +86,27 @@ def test_shapes_file_at_the_core_limits_is_planned(
     assert "3 parameters" in capsys.readouterr().out
 
 
-def test_the_local_rank_bound_is_the_machines_memory() -> None:
-    bound = _launch.max_local_ranks()
-    assert bound == max(1, _launch.physical_memory() // _launch.RANK_BYTES)
+def test_the_local_rank_bound_is_the_machines_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     meminfo = Path("/proc/meminfo").read_text()
-    total_kib = int(re.search(r"^MemTotal:\s+(\d+) kB", meminfo, re.M).group(1))  # type: ignore[union-attr]
+    found = re.search(r"^MemTotal:\s+(\d+) kB", meminfo, re.M)
+    assert found is not None
+    total = int(found.group(1)) * 1024
     # /proc/meminfo's total leaves out the kernel's own reservations: a little less.
-    assert 0.8 * _launch.physical_memory() <= total_kib * 1024 <= _launch.physical_memory()
+    unlimited = tmp_path / "memory.max"
+    unlimited.write_text("max\n")
+    monkeypatch.setattr(_launch, "_CGROUP_LIMITS", (str(unlimited),))
+    assert 0.8 * _launch.physical_memory() <= total <= _launch.physical_memory()
+    assert _launch.max_local_ranks() == _launch.physical_memory() // _launch.RANK_BYTES
+    # A container's lower limit is the bound: 3 GiB hold 6 ranks of 512 MiB.
+    limited = tmp_path / "memory.limit_in_bytes"
+    limited.write_text(f"{3 * 2**30}\n")
+    monkeypatch.setattr(_launch, "_CGROUP_LIMITS", (str(tmp_path / "absent"), str(limited)))
+    assert _launch.physical_memory() == 3 * 2**30
+    assert _launch.max_local_ranks() == 6
+    limited.write_text("100\n")  # less than one rank: still one
+    assert _launch.max_local_ranks() == 1
 
 
 @pytest.mark.parametrize(

@@ -62,9 +62,23 @@ def free_port() -> int:
 RANK_BYTES = 512 * 2**20
 
 
+#: Where a container's memory limit is read (cgroup v2, then v1); "max" or a huge v1
+#: value means none.
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
 def physical_memory() -> int:
-    """Bytes of physical memory of this machine."""
-    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    """Bytes of memory this process's ranks may use: the machine's physical memory, or
+    its container's (cgroup's) memory limit where that is lower."""
+    memory: int = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for path in _CGROUP_LIMITS:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            memory = min(memory, int(text))
+    return memory
 
 
 def max_local_ranks() -> int:
