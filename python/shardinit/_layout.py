@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from . import _core
 
 __all__ = [
+    "MAX_NDIM",
     "Box",
     "LocalBox",
     "Run",
@@ -46,6 +47,11 @@ __all__ = [
 Run = tuple[int, int]
 #: A box of the global tensor: one ``(start, stop)`` pair per dim.
 Box = tuple[Run, ...]
+
+#: The most dims a parameter's shape may have: a shard reaches the core through the
+#: buffer protocol (``Tensor.numpy()``, then a Python buffer), and numpy and CPython's
+#: buffers take at most 64 dims (``NPY_MAXDIMS``, ``PyBUF_MAX_NDIM``).
+MAX_NDIM = 64
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from . import _core
-from ._dtypes import DTYPE_SIZES
+from ._dtypes import DTYPE_SIZES, max_numel
+from ._layout import MAX_NDIM
 from ._validate import U64_MAX, check_int, check_name, check_seed
 from .errors import ShapeTooLargeError, ShardInitError
 from .init import BaseInit, Constant, Initializer, Normal, Uniform
@@ -28,10 +29,19 @@ SUPPORTED_DTYPES: Mapping[torch.dtype, str] = MappingProxyType(
 
 
 def _check_shape(shape: Any) -> tuple[int, ...]:
-    if type(shape) is tuple and all(type(size) is int and 0 <= size <= U64_MAX for size in shape):
+    if (
+        type(shape) is tuple
+        and len(shape) <= MAX_NDIM
+        and all(type(size) is int and 0 <= size <= U64_MAX for size in shape)
+    ):
         return shape  # what the checks below return for it (the writer's specs: one a call)
     if isinstance(shape, (int, str, bytes)) or not isinstance(shape, (Sequence, torch.Size)):
         raise TypeError(f"shape must be a sequence of ints, got {type(shape).__name__} {shape!r}")
+    if len(shape) > MAX_NDIM:
+        raise ShardInitError(
+            f"shape must have at most {MAX_NDIM} dims (numpy's and Python buffers' limit, "
+            f"through which shards are filled), got {len(shape)} dims"
+        )
     sizes = tuple(check_int(f"shape[{dim}]", size, low=0) for dim, size in enumerate(shape))
     for dim, size in enumerate(sizes):
         if size > U64_MAX:
@@ -148,11 +158,11 @@ class ParamSpec:
         init = _check_init(Normal(0.0, 1.0) if init is None else init)
         seed = check_seed(seed)
         numel = math.prod(shape_tuple)
-        max_numel = 2**63 if dtype == torch.float64 else 2**64 - 1
-        if numel > max_numel:
+        largest = max_numel(SUPPORTED_DTYPES[dtype])
+        if numel > largest:
             raise ShapeTooLargeError(
                 f"shape {shape_tuple} has {numel} elements; stream format v1 addresses at "
-                f"most {max_numel} elements of {dtype}"
+                f"most {largest} elements of {dtype}"
             )
         _set_fields(self, name, shape_tuple, dtype, init, seed)
 

@@ -80,6 +80,12 @@ def _meta_linear() -> nn.Linear:
         return nn.Linear(3, 2)
 
 
+def _with_sparse_buffer() -> nn.Module:
+    model = nn.Linear(3, 2)
+    model.register_buffer("table", torch.eye(3).to_sparse())
+    return model
+
+
 def _meta_lazy_linear() -> nn.Module:
     """An nn.LazyLinear on meta before its first forward: its parameters have no shape."""
     with torch.device("meta"):
@@ -203,6 +209,8 @@ CASES: list[Case] = [
     Case("ParamSpec", "shape", "(2**64,), bfloat16", _spec(shape=(2**64,), dtype=torch.bfloat16), SIZE_ERROR, r"^shape\[0\] = 18446744073709551616 does not fit in 64 bits"),
     Case("ParamSpec", "shape", "(2**62, 3), float64", _spec(shape=(2**62, 3), dtype=torch.float64), SIZE_ERROR, r"at most 9223372036854775808 elements of torch.float64"),
     Case("ParamSpec", "shape", "(2**16,) * 5, float16", _spec(shape=(2**16,) * 5, dtype=torch.float16), SIZE_ERROR, r"^shape \(65536, 65536, 65536, 65536, 65536\) has 1208925819614629174706176 elements"),
+    Case("ParamSpec", "shape", "(1,) * 65", _spec(shape=(1,) * 65), E, r"^shape must have at most 64 dims \(numpy's and Python buffers' limit, through which shards are filled\), got 65 dims$"),
+    Case("ParamSpec", "shape", "[1] * 200", _spec(shape=[1] * 200), E, r"^shape must have at most 64 dims .*got 200 dims$"),
     Case("ParamSpec", "dtype", "'float32'", _spec(dtype="float32"), TypeError, r"^dtype must be a torch.dtype, got str"),
     Case("ParamSpec", "dtype", "np.float32", _spec(dtype=np.float32), TypeError, r"^dtype must be a torch.dtype"),
     Case("ParamSpec", "dtype", "torch.int32", _spec(dtype=torch.int32), E, r"^dtype must be one of torch.float32, torch.float64, torch.bfloat16, torch.float16, got torch.int32"),
@@ -376,6 +384,9 @@ CASES: list[Case] = [
     # ---- capture_init(module, init_fn) ------------------------------------------------------
     Case("capture_init", "module", "None", lambda: shardinit.capture_init(None, lambda: None), TypeError, r"^module must be a torch.nn.Module, got NoneType$"),
     Case("capture_init", "init_fn", "3", lambda: shardinit.capture_init(_meta_linear(), 3), TypeError, r"^init_fn must be callable, got int$"),
+    Case("capture_init", "device", "'bogus'", lambda: shardinit.capture_init(_meta_linear(), lambda: None, device="bogus"), E, r"^device must be a torch device, got 'bogus': Expected one of cpu, cuda"),
+    Case("capture_init", "device", "1.5", lambda: shardinit.capture_init(_meta_linear(), lambda: None, device=1.5), TypeError, r"^device must be None, a str, an int or a torch.device, got float 1.5$"),
+    Case("capture_init", "device", "'meta' (guarded init code would be skipped)", lambda: shardinit.capture_init(_meta_linear(), lambda: None, device="meta"), E, r"^device must be 'cpu' or a CUDA device, got meta$"),
     Case("capture_init", "init_fn", "calls capture_init (nested)", lambda: shardinit.capture_init(_meta_linear(), lambda: shardinit.capture_init(_meta_linear(), lambda: None)), E, r"^capture_init called while capture_init is already running in this thread \(nested\)"),
     # ---- fsdp1_param_init_fn(module, device) ------------------------------------------------
     Case("fsdp1_param_init_fn", "module", "None", lambda: shardinit.fsdp1_param_init_fn(None), TypeError, r"^module must be a torch.nn.Module, got NoneType$"),
@@ -404,10 +415,16 @@ CASES: list[Case] = [
     Case("fingerprint", "tensor", "a list", lambda: shardinit.fingerprint([1.0, 2.0]), TypeError, r"^fingerprint needs a torch.Tensor or DTensor, got list$"),
     Case("fingerprint", "tensor", "a numpy array", lambda: shardinit.fingerprint(np.zeros(3)), TypeError, r"^fingerprint needs a torch.Tensor or DTensor, got ndarray$"),
     Case("fingerprint", "tensor", "meta tensor", lambda: shardinit.fingerprint(torch.empty(3, device="meta")), E, r"^fingerprint: the tensor is on the meta device \(no values\)$"),
+    Case("fingerprint", "tensor", "quantized (qint8)", lambda: shardinit.fingerprint(_quiet(lambda: torch.quantize_per_tensor(torch.ones(2, 2), 0.1, 0, torch.qint8))()), E, r"^fingerprint: tensor is quantized \(torch.qint8\): its elements are integers with a scale, not values; fingerprint tensor.dequantize\(\) or tensor.int_repr\(\)$"),
+    Case("fingerprint", "tensor", "sparse COO", lambda: shardinit.fingerprint(torch.eye(3).to_sparse()), E, r"^fingerprint: tensor has layout torch.sparse_coo; only dense \(torch.strided\) tensors are fingerprinted: pass tensor.to_dense\(\)$"),
+    Case("fingerprint", "tensor", "sparse CSR", lambda: shardinit.fingerprint(_quiet(lambda: torch.eye(3).to_sparse_csr())()), E, r"^fingerprint: tensor has layout torch.sparse_csr; only dense"),
+    Case("fingerprint", "tensor", "nested", lambda: shardinit.fingerprint(_quiet(lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]))()), E, r"^fingerprint: tensor is a nested tensor \(torch.strided\); fingerprint each of its tensors \(tensor.unbind\(\)\)$"),
+    Case("fingerprint", "tensor", "nested (jagged)", lambda: shardinit.fingerprint(_quiet(lambda: torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=torch.jagged))()), E, r"^fingerprint: tensor is a nested tensor \(torch.jagged\)"),
     Case("fingerprint", "tensor", "complex64", lambda: shardinit.fingerprint(torch.zeros(2, dtype=torch.complex64)), E, r"^fingerprint does not support complex dtype torch.complex64$"),
     # ---- fingerprint_model(module, *, group, buffers) -------------------------------------------
     Case("fingerprint_model", "module", "'model'", lambda: shardinit.fingerprint_model("model"), TypeError, r"^module must be a torch.nn.Module, got str$"),
     Case("fingerprint_model", "module", "meta model", lambda: shardinit.fingerprint_model(_meta_linear()), E, r"^fingerprint: the tensor is on the meta device \(no values\)$"),
+    Case("fingerprint_model", "module", "a sparse buffer", lambda: shardinit.fingerprint_model(_with_sparse_buffer(), buffers=True), E, r"^fingerprint: buffer 'table' has layout torch.sparse_coo; only dense"),
     Case("fingerprint_model", "buffers", "'yes'", lambda: shardinit.fingerprint_model(nn.Linear(3, 2), buffers="yes"), TypeError, r"^buffers must be a bool, got str$"),
     # ---- model_digest(fingerprints) -----------------------------------------------------------
     Case("model_digest", "fingerprints", "3", lambda: shardinit.model_digest(3), TypeError, r"^fingerprints must be a mapping or an iterable of \(name, fingerprint\) pairs, got int$"),
@@ -416,6 +433,8 @@ CASES: list[Case] = [
     Case("model_digest", "fingerprints", "{3: '0' * 16}", lambda: shardinit.model_digest({3: "0" * 16}), TypeError, r"^fingerprints: name must be a str, got int 3$"),
     Case("model_digest", "fingerprints", "{'w': 3}", lambda: shardinit.model_digest({"w": 3}), TypeError, r"^fingerprints\['w'\] must be a str, got int 3$"),
     Case("model_digest", "fingerprints", "{'w': 'zz'}", lambda: shardinit.model_digest({"w": "zz"}), E, r"^fingerprints\['w'\] must be 16 lowercase hex digits \(a shardinit.fingerprint\), got 'zz'$"),
+    Case("model_digest", "fingerprints", "[('w', a), ('w', b)] (a name twice)", lambda: shardinit.model_digest([("w", "0" * 16), ("w", "1" * 16)]), E, r"^fingerprints: name 'w' appears twice \(with '0000000000000000' and '1111111111111111'\); a model's summary holds each parameter once$"),
+    Case("model_digest", "fingerprints", "[('w', a), ('w', a)] (a pair twice)", lambda: shardinit.model_digest([("w", "0" * 16)] * 2), E, r"^fingerprints: name 'w' appears twice"),
     Case("model_digest", "fingerprints", "{'w': 16 uppercase hex}", lambda: shardinit.model_digest({"w": "ABCDEF0123456789"}), E, r"^fingerprints\['w'\] must be 16 lowercase hex digits"),
     # ---- presets.llm(std, *, depth_scaled_output, output_proj_patterns, norm_patterns) ----------
     Case("presets.llm", "std", "0", lambda: presets.llm(0), E, r"^std must be > 0, got 0.0$"),

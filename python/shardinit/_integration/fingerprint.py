@@ -230,11 +230,42 @@ def _reduce_group(mesh: Any, group: Any) -> Any:
     )
 
 
-def _local_part(tensor: Any) -> tuple[int, Any, torch.device, torch.dtype, tuple[int, ...]]:
-    """(this rank's partial sum, group to reduce over or None, device, dtype, global shape)."""
+def _dense_values(tensor: torch.Tensor, what: str) -> torch.Tensor:
+    """``tensor`` as a strided tensor whose elements are its values (a negative view
+    resolved: ``_neg_view(x)`` holds the values of ``-x``), or a refusal naming ``what``:
+    the bits of a quantized, sparse or nested tensor are not its values, and reading them
+    as if they were has killed the interpreter (a quantized tensor viewed as integers).
+
+    Raises:
+        ShardInitError: a quantized, nested or non-strided (sparse, mkldnn) tensor.
+    """
+    if tensor.is_nested:
+        raise ShardInitError(
+            f"fingerprint: {what} is a nested tensor ({tensor.layout}); fingerprint each of "
+            "its tensors (tensor.unbind())"
+        )
+    if tensor.is_quantized:
+        raise ShardInitError(
+            f"fingerprint: {what} is quantized ({tensor.dtype}): its elements are integers "
+            "with a scale, not values; fingerprint tensor.dequantize() or tensor.int_repr()"
+        )
+    if tensor.layout != torch.strided:
+        raise ShardInitError(
+            f"fingerprint: {what} has layout {tensor.layout}; only dense (torch.strided) "
+            "tensors are fingerprinted: pass tensor.to_dense()"
+        )
+    return tensor.resolve_neg()
+
+
+def _local_part(
+    tensor: Any, what: str
+) -> tuple[int, Any, torch.device, torch.dtype, tuple[int, ...]]:
+    """(this rank's partial sum, group to reduce over or None, device, dtype, global shape);
+    ``what`` names ``tensor`` in errors."""
     zero3 = flat_partition_of(tensor) if isinstance(tensor, torch.Tensor) else None
     if zero3 is not None:  # a ZeRO-3 partition: flat elements [start, start + count)
         local, start, group, shape = zero3
+        local = _dense_values(local, what)
         flat = [torch.arange(start, start + local.numel(), dtype=torch.int64, device="cpu")]
         partial = _partial_sum(local, (math.prod(shape),), flat)
         return partial, group, local.device, tensor.dtype, shape
@@ -242,6 +273,7 @@ def _local_part(tensor: Any) -> tuple[int, Any, torch.device, torch.dtype, tuple
         local, dim_indices, contributes, mesh = _dtensor_layout(tensor)
         if local.is_meta:
             raise ShardInitError("fingerprint: the tensor is on the meta device (no values)")
+        local = _dense_values(local, what)
         partial = _partial_sum(local, tensor.shape, dim_indices) if contributes else 0
         device = torch.device("cpu") if mesh.device_type == "cpu" else local.device
         return partial, mesh, device, tensor.dtype, tuple(tensor.shape)
@@ -249,6 +281,7 @@ def _local_part(tensor: Any) -> tuple[int, Any, torch.device, torch.dtype, tuple
         raise TypeError(f"fingerprint needs a torch.Tensor or DTensor, got {type(tensor).__name__}")
     if tensor.is_meta:
         raise ShardInitError("fingerprint: the tensor is on the meta device (no values)")
+    tensor = _dense_values(tensor, what)
     shape = tuple(tensor.shape)
     indices = [torch.arange(size, dtype=torch.int64, device="cpu") for size in shape]
     return _partial_sum(tensor, shape, indices), None, tensor.device, tensor.dtype, shape
@@ -267,8 +300,10 @@ def _all_reduce_sums(sums: list[int], group: Any, device: torch.device) -> list[
     return [(values[2 * i] + (values[2 * i + 1] << 32)) & _MASK64 for i in range(len(sums))]
 
 
-def _fingerprint_many(tensors: Sequence[Any], group: Any) -> list[str]:
-    parts = [_local_part(tensor) for tensor in tensors]
+def _fingerprint_many(named: Sequence[tuple[str, Any]], group: Any) -> list[str]:
+    """The fingerprints of the ``(what, tensor)`` pairs of ``named`` (``what`` names the
+    tensor in errors)."""
+    parts = [_local_part(tensor, what) for what, tensor in named]
     totals = [part[0] for part in parts]
     # One all_reduce per (mesh or group, device) instead of one per parameter.
     batches: dict[tuple[int, str], list[int]] = {}
@@ -312,8 +347,9 @@ def fingerprint(tensor: Any, *, group: Any = None) -> str:
 
     Raises:
         TypeError: not a tensor.
-        ShardInitError: a meta tensor, a complex dtype, a Partial placement, or a
-            multi-dimensional mesh smaller than the world without ``group``.
+        ShardInitError: a meta tensor, a complex dtype, a quantized, sparse or nested
+            tensor, a Partial placement, or a multi-dimensional mesh smaller than the world
+            without ``group``.
 
     Example:
         >>> import torch, shardinit
@@ -323,7 +359,7 @@ def fingerprint(tensor: Any, *, group: Any = None) -> str:
         >>> a != shardinit.fingerprint(w)
         True
     """
-    return _fingerprint_many([tensor], group)[0]
+    return _fingerprint_many([("tensor", tensor)], group)[0]
 
 
 @torch.no_grad()
@@ -352,9 +388,13 @@ def fingerprint_model(
     named: list[tuple[str, Any]] = [
         (canonical_name(name), param) for name, param in module.named_parameters()
     ]
+    described = [f"parameter {name!r}" for name, _ in named]
     if buffers:
-        named += [(canonical_name(name), buf) for name, buf in module.named_buffers()]
-    digests = _fingerprint_many([tensor for _, tensor in named], group)
+        held = [(canonical_name(name), buf) for name, buf in module.named_buffers()]
+        named += held
+        described += [f"buffer {name!r}" for name, _ in held]
+    tensors = [tensor for _, tensor in named]
+    digests = _fingerprint_many(list(zip(described, tensors, strict=True)), group)
     return dict(zip((name for name, _ in named), digests, strict=True))
 
 
@@ -363,7 +403,8 @@ def model_digest(fingerprints: Mapping[str, str] | Iterable[tuple[str, str]]) ->
 
     Raises:
         TypeError: not a mapping or iterable of (str name, str fingerprint) pairs.
-        ShardInitError: a fingerprint that is not 16 lowercase hex digits.
+        ShardInitError: a fingerprint that is not 16 lowercase hex digits, or a name
+            that appears twice.
 
     Example:
         >>> model_digest({"w": "0" * 16}) == model_digest([("w", "0" * 16)])
@@ -388,6 +429,7 @@ def _checked_pairs(fingerprints: Any) -> list[tuple[str, str]]:
             f"got {type(fingerprints).__name__}"
         )
     pairs = []
+    seen: dict[str, str] = {}
     for item in items:
         if not (isinstance(item, tuple) and len(item) == 2):
             raise TypeError(f"fingerprints must hold (name, fingerprint) pairs, got {item!r}")
@@ -403,6 +445,14 @@ def _checked_pairs(fingerprints: Any) -> list[tuple[str, str]]:
                 f"fingerprints[{name!r}] must be 16 lowercase hex digits (a "
                 f"shardinit.fingerprint), got {digest!r}"
             )
+        if name in seen:
+            # Two entries for one parameter: not the summary of a model, whose names are
+            # unique (fingerprint_model's), and the digest would count the name twice.
+            raise ShardInitError(
+                f"fingerprints: name {name!r} appears twice (with {seen[name]!r} and "
+                f"{digest!r}); a model's summary holds each parameter once"
+            )
+        seen[name] = digest
         pairs.append((name, digest))
     return pairs
 

@@ -23,6 +23,7 @@ from .._validate import DeviceLike, check_seed, resolve_device
 from ..errors import ShardInitError
 from .capture import CapturedInit, capture_init
 from .collector import collector_paused
+from .meta_attributes import check_meta_attributes
 from .only import Only, check_only, chosen_names
 from .parents import refuse_part_of_model
 from .plan import (
@@ -198,8 +199,10 @@ def _plan_and_fill(
     )
     flags = _checked_flags(module, captured, hides_params=bool(flat))
     flags = {name: flag for name, flag in flags.items() if any(t.name == name for t in chosen)}
+    rebind_aliases = check_meta_attributes(module)  # no tensor may stay on meta
     # 2. Check, 3. allocate, 4. fill, 5. buffers.
     plan.carry_out(module, overwrite=overwrite, buffer_init=buffer_init, device=target_device)
+    rebind_aliases()
     if flags:  # a walk only when init_fn set some: it finds their new Parameters
         for slot in param_slots(module):
             if slot.name in flags:

@@ -11,9 +11,11 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import NoReturn
 
+from ._launch import RANK_BYTES, max_local_ranks, physical_memory
 from .models import BUILDABLE_MODELS, MODELS
 
-_MAX_SEED = 2**64 - 1
+_MAX_U64 = 2**64 - 1
+_MAX_SEED = _MAX_U64
 
 #: ``--model`` help text of the commands that build the model.
 MODELS_HELP = f"built-in Llama-style config: {', '.join(BUILDABLE_MODELS)}"
@@ -51,14 +53,39 @@ def seed(text: str) -> int:
     return value
 
 
-def positive(text: str) -> int:
-    """An integer >= 1 (``--world``, ``--tp``, ``--timeout``)."""
+def _at_least_1(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def positive(text: str) -> int:
+    """An integer in [1, 2^64 - 1] (``--world``, ``--tp``, ``--timeout``): the core counts
+    ranks and chunks in 64 bits."""
+    value = _at_least_1(text)
+    if value > _MAX_U64:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer in [1, 2^64 - 1] (the core counts in 64 bits), got {value}"
+        )
+    return value
+
+
+def local_world(text: str) -> int:
+    """A number of local ranks (``demo --worlds``, ``fingerprint --world``): a positive
+    integer no larger than :func:`max_local_ranks`, so that no command starts more
+    processes than this machine can hold."""
+    value = _at_least_1(text)
+    bound = max_local_ranks()
+    if value > bound:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {bound} local ranks, got {value}: each rank is a process "
+            f"with torch (about {human_bytes(RANK_BYTES)}) and this machine has "
+            f"{human_bytes(physical_memory())} of memory"
+        )
     return value
 
 

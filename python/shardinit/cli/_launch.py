@@ -22,7 +22,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-__all__ = ["LaunchError", "exit_worker", "free_port", "launch", "threads_per_rank"]
+__all__ = [
+    "RANK_BYTES",
+    "LaunchError",
+    "exit_worker",
+    "free_port",
+    "launch",
+    "max_local_ranks",
+    "physical_memory",
+    "threads_per_rank",
+]
 
 
 class LaunchError(RuntimeError):
@@ -45,6 +54,39 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+#: Memory one local rank needs: a Python process with torch and gloo, the built-in
+#: models' ranks peak at about 720 MiB of RSS (``shardinit demo`` reports it), of which
+#: torch's shared libraries are a part every rank shares.
+RANK_BYTES = 512 * 2**20
+
+
+#: Where a container's memory limit is read (cgroup v2, then v1); "max" or a huge v1
+#: value means none.
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def physical_memory() -> int:
+    """Bytes of memory this process's ranks may use: the machine's physical memory, or
+    its container's (cgroup's) memory limit where that is lower."""
+    memory: int = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    for path in _CGROUP_LIMITS:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            memory = min(memory, int(text))
+    return memory
+
+
+def max_local_ranks() -> int:
+    """The most ranks :func:`launch` starts on this machine: as many as its memory holds
+    at :data:`RANK_BYTES` each (at least 1). More would swap or be killed for memory
+    long before gloo's rendezvous completes, and a mistyped world size must not start
+    an unbounded number of processes."""
+    return max(1, physical_memory() // RANK_BYTES)
 
 
 def threads_per_rank(world: int) -> int:
@@ -95,8 +137,14 @@ def launch(
         One dict per rank.
 
     Raises:
-        LaunchError: a rank exited non-zero, wrote no result or ran past ``timeout``.
+        LaunchError: ``world`` beyond :func:`max_local_ranks`, or a rank exited non-zero,
+            wrote no result or ran past ``timeout``.
     """
+    if not 1 <= world <= max_local_ranks():
+        raise LaunchError(
+            f"world must be in [1, {max_local_ranks()}] on this machine (its memory holds "
+            f"that many ranks of about {RANK_BYTES >> 20} MiB each), got {world}"
+        )
     environ = dict(os.environ if env is None else env)
     for attempt in range(attempts):
         try:

@@ -16,7 +16,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._args import MODELS_HELP, Parser, human_bytes, model_choice, positive, say, seed
+from ._args import (
+    MODELS_HELP,
+    Parser,
+    human_bytes,
+    local_world,
+    model_choice,
+    positive,
+    say,
+    seed,
+)
 from .models import DEFAULT_MODEL, describe
 
 __all__ = ["add_command", "run_demo"]
@@ -29,7 +38,7 @@ def _worlds(text: str) -> list[int]:
     parts = [part.strip() for part in text.split(",") if part.strip()]
     if not parts:
         raise argparse.ArgumentTypeError(f"expected world sizes like 1,2,4, got {text!r}")
-    worlds = [positive(part) for part in parts]
+    worlds = [local_world(part) for part in parts]
     if len(set(worlds)) != len(worlds):
         raise argparse.ArgumentTypeError(f"world sizes repeat in {text!r}")
     return worlds
@@ -70,6 +79,11 @@ def run_demo(args: argparse.Namespace, parser: Parser) -> int:
     bad = [w for w in worlds if w % tp]
     if bad:
         parser.error(f"--tp {tp} must divide every world size, not {bad[0]}")
+    if args.worlds is None:  # the default worlds follow --tp: as bounded as --worlds
+        try:
+            [local_world(str(world)) for world in worlds]
+        except argparse.ArgumentTypeError as error:
+            parser.error(f"argument --tp: {tp} gives the default worlds {worlds}: {error}")
     started = time.perf_counter()
     _print_intro(args.model, args.seed, tp, worlds)
     per_world: dict[int, RankResults] = {}

@@ -13,7 +13,7 @@ import re
 import sys
 from typing import Any
 
-from ._args import MODELS_HELP, Parser, model_choice, positive, say, seed
+from ._args import MODELS_HELP, Parser, local_world, model_choice, positive, say, seed
 from .models import describe
 
 __all__ = ["add_command", "run_fingerprint"]
@@ -37,7 +37,9 @@ def add_command(commands: argparse._SubParsersAction[Parser]) -> Parser:
     )
     fp.add_argument("--model", type=model_choice, default="tiny", help=MODELS_HELP)
     fp.add_argument("--seed", type=seed, default=0, help="seed in [0, 2^64), default 0")
-    fp.add_argument("--world", type=positive, default=1, help="number of ranks (default 1)")
+    fp.add_argument(
+        "--world", type=local_world, default=1, help="number of local ranks (default 1)"
+    )
     fp.add_argument("--tp", type=positive, default=1, help="tensor-parallel degree")
     fp.add_argument("--json", action="store_true", help="print JSON")
     fp.add_argument(

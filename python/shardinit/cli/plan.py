@@ -30,8 +30,8 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from .._dtypes import DTYPE_SIZES
-from .._layout import Run
+from .._dtypes import DTYPE_SIZES, max_numel
+from .._layout import MAX_NDIM, Run
 from ..errors import ShardInitError
 from ._args import (
     PLAN_MODELS_HELP,
@@ -55,6 +55,7 @@ from .models import ParamEntry, describe, param_table
 __all__ = ["add_command", "load_shapes", "peak_estimates", "run_plan"]
 
 _UNIT = re.compile(r"^(.*?\.?\d+)\.")
+_MAX_SIZE = 2**64 - 1  # the core's sizes are u64
 
 
 def load_shapes(path: str, dtype: str) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -86,16 +87,40 @@ def load_shapes(path: str, dtype: str) -> dict[str, tuple[tuple[int, ...], str]]
                         f"{', '.join(DTYPE_SIZES)}, got {entry['dtype']!r}"
                     )
                 entry_dtype = entry["dtype"]
-        if not (
-            isinstance(shape, list)
-            and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
-        ):
-            raise ShardInitError(
-                f"shapes file {path}: {name}: shape must be a list of non-negative ints, "
-                f"got {shape!r}"
-            )
-        result[name] = (tuple(shape), entry_dtype)
+        result[name] = (
+            _checked_shape(f"shapes file {path}: {name}", shape, entry_dtype),
+            entry_dtype,
+        )
     return result
+
+
+def _checked_shape(where: str, shape: object, dtype: str) -> tuple[int, ...]:
+    """``shape`` (a shapes file's entry) as a tuple, if it is a shape a parameter of
+    ``dtype`` can have: the core's limits, as :class:`shardinit.ParamSpec` checks them.
+
+    Raises:
+        ShardInitError: naming ``where``, the field and the allowed range.
+    """
+    if not (
+        isinstance(shape, list)
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
+    ):
+        raise ShardInitError(f"{where}: shape must be a list of non-negative ints, got {shape!r}")
+    if len(shape) > MAX_NDIM:
+        raise ShardInitError(f"{where}: shape must have at most {MAX_NDIM} dims, got {len(shape)}")
+    for dim, size in enumerate(shape):
+        if size > _MAX_SIZE:
+            raise ShardInitError(
+                f"{where}: shape[{dim}] must be in [0, 2^64 - 1], got {size} (about "
+                f"2^{size.bit_length() - 1})"
+            )
+    numel = math.prod(shape)
+    if numel > max_numel(dtype):
+        raise ShardInitError(
+            f"{where}: shape {shape} has {numel} elements; stream format v1 addresses at "
+            f"most {max_numel(dtype)} elements of {dtype}"
+        )
+    return tuple(shape)
 
 
 def _units(plan: LayoutPlan) -> list[list[ParamLayout]]:

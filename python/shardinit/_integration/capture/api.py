@@ -11,9 +11,10 @@ from torch import nn
 
 from ..._names import holder_names, listing
 from ..._torch_compat import rewrap_fsdp2_classes, unwrap_fsdp2_classes
-from ..._validate import DeviceLike
+from ..._validate import DeviceLike, resolve_device
 from ..collector import collector_paused
 from ..exclusive import ThreadExclusive
+from ..new_modules import NewSubmodules
 from .initcalls import install_init_calls
 from .mode import CaptureMode
 from .modulecalls import install_module_calls
@@ -80,8 +81,11 @@ def capture_init(
             parameter, a dtype change of the model or ``to_empty`` after writes).
         ShardInitError: FSDP1 flat parameters, dtypes outside stream format v1, buffers
             init code computes on the meta device or only in part, or empties
-            (``to_empty``) and does not compute again.
-        TypeError: ``module`` is not an ``nn.Module`` or ``init_fn`` is not callable.
+            (``to_empty``) and does not compute again; a ``device`` that is not the CPU
+            or an available CUDA device (``"meta"`` included: init code that checks
+            ``param.is_meta`` would skip its work).
+        TypeError: ``module`` is not an ``nn.Module``, ``init_fn`` is not callable, or
+            ``device`` is of another type than DeviceLike's.
 
     Warns:
         UserWarning: writes to a tied parameter that its values do not take (see the tie
@@ -101,6 +105,8 @@ def capture_init(
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     if not callable(init_fn):
         raise TypeError(f"init_fn must be callable, got {type(init_fn).__name__}")
+    # What materialize allocates on: never "meta", where guarded init code would be skipped.
+    device = None if device is None else resolve_device(device)
     with _CAPTURE.hold(), collector_paused():  # why: collector.py
         groups = param_groups(module)
         buffers = buffer_standins(module)
@@ -121,8 +127,9 @@ def capture_init(
             standin.module._buffers[standin.attr] = standin.track.base
         undo_module_calls = install_module_calls(module, recorder)
         undo_init_calls = install_init_calls(recorder)
+        new_submodules = NewSubmodules(module)
         try:
-            with recorder, torch.no_grad():
+            with recorder, torch.no_grad(), new_submodules.refused():
                 init_fn()
         finally:
             undo_init_calls()
@@ -134,6 +141,7 @@ def capture_init(
             values, buffer_error = read_buffers(buffers)
         if recorder.error is not None:
             raise recorder.error  # init_fn swallowed the exception: still unusable
+        new_submodules.raise_if_refused()
         if buffer_error is not None:
             raise buffer_error
         if replaced:

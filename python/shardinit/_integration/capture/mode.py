@@ -314,6 +314,8 @@ class CaptureMode(TorchFunctionMode):
             return result
         self.engine.copy_into(target, out, result, op)
         self.run_on(target, torch.Tensor.copy_, (out, result), {})
+        if route in ("factory", "source"):  # torch's factories give out= their flag too
+            out.requires_grad_(bool(kwargs.get("requires_grad", False)))
         return out
 
     def run_on(self, target: Track, func: Any, args: Sequence[Any], kwargs: Any) -> Any:

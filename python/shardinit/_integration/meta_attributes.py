@@ -1,0 +1,137 @@
+"""Tensors a model holds outside its parameters and buffers: plain module attributes, and
+lists, tuples and dicts of tensors in them (rotary tables kept as ``self.freqs_cis =
+[...]``, frequency tables as ``self.pos_freqs = ...``).
+
+``materialize`` allocates and fills parameters and buffers only. A meta tensor held
+elsewhere would stay on meta and the model's forward would fail on it, so it is refused
+before anything is allocated, naming each attribute. An attribute that is one of the
+model's own parameters or buffers (``self.w = self.proj.weight``) is an alias: eager
+torch keeps it the very tensor the model holds, so after the fill it is pointed at the
+new tensor that replaced the meta one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .._names import listing
+from ..errors import ShardInitError
+
+__all__ = ["Alias", "check_meta_attributes"]
+
+#: The containers searched for tensors, and how deep (a list of tuples of tensors).
+_CONTAINERS = (list, tuple, dict)
+_DEPTH = 3
+#: ``nn.Module``'s own tables: parameters, buffers and submodules are not attributes.
+_MODULE_TABLES = frozenset({"_parameters", "_buffers", "_modules"})
+
+#: Where a tensor sits below an attribute: list/tuple indices and dict keys, in order.
+Steps = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Alias:
+    """An attribute (``holder.attr`` then ``steps`` into containers) that is the tensor
+    ``owner._parameters[name]`` or ``owner._buffers[name]`` before the fill."""
+
+    holder: nn.Module
+    attr: str
+    steps: Steps
+    owner: nn.Module
+    name: str
+
+    def rebind(self) -> None:
+        """Points the attribute at the tensor ``owner.name`` is now."""
+        new = getattr(self.owner, self.name)
+        value = vars(self.holder)[self.attr]
+        vars(self.holder)[self.attr] = _replaced(value, self.steps, new)
+
+
+def check_meta_attributes(root: nn.Module) -> Callable[[], None]:
+    """Refuses meta tensors ``root``'s modules hold as plain attributes; returns what
+    points the aliases of parameters and buffers at their new tensors (call it after
+    the fill).
+
+    Raises:
+        ShardInitError: a meta tensor that is neither a parameter nor a buffer, naming
+            every such attribute.
+    """
+    owners = _tensor_owners(root)
+    aliases: list[Alias] = []
+    stranded: list[str] = []
+    for path, module in root.named_modules(remove_duplicate=True):
+        for attr, value in vars(module).items():
+            if attr in _MODULE_TABLES:
+                continue
+            for steps, tensor in _tensors_in(value, ()):
+                owner = owners.get(id(tensor))
+                if owner is not None:
+                    aliases.append(Alias(module, attr, steps, *owner))
+                elif _is_meta(tensor):
+                    stranded.append(f"{_where(path, attr, steps)} ({type(module).__name__})")
+    if stranded:
+        raise ShardInitError(
+            f"materialize: {listing(stranded)} hold tensors on the meta device that are "
+            "neither parameters nor buffers; materialize fills parameters and buffers "
+            "only, so these would stay on meta and forward would fail on them. Register "
+            "each as a buffer (register_buffer(name, tensor, persistent=False); built "
+            "inside shardinit.record_constructors() it gets its constructor's value), or "
+            "compute it on a real device before materialize (e.g. build the module that "
+            "holds it again outside the meta device, when it has no parameters)"
+        )
+
+    def rebind_aliases() -> None:
+        for alias in aliases:
+            alias.rebind()
+
+    return rebind_aliases
+
+
+def _tensor_owners(root: nn.Module) -> dict[int, tuple[nn.Module, str]]:
+    """id of every parameter and buffer of ``root`` -> (module holding it, its name)."""
+    owners: dict[int, tuple[nn.Module, str]] = {}
+    for module in root.modules():
+        for table in (module._parameters, module._buffers):
+            for name, tensor in table.items():
+                if tensor is not None:
+                    owners.setdefault(id(tensor), (module, name))
+    return owners
+
+
+def _tensors_in(value: Any, steps: Steps) -> Iterator[tuple[Steps, torch.Tensor]]:
+    """The tensors in ``value`` (a tensor, or containers of them to depth ``_DEPTH``)."""
+    if isinstance(value, torch.Tensor):
+        yield steps, value
+    elif isinstance(value, _CONTAINERS) and len(steps) < _DEPTH:
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            yield from _tensors_in(item, (*steps, key))
+
+
+def _is_meta(tensor: torch.Tensor) -> bool:
+    with torch._C.DisableTorchFunction():  # the tensor's own device, not a mode's answer
+        return bool(tensor.is_meta)
+
+
+def _where(path: str, attr: str, steps: Steps) -> str:
+    """``rope.freqs_cis[0]``: the attribute and the steps into it, as Python spells them."""
+    name = f"{path}.{attr}" if path else attr
+    return name + "".join(f"[{step!r}]" for step in steps)
+
+
+def _replaced(value: Any, steps: Steps, new: torch.Tensor) -> Any:
+    """``value`` with the tensor at ``steps`` replaced by ``new`` (lists and dicts in
+    place; a tuple is rebuilt, as it cannot change)."""
+    if not steps:
+        return new
+    head, rest = steps[0], steps[1:]
+    if isinstance(value, tuple):
+        items = [_replaced(item, rest, new) if i == head else item for i, item in enumerate(value)]
+        return tuple(items) if type(value) is tuple else type(value)(*items)  # a namedtuple
+    value[head] = _replaced(value[head], rest, new)
+    return value
