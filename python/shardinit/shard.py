@@ -9,8 +9,8 @@ buffers of bounded size (``CUDA_CHUNK_BYTES`` each) and copied asynchronously, s
 generating chunk k+1 overlaps the host-to-device copy of chunk k and host memory stays
 bounded. Both give the same bits.
 
-This is the spec-level API: it checks the arguments, reads the settings (threads, chunk
-size) and hands each fill to the one dispatch, :func:`shardinit._fill.fill`.
+This is the spec-level API: it checks the arguments and hands each fill to the one
+writer (:func:`writer`: the settings, threads and chunk size, read once per call).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import Any
 
 import torch
 
-from ._fill import fill
+from ._fill import DeferredFills
 from ._layout import Box, chunk_bounds
+from ._program import Writer
 from ._validate import U64_MAX, DeviceLike, check_int, resolve_device
 from .errors import ShardInitError
 from .spec import ParamSpec
@@ -37,6 +38,7 @@ __all__ = [
     "init_flat",
     "init_shard",
     "set_num_threads",
+    "writer",
 ]
 
 #: Bytes per pinned staging buffer on the CUDA path (two are used).
@@ -83,6 +85,12 @@ def get_num_threads() -> int:
     except (AttributeError, OSError):  # not on Linux
         cores = os.cpu_count() or 1
     return max(1, min(cores, torch.get_num_threads()))
+
+
+def writer(deferred: DeferredFills | None = None) -> Writer:
+    """The writer of one call, with the settings now: :func:`get_num_threads` and
+    ``CUDA_CHUNK_BYTES``; ``deferred``: see :class:`shardinit._program.Writer`."""
+    return Writer(get_num_threads(), CUDA_CHUNK_BYTES, deferred)
 
 
 def _check_out(out: Any, spec: ParamSpec, shape: tuple[int, ...]) -> torch.Tensor:
@@ -138,7 +146,7 @@ def _fill_box(
         out = _check_out(out, spec, shape)
         if device is not None and resolve_device(device) != out.device:
             raise ShardInitError(f"device is {device} but out is on {out.device}")
-    fill(spec, box, out, threads=get_num_threads(), chunk_bytes=CUDA_CHUNK_BYTES)
+    writer().write_stream(spec, box, out)
     return out
 
 
@@ -256,5 +264,5 @@ def init_flat(
         out = _check_out(out, spec, shape)
         if device is not None and resolve_device(device) != out.device:
             raise ShardInitError(f"device is {device} but out is on {out.device}")
-    fill(spec, start, out, threads=get_num_threads(), chunk_bytes=CUDA_CHUNK_BYTES)
+    writer().write_stream(spec, start, out)
     return out

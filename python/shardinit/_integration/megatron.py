@@ -44,12 +44,13 @@ import torch
 from torch import nn
 
 from .._names import ParamSlot, listing, qualified, walk_slots
+from .._program import ParamRecord, Writer, base_ops
 from .._torch_compat import strided_shard
 from .._validate import check_seed
 from ..errors import ShardInitError
 from ..init import Initializer, ones, zeros
 from ..spec import SUPPORTED_DTYPES
-from .capture import ParamRecord, base_ops, capture_init
+from .capture import capture_init
 from .exclusive import ThreadExclusive
 from .placements import Run, full_runs, local_runs
 from .plan import make_plan
@@ -296,8 +297,8 @@ class MegatronTarget:
     def allocate(self, device: torch.device) -> None:
         del device  # Megatron allocated the partitions (meta ones are refused)
 
-    def fill(self, values: Values) -> None:
-        values.write_runs(self.runs, self.slot.param.data)
+    def fill(self, values: Values, writer: Writer) -> None:
+        values.write_runs(writer, self.runs, self.slot.param.data)
 
 
 def _region(slot: ParamSlot) -> tuple[tuple[int, ...], list[list[Run]]]:

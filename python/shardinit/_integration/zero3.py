@@ -31,9 +31,10 @@ import torch
 from torch import nn
 
 from .._names import ParamSlot, listing, param_slots
+from .._program import Writer
+from .._torch_compat import NN_INIT_FILLS
 from ..errors import ShardInitError
 from ..spec import SUPPORTED_DTYPES
-from .capture.translations import INIT_TRANSLATIONS
 from .targets import Target, Values
 
 #: The DeepSpeed release the attributes below were checked against.
@@ -66,10 +67,10 @@ class FlatPartition:
     start: int
     count: int
 
-    def fill(self, values: Values) -> None:
+    def fill(self, values: Values, writer: Writer) -> None:
         data = self.tensor.data
         if self.count > 0:
-            values.write_flat(self.start, self.start + self.count, data[: self.count])
+            values.write_flat(writer, self.start, self.start + self.count, data[: self.count])
         data[self.count :].zero_()  # DeepSpeed leaves the padding uninitialized
 
 
@@ -112,9 +113,9 @@ class Zero3Target:
     def allocate(self, device: torch.device) -> None:
         del device  # DeepSpeed allocated the partitions
 
-    def fill(self, values: Values) -> None:
+    def fill(self, values: Values, writer: Writer) -> None:
         for partition in self.partitions:
-            partition.fill(values)
+            partition.fill(values, writer)
         if hasattr(self.slot.param, _UNFILLED_ATTR):
             delattr(self.slot.param, _UNFILLED_ATTR)
 
@@ -209,8 +210,8 @@ def flat_partition_of(param: torch.Tensor) -> tuple[torch.Tensor, int, Any, tupl
 
 #: torch.nn.init functions made no-ops while modules are built (as transformers'
 #: ``no_init_weights``): shardinit fills every partition afterwards. Every fill function
-#: of torch.nn.init: the names capture translates (their one home).
-_SKIPPED_INIT = tuple(INIT_TRANSLATIONS)
+#: of torch.nn.init (the names capture translates too).
+_SKIPPED_INIT = NN_INIT_FILLS
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ Closed world: an operand with random values (the stream draws those at each
 destination's own index, so no table of them exists), values read from a parameter,
 values no op describes, or an operation that draws from torch's generator itself is not
 evaluated: its results stay opaque, refused with the reason where they reach a
-parameter or a buffer. Memory is bounded by :data:`.program.TABLE_CAP`, the most
+parameter or a buffer. Memory is bounded by :data:`shardinit._program.expr.TABLE_CAP`, the most
 elements one evaluated operand or result may hold.
 """
 
@@ -29,11 +29,11 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from . import program
+from ..._program import expr as program_ir
+from ..._program.actions import CapturedOp, Opaque
+from ..._program.expr import Bad, Expr, Source, bad_reasons, beyond_table_cap, walk_nodes
 from .engine import Engine, unfollowed
 from .frames import user_frame
-from .program import Bad, Expr, Source, bad_reasons, beyond_table_cap, walk_nodes
-from .records import CapturedOp, Opaque
 from .store import RecordStore
 from .torchvalues import eager_values
 from .tracks import Track, run_op, storage_id
@@ -104,7 +104,7 @@ class Concrete:
         track = self.store.lookup(value)
         if track is None or track.kind != "temp":
             return "its operand is a meta tensor whose values capture did not follow"
-        if value.numel() > program.TABLE_CAP:
+        if value.numel() > program_ir.TABLE_CAP:
             return beyond_table_cap(value.numel(), "an operand")
         expr = self.engine.value_of(value, op)
         reasons = bad_reasons(expr)
@@ -150,7 +150,7 @@ class Concrete:
         return temp
 
     def table(self, values: torch.Tensor) -> Expr:
-        if values.numel() > program.TABLE_CAP:
+        if values.numel() > program_ir.TABLE_CAP:
             return Bad(beyond_table_cap(values.numel(), "a result"))
         return self.engine.table_of(values)
 

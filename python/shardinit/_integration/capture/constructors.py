@@ -41,13 +41,13 @@ from torch.nn.modules.module import (
 )
 from torch.overrides import TorchFunctionMode
 
+from ..._program.actions import CapturedOp, ParamRecord, program_of
+from ..._program.expr import Bad, Expr, Source, bad_reasons, walk_nodes
 from ...errors import ShardInitError
 from ..exclusive import ThreadExclusive
 from .frames import user_frame
 from .mode import CaptureMode
 from .modulecalls import constructor_moves
-from .program import Bad, Expr, Source, bad_reasons, walk_nodes
-from .records import CapturedOp, ParamRecord, program_of
 from .torchvalues import eager_values
 
 __all__ = [
@@ -64,7 +64,7 @@ __all__ = [
 @dataclass(frozen=True)
 class ConstructorValue:
     """What a constructor computed for one parameter (over its GLOBAL coordinates), or
-    why it cannot be replayed (``expr`` is then a :class:`~.program.Bad`)."""
+    why it cannot be replayed (``expr`` is then a :class:`~shardinit._program.expr.Bad`)."""
 
     expr: Expr
     where: str

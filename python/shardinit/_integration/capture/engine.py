@@ -1,5 +1,5 @@
 """The expression engine of a capture: values, sources, elementwise steps and writes
-over a :class:`.store.RecordStore`, as init programs (:mod:`.program`).
+over a :class:`.store.RecordStore`, as init programs (:mod:`shardinit._program.expr`).
 
 * **Values of tensors.** A followed temporary's value is the fold of what was written
   to it (its ops, last one wins, as ``where`` of their boxes); a view of it reads that
@@ -12,7 +12,7 @@ over a :class:`.store.RecordStore`, as init programs (:mod:`.program`).
 * **Sources** (new temporaries): ``arange``, ``linspace``, ``eye``, ``torch.tensor``,
   ``rand``/``randn`` (and ``*_like``).
 * **Steps**: elementwise operations (:mod:`.pointwise`) out of place (a new temporary)
-  and in place (an op reading :class:`~.program.Prior`), casts.
+  and in place (an op reading :class:`~shardinit._program.expr.Prior`), casts.
 * **Writes**: a fill (:mod:`.translations`) lands on the box its view covers; an
   expression over a view's coordinates lands on the boxes of its base the view covers,
   read back at each element's own coordinates; random values land in one place only
@@ -29,14 +29,8 @@ from typing import Any
 
 import torch
 
-from ..._torch_compat import tree_flatten
-from ...errors import ShardInitError
-from ...init import Constant
-from ...spec import ParamSpec
-from .claims import RandomPlaces
-from .frames import user_frame
-from .pointwise import POINTWISE, cast, cast_dtype, no_formula, step_of
-from .program import (
+from ..._program.actions import CapturedOp, Computed, Fill, Opaque, TrackAction, program_of
+from ..._program.expr import (
     Bad,
     Binary,
     Const,
@@ -62,8 +56,7 @@ from .program import (
     walk_nodes,
     where,
 )
-from .records import Action, CapturedOp, Computed, Fill, Opaque, program_of
-from .regions import (
+from ..._program.regions import (
     Box,
     FlatRun,
     box_runs,
@@ -72,6 +65,13 @@ from .regions import (
     runs_or_reason,
     view_region,
 )
+from ..._torch_compat import tree_flatten
+from ...errors import ShardInitError
+from ...init import Constant
+from ...spec import ParamSpec
+from .claims import RandomPlaces
+from .frames import user_frame
+from .pointwise import POINTWISE, cast, cast_dtype, no_formula, step_of
 from .store import RecordStore
 from .structured import fill_action
 from .tables import RANDOM_SOURCES
@@ -249,7 +249,7 @@ class Engine:
 
     # ----------------------------------------------------------------- writes
 
-    def action_of(self, track: Track, expr: Expr, op: str) -> Action:
+    def action_of(self, track: Track, expr: Expr, op: str) -> TrackAction:
         """The action of writing ``expr``; :class:`Bad` values are refused for a
         parameter and make a temporary opaque."""
         reasons = bad_reasons(expr)
@@ -259,7 +259,7 @@ class Engine:
             return Opaque(reasons[0])
         return program_of(expr)
 
-    def record(self, track: Track, view: torch.Tensor, action: Action, op: str) -> None:
+    def record(self, track: Track, view: torch.Tensor, action: TrackAction, op: str) -> None:
         """Records ``action`` on the box ``view`` covers (:meth:`.store.RecordStore.append`);
         a fill of a parameter must make a valid stream-v1 parameter.
 

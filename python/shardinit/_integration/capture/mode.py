@@ -34,8 +34,9 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ..._program.actions import Fill, Opaque, TrackAction
 from ..._torch_compat import enter_dispatch_mode, exit_dispatch_mode, handed_to_mode
-from ...errors import ShardInitError
+from ...errors import ShardInitError, UnsupportedInitOpError
 from ...init import Constant
 from .backstop import WriteBackstop
 from .concrete import Concrete, Evaluated
@@ -43,7 +44,6 @@ from .coordinates import Coordinates
 from .engine import Engine, read_reason
 from .frames import frame_arguments, func_name, init_frame
 from .pointwise import inplace_name, no_formula
-from .records import Action, Fill, Opaque, UnsupportedInitOpError
 from .store import RecordStore
 from .tables import CONCATS, COPIES, FACTORIES, SCALES, is_inplace, route_of
 from .tracks import Track, run_op, same_view, storage_id
@@ -426,7 +426,7 @@ class CaptureMode(TorchFunctionMode):
             self.engine.record(target, view, self.constant(target, value, op), op)
         self.run_on(target, torch.Tensor.__setitem__, (tensor, index, value), {})
 
-    def constant(self, target: Track, value: Any, op: str) -> Action:
+    def constant(self, target: Track, value: Any, op: str) -> TrackAction:
         """A fill by the number ``value`` (refused on a parameter, opaque on others when
         it is no number)."""
         try:

@@ -28,9 +28,8 @@ from torch import nn
 
 from ..._names import ParamSlot, canonical_name, param_slots, qualified, refuse_lazy
 from ..._torch_compat import is_flat_param
-from ...errors import ShardInitError
+from ...errors import ShardInitError, UnsupportedInitOpError
 from ...spec import SUPPORTED_DTYPES
-from .records import UnsupportedInitOpError
 from .tracks import Track
 
 __all__ = [

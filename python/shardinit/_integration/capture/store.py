@@ -8,10 +8,11 @@ from typing import Any
 
 import torch
 
+from ..._program.actions import CapturedOp, Opaque, TrackAction
+from ..._program.regions import Box, view_region
 from ..._torch_compat import tree_flatten
+from ...errors import UnsupportedInitOpError
 from .frames import user_frame
-from .records import Action, CapturedOp, Opaque, UnsupportedInitOpError
-from .regions import Box, view_region
 from .tracks import Track, storage_id
 
 __all__ = ["HELP", "RecordStore"]
@@ -97,7 +98,7 @@ class RecordStore:
         return region
 
     def append(
-        self, track: Track, view: torch.Tensor, action: Action, op: str
+        self, track: Track, view: torch.Tensor, action: TrackAction, op: str
     ) -> CapturedOp | None:
         """Appends ``action`` on the box ``view`` covers (for a temporary whose region is
         no box, the whole temporary becomes opaque); returns the recorded op (None: the

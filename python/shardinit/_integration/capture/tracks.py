@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 import torch
 
-from .records import CapturedOp, sets_values
-from .regions import Box, box_union_covers, intersect, view_region
+from ..._program.actions import CapturedOp, sets_values
+from ..._program.regions import Box, box_union_covers, intersect, view_region
 
 __all__ = ["Track", "run_op", "same_view", "storage_id"]
 
@@ -99,8 +99,8 @@ class Track:
         return tuple(self.base.shape)
 
     def whole(self) -> tuple[Box, tuple[int | None, ...]] | None:
-        """The region of all of ``base`` (:func:`.regions.view_region` of it), computed
-        once per shape (init code that resizes a temporary changes it)."""
+        """The region of all of ``base`` (:func:`shardinit._program.regions.view_region`
+        of it), computed once per shape (init code that resizes a temporary changes it)."""
         shape = self.base.shape
         if self._whole is None or self._whole[0] != shape:
             self._whole = (shape, view_region(self.base, self.base))

@@ -11,7 +11,7 @@ coordinates to another's (:func:`reindex`); index arithmetic that stays affine i
 simplified so tables stay tables and ``where`` of coordinate conditions folds away.
 
 Nothing here computes a float: values are computed only by the core's deterministic
-binary64 evaluator (``_core.Program``), at replay. Only exact integer index arithmetic
+binary64 evaluator (the core's registers), when written. Only exact integer index arithmetic
 is folded here.
 """
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import _core
-from ...init import BaseInit, Constant
+from .. import _core
+from ..init import BaseInit, Constant
 
 __all__ = [
     "BINARY",
@@ -107,7 +107,7 @@ class TableData:
 
 @dataclass(frozen=True)
 class Table(Expr):
-    """``data.values[index]``; ``index`` must be affine in the coordinates at replay."""
+    """``data.values[index]``; ``index`` must be affine in the coordinates when written."""
 
     data: TableData
     index: Expr
@@ -148,7 +148,7 @@ class Prior(Expr):
 
 @dataclass(frozen=True)
 class Bad(Expr):
-    """Values that cannot be replayed, and why (refused if they reach a parameter)."""
+    """Values that cannot be written shard-locally, and why (refused if they reach a parameter)."""
 
     why: str
 
@@ -371,7 +371,7 @@ def beyond_table_cap(count: int, what: str) -> str:
     """Why ``what`` of ``count`` elements (beyond :data:`TABLE_CAP`) is no table."""
     return (
         f"{what} of {count} elements is beyond the cap of {TABLE_CAP} elements a table "
-        "computed at capture may hold (shardinit._integration.capture.program.TABLE_CAP)"
+        "computed at capture may hold (shardinit._program.expr.TABLE_CAP)"
     )
 
 
