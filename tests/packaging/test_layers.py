@@ -74,3 +74,19 @@ def test_a_climb_from_the_program_floor_is_found(tmp_path: Path) -> None:
     (package / "_integration" / "plan.py").write_text("")
     graph = import_graph(package)
     assert "shardinit._integration.plan" in reachable(graph, "shardinit._program.writer")
+
+
+#: Spellings of torch's private APIs (a private module or a ``_``-prefixed attribute of a
+#: torch object) that only ``_torch_compat`` may use.
+PRIVATE_TORCH = ("torch._C", "torch.utils._", "._make_subclass", "__deepcopy__.__code__")
+
+
+def test_private_torch_apis_live_in_torch_compat() -> None:
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "_torch_compat.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if any(spelling in line for spelling in PRIVATE_TORCH)
+    ]
+    assert not found, "\n".join(found)

@@ -33,7 +33,7 @@ from torch import nn
 
 from .._names import ParamSlot
 from .._program import ParamRecord, Writer
-from .._torch_compat import assign_parameter
+from .._torch_compat import assign_parameter, make_parameter
 from .placements import Run, is_dtensor, local_of
 
 # --------------------------------------------------------------------------- values
@@ -162,10 +162,9 @@ class LocalTarget:
     def allocate(self, device: torch.device) -> None:
         tensor = self.slot.current()
         if tensor.is_meta and not is_dtensor(tensor):
-            # What nn.Parameter(empty, requires_grad) makes of a plain tensor, without
-            # its __new__ (materialize allocates every parameter of a model).
+            # Without nn.Parameter's __new__: materialize allocates every parameter.
             empty = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device=device)
-            new = torch.Tensor._make_subclass(nn.Parameter, empty, tensor.requires_grad)
+            new = make_parameter(nn.Parameter, empty, tensor.requires_grad)
             for owner, attr in self.slot.owners:
                 assign_parameter(owner, attr, new)
 

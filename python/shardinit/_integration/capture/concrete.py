@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
 
 from ..._program import expr as program_ir
 from ..._program.actions import CapturedOp, Opaque
 from ..._program.expr import Bad, Expr, Source, bad_reasons, beyond_table_cap, walk_nodes
+from ..._torch_compat import tree_flatten, tree_map
 from .engine import Engine, unfollowed
 from .frames import user_frame
 from .store import RecordStore

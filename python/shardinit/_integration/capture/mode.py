@@ -35,7 +35,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..._program.actions import Fill, Opaque, TrackAction
-from ..._torch_compat import enter_dispatch_mode, exit_dispatch_mode, handed_to_mode
+from ..._torch_compat import GRAD_SWITCH, enter_dispatch_mode, exit_dispatch_mode, handed_to_mode
 from ...errors import ShardInitError, UnsupportedInitOpError
 from ...init import Constant
 from .backstop import WriteBackstop
@@ -52,9 +52,8 @@ from .translations import INIT_FUNCTIONS, INIT_TRANSLATIONS, METHOD_TRANSLATIONS
 __all__ = ["CaptureMode"]
 
 _CPU = torch.device("cpu")
-# torch.no_grad()'s switch, which torch.nn.init functions run around their writes: it
-# writes no tensor and draws no random number, so inside them it runs as it is.
-_GRAD_SWITCH = torch._C._set_grad_enabled
+# torch.no_grad()'s switch (GRAD_SWITCH), which torch.nn.init functions run around their
+# writes: it writes no tensor and draws no random number, so inside them it runs as it is.
 
 
 def _tensor_operand(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
@@ -231,7 +230,7 @@ class CaptureMode(TorchFunctionMode):
         """An operation inside ``torch.nn.init.<init_name>``: the call is recorded once, at
         its first operation; torch's own body then runs on temporaries (on a parameter's
         stand-in its writes are the recorded call's, and are skipped)."""
-        switch = func is _GRAD_SWITCH and frame in self.handled
+        switch = func is GRAD_SWITCH and frame in self.handled
         if switch and not handed_to_mode(sys._getframe(2), frame):
             return func(*args, **kwargs)  # as below, without reading the frame again
         arguments = frame_arguments(frame)
@@ -247,7 +246,7 @@ class CaptureMode(TorchFunctionMode):
                 return tensor
             with self.backstop.expecting(track):
                 return INIT_FUNCTIONS[init_name](**arguments)
-        if func is _GRAD_SWITCH:
+        if func is GRAD_SWITCH:
             return func(*args, **kwargs)
         operand = self.store.lookup(args[0]) if args else None
         if operand is None and track is None:
