@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from ..._program import expr as program_ir
-from ..._program.actions import CapturedOp, Opaque
+from ..._program.actions import Opaque
 from ..._program.expr import Bad, Expr, Source, bad_reasons, beyond_table_cap, walk_nodes
 from ..._torch_compat import tree_flatten, tree_map
 from .engine import Engine, unfollowed
@@ -145,8 +145,7 @@ class Concrete:
         """A new temporary ``meta`` that holds ``values`` (its CPU result)."""
         temp = self.store.new_temp(name, meta)
         expr = self.table(values)
-        temp.ops.append(CapturedOp(_whole(meta), self.engine.action_of(temp, expr, name), name,
-                                   user_frame()))  # fmt: skip
+        self.store.hold(temp, self.engine.action_of(temp, expr, name), name)
         return temp
 
     def table(self, values: torch.Tensor) -> Expr:
@@ -192,7 +191,3 @@ def _meta_like(value: Any) -> Any:
     if not isinstance(value, torch.Tensor):
         return value
     return torch.empty(value.shape, dtype=value.dtype, device="meta")
-
-
-def _whole(tensor: torch.Tensor) -> tuple[tuple[int, int], ...]:
-    return tuple((0, int(size)) for size in tensor.shape)

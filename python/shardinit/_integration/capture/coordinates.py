@@ -37,10 +37,9 @@ from ..._program.expr import (
     walk_nodes,
     where,
 )
-from ..._program.regions import view_region
+from ..._program.regions import view_region, whole
 from ...shard import writer
 from .engine import Engine
-from .frames import user_frame
 from .store import RecordStore
 from .tracks import Track, run_op
 from .translations import Translation, scalar
@@ -155,7 +154,7 @@ class Coordinates:
         self.engine.carry_read(temp, [source, bound.get("mask")], name)
         expr = where(cond, value, self.engine.operand(source, shape, name))
         action = self.engine.action_of(temp, expr, name)
-        temp.ops.append(CapturedOp(_whole(shape), action, name, user_frame()))
+        self.store.hold(temp, action, name)
         return result
 
     def condition(
@@ -260,7 +259,7 @@ class Coordinates:
         self.engine.carry_read(temp, [a, b], name)
         expr = combine("mul", parts[0], parts[1], ranges)
         action = self.engine.action_of(temp, expr, name)
-        temp.ops.append(CapturedOp(_whole(shape), action, name, user_frame()))
+        self.store.hold(temp, action, name)
         return result
 
 
@@ -330,10 +329,6 @@ def _strided_positions(view: torch.Tensor, base: torch.Tensor) -> Expr | None:
 
 def evaluate_whole(expr: Expr, shape: tuple[int, ...]) -> torch.Tensor:
     """A deterministic program over a tensor of ``shape``, whole, in binary64."""
-    whole = _whole(shape)
-    op = CapturedOp(whole, program_of(expr), "value", "<capture>")
+    whole_box = whole(shape)
+    op = CapturedOp(whole_box, program_of(expr), "value", "<capture>")
     return writer().full(ParamRecord("value", shape, torch.float64, (op,)), seed=0)
-
-
-def _whole(shape: Sequence[int]) -> tuple[tuple[int, int], ...]:
-    return tuple((0, int(size)) for size in shape)

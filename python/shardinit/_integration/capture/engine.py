@@ -88,10 +88,6 @@ def _ranges(shape: Sequence[int]) -> list[tuple[int, int]]:
     return [(0, int(size)) for size in shape]
 
 
-def _identity(ndim: int) -> tuple[Expr, ...]:
-    return tuple(Coord(d) for d in range(ndim))
-
-
 def op_value(op: CapturedOp, track: Track, prior: Expr) -> Expr:
     """What ``op`` leaves in the elements it covers, given their value before."""
     if isinstance(op.action, Opaque):
@@ -301,7 +297,7 @@ class Engine:
             expr = substitute_prior(expr, prior)
         if track.kind == "param":
             self.places.land(track, box, expr, op, f"{op} at {user_frame()}", self.folded)
-        track.ops.append(CapturedOp(box, self.action_of(track, expr, op), op, where_))
+        self.store.add(track, CapturedOp(box, self.action_of(track, expr, op), op, where_))
 
     def spread(
         self,
@@ -412,7 +408,7 @@ class Engine:
                 for _, box in flat_range_boxes(target.shape, *mapped):
                     copy = CapturedOp(box, entry.action, copied, entry.where)
                     self.places.roots[id(copy)] = self.places.root(id(entry))
-                    target.ops.append(copy)
+                    self.store.add(target, copy)
 
     def copy_into(self, target: Track, dst: torch.Tensor, value: Any, op: str) -> None:
         """``dst`` of ``target`` takes ``value``: a temporary of the same shape op by op
@@ -456,8 +452,7 @@ class Engine:
             self.record(temp, result, Fill(RANDOM_SOURCES[base]), name)
             return result
         expr = self.source_value(name, args, kwargs, result)
-        temp.ops.append(CapturedOp(_whole(result), self.action_of(temp, expr, name), name,
-                                   user_frame()))  # fmt: skip
+        self.store.hold(temp, self.action_of(temp, expr, name), name)
         return result
 
     def source_value(
@@ -497,8 +492,7 @@ class Engine:
         temp = self.store.new_temp(name, result)
         self.carry_read(temp, operands, name)
         expr = step.build(exprs, options)
-        temp.ops.append(CapturedOp(_whole(result), self.action_of(temp, expr, name), name,
-                                   user_frame()))  # fmt: skip
+        self.store.hold(temp, self.action_of(temp, expr, name), name)
         return result
 
     def cast_temp(self, name: str, func: Any, args: Sequence[Any], kwargs: Any) -> Any:
@@ -513,8 +507,7 @@ class Engine:
         expr = cast(self.operand(source, tuple(result.shape), name), source.dtype, dtype)
         temp = self.store.new_temp(name, result)
         self.carry_read(temp, source, name)
-        temp.ops.append(CapturedOp(_whole(result), self.action_of(temp, expr, name), name,
-                                   user_frame()))  # fmt: skip
+        self.store.hold(temp, self.action_of(temp, expr, name), name)
         return result
 
     def inplace(
@@ -552,7 +545,7 @@ class Engine:
                 temp.from_random = True
                 self.carry_read(temp, (args, kwargs), name)
                 why = why or unfollowed(name)
-                temp.ops.append(CapturedOp(_whole(leaf), Opaque(why), name, user_frame()))
+                self.store.hold(temp, Opaque(why), name)
 
 
 def unfollowed(name: str) -> str:
@@ -655,10 +648,6 @@ def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, list[Expr]
         else:
             coords.append(combine("sub", Coord(axis), Const(float(box[axis][0]))))
     return box, coords
-
-
-def _whole(tensor: torch.Tensor) -> Box:
-    return tuple((0, int(size)) for size in tensor.shape)
 
 
 def _linspace(start: float, end: float, steps: int) -> Expr:

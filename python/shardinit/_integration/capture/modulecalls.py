@@ -179,7 +179,7 @@ def _apply_to(
             f"{track.ops[0].where}); call to_empty before initializing",
         )
     if track.kind == "buffer":
-        track.ops.clear()  # eager torch leaves the buffer uninitialized
+        recorder.store.forget(track)  # eager torch leaves the buffer uninitialized
         track.emptied = True
         fill = math.nan if track.base.is_floating_point() else 0
         # The stand-in's own emptying: no write of init code (the backstop expects it).
