@@ -27,9 +27,10 @@ The routes:
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -45,7 +46,7 @@ from .engine import Engine, read_reason
 from .frames import frame_arguments, func_name, init_frame
 from .pointwise import inplace_name, no_formula
 from .store import RecordStore
-from .tables import CONCATS, COPIES, FACTORIES, SCALES, is_inplace, route_of
+from .tables import CONCATS, COPIES, FACTORIES, SCALES, Route, is_inplace, route_of
 from .tracks import Track, run_op, same_view, storage_id
 from .translations import INIT_FUNCTIONS, INIT_TRANSLATIONS, METHOD_TRANSLATIONS, bind, scalar
 
@@ -137,45 +138,23 @@ class CaptureMode(TorchFunctionMode):
             return self.inside_init(*found, func, args, kwargs)
         name = func_name(func)
         route = route_of(name)
-        if route == "metadata":
-            return func(*args, **kwargs)
-        target = self.store.lookup(args[0]) if args else None
-        if route == "device" and target is not None and target.kind == "param":
-            return self.answer(name, target)
-        if route == "flag":  # the tensor takes it; its values do not change
+        if route in _UNTOUCHED:
             return func(*args, **kwargs)
         if kwargs.get("out") is not None and self.store.followed(kwargs["out"]):
             return self.into_out(name, route, func, types, args, kwargs)
-        if route == "coordinate" and target is not None:
-            return self.coordinate_op(name, target, func, args, kwargs)
-        if target is not None:
-            handled, result = self.on_target(name, target, func, args, kwargs)
-            if handled:
+        call = Call(name, route, self.store.lookup(args[0]) if args else None, func, args, kwargs)
+        for handlers in (_ON_TARGET, _BY_ROUTE):
+            handler = handlers.get(route)
+            result = _NOT_MINE if handler is None else handler(self, call)
+            if result is not _NOT_MINE:
                 return result
-        return self.by_route(name, route, target, func, args, kwargs)
+        return self.unrouted(call)
 
-    def by_route(
-        self,
-        name: str,
-        route: str,
-        target: Track | None,
-        func: Any,
-        args: Sequence[Any],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        """An operation that writes no followed tensor (or one the routes above left)."""
-        if route == "view":
-            return self.view(name, func, args, kwargs)
-        if route in ("factory", "concat") or (route == "copy" and target is not None):
-            return self.make_temporary(name, func, args, kwargs)
-        if route == "source":
-            return self.engine.source(name, func, args, kwargs)
-        followed = self.store.followed((args, kwargs))
-        if route == "pointwise" and any(t.kind != "buffer" for t in followed):
-            return self.engine.pointwise(name, func, args, kwargs)
-        if route == "cast" and target is not None and target.kind == "temp":
-            return self.engine.cast_temp(name, func, args, kwargs)
-        params = [track for track in followed if track.kind == "param"]
+    def unrouted(self, call: Call) -> Any:
+        """An operation no route takes: refused where it reads a parameter's values, else
+        run as :meth:`unfollowed` runs it."""
+        name, target, args, kwargs = call.name, call.target, call.args, call.kwargs
+        params = self.store.params_in((args, kwargs))
         if params:
             if no_formula(name):
                 why = "it is an elementwise operation shardinit has no exact formula for"
@@ -187,7 +166,7 @@ class CaptureMode(TorchFunctionMode):
         reads = self.engine.read_in((args, kwargs), name)
         if reads:  # values computed from a parameter's, beyond elementwise steps
             raise self.store.fail(reads[0][0], name, read_reason(reads[0]))
-        return self.unfollowed(name, target, func, args, kwargs)
+        return self.unfollowed(name, target, call.func, args, kwargs)
 
     def unfollowed(
         self, name: str, target: Track | None, func: Any, args: Sequence[Any],
@@ -504,3 +483,96 @@ def _tensors(tree: Any) -> list[torch.Tensor]:
     from ..._torch_compat import tree_flatten
 
     return [leaf for leaf in tree_flatten(tree)[0] if isinstance(leaf, torch.Tensor)]
+
+
+@dataclass(frozen=True)
+class Call:
+    """One torch call the mode routes: its name, route (:func:`.tables.route_of`), the
+    followed tensor it is called on (its first argument; None when that is none), and
+    the call itself."""
+
+    name: str
+    route: Route
+    target: Track | None
+    func: Any
+    args: Sequence[Any]
+    kwargs: dict[str, Any]
+
+
+#: What a handler returns when the call is not its to take (the next table is asked).
+_NOT_MINE: Any = object()
+#: Routes that run as they are: questions about a tensor's layout, and flags a tensor
+#: takes without its values changing (``requires_grad_``).
+_UNTOUCHED = frozenset({"metadata", "flag"})
+Handler = Callable[[CaptureMode, Call], Any]
+
+
+def _write(mode: CaptureMode, call: Call) -> Any:
+    """A write into a followed tensor (:meth:`CaptureMode.on_target`)."""
+    if call.target is None:
+        return _NOT_MINE
+    handled, result = mode.on_target(call.name, call.target, call.func, call.args, call.kwargs)
+    return result if handled else _NOT_MINE
+
+
+def _device(mode: CaptureMode, call: Call) -> Any:
+    """A parameter's stand-in answers as the parameter will at run time."""
+    if call.target is None or call.target.kind != "param":
+        return _write(mode, call)
+    return mode.answer(call.name, call.target)
+
+
+def _coordinate(mode: CaptureMode, call: Call) -> Any:
+    if call.target is None:
+        return _NOT_MINE
+    return mode.coordinate_op(call.name, call.target, call.func, call.args, call.kwargs)
+
+
+def _view(mode: CaptureMode, call: Call) -> Any:
+    return mode.view(call.name, call.func, call.args, call.kwargs)
+
+
+def _temporary(mode: CaptureMode, call: Call) -> Any:
+    return mode.make_temporary(call.name, call.func, call.args, call.kwargs)
+
+
+def _copy(mode: CaptureMode, call: Call) -> Any:
+    return _NOT_MINE if call.target is None else _temporary(mode, call)
+
+
+def _source(mode: CaptureMode, call: Call) -> Any:
+    return mode.engine.source(call.name, call.func, call.args, call.kwargs)
+
+
+def _pointwise(mode: CaptureMode, call: Call) -> Any:
+    if all(track.kind == "buffer" for track in mode.store.followed((call.args, call.kwargs))):
+        return _NOT_MINE  # on buffers' real values (or none followed): run as it is
+    return mode.engine.pointwise(call.name, call.func, call.args, call.kwargs)
+
+
+def _cast(mode: CaptureMode, call: Call) -> Any:
+    if call.target is None or call.target.kind != "temp":
+        return _NOT_MINE
+    return mode.engine.cast_temp(call.name, call.func, call.args, call.kwargs)
+
+
+#: First, per route, what a call on a followed tensor does: a parameter's stand-in
+#: answers, a write at coordinates, else a write into it when its name is one
+#: (:meth:`CaptureMode.on_target`).
+_ON_TARGET: dict[str, Handler] = {
+    **{route: _write for route in get_args(Route)},
+    "device": _device,
+    "coordinate": _coordinate,
+}
+#: Then, per route, an operation that writes no followed tensor (or one the table above
+#: left); a route without a handler here, or whose handler leaves the call, is
+#: :meth:`CaptureMode.unrouted`.
+_BY_ROUTE: dict[str, Handler] = {
+    "view": _view,
+    "factory": _temporary,
+    "concat": _temporary,
+    "copy": _copy,
+    "source": _source,
+    "pointwise": _pointwise,
+    "cast": _cast,
+}
