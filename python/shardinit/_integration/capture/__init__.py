@@ -17,10 +17,13 @@ actions):
   records (fills) and program steps (elementwise operations);
 * :mod:`.tables`: the dispatch's one table (which route each torch name takes);
 * :mod:`.tracks` / :mod:`.store` / :mod:`.engine` / :mod:`.claims` / :mod:`.structured`:
-  the followed tensors, the record store, the expression engine (values, sources, steps,
-  writes, copies), where random values land, and fills' actions;
+  the followed tensors, the record store (the one writer of records), the expression
+  engine (reading values, writing records), where random values land, and fills'
+  actions; :mod:`.steps` (sources and elementwise steps) and :mod:`.copies`, components
+  the mode calls;
 * :mod:`.mode` / :mod:`.backstop` / :mod:`.frames`: the ``TorchFunctionMode`` that
-  routes each call (holding a store and an engine), the ``TorchDispatchMode`` below it
+  routes each call through tables of handlers (holding a store, an engine and its
+  components), the ``TorchDispatchMode`` below it
   that refuses every write to a parameter it did not route, and the call sites;
 * :mod:`.coordinates`: writes at positions computed from coordinates (``triu_``,
   ``fill_diagonal_``, ``masked_fill_``, ...), a component the mode calls;

@@ -32,8 +32,9 @@ from ..._program import expr as program_ir
 from ..._program.actions import Opaque
 from ..._program.expr import Bad, Expr, Source, bad_reasons, beyond_table_cap, walk_nodes
 from ..._torch_compat import tree_flatten, tree_map
-from .engine import Engine, unfollowed
+from .engine import Engine
 from .frames import user_frame
+from .steps import unfollowed
 from .store import RecordStore
 from .torchvalues import eager_values
 from .tracks import Track, run_op, storage_id
