@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ._fill import DeferredFills
+from ._fill import DeferredFills, Region
 from ._layout import Box, chunk_bounds
 from ._program import Writer
 from ._validate import U64_MAX, DeviceLike, check_int, resolve_device
@@ -135,19 +135,29 @@ def _check_box(spec: ParamSpec, box: Any) -> Box:
     return tuple(checked)
 
 
-def _fill_box(
-    spec: ParamSpec, box: Box, device: DeviceLike, out: torch.Tensor | None
+def _fill(
+    spec: ParamSpec,
+    region: Region,
+    shape: tuple[int, ...],
+    device: DeviceLike,
+    out: torch.Tensor | None,
 ) -> torch.Tensor:
-    shape = tuple(stop - start for start, stop in box)
+    """``region`` of ``spec``'s stream into ``out`` (checked) or a new tensor of
+    ``shape`` on ``device``."""
     if out is None:
-        target_device = resolve_device(device)
-        out = torch.empty(shape, dtype=spec.dtype, device=target_device)
+        out = torch.empty(shape, dtype=spec.dtype, device=resolve_device(device))
     else:
         out = _check_out(out, spec, shape)
         if device is not None and resolve_device(device) != out.device:
             raise ShardInitError(f"device is {device} but out is on {out.device}")
-    writer().write_stream(spec, box, out)
+    writer().write_stream(spec, region, out)
     return out
+
+
+def _fill_box(
+    spec: ParamSpec, box: Box, device: DeviceLike, out: torch.Tensor | None
+) -> torch.Tensor:
+    return _fill(spec, box, tuple(stop - start for start, stop in box), device, out)
 
 
 def box_of_shard(spec: ParamSpec, rank: int, world: int, dim: int = 0) -> Box:
@@ -257,12 +267,4 @@ def init_flat(
         raise TypeError(f"spec must be a ParamSpec, got {type(spec).__name__}")
     start = check_int("start", start, low=0, high=spec.numel)
     stop = check_int("stop", stop, low=start, high=spec.numel)
-    shape = (stop - start,)
-    if out is None:
-        out = torch.empty(shape, dtype=spec.dtype, device=resolve_device(device))
-    else:
-        out = _check_out(out, spec, shape)
-        if device is not None and resolve_device(device) != out.device:
-            raise ShardInitError(f"device is {device} but out is on {out.device}")
-    writer().write_stream(spec, start, out)
-    return out
+    return _fill(spec, start, (stop - start,), device, out)

@@ -124,8 +124,27 @@ class Target(Protocol):
         ...
 
 
+class SlotHeld:
+    """The :class:`Target` attributes of a parameter in a model's own slot (``slot``):
+    its canonical name, dtype and holders."""
+
+    slot: ParamSlot
+
+    @property
+    def name(self) -> str:
+        return self.slot.name
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.slot.param.dtype
+
+    @property
+    def holders(self) -> Sequence[tuple[nn.Module, str]]:
+        return self.slot.owners
+
+
 @dataclass(eq=False)
-class LocalTarget:
+class LocalTarget(SlotHeld):
     """A DTensor's local shard (``runs`` from its placements) or a whole plain parameter.
 
     DTensor shards on meta are allocated by one pass over the module before
@@ -137,20 +156,8 @@ class LocalTarget:
     runs: list[list[Run]]
 
     @property
-    def name(self) -> str:
-        return self.slot.name
-
-    @property
     def global_shape(self) -> tuple[int, ...]:
         return tuple(self.slot.param.shape)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.slot.param.dtype
-
-    @property
-    def holders(self) -> Sequence[tuple[nn.Module, str]]:
-        return self.slot.owners
 
     def local(self) -> torch.Tensor:
         return local_of(self.slot.current())
@@ -202,8 +209,23 @@ class FlatShard:
             self.cleared = True
 
 
+class OwnLayout:
+    """The module-pass hooks of :class:`Target` for a target of a wrapper's own layout
+    (a flat shard or partition the wrapper allocated): the one ``Module._apply`` pass
+    over the root never touches its storage."""
+
+    def module_pass_tensor(self) -> torch.Tensor | None:
+        return None
+
+    def after_module_pass(self) -> None:
+        pass
+
+    def planned_tensor(self) -> torch.Tensor | None:
+        return None
+
+
 @dataclass(eq=False)
-class FlatTarget:
+class FlatTarget(OwnLayout):
     """Flat elements ``[start, stop)`` of one parameter, at ``offset`` in ``shard``.
 
     Attributes:
@@ -236,15 +258,6 @@ class FlatTarget:
     def is_filled(self) -> bool:
         tensor = self.shard.tensor
         return not self.fresh and tensor.numel() > 0 and not tensor.is_meta
-
-    def module_pass_tensor(self) -> torch.Tensor | None:
-        return None
-
-    def after_module_pass(self) -> None:
-        pass
-
-    def planned_tensor(self) -> torch.Tensor | None:
-        return None
 
     def allocate(self, device: torch.device) -> None:
         # The wrapper allocated the shard (fsdp1_param_init_fn); only padding is left.

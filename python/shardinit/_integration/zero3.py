@@ -35,7 +35,7 @@ from .._program import Writer
 from .._torch_compat import NN_INIT_FILLS
 from ..errors import ShardInitError
 from ..spec import SUPPORTED_DTYPES
-from .targets import Target, Values
+from .targets import OwnLayout, Target, Values
 
 #: The DeepSpeed release the attributes below were checked against.
 CHECKED_DEEPSPEED = "0.19.8"
@@ -83,7 +83,7 @@ def _partition(tensor: torch.Tensor, group: Any, numel: int) -> FlatPartition:
 
 
 @dataclass(eq=False)
-class Zero3Target:
+class Zero3Target(OwnLayout):
     """One ZeRO-3 parameter: its primary (and hpZ secondary) flat partition on this rank.
     Implements :class:`~shardinit._integration.targets.Target`."""
 
@@ -100,15 +100,6 @@ class Zero3Target:
     def is_filled(self) -> bool:
         # A partition made by stock zero.Init holds the module's own init values.
         return not getattr(self.slot.param, _UNFILLED_ATTR, False)
-
-    def module_pass_tensor(self) -> torch.Tensor | None:
-        return None
-
-    def planned_tensor(self) -> torch.Tensor | None:
-        return None
-
-    def after_module_pass(self) -> None:
-        pass
 
     def allocate(self, device: torch.device) -> None:
         del device  # DeepSpeed allocated the partitions
