@@ -1,7 +1,7 @@
 """Captured init programs replayed by shardinit against the same init code run by torch.
 
 Each case is a model's own init code: captured once on a meta module
-(``shardinit.capture_init``), then replayed on the whole parameter (``replay_full``,
+(``shardinit.capture_init``), then written on the whole parameter (``Writer.full``,
 world 1: what all ranks together compute) and, for torch, run eagerly on a real CPU
 module of the same shape. Both sides run on the same threads (shardinit's default:
 ``torch.get_num_threads()``), interleaved, best of ``--repeats``; the ratio
@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 import shardinit
-from shardinit._integration.capture import replay_full
+from shardinit.shard import writer
 
 
 def _fill_then_scale(w: torch.Tensor) -> None:
@@ -93,9 +93,9 @@ def main() -> None:
         meta = _module(shape, "meta")
         record = shardinit.capture_init(meta, lambda m=meta, f=init_fn: f(m.w))["w"]
         real = _module(shape, "cpu")
-        ours = _best(lambda r=record: replay_full(r, 0), 1)  # warm-up
+        ours = _best(lambda r=record: writer().full(r, 0), 1)  # warm-up
         theirs = _best(lambda m=real, f=init_fn: f(m.w), 1)
-        ours = _best(lambda r=record: replay_full(r, 0), args.repeats)
+        ours = _best(lambda r=record: writer().full(r, 0), args.repeats)
         theirs = _best(lambda m=real, f=init_fn: f(m.w), args.repeats)
         print(
             f"{label:28s} {shape!s:>13s} {ours * 1e3:8.1f}ms {theirs * 1e3:8.1f}ms "

@@ -23,7 +23,6 @@ __all__ = [
     "chunk_range",
     "fill",
     "fill_program",
-    "fill_regions",
     "key64",
     "phi",
     "phi_inv",
@@ -207,26 +206,6 @@ def fill(
         ValueError: ``out`` read-only or not C-contiguous.
         BufferError: ``out``'s item format does not match ``dtype``.
         RuntimeError: the worker threads could not be started.
-    """
-
-def fill_regions(
-    key: int,
-    global_shape: list[int],
-    init: Init,
-    dtype: str,
-    regions: list[Region],
-    outs: list[Any],
-    threads: int = 0,
-) -> None:
-    """Writes each of ``regions`` of the parameter into the buffer of the same position in
-    ``outs``, from one source: an orthogonal matrix is computed once for all of them (a
-    rank's region of several boxes, a flat range cut into boxes), not once per region.
-    Every region is checked before anything is computed or written; otherwise as
-    :func:`fill`, and no two of ``outs`` may overlap.
-
-    Raises:
-        ShardInitError: ``outs`` not one buffer per region; as :func:`fill` for any
-            region (overlapping ``outs`` included).
     """
 
 @final

@@ -1,7 +1,8 @@
 """The one fill dispatch: a validated region of a parameter's values (its stream, or an
-init program keyed by it) into a validated ``out``, by ``out``'s device and whether the
-values are elementwise. The path is one-way: the spec-level API (:mod:`.shard`) and the
-program writer (:mod:`._integration.capture.evaluate`) call :func:`fill`, which calls
+init program keyed by it, compiled to the core's registers) into a validated ``out``, by
+``out``'s device and whether the values are elementwise. The path is one-way: the one
+writer (:class:`._program.Writer`, built by the spec-level API :mod:`.shard` and by
+materialize) calls :func:`fill`, which calls
 one backend: the core on the CPU (:mod:`._host`), the Triton kernel on the CUDA device
 (:mod:`._cuda`, a bare stream only), or the core through bounded pinned host buffers
 (:mod:`._host`). Values that are not elementwise (orthogonal) are computed once per call
@@ -29,9 +30,9 @@ from ._layout import Box
 from .spec import ParamSpec
 
 __all__ = [
-    "CoreProgram",
     "DeferredFills",
     "Region",
+    "Registers",
     "fill",
     "fill_not_elementwise",
     "on_one_thread",
@@ -45,11 +46,11 @@ _HostWrite = Callable[[torch.Tensor, int | None], None]
 
 
 @dataclass(frozen=True)
-class CoreProgram:
-    """An init program as the core's registers, and whether its values are elementwise
-    (no source of it is orthogonal)."""
+class Registers:
+    """An init program compiled to the core's register machine (``code``), and whether
+    its values are elementwise (no source of it is orthogonal)."""
 
-    registers: _core.Program
+    code: _core.Program
     elementwise: bool
 
 
@@ -60,9 +61,9 @@ def _core_region(region: Region, offset: int | None = None) -> _core.Region:
     return _core.Region.box(list(region), offset)
 
 
-def values_elementwise(spec: ParamSpec, program: CoreProgram | None) -> bool:
-    """Whether the values are elementwise: the spec's initializer's, or ``program``'s."""
-    return spec.base_init.elementwise if program is None else program.elementwise
+def values_elementwise(spec: ParamSpec, registers: Registers | None) -> bool:
+    """Whether the values are elementwise: the spec's initializer's, or ``registers``'."""
+    return spec.base_init.elementwise if registers is None else registers.elementwise
 
 
 def on_one_thread(elementwise: bool, out: torch.Tensor) -> bool:
@@ -144,32 +145,32 @@ def fill(
     *,
     threads: int,
     chunk_bytes: int,
-    program: CoreProgram | None = None,
+    registers: Registers | None = None,
     deferred: DeferredFills | None = None,
 ) -> None:
-    """Writes ``region`` of ``spec``'s stream (or of ``program``'s values, keyed by
+    """Writes ``region`` of ``spec``'s stream (or of ``registers``' values, keyed by
     ``spec``: its name, seed, global shape and dtype) into ``out`` (checked by the
     caller: contiguous, of the region's shape and the spec's dtype, on the CPU or a CUDA
     device). ``threads``: the core's worker threads; ``chunk_bytes``: the size of each
     pinned buffer of the host path to a CUDA ``out``; ``deferred``: where a stream's fill
     of a CPU ``out`` may be left, written when it is flushed."""
-    elementwise = values_elementwise(spec, program)
-    if deferred is not None and program is None and deferred.takes(elementwise, out):
+    elementwise = values_elementwise(spec, registers)
+    if deferred is not None and registers is None and deferred.takes(elementwise, out):
         deferred.add(spec, region, out)
         return
 
     def write(host: torch.Tensor, offset: int | None) -> None:
         core_region = _core_region(region, offset)
-        if program is None:
+        if registers is None:
             fill_cpu(spec, core_region, host, threads)
         else:
-            fill_program_cpu(spec, program.registers, core_region, host, threads)
+            fill_program_cpu(spec, registers.code, core_region, host, threads)
 
     if not elementwise:
         fill_not_elementwise(out, write)
     elif out.device.type != "cuda":
         write(out, None)
-    elif program is None and _cuda.use_device_kernel(out.device):
+    elif registers is None and _cuda.use_device_kernel(out.device):
         if isinstance(region, int):
             _cuda.fill_flat(spec, region, out)
         else:

@@ -89,7 +89,7 @@ def fill_program_cpu(
 
 def pinned_empty(numel: int, dtype: torch.dtype) -> torch.Tensor:
     """A pinned host buffer of ``numel`` elements: every host tensor the CUDA paths stage
-    through is made here (tests/torch/test_writer.py counts their bytes)."""
+    through is made here (tests/program/test_writer.py counts their bytes)."""
     return torch.empty(numel, dtype=dtype, device="cpu", pin_memory=True)
 
 

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 import torch
 from torch import nn
@@ -30,22 +30,28 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKED_TORCH",
     "CONV_MODULES",
+    "GRAD_SWITCH",
+    "NN_INIT_FILLS",
     "NORM_MODULES",
     "DispatchMode",
     "FlatEntry",
     "Fsdp1Unit",
     "apply_to_tensors",
     "assign_parameter",
+    "deepcopy_memo",
     "enter_dispatch_mode",
     "exit_dispatch_mode",
     "fsdp1_unit",
     "handed_to_mode",
     "is_flat_param",
     "is_strided_shard",
+    "make_parameter",
     "rewrap_fsdp2_classes",
     "split_factor",
     "strided_shard",
+    "torch_function_disabled",
     "tree_flatten",
+    "tree_map",
     "unchecked_torch",
     "unwrap_fsdp2_classes",
 ]
@@ -94,6 +100,30 @@ CONV_MODULES: tuple[type[nn.Module], ...] = (nn.modules.conv._ConvNd,)
 #: ``nn.modules.batchnorm._NormBase`` (checked 2.15.0): BatchNorm1d/2d/3d, SyncBatchNorm
 #: and InstanceNorm1d/2d/3d, with ``reset_running_stats``.
 NORM_MODULES: tuple[type[nn.Module], ...] = (nn.modules.batchnorm._NormBase,)
+#: Every fill function of ``torch.nn.init``, with the private helpers behind the public
+#: ones that init code calls too (older timm, DeiT), checked 2.15.0: what capture
+#: translates and what a ZeRO-3 build makes no-ops.
+NN_INIT_FILLS: tuple[str, ...] = (
+    "normal_",
+    "uniform_",
+    "trunc_normal_",
+    "constant_",
+    "zeros_",
+    "ones_",
+    "eye_",
+    "dirac_",
+    "xavier_uniform_",
+    "xavier_normal_",
+    "kaiming_uniform_",
+    "kaiming_normal_",
+    "orthogonal_",
+    "sparse_",
+    "_no_grad_uniform_",
+    "_no_grad_normal_",
+    "_no_grad_trunc_normal_",
+    "_no_grad_fill_",
+    "_no_grad_zero_",
+)
 
 
 def apply_to_tensors(module: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
@@ -180,6 +210,51 @@ def tree_flatten(tree: Any) -> tuple[list[Any], Any]:
     from torch.utils._pytree import tree_flatten as flatten
 
     return flatten(tree)
+
+
+def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
+    """``torch.utils._pytree.tree_map`` (checked 2.15.0): ``tree`` with ``fn`` of each
+    leaf, as torch's dispatch walks nested arguments."""
+    from torch.utils._pytree import tree_map as map_leaves
+
+    return map_leaves(fn, tree)
+
+
+#: ``torch._C._set_grad_enabled`` (checked 2.15.0): the switch ``torch.no_grad()`` and
+#: the ``torch.nn.init`` functions around their writes call, seen by a function mode.
+GRAD_SWITCH: Callable[..., Any] = torch._C._set_grad_enabled
+#: ``torch._C.DisableTorchFunction`` (checked 2.15.0): a ``with`` block in which no
+#: ``__torch_function__`` (mode or subclass) sees the calls: a tensor's own answers.
+torch_function_disabled: Callable[[], Any] = torch._C.DisableTorchFunction
+
+
+_Param = TypeVar("_Param", bound=nn.Parameter)
+
+
+def make_parameter(cls: type[_Param], data: torch.Tensor, requires_grad: bool) -> _Param:
+    """What ``cls(data, requires_grad)`` makes of a plain tensor, without running the
+    class's ``__new__``: ``torch.Tensor._make_subclass`` (checked 2.15.0)."""
+    made: _Param = torch.Tensor._make_subclass(cls, data, requires_grad)
+    return made
+
+
+#: The code of ``nn.Parameter.__deepcopy__`` (checked 2.15.0), whose local ``memo`` is
+#: the running ``copy.deepcopy``'s table of originals to copies.
+_PARAM_DEEPCOPY = nn.Parameter.__deepcopy__.__code__
+
+
+def deepcopy_memo(frame: FrameType | None, depth: int = 3) -> dict[int, Any] | None:
+    """The ``memo`` of the ``copy.deepcopy`` whose ``Parameter.__deepcopy__`` is
+    ``frame`` or one of its ``depth`` callers (its ``self.data.clone()``, called through
+    torch's dispatch helpers), read from that frame's locals; None outside one."""
+    for _ in range(depth):
+        if frame is None:
+            return None
+        if frame.f_code is _PARAM_DEEPCOPY:
+            memo = frame.f_locals.get("memo")
+            return memo if isinstance(memo, dict) else None
+        frame = frame.f_back
+    return None
 
 
 # --------------------------------------------------------------------------- DTensor

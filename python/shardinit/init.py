@@ -373,9 +373,7 @@ def _normal_std(std: float, arg: str) -> BaseInit:
     return Normal(0.0, std)
 
 
-def _kaiming_std(
-    init: KaimingUniform | KaimingNormal, global_shape: Sequence[int], name: str
-) -> float | None:
+def _kaiming_std(init: _Kaiming, global_shape: Sequence[int], name: str) -> float | None:
     """torch's Kaiming ``std = gain / sqrt(fan)`` for ``global_shape``; None for a shape
     with a zero size (nothing to fill: torch warns and returns before computing fans)."""
     if 0 in tuple(global_shape):
@@ -395,76 +393,76 @@ def _xavier_std(gain: float, global_shape: Sequence[int], name: str) -> float | 
     return gain * math.sqrt(2.0 / float(fan_in + fan_out))
 
 
+def _of_std(std: float | None, uniform: bool, arg: str) -> BaseInit:
+    """``U(-sqrt(3) std, sqrt(3) std)`` (``uniform``) or ``N(0, std)``, as torch's
+    fan-based initializers draw; zeros when there is nothing to fill (``std`` None)."""
+    if std is None:
+        return Constant(0.0)
+    return _uniform_bound(math.sqrt(3.0) * std, arg) if uniform else _normal_std(std, arg)
+
+
 @dataclass(frozen=True)
-class KaimingUniform(Initializer):
+class _Kaiming(Initializer):
+    """The arguments and checks of both Kaiming initializers (``UNIFORM``: which one)."""
+
+    a: float = 0.0
+    mode: FanMode = "fan_in"
+    nonlinearity: str = "leaky_relu"
+    UNIFORM: ClassVar[bool]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "a", check_real("a", self.a))
+        _check_mode(self.mode)
+        _check_nonlinearity(self.nonlinearity, self.a)
+
+    def resolve(self, global_shape: Sequence[int]) -> BaseInit:
+        name = "kaiming_uniform" if self.UNIFORM else "kaiming_normal"
+        std = _kaiming_std(self, global_shape, name)
+        return _of_std(std, self.UNIFORM, f"{name}(a={self.a})")
+
+
+@dataclass(frozen=True)
+class KaimingUniform(_Kaiming):
     """He et al. uniform: ``U(-bound, bound)``, ``bound = gain * sqrt(3 / fan)``."""
 
-    a: float = 0.0
-    mode: FanMode = "fan_in"
-    nonlinearity: str = "leaky_relu"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "a", check_real("a", self.a))
-        _check_mode(self.mode)
-        _check_nonlinearity(self.nonlinearity, self.a)
-
-    def resolve(self, global_shape: Sequence[int]) -> BaseInit:
-        std = _kaiming_std(self, global_shape, "kaiming_uniform")
-        if std is None:
-            return Constant(0.0)
-        return _uniform_bound(math.sqrt(3.0) * std, f"kaiming_uniform(a={self.a})")
+    UNIFORM: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
-class KaimingNormal(Initializer):
+class KaimingNormal(_Kaiming):
     """He et al. normal: ``N(0, std)``, ``std = gain / sqrt(fan)``."""
 
-    a: float = 0.0
-    mode: FanMode = "fan_in"
-    nonlinearity: str = "leaky_relu"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "a", check_real("a", self.a))
-        _check_mode(self.mode)
-        _check_nonlinearity(self.nonlinearity, self.a)
-
-    def resolve(self, global_shape: Sequence[int]) -> BaseInit:
-        std = _kaiming_std(self, global_shape, "kaiming_normal")
-        if std is None:
-            return Constant(0.0)
-        return _normal_std(std, f"kaiming_normal(a={self.a})")
+    UNIFORM: ClassVar[bool] = False
 
 
 @dataclass(frozen=True)
-class XavierUniform(Initializer):
+class _Xavier(Initializer):
+    """The argument and check of both Xavier initializers (``UNIFORM``: which one)."""
+
+    gain: float = 1.0
+    UNIFORM: ClassVar[bool]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gain", _check_gain(self.gain))
+
+    def resolve(self, global_shape: Sequence[int]) -> BaseInit:
+        name = "xavier_uniform" if self.UNIFORM else "xavier_normal"
+        std = _xavier_std(self.gain, global_shape, name)
+        return _of_std(std, self.UNIFORM, f"gain={self.gain}")
+
+
+@dataclass(frozen=True)
+class XavierUniform(_Xavier):
     """Glorot uniform: ``U(-a, a)``, ``a = gain * sqrt(6 / (fan_in + fan_out))``."""
 
-    gain: float = 1.0
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "gain", _check_gain(self.gain))
-
-    def resolve(self, global_shape: Sequence[int]) -> BaseInit:
-        std = _xavier_std(self.gain, global_shape, "xavier_uniform")
-        if std is None:
-            return Constant(0.0)
-        return _uniform_bound(math.sqrt(3.0) * std, f"gain={self.gain}")
+    UNIFORM: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
-class XavierNormal(Initializer):
+class XavierNormal(_Xavier):
     """Glorot normal: ``N(0, std)``, ``std = gain * sqrt(2 / (fan_in + fan_out))``."""
 
-    gain: float = 1.0
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "gain", _check_gain(self.gain))
-
-    def resolve(self, global_shape: Sequence[int]) -> BaseInit:
-        std = _xavier_std(self.gain, global_shape, "xavier_normal")
-        if std is None:
-            return Constant(0.0)
-        return _normal_std(std, f"gain={self.gain}")
+    UNIFORM: ClassVar[bool] = False
 
 
 def zeros() -> Constant:

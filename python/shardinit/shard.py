@@ -9,8 +9,8 @@ buffers of bounded size (``CUDA_CHUNK_BYTES`` each) and copied asynchronously, s
 generating chunk k+1 overlaps the host-to-device copy of chunk k and host memory stays
 bounded. Both give the same bits.
 
-This is the spec-level API: it checks the arguments, reads the settings (threads, chunk
-size) and hands each fill to the one dispatch, :func:`shardinit._fill.fill`.
+This is the spec-level API: it checks the arguments and hands each fill to the one
+writer (:func:`writer`: the settings, threads and chunk size, read once per call).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import Any
 
 import torch
 
-from ._fill import fill
+from ._fill import DeferredFills, Region
 from ._layout import Box, chunk_bounds
+from ._program import Writer
 from ._validate import U64_MAX, DeviceLike, check_int, resolve_device
 from .errors import ShardInitError
 from .spec import ParamSpec
@@ -37,6 +38,7 @@ __all__ = [
     "init_flat",
     "init_shard",
     "set_num_threads",
+    "writer",
 ]
 
 #: Bytes per pinned staging buffer on the CUDA path (two are used).
@@ -85,6 +87,12 @@ def get_num_threads() -> int:
     return max(1, min(cores, torch.get_num_threads()))
 
 
+def writer(deferred: DeferredFills | None = None) -> Writer:
+    """The writer of one call, with the settings now: :func:`get_num_threads` and
+    ``CUDA_CHUNK_BYTES``; ``deferred``: see :class:`shardinit._program.Writer`."""
+    return Writer(get_num_threads(), CUDA_CHUNK_BYTES, deferred)
+
+
 def _check_out(out: Any, spec: ParamSpec, shape: tuple[int, ...]) -> torch.Tensor:
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
@@ -127,19 +135,29 @@ def _check_box(spec: ParamSpec, box: Any) -> Box:
     return tuple(checked)
 
 
-def _fill_box(
-    spec: ParamSpec, box: Box, device: DeviceLike, out: torch.Tensor | None
+def _fill(
+    spec: ParamSpec,
+    region: Region,
+    shape: tuple[int, ...],
+    device: DeviceLike,
+    out: torch.Tensor | None,
 ) -> torch.Tensor:
-    shape = tuple(stop - start for start, stop in box)
+    """``region`` of ``spec``'s stream into ``out`` (checked) or a new tensor of
+    ``shape`` on ``device``."""
     if out is None:
-        target_device = resolve_device(device)
-        out = torch.empty(shape, dtype=spec.dtype, device=target_device)
+        out = torch.empty(shape, dtype=spec.dtype, device=resolve_device(device))
     else:
         out = _check_out(out, spec, shape)
         if device is not None and resolve_device(device) != out.device:
             raise ShardInitError(f"device is {device} but out is on {out.device}")
-    fill(spec, box, out, threads=get_num_threads(), chunk_bytes=CUDA_CHUNK_BYTES)
+    writer().write_stream(spec, region, out)
     return out
+
+
+def _fill_box(
+    spec: ParamSpec, box: Box, device: DeviceLike, out: torch.Tensor | None
+) -> torch.Tensor:
+    return _fill(spec, box, tuple(stop - start for start, stop in box), device, out)
 
 
 def box_of_shard(spec: ParamSpec, rank: int, world: int, dim: int = 0) -> Box:
@@ -249,12 +267,4 @@ def init_flat(
         raise TypeError(f"spec must be a ParamSpec, got {type(spec).__name__}")
     start = check_int("start", start, low=0, high=spec.numel)
     stop = check_int("stop", stop, low=start, high=spec.numel)
-    shape = (stop - start,)
-    if out is None:
-        out = torch.empty(shape, dtype=spec.dtype, device=resolve_device(device))
-    else:
-        out = _check_out(out, spec, shape)
-        if device is not None and resolve_device(device) != out.device:
-            raise ShardInitError(f"device is {device} but out is on {out.device}")
-    fill(spec, start, out, threads=get_num_threads(), chunk_bytes=CUDA_CHUNK_BYTES)
-    return out
+    return _fill(spec, start, (stop - start,), device, out)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from typing import Any
 
 import pytest
 import torch
@@ -15,7 +16,9 @@ from hypothesis import strategies as st
 import shardinit
 from shardinit import ShardInitError
 from shardinit._integration.fingerprint import digest_of_total
-from shardinit._integration.placements import local_runs, torch_placement
+from shardinit._integration.placements import local_runs
+from shardinit._layout import Split
+from shardinit._torch_compat import strided_shard
 from shardinit.cli import run
 from shardinit.cli.generate import generate_rank, param_spec
 from shardinit.cli.layout import LayoutPlan, byte_summary, plan_layout
@@ -54,6 +57,18 @@ CASES = [
     (param_table("tiny-moe"), 64, 4, 8),  # dp 16 > 8 experts: FSDP on the hidden dim
     (param_table("tiny-moe"), 24, 3, 1),
 ]
+
+
+def torch_placement(split: Split) -> Any:
+    """The torch placement object of ``split``: what the CLI's torch-free layout means
+    in torch's terms."""
+    from torch.distributed.tensor.placement_types import Replicate, Shard
+
+    if split.dim is None:
+        return Replicate()
+    if split.split_factor > 1:
+        return strided_shard(split.dim, split.split_factor)
+    return Shard(split.dim)
 
 
 def _reference_bytes(plan: LayoutPlan) -> list[int]:

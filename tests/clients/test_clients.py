@@ -207,14 +207,14 @@ def test_mamba_dt_bias_is_log_uniform_through_softplus() -> None:
     import transformers as tf
     from transformers.models.mamba.modeling_mamba import MambaMixer
 
-    from shardinit._integration.capture import replay_full
+    from shardinit.shard import writer
 
     config = tf.MambaConfig(hidden_size=2048, expand=2, state_size=4, time_step_rank=8)
     low, high = config.time_step_min, config.time_step_max
     with torch.device("meta"):
         mixer = MambaMixer(config, layer_idx=0)
     record = shardinit.capture_init(mixer, mixer.init_mamba_weights)["dt_proj.bias"]
-    values = replay_full(record, seed=SEED).double()
+    values = writer().full(record, seed=SEED).double()
     dt = torch.nn.functional.softplus(values)
     assert values.numel() == 4096
     assert bool((dt >= low * (1 - 1e-6)).all() and (dt <= high * (1 + 1e-6)).all())

@@ -164,39 +164,6 @@ def test_any_shard_box_or_flat_range_is_the_slice_of_full(
         assert torch.equal(shardinit.init_flat(spec, start, stop), flat[start:stop])
 
 
-def test_fill_regions_writes_every_box_of_a_region_from_one_matrix() -> None:
-    """``_core.fill_regions`` (one QR for a rank's several boxes) writes each box as the
-    slice of ``full``; a region list it refuses leaves every buffer untouched."""
-    shape, gain = [13, 7], 2.0
-    spec = shardinit.ParamSpec("w", tuple(shape), torch.float64, init.orthogonal(gain), seed=SEED)
-    full = shardinit.full(spec).reshape(-1).numpy()
-    key, core_init = shardinit.key(SEED, "w"), _core.Init.orthogonal(gain, 1000)
-    # The flat range [4, 88) as three boxes (an uneven flat shard), and part of a column.
-    regions = [
-        _core.Region.box([(0, 1), (4, 7)]),
-        _core.Region.box([(1, 12), (0, 7)]),
-        _core.Region.box([(12, 13), (0, 4)]),
-        _core.Region.box([(0, 13), (2, 3)], offset=5),
-    ]
-    outs = [np.zeros(n) for n in (3, 77, 4, 6)]
-    _core.fill_regions(key, shape, core_init, "float64", regions, outs, 2)
-    expected = [full[4:7], full[7:84], full[84:88], full[2 + 7 * np.arange(5, 11)]]
-    for out, want in zip(outs, expected, strict=True):
-        np.testing.assert_array_equal(out, want)
-    untouched = [np.full(3, 7.0), np.full(5, 7.0)]
-    bad = [_core.Region.box([(0, 1), (4, 7)]), _core.Region.flat(90)]
-    with pytest.raises(shardinit.ShardInitError, match=r"^element range \[90, 90 \+ 5\)"):
-        _core.fill_regions(key, shape, core_init, "float64", bad, untouched)
-    assert all((out == 7.0).all() for out in untouched)
-    one_per_region = r"^outs must hold one buffer per region \(2\), got 1$"
-    with pytest.raises(shardinit.ShardInitError, match=one_per_region):
-        _core.fill_regions(key, shape, core_init, "float64", bad, untouched[:1])
-    shared = np.zeros(8)
-    overlapping = [regions[0], regions[3]]
-    with pytest.raises(shardinit.ShardInitError, match=r"^out overlaps the memory"):
-        _core.fill_regions(key, shape, core_init, "float64", overlapping, [shared[:3], shared[2:]])
-
-
 def test_one_thread_equals_many() -> None:
     """Above one chunk (65536 elements) the QR runs on the thread pool."""
     spec = _spec((300, 260), torch.float64)

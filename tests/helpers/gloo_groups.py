@@ -7,7 +7,7 @@ own processes: it declares a *scenario* and the world sizes it needs, and the fi
 that asks for a world size starts ONE group of that size, which runs every declared
 scenario of the selected tests in turn and reports each one's results.
 
-How to use it (see tests/torch/test_materialize_fsdp2.py)::
+How to use it (see tests/materialize/test_materialize_fsdp2.py)::
 
     from gloo_groups import Checks, assert_check_passed, check, gloo_scenario, run_group
 

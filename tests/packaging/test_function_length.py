@@ -68,3 +68,36 @@ def test_no_function_in_the_package_is_longer_than_80_lines() -> None:
     assert not offenders, "functions over 80 lines (split them into named steps):\n" + "\n".join(
         offenders
     )
+
+
+#: No class in the package is longer than this (issue 36): a longer one holds several
+#: jobs that want components of their own (the capture's mode, engine, steps, copies).
+MAX_CLASS_LINES = 300
+
+
+def long_classes(root: Path, limit: int) -> list[str]:
+    """``path:line name (N lines)`` for every class under ``root`` over ``limit`` lines
+    (from ``class`` to its end, docstrings included)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                assert node.end_lineno is not None
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    where = path.relative_to(root.parent)
+                    found.append(f"{where}:{node.lineno} {node.name} ({lines} lines)")
+    return found
+
+
+def test_counter_sees_long_classes(tmp_path: Path) -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_CLASS_LINES))
+    (tmp_path / "module.py").write_text(f"class Long:\n{body}\n\nclass Short:\n    x = 1\n")
+    found = long_classes(tmp_path, MAX_CLASS_LINES)
+    assert found == [f"{tmp_path.name}/module.py:1 Long ({MAX_CLASS_LINES + 1} lines)"], found
+
+
+def test_no_class_in_the_package_is_longer_than_300_lines() -> None:
+    offenders = long_classes(PACKAGE, MAX_CLASS_LINES)
+    assert not offenders, "classes over 300 lines:\n" + "\n".join(offenders)

@@ -2,7 +2,7 @@
 
 Both allocate several small objects per parameter (stand-ins, tracks, records, targets)
 that live until the call returns and form no reference cycles, so reference counting
-frees them (tests/torch/test_capture_garbage.py checks that none is left for the
+frees them (tests/capture/test_capture_garbage.py checks that none is left for the
 collector). With the collector running, those allocations alone trigger its
 collections, and every full one visits every object of the process, model included:
 the cost per parameter then grows with the model (issue 28). Paused, the collector finds

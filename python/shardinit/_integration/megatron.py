@@ -44,17 +44,18 @@ import torch
 from torch import nn
 
 from .._names import ParamSlot, listing, qualified, walk_slots
+from .._program import ParamRecord, Writer, base_ops
 from .._torch_compat import strided_shard
 from .._validate import check_seed
 from ..errors import ShardInitError
 from ..init import Initializer, ones, zeros
 from ..spec import SUPPORTED_DTYPES
-from .capture import ParamRecord, base_ops, capture_init
+from .capture import capture_init
 from .exclusive import ThreadExclusive
 from .placements import Run, full_runs, local_runs
 from .plan import make_plan
 from .rules import RuleKey, first_rule, rule_pairs
-from .targets import Target, Values
+from .targets import OwnLayout, SlotHeld, Target, Values
 
 #: An init callable as Megatron takes it: ``fn(tensor)`` fills ``tensor`` in place.
 InitMethod: TypeAlias = Callable[[torch.Tensor], object]
@@ -255,7 +256,7 @@ def partition_names(model_or_chunks: nn.Module | Sequence[nn.Module]) -> dict[st
 
 
 @dataclass(eq=False)
-class MegatronTarget:
+class MegatronTarget(SlotHeld, OwnLayout):
     """One Megatron parameter's local partition: ``runs`` (per dim, runs of global
     indices) of the GLOBAL shape, from its partition attributes (the whole tensor when
     untagged). Implements :class:`~shardinit._integration.targets.Target`.
@@ -269,35 +270,14 @@ class MegatronTarget:
     global_shape: tuple[int, ...]
     runs: list[list[Run]]
 
-    @property
-    def name(self) -> str:
-        return self.slot.name
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.slot.param.dtype
-
-    @property
-    def holders(self) -> Sequence[tuple[nn.Module, str]]:
-        return self.slot.owners
-
     def is_filled(self) -> bool:
         return False
-
-    def module_pass_tensor(self) -> torch.Tensor | None:
-        return None
-
-    def planned_tensor(self) -> torch.Tensor | None:
-        return None
-
-    def after_module_pass(self) -> None:
-        pass
 
     def allocate(self, device: torch.device) -> None:
         del device  # Megatron allocated the partitions (meta ones are refused)
 
-    def fill(self, values: Values) -> None:
-        values.write_runs(self.runs, self.slot.param.data)
+    def fill(self, values: Values, writer: Writer) -> None:
+        values.write_runs(writer, self.runs, self.slot.param.data)
 
 
 def _region(slot: ParamSlot) -> tuple[tuple[int, ...], list[list[Run]]]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeGuard
 import torch
 
 from .._layout import LocalBox, Run, Split, full_runs, layout_runs, local_boxes, run_length
-from .._torch_compat import is_strided_shard, split_factor, strided_shard
+from .._torch_compat import is_strided_shard, split_factor
 from ..errors import ShardInitError
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ __all__ = [
     "local_runs",
     "local_runs_of",
     "split_of",
-    "torch_placement",
 ]
 
 
@@ -108,17 +107,6 @@ def split_of(placement: Placement, mesh_dim: int, global_shape: Sequence[int], n
         f"mesh dim {mesh_dim}; materialize supports Shard, _StridedShard and "
         "Replicate"
     )
-
-
-def torch_placement(split: Split) -> Placement:
-    """The torch placement object of ``split`` (imports ``torch.distributed.tensor``)."""
-    from torch.distributed.tensor.placement_types import Replicate, Shard
-
-    if split.dim is None:
-        return Replicate()
-    if split.split_factor > 1:
-        return strided_shard(split.dim, split.split_factor)
-    return Shard(split.dim)
 
 
 def _check_dim(dim: int, global_shape: Sequence[int], placement: Placement, name: str) -> int:

@@ -16,17 +16,16 @@ from torch import nn
 
 from .._fill import DeferredFills
 from .._names import BufferHolder, buffer_holders, holder_names, listing, param_slots, refuse_lazy
+from .._program import CapturedOp, ParamRecord, base_ops
 from .._torch_compat import apply_to_tensors, is_flat_param
 from ..errors import ShardInitError
 from ..init import zeros
+from ..shard import writer
 from ..spec import ParamSpec
 from . import fsdp1, zero3
 from .capture import (
     CapturedInit,
-    CapturedOp,
     ConstructorValue,
-    ParamRecord,
-    base_ops,
     buffer_tensor,
     constructor_buffer,
     constructor_record,
@@ -232,8 +231,9 @@ class Plan:
         # next parameters are planned (no target reads what it wrote before the block
         # ends, where they are all written).
         with torch.no_grad(), DeferredFills() as deferred:
+            fills = writer(deferred)
             for plan in self.params:
-                plan.target.fill(plan.values.deferring(deferred))
+                plan.target.fill(plan.values, fills)
         # The targets write through .data (a tensor with its own version counter): bump
         # each parameter's, as torch's in-place init does, so that a graph that saved one
         # (materialize with overwrite=True on a model in use) refuses to backward.

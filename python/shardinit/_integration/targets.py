@@ -17,8 +17,9 @@ one ``Module._apply`` pass over the root), :meth:`~Target.allocate` and
 
 A new sharding wrapper adds one class with the same methods (see :class:`Target`) in
 its own module, with the function that builds its targets.
-*Values* say what to write: one init program per parameter (:class:`Values`), written
-into either form of region by the one writer (:func:`.capture.replay.write_pieces`).
+*Values* say what to write: one record per parameter (:class:`Values`), written into
+either form of region by the one writer the plan's fill built
+(:class:`shardinit._program.Writer`).
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from .._fill import DeferredFills
 from .._names import ParamSlot
-from .._torch_compat import assign_parameter
-from .capture import ParamRecord, replay_flat, replay_runs
+from .._program import ParamRecord, Writer
+from .._torch_compat import assign_parameter, make_parameter
 from .placements import Run, is_dtensor, local_of
 
 # --------------------------------------------------------------------------- values
@@ -41,29 +41,24 @@ from .placements import Run, is_dtensor, local_of
 
 @dataclass(frozen=True)
 class Values:
-    """A parameter's values: its init program, the operations of ``record`` (a rule's
-    or torch.nn default's one source, the constructor's value, init_fn's captured
-    operations, or these in order), from the parameter's stream for ``seed``. Both forms
-    of region are written by the one writer (:func:`.capture.replay.write_pieces`)."""
+    """A parameter's values: the operations of ``record`` (a rule's or torch.nn
+    default's one source, the constructor's value, init_fn's captured operations, or
+    these in order), from the parameter's stream for ``seed``. Both forms of region are
+    written by the one writer (:class:`shardinit._program.Writer`)."""
 
     record: ParamRecord
     seed: int
-    #: Where the writes may be left until the caller flushes it (the plan's fill of a
-    #: whole model, :class:`shardinit._fill.DeferredFills`); None: written at once.
-    deferred: DeferredFills | None = None
 
-    def deferring(self, deferred: DeferredFills) -> Values:
-        """These values, written into ``deferred`` where they may be."""
-        return Values(self.record, self.seed, deferred)
-
-    def write_runs(self, runs: Sequence[Sequence[Run]], local: torch.Tensor) -> None:
+    def write_runs(
+        self, writer: Writer, runs: Sequence[Sequence[Run]], local: torch.Tensor
+    ) -> None:
         """Writes the region ``runs`` (per dim, runs of global indices) into ``local``."""
-        replay_runs(self.record, self.seed, runs, local, deferred=self.deferred)
+        writer.write_runs(self.record, self.seed, runs, local)
 
-    def write_flat(self, start: int, stop: int, out: torch.Tensor) -> None:
+    def write_flat(self, writer: Writer, start: int, stop: int, out: torch.Tensor) -> None:
         """Writes flat elements ``[start, stop)`` of the row-major parameter into the 1-D
         ``out``."""
-        replay_flat(self.record, self.seed, start, stop, out, deferred=self.deferred)
+        writer.write_flat(self.record, self.seed, start, stop, out)
 
 
 # --------------------------------------------------------------------------- targets
@@ -124,13 +119,32 @@ class Target(Protocol):
         """Gives a region still on the meta device storage on ``device``."""
         ...
 
-    def fill(self, values: Values) -> None:
-        """Writes ``values`` into the region (under ``torch.no_grad()``)."""
+    def fill(self, values: Values, writer: Writer) -> None:
+        """Writes ``values`` into the region with ``writer`` (under ``torch.no_grad()``)."""
         ...
 
 
+class SlotHeld:
+    """The :class:`Target` attributes of a parameter in a model's own slot (``slot``):
+    its canonical name, dtype and holders."""
+
+    slot: ParamSlot
+
+    @property
+    def name(self) -> str:
+        return self.slot.name
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.slot.param.dtype
+
+    @property
+    def holders(self) -> Sequence[tuple[nn.Module, str]]:
+        return self.slot.owners
+
+
 @dataclass(eq=False)
-class LocalTarget:
+class LocalTarget(SlotHeld):
     """A DTensor's local shard (``runs`` from its placements) or a whole plain parameter.
 
     DTensor shards on meta are allocated by one pass over the module before
@@ -142,20 +156,8 @@ class LocalTarget:
     runs: list[list[Run]]
 
     @property
-    def name(self) -> str:
-        return self.slot.name
-
-    @property
     def global_shape(self) -> tuple[int, ...]:
         return tuple(self.slot.param.shape)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.slot.param.dtype
-
-    @property
-    def holders(self) -> Sequence[tuple[nn.Module, str]]:
-        return self.slot.owners
 
     def local(self) -> torch.Tensor:
         return local_of(self.slot.current())
@@ -167,10 +169,9 @@ class LocalTarget:
     def allocate(self, device: torch.device) -> None:
         tensor = self.slot.current()
         if tensor.is_meta and not is_dtensor(tensor):
-            # What nn.Parameter(empty, requires_grad) makes of a plain tensor, without
-            # its __new__ (materialize allocates every parameter of a model).
+            # Without nn.Parameter's __new__: materialize allocates every parameter.
             empty = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device=device)
-            new = torch.Tensor._make_subclass(nn.Parameter, empty, tensor.requires_grad)
+            new = make_parameter(nn.Parameter, empty, tensor.requires_grad)
             for owner, attr in self.slot.owners:
                 assign_parameter(owner, attr, new)
 
@@ -189,8 +190,8 @@ class LocalTarget:
             if module._parameters[attr] is not primary:
                 setattr(module, attr, primary)
 
-    def fill(self, values: Values) -> None:
-        values.write_runs(self.runs, self.local())
+    def fill(self, values: Values, writer: Writer) -> None:
+        values.write_runs(writer, self.runs, self.local())
 
 
 @dataclass(eq=False)
@@ -208,8 +209,23 @@ class FlatShard:
             self.cleared = True
 
 
+class OwnLayout:
+    """The module-pass hooks of :class:`Target` for a target of a wrapper's own layout
+    (a flat shard or partition the wrapper allocated): the one ``Module._apply`` pass
+    over the root never touches its storage."""
+
+    def module_pass_tensor(self) -> torch.Tensor | None:
+        return None
+
+    def after_module_pass(self) -> None:
+        pass
+
+    def planned_tensor(self) -> torch.Tensor | None:
+        return None
+
+
 @dataclass(eq=False)
-class FlatTarget:
+class FlatTarget(OwnLayout):
     """Flat elements ``[start, stop)`` of one parameter, at ``offset`` in ``shard``.
 
     Attributes:
@@ -243,22 +259,13 @@ class FlatTarget:
         tensor = self.shard.tensor
         return not self.fresh and tensor.numel() > 0 and not tensor.is_meta
 
-    def module_pass_tensor(self) -> torch.Tensor | None:
-        return None
-
-    def after_module_pass(self) -> None:
-        pass
-
-    def planned_tensor(self) -> torch.Tensor | None:
-        return None
-
     def allocate(self, device: torch.device) -> None:
         # The wrapper allocated the shard (fsdp1_param_init_fn); only padding is left.
         del device
         self.shard.clear_once()
 
-    def fill(self, values: Values) -> None:
+    def fill(self, values: Values, writer: Writer) -> None:
         if self.stop > self.start:
             out = self.shard.tensor.data[self.offset : self.offset + self.stop - self.start]
-            values.write_flat(self.start, self.stop, out)
+            values.write_flat(writer, self.start, self.stop, out)
         self.on_filled()

@@ -31,10 +31,11 @@ import torch
 from torch import nn
 
 from .._names import ParamSlot, listing, param_slots
+from .._program import Writer
+from .._torch_compat import NN_INIT_FILLS
 from ..errors import ShardInitError
 from ..spec import SUPPORTED_DTYPES
-from .capture.translations import INIT_TRANSLATIONS
-from .targets import Target, Values
+from .targets import OwnLayout, Target, Values
 
 #: The DeepSpeed release the attributes below were checked against.
 CHECKED_DEEPSPEED = "0.19.8"
@@ -66,10 +67,10 @@ class FlatPartition:
     start: int
     count: int
 
-    def fill(self, values: Values) -> None:
+    def fill(self, values: Values, writer: Writer) -> None:
         data = self.tensor.data
         if self.count > 0:
-            values.write_flat(self.start, self.start + self.count, data[: self.count])
+            values.write_flat(writer, self.start, self.start + self.count, data[: self.count])
         data[self.count :].zero_()  # DeepSpeed leaves the padding uninitialized
 
 
@@ -82,7 +83,7 @@ def _partition(tensor: torch.Tensor, group: Any, numel: int) -> FlatPartition:
 
 
 @dataclass(eq=False)
-class Zero3Target:
+class Zero3Target(OwnLayout):
     """One ZeRO-3 parameter: its primary (and hpZ secondary) flat partition on this rank.
     Implements :class:`~shardinit._integration.targets.Target`."""
 
@@ -100,21 +101,12 @@ class Zero3Target:
         # A partition made by stock zero.Init holds the module's own init values.
         return not getattr(self.slot.param, _UNFILLED_ATTR, False)
 
-    def module_pass_tensor(self) -> torch.Tensor | None:
-        return None
-
-    def planned_tensor(self) -> torch.Tensor | None:
-        return None
-
-    def after_module_pass(self) -> None:
-        pass
-
     def allocate(self, device: torch.device) -> None:
         del device  # DeepSpeed allocated the partitions
 
-    def fill(self, values: Values) -> None:
+    def fill(self, values: Values, writer: Writer) -> None:
         for partition in self.partitions:
-            partition.fill(values)
+            partition.fill(values, writer)
         if hasattr(self.slot.param, _UNFILLED_ATTR):
             delattr(self.slot.param, _UNFILLED_ATTR)
 
@@ -209,8 +201,8 @@ def flat_partition_of(param: torch.Tensor) -> tuple[torch.Tensor, int, Any, tupl
 
 #: torch.nn.init functions made no-ops while modules are built (as transformers'
 #: ``no_init_weights``): shardinit fills every partition afterwards. Every fill function
-#: of torch.nn.init: the names capture translates (their one home).
-_SKIPPED_INIT = tuple(INIT_TRANSLATIONS)
+#: of torch.nn.init (the names capture translates too).
+_SKIPPED_INIT = NN_INIT_FILLS
 
 
 @contextlib.contextmanager

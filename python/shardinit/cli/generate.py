@@ -21,11 +21,11 @@ import torch
 from torch import nn
 
 from .. import init
-from .._integration.capture import ParamRecord, base_ops, replay_runs
 from .._integration.defaults import default_init
 from .._integration.fingerprint import shard_term
+from .._program import ParamRecord, Writer, base_ops
 from ..init import Initializer
-from ..shard import init_box
+from ..shard import init_box, writer
 from ..spec import SUPPORTED_DTYPES, ParamSpec
 from ._args import rss_bytes
 from .layout import LayoutPlan, ParamLayout
@@ -101,14 +101,14 @@ class RankShards:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _fill(spec: ParamSpec, runs: list[list[tuple[int, int]]]) -> torch.Tensor:
-    """The local tensor of ``runs``, written by materialize's one writer from the spec's
-    one-source program."""
+def _fill(fills: Writer, spec: ParamSpec, runs: list[list[tuple[int, int]]]) -> torch.Tensor:
+    """The local tensor of ``runs``, written by materialize's one writer (``fills``)
+    from the spec's one-source program."""
     local = torch.empty(
         [sum(b - a for a, b in dim) for dim in runs], dtype=spec.dtype, device="cpu"
     )
     record = ParamRecord(spec.name, spec.shape, spec.dtype, base_ops(spec.init, spec.shape))
-    replay_runs(record, spec.seed, runs, local)
+    fills.write_runs(record, spec.seed, runs, local)
     return local
 
 
@@ -137,9 +137,10 @@ def generate_rank(
     rss_before = rss_bytes()
     start, cpu_start = time.perf_counter(), time.process_time()
     tensors: dict[str, torch.Tensor] = {}
+    fills = writer()
     for param in plan.params:
         spec = param_spec(param, kinds[param.name], seed)
-        tensors[param.name] = _fill(spec, regions[param.layout])
+        tensors[param.name] = _fill(fills, spec, regions[param.layout])
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     peak = rss_bytes("VmHWM") if tracked else None
     terms = {

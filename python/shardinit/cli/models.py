@@ -43,7 +43,6 @@ __all__ = [
     "TPStyle",
     "describe",
     "llama_config",
-    "param_shapes",
     "param_table",
     "tp_style",
 ]
@@ -395,16 +394,6 @@ def param_table(name: str) -> list[ParamEntry]:
         ShardInitError: an unknown name.
     """
     return _lookup(MODELS, name).param_table()
-
-
-def param_shapes(name: str) -> dict[str, tuple[int, ...]]:
-    """Global parameter shapes of the built-in model ``name``, in ``named_parameters()``
-    order (:func:`param_table` without the kinds).
-
-    Raises:
-        ShardInitError: an unknown name.
-    """
-    return {entry.name: entry.shape for entry in param_table(name)}
 
 
 def describe(name: str) -> str:

@@ -269,39 +269,6 @@ impl ParamStream {
         }
     }
 
-    /// Fills each `(region, out)` of `parts` with that region of the parameter, from one
-    /// source: an orthogonal matrix is computed once for all the parts (a rank's region
-    /// made of several boxes, or a flat range cut into boxes) instead of once per fill.
-    /// Every part is checked before anything is computed or written.
-    ///
-    /// # Errors
-    /// As [`ParamStream::fill_region`], for the first part refused.
-    pub fn fill_regions(
-        &self,
-        parts: Vec<(Region, OutBuf<'_>)>,
-        threads: Threads,
-    ) -> Result<(), Error> {
-        let mut walks = Vec::with_capacity(parts.len());
-        for (region, out) in &parts {
-            let (numel, len) = (self.checked(out.dtype())?, out.len() as u64);
-            walks.push(Walk::new(&self.global_shape, numel, region, len)?);
-        }
-        if walks.iter().all(Option::is_none) {
-            return Ok(());
-        }
-        let source = self.source(Backend::detect(), threads)?;
-        for (walk, (_, out)) in walks.iter().zip(parts) {
-            let Some(walk) = walk else { continue };
-            match out {
-                OutBuf::F32(s) => walk.write(s, threads, &source),
-                OutBuf::F64(s) => walk.write(s, threads, &source),
-                OutBuf::BF16(s) => walk.write(s, threads, &source),
-                OutBuf::F16(s) => walk.write(s, threads, &source),
-            }?;
-        }
-        Ok(())
-    }
-
     /// [`ParamStream::fill_region`] for one element type.
     pub(crate) fn fill_region_typed<T: Element>(
         &self,
@@ -351,122 +318,11 @@ pub fn fill_many(jobs: Vec<FillJob<'_>>, threads: Threads) -> Result<(), Error> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::orthogonal::COMPUTED;
-
-    fn computed() -> usize {
-        COMPUTED.with(std::cell::Cell::get)
-    }
-
     fn boxed(ranges: &[(u64, u64)], offset: Option<u64>) -> Region {
         Region::Box {
             ranges: ranges.to_vec(),
             offset,
         }
-    }
-
-    #[test]
-    fn fill_regions_computes_one_orthogonal_matrix_for_every_part() {
-        let param = ParamStream {
-            key64: 11,
-            global_shape: vec![12, 10],
-            init: Init::Orthogonal {
-                gain: 2.0,
-                max_numel: 1 << 20,
-            },
-        };
-        let mut full = vec![0f64; 120];
-        param.fill_flat(0, &mut full, Threads::Count(1)).unwrap();
-        // An uneven flat range [7, 113) as three boxes (the tail of row 0, rows 1..11,
-        // the head of row 11), and part of a column box in float32.
-        let (mut head, mut rows, mut tail) = (vec![0f64; 3], vec![0f64; 100], vec![0f64; 3]);
-        let mut column = vec![0f32; 5];
-        let before = computed();
-        let parts = vec![
-            (boxed(&[(0, 1), (7, 10)], None), OutBuf::F64(&mut head)),
-            (boxed(&[(1, 11), (0, 10)], None), OutBuf::F64(&mut rows)),
-            (boxed(&[(11, 12), (0, 3)], None), OutBuf::F64(&mut tail)),
-            (boxed(&[(0, 12), (4, 5)], Some(6)), OutBuf::F32(&mut column)),
-        ];
-        param.fill_regions(parts, Threads::Count(2)).unwrap();
-        assert_eq!(computed() - before, 1);
-        assert_eq!(head, full[7..10]);
-        assert_eq!(rows, full[10..110]);
-        assert_eq!(tail, full[110..113]);
-        let expected: Vec<f32> = (6..11).map(|row| full[row * 10 + 4] as f32).collect();
-        assert_eq!(column, expected);
-        // One fill per box computes the matrix once per box.
-        let before = computed();
-        param
-            .fill_box(&[(0, 1), (7, 10)], &mut head, Threads::Count(1))
-            .unwrap();
-        param
-            .fill_box(&[(11, 12), (0, 3)], &mut tail, Threads::Count(1))
-            .unwrap();
-        assert_eq!(computed() - before, 2);
-    }
-
-    #[test]
-    fn fill_regions_checks_every_part_before_writing_any() {
-        let param = ParamStream {
-            key64: 3,
-            global_shape: vec![4, 6],
-            init: Init::Orthogonal {
-                gain: 1.0,
-                max_numel: 100,
-            },
-        };
-        let (mut first, mut second) = (vec![7f32; 6], vec![7f32; 5]);
-        let before = computed();
-        let parts = vec![
-            (boxed(&[(0, 1), (0, 6)], None), OutBuf::F32(&mut first)),
-            (Region::Flat { start: 20 }, OutBuf::F32(&mut second)),
-        ];
-        let error = param.fill_regions(parts, Threads::Count(1)).unwrap_err();
-        assert_eq!(
-            error,
-            Error::RangeOutOfBounds {
-                start: 20,
-                len: 5,
-                numel: 24
-            }
-        );
-        assert_eq!(computed(), before);
-        assert_eq!((first, second), (vec![7f32; 6], vec![7f32; 5]));
-    }
-
-    #[test]
-    fn fill_regions_of_a_sampled_initializer_is_each_fill() {
-        let param = ParamStream {
-            key64: 5,
-            global_shape: vec![3, 70_000],
-            init: Init::TruncNormal {
-                mean: 0.0,
-                std: 1.0,
-                a: -2.0,
-                b: 2.0,
-            },
-        };
-        let region = boxed(&[(0, 3), (5, 69_000)], None);
-        let flat = Region::Flat { start: 1000 };
-        let mut expected_box = vec![0f32; 3 * 68_995];
-        let mut expected_flat = vec![0f64; 100_000];
-        param
-            .fill_region(&region, OutBuf::F32(&mut expected_box), Threads::Count(1))
-            .unwrap();
-        param
-            .fill_region(&flat, OutBuf::F64(&mut expected_flat), Threads::Count(1))
-            .unwrap();
-        let mut got_box = vec![0f32; 3 * 68_995];
-        let mut got_flat = vec![0f64; 100_000];
-        let mut empty: Vec<f32> = Vec::new();
-        let parts = vec![
-            (region, OutBuf::F32(&mut got_box)),
-            (Region::Flat { start: 0 }, OutBuf::F32(&mut empty)),
-            (flat, OutBuf::F64(&mut got_flat)),
-        ];
-        param.fill_regions(parts, Threads::Count(3)).unwrap();
-        assert_eq!(got_box, expected_box);
-        assert_eq!(got_flat, expected_flat);
     }
 
     #[test]

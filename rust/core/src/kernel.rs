@@ -398,6 +398,24 @@ fn transform_two_word<T: Element, const N: usize>(
     T::from_f64_lanes(&value, out);
 }
 
+/// Writes the values `[skip, skip + dest.len())` of one small step of `N` values, which
+/// `transform` computes: straight into `dest` when that is the whole step, else (the
+/// first or the last step of a run) all `N` into a scratch array, of which a part is kept.
+#[inline(always)]
+fn small_step<T: Element, const N: usize>(
+    dest: &mut [T],
+    skip: usize,
+    transform: impl FnOnce(&mut [T; N]),
+) {
+    if let Ok(whole) = <&mut [T; N]>::try_from(&mut *dest) {
+        transform(whole);
+    } else {
+        let mut values = [T::from_f64(0.0); N];
+        transform(&mut values);
+        dest.copy_from_slice(&values[skip..skip + dest.len()]);
+    }
+}
+
 /// Elements `[start, start + out.len())` of a one-word dtype (element `i` uses word `i`).
 #[inline(always)]
 fn one_word_steps<T: Element, W: WordSource>(
@@ -429,17 +447,13 @@ fn one_word_steps<T: Element, W: WordSource>(
         }
         words_of.step(index >> 2, key, &mut small_words);
         let take = (SMALL_STEP - skip).min(remaining);
-        if take == SMALL_STEP {
-            let dest: &mut [T; SMALL_STEP] = (&mut out[done..done + SMALL_STEP])
-                .try_into()
-                .expect("a full step");
-            transform_one_word(sampler, &small_words, dest, &mut scratch);
-        } else {
-            // A partial step (the first or the last): transform all, keep a part.
-            let mut values = [T::from_f64(0.0); SMALL_STEP];
-            transform_one_word(sampler, &small_words, &mut values, &mut scratch);
-            out[done..done + take].copy_from_slice(&values[skip..skip + take]);
-        }
+        small_step(
+            &mut out[done..done + take],
+            skip,
+            |values: &mut [T; SMALL_STEP]| {
+                transform_one_word(sampler, &small_words, values, &mut scratch);
+            },
+        );
         done += take;
         index += take as u64;
     }
@@ -479,17 +493,13 @@ fn two_word_steps<T: Element, W: WordSource>(
         }
         words_of.step(index >> 1, key, &mut small_words);
         let take = (SMALL - skip).min(remaining);
-        if take == SMALL {
-            let dest: &mut [T; SMALL] = (&mut out[done..done + SMALL])
-                .try_into()
-                .expect("a full step");
-            transform_two_word(sampler, &small_words, dest);
-        } else {
-            // A partial step (the first or the last): transform all, keep a part.
-            let mut values = [T::from_f64(0.0); SMALL];
-            transform_two_word(sampler, &small_words, &mut values);
-            out[done..done + take].copy_from_slice(&values[skip..skip + take]);
-        }
+        small_step(
+            &mut out[done..done + take],
+            skip,
+            |values: &mut [T; SMALL]| {
+                transform_two_word(sampler, &small_words, values);
+            },
+        );
         done += take;
         index += take as u64;
     }

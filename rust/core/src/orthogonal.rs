@@ -32,12 +32,6 @@ use crate::serial::write_stream;
 use crate::Error;
 use rayon::prelude::*;
 
-#[cfg(test)]
-thread_local! {
-    /// Matrices computed by calls on this thread (tests count the QRs of a fill).
-    pub(crate) static COMPUTED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
 /// Reflectors per panel: the loops apply this many reflectors to one column while it
 /// stays in cache. Changes no bits (see the module docs).
 const PANEL: usize = 16;
@@ -74,8 +68,6 @@ impl OrthogonalMatrix {
         backend: Backend,
         threads: Threads,
     ) -> Result<OrthogonalMatrix, Error> {
-        #[cfg(test)]
-        COMPUTED.with(|count| count.set(count.get() + 1));
         Self::compute_with_panel(key64, global_shape, gain, backend, threads, PANEL)
     }
 

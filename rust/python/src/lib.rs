@@ -22,7 +22,7 @@ mod _core {
     #[pymodule_export]
     use crate::errors::{InternalError, ShapeTooLargeError, ShardInitError};
     #[pymodule_export]
-    use crate::fill::{fill, fill_regions, start_fills, PyStartedFills};
+    use crate::fill::{fill, start_fills, PyStartedFills};
     #[pymodule_export]
     use crate::program::{fill_program, PyProgram};
     #[pymodule_export]

@@ -10,15 +10,17 @@ import torch
 from torch import nn
 
 from ..._names import holder_names, listing
+from ..._program.actions import ParamRecord
 from ..._torch_compat import rewrap_fsdp2_classes, unwrap_fsdp2_classes
 from ..._validate import DeviceLike, resolve_device
+from ...errors import UnsupportedInitOpError
 from ..collector import collector_paused
 from ..exclusive import ThreadExclusive
 from ..new_modules import NewSubmodules
 from .initcalls import install_init_calls
 from .mode import CaptureMode
 from .modulecalls import install_module_calls
-from .records import CapturedInit, ParamRecord, UnsupportedInitOpError
+from .records import CapturedInit
 from .standins import (
     ParamGroup,
     buffer_standins,

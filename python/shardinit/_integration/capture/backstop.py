@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
+from ..._program.actions import Fill, Opaque
 from ..._torch_compat import DispatchMode
 from ...init import Constant
-from .records import Fill, Opaque
 from .store import RecordStore
 from .tracks import Track
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..._program.actions import CapturedOp, Fill, TrackAction
+from ..._program.expr import Const, Coord, Expr, Source, as_lin, reindex, walk_nodes
+from ..._program.regions import Box, FlatRun, box_runs
 from ...init import Constant
-from .program import Const, Coord, Expr, Source, as_lin, reindex, walk_nodes
-from .records import Action, CapturedOp, Fill
-from .regions import Box, FlatRun, box_runs
 from .store import RecordStore
 from .tracks import Track
 
@@ -37,7 +37,7 @@ class _Claim:
         return all(b <= c or d <= a for a, b in self.runs for c, d in other.runs)
 
 
-def drawn(action: Action) -> bool:
+def drawn(action: TrackAction) -> bool:
     """Whether ``action`` draws random values (a fill by a random initializer)."""
     return isinstance(action, Fill) and not isinstance(action.init, Constant)
 

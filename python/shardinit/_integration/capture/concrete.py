@@ -16,7 +16,7 @@ Closed world: an operand with random values (the stream draws those at each
 destination's own index, so no table of them exists), values read from a parameter,
 values no op describes, or an operation that draws from torch's generator itself is not
 evaluated: its results stay opaque, refused with the reason where they reach a
-parameter or a buffer. Memory is bounded by :data:`.program.TABLE_CAP`, the most
+parameter or a buffer. Memory is bounded by :data:`shardinit._program.expr.TABLE_CAP`, the most
 elements one evaluated operand or result may hold.
 """
 
@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
 
-from . import program
-from .engine import Engine, unfollowed
+from ..._program import expr as program_ir
+from ..._program.actions import Opaque
+from ..._program.expr import Bad, Expr, Source, bad_reasons, beyond_table_cap, walk_nodes
+from ..._torch_compat import tree_flatten, tree_map
+from .engine import Engine
 from .frames import user_frame
-from .program import Bad, Expr, Source, bad_reasons, beyond_table_cap, walk_nodes
-from .records import CapturedOp, Opaque
+from .steps import unfollowed
 from .store import RecordStore
 from .torchvalues import eager_values
 from .tracks import Track, run_op, storage_id
@@ -104,7 +105,7 @@ class Concrete:
         track = self.store.lookup(value)
         if track is None or track.kind != "temp":
             return "its operand is a meta tensor whose values capture did not follow"
-        if value.numel() > program.TABLE_CAP:
+        if value.numel() > program_ir.TABLE_CAP:
             return beyond_table_cap(value.numel(), "an operand")
         expr = self.engine.value_of(value, op)
         reasons = bad_reasons(expr)
@@ -145,12 +146,11 @@ class Concrete:
         """A new temporary ``meta`` that holds ``values`` (its CPU result)."""
         temp = self.store.new_temp(name, meta)
         expr = self.table(values)
-        temp.ops.append(CapturedOp(_whole(meta), self.engine.action_of(temp, expr, name), name,
-                                   user_frame()))  # fmt: skip
+        self.store.hold(temp, self.engine.action_of(temp, expr, name), name)
         return temp
 
     def table(self, values: torch.Tensor) -> Expr:
-        if values.numel() > program.TABLE_CAP:
+        if values.numel() > program_ir.TABLE_CAP:
             return Bad(beyond_table_cap(values.numel(), "a result"))
         return self.engine.table_of(values)
 
@@ -192,7 +192,3 @@ def _meta_like(value: Any) -> Any:
     if not isinstance(value, torch.Tensor):
         return value
     return torch.empty(value.shape, dtype=value.dtype, device="meta")
-
-
-def _whole(tensor: torch.Tensor) -> tuple[tuple[int, int], ...]:
-    return tuple((0, int(size)) for size in tensor.shape)

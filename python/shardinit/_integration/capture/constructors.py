@@ -30,7 +30,6 @@ import sys
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from types import FrameType
 from typing import Any
 
 import torch
@@ -41,13 +40,14 @@ from torch.nn.modules.module import (
 )
 from torch.overrides import TorchFunctionMode
 
+from ..._program.actions import CapturedOp, ParamRecord, program_of
+from ..._program.expr import Bad, Expr, Source, bad_reasons, walk_nodes
+from ..._torch_compat import deepcopy_memo, torch_function_disabled
 from ...errors import ShardInitError
 from ..exclusive import ThreadExclusive
 from .frames import user_frame
 from .mode import CaptureMode
 from .modulecalls import constructor_moves
-from .program import Bad, Expr, Source, bad_reasons, walk_nodes
-from .records import CapturedOp, ParamRecord, program_of
 from .torchvalues import eager_values
 
 __all__ = [
@@ -64,7 +64,7 @@ __all__ = [
 @dataclass(frozen=True)
 class ConstructorValue:
     """What a constructor computed for one parameter (over its GLOBAL coordinates), or
-    why it cannot be replayed (``expr`` is then a :class:`~.program.Bad`)."""
+    why it cannot be replayed (``expr`` is then a :class:`~shardinit._program.expr.Bad`)."""
 
     expr: Expr
     where: str
@@ -95,7 +95,6 @@ _COPIES: weakref.WeakKeyDictionary[nn.Module, dict[str, tuple[weakref.ref[nn.Mod
     weakref.WeakKeyDictionary()
 )
 _NEVER = "that were never written"
-_PARAM_DEEPCOPY = nn.Parameter.__deepcopy__.__code__
 
 
 class _DeepCopies(TorchFunctionMode):
@@ -114,16 +113,9 @@ class _DeepCopies(TorchFunctionMode):
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         if func is torch.Tensor.clone:
-            frame: FrameType | None = sys._getframe(1)
-            for _ in range(3):  # the clone's caller, through torch's dispatch helpers
-                if frame is None:
-                    break
-                if frame.f_code is _PARAM_DEEPCOPY:
-                    memo = frame.f_locals.get("memo")
-                    if isinstance(memo, dict):
-                        self.memos[id(memo)] = memo
-                    break
-                frame = frame.f_back
+            memo = deepcopy_memo(sys._getframe(1))
+            if memo is not None:
+                self.memos[id(memo)] = memo
         return func(*args, **(kwargs or {}))
 
     def record(self) -> None:
@@ -195,7 +187,7 @@ def record_constructors() -> Iterator[None]:
     def buffer_hook(module: nn.Module, name: str, buffer: torch.Tensor | None) -> None:
         if buffer is None:
             return
-        with torch._C.DisableTorchFunction():  # the tensor's own device, not the dispatch's
+        with torch_function_disabled():  # the tensor's own device, not the dispatch's
             meta = buffer.is_meta
         if meta:
             buffers.append((weakref.ref(module), name, buffer, user_frame()))

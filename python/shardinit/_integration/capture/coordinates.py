@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from .engine import Engine
-from .frames import user_frame
-from .program import (
+from ..._program.actions import CapturedOp, Computed, Masked, ParamRecord, program_of
+from ..._program.expr import (
     Bad,
     Const,
     Coord,
@@ -39,34 +37,16 @@ from .program import (
     walk_nodes,
     where,
 )
-from .records import CapturedOp, Computed, ParamRecord, Program, program_of
-from .regions import view_region
-from .replay import replay_full
+from ..._program.regions import view_region, whole
+from ...shard import writer
+from .engine import Engine
 from .store import RecordStore
 from .tracks import Track, run_op
 from .translations import Translation, scalar
 
-__all__ = ["Coordinates", "Masked", "evaluate_whole"]
+__all__ = ["Coordinates", "evaluate_whole"]
 
 _CONSTANTS = {"constant": 0.0, "zeros": 0.0, "ones": 1.0}
-
-
-@dataclass(frozen=True)
-class Masked(Program):
-    """``value`` where ``cond`` (a program of the parameter's GLOBAL coordinates, free of
-    random values) holds, else the element's value before.
-
-    Attributes:
-        cond: the condition (nonzero: write).
-        value: the constant written.
-    """
-
-    cond: Expr
-    value: float
-    reads_prior: ClassVar[bool] = True
-
-    def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
-        return where(self.cond, Const(self.value), Prior())
 
 
 def _non_finite(value: Any) -> bool:
@@ -174,7 +154,7 @@ class Coordinates:
         self.engine.carry_read(temp, [source, bound.get("mask")], name)
         expr = where(cond, value, self.engine.operand(source, shape, name))
         action = self.engine.action_of(temp, expr, name)
-        temp.ops.append(CapturedOp(_whole(shape), action, name, user_frame()))
+        self.store.hold(temp, action, name)
         return result
 
     def condition(
@@ -279,7 +259,7 @@ class Coordinates:
         self.engine.carry_read(temp, [a, b], name)
         expr = combine("mul", parts[0], parts[1], ranges)
         action = self.engine.action_of(temp, expr, name)
-        temp.ops.append(CapturedOp(_whole(shape), action, name, user_frame()))
+        self.store.hold(temp, action, name)
         return result
 
 
@@ -349,10 +329,6 @@ def _strided_positions(view: torch.Tensor, base: torch.Tensor) -> Expr | None:
 
 def evaluate_whole(expr: Expr, shape: tuple[int, ...]) -> torch.Tensor:
     """A deterministic program over a tensor of ``shape``, whole, in binary64."""
-    whole = _whole(shape)
-    op = CapturedOp(whole, program_of(expr), "value", "<capture>")
-    return replay_full(ParamRecord("value", shape, torch.float64, (op,)), seed=0)
-
-
-def _whole(shape: Sequence[int]) -> tuple[tuple[int, int], ...]:
-    return tuple((0, int(size)) for size in shape)
+    whole_box = whole(shape)
+    op = CapturedOp(whole_box, program_of(expr), "value", "<capture>")
+    return writer().full(ParamRecord("value", shape, torch.float64, (op,)), seed=0)

@@ -1,5 +1,7 @@
-"""The expression engine of a capture: values, sources, elementwise steps and writes
-over a :class:`.store.RecordStore`, as init programs (:mod:`.program`).
+"""The expression engine of a capture: reading values and writing records, over a
+:class:`.store.RecordStore`, as init programs (:mod:`shardinit._program.expr`). The
+components the dispatch calls build on it: :mod:`.steps` (sources and elementwise
+steps), :mod:`.copies`, :mod:`.coordinates`, :mod:`.concrete`.
 
 * **Values of tensors.** A followed temporary's value is the fold of what was written
   to it (its ops, last one wins, as ``where`` of their boxes); a view of it reads that
@@ -9,10 +11,6 @@ over a :class:`.store.RecordStore`, as init programs (:mod:`.program`).
   as far as their shape goes (``ones_like(p * 2)``), and the read is refused, naming
   the parameter and the read, where their values reach a parameter, a buffer or any
   operation but an elementwise step (:attr:`.tracks.Track.reads`).
-* **Sources** (new temporaries): ``arange``, ``linspace``, ``eye``, ``torch.tensor``,
-  ``rand``/``randn`` (and ``*_like``).
-* **Steps**: elementwise operations (:mod:`.pointwise`) out of place (a new temporary)
-  and in place (an op reading :class:`~.program.Prior`), casts.
 * **Writes**: a fill (:mod:`.translations`) lands on the box its view covers; an
   expression over a view's coordinates lands on the boxes of its base the view covers,
   read back at each element's own coordinates; random values land in one place only
@@ -24,21 +22,14 @@ parameter and makes a temporary opaque otherwise: no refusal is caught to choose
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
-from ..._torch_compat import tree_flatten
-from ...errors import ShardInitError
-from ...init import Constant
-from ...spec import ParamSpec
-from .claims import RandomPlaces
-from .frames import user_frame
-from .pointwise import POINTWISE, cast, cast_dtype, no_formula, step_of
-from .program import (
+from ..._program.actions import CapturedOp, Fill, Opaque, TrackAction, program_of
+from ..._program.expr import (
     Bad,
-    Binary,
     Const,
     Coord,
     Expr,
@@ -55,41 +46,39 @@ from .program import (
     in_box,
     reindex,
     simplify,
-    stored,
     strided_coords,
     substitute_prior,
     unravel,
     walk_nodes,
     where,
 )
-from .records import Action, CapturedOp, Computed, Fill, Opaque, program_of
-from .regions import (
+from ..._program.regions import (
     Box,
     FlatRun,
-    box_runs,
     flat_range_boxes,
     map_runs_from,
     runs_or_reason,
     view_region,
 )
+from ..._torch_compat import tree_flatten
+from ...errors import ShardInitError
+from ...init import Constant
+from ...spec import ParamSpec
+from .claims import RandomPlaces
+from .frames import user_frame
 from .store import RecordStore
 from .structured import fill_action
-from .tables import RANDOM_SOURCES
-from .tracks import Track, run_op, same_view
+from .tracks import Track
 from .translations import Translation
 
-__all__ = ["Engine", "read_reason", "unfollowed"]
+__all__ = ["Engine", "read_reason"]
 
 # A write into a buffer's real stand-in: only its region matters (the values are real).
-_BUFFER_WRITE = Constant(0.0)
+BUFFER_WRITE = Constant(0.0)
 
 
 def _ranges(shape: Sequence[int]) -> list[tuple[int, int]]:
     return [(0, int(size)) for size in shape]
-
-
-def _identity(ndim: int) -> tuple[Expr, ...]:
-    return tuple(Coord(d) for d in range(ndim))
 
 
 def op_value(op: CapturedOp, track: Track, prior: Expr) -> Expr:
@@ -100,8 +89,7 @@ def op_value(op: CapturedOp, track: Track, prior: Expr) -> Expr:
 
 
 class Engine:
-    """Values, sources, elementwise steps and writes, over a :class:`.store.RecordStore`
-    (module docstring)."""
+    """Values and writes, over a :class:`.store.RecordStore` (module docstring)."""
 
     def __init__(self, store: RecordStore) -> None:
         self.store = store
@@ -249,7 +237,7 @@ class Engine:
 
     # ----------------------------------------------------------------- writes
 
-    def action_of(self, track: Track, expr: Expr, op: str) -> Action:
+    def action_of(self, track: Track, expr: Expr, op: str) -> TrackAction:
         """The action of writing ``expr``; :class:`Bad` values are refused for a
         parameter and make a temporary opaque."""
         reasons = bad_reasons(expr)
@@ -259,7 +247,7 @@ class Engine:
             return Opaque(reasons[0])
         return program_of(expr)
 
-    def record(self, track: Track, view: torch.Tensor, action: Action, op: str) -> None:
+    def record(self, track: Track, view: torch.Tensor, action: TrackAction, op: str) -> None:
         """Records ``action`` on the box ``view`` covers (:meth:`.store.RecordStore.append`);
         a fill of a parameter must make a valid stream-v1 parameter.
 
@@ -281,7 +269,7 @@ class Engine:
         """Records one translated fill (``entry`` with argument ``values``); an invalid
         one is refused on a parameter and opaque on a temporary."""
         if track.kind == "buffer":
-            self.record(track, view, Fill(_BUFFER_WRITE), op)
+            self.record(track, view, Fill(BUFFER_WRITE), op)
             return
         aligned = entry.kind in ("eye", "dirac")
         region = self.store.region(track, view, op) if aligned else None
@@ -301,7 +289,7 @@ class Engine:
             expr = substitute_prior(expr, prior)
         if track.kind == "param":
             self.places.land(track, box, expr, op, f"{op} at {user_frame()}", self.folded)
-        track.ops.append(CapturedOp(box, self.action_of(track, expr, op), op, where_))
+        self.store.add(track, CapturedOp(box, self.action_of(track, expr, op), op, where_))
 
     def spread(
         self,
@@ -342,228 +330,6 @@ class Engine:
         for box, value in self.spread(expr, tuple(view.shape), pieces, target):
             self.append(target, box, value, op, where_)
 
-    def copy_expr(self, target: Track, dst: torch.Tensor, value: Any, op: str) -> None:
-        """``dst`` takes ``value`` (broadcast) by its computed values."""
-        self.write_expr(target, dst, self.operand(value, tuple(dst.shape), op), op)
-
-    def spread_op(
-        self,
-        entry: CapturedOp,
-        runs: tuple[list[FlatRun], list[FlatRun]],
-        source: Track,
-        target: Track,
-    ) -> Iterator[tuple[Box, Expr]]:
-        """A temporary's program op, copied through ``runs`` (source, target)."""
-        assert isinstance(entry.action, Computed)
-        for run in box_runs(entry.region, source.shape):
-            pieces = map_runs_from(runs[0], run, runs[1])
-            yield from self.spread(entry.action.expr, source.shape, pieces, target)
-
-    # ----------------------------------------------------------------- copies
-
-    def translate(
-        self, source: Track, src: torch.Tensor, target: Track, dst: torch.Tensor, op: str
-    ) -> bool:
-        """``dst`` (of ``target``) takes the values of ``src`` (of ``source``, a
-        temporary of the same shape), op by op: a fill gives each element the
-        initializer of the element it comes from, a program is read at the element's
-        source position. Returns False, writing nothing, when a view's order is not
-        row-major (then the copy goes by values).
-
-        Raises:
-            UnsupportedInitOpError: a parameter takes elements never written, or values
-                no op describes (a temporary takes them as opaque).
-        """
-        src_runs, dst_runs = runs_or_reason(src, source.base), runs_or_reason(dst, target.base)
-        if isinstance(src_runs, str) or isinstance(dst_runs, str):
-            return False
-        runs = src_runs, dst_runs
-        why = _uncopyable(source, runs)
-        if why is not None:
-            if target.kind == "param":
-                raise self.store.fail(target, op, why)
-            self.record(target, dst, Opaque(why), op)
-            return True
-        where_ = user_frame()
-        self.places.writes += 1
-        for entry in source.ops:
-            copied = f"{entry.op} (copied by {op} at {where_})"
-            if isinstance(entry.action, Computed):
-                for box, value in self.spread_op(entry, runs, source, target):
-                    self.append(target, box, value, copied, entry.where)
-            elif not isinstance(entry.action, Opaque):  # opaque parts: not copied (checked)
-                self.copy_op(source, entry, target, runs, (op, copied, where_))
-        return True
-
-    def copy_op(
-        self,
-        source: Track,
-        entry: CapturedOp,
-        target: Track,
-        runs: tuple[list[FlatRun], list[FlatRun]],
-        names: tuple[str, str, str],
-    ) -> None:
-        """``entry`` (a fill or scale of ``source``) copied through ``runs``."""
-        op, copied, where_ = names
-        for run in box_runs(entry.region, source.shape):
-            for at, mapped in map_runs_from(runs[0], run, runs[1]):
-                moved = (at, at + mapped[1] - mapped[0])
-                self.places.copied(source, entry, target, moved, op, f"{op} at {where_}")
-                for _, box in flat_range_boxes(target.shape, *mapped):
-                    copy = CapturedOp(box, entry.action, copied, entry.where)
-                    self.places.roots[id(copy)] = self.places.root(id(entry))
-                    target.ops.append(copy)
-
-    def copy_into(self, target: Track, dst: torch.Tensor, value: Any, op: str) -> None:
-        """``dst`` of ``target`` takes ``value``: a temporary of the same shape op by op
-        (:meth:`translate`), anything else by its computed values (broadcast)."""
-        source = self.store.lookup(value)
-        self.carry_read(target, value, op)
-        if target.kind == "buffer":
-            self.record(target, dst, Fill(_BUFFER_WRITE), op)
-            return
-        if source is not None and source.kind == "param":
-            if source is target and same_view(dst, value):
-                return
-            if target.kind == "param":
-                raise self.store.fail(target, op, f"it copies the values of {source.label}")
-        if source is target and same_view(dst, value):
-            return
-        by_ops = (
-            source is not None
-            and source.kind == "temp"
-            and value.shape == dst.shape
-            and not any(isinstance(o.action, Computed) for o in source.ops)
-        )
-        if by_ops and self.translate(source, value, target, dst, op):  # type: ignore[arg-type]
-            return
-        self.copy_expr(target, dst, value, op)
-
-    # ----------------------------------------------------------------- sources and steps
-
-    def source(self, name: str, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-        """A factory of known values: the result is a new temporary."""
-        state = torch.default_generator.get_state()
-        try:
-            result = run_op(func, args, kwargs)
-        finally:
-            torch.default_generator.set_state(state)
-        if not isinstance(result, torch.Tensor):
-            return result
-        temp = self.store.new_temp(name, result)
-        base = name.removesuffix("_like")
-        if base in RANDOM_SOURCES:
-            self.record(temp, result, Fill(RANDOM_SOURCES[base]), name)
-            return result
-        expr = self.source_value(name, args, kwargs, result)
-        temp.ops.append(CapturedOp(_whole(result), self.action_of(temp, expr, name), name,
-                                   user_frame()))  # fmt: skip
-        return result
-
-    def source_value(
-        self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any], result: torch.Tensor
-    ) -> Expr:
-        if name in ("tensor", "new_tensor"):
-            data = args[1] if name == "new_tensor" else args[0] if args else kwargs["data"]
-            return self.table_of(torch.tensor(data, dtype=result.dtype, device="cpu"))
-        if name == "eye":
-            return Binary("eq", Coord(0), Coord(1))
-        numbers = [float(a) for a in args if isinstance(a, (int, float)) and a is not True]
-        if name == "linspace":
-            start = float(kwargs.get("start", numbers[0]))
-            end = float(kwargs.get("end", numbers[1]))
-            return stored(_linspace(start, end, int(result.shape[0])), result.dtype)
-        start, step = (0.0, 1.0) if len(numbers) < 2 else (numbers[0], 1.0)
-        if len(numbers) >= 3:
-            step = numbers[2]
-        start = float(kwargs.get("start", start))
-        step = float(kwargs.get("step", step))
-        value = combine("add", combine("mul", Coord(0), Const(step)), Const(start))
-        return stored(value, result.dtype)
-
-    def pointwise(
-        self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
-    ) -> Any:
-        """An elementwise operation with a followed operand: a new temporary."""
-        step = POINTWISE[name]
-        operands, options = step_of(step, args, kwargs)
-        result = run_op(func, args, kwargs)
-        if not isinstance(result, torch.Tensor):
-            return result
-        if not result.is_contiguous():
-            result = result.contiguous()
-        shape = tuple(result.shape)
-        exprs = [None if v is None else self.operand(v, shape, name) for v in operands]
-        temp = self.store.new_temp(name, result)
-        self.carry_read(temp, operands, name)
-        expr = step.build(exprs, options)
-        temp.ops.append(CapturedOp(_whole(result), self.action_of(temp, expr, name), name,
-                                   user_frame()))  # fmt: skip
-        return result
-
-    def cast_temp(self, name: str, func: Any, args: Sequence[Any], kwargs: Any) -> Any:
-        """A cast or device move of a followed temporary."""
-        result = run_op(func, args, kwargs)
-        source = args[0]
-        if not isinstance(result, torch.Tensor) or self.store.lookup(result) is not None:
-            return result
-        if not result.is_contiguous():
-            result = result.contiguous()
-        dtype = cast_dtype(name, args, kwargs) or result.dtype
-        expr = cast(self.operand(source, tuple(result.shape), name), source.dtype, dtype)
-        temp = self.store.new_temp(name, result)
-        self.carry_read(temp, source, name)
-        temp.ops.append(CapturedOp(_whole(result), self.action_of(temp, expr, name), name,
-                                   user_frame()))  # fmt: skip
-        return result
-
-    def inplace(
-        self, name: str, base_name: str, target: Track, func: Any, args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-    ) -> None:  # fmt: skip
-        """Records an in-place elementwise step on (a view of) a followed tensor (the
-        dispatch runs it on a temporary's or buffer's real values)."""
-        view = args[0]
-        step = POINTWISE[base_name]
-        operands, options = step_of(step, args, kwargs)
-        shape = tuple(view.shape)
-        exprs: list[Expr | None] = [Prior()]
-        exprs += [None if v is None else self.operand(v, shape, name) for v in operands[1:]]
-        self.carry_read(target, operands[1:], name)
-        self.write_expr(target, view, step.build(exprs, options), name)
-
-    def taint(self, name: str, args: Any, kwargs: Any, result: Any, why: str | None = None) -> None:
-        """Results of an operation shardinit does not follow, on followed temporaries:
-        opaque (unless on the CPU and free of random values, then a table), with ``why``
-        (default: the operation is not followed)."""
-        temps = self.store.followed((args, kwargs))
-        if not temps:
-            return
-        random = any(
-            isinstance(n, (Source, Bad)) for t in temps for n in walk_nodes(self.folded(t))
-        )
-        for leaf in tree_flatten(result)[0]:
-            if not isinstance(leaf, torch.Tensor) or self.store.lookup(leaf) is not None:
-                continue
-            if leaf.device.type == "cpu" and not random:
-                continue  # a CPU tensor of known values: a table if it is copied
-            if leaf.is_contiguous():
-                temp = self.store.new_temp(name, leaf)
-                temp.from_random = True
-                self.carry_read(temp, (args, kwargs), name)
-                why = why or unfollowed(name)
-                temp.ops.append(CapturedOp(_whole(leaf), Opaque(why), name, user_frame()))
-
-
-def unfollowed(name: str) -> str:
-    """Why the results of ``name`` (called here) are not a program."""
-    kind = (
-        "an elementwise operation shardinit has no exact formula for"
-        if no_formula(name)
-        else "not an elementwise operation shardinit follows"
-    )
-    return f"{name} at {user_frame()} is {kind}"
-
 
 def _inexact_integers(value: torch.Tensor) -> bool:
     """Whether an integer tensor holds a value binary64 does not hold exactly."""
@@ -593,22 +359,6 @@ def _invalid_fill(track: Track, action: Fill) -> str | None:
 
 
 _VALID_FILLS: set[tuple[object, ...]] = set()
-
-
-def _uncopyable(source: Track, runs: tuple[list[FlatRun], list[FlatRun]]) -> str | None:
-    """Why the elements ``runs[0]`` of the temporary ``source`` cannot be copied op by op
-    (never written, or written by an op no program describes), or None."""
-    for start, stop in runs[0]:
-        for _, box in flat_range_boxes(source.shape, start, stop):
-            if not source.written(box):
-                return f"it copies elements of {source.label} that were never written"
-    for entry in source.ops:
-        if isinstance(entry.action, Opaque) and any(
-            next(map_runs_from(runs[0], run, runs[1]), None) is not None
-            for run in box_runs(entry.region, source.shape)
-        ):
-            return f"it copies values of {source.label}: {entry.action.why}"
-    return None
 
 
 def _merge_reads(reads: list[tuple[Track, str]], more: Sequence[tuple[Track, str]]) -> None:
@@ -655,18 +405,3 @@ def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, list[Expr]
         else:
             coords.append(combine("sub", Coord(axis), Const(float(box[axis][0]))))
     return box, coords
-
-
-def _whole(tensor: torch.Tensor) -> Box:
-    return tuple((0, int(size)) for size in tensor.shape)
-
-
-def _linspace(start: float, end: float, steps: int) -> Expr:
-    """torch's linspace: from ``start`` up to the middle, from ``end`` down after it."""
-    if steps <= 1:
-        return Const(start)
-    step = (end - start) / (steps - 1)
-    up = combine("add", combine("mul", Coord(0), Const(step)), Const(start))
-    back = combine("sub", Const(float(steps - 1)), Coord(0))
-    down = combine("sub", Const(end), combine("mul", back, Const(step)))
-    return where(combine("lt", Coord(0), Const(float(steps // 2))), up, down)

@@ -27,52 +27,36 @@ The routes:
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..._torch_compat import enter_dispatch_mode, exit_dispatch_mode, handed_to_mode
-from ...errors import ShardInitError
-from ...init import Constant
+from ..._program.actions import Opaque
+from ..._torch_compat import GRAD_SWITCH, enter_dispatch_mode, exit_dispatch_mode, handed_to_mode
+from ...errors import UnsupportedInitOpError
 from .backstop import WriteBackstop
 from .concrete import Concrete, Evaluated
 from .coordinates import Coordinates
+from .copies import Copies
 from .engine import Engine, read_reason
 from .frames import frame_arguments, func_name, init_frame
-from .pointwise import inplace_name, no_formula
-from .records import Action, Fill, Opaque, UnsupportedInitOpError
+from .pointwise import no_formula
+from .steps import Steps
 from .store import RecordStore
-from .tables import CONCATS, COPIES, FACTORIES, SCALES, is_inplace, route_of
-from .tracks import Track, run_op, same_view, storage_id
-from .translations import INIT_FUNCTIONS, INIT_TRANSLATIONS, METHOD_TRANSLATIONS, bind, scalar
+from .tables import CONCATS, COPIES, FACTORIES, Route, is_inplace, route_of
+from .tracks import Track, run_op, storage_id
+from .translations import INIT_FUNCTIONS, INIT_TRANSLATIONS
+from .writes import Writes, quietly, tensors_in
 
 __all__ = ["CaptureMode"]
 
 _CPU = torch.device("cpu")
-# torch.no_grad()'s switch, which torch.nn.init functions run around their writes: it
-# writes no tensor and draws no random number, so inside them it runs as it is.
-_GRAD_SWITCH = torch._C._set_grad_enabled
-
-
-def _tensor_operand(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
-    """Whether a mul_/div_ has a tensor operand (not a 0-d CPU number) or a rounding."""
-    if kwargs.get("rounding_mode") is not None:
-        return True
-    other = args[1] if len(args) > 1 else kwargs.get("other")
-    return isinstance(other, torch.Tensor) and (other.dim() > 0 or other.device.type != "cpu")
-
-
-def quietly(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-    """``func(*args, **kwargs)`` leaving torch's CPU random generator as it was (followed
-    temporaries are sampled by the stream at replay, not by torch)."""
-    state = torch.default_generator.get_state()
-    try:
-        return func(*args, **kwargs)
-    finally:
-        torch.default_generator.set_state(state)
+# torch.no_grad()'s switch (GRAD_SWITCH), which torch.nn.init functions run around their
+# writes: it writes no tensor and draws no random number, so inside them it runs as it is.
 
 
 class CaptureMode(TorchFunctionMode):
@@ -97,6 +81,10 @@ class CaptureMode(TorchFunctionMode):
         self.backstop = WriteBackstop(self.store)
         self.coordinates = Coordinates(self.store, self.engine)
         self.concrete = Concrete(self.store, self.engine)
+        self.steps = Steps(self.store, self.engine)
+        self.copies = Copies(self.store, self.engine)
+        parts = (self.steps, self.copies, self.coordinates, self.concrete)
+        self.writes = Writes(self.store, self.engine, parts, self.backstop)
         self.devices = dict(devices or {})
         self.handled: set[FrameType] = set()
         self.outer: FrameType | None = None  # the frame that entered the mode
@@ -138,45 +126,23 @@ class CaptureMode(TorchFunctionMode):
             return self.inside_init(*found, func, args, kwargs)
         name = func_name(func)
         route = route_of(name)
-        if route == "metadata":
-            return func(*args, **kwargs)
-        target = self.store.lookup(args[0]) if args else None
-        if route == "device" and target is not None and target.kind == "param":
-            return self.answer(name, target)
-        if route == "flag":  # the tensor takes it; its values do not change
+        if route in _UNTOUCHED:
             return func(*args, **kwargs)
         if kwargs.get("out") is not None and self.store.followed(kwargs["out"]):
             return self.into_out(name, route, func, types, args, kwargs)
-        if route == "coordinate" and target is not None:
-            return self.coordinate_op(name, target, func, args, kwargs)
-        if target is not None:
-            handled, result = self.on_target(name, target, func, args, kwargs)
-            if handled:
+        call = Call(name, route, self.store.lookup(args[0]) if args else None, func, args, kwargs)
+        for handlers in (_ON_TARGET, _BY_ROUTE):
+            handler = handlers.get(route)
+            result = _NOT_MINE if handler is None else handler(self, call)
+            if result is not _NOT_MINE:
                 return result
-        return self.by_route(name, route, target, func, args, kwargs)
+        return self.unrouted(call)
 
-    def by_route(
-        self,
-        name: str,
-        route: str,
-        target: Track | None,
-        func: Any,
-        args: Sequence[Any],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        """An operation that writes no followed tensor (or one the routes above left)."""
-        if route == "view":
-            return self.view(name, func, args, kwargs)
-        if route in ("factory", "concat") or (route == "copy" and target is not None):
-            return self.make_temporary(name, func, args, kwargs)
-        if route == "source":
-            return self.engine.source(name, func, args, kwargs)
-        followed = self.store.followed((args, kwargs))
-        if route == "pointwise" and any(t.kind != "buffer" for t in followed):
-            return self.engine.pointwise(name, func, args, kwargs)
-        if route == "cast" and target is not None and target.kind == "temp":
-            return self.engine.cast_temp(name, func, args, kwargs)
-        params = [track for track in followed if track.kind == "param"]
+    def unrouted(self, call: Call) -> Any:
+        """An operation no route takes: refused where it reads a parameter's values, else
+        run as :meth:`unfollowed` runs it."""
+        name, target, args, kwargs = call.name, call.target, call.args, call.kwargs
+        params = self.store.params_in((args, kwargs))
         if params:
             if no_formula(name):
                 why = "it is an elementwise operation shardinit has no exact formula for"
@@ -188,7 +154,7 @@ class CaptureMode(TorchFunctionMode):
         reads = self.engine.read_in((args, kwargs), name)
         if reads:  # values computed from a parameter's, beyond elementwise steps
             raise self.store.fail(reads[0][0], name, read_reason(reads[0]))
-        return self.unfollowed(name, target, func, args, kwargs)
+        return self.unfollowed(name, target, call.func, args, kwargs)
 
     def unfollowed(
         self, name: str, target: Track | None, func: Any, args: Sequence[Any],
@@ -196,14 +162,14 @@ class CaptureMode(TorchFunctionMode):
     ) -> Any:  # fmt: skip
         """An operation no route follows, reading no parameter's values: run on the CPU
         where its meta operands' values are known (:mod:`.concrete`), its results
-        tables; else run as it is, its results opaque (:meth:`.engine.Engine.taint`)."""
+        tables; else run as it is, its results opaque (:meth:`.steps.Steps.taint`)."""
         evaluated = self.concrete.evaluate(name, func, args, kwargs)
         if target is not None and is_inplace(name):
             return self.other_inplace(name, target, func, args, kwargs, evaluated)
         if isinstance(evaluated, Evaluated):
             return self.concrete.results(name, func, args, kwargs, evaluated)
         result = run_op(func, args, kwargs)
-        self.engine.taint(name, args, kwargs, result, evaluated)
+        self.steps.taint(name, args, kwargs, result, evaluated)
         return result
 
     def other_inplace(
@@ -220,7 +186,7 @@ class CaptureMode(TorchFunctionMode):
         self.engine.record(target, args[0], Opaque(why), name)
         with self.backstop.expecting(target):
             result = run_op(func, args, kwargs)
-        self.engine.taint(name, args, kwargs, result)
+        self.steps.taint(name, args, kwargs, result)
         return result
 
     # ----------------------------------------------------------------- routes
@@ -231,7 +197,7 @@ class CaptureMode(TorchFunctionMode):
         """An operation inside ``torch.nn.init.<init_name>``: the call is recorded once, at
         its first operation; torch's own body then runs on temporaries (on a parameter's
         stand-in its writes are the recorded call's, and are skipped)."""
-        switch = func is _GRAD_SWITCH and frame in self.handled
+        switch = func is GRAD_SWITCH and frame in self.handled
         if switch and not handed_to_mode(sys._getframe(2), frame):
             return func(*args, **kwargs)  # as below, without reading the frame again
         arguments = frame_arguments(frame)
@@ -247,7 +213,7 @@ class CaptureMode(TorchFunctionMode):
                 return tensor
             with self.backstop.expecting(track):
                 return INIT_FUNCTIONS[init_name](**arguments)
-        if func is _GRAD_SWITCH:
+        if func is GRAD_SWITCH:
             return func(*args, **kwargs)
         operand = self.store.lookup(args[0]) if args else None
         if operand is None and track is None:
@@ -312,146 +278,26 @@ class CaptureMode(TorchFunctionMode):
                 raise self.store.fail(target, op, why)
             self.engine.record(target, out, Opaque(why), op)
             return result
-        self.engine.copy_into(target, out, result, op)
-        self.run_on(target, torch.Tensor.copy_, (out, result), {})
+        self.copies.copy_into(target, out, result, op)
+        self.writes.run_on(target, torch.Tensor.copy_, (out, result), {})
         if route in ("factory", "source"):  # torch's factories give out= their flag too
             out.requires_grad_(bool(kwargs.get("requires_grad", False)))
         return out
 
-    def run_on(self, target: Track, func: Any, args: Sequence[Any], kwargs: Any) -> Any:
-        """Runs a recorded write on a temporary's or buffer's real values (a parameter's
-        stand-in has none: its first argument is returned)."""
-        if target.kind == "param":
-            return args[0]
-        with self.backstop.expecting(target):
-            return quietly(func, args, kwargs)
-
-    def on_target(
-        self, name: str, target: Track, func: Any, args: Sequence[Any], kwargs: dict[str, Any]
-    ) -> tuple[bool, Any]:
-        """Writes into a followed tensor; ``(False, None)`` when ``name`` is none."""
-        view = args[0]
-        if name == "data.__set__":
-            self.set_data(target, view, args[1])
-            return True, None
-        entry = METHOD_TRANSLATIONS.get(name)
-        if entry is not None and entry.kind in SCALES and _tensor_operand(args, kwargs):
-            entry = None  # arithmetic with a tensor: an elementwise step
-        if entry is not None:
-            values = bind(
-                args[1:], {k: v for k, v in kwargs.items() if k != "rounding_mode"}, entry
-            )
-            shown = ", ".join(f"{n}={v!r}" for n, v in zip(entry.names, values, strict=True))
-            self.coordinates.write(target, view, entry, values, f"{name.strip('_')}_({shown})")
-        elif name == "copy_":
-            self.engine.copy_into(target, view, args[1], "copy_")
-        elif name == "pad" and not any(args[1] if len(args) > 1 else kwargs.get("pad", ())):
-            # Zero padding is the identity: transformers' _adjust_bias stores it back.
-            return True, view
-        elif name == "__setitem__":
-            self.setitem(target, view, args[1], args[2])
-            return True, None
-        elif (base := inplace_name(name)) is not None:
-            self.engine.inplace(name, base, target, func, args, kwargs)
-        else:
-            return False, None
-        return True, self.run_on(target, func, args, kwargs)
-
-    def coordinate_op(
-        self, name: str, target: Track, func: Any, args: Sequence[Any], kwargs: dict[str, Any]
-    ) -> Any:
-        """One of :data:`.tables.COORDINATE_OPS` on the followed tensor ``target``
-        (:mod:`.coordinates`): in place, recorded then run; else a new temporary."""
-        if is_inplace(name):
-            self.coordinates.write_at(name, target, args, kwargs)
-            return self.run_on(target, func, args, kwargs)
-        return self.coordinates.new_value(name, func, args, kwargs)
-
-    def set_data(self, target: Track, view: torch.Tensor, value: Any) -> None:
-        """``tensor.data = value``: a copy when ``value`` has the tensor's shape and dtype;
-        else it would change what the tensor is (refused on a parameter or buffer)."""
-        op = "tensor.data = value"
-        if same_view(view, value):
-            return
-        if not isinstance(value, torch.Tensor) or (value.shape, value.dtype) != (
-            view.shape,
-            view.dtype,
-        ):
-            shown = (
-                f"{tuple(value.shape)} {value.dtype}" if isinstance(value, torch.Tensor) else value
-            )
-            why = f"it makes the {tuple(view.shape)} {view.dtype} tensor a {shown} one"
-            if target.kind != "temp":
-                raise self.store.fail(target, op, why)
-            self.engine.record(target, view, Opaque(why), op)
-            return
-        self.engine.copy_into(target, view, value, op)
-        self.run_on(target, torch.Tensor.copy_, (view, value), {})
-
-    def setitem_by_meta(
-        self, target: Track, tensor: torch.Tensor, index: Any, value: Any, op: str
-    ) -> None:
-        """``tensor[index] = value`` with meta tensors in ``index`` (peft BOFT's
-        ``perm_mat[i, idx] = 1``): meta cannot read an index, so on a known meta temporary
-        with a known index the write runs on the CPU values (:mod:`.concrete`); else it is
-        refused (a parameter) or the temporary's values become opaque."""
-        args = (tensor, index, value)
-        evaluated = self.concrete.evaluate("__setitem__", torch.Tensor.__setitem__, args, {})
-        if isinstance(evaluated, Evaluated) and target.kind == "temp" and target.base.is_meta:
-            self.concrete.write_inplace("__setitem__", target, tensor, evaluated)
-            return
-        why = evaluated if isinstance(evaluated, str) else "an index by tensors is no box"
-        if target.kind == "param":
-            raise self.store.fail(target, op, why)
-        self.engine.record(target, tensor, Opaque(why), op)
-
-    def setitem(self, target: Track, tensor: torch.Tensor, index: Any, value: Any) -> None:
-        op = f"[{index!r}] = {value!r}"
-        if any(t.is_meta for t in _tensors(index)):
-            self.setitem_by_meta(target, tensor, index, value, op)
-            return
-        view = tensor[index]
-        if same_view(view, value):
-            return  # `w[idx] *= 2`: Python stores the scaled view back into itself
-        if self.store.lookup(view) is not target:
-            if self.coordinates.indexed_constant(target, tensor, index, value, op):
-                pass  # constants at listed positions or a mask: a program of coordinates
-            elif target.kind == "param":
-                raise self.store.fail(
-                    target, op, "advanced indexing writes a region that is not a box"
-                )
-            else:
-                self.engine.record(target, tensor, Opaque(f"{op}: advanced indexing"), op)
-        elif isinstance(value, torch.Tensor) and value.dim() > 0:
-            self.engine.copy_into(target, view, value, op)
-        else:
-            self.engine.record(target, view, self.constant(target, value, op), op)
-        self.run_on(target, torch.Tensor.__setitem__, (tensor, index, value), {})
-
-    def constant(self, target: Track, value: Any, op: str) -> Action:
-        """A fill by the number ``value`` (refused on a parameter, opaque on others when
-        it is no number)."""
-        try:
-            return Fill(Constant(scalar(value)))
-        except ShardInitError as why:  # scalar() checks the operand: it refuses nothing
-            if target.kind == "param":
-                raise self.store.fail(target, op, str(why)) from None
-            return Opaque(str(why))
-
     def view(self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         params = self.store.params_in((args, kwargs))
         why: str | None = None
-        if not params and _tensors((args[1:], kwargs)):  # indexing by tensors: a copy
+        if not params and tensors_in((args[1:], kwargs)):  # indexing by tensors: a copy
             evaluated = self.concrete.evaluate(name, func, args, kwargs)
             if isinstance(evaluated, Evaluated):
                 return self.concrete.results(name, func, args, kwargs, evaluated)
             why = evaluated
         result = func(*args, **kwargs)
         if params:
-            for leaf in _tensors(result):
+            for leaf in tensors_in(result):
                 if self.store.lookup(leaf) is None:
                     raise self.store.fail(params[0], name, "it copies the values (a read)")
-        self.engine.taint(name, args, kwargs, result, why)  # advanced indexing copies
+        self.steps.taint(name, args, kwargs, result, why)  # advanced indexing copies
         return result
 
     def make_temporary(
@@ -471,7 +317,7 @@ class CaptureMode(TorchFunctionMode):
         if name in FACTORIES:
             self.fill_new(temp, name, args, kwargs)
         elif name in COPIES:
-            self.engine.copy_into(temp, result, args[0], name)
+            self.copies.copy_into(temp, result, args[0], name)
         else:
             self.concatenate(temp, name, args, kwargs)
         return result
@@ -485,7 +331,7 @@ class CaptureMode(TorchFunctionMode):
         if value == "arg":
             position = 1 if name == "full" else 2 if name == "new_full" else 1
             value = kwargs.get("fill_value", args[position] if len(args) > position else None)
-        self.engine.record(temp, temp.base, self.constant(temp, value, name), name)
+        self.engine.record(temp, temp.base, self.writes.constant(temp, value, name), name)
 
     def concatenate(
         self, temp: Track, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -500,10 +346,99 @@ class CaptureMode(TorchFunctionMode):
                 dst = temp.base.narrow(dim, offset, part.shape[dim] if part.dim() else 0)
                 offset += dst.shape[dim]
             if dst.numel():
-                self.engine.copy_into(temp, dst, part, name)
+                self.copies.copy_into(temp, dst, part, name)
 
 
-def _tensors(tree: Any) -> list[torch.Tensor]:
-    from ..._torch_compat import tree_flatten
+@dataclass(frozen=True)
+class Call:
+    """One torch call the mode routes: its name, route (:func:`.tables.route_of`), the
+    followed tensor it is called on (its first argument; None when that is none), and
+    the call itself."""
 
-    return [leaf for leaf in tree_flatten(tree)[0] if isinstance(leaf, torch.Tensor)]
+    name: str
+    route: Route
+    target: Track | None
+    func: Any
+    args: Sequence[Any]
+    kwargs: dict[str, Any]
+
+
+#: What a handler returns when the call is not its to take (the next table is asked).
+_NOT_MINE: Any = object()
+#: Routes that run as they are: questions about a tensor's layout, and flags a tensor
+#: takes without its values changing (``requires_grad_``).
+_UNTOUCHED = frozenset({"metadata", "flag"})
+Handler = Callable[[CaptureMode, Call], Any]
+
+
+def _write(mode: CaptureMode, call: Call) -> Any:
+    """A write into a followed tensor (:meth:`.writes.Writes.on_target`)."""
+    if call.target is None:
+        return _NOT_MINE
+    handled, result = mode.writes.on_target(
+        call.name, call.target, call.func, call.args, call.kwargs
+    )
+    return result if handled else _NOT_MINE
+
+
+def _device(mode: CaptureMode, call: Call) -> Any:
+    """A parameter's stand-in answers as the parameter will at run time."""
+    if call.target is None or call.target.kind != "param":
+        return _write(mode, call)
+    return mode.answer(call.name, call.target)
+
+
+def _coordinate(mode: CaptureMode, call: Call) -> Any:
+    if call.target is None:
+        return _NOT_MINE
+    return mode.writes.coordinate_op(call.name, call.target, call.func, call.args, call.kwargs)
+
+
+def _view(mode: CaptureMode, call: Call) -> Any:
+    return mode.view(call.name, call.func, call.args, call.kwargs)
+
+
+def _temporary(mode: CaptureMode, call: Call) -> Any:
+    return mode.make_temporary(call.name, call.func, call.args, call.kwargs)
+
+
+def _copy(mode: CaptureMode, call: Call) -> Any:
+    return _NOT_MINE if call.target is None else _temporary(mode, call)
+
+
+def _source(mode: CaptureMode, call: Call) -> Any:
+    return mode.steps.source(call.name, call.func, call.args, call.kwargs)
+
+
+def _pointwise(mode: CaptureMode, call: Call) -> Any:
+    if all(track.kind == "buffer" for track in mode.store.followed((call.args, call.kwargs))):
+        return _NOT_MINE  # on buffers' real values (or none followed): run as it is
+    return mode.steps.pointwise(call.name, call.func, call.args, call.kwargs)
+
+
+def _cast(mode: CaptureMode, call: Call) -> Any:
+    if call.target is None or call.target.kind != "temp":
+        return _NOT_MINE
+    return mode.steps.cast_temp(call.name, call.func, call.args, call.kwargs)
+
+
+#: First, per route, what a call on a followed tensor does: a parameter's stand-in
+#: answers, a write at coordinates, else a write into it when its name is one
+#: (:meth:`.writes.Writes.on_target`).
+_ON_TARGET: dict[str, Handler] = {
+    **{route: _write for route in get_args(Route)},
+    "device": _device,
+    "coordinate": _coordinate,
+}
+#: Then, per route, an operation that writes no followed tensor (or one the table above
+#: left); a route without a handler here, or whose handler leaves the call, is
+#: :meth:`CaptureMode.unrouted`.
+_BY_ROUTE: dict[str, Handler] = {
+    "view": _view,
+    "factory": _temporary,
+    "concat": _temporary,
+    "copy": _copy,
+    "source": _source,
+    "pointwise": _pointwise,
+    "cast": _cast,
+}

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..._torch_compat import torch_function_disabled
 from .mode import CaptureMode
 from .tracks import Track
 
@@ -122,7 +123,7 @@ def constructor_moves() -> Iterator[None]:
 
 
 def _keep_meta(fn: Callable[[torch.Tensor], torch.Tensor], tensor: torch.Tensor) -> torch.Tensor:
-    with torch._C.DisableTorchFunction():  # the tensor's own device, not the stand-in's answer
+    with torch_function_disabled():  # the tensor's own device, not the stand-in's answer
         meta = tensor.is_meta
     return tensor if meta else fn(tensor)
 
@@ -178,11 +179,11 @@ def _apply_to(
             f"{track.ops[0].where}); call to_empty before initializing",
         )
     if track.kind == "buffer":
-        track.ops.clear()  # eager torch leaves the buffer uninitialized
+        recorder.store.forget(track)  # eager torch leaves the buffer uninitialized
         track.emptied = True
         fill = math.nan if track.base.is_floating_point() else 0
         # The stand-in's own emptying: no write of init code (the backstop expects it).
-        with torch._C.DisableTorchFunction(), recorder.backstop.expecting(track):
+        with torch_function_disabled(), recorder.backstop.expecting(track):
             track.base.fill_(fill)
 
 
@@ -204,7 +205,7 @@ def _probe(
     probe = torch.full((1,) * tensor.dim(), sentinel, dtype=tensor.dtype)
     op = "_apply(fn) of its module"
     try:
-        with torch._C.DisableTorchFunction():
+        with torch_function_disabled():
             result = fn(probe)
             kept = isinstance(result, torch.Tensor) and bool(
                 (result.detach().cpu().to(torch.float64) == float(sentinel)).all()

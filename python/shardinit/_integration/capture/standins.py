@@ -27,10 +27,9 @@ import torch
 from torch import nn
 
 from ..._names import ParamSlot, canonical_name, param_slots, qualified, refuse_lazy
-from ..._torch_compat import is_flat_param
-from ...errors import ShardInitError
+from ..._torch_compat import is_flat_param, make_parameter
+from ...errors import ShardInitError, UnsupportedInitOpError
 from ...spec import SUPPORTED_DTYPES
-from .records import UnsupportedInitOpError
 from .tracks import Track
 
 __all__ = [
@@ -137,8 +136,7 @@ class DTensorStandIn(nn.Parameter):
 def _standin(param: torch.Tensor) -> nn.Parameter:
     cls = DTensorStandIn if hasattr(param, "device_mesh") else nn.Parameter
     meta = torch.empty(tuple(param.shape), dtype=param.dtype, device="meta")
-    # What Parameter(meta, requires_grad) makes of a plain tensor, without its __new__.
-    return torch.Tensor._make_subclass(cls, meta, param.requires_grad)
+    return make_parameter(cls, meta, param.requires_grad)
 
 
 def param_groups(module: nn.Module) -> list[ParamGroup]:

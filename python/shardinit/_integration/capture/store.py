@@ -1,5 +1,7 @@
 """The record store of a capture: the followed tensors by storage (:mod:`.tracks`), the
-boxes operations write, the operations recorded on each, and the first refusal."""
+boxes operations write, the operations recorded on each, and the first refusal. The
+store alone writes a track's operations (:meth:`RecordStore.append`,
+:meth:`RecordStore.add`, :meth:`RecordStore.hold`, :meth:`RecordStore.forget`)."""
 
 from __future__ import annotations
 
@@ -8,10 +10,11 @@ from typing import Any
 
 import torch
 
+from ..._program.actions import CapturedOp, Opaque, TrackAction
+from ..._program.regions import Box, view_region, whole
 from ..._torch_compat import tree_flatten
+from ...errors import UnsupportedInitOpError
 from .frames import user_frame
-from .records import Action, CapturedOp, Opaque, UnsupportedInitOpError
-from .regions import Box, view_region
 from .tracks import Track, storage_id
 
 __all__ = ["HELP", "RecordStore"]
@@ -92,12 +95,12 @@ class RecordStore:
             region = view_region(view, track.base)
         except ValueError as why:  # view_region's own check: no refusal runs inside it
             if track.kind != "param":
-                return (tuple((0, size) for size in track.shape), None)
+                return (whole(track.shape), None)
             raise self.fail(track, op, f"the region written is not a box ({why})") from None
         return region
 
     def append(
-        self, track: Track, view: torch.Tensor, action: Action, op: str
+        self, track: Track, view: torch.Tensor, action: TrackAction, op: str
     ) -> CapturedOp | None:
         """Appends ``action`` on the box ``view`` covers (for a temporary whose region is
         no box, the whole temporary becomes opaque); returns the recorded op (None: the
@@ -111,3 +114,15 @@ class RecordStore:
         recorded = CapturedOp(box, action, op, user_frame())
         track.ops.append(recorded)
         return recorded
+
+    def add(self, track: Track, recorded: CapturedOp) -> None:
+        """Appends ``recorded`` (its box of ``track`` known: a write or a copied op)."""
+        track.ops.append(recorded)
+
+    def hold(self, temp: Track, action: TrackAction, op: str) -> None:
+        """Records that ``op`` made the new temporary ``temp``: ``action`` on all of it."""
+        temp.ops.append(CapturedOp(whole(temp.shape), action, op, user_frame()))
+
+    def forget(self, track: Track) -> None:
+        """Drops every operation recorded on ``track`` (its values are gone)."""
+        track.ops.clear()

@@ -9,11 +9,11 @@ from typing import Any
 
 import torch
 
+from ..._program.actions import Computed, Fill, TrackAction
+from ..._program.expr import Const, Coord, Expr, combine
+from ..._program.regions import Box
 from ...errors import ShardInitError
 from ...init import Constant
-from .program import Const, Coord, Expr, combine
-from .records import Action, Computed, Fill
-from .regions import Box
 from .tracks import Track
 from .translations import build
 
@@ -25,7 +25,7 @@ _ZERO = Constant(0.0)
 
 def fill_action(
     track: Track, view: torch.Tensor, kind: str, values: Sequence[Any], op: str, region: Region
-) -> Action | str:
+) -> TrackAction | str:
     """The action of a fill of ``kind`` with ``values`` on ``view`` of ``track`` (whose
     region is ``region``, needed by ``eye``/``dirac`` only), or why there is none.
 
@@ -45,7 +45,9 @@ def fill_action(
         return str(why)
 
 
-def _aligned(view: torch.Tensor, kind: str, values: Sequence[Any], region: Region) -> Action | str:
+def _aligned(
+    view: torch.Tensor, kind: str, values: Sequence[Any], region: Region
+) -> TrackAction | str:
     if kind == "eye" and view.dim() != 2:
         raise ValueError("Only tensors with 2 dimensions are supported")
     groups = int(values[0]) if kind == "dirac" else 1

@@ -1,4 +1,4 @@
-"""An init program (:mod:`.program`) evaluated whole by torch's own CPU kernels: the
+"""An init program (:mod:`shardinit._program.expr`) evaluated whole by torch's own CPU kernels: the
 values eager torch holds for a temporary capture followed, for :mod:`.concrete`.
 
 The core's binary64 evaluator (what replay uses) rounds once per stored temporary; eager
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from .program import Binary, Const, Coord, Expr, Round, Table, Unary, Where, walk_nodes
+from ..._program.expr import Binary, Const, Coord, Expr, Round, Table, Unary, Where, walk_nodes
 
 __all__ = ["eager_values", "exactly", "torch_values"]
 

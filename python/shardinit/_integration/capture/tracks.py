@@ -11,8 +11,9 @@ from typing import Any, Literal
 
 import torch
 
-from .records import CapturedOp, sets_values
-from .regions import Box, box_union_covers, intersect, view_region
+from ..._program.actions import CapturedOp, sets_values
+from ..._program.regions import Box, box_union_covers, intersect, view_region
+from ..._torch_compat import tree_flatten, tree_map
 
 __all__ = ["Track", "run_op", "same_view", "storage_id"]
 
@@ -99,8 +100,8 @@ class Track:
         return tuple(self.base.shape)
 
     def whole(self) -> tuple[Box, tuple[int | None, ...]] | None:
-        """The region of all of ``base`` (:func:`.regions.view_region` of it), computed
-        once per shape (init code that resizes a temporary changes it)."""
+        """The region of all of ``base`` (:func:`shardinit._program.regions.view_region`
+        of it), computed once per shape (init code that resizes a temporary changes it)."""
         shape = self.base.shape
         if self._whole is None or self._whole[0] != shape:
             self._whole = (shape, view_region(self.base, self.base))
@@ -140,8 +141,6 @@ def run_op(func: object, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     that device (``torch.tensor(..., device=p.device)``), which torch refuses to combine
     with a meta tensor. Then the op runs with those on meta too: the capture follows its
     values from the originals, so only the result's shape and dtype are needed."""
-    from torch.utils._pytree import tree_flatten, tree_map
-
     leaves = [leaf for leaf in tree_flatten((args, kwargs))[0] if isinstance(leaf, torch.Tensor)]
     if any(leaf.is_meta for leaf in leaves) and any(_real_operand(leaf) for leaf in leaves):
         args, kwargs = tree_map(

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
+from ..._program.actions import Fill, Scale, TrackAction
 from ...errors import ShardInitError
 from ...init import BaseInit, Constant, Normal, Orthogonal, TruncNormal, uniform_or_constant
-from .records import Action, Fill, Scale
 
 __all__ = [
     "INIT_CODES",
@@ -134,7 +134,7 @@ def scalar(value: Any) -> float:
     )
 
 
-def build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> Action:
+def build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> TrackAction:
     """The action of a translation of ``kind`` with argument ``values`` (not ``eye`` /
     ``dirac``, which need the region: the recorder builds those); ``op`` is the call as
     shown (``torch.nn.init.kaiming_uniform_(a=...)``), whose function a probe runs.
@@ -157,7 +157,7 @@ def build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> Ac
 
 
 #: ``build``'s actions of plain arguments (:func:`_action_key`).
-_BUILT: dict[tuple[object, ...], Action] = {}
+_BUILT: dict[tuple[object, ...], TrackAction] = {}
 _NUMBER_KINDS = frozenset(
     {"normal", "uniform", "trunc_normal", "constant", "zeros", "ones", "scale", "divide"}
 )
@@ -189,7 +189,7 @@ def _init_name(op: str) -> str:
     return op.split("(")[0].split(".")[-1]
 
 
-def _build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> Action:
+def _build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> TrackAction:
     if kind == "normal":
         return Fill(Normal(float(values[0]), float(values[1])))
     if kind == "uniform":

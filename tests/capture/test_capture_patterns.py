@@ -300,7 +300,7 @@ def _copy_map(src: torch.Tensor, dst: torch.Tensor, dst_base: torch.Tensor) -> d
     ],
 )
 def test_map_runs_follows_copies_element_by_element(make_src: object, make_dst: object) -> None:
-    from shardinit._integration.capture.regions import map_runs, view_runs
+    from shardinit._program.regions import map_runs, view_runs
 
     src_base = torch.arange(24.0).view(4, 6)
     dst_base = torch.full((24,), -1.0)
@@ -316,7 +316,7 @@ def test_map_runs_follows_copies_element_by_element(make_src: object, make_dst: 
 
 
 def test_view_runs_refuses_transposed_copies() -> None:
-    from shardinit._integration.capture.regions import view_runs
+    from shardinit._program.regions import view_runs
 
     base = torch.zeros(4, 6)
     with pytest.raises(ValueError, match="order"):

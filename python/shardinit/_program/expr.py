@@ -11,7 +11,7 @@ coordinates to another's (:func:`reindex`); index arithmetic that stays affine i
 simplified so tables stay tables and ``where`` of coordinate conditions folds away.
 
 Nothing here computes a float: values are computed only by the core's deterministic
-binary64 evaluator (``_core.Program``), at replay. Only exact integer index arithmetic
+binary64 evaluator (the core's registers), when written. Only exact integer index arithmetic
 is folded here.
 """
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import _core
-from ...init import BaseInit, Constant
+from .. import _core
+from ..init import BaseInit, Constant
 
 __all__ = [
     "BINARY",
@@ -68,6 +68,15 @@ class Expr:
 
     __slots__ = ()
 
+    def children(self) -> tuple[Expr, ...]:
+        """The expressions this node is computed from, in order (none: a leaf)."""
+        return ()
+
+    def with_children(self, children: Sequence[Expr]) -> Expr:
+        """This node computed from ``children`` instead (as many as :meth:`children`),
+        built as it is (no folding: :func:`combine` and :func:`where` fold)."""
+        return self
+
 
 @dataclass(frozen=True)
 class Const(Expr):
@@ -97,6 +106,12 @@ class Source(Expr):
     origin: int
     at: tuple[Expr, ...]
 
+    def children(self) -> tuple[Expr, ...]:
+        return self.at
+
+    def with_children(self, children: Sequence[Expr]) -> Expr:
+        return Source(self.init, self.dtype, self.origin, tuple(children))
+
 
 @dataclass(eq=False)
 class TableData:
@@ -107,16 +122,30 @@ class TableData:
 
 @dataclass(frozen=True)
 class Table(Expr):
-    """``data.values[index]``; ``index`` must be affine in the coordinates at replay."""
+    """``data.values[index]``; ``index`` must be affine in the coordinates when written."""
 
     data: TableData
     index: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.index,)
+
+    def with_children(self, children: Sequence[Expr]) -> Expr:
+        (index,) = children
+        return Table(self.data, index)
 
 
 @dataclass(frozen=True)
 class Unary(Expr):
     op: str
     x: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.x,)
+
+    def with_children(self, children: Sequence[Expr]) -> Expr:
+        (x,) = children
+        return Unary(self.op, x)
 
 
 @dataclass(frozen=True)
@@ -125,12 +154,26 @@ class Binary(Expr):
     a: Expr
     b: Expr
 
+    def children(self) -> tuple[Expr, ...]:
+        return (self.a, self.b)
+
+    def with_children(self, children: Sequence[Expr]) -> Expr:
+        a, b = children
+        return Binary(self.op, a, b)
+
 
 @dataclass(frozen=True)
 class Where(Expr):
     cond: Expr
     a: Expr
     b: Expr
+
+    def children(self) -> tuple[Expr, ...]:
+        return (self.cond, self.a, self.b)
+
+    def with_children(self, children: Sequence[Expr]) -> Expr:
+        cond, a, b = children
+        return Where(cond, a, b)
 
 
 @dataclass(frozen=True)
@@ -140,6 +183,13 @@ class Round(Expr):
     x: Expr
     dtype: torch.dtype
 
+    def children(self) -> tuple[Expr, ...]:
+        return (self.x,)
+
+    def with_children(self, children: Sequence[Expr]) -> Expr:
+        (x,) = children
+        return Round(x, self.dtype)
+
 
 @dataclass(frozen=True)
 class Prior(Expr):
@@ -148,7 +198,7 @@ class Prior(Expr):
 
 @dataclass(frozen=True)
 class Bad(Expr):
-    """Values that cannot be replayed, and why (refused if they reach a parameter)."""
+    """Values that cannot be written shard-locally, and why (refused if they reach a parameter)."""
 
     why: str
 
@@ -342,24 +392,20 @@ def _rebuild(
 ) -> Expr:
     if isinstance(node, Coord):
         return coords[node.dim]
-    if isinstance(node, Source):
-        if repeats is not None:
-            return Bad(repeats)
-        return Source(node.init, node.dtype, node.origin, tuple(walk(x) for x in node.at))
-    if isinstance(node, Table):
-        index = walk(node.index)
-        if as_lin(index) is None:
-            return gathered(node.data, index, ranges)
-        return Table(node.data, index)
-    if isinstance(node, Unary):
-        return Unary(node.op, walk(node.x))
+    if isinstance(node, Source) and repeats is not None:
+        return Bad(repeats)
+    if not node.children():
+        return node  # Const, Prior, Bad
+    children = [walk(child) for child in node.children()]
+    # The nodes whose rebuilding folds: a table read at positions no longer affine is
+    # gathered into a new table; arithmetic and conditions fold over ``ranges``.
+    if isinstance(node, Table) and as_lin(children[0]) is None:
+        return gathered(node.data, children[0], ranges)
     if isinstance(node, Binary):
-        return combine(node.op, walk(node.a), walk(node.b), ranges)
+        return combine(node.op, children[0], children[1], ranges)
     if isinstance(node, Where):
-        return where(walk(node.cond), walk(node.a), walk(node.b))
-    if isinstance(node, Round):
-        return Round(walk(node.x), node.dtype)
-    return node  # Const, Prior, Bad
+        return where(*children)
+    return node.with_children(children)
 
 
 #: The most elements a table gathered at capture may hold (binary64: 128 MiB at the cap);
@@ -371,7 +417,7 @@ def beyond_table_cap(count: int, what: str) -> str:
     """Why ``what`` of ``count`` elements (beyond :data:`TABLE_CAP`) is no table."""
     return (
         f"{what} of {count} elements is beyond the cap of {TABLE_CAP} elements a table "
-        "computed at capture may hold (shardinit._integration.capture.program.TABLE_CAP)"
+        "computed at capture may hold (shardinit._program.expr.TABLE_CAP)"
     )
 
 
@@ -448,7 +494,7 @@ def random_key(expr: Expr) -> set[tuple[int, tuple[Expr, ...]]] | None:
             return cond
         return set().union(*(p for p in parts[:2] if p))
     found: set[tuple[int, tuple[Expr, ...]]] = set()
-    for child in _children(expr):
+    for child in expr.children():
         key = random_key(child)
         if key is None:
             return None
@@ -474,20 +520,6 @@ def combine(op: str, a: Expr, b: Expr, ranges: Sequence[tuple[int, int]] | None 
     return node
 
 
-def _children(expr: Expr) -> tuple[Expr, ...]:
-    if isinstance(expr, Unary | Round):
-        return (expr.x,)
-    if isinstance(expr, Binary):
-        return (expr.a, expr.b)
-    if isinstance(expr, Where):
-        return (expr.cond, expr.a, expr.b)
-    if isinstance(expr, Table):
-        return (expr.index,)
-    if isinstance(expr, Source):
-        return expr.at
-    return ()
-
-
 def walk_nodes(expr: Expr) -> list[Expr]:
     """Every distinct node, children before parents."""
     seen: set[int] = set()
@@ -502,7 +534,7 @@ def walk_nodes(expr: Expr) -> list[Expr]:
             continue
         seen.add(id(node))
         stack.append((node, True))
-        stack.extend((child, False) for child in reversed(_children(node)))
+        stack.extend((child, False) for child in reversed(node.children()))
     return order
 
 
@@ -518,15 +550,14 @@ def substitute_prior(expr: Expr, prior: Expr) -> Expr:
 def _substituted(node: Expr, walk: Callable[[Expr], Expr], prior: Expr) -> Expr:
     if isinstance(node, Prior):
         return prior
-    if isinstance(node, Unary):
-        return Unary(node.op, walk(node.x))
+    if isinstance(node, Source | Table) or not node.children():
+        return node  # a source's place and a table's index are coordinates: no Prior
+    children = [walk(child) for child in node.children()]
     if isinstance(node, Binary):
-        return combine(node.op, walk(node.a), walk(node.b))
+        return combine(node.op, children[0], children[1])
     if isinstance(node, Where):
-        return where(walk(node.cond), walk(node.a), walk(node.b))
-    if isinstance(node, Round):
-        return Round(walk(node.x), node.dtype)
-    return node
+        return where(*children)
+    return node.with_children(children)
 
 
 _ROUNDED = (torch.float32, torch.float16, torch.bfloat16)

@@ -22,7 +22,8 @@ from torch import nn
 
 import shardinit
 from shardinit import init
-from shardinit._integration.capture import Computed, Fill, replay_box, replay_full
+from shardinit._program import Computed, Fill
+from shardinit.shard import writer
 
 SEED = 77
 SHAPE = (7, 5)
@@ -36,7 +37,7 @@ def _replay(build: Callable[[nn.Linear], None]) -> tuple[nn.Linear, torch.Tensor
     with torch.device("meta"):
         lin = nn.Linear(SHAPE[1], SHAPE[0])
     record = shardinit.capture_init(lin, lambda: build(lin))["weight"]
-    return lin, replay_full(record, SEED)
+    return lin, writer().full(record, SEED)
 
 
 def _record(build: Callable[[nn.Linear], None]) -> shardinit.CapturedInit:
@@ -97,14 +98,14 @@ def test_table_programs_match_torch_and_any_box(name: str) -> None:
     captured = shardinit.capture_init(lin, lambda: lin.weight.copy_(build(lin.weight.device)))
     record = captured["weight"]
     assert any(isinstance(op.action, Computed) for op in record.ops), record.ops
-    full = replay_full(record, SEED)
+    full = writer().full(record, SEED)
     for box in _boxes():
-        piece = replay_box(record, SEED, box)
+        piece = writer().box(record, SEED, box)
         assert torch.equal(piece, full[box[0][0] : box[0][1], box[1][0] : box[1][1]]), box
     previous = shardinit.get_num_threads()
     try:
         shardinit.set_num_threads(1)
-        assert torch.equal(replay_full(record, SEED), full)
+        assert torch.equal(writer().full(record, SEED), full)
     finally:
         shardinit.set_num_threads(previous)
     expected = build(torch.device("cpu"))
@@ -124,11 +125,11 @@ def test_random_program_is_keyed_by_the_destination_and_layout_free() -> None:
         lin.weight.copy_(torch.exp(u * (math.log(16) - math.log(0.01)) + math.log(0.01)))
 
     record = _record(build)["weight"]
-    full = replay_full(record, SEED)
+    full = writer().full(record, SEED)
     assert bool((full >= 0.01 * (1 - 1e-6)).all() and (full <= 16 * (1 + 1e-6)).all())
     assert full.unique().numel() == full.numel()
     for box in _boxes():
-        piece = replay_box(record, SEED, box)
+        piece = writer().box(record, SEED, box)
         assert torch.equal(piece, full[box[0][0] : box[0][1], box[1][0] : box[1][1]]), box
     # The random source is the stream's uniform at each element's own index.
     uniform = shardinit.full(
@@ -172,7 +173,7 @@ def test_qwen3_next_pattern_copies_a_random_temporary_computed_in_place() -> Non
         lin.bias.copy_(torch.empty(7, device=lin.bias.device).uniform_(0.01, 16).log_())
 
     captured = _record(build)
-    bias = replay_full(captured["bias"], SEED)
+    bias = writer().full(captured["bias"], SEED)
     uniform = shardinit.full(
         shardinit.ParamSpec("bias", (7,), init=init.uniform(0.01, 16), seed=SEED)
     )
@@ -272,8 +273,8 @@ def test_a_parameters_shape_through_computed_values_is_replayed() -> None:
 
     captured = _record(build)
     assert captured["weight"].ops[0].action == Fill(init.constant(1.0))
-    assert torch.equal(replay_full(captured["weight"], SEED), torch.ones(SHAPE))
-    assert torch.equal(replay_full(captured["bias"], SEED), torch.full((7,), 0.25))
+    assert torch.equal(writer().full(captured["weight"], SEED), torch.ones(SHAPE))
+    assert torch.equal(writer().full(captured["bias"], SEED), torch.full((7,), 0.25))
 
 
 def test_broadcast_of_random_values_is_refused_at_its_call_site() -> None:
@@ -325,15 +326,15 @@ def test_a_parameters_own_values_go_back_into_it() -> None:
     captured = _record(rescaled)
     weight, bias = _normal("weight"), _normal("bias", (7,))
     expected = (weight.double() / math.sqrt(3.0)).float()
-    assert torch.equal(replay_full(captured["weight"], SEED), expected)
+    assert torch.equal(writer().full(captured["weight"], SEED), expected)
     exp2 = (bias.double().exp().float().double() * 2).float()
     torch.testing.assert_close(
-        replay_full(captured["bias"], SEED), (bias.double() + exp2.double()).float(),
+        writer().full(captured["bias"], SEED), (bias.double() + exp2.double()).float(),
         rtol=2**-23, atol=0,
     )  # fmt: skip
     for box in (((0, 3), (0, 5)), ((2, 7), (1, 4))):
         rows, cols = (slice(*box[0]), slice(*box[1]))
-        assert torch.equal(replay_box(captured["weight"], SEED, box), expected[rows, cols])
+        assert torch.equal(writer().box(captured["weight"], SEED, box), expected[rows, cols])
 
 
 def test_own_values_back_through_one_element_dims() -> None:
@@ -358,7 +359,7 @@ def test_own_values_back_through_one_element_dims() -> None:
         shardinit.ParamSpec("A_log", (1, 1, 4, 1), init=init.uniform(1.0, 16.0), seed=SEED)
     )
     torch.testing.assert_close(
-        replay_full(record, SEED), uniform.double().log().float(), rtol=2**-23, atol=0
+        writer().full(record, SEED), uniform.double().log().float(), rtol=2**-23, atol=0
     )
 
 
@@ -406,8 +407,8 @@ def test_disjoint_parts_of_a_random_temporary_land_once_each() -> None:
         lin.bias.data.copy_(t[7:, 2])
 
     captured = _record(rows)
-    assert torch.equal(replay_full(captured["weight"], SEED), _normal("weight"))
-    assert torch.equal(replay_full(captured["bias"], SEED), _normal("bias", (7,)))
+    assert torch.equal(writer().full(captured["weight"], SEED), _normal("weight"))
+    assert torch.equal(writer().full(captured["bias"], SEED), _normal("bias", (7,)))
 
     def computed_rows(lin: nn.Linear) -> None:  # each row computed from its own part
         t = torch.randn(7, 5, device=meta)
@@ -417,7 +418,7 @@ def test_disjoint_parts_of_a_random_temporary_land_once_each() -> None:
 
     captured = _record(computed_rows)
     expected = (_normal("weight").double() * 2).float()
-    assert torch.equal(replay_full(captured["weight"], SEED), expected)
+    assert torch.equal(writer().full(captured["weight"], SEED), expected)
 
 
 def test_values_drawn_from_torchs_generator_are_refused() -> None:
@@ -589,7 +590,7 @@ def test_a_fill_is_handed_to_the_core_as_its_program_would_be(
 ) -> None:
     # The writer takes a fill's initializer without building its program: the same
     # initializer bare_source finds in that program, or none (then it is evaluated).
-    from shardinit._integration.capture.program import Const, bare_source
+    from shardinit._program.expr import Const, bare_source
 
     fill = Fill(initializer)
     assert fill.plain_init(dtype) == bare_source(fill.after(dtype, 2, 0, Const(math.nan)))

@@ -16,18 +16,10 @@ from torch import nn
 
 import shardinit
 from shardinit import init
-from shardinit._integration.capture import (
-    Computed,
-    Fill,
-    Scale,
-    UnsupportedInitOpError,
-    base_ops,
-    flat_range_boxes,
-    replay_box,
-    replay_flat,
-    replay_full,
-    view_region,
-)
+from shardinit._program import Computed, Fill, Scale, base_ops
+from shardinit._program.regions import flat_range_boxes, view_region
+from shardinit.errors import UnsupportedInitOpError
+from shardinit.shard import writer
 
 SEED = 77
 HERE = os.path.basename(__file__)
@@ -39,7 +31,7 @@ def _full(name: str, shape: tuple[int, ...], initializer: init.Initializer) -> t
 
 def _replayed(model: nn.Module, init_fn: object) -> dict[str, torch.Tensor]:
     captured = shardinit.capture_init(model, init_fn)  # type: ignore[arg-type]
-    return {name: replay_full(record, SEED) for name, record in captured.params.items()}
+    return {name: writer().full(record, SEED) for name, record in captured.params.items()}
 
 
 def _like_eager(name: str, ours: torch.Tensor, theirs: torch.Tensor) -> None:
@@ -183,12 +175,12 @@ def test_orthogonal_on_whole_parameters_is_recorded_and_replayed() -> None:
     assert [type(op.action) for op in captured["2.weight"].ops] == [Fill, Scale]
     for name, shape, gain in (("0.weight", (5, 7), 2.0), ("1.weight", (4, 3, 2), 1.0)):
         assert torch.equal(
-            replay_full(captured[name], SEED), _full(name, shape, init.orthogonal(gain))
+            writer().full(captured[name], SEED), _full(name, shape, init.orthogonal(gain))
         )
-    embedding = replay_full(captured["2.weight"], SEED)
+    embedding = writer().full(captured["2.weight"], SEED)
     assert torch.equal(embedding, _full("2.weight", (9, 4), init.orthogonal(0.5)) * 3.0)
     assert torch.equal(
-        replay_box(captured["2.weight"], SEED, ((2, 7), (1, 3))), embedding[2:7, 1:3]
+        writer().box(captured["2.weight"], SEED, ((2, 7), (1, 3))), embedding[2:7, 1:3]
     )
 
     def part() -> None:
@@ -248,7 +240,7 @@ def test_scale_eye_and_subregions_match_eager_values() -> None:
         model = build()
     record = shardinit.capture_init(model, lambda: init_fn(model))["w"]
     assert [type(op.action) for op in record.ops] == [Fill, Scale, Scale, Computed, Fill, Fill]
-    ours = replay_full(record, SEED)
+    ours = writer().full(record, SEED)
     # The same operations run eagerly on the stream's own uniform values.
     want = _full("w", (7, 9), init.uniform(-1.0, 1.0))
     reference = nn.Module()
@@ -263,10 +255,10 @@ def test_scale_eye_and_subregions_match_eager_values() -> None:
     # Any box, and flat ranges, equal the slices of the whole.
     for box in [((0, 7), (0, 9)), ((2, 6), (1, 8)), ((5, 6), (0, 3)), ((3, 7), (8, 9))]:
         index = tuple(slice(a, b) for a, b in box)
-        assert torch.equal(replay_box(record, SEED, box), ours[index]), box
+        assert torch.equal(writer().box(record, SEED, box), ours[index]), box
     for start, stop in [(0, 63), (4, 31), (17, 18), (9, 45)]:
         out = torch.empty(stop - start)
-        replay_flat(record, SEED, start, stop, out)
+        writer().write_flat(record, SEED, start, stop, out)
         assert torch.equal(out, ours.reshape(-1)[start:stop]), (start, stop)
 
 
@@ -294,9 +286,9 @@ def test_a_scale_reads_the_program_of_the_operations_before_it() -> None:
     want = torch.zeros(6, 5)
     want[:2] = _full("w", (6, 5), init.normal(0.0, 1.0))[:2] * 2.0
     want[:, 1:3] /= 3.0
-    ours = replay_full(record, SEED)
+    ours = writer().full(record, SEED)
     assert torch.equal(ours, want)
-    assert torch.equal(replay_box(record, SEED, ((1, 4), (2, 5))), want[1:4, 2:5])
+    assert torch.equal(writer().box(record, SEED, ((1, 4), (2, 5))), want[1:4, 2:5])
 
     with torch.device("meta"):
         model = build(torch.bfloat16)
@@ -308,8 +300,8 @@ def test_a_scale_reads_the_program_of_the_operations_before_it() -> None:
     want = start.clone()
     want[1:].mul_(0.3)  # torch: the product in float32, then bfloat16
     assert not torch.equal(want, start)
-    assert torch.equal(replay_full(record, SEED, prior=default), want)
-    assert torch.equal(replay_box(record, SEED, ((0, 3), (1, 4)), prior=default), want[:3, 1:4])
+    assert torch.equal(writer().full(record, SEED, prior=default), want)
+    assert torch.equal(writer().box(record, SEED, ((0, 3), (1, 4)), prior=default), want[:3, 1:4])
 
 
 _STRUCTURED: list[tuple[tuple[int, ...], Callable[[torch.Tensor], torch.Tensor]]] = [
@@ -343,12 +335,12 @@ def test_eye_and_dirac_equal_torchs_on_views_and_boxes(
     assert [type(op.action) for op in record.ops] == [Fill, Computed]
     reference = torch.full(shape, 0.5)
     structured(reference)
-    ours = replay_full(record, SEED)
+    ours = writer().full(record, SEED)
     assert torch.equal(ours, reference)
     assert bool((ours == 1).any())
     box = tuple((size // 3, size - size // 4) for size in shape)
     index = tuple(slice(a, b) for a, b in box)
-    assert torch.equal(replay_box(record, SEED, box), reference[index]), box
+    assert torch.equal(writer().box(record, SEED, box), reference[index]), box
 
 
 def test_eye_of_a_temporary_copied_into_a_parameter() -> None:
@@ -360,7 +352,7 @@ def test_eye_of_a_temporary_copied_into_a_parameter() -> None:
         nn.init.eye_(temp)
         lin.weight.copy_(temp.t() * 3)
 
-    ours = replay_full(shardinit.capture_init(lin, init_fn)["weight"], SEED)
+    ours = writer().full(shardinit.capture_init(lin, init_fn)["weight"], SEED)
     assert torch.equal(ours, torch.eye(4, 5) * 3)
 
 
@@ -372,7 +364,7 @@ def test_bfloat16_scale_is_torchs_mul_on_the_dtype() -> None:
         model.weight.data.normal_(0.0, 1.0)
         model.weight.data.mul_(0.3)
 
-    ours = replay_full(shardinit.capture_init(model, init_fn)["weight"], SEED)
+    ours = writer().full(shardinit.capture_init(model, init_fn)["weight"], SEED)
     spec = shardinit.ParamSpec("weight", (8, 8), torch.bfloat16, init.normal(), seed=SEED)
     assert torch.equal(ours, shardinit.full(spec).mul_(0.3))
 

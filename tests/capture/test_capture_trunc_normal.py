@@ -19,7 +19,7 @@ from torch import nn
 
 import shardinit
 from shardinit import init
-from shardinit._integration.capture import replay_box, replay_full
+from shardinit.shard import writer
 
 SEED = 29
 SHAPE = (256, 96)
@@ -81,11 +81,11 @@ def test_timm_trunc_normal_replays_shard_locally_with_its_distribution(case: str
     captured = shardinit.capture_init(
         lin, lambda: timm_style_trunc_normal_(lin.weight, mean, std, a, b)
     )
-    full = replay_full(captured["weight"], SEED)
+    full = writer().full(captured["weight"], SEED)
     assert full.unique().numel() > full.numel() * 0.9  # random values, not a constant
     for box in (((0, 256), (0, 96)), ((17, 130), (5, 96)), ((255, 256), (0, 1)), ((3, 4), (0, 96))):
         rows, cols = slice(*box[0]), slice(*box[1])
-        assert torch.equal(replay_box(captured["weight"], SEED, box), full[rows, cols]), box
+        assert torch.equal(writer().box(captured["weight"], SEED, box), full[rows, cols]), box
     # materialize (W = 1) gives the same bytes.
     model = _meta_linear()
     shardinit.materialize(
@@ -124,7 +124,9 @@ def test_timms_own_trunc_normal_replays(name: str) -> None:
             lin, lambda lin=lin: fill(lin.weight, mean=mean, std=std, a=a, b=b)
         )
         record = captured["weight"]
-        results.append(replay_full(record, SEED) if box is None else replay_box(record, SEED, box))
+        results.append(
+            writer().full(record, SEED) if box is None else writer().box(record, SEED, box)
+        )
     full, part = results
     assert torch.equal(part, full[40:200, 10:60])
     if name == "trunc_normal_":
@@ -200,7 +202,7 @@ def test_the_family_matches_torch_on_a_grid(name: str) -> None:
     captured = shardinit.capture_init(
         holder, lambda: holder.weight.copy_(compute(_grid(holder.weight.device)))
     )
-    got = replay_full(captured["weight"], SEED)
+    got = writer().full(captured["weight"], SEED)
     grid = _grid(torch.device("cpu"))
     want = IN_FLOAT64[name](grid).float() if name in IN_FLOAT64 else compute(grid)
     if name.startswith(("erf", "lerp", "add")):
@@ -226,7 +228,7 @@ def test_relu_and_round_on_random_values_in_place() -> None:
         lin.weight.data[230:].addcmul_(twos, ones * 0.5, value=3)
 
     lin = _meta_linear()
-    full = replay_full(shardinit.capture_init(lin, lambda: build(lin))["weight"], SEED)
+    full = writer().full(shardinit.capture_init(lin, lambda: build(lin))["weight"], SEED)
     normal = shardinit.full(
         shardinit.ParamSpec("weight", SHAPE, init=init.normal(0, 3.0), seed=SEED)
     )

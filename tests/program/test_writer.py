@@ -1,4 +1,4 @@
-"""The one writer below every parameter's program (``capture.write_pieces`` through the
+"""The one writer below every parameter's program (``_program.Writer`` through the
 one fill dispatch ``_fill.fill``): an orthogonal matrix is computed once per region of a
 rank, however many boxes the region has (flat ranges of FSDP1 / ZeRO-3, uneven
 ``_StridedShard`` shards), and a CUDA destination of a program is staged through the
@@ -14,10 +14,9 @@ import torch
 
 import shardinit
 from shardinit import _fill, _host, init, shard
-from shardinit._integration.capture import CapturedOp, ParamRecord, base_ops
-from shardinit._integration.capture.records import Scale
 from shardinit._integration.placements import full_runs
 from shardinit._integration.targets import Values
+from shardinit._program import CapturedOp, ParamRecord, Scale, base_ops
 
 SEED = 11
 
@@ -58,7 +57,7 @@ def test_a_flat_range_of_three_boxes_computes_q_once(
     # [17, 305) of (30, 20): rows 0 (part), 1-14 (whole), 15 (part): three boxes.
     shape = (30, 20)
     out = torch.full((288,), float("nan"))
-    Values(orthogonal_record(shape, zero_rows), SEED).write_flat(17, 305, out)
+    Values(orthogonal_record(shape, zero_rows), SEED).write_flat(shard.writer(), 17, 305, out)
     assert q_count[0] == 1
     assert torch.equal(out, orthogonal_full(shape, zero_rows).reshape(-1)[17:305])
 
@@ -69,7 +68,7 @@ def test_an_uneven_strided_shard_computes_q_once(q_count: list[int]) -> None:
     shape = (10, 6)
     runs = [[(0, 3), (5, 8)], [(0, 6)]]
     local = torch.full((6, 6), float("nan"))
-    Values(orthogonal_record(shape), SEED).write_runs(runs, local)
+    Values(orthogonal_record(shape), SEED).write_runs(shard.writer(), runs, local)
     assert q_count[0] == 1
     full = orthogonal_full(shape)
     assert torch.equal(local, torch.cat([full[0:3], full[5:8]]))
@@ -79,7 +78,7 @@ def test_elementwise_values_never_take_the_whole_matrix_path(q_count: list[int])
     shape = (30, 20)
     record = ParamRecord("w", shape, torch.float32, base_ops(init.normal(0.0, 0.02), shape))
     out = torch.empty(288)
-    Values(record, SEED).write_flat(17, 305, out)
+    Values(record, SEED).write_flat(shard.writer(), 17, 305, out)
     assert q_count[0] == 0
     spec = shardinit.ParamSpec("w", shape, torch.float32, init.normal(0.0, 0.02), seed=SEED)
     assert torch.equal(out, shardinit.init_flat(spec, 17, 305))
@@ -136,10 +135,10 @@ def test_a_program_to_cuda_is_staged_in_bounded_buffers(staged: list[int]) -> No
     shape = (300, 64)  # 76800 bytes: 19 staging chunks of 4096
     record = scaled_record(shape)
     local = torch.full(shape, float("nan")).as_subclass(OnCuda)
-    Values(record, SEED).write_runs(full_runs(shape), local)
+    Values(record, SEED).write_runs(shard.writer(), full_runs(shape), local)
     assert staged == [4096, 4096]
     expected = torch.empty(shape)
-    Values(record, SEED).write_runs(full_runs(shape), expected)
+    Values(record, SEED).write_runs(shard.writer(), full_runs(shape), expected)
     assert torch.equal(local.as_subclass(torch.Tensor), expected)
     spec = shardinit.ParamSpec("w", shape, torch.float32, init.normal(0.0, 0.02), seed=SEED)
     assert torch.equal(expected, shardinit.full(spec) * 3.0)
@@ -149,19 +148,19 @@ def test_a_flat_program_to_cuda_is_staged_in_bounded_buffers(staged: list[int]) 
     shape = (300, 64)
     record = scaled_record(shape)
     out = torch.full((9000,), float("nan")).as_subclass(OnCuda)
-    Values(record, SEED).write_flat(17, 9017, out)
+    Values(record, SEED).write_flat(shard.writer(), 17, 9017, out)
     # Three boxes (row 0's tail, rows 1-139, row 140's head), two buffers each at most.
     assert staged and max(staged) <= 4096
     assert len(staged) <= 2 * 3
     expected = torch.empty(9000)
-    Values(record, SEED).write_flat(17, 9017, expected)
+    Values(record, SEED).write_flat(shard.writer(), 17, 9017, expected)
     assert torch.equal(out.as_subclass(torch.Tensor), expected)
 
 
 def test_orthogonal_to_cuda_stages_its_region_once(staged: list[int], q_count: list[int]) -> None:
     shape = (30, 20)
     out = torch.full((288,), float("nan")).as_subclass(OnCuda)
-    Values(orthogonal_record(shape), SEED).write_flat(17, 305, out)
+    Values(orthogonal_record(shape), SEED).write_flat(shard.writer(), 17, 305, out)
     assert q_count[0] == 1
     # The hull of the three boxes (rows 0-15, 16 x 20 float32) is staged once, whole.
     assert staged == [16 * 20 * 4]
@@ -220,9 +219,10 @@ def test_the_fills_of_a_whole_model_are_each_parameters_stream_and_bump_versions
         captured=None, write_computed=False,
     )  # fmt: skip
     deferred = 0
+    at_once = shard.writer()
     for param_plan in plan.params:
         expected = torch.empty(param_plan.target.global_shape, dtype=param_plan.target.dtype)
-        param_plan.values.write_runs(full_runs(tuple(expected.shape)), expected)  # at once
+        param_plan.values.write_runs(at_once, full_runs(tuple(expected.shape)), expected)
         got = model.get_parameter(param_plan.target.name)
         assert torch.equal(got.detach(), expected), param_plan.target.name
         assert got._version > 0, param_plan.target.name

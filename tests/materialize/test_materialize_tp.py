@@ -38,7 +38,7 @@ from torch.distributed.tensor.placement_types import Replicate, Shard, _StridedS
 
 import shardinit
 from shardinit import init
-from shardinit._integration.capture import replay_full
+from shardinit.shard import writer
 
 pytestmark = pytest.mark.distributed
 
@@ -133,7 +133,7 @@ def _check_capture_tp(model: Stack) -> None:
     with torch.device("meta"):
         plain = Stack()
     captured = shardinit.capture_init(plain, _init_fn(plain))
-    reference = {name: replay_full(record, SEED) for name, record in captured.params.items()}
+    reference = {name: writer().full(record, SEED) for name, record in captured.params.items()}
     names = []
     for name, param in model.named_parameters():
         assert isinstance(param, DTensor), name

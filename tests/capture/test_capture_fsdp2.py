@@ -26,9 +26,9 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 import shardinit
-from shardinit._integration.capture import replay_full
 from shardinit.cli.models import LlamaConfig
 from shardinit.cli.transformer import Transformer
+from shardinit.shard import writer
 
 pytestmark = pytest.mark.distributed
 
@@ -55,7 +55,7 @@ def _reference(factory: object, init_name: str) -> dict[str, torch.Tensor]:
     with torch.device("meta"):
         model = factory()  # type: ignore[operator]
     captured = shardinit.capture_init(model, getattr(model, init_name))
-    return {name: replay_full(record, SEED) for name, record in captured.params.items()}
+    return {name: writer().full(record, SEED) for name, record in captured.params.items()}
 
 
 def _shard(model: nn.Module, blocks: list[nn.Module], world: int) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from ..._layout import Box
+from .._layout import Box
 
 __all__ = [
     "Box",
@@ -27,10 +27,16 @@ __all__ = [
     "map_runs_from",
     "view_region",
     "view_runs",
+    "whole",
 ]
 
 #: A run of flat (row-major) positions ``[start, stop)``.
 FlatRun = tuple[int, int]
+
+
+def whole(shape: Sequence[int]) -> Box:
+    """The box of all of a tensor of ``shape``."""
+    return tuple((0, int(size)) for size in shape)
 
 
 def intersect(a: Box, b: Box) -> Box | None:

@@ -19,6 +19,7 @@ from shardinit import init
 from shardinit._integration.megatron import MegatronChooser, MegatronTarget
 from shardinit._integration.placements import full_runs
 from shardinit._names import ParamSlot
+from shardinit.shard import writer
 
 SHAPE = (8, 4)
 EMBEDDING = "embedding.word_embeddings.weight"
@@ -43,7 +44,7 @@ def _chosen(method: object, rules: dict[str, object] | None = None) -> torch.Ten
     values = chooser.values(_embedding_target(), None, seed=3)
     assert values is not None
     out = torch.empty(SHAPE)
-    values.write_runs(full_runs(SHAPE), out)
+    values.write_runs(writer(), full_runs(SHAPE), out)
     return out
 
 

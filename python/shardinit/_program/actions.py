@@ -1,0 +1,254 @@
+"""What a parameter's record holds: per operation, the region (a box of the GLOBAL
+tensor) it covers and its action, the init program (:mod:`.expr`) of the value it leaves
+there. Rules, torch.nn defaults and constructor values are records of one or two
+:class:`Fill` actions; a capture (:mod:`shardinit._integration.capture`) records any of
+the four kinds. The writer (:mod:`.writer`) writes them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import ClassVar
+
+import torch
+
+from ..init import BaseInit, Constant, Initializer
+from .expr import (
+    Const,
+    Coord,
+    Expr,
+    Prior,
+    Round,
+    Source,
+    bare_source,
+    combine,
+    holds_exactly,
+    stored,
+    substitute_prior,
+    where,
+)
+from .regions import Box, box_union_covers, whole
+
+__all__ = [
+    "Action",
+    "CapturedOp",
+    "Computed",
+    "Fill",
+    "Masked",
+    "Opaque",
+    "ParamRecord",
+    "Scale",
+    "TrackAction",
+    "base_ops",
+    "program_of",
+    "sets_values",
+]
+
+
+class Action:
+    """What an operation leaves in the elements it covers: an init program (sources,
+    then elementwise steps, :mod:`.expr`) over the parameter's GLOBAL coordinates,
+    evaluated by the core in binary64 and rounded once to the parameter's dtype
+    (docs/stream-format.md §7), then copied into the operation's region. Random sources
+    are the parameter's own stream at the element's own global index, so the values do
+    not depend on the layout.
+
+    Every write init code makes to a parameter is one; the four kinds differ only in
+    how the program is written down:
+
+    * :class:`Fill`: one source (``normal_``, ``zero_``, ...);
+    * :class:`Scale`: a step of the values before it (``mul_`` / ``div_`` by a scalar);
+      the writer reads those as the program of the operations before it, so no program
+      reads memory;
+    * :class:`Computed`: any program capture followed (``log(arange(...))``,
+      ``eye_``, ...), with in-place steps already folded in;
+    * :class:`Masked`: a constant where a condition of the coordinates holds, else the
+      value before (``triu_``, ``masked_fill_``, ...).
+    """
+
+    #: Whether the program reads the element's value before it (:class:`.expr.Prior`).
+    reads_prior: ClassVar[bool] = False
+
+    def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
+        """The program over ``ndim`` global coordinates, for a parameter of ``dtype``;
+        ``origin`` tells its random source from other operations'."""
+        raise NotImplementedError
+
+    def plain_init(self, dtype: torch.dtype) -> BaseInit | None:
+        """The initializer when this program, in a parameter of ``dtype``, is nothing but
+        one stream-v1 fill (:func:`.expr.bare_source`): the writer hands it to the
+        core as is, without building the program. None for any other."""
+        return None
+
+    def after(self, dtype: torch.dtype, ndim: int, origin: int, prior: Expr) -> Expr:
+        """The value an element holds after this operation, as a tensor of ``dtype``
+        holds it, given ``prior``, its value before."""
+        value = self.program(dtype, ndim, origin)
+        if self.reads_prior:
+            value = substitute_prior(value, prior)
+        return stored(value, dtype)
+
+
+@dataclass(frozen=True)
+class Fill(Action):
+    """The program that is one source: every covered element gets the value of ``init``
+    at its own position in the parameter's stream (a :class:`~shardinit.init.Constant`
+    consumes no words). Evaluated by the stream-v1 fill itself (the Triton kernel on
+    CUDA)."""
+
+    init: BaseInit
+
+    def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
+        if isinstance(self.init, Constant):
+            return stored(Const(self.init.value), dtype)
+        return Source(self.init, dtype, origin, tuple(Coord(d) for d in range(ndim)))
+
+    def plain_init(self, dtype: torch.dtype) -> BaseInit | None:
+        # ``init``, unless it is a constant that ``dtype`` does not hold exactly: then
+        # its program rounds it once, not as stream v1's fill does (bare_source of it).
+        if isinstance(self.init, Constant) and not holds_exactly(self.init.value, dtype):
+            return None
+        return self.init
+
+
+@dataclass(frozen=True)
+class Scale(Action):
+    """The covered elements' values before it multiplied (or divided, ``divide``) by
+    ``factor``, as torch's ``mul_`` / ``div_`` by a Python scalar compute it: the scalar
+    and the product in float32 (binary64 for float64 tensors), then the dtype."""
+
+    factor: float
+    divide: bool = False
+    reads_prior: ClassVar[bool] = True
+
+    def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
+        factor = self.factor
+        if dtype != torch.float64:
+            factor = float(torch.tensor(factor, dtype=torch.float32, device="cpu"))
+        step = combine("div" if self.divide else "mul", Prior(), Const(factor))
+        return step if dtype == torch.float64 else Round(step, torch.float32)
+
+
+@dataclass(frozen=True)
+class Computed(Action):
+    """A program capture followed through init code's elementwise computation (a
+    program that is nothing but a source is recorded as that :class:`Fill`, see
+    :func:`program_of`). ``eye_`` and ``dirac_`` are programs of the element's
+    coordinates (1.0 on their diagonals, else 0.0). An in-place step is recorded with
+    the values before it folded in.
+
+    Attributes:
+        expr: the program's result.
+    """
+
+    expr: Expr
+
+    def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
+        return self.expr
+
+
+@dataclass(frozen=True)
+class Masked(Action):
+    """``value`` where ``cond`` (a program of the parameter's GLOBAL coordinates, free of
+    random values) holds, else the element's value before.
+
+    Attributes:
+        cond: the condition (nonzero: write).
+        value: the constant written.
+    """
+
+    cond: Expr
+    value: float
+    reads_prior: ClassVar[bool] = True
+
+    def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
+        return where(self.cond, Const(self.value), Prior())
+
+
+def program_of(expr: Expr) -> Action:
+    """``expr`` written down as an :class:`Action`: a :class:`Fill` when it is one
+    source (or a constant), else :class:`Computed`."""
+    init = bare_source(expr)
+    return Computed(expr) if init is None else Fill(init)
+
+
+@dataclass(frozen=True)
+class Opaque:
+    """Values of a TEMPORARY that no recorded fill describes (an in-place op shardinit
+    cannot translate), as capture follows a temporary. Harmless unless copied into a
+    parameter, which is then refused with ``why``. Never part of a :class:`ParamRecord`."""
+
+    why: str
+
+
+#: What an operation on a tensor capture follows does: a parameter's only an Action.
+TrackAction = Action | Opaque
+
+
+def sets_values(action: TrackAction) -> bool:
+    """Whether ``action`` sets the values it covers without reading them."""
+    return isinstance(action, Opaque) or not action.reads_prior
+
+
+@dataclass(frozen=True)
+class CapturedOp:
+    """One recorded operation on a parameter.
+
+    Attributes:
+        region: the box of the parameter it covers, in global coordinates.
+        action: what it does there (an :class:`Action` in a :class:`ParamRecord`).
+        op: the operation as written, e.g. ``"normal_(mean=0.0, std=0.02)"``.
+        where: the caller's ``file:line``.
+    """
+
+    region: Box
+    action: TrackAction
+    op: str
+    where: str
+
+
+@dataclass(frozen=True)
+class ParamRecord:
+    """What ``init_fn`` did to one parameter, in order.
+
+    Attributes:
+        name: canonical name (docs/stream-format.md §5).
+        shape: GLOBAL shape.
+        dtype: the parameter's dtype.
+        ops: the operations, first to last.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    ops: tuple[CapturedOp, ...]
+
+    def covers_all(self) -> bool:
+        """Whether the fills together cover every element (then the parameter's values
+        do not depend on anything before ``init_fn``)."""
+        return self._covers_all
+
+    @cached_property
+    def _covers_all(self) -> bool:
+        # Asked when planning and again when writing: the fields are frozen, so once.
+        return box_union_covers(
+            [op.region for op in self.ops if sets_values(op.action)], self.shape
+        )
+
+
+def base_ops(
+    initializer: Initializer, shape: Sequence[int], zero_rows: Sequence[int] = ()
+) -> tuple[CapturedOp, ...]:
+    """Operations that set a whole parameter with ``initializer`` (resolved from the
+    GLOBAL ``shape``) and then zero rows ``zero_rows`` along dim 0: what a parameter held
+    before ``init_fn`` ran (its module's default), to put in front of a record that
+    covers only part of it.
+    """
+    shape = tuple(shape)
+    box = whole(shape)
+    ops = [CapturedOp(box, Fill(initializer.resolve(shape)), "default", "<default>")]
+    for row in zero_rows:
+        region = ((row, row + 1), *box[1:])
+        ops.append(CapturedOp(region, Fill(Constant(0.0)), "zero row", "<default>"))
+    return tuple(ops)

@@ -1,0 +1,345 @@
+"""The one writer of parameters' values: a record's operations (:mod:`.actions`) on the
+region a rank holds, from stream format v1.
+
+A :class:`~.actions.ParamRecord` lists, in order, the operations applied to a parameter
+(a rule's or default's fill, the constructor's value, ``init_fn``'s captured operations)
+and the box of the GLOBAL tensor each one covers; each leaves an init program
+(:mod:`.expr`). Writing it on a local region (a box of the global tensor) gives every
+element the value of the LAST operation that covered it: each program is compiled for
+the intersection of its box with the local box only (:func:`.compile.compile_program`),
+and not at all where a later one covers it. A program that reads the values before it
+(a scale) reads them as the program of the operations before it over its box
+(:func:`op_programs`), so the values never depend on the order pieces are written in,
+and random values always come from the element's own position in the parameter's stream
+(same name and seed for every op): disjoint regions never share values and the result
+does not depend on the layout.
+
+Example:
+    >>> import torch, shardinit
+    >>> from torch import nn
+    >>> from shardinit.shard import writer
+    >>> with torch.device("meta"):
+    ...     emb = nn.Embedding(6, 4)
+    >>> def init_fn():
+    ...     emb.weight.data.normal_(mean=0.0, std=0.02)
+    ...     emb.weight.data[2].zero_()
+    >>> record = shardinit.capture_init(emb, init_fn)["weight"]
+    >>> full = writer().full(record, seed=0)
+    >>> torch.equal(writer().box(record, 0, ((2, 6), (0, 4))), full[2:6]), bool(full[2].any())
+    (True, False)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .._fill import DeferredFills, Region, Registers, fill
+from .._layout import Run, local_boxes
+from .._validate import DeviceLike, resolve_device
+from ..errors import ShardInitError
+from ..init import Constant, Initializer
+from ..spec import ParamSpec
+from .actions import Action, CapturedOp, ParamRecord, sets_values
+from .compile import Compiled, compile_program, is_elementwise
+from .expr import Const, Expr, in_box, simplify, where
+from .regions import Box, box_union_covers, contains, flat_range_boxes, intersect, whole
+
+__all__ = ["Piece", "Writer", "op_programs"]
+
+CONTIGUOUS = torch.contiguous_format
+
+#: A box of the global tensor and the tensor (its shape, any strides) that holds it.
+Piece = tuple[Box, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Writer:
+    """Writes parameters' values through the one fill dispatch (:func:`shardinit._fill.
+    fill`), with the settings of the call that built it: one per ``materialize`` (the
+    plan's fill) and per ``init_*`` call (:func:`shardinit.shard.writer` reads the
+    settings).
+
+    Attributes:
+        threads: the core's worker threads (the core runs a fill of elementwise values
+            of at most one chunk on the calling thread whatever this is).
+        chunk_bytes: the size of each pinned buffer of the host path to a CUDA tensor.
+        deferred: where a stream's fill straight into a CPU tensor may be left until the
+            caller leaves its ``with`` block (:class:`shardinit._fill.DeferredFills`);
+            None: every fill is written at once.
+    """
+
+    threads: int
+    chunk_bytes: int
+    deferred: DeferredFills | None = None
+
+    # ------------------------------------------------------------------ one region
+
+    def write_stream(self, spec: ParamSpec, region: Region, out: torch.Tensor) -> None:
+        """Writes ``region`` (a box, or flat elements from an ``int`` start) of
+        ``spec``'s stream into ``out`` (checked: contiguous, the region's shape, the
+        spec's dtype), at once."""
+        fill(spec, region, out, threads=self.threads, chunk_bytes=self.chunk_bytes)
+
+    def write_compiled(
+        self, spec: ParamSpec, box: Box, target: torch.Tensor, compiled: Compiled
+    ) -> None:
+        """Writes ``compiled`` (keyed by ``spec``: its name, seed, global shape and
+        dtype) on ``box`` (global coordinates) into ``target`` (the box's shape, any
+        device and strides). Only a fill straight into a contiguous ``target`` may be
+        deferred: a temporary is copied out at once."""
+        if math.prod(stop - start for start, stop in box) == 0:
+            return
+        direct = target.is_contiguous()
+        out = target if direct else torch.empty_like(target, memory_format=CONTIGUOUS)
+        if not isinstance(compiled, Registers):
+            spec = spec if spec.init is compiled else spec.with_init(compiled)
+            fill(
+                spec,
+                box,
+                out,
+                threads=self.threads,
+                chunk_bytes=self.chunk_bytes,
+                deferred=self.deferred if direct else None,
+            )
+        else:
+            fill(
+                spec,
+                box,
+                out,
+                threads=self.threads,
+                chunk_bytes=self.chunk_bytes,
+                registers=compiled,
+            )
+        if not direct:
+            target.copy_(out)
+
+    # ------------------------------------------------------------------ records
+
+    def write_pieces(
+        self,
+        record: ParamRecord,
+        seed: int,
+        pieces: Sequence[Piece],
+        *,
+        prior: Sequence[CapturedOp] = (),
+    ) -> None:
+        """Writes ``record``'s values (after ``prior``, the operations before it: see
+        :func:`~.actions.base_ops`) into each of ``pieces`` (disjoint boxes of the
+        region this rank holds, with the tensors they go to): each element gets the
+        value of the LAST operation covering it. Operation by operation, its program is
+        compiled for each piece's part it is the last to cover and written there; a
+        program that is not elementwise (orthogonal) is computed once over the hull of
+        those parts and copied out, so the matrix is computed once per operation and
+        region, not per piece. An operation that is one stream-v1 fill (most init code:
+        ``normal_``, ``zeros_``) is that fill, without building its program; the
+        programs are built only when one is more. The fills may be deferred only when
+        one operation writes every piece; where several do, a later one overwrites part
+        of an earlier one's, in order, at once."""
+        ops = _check_ops(record, prior)
+        visible = _visible_parts(ops, pieces)
+        # Programs are written at once (the hull route reads what it wrote); so are the
+        # fills of several operations, whose order matters.
+        at_once = self if self.deferred is None else Writer(self.threads, self.chunk_bytes)
+        fills = self if sum(1 for parts in visible if parts) == 1 else at_once
+        spec: ParamSpec | None = None  # the parameter's, made (and checked) once
+        programs: list[Expr] | None = None
+        # Materialize writes every parameter under one no_grad already: no switch per call.
+        with torch.no_grad() if torch.is_grad_enabled() else contextlib.nullcontext():
+            for index, (op, parts) in enumerate(zip(ops, visible, strict=True)):
+                if not parts:
+                    continue
+                assert isinstance(op.action, Action), op.action  # Opaque is never in a record
+                init = op.action.plain_init(record.dtype)
+                if init is not None and (init.elementwise or len(parts) == 1):
+                    spec = _spec(record, seed, init, spec)
+                    for part, target in parts:
+                        fills.write_compiled(spec, part, target, init)
+                    continue
+                spec = _spec(record, seed, Constant(0.0), spec)
+                if programs is None:
+                    programs = op_programs(record, ops)
+                at_once._write_program(programs[index], spec, parts)
+
+    def _write_program(self, program: Expr, spec: ParamSpec, parts: Sequence[Piece]) -> None:
+        """Writes ``program`` on each of ``parts``: per part when it is elementwise, else
+        once over their hull, copied out."""
+        shape = spec.shape
+        if is_elementwise(program) or len(parts) == 1:
+            for part, target in parts:
+                self.write_compiled(
+                    spec, part, target, compile_program(simplify(program, part), shape)
+                )
+            return
+        hull = tuple(
+            (min(part[d][0] for part, _ in parts), max(part[d][1] for part, _ in parts))
+            for d in range(len(shape))
+        )
+        held = parts[0][1].new_empty([stop - start for start, stop in hull])
+        self.write_compiled(spec, hull, held, compile_program(simplify(program, hull), shape))
+        for part, target in parts:
+            target.copy_(held[_local_index(part, hull)])
+
+    def box(
+        self,
+        record: ParamRecord,
+        seed: int,
+        box: Sequence[tuple[int, int]],
+        out: torch.Tensor | None = None,
+        *,
+        device: DeviceLike = None,
+        prior: Sequence[CapturedOp] = (),
+    ) -> torch.Tensor:
+        """The values of ``box`` (global coordinates) of the parameter after its
+        operations, in ``out`` (the box's shape and the parameter's dtype, any strides)
+        or a new tensor on ``device`` (default the CPU); ``prior`` as
+        :meth:`write_pieces` takes it.
+
+        Raises:
+            ShardInitError: the operations do not cover every element, or ``out`` has
+                the wrong shape or dtype.
+        """
+        local_box: Box = tuple((int(start), int(stop)) for start, stop in box)
+        shape = tuple(stop - start for start, stop in local_box)
+        if out is None:
+            out = torch.empty(shape, dtype=record.dtype, device=resolve_device(device))
+        elif tuple(out.shape) != shape or out.dtype != record.dtype:
+            raise ShardInitError(
+                f"parameter {record.name}: out has shape {tuple(out.shape)} and dtype "
+                f"{out.dtype}, the box needs {shape} and {record.dtype}"
+            )
+        self.write_pieces(record, seed, [(local_box, out)], prior=prior)
+        return out
+
+    def full(
+        self,
+        record: ParamRecord,
+        seed: int,
+        *,
+        device: DeviceLike = None,
+        prior: Sequence[CapturedOp] = (),
+    ) -> torch.Tensor:
+        """The whole parameter after its operations (world 1)."""
+        return self.box(record, seed, whole(record.shape), device=device, prior=prior)
+
+    def write_runs(
+        self,
+        record: ParamRecord,
+        seed: int,
+        runs: Sequence[Sequence[Run]],
+        local: torch.Tensor,
+        *,
+        prior: Sequence[CapturedOp] = (),
+    ) -> None:
+        """Fills ``local``, the tensor holding the region ``runs`` (per dim, the runs of
+        global indices it holds, as :func:`shardinit._layout.layout_runs` gives them)."""
+        if all(len(dim_runs) == 1 for dim_runs in runs):  # one box, all of ``local``
+            box = tuple((start, stop) for ((start, stop),) in runs)
+            if [stop - start for start, stop in box] == list(local.shape):
+                self.write_pieces(record, seed, [(box, local)], prior=prior)
+                return
+        pieces = []
+        for piece in local_boxes(runs):
+            index = tuple(
+                slice(begin, begin + stop - start)
+                for begin, (start, stop) in zip(piece.local_start, piece.global_box, strict=True)
+            )
+            pieces.append((piece.global_box, local[index]))
+        self.write_pieces(record, seed, pieces, prior=prior)
+
+    def write_flat(
+        self,
+        record: ParamRecord,
+        seed: int,
+        start: int,
+        stop: int,
+        out: torch.Tensor,
+        *,
+        prior: Sequence[CapturedOp] = (),
+    ) -> None:
+        """Fills the 1-D ``out`` with flat elements ``[start, stop)`` of the row-major
+        parameter (FSDP1 flat-shard ranges, ZeRO-3 partitions)."""
+        pieces = []
+        for offset, piece in flat_range_boxes(record.shape, start, stop):
+            count = math.prod(high - low for low, high in piece)
+            shape = tuple(high - low for low, high in piece)
+            pieces.append((piece, out[offset : offset + count].view(shape)))
+        self.write_pieces(record, seed, pieces, prior=prior)
+
+
+def _check_ops(record: ParamRecord, extra: Sequence[CapturedOp]) -> list[CapturedOp]:
+    ops = [*extra, *record.ops]
+    if extra:
+        fills = [op.region for op in ops if sets_values(op.action)]
+        covered = box_union_covers(fills, record.shape)
+    else:  # the record's own operations: what planning asked already
+        covered = record.covers_all()
+    if not covered:
+        raise ShardInitError(
+            f"parameter {record.name}: init_fn sets only part of it and nothing sets the "
+            "rest (no rule or torch.nn default to start from); give it a rule or make "
+            "init_fn fill all of it"
+        )
+    return ops
+
+
+def _spec(record: ParamRecord, seed: int, init: Initializer, made: ParamSpec | None) -> ParamSpec:
+    """``record``'s spec with ``init``: ``made`` (checked already) with it, or a new one."""
+    if made is None:
+        return ParamSpec(record.name, record.shape, record.dtype, init, seed=seed)
+    return made if made.init is init else made.with_init(init)
+
+
+def _visible_parts(ops: Sequence[CapturedOp], pieces: Sequence[Piece]) -> list[list[Piece]]:
+    """Per operation, the parts of ``pieces`` it is the last to cover (with the views of
+    the pieces' tensors that hold them)."""
+    visible: list[list[Piece]] = [[] for _ in ops]
+    last = ops[-1].region if ops else None
+    for box, tensor in pieces:
+        if last is not None and contains(last, box) and all(a < b for a, b in box):
+            # The common case (one operation on all of it): the last operation overwrites
+            # every earlier one on this piece, so the piece is all its part.
+            visible[-1].append((box, tensor))
+            continue
+        covered = [intersect(op.region, box) for op in ops]
+        for index, part in enumerate(covered):
+            if part is None or any(
+                later is not None and contains(later, part) for later in covered[index + 1 :]
+            ):
+                continue  # a later operation overwrites all of it: generate nothing
+            held = tensor if part == box else tensor[_local_index(part, box)]
+            visible[index].append((part, held))
+    return visible
+
+
+def _local_index(part: Box, box: Box) -> tuple[slice, ...]:
+    """Where ``part`` lies in a tensor holding ``box``."""
+    return tuple(slice(p0 - b0, p1 - b0) for (p0, p1), (b0, _) in zip(part, box, strict=True))
+
+
+def op_programs(record: ParamRecord, ops: Sequence[CapturedOp]) -> list[Expr]:
+    """Per operation of ``ops`` (a record's, after what came before it), the program of
+    the value it leaves, over the parameter's global coordinates. One that reads the
+    values before it reads the program of the operations before it over its box (the
+    last one covering each element wins, as a ``where`` of their boxes)."""
+    ndim = len(record.shape)
+    # Elements no operation set yet. A step may cover some (``w[:2].normal_();
+    # w.mul_(2); w[2:].zero_()``), but :func:`_check_ops` has checked that operations
+    # setting values cover every element, so a later one sets each of these again: this
+    # value never reaches the result.
+    before: Expr = Const(math.nan)
+    # The fold is built only as far as a step reads it.
+    last_step = max((k for k, op in enumerate(ops) if not sets_values(op.action)), default=-1)
+    programs = []
+    for index, op in enumerate(ops):
+        assert isinstance(op.action, Action), op.action  # Opaque is never in a record
+        prior = simplify(before, op.region) if op.action.reads_prior else before
+        value = op.action.after(record.dtype, ndim, id(op), prior)
+        programs.append(value)
+        if index < last_step:
+            before = where(in_box(op.region, record.shape), value, before)
+    return programs

@@ -1,0 +1,92 @@
+"""The floors of python/shardinit hold (docs/ARCHITECTURE.md): init programs and their
+one writer (``shardinit._program``) sit between the fill dispatch and the integrations
+and import nothing above them, and the integrations that write values do it through
+``_program``, never through the capture of init code, which only produces programs.
+Read from the import graph (``ast``), as the import-cycle test reads it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_import_cycles import PACKAGE, Graph, import_graph
+
+PROGRAM = "shardinit._program"
+CAPTURE = "shardinit._integration.capture"
+#: Modules the program floor may not reach, directly or through another module.
+ABOVE_PROGRAM = ("shardinit._integration", "shardinit.shard", "shardinit.cli")
+#: The writers' clients that never import the capture.
+NO_CAPTURE = (
+    "shardinit._integration.targets",
+    "shardinit._integration.zero3",
+    "shardinit.cli.generate",
+)
+#: Clients that call the capture's entry points (its package face, never its modules)
+#: and write through the program floor.
+CAPTURE_FACE_ONLY = ("shardinit._integration.plan", "shardinit._integration.megatron")
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def reachable(graph: Graph, start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_the_program_floor_imports_nothing_above_it() -> None:
+    graph = import_graph(PACKAGE)
+    floor = [name for name in graph if _inside(name, PROGRAM)]
+    assert {f"{PROGRAM}.writer", f"{PROGRAM}.expr", f"{PROGRAM}.actions"} <= set(floor)
+    for module in floor:
+        above = sorted(m for m in reachable(graph, module) if m.startswith(ABOVE_PROGRAM))
+        assert not above, f"{module} reaches {above}"
+
+
+def test_the_writers_clients_write_through_the_program_floor() -> None:
+    graph = import_graph(PACKAGE)
+    for client in NO_CAPTURE:
+        assert any(_inside(m, PROGRAM) for m in graph[client]), client
+        captured = sorted(m for m in reachable(graph, client) if _inside(m, CAPTURE))
+        assert not captured, f"{client} reaches the capture: {captured}"
+    for client in CAPTURE_FACE_ONLY:
+        assert any(_inside(m, PROGRAM) for m in graph[client]), client
+        inner = sorted(m for m in graph[client] if m.startswith(CAPTURE + "."))
+        assert not inner, f"{client} imports the capture's modules {inner}"
+
+
+def test_a_climb_from_the_program_floor_is_found(tmp_path: Path) -> None:
+    """The negative control: a function-level import of the integrations is a climb."""
+    package = tmp_path / "shardinit"
+    (package / "_program").mkdir(parents=True)
+    (package / "_integration").mkdir()
+    for init in (package, package / "_program", package / "_integration"):
+        (init / "__init__.py").write_text("")
+    (package / "_program" / "writer.py").write_text("from ..init import x\n")
+    (package / "init.py").write_text("def f():\n    from ._integration import plan\n")
+    (package / "_integration" / "plan.py").write_text("")
+    graph = import_graph(package)
+    assert "shardinit._integration.plan" in reachable(graph, "shardinit._program.writer")
+
+
+#: Spellings of torch's private APIs (a private module or a ``_``-prefixed attribute of a
+#: torch object) that only ``_torch_compat`` may use.
+PRIVATE_TORCH = ("torch._C", "torch.utils._", "._make_subclass", "__deepcopy__.__code__")
+
+
+def test_private_torch_apis_live_in_torch_compat() -> None:
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "_torch_compat.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if any(spelling in line for spelling in PRIVATE_TORCH)
+    ]
+    assert not found, "\n".join(found)
