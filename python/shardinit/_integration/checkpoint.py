@@ -276,6 +276,7 @@ class _Reporter:
         self.bar = ProgressBar(label, total) if shown and rank == 0 else None
 
     def __enter__(self) -> Callable[[int], None]:
+        self.advance(0)  # the total is known before the first byte: the rate starts now
         return self.advance
 
     def advance(self, nbytes: int) -> None:

@@ -148,6 +148,9 @@ def _write_layout(file: ShardFile, path: Path) -> None:
     import safetensors
 
     largest = max((entry.nbytes for entry in file.entries), default=0)
+    path.unlink(missing_ok=True)
+    path.touch()  # the mode the umask gives: safetensors' own files are 0600
+    mode = path.stat().st_mode
     zeros = mmap.mmap(-1, max(1, largest))  # anonymous: zero pages, no memory until written
     view = np.frombuffer(zeros, np.uint8)  # released before the mapping is closed
     try:
@@ -163,6 +166,7 @@ def _write_layout(file: ShardFile, path: Path) -> None:
         }
         try:
             safetensors.serialize_file(specs, str(path), metadata=FILE_METADATA)
+            path.chmod(mode)
         except Exception as error:  # safetensors raises its own error type
             raise ShardInitError(f"safetensors cannot write {path}: {error}") from None
     finally:

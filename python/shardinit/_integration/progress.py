@@ -36,14 +36,14 @@ class ProgressBar:
         self.total = total
         self.stream = sys.stderr if stream is None else stream
         self.started = time.monotonic()
-        self.drawn = 0.0
+        self.drawn = -REDRAW_S  # the first update draws
         self.done = 0
 
     def update(self, done: int) -> None:
         """Shows ``done`` bytes (redrawn at most every :data:`REDRAW_S`)."""
         self.done = done
         now = time.monotonic()
-        if now - self.drawn >= REDRAW_S or done >= self.total:
+        if now - self.drawn >= REDRAW_S:
             self.drawn = now
             self.stream.write("\r" + self.line(now - self.started))
             self.stream.flush()
@@ -63,7 +63,6 @@ class ProgressBar:
         )
 
     def close(self) -> None:
-        """Ends the line."""
-        self.update(self.done)
-        self.stream.write("\n")
+        """Draws the last state and ends the line."""
+        self.stream.write("\r" + self.line(time.monotonic() - self.started) + "\n")
         self.stream.flush()
