@@ -240,10 +240,12 @@ class _Job:
         manifest["fingerprint_format"] = FINGERPRINT_FORMAT
         for key, tensor in manifest["tensors"].items():
             tensor["fingerprint"] = fingerprints[tensor.get("alias_of") or key]
-        canonical = {
-            k: t["fingerprint"] for k, t in manifest["tensors"].items() if not t.get("alias_of")
-        }
-        manifest["model_digest"] = model_digest(canonical)
+        # The digest of the parameters, as model_digest(fingerprint_model(model)) gives
+        # it for the loaded model (tied parameters once; buffers are left out there).
+        params = {e.key for e in self.entries if e.values is not None and e.alias_of is None}
+        manifest["model_digest"] = model_digest(
+            {key: manifest["tensors"][key]["fingerprint"] for key in sorted(params)}
+        )
         _write_atomically(self.directory / MANIFEST_NAME, json.dumps(manifest, indent=1) + "\n")
 
     def _fingerprints(self, every: list[dict[str, Any]]) -> dict[str, str]:

@@ -181,7 +181,12 @@ def _state_dict_entries(module: nn.Module, values: dict[int, Values]) -> list[En
         if id(tensor) in values:
             entry = Entry(key, shape, dtype, values[id(tensor)], None)
         elif tensor.is_meta:
-            raise ShardInitError(f"state-dict entry {key} is still on the meta device")
+            raise ShardInitError(
+                f"save_seed_checkpoint: state-dict entry {key} is neither a parameter nor "
+                "a buffer (a state_dict hook computed it, e.g. a fused layer split on "
+                "save); only parameters and buffers are written: build the model without "
+                "that hook (e.g. unfused)"
+            )
         else:
             entry = Entry(key, shape, dtype, None, tensor.detach().contiguous())
         entries.append(entry if alias_of == key else _alias(entry, alias_of))
