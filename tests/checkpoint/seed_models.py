@@ -90,5 +90,5 @@ def titan_config(tied: bool) -> Any:
             hidden_dim=128,
             attn_backend="flex",
             rope=ComplexRoPE.Config(dim=16, max_seq_len=64, theta=500000),
-        ),  # fmt: skip
+        ),
     )
