@@ -21,7 +21,7 @@ from torch import nn
 from .._names import listing
 from ..errors import ShardInitError
 from .capture import CapturedInit
-from .fingerprint import digest_of_total, shard_term
+from .fingerprint import digest_of_total, flat_range_term
 from .materialize import _captured
 from .placements import is_dtensor
 from .plan import (
@@ -117,8 +117,7 @@ class Fingerprinter:
         self.total = 0
 
     def add(self, piece: PieceTarget) -> None:
-        flat_shape = (self.entry.numel,)
-        self.total += shard_term(piece.out, flat_shape, [[(piece.start, piece.stop)]])
+        self.total += flat_range_term(piece.out, piece.start)
 
     def digest(self) -> str:
         return digest_of_total(self.entry.dtype, self.entry.shape, self.total)
