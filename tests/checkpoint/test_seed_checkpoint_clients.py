@@ -94,3 +94,16 @@ def test_torchtitan_initial_load_equals_materialize(tmp_path: Path, tied: bool) 
         expected = titan_config(tied).build()
     expected = shardinit.materialize(expected, seed=SEED, init_fn=expected.init_weights)
     _assert_same_state(loaded, expected)
+
+
+@pytest.mark.slow  # starts two writer processes that import transformers (about a minute)
+def test_command_with_two_workers_writes_the_same_bytes(tmp_path: Path) -> None:
+    config = llama_config(tied=True)
+    config.save_pretrained(tmp_path / "config")
+    argv = ["checkpoint", "--hf-config", str(tmp_path / "config" / "config.json")]
+    argv += ["--seed", str(SEED), "--max-shard-size", "100KB", "--no-progress"]
+    assert run([*argv, "--out", str(tmp_path / "one")]) == 0
+    assert run([*argv, "--out", str(tmp_path / "two"), "--workers", "2"]) == 0
+    digests = file_digests(tmp_path / "one")
+    assert len(digests) > 4  # several files, the index, the manifest, the config
+    assert file_digests(tmp_path / "two") == digests

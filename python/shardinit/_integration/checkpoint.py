@@ -354,6 +354,11 @@ def _agreed(world: int, step: Callable[[], _T]) -> _T:
         error = f"save_seed_checkpoint: {failure.strerror or failure} ({failure.filename})"
     except ShardInitError as failure:
         error = str(failure)
+    except Exception as failure:  # a peer must not wait for this rank forever
+        if world == 1:
+            raise
+        lines = str(failure).strip().splitlines() or [""]
+        error = f"save_seed_checkpoint: a writer failed: {type(failure).__name__}: {lines[0]}"
     if world > 1:
         errors = _gathered(world, error)
         error = next((e for e in errors if e is not None), None)
