@@ -75,15 +75,16 @@ def write_dcp(
 ) -> dict[str, int]:
     """Saves this writer's chunks ``mine`` with ``dcp.save`` (a collective when a
     process group is initialized); returns this writer's fingerprint term per key."""
-    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+    from torch.distributed.checkpoint.state_dict_saver import save
 
     planner = _planner_class()(mine, advance)
-    writer = dcp.FileSystemWriter(str(directory))
+    writer = FileSystemWriter(str(directory))
     with warnings.catch_warnings():
         # One writer without a process group is what this call means: dcp.save warns
         # that it assumes so.
         warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-        dcp.save({}, storage_writer=writer, planner=planner, no_dist=not _in_group())
+        save({}, storage_writer=writer, planner=planner, no_dist=not _in_group())
     terms: dict[str, int] = planner.terms
     return terms
 
@@ -109,7 +110,7 @@ def _planner_class() -> type:
         WriteItemType,
     )
 
-    class SeedSavePlanner(DefaultSavePlanner):  # type: ignore[misc]
+    class SeedSavePlanner(DefaultSavePlanner):
         """Lists this writer's chunks as shard write items and generates each on request."""
 
         def __init__(self, mine: Sequence[Chunk], advance: Callable[[int], None]) -> None:
@@ -125,7 +126,7 @@ def _planner_class() -> type:
 
         def resolve_data(self, write_item: WriteItem) -> torch.Tensor:
             index = write_item.index
-            chunk = self.by_index[(index.fqn, tuple(index.offset))]
+            chunk = self.by_index[(index.fqn, tuple(index.offset or ()))]
             values = _generate(chunk)
             self.terms[chunk.entry.key] += _term(chunk, values)
             self.advance(chunk.nbytes)

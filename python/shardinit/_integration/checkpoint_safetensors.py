@@ -95,7 +95,7 @@ def write_file(
             fingerprint = Fingerprinter(entry)
             stream.seek(data_start + offsets[entry.key])
             for piece in pieces(entry, buffer, buffer.numel()):
-                stream.write(memoryview(piece.out.view(torch.uint8).numpy()))
+                stream.write(piece.out.view(torch.uint8).numpy().data)
                 fingerprint.add(piece)
                 advance((piece.stop - piece.start) * entry.dtype.itemsize)
             fingerprints[entry.key] = fingerprint.digest()
@@ -137,7 +137,7 @@ def _read_fingerprint(stream: Any, entry: Entry, buffer: torch.Tensor) -> str:
     for start in range(0, entry.numel, step):
         stop = min(entry.numel, start + step)
         raw = buffer[: (stop - start) * entry.dtype.itemsize]
-        if stream.readinto(memoryview(raw.numpy())) != raw.numel():
+        if stream.readinto(raw.numpy().data) != raw.numel():
             return "truncated"
         fingerprint.add(PieceTarget(entry, start, stop, raw.view(entry.dtype)))
     return fingerprint.digest()

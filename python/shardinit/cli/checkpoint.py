@@ -78,7 +78,9 @@ def build_model(
         config = transformers.AutoConfig.from_pretrained(hf_config)
         dtype = config.dtype if isinstance(config.dtype, torch.dtype) else torch.float32
         with torch.device("meta"):
-            built = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+            built = transformers.AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
+                config, dtype=dtype
+            )
     except Exception as error:  # transformers raises many types for a bad config
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ShardInitError(
