@@ -92,7 +92,9 @@ def save_seed_checkpoint(
     the rest written (dcp: written again whole).
 
     Args:
-        model: a model built on the meta device, not wrapped or sharded.
+        model: a model built on the meta device, not wrapped or sharded. Its
+            parameters stay on meta; its meta buffers are allocated on the CPU and set
+            as ``materialize`` sets them (they are small, and written whole).
         path: the checkpoint directory (created; it may hold other files, such as
             ``config.json``, but no other checkpoint).
         seed: the run's seed, an int in [0, 2^64).

@@ -1,13 +1,14 @@
 """What a seed checkpoint holds: one entry per state-dict key of a meta-device model,
-with the values ``materialize`` would give it, planned by ``materialize``'s own plan, and
-the piece targets a writer fills from them, one bounded buffer at a time.
+with the values ``materialize`` would give it, and the pieces a writer fills from them,
+one bounded buffer at a time.
 
-A parameter's pieces are :class:`PieceTarget` s, one more kind of
-:class:`~shardinit._integration.targets.Target` of the one plan: a flat element range of
-the parameter written into a caller's buffer, as :class:`~.targets.FlatTarget` writes a
-range of an FSDP1 shard. Buffers (small, computed whole by the plan's buffer phase) are
-held as tensors.
-"""
+The values come from ``materialize``'s own plan (:func:`~.plan.make_plan` over the
+model's :class:`~.targets.LocalTarget` s, which give names, holders and defaults, with
+init_fn's capture). Nothing is allocated for a parameter: a writer hands each piece, a
+:class:`PieceTarget` (flat elements of one tensor in its buffer), the planned
+:class:`~.targets.Values`, which write it with the one writer, as
+:class:`~.targets.FlatTarget` writes its range of an FSDP1 shard. Buffers (small,
+computed whole by the plan's buffer phase) are held as tensors."""
 
 from __future__ import annotations
 
