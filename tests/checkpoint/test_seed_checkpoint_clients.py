@@ -107,3 +107,21 @@ def test_command_with_two_workers_writes_the_same_bytes(tmp_path: Path) -> None:
     digests = file_digests(tmp_path / "one")
     assert len(digests) > 4  # several files, the index, the manifest, the config
     assert file_digests(tmp_path / "two") == digests
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_files_are_what_save_pretrained_writes(tmp_path: Path, tied: bool) -> None:
+    import transformers
+
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(llama_config(tied))
+    shardinit.save_seed_checkpoint(
+        model, tmp_path / "seed", seed=SEED, init_fn=model.init_weights, max_shard_size="100KB"
+    )
+    materialized = _materialized_llama(tied)
+    materialized.save_pretrained(tmp_path / "hf", max_shard_size="100KB")
+    written, expected = file_digests(tmp_path / "seed"), file_digests(tmp_path / "hf")
+    weights = sorted(name for name in expected if name.endswith(".safetensors"))
+    assert len(weights) > 2, weights  # split into several files
+    for name in [*weights, "model.safetensors.index.json"]:
+        assert written[name] == expected[name], name
