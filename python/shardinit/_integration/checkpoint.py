@@ -114,8 +114,8 @@ def save_seed_checkpoint(
 
     Raises:
         TypeError: arguments of the wrong type.
-        ValueError: ``format`` or ``buffer_bytes`` out of range.
-        ShardInitError: a model that is not a plain meta-device model, everything
+        ShardInitError: ``format``, ``buffer_bytes`` or ``max_shard_size`` out of
+            range, a model that is not a plain meta-device model, everything
             :func:`shardinit.materialize` raises for it, a ``path`` that cannot be
             created or written, or that holds another checkpoint.
 
@@ -124,7 +124,9 @@ def save_seed_checkpoint(
         ...     model = nn.Linear(4, 3)
         >>> out = save_seed_checkpoint(model, tmp_path / "ckpt", seed=0)  # doctest: +SKIP
     """
-    seed, directory = _check_arguments(model, path, seed, format, buffer_bytes, progress)
+    seed, directory = _check_arguments(
+        model, path, seed, format, buffer_bytes, progress, max_shard_size
+    )
     rank, world = _group()
     with collector_paused():  # why: collector.py
         entries = plan_entries(
@@ -321,6 +323,7 @@ def _check_arguments(
     format: object,
     buffer_bytes: object,
     progress: object,
+    max_shard_size: object,
 ) -> tuple[int, Path]:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -328,12 +331,38 @@ def _check_arguments(
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
     seed = check_seed(seed)
     if format not in ("safetensors", "dcp"):
-        raise ValueError(f"format must be 'safetensors' or 'dcp', got {format!r}")
+        raise ShardInitError(f"format must be 'safetensors' or 'dcp', got {format!r}")
     if type(buffer_bytes) is not int or buffer_bytes < _MIB:
-        raise ValueError(f"buffer_bytes must be an int >= 1 MiB ({_MIB}), got {buffer_bytes!r}")
+        raise ShardInitError(f"buffer_bytes must be an int >= 1 MiB ({_MIB}), got {buffer_bytes!r}")
     if progress is not None and not isinstance(progress, bool) and not callable(progress):
         raise TypeError(f"progress must be a bool, callable or None, got {type(progress).__name__}")
+    if format == "safetensors":
+        _check_shard_size(max_shard_size)
     return seed, Path(os.fspath(path))
+
+
+def _check_shard_size(max_shard_size: object) -> None:
+    """As save_pretrained reads it: bytes, or a size such as ``"5GB"`` (huggingface_hub's
+    parser)."""
+    from huggingface_hub import split_state_dict_into_shards_factory
+
+    valid = False
+    if isinstance(max_shard_size, int) and not isinstance(max_shard_size, bool):
+        valid = max_shard_size >= 1
+    elif isinstance(max_shard_size, str):
+        try:  # the split of nothing: huggingface_hub parses the size as save_pretrained does
+            split_state_dict_into_shards_factory(
+                {}, get_storage_size=len, filename_pattern="{suffix}", max_shard_size=max_shard_size
+            )
+            valid = True
+        except ValueError:
+            valid = False
+    if not valid:
+        raise ShardInitError(
+            f"max_shard_size must be a positive number of bytes or a size such as '5GB' "
+            "(units KB, MB, GB, TB), "
+            f"got {max_shard_size!r}"
+        )
 
 
 def _group() -> tuple[int, int]:
