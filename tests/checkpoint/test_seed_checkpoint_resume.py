@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,11 +37,29 @@ def _killed_after(limit: int) -> object:
     return progress
 
 
+#: A writer process SIGKILLed by its own progress hook in the second file, after the
+#: 1.25 MiB first one: what a kill leaves on disk, fsync included.
+_KILLED_WRITER = """
+import os, signal, sys
+sys.path.insert(0, {helpers!r})
+import shardinit
+from seed_models import BUFFER, SEED, SHARD, meta_tiny
+
+def progress(done, total):
+    if done > 1_320_000:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+shardinit.save_seed_checkpoint(meta_tiny(), {path!r}, seed=SEED, max_shard_size=SHARD,
+                               buffer_bytes=BUFFER, progress=progress)
+"""
+
+
 def test_killed_run_resumes_to_the_same_bytes(tmp_path: Path) -> None:
     fresh = file_digests(_save(tmp_path / "fresh"))
     path = tmp_path / "killed"
-    with pytest.raises(Killed):  # in the second file, after the 1.25 MiB first one
-        _save(path, progress=_killed_after(1_320_000))
+    script = _KILLED_WRITER.format(helpers=str(Path(__file__).parent), path=str(path))
+    killed = subprocess.run([sys.executable, "-c", script], timeout=300, check=False)
+    assert killed.returncode == -signal.SIGKILL
     names = sorted(p.name for p in path.iterdir() if p.is_file())
     assert names == ["model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors.partial"]
     kept = (path / names[0]).stat().st_ino
