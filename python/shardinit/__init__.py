@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # what _LAZY imports on first access, spelled out for type ch
     from . import deepspeed, init, megatron, presets
     from ._cuda.backend import get_cuda_backend, set_cuda_backend
     from ._integration.capture import CapturedInit, capture_init, record_constructors
+    from ._integration.checkpoint import save_seed_checkpoint
     from ._integration.fingerprint import fingerprint, fingerprint_model, model_digest
     from ._integration.fsdp1 import fsdp1_param_init_fn
     from ._integration.materialize import materialize
@@ -63,6 +64,7 @@ _LAZY: dict[str, str] = {
     "CapturedInit": "._integration.capture",
     "capture_init": "._integration.capture",
     "record_constructors": "._integration.capture",
+    "save_seed_checkpoint": "._integration.checkpoint",
     "fingerprint": "._integration.fingerprint",
     "fingerprint_model": "._integration.fingerprint",
     "model_digest": "._integration.fingerprint",
@@ -112,6 +114,7 @@ __all__ = [
     "model_digest",
     "presets",
     "record_constructors",
+    "save_seed_checkpoint",
     "set_cuda_backend",
     "set_num_threads",
     "stream_words",

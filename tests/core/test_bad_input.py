@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -135,6 +136,24 @@ def _materialize(**kwargs: object) -> Callable[[], object]:
     args: dict[str, object] = {"seed": 0}
     args.update(kwargs)
     return lambda: shardinit.materialize(_meta_linear(), **args)  # type: ignore[arg-type]
+
+
+def _seed_checkpoint(**kwargs: object) -> Callable[[], object]:
+    """save_seed_checkpoint of a meta Linear into a new temporary directory, with
+    ``kwargs`` replacing the defaults."""
+
+    def call() -> object:
+        args: dict[str, object] = {"model": _meta_linear(), "path": tempfile.mkdtemp(), "seed": 0}
+        args.update(kwargs)
+        return shardinit.save_seed_checkpoint(args.pop("model"), args.pop("path"), **args)  # type: ignore[arg-type]
+
+    return call
+
+
+def _seed_checkpoint_under_file() -> object:
+    # os.devnull is not a directory: the path cannot be created (the message is the
+    # same on every machine, as docs/errors.md quotes it).
+    return shardinit.save_seed_checkpoint(_meta_linear(), Path(os.devnull) / "ckpt", seed=0)
 
 
 @dataclass(frozen=True)
@@ -381,6 +400,16 @@ CASES: list[Case] = [
     Case("materialize", "only", "['wieght']", _materialize(only=["wieght"]), E, r"^materialize: only names 1 parameter\(s\) the model does not have: wieght\. Pass the names of this model's parameters \(canonical or as named_parameters\(\) and load_state_dict's missing_keys give them\)$"),
     Case("materialize", "only", "with FSDP1 or ZeRO-3", _materialize_only_flat, E, r"^materialize: only fills plain and DTensor parameters \(meta-device, FSDP2, TP\); not FSDP1 flat shards \(zeroed whole before they are filled\) or DeepSpeed ZeRO-3 partitions\. There, materialize the whole model, then load the checkpoint$"),
     Case("materialize", "only", "a copy of a loaded source", _materialize_copy_of_loaded, E, r"^materialize: only fills 2 parameter\(s\) that were deep-copied from a parameter only leaves as it is: copy\.bias \(a copy of source\.bias\), copy\.weight \(a copy of source\.weight\)\. In eager torch a copy starts equal to its source: load the checkpoint's value of the source into the copy too \(map its key onto both names\), or fill both$"),
+    # ---- save_seed_checkpoint(model, path, *, seed, format, buffer_bytes, max_shard_size, progress) ----
+    Case("save_seed_checkpoint", "model", "None", _seed_checkpoint(model=None), TypeError, r"^model must be a torch.nn.Module, got NoneType$"),
+    Case("save_seed_checkpoint", "model", "allocated (cpu)", _seed_checkpoint(model=nn.Linear(3, 2)), E, r"^save_seed_checkpoint: model must be built on the meta device and not sharded or wrapped \(its checkpoint is written from the plan, never from memory\); these parameters are not plain meta parameters: weight, bias$"),
+    Case("save_seed_checkpoint", "path", "3", _seed_checkpoint(path=3), TypeError, r"^path must be a str or os.PathLike, got int$"),
+    Case("save_seed_checkpoint", "path", "under a regular file", _seed_checkpoint_under_file, E, r"^save_seed_checkpoint: path /dev/null/ckpt cannot be created: Not a directory$"),
+    Case("save_seed_checkpoint", "seed", "-1", _seed_checkpoint(seed=-1), E, r"^seed must be in \[0, 18446744073709551615\], got -1$"),
+    Case("save_seed_checkpoint", "format", "'npz'", _seed_checkpoint(format="npz"), E, r"^format must be 'safetensors' or 'dcp', got 'npz'$"),
+    Case("save_seed_checkpoint", "buffer_bytes", "4096", _seed_checkpoint(buffer_bytes=4096), E, r"^buffer_bytes must be an int >= 1 MiB \(1048576\), got 4096$"),
+    Case("save_seed_checkpoint", "max_shard_size", "'5 bananas'", _seed_checkpoint(max_shard_size="5 bananas"), E, r"^max_shard_size must be a positive number of bytes or a size such as '5GB' \(units KB, MB, GB, TB\), got '5 bananas'$"),
+    Case("save_seed_checkpoint", "progress", "'yes'", _seed_checkpoint(progress="yes"), TypeError, r"^progress must be a bool, callable or None, got str$"),
     # ---- capture_init(module, init_fn) ------------------------------------------------------
     Case("capture_init", "module", "None", lambda: shardinit.capture_init(None, lambda: None), TypeError, r"^module must be a torch.nn.Module, got NoneType$"),
     Case("capture_init", "init_fn", "3", lambda: shardinit.capture_init(_meta_linear(), 3), TypeError, r"^init_fn must be callable, got int$"),

@@ -1,6 +1,7 @@
-"""The ``shardinit`` command line: ``demo``, ``plan``, ``fingerprint``.
+"""The ``shardinit`` command line: ``demo``, ``plan``, ``fingerprint``, ``checkpoint``.
 
-One module per subcommand (:mod:`.demo`, :mod:`.plan`, :mod:`.fingerprint`), each adding
+One module per subcommand (:mod:`.demo`, :mod:`.plan`, :mod:`.fingerprint`,
+:mod:`.checkpoint`), each adding
 its own arguments; their scaffolding is private to the CLI: the built-in Llama model
 (:mod:`.models`), the multi-process launcher (:mod:`._launch`) and the FSDP2 worker it
 runs (:mod:`._worker`).
@@ -16,7 +17,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from . import demo, fingerprint, plan
+from . import checkpoint, demo, fingerprint, plan
 from ._args import Parser
 
 __all__ = ["main", "run"]
@@ -30,13 +31,14 @@ def _build_parser() -> tuple[Parser, dict[str, tuple[Parser, _Handler]]]:
         description="Deterministic, shard-local initialization of sharded torch models.",
     )
     commands = parser.add_subparsers(
-        dest="command", metavar="{demo,plan,fingerprint}", parser_class=Parser
+        dest="command", metavar="{demo,plan,fingerprint,checkpoint}", parser_class=Parser
     )
     commands.required = True
     return parser, {
         "demo": (demo.add_command(commands), demo.run_demo),
         "plan": (plan.add_command(commands), plan.run_plan),
         "fingerprint": (fingerprint.add_command(commands), fingerprint.run_fingerprint),
+        "checkpoint": (checkpoint.add_command(commands), checkpoint.run_checkpoint),
     }
 
 

@@ -1,0 +1,439 @@
+"""``save_seed_checkpoint``: a meta-device model's shardinit initialization, written as
+a checkpoint by every process of a group, each writing its share.
+
+Phases: plan (``materialize``'s plan of the same model: :mod:`.checkpoint_plan`) ->
+prepare the directory (rank 0: refuse another checkpoint, record the plan) -> write
+(each writer its files or chunks, through one bounded buffer: :mod:`.checkpoint_safetensors`,
+:mod:`.checkpoint_dcp`) -> finish (rank 0: the index, then the manifest, last). An error
+on any rank is raised on every rank, so no rank waits for a peer that failed.
+
+The directory's ``.shardinit-checkpoint/`` holds the plan and one record per finished
+file: a killed run is resumed by calling again with the same arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import torch
+from torch import nn
+
+from .._names import listing
+from .._validate import check_seed
+from ..errors import ShardInitError
+from . import checkpoint_dcp, checkpoint_safetensors
+from .capture import CapturedInit
+from .checkpoint_plan import Entry, plan_entries, split_bytes
+from .collector import collector_paused
+from .fingerprint import FINGERPRINT_FORMAT, digest_of_total, model_digest
+from .plan import BufferInit
+from .progress import ProgressBar
+from .rules import Rules, check_rules
+
+__all__ = ["save_seed_checkpoint"]
+
+MANIFEST_NAME = "shardinit-manifest.json"
+MANIFEST_FORMAT = "shardinit-seed-checkpoint-v1"
+STATE_DIR = ".shardinit-checkpoint"
+#: Names that belong to a checkpoint: a directory holding one of them and no plan of
+#: ours holds another checkpoint, which is never overwritten.
+_CHECKPOINT_NAME = re.compile(
+    r".*\.(safetensors|distcp|bin|pt|pth|partial)|.*\.index\.json|\.metadata|"
+    + re.escape(MANIFEST_NAME)
+)
+_MIB = 2**20
+
+#: ``progress(done_bytes, total_bytes)`` of this writer's share.
+ProgressHook = Callable[[int, int], None]
+_T = TypeVar("_T")
+
+
+def save_seed_checkpoint(
+    model: nn.Module,
+    path: str | os.PathLike[str],
+    *,
+    seed: int,
+    init_fn: Callable[[], object] | CapturedInit | None = None,
+    format: Literal["safetensors", "dcp"] = "safetensors",
+    rules: Rules | None = None,
+    buffer_init: BufferInit | None = None,
+    max_shard_size: int | str = "5GB",
+    buffer_bytes: int = 64 * _MIB,
+    progress: bool | ProgressHook | None = None,
+) -> Path:
+    """Writes the checkpoint of ``model``'s shardinit initialization into ``path``.
+
+    The values are exactly those ``shardinit.materialize(model, seed=seed,
+    init_fn=init_fn, rules=rules)`` gives. Call it in every process of the default
+    process group (each writes its share; the call is collective) or in one process.
+    No process holds the model: each fills one buffer of ``buffer_bytes`` at a time
+    (a tensor larger than that is generated and written in pieces).
+
+    * ``"safetensors"``: transformers' layout (``model.safetensors``, or
+      ``model-0000k-of-0000n.safetensors`` files and ``model.safetensors.index.json``),
+      the keys of ``model.state_dict()`` with tied parameters saved once (under their
+      first key), as ``save_pretrained`` saves them; read by ``from_pretrained``. The
+      split into files depends on the sizes and ``max_shard_size`` only; writers divide
+      the files among themselves; the files are byte-identical for any number of writers.
+    * ``"dcp"``: ``torch.distributed.checkpoint``'s format, every key of
+      ``model.state_dict()``; ``dcp.load`` reads it into any layout (FSDP2, TP).
+
+    ``path`` also gets ``shardinit-manifest.json`` (written last: a checkpoint without
+    it is not complete), with each tensor's :func:`shardinit.fingerprint` and the
+    :func:`shardinit.model_digest`, and ``.shardinit-checkpoint/`` (the plan and a
+    record per finished file). A killed run is resumed by the same call: finished files
+    are checked against their records (size, header, fingerprints read back) and kept,
+    the rest written (dcp: written again whole).
+
+    Args:
+        model: a model built on the meta device, not wrapped or sharded. Its
+            parameters stay on meta; its meta buffers are allocated on the CPU and set
+            as ``materialize`` sets them (they are small, and written whole).
+        path: the checkpoint directory (created; it may hold other files, such as
+            ``config.json``, but no other checkpoint).
+        seed: the run's seed, an int in [0, 2^64).
+        init_fn: the model's own init code (e.g. ``model.init_weights``), as
+            :func:`shardinit.materialize` takes it.
+        format: ``"safetensors"`` or ``"dcp"``.
+        rules, buffer_init: as :func:`shardinit.materialize` takes them.
+        max_shard_size: safetensors' largest file (bytes or ``"5GB"``), as
+            ``save_pretrained`` takes it.
+        buffer_bytes: the bound on each writer's piece of a tensor, at least 1 MiB.
+        progress: a bar of bytes, rate and ETA on stderr (rank 0): None shows it when
+            stderr is a terminal; or ``progress(done_bytes, total_bytes)``, called with
+            this writer's share.
+
+    Returns:
+        ``path`` as a ``Path``.
+
+    Raises:
+        TypeError: arguments of the wrong type.
+        ShardInitError: ``format``, ``buffer_bytes`` or ``max_shard_size`` out of
+            range, a model that is not a plain meta-device model, everything
+            :func:`shardinit.materialize` raises for it, a ``path`` that cannot be
+            created or written, or that holds another checkpoint.
+
+    Example:
+        >>> with torch.device("meta"):
+        ...     model = nn.Linear(4, 3)
+        >>> out = save_seed_checkpoint(model, tmp_path / "ckpt", seed=0)  # doctest: +SKIP
+    """
+    seed, directory = _check_arguments(
+        model, path, seed, format, buffer_bytes, progress, max_shard_size
+    )
+    rank, world = _group()
+    with collector_paused():  # why: collector.py
+        entries = plan_entries(
+            model,
+            seed=seed,
+            rules=check_rules(rules),
+            init_fn=init_fn,
+            buffer_init=buffer_init,
+            who="save_seed_checkpoint",
+        )
+    job = _Job(directory, entries, format, seed, max_shard_size, buffer_bytes, rank, world)
+    _agreed(world, lambda: job.prepare() if rank == 0 else None)
+    terms = _agreed(world, lambda: job.write(progress))
+    every = _gathered(world, terms)
+    _agreed(world, lambda: job.finish(every) if rank == 0 else None)
+    return directory
+
+
+class _Job:
+    """One writer's part of one checkpoint."""
+
+    def __init__(
+        self,
+        directory: Path,
+        entries: list[Entry],
+        format: str,
+        seed: int,
+        max_shard_size: int | str,
+        buffer_bytes: int,
+        rank: int,
+        world: int,
+    ) -> None:
+        self.directory = directory
+        self.entries = entries
+        self.format = format
+        self.buffer_bytes = buffer_bytes
+        self.rank, self.world = rank, world
+        self.state = directory / STATE_DIR
+        self.files = (
+            checkpoint_safetensors.shard_files(entries, max_shard_size)
+            if format == "safetensors"
+            else []
+        )
+        self.identity = _identity(entries, format, seed, max_shard_size)
+
+    def prepare(self) -> None:
+        """Rank 0: creates the directory, refuses another checkpoint in it, records the
+        plan (or finds the same plan: a resumed run)."""
+        _make_directory(self.directory)
+        plan_path = self.state / "plan.json"
+        if plan_path.is_file():
+            if _read_json(plan_path) != self.identity:
+                raise ShardInitError(
+                    f"save_seed_checkpoint: path {self.directory} holds another seed "
+                    "checkpoint (another model, seed, format or max_shard_size); choose "
+                    "an empty directory, or remove it"
+                )
+            if self.format == "dcp" and not (self.directory / MANIFEST_NAME).is_file():
+                (self.directory / ".metadata").unlink(missing_ok=True)  # rewritten whole
+            return
+        found = sorted(n for n in os.listdir(self.directory) if _CHECKPOINT_NAME.fullmatch(n))
+        if found:
+            raise ShardInitError(
+                f"save_seed_checkpoint: path {self.directory} holds another checkpoint "
+                f"({listing(found)}); choose an empty directory, or remove it"
+            )
+        (self.state / "done").mkdir(parents=True, exist_ok=True)
+        _write_atomically(plan_path, json.dumps(self.identity, indent=1))
+
+    def write(self, progress: bool | ProgressHook | None) -> dict[str, Any]:
+        """Writes this writer's share; returns its fingerprints (safetensors: per key)
+        or fingerprint terms (dcp: per key, this writer's chunks)."""
+        if self.format == "safetensors":
+            owner = split_bytes([file.nbytes for file in self.files], self.world)
+            mine = [f for f, rank in zip(self.files, owner, strict=True) if rank == self.rank]
+            with _Reporter(progress, sum(f.nbytes for f in mine), self.rank, self.world) as say:
+                return self._write_files(mine, say)
+        if (self.directory / MANIFEST_NAME).is_file():
+            return {}  # a complete dcp checkpoint of the same plan: nothing to write
+        piece = self.buffer_bytes
+        mine_chunks = checkpoint_dcp.my_chunks(self.entries, piece, self.rank, self.world)
+        total = sum(chunk.nbytes for chunk in mine_chunks)
+        with _Reporter(progress, total, self.rank, self.world) as say:
+            return checkpoint_dcp.write_dcp(self.directory, mine_chunks, advance=say)
+
+    def _write_files(
+        self, mine: list[checkpoint_safetensors.ShardFile], say: Callable[[int], None]
+    ) -> dict[str, Any]:
+        buffer = torch.empty(self.buffer_bytes, dtype=torch.uint8)
+        fingerprints: dict[str, str] = {}
+        for file in mine:
+            done = self.state / "done" / f"{file.name}.json"
+            record = _read_json(done) if done.is_file() else None
+            if record is None or not checkpoint_safetensors.file_intact(
+                self.directory, file, record, buffer
+            ):
+                done.unlink(missing_ok=True)
+                record = checkpoint_safetensors.write_file(self.directory, file, buffer, say)
+                _write_atomically(done, json.dumps(record, indent=1))
+            else:
+                say(file.nbytes)
+            fingerprints.update(record["fingerprints"])
+        return fingerprints
+
+    def finish(self, every: list[dict[str, Any]]) -> None:
+        """Rank 0: the index (safetensors, several files), then the manifest, last."""
+        fingerprints = self._fingerprints(every)
+        if self.format == "safetensors":
+            total_parameters = sum(e.numel for e in self.entries if e.values and not e.alias_of)
+            index = checkpoint_safetensors.index_text(self.files, total_parameters)
+            if index is not None:
+                path = self.directory / checkpoint_safetensors.INDEX_NAME
+                _write_atomically(path, index)
+        manifest = dict(self.identity)
+        manifest["fingerprint_format"] = FINGERPRINT_FORMAT
+        for key, tensor in manifest["tensors"].items():
+            tensor["fingerprint"] = fingerprints[tensor.get("alias_of") or key]
+        # The digest of the parameters, as model_digest(fingerprint_model(model)) gives
+        # it for the loaded model (tied parameters once; buffers are left out there).
+        params = {e.key for e in self.entries if e.values is not None and e.alias_of is None}
+        manifest["model_digest"] = model_digest(
+            {key: manifest["tensors"][key]["fingerprint"] for key in sorted(params)}
+        )
+        _write_atomically(self.directory / MANIFEST_NAME, json.dumps(manifest, indent=1) + "\n")
+
+    def _fingerprints(self, every: list[dict[str, Any]]) -> dict[str, str]:
+        if self.format == "safetensors":
+            return {key: fp for part in every for key, fp in part.items()}
+        if not any(every):  # a complete checkpoint found: its manifest stands
+            return {
+                k: t["fingerprint"]
+                for k, t in _read_json(self.directory / MANIFEST_NAME)["tensors"].items()
+            }
+        totals: dict[str, int] = {}
+        for part in every:
+            for key, term in part.items():
+                totals[key] = totals.get(key, 0) + term
+        by_key = {entry.key: entry for entry in self.entries}
+        return {
+            key: digest_of_total(by_key[key].dtype, by_key[key].shape, total)
+            for key, total in totals.items()
+        }
+
+
+class _Reporter:
+    """This writer's progress: a bar on stderr (rank 0), a caller's hook, or nothing."""
+
+    def __init__(self, progress: bool | ProgressHook | None, total: int, rank: int, world: int):
+        self.total, self.done = total, 0
+        self.hook = progress if callable(progress) else None
+        shown = sys.stderr.isatty() if progress is None else progress is True
+        label = "seed checkpoint" + (f" (writer 0 of {world})" if world > 1 else "")
+        self.bar = ProgressBar(label, total) if shown and rank == 0 else None
+
+    def __enter__(self) -> Callable[[int], None]:
+        self.advance(0)  # the total is known before the first byte: the rate starts now
+        return self.advance
+
+    def advance(self, nbytes: int) -> None:
+        self.done += nbytes
+        if self.bar is not None:
+            self.bar.update(self.done)
+        if self.hook is not None:
+            self.hook(self.done, self.total)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _identity(
+    entries: list[Entry], format: str, seed: int, max_shard_size: int | str
+) -> dict[str, Any]:
+    """What the checkpoint is: a resumed run must plan the same (and the manifest says it)."""
+    tensors: dict[str, Any] = {}
+    for entry in entries:
+        tensor: dict[str, Any] = {"shape": list(entry.shape), "dtype": str(entry.dtype)[6:]}
+        if entry.alias_of is not None:
+            tensor["alias_of"] = entry.alias_of
+        tensors[entry.key] = tensor
+    return {
+        "format": MANIFEST_FORMAT,
+        "checkpoint_format": format,
+        "seed": seed,
+        "max_shard_size": str(max_shard_size) if format == "safetensors" else None,
+        "tensors": tensors,
+    }
+
+
+def _check_arguments(
+    model: object,
+    path: object,
+    seed: int,
+    format: object,
+    buffer_bytes: object,
+    progress: object,
+    max_shard_size: object,
+) -> tuple[int, Path]:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    seed = check_seed(seed)
+    if format not in ("safetensors", "dcp"):
+        raise ShardInitError(f"format must be 'safetensors' or 'dcp', got {format!r}")
+    if type(buffer_bytes) is not int or buffer_bytes < _MIB:
+        raise ShardInitError(f"buffer_bytes must be an int >= 1 MiB ({_MIB}), got {buffer_bytes!r}")
+    if progress is not None and not isinstance(progress, bool) and not callable(progress):
+        raise TypeError(f"progress must be a bool, callable or None, got {type(progress).__name__}")
+    if format == "safetensors":
+        _check_shard_size(max_shard_size)
+    return seed, Path(os.fspath(path))
+
+
+def _check_shard_size(max_shard_size: object) -> None:
+    """As save_pretrained reads it: bytes, or a size such as ``"5GB"`` (huggingface_hub's
+    parser)."""
+    from huggingface_hub import split_state_dict_into_shards_factory
+
+    valid = False
+    if isinstance(max_shard_size, int) and not isinstance(max_shard_size, bool):
+        valid = max_shard_size >= 1
+    elif isinstance(max_shard_size, str):
+        try:  # the split of nothing: huggingface_hub parses the size as save_pretrained does
+            split_state_dict_into_shards_factory(
+                {}, get_storage_size=len, filename_pattern="{suffix}", max_shard_size=max_shard_size
+            )
+            valid = True
+        except ValueError:
+            valid = False
+    if not valid:
+        raise ShardInitError(
+            f"max_shard_size must be a positive number of bytes or a size such as '5GB' "
+            "(units KB, MB, GB, TB), "
+            f"got {max_shard_size!r}"
+        )
+
+
+def _group() -> tuple[int, int]:
+    """(rank, world) of the default process group, or (0, 1) without one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _agreed(world: int, step: Callable[[], _T]) -> _T:
+    """Runs ``step`` on every rank; an error on any rank is raised on all of them (one
+    line, the first failing rank's), so no rank waits at the next collective."""
+    error: str | None = None
+    result: Any = None
+    try:
+        result = step()
+    except OSError as failure:
+        error = f"save_seed_checkpoint: {failure.strerror or failure} ({failure.filename})"
+    except ShardInitError as failure:
+        error = str(failure)
+    except Exception as failure:  # a peer must not wait for this rank forever
+        if world == 1:
+            raise
+        lines = str(failure).strip().splitlines() or [""]
+        error = f"save_seed_checkpoint: a writer failed: {type(failure).__name__}: {lines[0]}"
+    if world > 1:
+        errors = _gathered(world, error)
+        error = next((e for e in errors if e is not None), None)
+    if error is not None:
+        raise ShardInitError(error)
+    return result  # type: ignore[no-any-return]
+
+
+def _gathered(world: int, value: _T) -> list[_T]:
+    if world == 1:
+        return [value]
+    import torch.distributed as dist
+
+    every: list[Any] = [None] * world
+    dist.all_gather_object(every, value)
+    return every
+
+
+def _make_directory(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ShardInitError(
+            f"save_seed_checkpoint: path {directory} cannot be created: {error.strerror}"
+        ) from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ShardInitError(f"save_seed_checkpoint: path {directory} is not writable")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # unreadable: treated as absent (the file is written again)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """A reader sees the old file or the whole new one, never part of it."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+def manifest_of(path: str | os.PathLike[str]) -> Mapping[str, Any] | None:
+    """The manifest of a complete checkpoint at ``path``, or None."""
+    found = _read_json(Path(path) / MANIFEST_NAME)
+    return found if isinstance(found, dict) else None

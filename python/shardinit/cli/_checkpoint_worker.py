@@ -1,0 +1,82 @@
+"""One writer of ``shardinit checkpoint --workers N`` (run by
+:func:`shardinit.cli._launch.launch`; not a public API).
+
+Joins the gloo group, builds the model on the meta device, and writes its share with
+:func:`shardinit.save_seed_checkpoint` (rank 0 also saves a transformers config). Writes
+``rank<r>.json`` into ``--out``: ``{"error": message}`` on a checkpoint error (the same
+on every rank), else ``{"error": null}``; its progress (``done total`` bytes) goes to
+``--progress-dir/rank<r>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from .. import save_seed_checkpoint, set_num_threads
+from ..errors import ShardInitError
+from ._launch import exit_worker
+from .checkpoint import build_model, save_config
+
+
+def _progress_file(path: Path) -> Callable[[int, int], None]:
+    """A hook that writes ``done total`` to ``path`` (replaced whole: the reader never
+    sees half a line)."""
+
+    def report(done: int, total: int) -> None:
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(f"{done} {total}")
+        os.replace(partial, path)
+
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs one writer; see the module docstring."""
+    parser = argparse.ArgumentParser(prog="python -m shardinit.cli._checkpoint_worker")
+    parser.add_argument("--hf-config")
+    parser.add_argument("--model")
+    parser.add_argument("--checkpoint-dir", required=True)
+    parser.add_argument("--format", required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--max-shard-size", required=True)
+    parser.add_argument("--progress-dir", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+    torch.set_num_threads(threads)
+    set_num_threads(threads)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    error: str | None = None
+    try:
+        model, init_fn = build_model(args.hf_config, args.model)
+        save_seed_checkpoint(
+            model,
+            args.checkpoint_dir,
+            seed=args.seed,
+            init_fn=init_fn,
+            format=args.format,
+            max_shard_size=args.max_shard_size,
+            progress=_progress_file(Path(args.progress_dir, f"rank{rank}")),
+        )
+        if rank == 0:
+            save_config(model, args.checkpoint_dir)
+    except ShardInitError as failure:
+        error = str(failure)
+    finally:
+        Path(args.out, f"rank{rank}.json").write_text(json.dumps({"error": error}))
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    exit_worker(main())
