@@ -39,7 +39,7 @@ def test_flat_pieces_stay_in_the_buffer_and_give_the_whole_tensor() -> None:
     buffer = torch.empty(100_000, dtype=torch.uint8)
     written = torch.empty(math.prod(SHAPE))
     ranges = []
-    for piece in pieces(entry, buffer, buffer.numel()):
+    for piece in pieces(entry, buffer, buffer.numel(), shardinit.shard.writer()):
         assert piece.out.numel() * 4 <= buffer.numel()
         assert piece.out.data_ptr() == buffer.data_ptr()  # in the buffer, not beside it
         written[piece.start : piece.stop] = piece.out

@@ -22,7 +22,11 @@ NO_CAPTURE = (
 )
 #: Clients that call the capture's entry points (its package face, never its modules)
 #: and write through the program floor.
-CAPTURE_FACE_ONLY = ("shardinit._integration.plan", "shardinit._integration.megatron")
+CAPTURE_FACE_ONLY = (
+    "shardinit._integration.plan",
+    "shardinit._integration.megatron",
+    "shardinit._integration.checkpoint_plan",
+)
 
 
 def _inside(module: str, package: str) -> bool:

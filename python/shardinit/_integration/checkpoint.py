@@ -27,6 +27,7 @@ from torch import nn
 from .._names import listing
 from .._validate import check_seed
 from ..errors import ShardInitError
+from ..shard import writer
 from . import checkpoint_dcp, checkpoint_safetensors
 from .capture import CapturedInit
 from .checkpoint_plan import Entry, plan_entries, split_bytes
@@ -210,12 +211,15 @@ class _Job:
         mine_chunks = checkpoint_dcp.my_chunks(self.entries, piece, self.rank, self.world)
         total = sum(chunk.nbytes for chunk in mine_chunks)
         with _Reporter(progress, total, self.rank, self.world) as say:
-            return checkpoint_dcp.write_dcp(self.directory, mine_chunks, advance=say)
+            return checkpoint_dcp.write_dcp(
+                self.directory, mine_chunks, advance=say, writer=writer()
+            )
 
     def _write_files(
         self, mine: list[checkpoint_safetensors.ShardFile], say: Callable[[int], None]
     ) -> dict[str, Any]:
         buffer = torch.empty(self.buffer_bytes, dtype=torch.uint8)
+        fills = writer()  # the one writer of this call, with the settings now
         fingerprints: dict[str, str] = {}
         for file in mine:
             done = self.state / "done" / f"{file.name}.json"
@@ -224,7 +228,7 @@ class _Job:
                 self.directory, file, record, buffer
             ):
                 done.unlink(missing_ok=True)
-                record = checkpoint_safetensors.write_file(self.directory, file, buffer, say)
+                record = checkpoint_safetensors.write_file(self.directory, file, buffer, say, fills)
                 _write_atomically(done, json.dumps(record, indent=1))
             else:
                 say(file.nbytes)

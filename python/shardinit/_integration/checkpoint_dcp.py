@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from .._program import Writer
 from .checkpoint_plan import Entry, Fingerprinter, PieceTarget, split_bytes
 
 
@@ -71,20 +72,21 @@ def my_chunks(entries: Sequence[Entry], piece_bytes: int, rank: int, world: int)
 
 
 def write_dcp(
-    directory: Path, mine: Sequence[Chunk], *, advance: Callable[[int], None]
+    directory: Path, mine: Sequence[Chunk], *, advance: Callable[[int], None], writer: Writer
 ) -> dict[str, int]:
     """Saves this writer's chunks ``mine`` with ``dcp.save`` (a collective when a
-    process group is initialized); returns this writer's fingerprint term per key."""
+    process group is initialized), their values by ``writer``; returns this writer's
+    fingerprint term per key."""
     from torch.distributed.checkpoint.filesystem import FileSystemWriter
     from torch.distributed.checkpoint.state_dict_saver import save
 
-    planner = _planner_class()(mine, advance)
-    writer = FileSystemWriter(str(directory))
+    planner = _planner_class()(mine, advance, writer)
+    storage = FileSystemWriter(str(directory))
     with warnings.catch_warnings():
         # One writer without a process group is what this call means: dcp.save warns
         # that it assumes so.
         warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-        save({}, storage_writer=writer, planner=planner, no_dist=not _in_group())
+        save({}, storage_writer=storage, planner=planner, no_dist=not _in_group())
     terms: dict[str, int] = planner.terms
     return terms
 
@@ -113,8 +115,11 @@ def _planner_class() -> type:
     class SeedSavePlanner(DefaultSavePlanner):
         """Lists this writer's chunks as shard write items and generates each on request."""
 
-        def __init__(self, mine: Sequence[Chunk], advance: Callable[[int], None]) -> None:
+        def __init__(
+            self, mine: Sequence[Chunk], advance: Callable[[int], None], writer: Writer
+        ) -> None:
             super().__init__()
+            self.writer = writer
             self.by_index = {(c.entry.key, c.offsets): c for c in mine}
             self.advance = advance
             self.terms: dict[str, int] = {c.entry.key: 0 for c in mine}
@@ -127,7 +132,7 @@ def _planner_class() -> type:
         def resolve_data(self, write_item: WriteItem) -> torch.Tensor:
             index = write_item.index
             chunk = self.by_index[(index.fqn, tuple(index.offset or ()))]
-            values = _generate(chunk)
+            values = _generate(chunk, self.writer)
             self.terms[chunk.entry.key] += _term(chunk, values)
             self.advance(chunk.nbytes)
             return values
@@ -153,12 +158,12 @@ def _flat_range(chunk: Chunk) -> tuple[int, int]:
     return chunk.start_row * chunk.row_numel, chunk.stop_row * chunk.row_numel
 
 
-def _generate(chunk: Chunk) -> torch.Tensor:
+def _generate(chunk: Chunk, writer: Writer) -> torch.Tensor:
     """The chunk's values, in a tensor of its own (the storage writer holds it until
     written)."""
     start, stop = _flat_range(chunk)
     out = torch.empty(stop - start, dtype=chunk.entry.dtype)
-    PieceTarget(chunk.entry, start, stop, out).fill(chunk.entry.values)
+    PieceTarget(chunk.entry, start, stop, out).fill(chunk.entry.values, writer)
     return out.view(chunk.sizes)
 
 

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from .._names import listing
+from .._program import Writer
 from ..errors import ShardInitError
 from .capture import CapturedInit
 from .fingerprint import digest_of_total, flat_range_term
@@ -87,26 +88,28 @@ class PieceTarget:
     def dtype(self) -> torch.dtype:
         return self.entry.dtype
 
-    def fill(self, values: Values | None) -> None:
-        """Writes the piece: the stream values, or a buffer's slice."""
+    def fill(self, values: Values | None, writer: Writer) -> None:
+        """Writes the piece: the stream values (by ``writer``), or a buffer's slice."""
         if values is not None:
-            values.write_flat(self.start, self.stop, self.out)
+            values.write_flat(writer, self.start, self.stop, self.out)
         else:
             assert self.entry.tensor is not None
             self.out.copy_(self.entry.tensor.reshape(-1)[self.start : self.stop])
 
 
-def pieces(entry: Entry, buffer: torch.Tensor, piece_bytes: int) -> Iterator[PieceTarget]:
+def pieces(
+    entry: Entry, buffer: torch.Tensor, piece_bytes: int, writer: Writer
+) -> Iterator[PieceTarget]:
     """``entry``'s pieces in order, each at most ``piece_bytes`` (one element at least),
-    each filled into the start of ``buffer`` (a uint8 tensor of at least that size): a
-    caller uses a piece before asking for the next."""
+    each filled by ``writer`` into the start of ``buffer`` (a uint8 tensor of at least
+    that size): a caller uses a piece before asking for the next."""
     step = max(1, piece_bytes // entry.dtype.itemsize)
     for start in range(0, entry.numel, step):
         stop = min(entry.numel, start + step)
         count = (stop - start) * entry.dtype.itemsize
         out = buffer[:count].view(entry.dtype)
         target = PieceTarget(entry, start, stop, out)
-        target.fill(entry.values)
+        target.fill(entry.values, writer)
         yield target
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .._program import Writer
 from ..errors import ShardInitError
 from .checkpoint_plan import Entry, Fingerprinter, PieceTarget, pieces
 
@@ -82,10 +83,11 @@ def index_text(files: Sequence[ShardFile], total_parameters: int) -> str | None:
 
 
 def write_file(
-    directory: Path, file: ShardFile, buffer: torch.Tensor, advance: Advance
+    directory: Path, file: ShardFile, buffer: torch.Tensor, advance: Advance, writer: Writer
 ) -> dict[str, Any]:
     """Writes ``file`` into ``directory`` through ``buffer`` (uint8, the bound on what
-    is held); returns its record: size, header digest, each tensor's fingerprint."""
+    is held), its values by ``writer``; returns its record: size, header digest, each
+    tensor's fingerprint."""
     partial = directory / f"{file.name}.partial"
     _write_layout(file, partial)
     data_start, offsets = read_header(partial)
@@ -94,7 +96,7 @@ def write_file(
         for entry in file.entries:
             fingerprint = Fingerprinter(entry)
             stream.seek(data_start + offsets[entry.key])
-            for piece in pieces(entry, buffer, buffer.numel()):
+            for piece in pieces(entry, buffer, buffer.numel(), writer):
                 stream.write(piece.out.view(torch.uint8).numpy().data)
                 fingerprint.add(piece)
                 advance((piece.stop - piece.start) * entry.dtype.itemsize)
