@@ -45,6 +45,7 @@
 mod compensated;
 mod elementary;
 mod erfinv;
+mod erfinv_fast;
 pub use compensated::{rsqrt, sigmoid, softplus, tanh};
 pub use elementary::{cos, expm1, log1p, pow, sin, TRIG_MAX};
 pub use erfinv::erfinv;
