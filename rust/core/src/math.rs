@@ -49,6 +49,7 @@ mod erfinv_fast;
 pub use compensated::{rsqrt, sigmoid, softplus, tanh};
 pub use elementary::{cos, expm1, log1p, pow, sin, TRIG_MAX};
 pub use erfinv::erfinv;
+pub use erfinv_fast::{erfinv_slice, erfinv_slice_with};
 
 // ---------------------------------------------------------------------------------
 // Word access helpers (fdlibm's __HI / __LO).

@@ -34,7 +34,7 @@ const SQRT_PI_OVER_2: (f64, f64) = (
     f64::from_bits(0xbc86_18f1_3eb7_ca89), // -3.8332932499128993e-17
 );
 /// Below it, `erfinv(a) = sqrt(pi)/2 * a` to `2^-1900` relative (`2^-960`).
-const LINEAR_BELOW: f64 = f64::from_bits((1023 - 960) << 52);
+pub(super) const LINEAR_BELOW: f64 = f64::from_bits((1023 - 960) << 52);
 /// `2^600` and `2^-600`: [`linear`] scales its argument away from the subnormals.
 const TWO600: f64 = f64::from_bits((1023 + 600) << 52);
 const TWO_M600: f64 = f64::from_bits((1023 - 600) << 52);
@@ -100,13 +100,20 @@ fn linear(a: f64) -> f64 {
 /// AS 241's `PhiInv((1 + a) / 2) / sqrt(2)`: its central approximation of the offset
 /// `a / 2` (exact) for `a <= 0.85`, else its tail with `q = (1 - a) / 2` (exact).
 pub(super) fn start(a: f64) -> f64 {
-    let v = if a <= 0.85 {
-        central_of_offset(0.5 * a)
-    } else {
-        let q = 0.5 * (1.0 - a);
-        phi_inv_tail(1.0 - q, q)
-    };
-    v * std::f64::consts::FRAC_1_SQRT_2
+    if a <= CENTRAL_TO {
+        return central_start(a);
+    }
+    let q = 0.5 * (1.0 - a);
+    phi_inv_tail(1.0 - q, q) * std::f64::consts::FRAC_1_SQRT_2
+}
+
+/// The last `a` of [`start`]'s central approximation.
+pub(super) const CENTRAL_TO: f64 = 0.85;
+
+/// [`start`] for `a <= 0.85`.
+#[inline(always)]
+pub(super) fn central_start(a: f64) -> f64 {
+    central_of_offset(0.5 * a) * std::f64::consts::FRAC_1_SQRT_2
 }
 
 /// `(a_h + a_l) * (b_h + b_l)` as a double-double (relative error about `2^-104`).

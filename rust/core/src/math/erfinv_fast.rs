@@ -5,15 +5,15 @@
 //! # What must be reproduced
 //!
 //! For `2^-10 <= y0 < 2.5` the series path ([`super::erfinv::erfinv_series`]) returns
-//! `RN(y0 - d_s)`, with `d_s = RN(r_s / s)`, `s = RN(2/sqrt(pi)) * exp(-y0^2)` (this
-//! module computes the same `s` by the same operations, so it has the same bits) and
+//! `RN(y0 - d_s)`, with `d_s = RN(r_s / s)`, `s = RN(RN(2/sqrt(pi)) * exp(-y0^2))` and
 //! `r_s = RN(e - a)`, `e` the double-double of `erf(y0)` from the Maclaurin series
-//! (`RN` is IEEE round to nearest even). Only `r_s` is costly (up to 64 terms of
-//! double-double arithmetic). Here `r_f`, a cheaper value of `erf(y0) - a`, comes with a
-//! bound `rho >= |r_s - r_f|`, so `|d_s - d_f| <= beta` for `d_f = RN(r_f / s)`. `RN` is
-//! monotonic: with `v_up >= d_s >= v_down`, `RN(y0 - v_up) <= RN(y0 - d_s) <= RN(y0 -
-//! v_down)`, and when the two ends are the same binary64 it is the series' result.
-//! Otherwise (about one input in a thousand) the caller runs the series.
+//! (`RN` is IEEE round to nearest even). `r_s` is the costly part (up to 64 terms of
+//! double-double arithmetic), `exp` the next. Here `r_f`, a cheaper value of
+//! `erf(y0) - a`, comes with a bound `rho >= |r_s - r_f|`, and `s'`, the slope from the
+//! same table, is within `2^-33.9 s` of `s`; so `|d_s - d_f| <= beta` for `d_f = RN(r_f /
+//! s')`. `RN` is monotonic: with `v_up >= d_s >= v_down`, `RN(y0 - v_up) <= RN(y0 - d_s)
+//! <= RN(y0 - v_down)`, and when the two ends are the same binary64 it is the series'
+//! result. Otherwise (about one input in a thousand) the caller runs the series.
 //!
 //! # The residual from a table
 //!
@@ -51,22 +51,35 @@
 //! * The roundings of `r_s` and `r_f` themselves (and of `e_h - a`, exact by Sterbenz's
 //!   lemma when it holds): at most `2^-51 |r_f|` with room.
 //!
-//! So `rho = 2^-88/s + 2^-65 T1 |h| + 2^-47 M h^2 + 2^-76 T1 + 2^-100 + 2^-51 |r_f|`, and
-//! `|d_s - d_f| <= rho/s (1 + u) + 2u |d_f| + u rho / s`. Computed in binary64, each
-//! of `rho`'s six positive terms and their sum lose at most `8u` relative, so `beta =
-//! 2 rho / s + 2^-50 |d_f|` is above the bound, and above it by more than `u (|d_f| +
-//! beta)`: `v_up = RN(d_f + beta) >= d_s` and `v_down = RN(d_f - beta) <= d_s`.
+//! So `rho = 2^-88/s + 2^-65 T1 |h| + 2^-47 M h^2 + 2^-76 T1 + 2^-100 + 2^-51 |r_f|`.
+//!
+//! # The slope
+//!
+//! `s' = T1 + h (2 T2 + h (3 T3 + h 4 T4))`, the derivative of the Taylor polynomial: the
+//! terms left out sum to at most `sum_{k>=5} k |T_k| |h|^(k-1) <= 1.01 E(c) 5 G_4(2.5) /
+//! 5! 2^-40 < 2^-34.6 E(c)` (`G_4(2.5) = 937`), the roundings and the coefficients' errors
+//! add below `2^-45`, and `E(c) <= 1.005 E(y0)`; the series path's `s` is within
+//! `2^-50.4` of `E(y0)` (`exp` within 1 ulp, the rounding of `y0^2` moves it by `y0^2
+//! 2^-53` relative). So `|s - s'| <= 2^-33.9 s`, and
+//! `|d_s - d_f| <= |r_s - r_f| / s + |r_f| |1/s - 1/s'| + u |d_s| + u |d_f| <= rho/s (1 +
+//! u) + 2^-33 |d_f|`. Computed in binary64, each of `rho`'s six positive terms and their
+//! sum lose at most `8u` relative, so `beta = 2 rho / s' + 2^-32 |d_f|` is above the
+//! bound, and above it by more than `u (|d_f| + beta)`: `v_up = RN(d_f + beta) >= d_s`
+//! and `v_down = RN(d_f - beta) <= d_s`.
 //!
 //! The table (1280 entries of 11 binary64s, 113 KiB) is computed once, on first use,
-//! by the same fixed IEEE operations everywhere, so its bits are the same on every CPU
-//! (and they only decide speed: a wrong entry would be caught by the bound only if the
-//! bound accounted for it, which is why each entry's error is part of `rho`).
+//! by the same fixed IEEE operations everywhere. Its bits are the same on every CPU, but
+//! only the fast path's speed depends on them: a result it returns is the series' by the
+//! bound above, which counts each entry's error.
 
 use std::sync::OnceLock;
 
 use super::compensated::{exp_parts, two_sum};
-use super::erfinv::{erf_dd, mul_dd, TWO_OVER_SQRT_PI};
-use super::{exp, two_pow, two_prod};
+use super::erfinv::{
+    central_start, erf_dd, mul_dd, start, CENTRAL_TO, LINEAR_BELOW, TWO_OVER_SQRT_PI,
+};
+use super::{two_pow, two_prod};
+use crate::philox::Backend;
 
 /// Grid points per unit of `y0`.
 const PER_UNIT: f64 = 512.0;
@@ -85,7 +98,7 @@ const TAIL_ERROR: f64 = f64::from_bits((1023 - 47) << 52);
 const REMAINDER: f64 = f64::from_bits((1023 - 76) << 52);
 const SUM_FLOOR: f64 = f64::from_bits((1023 - 100) << 52);
 const RESIDUAL_ROUNDING: f64 = f64::from_bits((1023 - 51) << 52);
-const QUOTIENT_ROUNDING: f64 = f64::from_bits((1023 - 50) << 52);
+const SLOPE_ERROR: f64 = f64::from_bits((1023 - 32) << 52);
 
 /// One grid point's Taylor data (module docs).
 #[derive(Clone, Copy, Debug)]
@@ -152,14 +165,29 @@ pub(super) fn newton(a: f64, y0: f64) -> Option<f64> {
     if !(FAST_FROM..super::erfinv::SERIES_BELOW).contains(&y0) {
         return None;
     }
-    // The same slope as the series path, by the same operations.
-    let slope = TWO_OVER_SQRT_PI.0 * exp(-(y0 * y0));
-    // y0 * 512 is exact and below 1280, so + 0.5 is too: j is y0's nearest grid index.
-    let j = (y0 * PER_UNIT + 0.5) as usize;
-    let p = &points()[j - 1];
+    let (y, decided) = decide(a, y0, points());
+    decided.then_some(y)
+}
+
+/// The grid index nearest `y0` (`1..=1280` for `y0` in the fast range: `y0 * 512` is
+/// exact and below 1280, so `+ 0.5` is too); through `i32`, whose conversion vectorizes.
+#[inline(always)]
+fn grid_index(y0: f64) -> usize {
+    (y0 * PER_UNIT + 0.5) as i32 as usize
+}
+
+/// The fast path's candidate and whether the bound decides it (module docs), for `y0`
+/// in `[2^-10, 2.5)`: the same operations for one value and for lanes (no branch).
+#[inline(always)]
+fn decide(a: f64, y0: f64, table: &[Point]) -> (f64, bool) {
+    let j = grid_index(y0);
+    let p = &table[j - 1];
     let h = y0 - j as f64 / PER_UNIT;
-    let poly = p.tail.iter().rev().fold(0.0, |acc, &t| t + h * acc);
+    let [t2, t3, t4, t5, t6, t7] = p.tail;
+    let poly = t2 + h * (t3 + h * (t4 + h * (t5 + h * (t6 + h * t7))));
     let tail = (h * h) * poly;
+    // erf'(y0) from the table too: within 2^-34 of the series path's slope (module docs).
+    let slope = p.t1.0 + h * (2.0 * t2 + h * (3.0 * t3 + h * (4.0 * t4)));
     let (p1, p1_err) = two_prod(p.t1.0, h);
     let (s, s_err) = two_sum(p.t0.0, -a);
     let (v, v_err) = two_sum(s, p1);
@@ -172,15 +200,122 @@ pub(super) fn newton(a: f64, y0: f64) -> Option<f64> {
         + REMAINDER * p.t1.0
         + SUM_FLOOR
         + RESIDUAL_ROUNDING * residual.abs();
-    let beta = 2.0 * rho / slope + QUOTIENT_ROUNDING * d.abs();
+    let beta = 2.0 * rho / slope + SLOPE_ERROR * d.abs();
     let low_end = y0 - (d + beta);
     let high_end = y0 - (d - beta);
-    (low_end == high_end).then_some(low_end)
+    (low_end, low_end == high_end)
+}
+
+/// [`super::erfinv`] of every `x[i]` into `out[i]` (the same bits), `N` lanes at a time:
+/// AS 241's central start and the fast path on every lane, the tail start (`|x| > 0.85`,
+/// about one lane in ten for a uniform input) and the undecided lanes one at a time.
+#[inline(always)]
+fn erfinv_lanes<const N: usize>(x: &[f64], out: &mut [f64]) {
+    let table = points();
+    let mut chunks = x.chunks_exact(N).zip(out.chunks_exact_mut(N));
+    for (x, out) in &mut chunks {
+        let x: &[f64; N] = x.try_into().expect("N lanes");
+        let mut a = [0.0; N];
+        let mut y0 = [0.0; N];
+        for i in 0..N {
+            a[i] = x[i].abs();
+            y0[i] = central_start(a[i]);
+        }
+        for i in 0..N {
+            if a[i] > CENTRAL_TO {
+                y0[i] = start(a[i]);
+            }
+        }
+        let mut decided = [false; N];
+        for i in 0..N {
+            let fast = a[i] >= LINEAR_BELOW
+                && a[i] < 1.0
+                && y0[i] >= FAST_FROM
+                && y0[i] < super::erfinv::SERIES_BELOW;
+            // Any grid point for the lanes outside: their values are not used.
+            let (y, ok) = decide(a[i], if fast { y0[i] } else { 1.0 }, table);
+            out[i] = y.copysign(x[i]);
+            decided[i] = fast && ok;
+        }
+        for i in 0..N {
+            if !decided[i] {
+                out[i] = super::erfinv::erfinv_series(x[i]);
+            }
+        }
+    }
+    let rest = x.len() / N * N;
+    for (slot, &v) in out[rest..].iter_mut().zip(&x[rest..]) {
+        *slot = super::erfinv(v);
+    }
+}
+
+/// Lanes per step of [`erfinv_lanes`]: a multiple of every backend's vector width.
+const LANES: usize = 8;
+
+/// [`super::erfinv`] of every `x[i]` into `out[i]`, with the lane code of `backend`
+/// (every backend gives the same bits: each lane performs the scalar operations).
+///
+/// # Panics
+/// If `x` and `out` differ in length, or this CPU cannot run `backend`.
+pub fn erfinv_slice_with(backend: Backend, x: &[f64], out: &mut [f64]) {
+    assert_eq!(x.len(), out.len(), "erfinv_slice: input and output lengths");
+    assert!(
+        backend.is_available(),
+        "backend {backend:?} is not supported by this CPU"
+    );
+    match backend {
+        Backend::Scalar => {
+            for (slot, &v) in out.iter_mut().zip(x) {
+                *slot = super::erfinv(v);
+            }
+        }
+        // SAFETY: AVX2 support was just checked.
+        #[cfg(target_arch = "x86_64")]
+        Backend::Avx2 => unsafe { x86::avx2(x, out) },
+        // SAFETY: AVX-512F support was just checked (`is_available` is false for this
+        // backend in builds without the cfg, so the assert has already panicked there).
+        #[cfg(all(target_arch = "x86_64", shardinit_avx512))]
+        Backend::Avx2PhiloxAvx512Lanes => unsafe { x86::avx512(x, out) },
+        _ => erfinv_lanes::<LANES>(x, out),
+    }
+}
+
+/// [`super::erfinv`] of every `x[i]` into `out[i]` with this CPU's fastest lane code
+/// ([`Backend::detect`]); the same bits as one value at a time.
+///
+/// # Panics
+/// If `x` and `out` differ in length.
+pub fn erfinv_slice(x: &[f64], out: &mut [f64]) {
+    erfinv_slice_with(Backend::detect(), x, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{erfinv_lanes, LANES};
+
+    /// [`erfinv_lanes`] compiled for AVX2.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn avx2(x: &[f64], out: &mut [f64]) {
+        erfinv_lanes::<LANES>(x, out);
+    }
+
+    /// [`erfinv_lanes`] compiled for AVX-512F.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[cfg(shardinit_avx512)] // Rust >= 1.89: see build.rs
+    #[target_feature(enable = "avx512f,avx2")]
+    pub(super) unsafe fn avx512(x: &[f64], out: &mut [f64]) {
+        erfinv_lanes::<LANES>(x, out);
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::erfinv::{erfinv, erfinv_series, start};
+    use super::super::erfinv::{erfinv, erfinv_series};
     use super::*;
     use rayon::prelude::*;
 
@@ -262,40 +397,89 @@ mod tests {
         );
     }
 
-    /// Every float32 in (0, 1) (every value a float32 uniform fill can feed `erfinv`,
-    /// with its negative), the edges and 2^28 random binary64s, fast == series bit for
-    /// bit. Minutes: `make test-slow` runs it (release profile).
+    /// The fast path's result at the positive input `a`, checked against the series';
+    /// whether it was taken. Where it is not, [`erfinv`] is [`erfinv_series`] itself,
+    /// and the sign is applied after either (the quick test above checks both signs).
+    fn fast_is_series(a: f64) -> bool {
+        let Some(fast) = newton(a, start(a)) else {
+            return false;
+        };
+        let series = erfinv_series(a);
+        assert_eq!(
+            fast.to_bits(),
+            series.to_bits(),
+            "erfinv({a:e}): {fast:e} vs {series:e}"
+        );
+        true
+    }
+
+    /// Every float32 in (0, 1) (every value a float32 uniform fill can feed `erfinv`, up
+    /// to the sign), the edges and 2^27 random binary64s: fast == series bit for bit
+    /// wherever the fast path decides. Minutes in release mode (`make test-slow`).
     #[test]
     #[ignore = "exhaustive: minutes in release mode (make test-slow)"]
     fn exhaustive_fast_path_gives_the_series_bits_for_every_float32_input() {
-        let float32s = (1u32..0x3f80_0000).into_par_iter();
-        let fast = float32s
-            .filter(|&bits| {
-                let a = f64::from(f32::from_bits(bits));
-                same_bits(a);
-                decided(a)
-            })
+        let float32s = 0x3f80_0000 - 1;
+        let fast = (1u32..=float32s)
+            .into_par_iter()
+            .filter(|&bits| fast_is_series(f64::from(f32::from_bits(bits))))
             .count();
-        println!(
-            "float32 inputs in (0, 1): {fast} of {} decided fast",
-            0x3f80_0000 - 1
-        );
+        println!("float32 inputs in (0, 1): {fast} of {float32s} decided by the fast path");
+        assert!(fast > 80_000_000, "{fast}"); // the 10 binades from 2^-10 up, nearly all
         edges().par_iter().for_each(|&a| same_bits(a));
         let chunks = 1u64 << 12;
-        (0..chunks).into_par_iter().for_each(|chunk| {
-            let mut state = chunk;
-            for _ in 0..(1u64 << 28) / chunks {
-                let w = splitmix(&mut state);
-                let a = if w & 1 == 0 {
-                    (w >> 11) as f64 * 2f64.powi(-53)
-                } else {
-                    f64::from_bits(w >> 2) // any bits below 2^1022: the in-range ones
-                };
-                if a > 0.0 && a < 1.0 {
-                    same_bits(a);
+        let fast: usize = (0..chunks)
+            .into_par_iter()
+            .map(|chunk| {
+                let mut state = chunk;
+                let mut fast = 0;
+                for _ in 0..(1u64 << 27) / chunks {
+                    let w = splitmix(&mut state);
+                    let a = if w & 3 != 0 {
+                        (w >> 11) as f64 * 2f64.powi(-53) // uniform in [0, 1)
+                    } else {
+                        f64::from_bits(w >> 2) // any bits below 2^1022
+                    };
+                    if a > 0.0 && a < 1.0 && fast_is_series(a) {
+                        fast += 1;
+                    }
                 }
+                fast
+            })
+            .sum();
+        println!("random binary64 inputs: {fast} of 2^27 decided by the fast path");
+    }
+
+    #[test]
+    fn every_backend_gives_the_scalar_bits() {
+        // The edges, uniform inputs and specials of both signs, at lengths that leave a
+        // remainder after the lanes.
+        let mut state = 41;
+        let mut x = edges();
+        x.extend((0..20_000).map(|_| (splitmix(&mut state) >> 11) as f64 * 2f64.powi(-52) - 1.0));
+        x.extend([
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            1.5,
+            f64::NAN,
+            f64::INFINITY,
+            1e-300,
+            -5e-324,
+        ]);
+        x.extend([0.86, -0.9999, 2f64.powi(-11), 0.99959]);
+        let negated: Vec<f64> = x.iter().map(|v| -v).collect();
+        x.extend(negated);
+        let want: Vec<u64> = x.iter().map(|&v| erfinv(v).to_bits()).collect();
+        for backend in Backend::available() {
+            for len in [x.len(), x.len() - 3, 5] {
+                let mut out = vec![0.0; len];
+                erfinv_slice_with(backend, &x[..len], &mut out);
+                let got: Vec<u64> = out.iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want[..len], "{backend:?}");
             }
-        });
+        }
     }
 
     #[test]
@@ -306,7 +490,7 @@ mod tests {
         assert_eq!(REMAINDER, 2f64.powi(-76));
         assert_eq!(SUM_FLOOR, 2f64.powi(-100));
         assert_eq!(RESIDUAL_ROUNDING, 2f64.powi(-51));
-        assert_eq!(QUOTIENT_ROUNDING, 2f64.powi(-50));
+        assert_eq!(SLOPE_ERROR, 2f64.powi(-32));
         assert_eq!(FAST_FROM, 2f64.powi(-10));
         assert_eq!(LAST as f64 / PER_UNIT, super::super::erfinv::SERIES_BELOW);
     }
