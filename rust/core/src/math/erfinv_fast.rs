@@ -60,10 +60,12 @@
 //! 5! 2^-40 < 2^-34.6 E(c)` (`G_4(2.5) = 937`), the roundings and the coefficients' errors
 //! add below `2^-45`, and `E(c) <= 1.005 E(y0)`; the series path's `s` is within
 //! `2^-50.4` of `E(y0)` (`exp` within 1 ulp, the rounding of `y0^2` moves it by `y0^2
-//! 2^-53` relative). So `|s - s'| <= 2^-33.9 s`, and
-//! `|d_s - d_f| <= |r_s - r_f| / s + |r_f| |1/s - 1/s'| + u |d_s| + u |d_f| <= rho/s (1 +
-//! u) + 2^-33 |d_f|`. Computed in binary64, each of `rho`'s six positive terms and their
-//! sum lose at most `8u` relative, so `beta = 2 rho / s' + 2^-32 |d_f|` is above the
+//! 2^-53` relative). So `|s - s'| <= 2^-33.9 s`; with `d_f = RN(r_f RN(1/s'))` (one
+//! division for two quotients; within `2.01u` of `r_f / s'`),
+//! `|d_s - d_f| <= |r_s - r_f| / s + |r_f| |1/s - 1/s'| + u |d_s| + 2.01u |d_f| <= rho/s
+//! (1 + u) + 2^-33 |d_f|`. Computed in binary64 (`rho / s'` as `rho RN(1/s')`), each of
+//! `rho`'s six positive terms and their sum lose at most `8u` relative, so `beta = 2 rho
+//! / s' + 2^-32 |d_f|` is above the
 //! bound, and above it by more than `u (|d_f| + beta)`: `v_up = RN(d_f + beta) >= d_s`
 //! and `v_down = RN(d_f - beta) <= d_s`.
 //!
@@ -114,9 +116,12 @@ struct Point {
 }
 
 /// The table, grid index `j` at `[j - 1]`.
-fn points() -> &'static [Point] {
-    static POINTS: OnceLock<Vec<Point>> = OnceLock::new();
-    POINTS.get_or_init(|| (1..=LAST).map(point).collect())
+fn points() -> &'static [Point; LAST] {
+    static POINTS: OnceLock<Box<[Point; LAST]>> = OnceLock::new();
+    POINTS.get_or_init(|| {
+        let points: Vec<Point> = (1..=LAST).map(point).collect();
+        points.into_boxed_slice().try_into().expect("LAST points")
+    })
 }
 
 /// `n!` for `n <= 7` (exact in binary64).
@@ -169,38 +174,41 @@ pub(super) fn newton(a: f64, y0: f64) -> Option<f64> {
     decided.then_some(y)
 }
 
-/// The grid index nearest `y0` (`1..=1280` for `y0` in the fast range: `y0 * 512` is
-/// exact and below 1280, so `+ 0.5` is too); through `i32`, whose conversion vectorizes.
+/// The grid index nearest `y0` less one, the entry's place in [`points`] (`0..1280` for
+/// `y0` in the fast range: `y0 * 512` is exact and below 1280, so `+ 0.5` is too);
+/// through `i32`, whose conversion vectorizes, and clamped, so that any `y0` reads an
+/// entry (the caller discards the others' results).
 #[inline(always)]
-fn grid_index(y0: f64) -> usize {
-    (y0 * PER_UNIT + 0.5) as i32 as usize
+fn grid_place(y0: f64) -> usize {
+    ((y0 * PER_UNIT + 0.5) as i32).clamp(1, LAST as i32) as usize - 1
 }
 
 /// The fast path's candidate and whether the bound decides it (module docs), for `y0`
 /// in `[2^-10, 2.5)`: the same operations for one value and for lanes (no branch).
 #[inline(always)]
-fn decide(a: f64, y0: f64, table: &[Point]) -> (f64, bool) {
-    let j = grid_index(y0);
-    let p = &table[j - 1];
-    let h = y0 - j as f64 / PER_UNIT;
+fn decide(a: f64, y0: f64, table: &[Point; LAST]) -> (f64, bool) {
+    let place = grid_place(y0);
+    let p = &table[place];
+    let h = y0 - (place + 1) as f64 / PER_UNIT;
     let [t2, t3, t4, t5, t6, t7] = p.tail;
     let poly = t2 + h * (t3 + h * (t4 + h * (t5 + h * (t6 + h * t7))));
     let tail = (h * h) * poly;
     // erf'(y0) from the table too: within 2^-34 of the series path's slope (module docs).
     let slope = p.t1.0 + h * (2.0 * t2 + h * (3.0 * t3 + h * (4.0 * t4)));
+    let inverse = 1.0 / slope;
     let (p1, p1_err) = two_prod(p.t1.0, h);
     let (s, s_err) = two_sum(p.t0.0, -a);
     let (v, v_err) = two_sum(s, p1);
     let low = v_err + (s_err + (p.t0.1 + (p1_err + (p.t1.1 * h + tail))));
     let residual = v + low;
-    let d = residual / slope;
-    let rho = SLOW_AND_T0 / slope
+    let d = residual * inverse;
+    let rho = SLOW_AND_T0 * inverse
         + T1_ERROR * p.t1.0 * h.abs()
         + TAIL_ERROR * p.tail_max * (h * h)
         + REMAINDER * p.t1.0
         + SUM_FLOOR
         + RESIDUAL_ROUNDING * residual.abs();
-    let beta = 2.0 * rho / slope + SLOPE_ERROR * d.abs();
+    let beta = 2.0 * rho * inverse + SLOPE_ERROR * d.abs();
     let low_end = y0 - (d + beta);
     let high_end = y0 - (d - beta);
     (low_end, low_end == high_end)
@@ -208,7 +216,8 @@ fn decide(a: f64, y0: f64, table: &[Point]) -> (f64, bool) {
 
 /// [`super::erfinv`] of every `x[i]` into `out[i]` (the same bits), `N` lanes at a time:
 /// AS 241's central start and the fast path on every lane, the tail start (`|x| > 0.85`,
-/// about one lane in ten for a uniform input) and the undecided lanes one at a time.
+/// about one lane in ten for a uniform input) on those lanes gathered
+/// ([`super::phi_inv_tail_slice`], lanes too), the undecided lanes one at a time.
 #[inline(always)]
 fn erfinv_lanes<const N: usize>(x: &[f64], out: &mut [f64]) {
     let table = points();
@@ -221,19 +230,14 @@ fn erfinv_lanes<const N: usize>(x: &[f64], out: &mut [f64]) {
             a[i] = x[i].abs();
             y0[i] = central_start(a[i]);
         }
-        for i in 0..N {
-            if a[i] > CENTRAL_TO {
-                y0[i] = start(a[i]);
-            }
-        }
+        tail_starts(&a, &mut y0);
         let mut decided = [false; N];
         for i in 0..N {
             let fast = a[i] >= LINEAR_BELOW
                 && a[i] < 1.0
                 && y0[i] >= FAST_FROM
                 && y0[i] < super::erfinv::SERIES_BELOW;
-            // Any grid point for the lanes outside: their values are not used.
-            let (y, ok) = decide(a[i], if fast { y0[i] } else { 1.0 }, table);
+            let (y, ok) = decide(a[i], y0[i], table);
             out[i] = y.copysign(x[i]);
             decided[i] = fast && ok;
         }
@@ -249,8 +253,31 @@ fn erfinv_lanes<const N: usize>(x: &[f64], out: &mut [f64]) {
     }
 }
 
-/// Lanes per step of [`erfinv_lanes`]: a multiple of every backend's vector width.
-const LANES: usize = 8;
+/// [`start`] of the lanes with `a > 0.85` into `y0`: `PhiInv(1 - q) / sqrt(2)` with `q =
+/// (1 - a) / 2` (exact) is `-PhiInv(q) / sqrt(2)`, both from `log(q)` and one sign
+/// (AS 241's tail formula), so the lane code of the lower tail gives its bits.
+#[inline(always)]
+fn tail_starts<const N: usize>(a: &[f64; N], y0: &mut [f64; N]) {
+    let mut places = [0usize; N];
+    let mut q = [0.0; N];
+    let mut count = 0;
+    for i in 0..N {
+        if a[i] > CENTRAL_TO {
+            places[count] = i;
+            q[count] = 0.5 * (1.0 - a[i]);
+            count += 1;
+        }
+    }
+    let mut lower = [0.0; N];
+    super::phi_inv_tail_slice(&q[..count], &mut lower[..count]);
+    for k in 0..count {
+        y0[places[k]] = -lower[k] * std::f64::consts::FRAC_1_SQRT_2;
+    }
+}
+
+/// Lanes per step of [`erfinv_lanes`]: a multiple of every backend's vector width, and
+/// enough for the tail lanes (about one in ten) to fill vectors.
+const LANES: usize = 64;
 
 /// [`super::erfinv`] of every `x[i]` into `out[i]`, with the lane code of `backend`
 /// (every backend gives the same bits: each lane performs the scalar operations).
