@@ -12,7 +12,8 @@
 //!
 //! The evaluator is scalar: each chunk of the output is evaluated in blocks of
 //! [`BLOCK`] elements, one binary64 scratch vector per register (reused from block to
-//! block). A program that is a single `source` of the destination's dtype is the same
+//! block); `erfinv` runs over a register's block in lanes ([`math::erfinv_slice`], the
+//! same bits). A program that is a single `source` of the destination's dtype is the same
 //! computation as [`ParamStream::fill_region`] and is dispatched to its fused kernels.
 //! A program with one source of the destination's dtype and further steps (a fill, then
 //! `* gain`, `log`, ...) has that source's values written by the fused kernels into the

@@ -77,9 +77,7 @@
 use std::sync::OnceLock;
 
 use super::compensated::{exp_parts, two_sum};
-use super::erfinv::{
-    central_start, erf_dd, mul_dd, start, CENTRAL_TO, LINEAR_BELOW, TWO_OVER_SQRT_PI,
-};
+use super::erfinv::{central_start, erf_dd, mul_dd, CENTRAL_TO, LINEAR_BELOW, TWO_OVER_SQRT_PI};
 use super::{two_pow, two_prod};
 use crate::philox::Backend;
 
@@ -218,6 +216,8 @@ fn decide(a: f64, y0: f64, table: &[Point; LAST]) -> (f64, bool) {
 /// AS 241's central start and the fast path on every lane, the tail start (`|x| > 0.85`,
 /// about one lane in ten for a uniform input) on those lanes gathered
 /// ([`super::phi_inv_tail_slice`], lanes too), the undecided lanes one at a time.
+// Lane loops index several arrays in step: a range loop is the form that vectorizes.
+#[allow(clippy::needless_range_loop)]
 #[inline(always)]
 fn erfinv_lanes<const N: usize>(x: &[f64], out: &mut [f64]) {
     let table = points();
@@ -256,6 +256,7 @@ fn erfinv_lanes<const N: usize>(x: &[f64], out: &mut [f64]) {
 /// [`start`] of the lanes with `a > 0.85` into `y0`: `PhiInv(1 - q) / sqrt(2)` with `q =
 /// (1 - a) / 2` (exact) is `-PhiInv(q) / sqrt(2)`, both from `log(q)` and one sign
 /// (AS 241's tail formula), so the lane code of the lower tail gives its bits.
+#[allow(clippy::needless_range_loop)] // lanes indexed in step, as in `erfinv_lanes`
 #[inline(always)]
 fn tail_starts<const N: usize>(a: &[f64; N], y0: &mut [f64; N]) {
     let mut places = [0usize; N];
@@ -342,7 +343,7 @@ mod x86 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::erfinv::{erfinv, erfinv_series};
+    use super::super::erfinv::{erfinv, erfinv_series, start};
     use super::*;
     use rayon::prelude::*;
 
