@@ -13,7 +13,7 @@
 //! same table, is within `2^-33.9 s` of `s`; so `|d_s - d_f| <= beta` for `d_f = RN(r_f /
 //! s')`. `RN` is monotonic: with `v_up >= d_s >= v_down`, `RN(y0 - v_up) <= RN(y0 - d_s)
 //! <= RN(y0 - v_down)`, and when the two ends are the same binary64 it is the series'
-//! result. Otherwise (about one input in a thousand) the caller runs the series.
+//! result. Otherwise (2 float32 inputs in 10,000) the caller runs the series.
 //!
 //! # The residual from a table
 //!
