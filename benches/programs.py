@@ -12,7 +12,16 @@ core's deterministic functions, rounded once (docs/stream-format.md §7): it pay
 bits that are the same on every CPU, thread count and layout, and for computing any
 slice of the parameter alone.
 
-Usage: ``python benches/programs.py [--repeats R]``.
+Two more tables in the same run (issue 40):
+
+* program steps, each on a 768 x 3072 float32 tensor: the time a step adds to its
+  uniform source (a program ``source, op`` less the plain fill of the source) against
+  torch's op writing a new tensor (``torch.erfinv(x, out=y)``, ...), in M elements/s;
+* models end to end: ``record_constructors()`` on meta, then ``materialize(seed=0)``
+  (with the library's own ``_init_weights`` as ``init_fn`` for transformers), against the
+  library building the same model on the CPU with its own eager init.
+
+Usage: ``python benches/programs.py [--repeats R] [--only init-code,steps,models]``.
 """
 
 from __future__ import annotations
@@ -20,12 +29,15 @@ from __future__ import annotations
 import argparse
 import math
 import time
+import warnings
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from torch import nn
 
 import shardinit
+from shardinit import _core
 from shardinit.shard import writer
 
 
@@ -83,11 +95,7 @@ def _best(fn: Callable[[], object], repeats: int) -> float:
     return min(times)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
-    print(f"threads: {torch.get_num_threads()}, best of {args.repeats}")
+def _init_code(repeats: int) -> None:
     print(f"{'init code':28s} {'shape':>13s} {'shardinit':>10s} {'torch':>10s} {'ratio':>6s}")
     for label, shape, init_fn in CASES:
         meta = _module(shape, "meta")
@@ -95,12 +103,181 @@ def main() -> None:
         real = _module(shape, "cpu")
         ours = _best(lambda r=record: writer().full(r, 0), 1)  # warm-up
         theirs = _best(lambda m=real, f=init_fn: f(m.w), 1)
-        ours = _best(lambda r=record: writer().full(r, 0), args.repeats)
-        theirs = _best(lambda m=real, f=init_fn: f(m.w), args.repeats)
+        ours = _best(lambda r=record: writer().full(r, 0), repeats)
+        theirs = _best(lambda m=real, f=init_fn: f(m.w), repeats)
         print(
             f"{label:28s} {shape!s:>13s} {ours * 1e3:8.1f}ms {theirs * 1e3:8.1f}ms "
             f"{ours / theirs:6.2f}"
         )
+
+
+STEP_SHAPE = (768, 3072)
+
+#: A program step: its label, the uniform source's range, the program's registers after
+#: the source (register 0) as ``(kind, name, operands)``, and torch's op (input, output).
+Step = tuple[
+    str,
+    tuple[float, float],
+    list[tuple[str, str | float, tuple[int, ...]]],
+    Callable[[torch.Tensor, torch.Tensor], object],
+]
+
+STEPS: list[Step] = [
+    ("erfinv", (-0.9, 0.9), [("unary", "erfinv", (0,))], lambda x, y: torch.erfinv(x, out=y)),
+    ("mul", (-1.0, 1.0), [("constant", 0.02, ()), ("binary", "mul", (0, 1))],
+     lambda x, y: torch.mul(x, 0.02, out=y)),
+    ("add", (-1.0, 1.0), [("constant", 0.5, ()), ("binary", "add", (0, 1))],
+     lambda x, y: torch.add(x, 0.5, out=y)),
+    ("clamp (max, min)", (-1.0, 1.0),
+     [("constant", -0.5, ()), ("binary", "max", (0, 1)), ("constant", 0.5, ()),
+      ("binary", "min", (2, 3))], lambda x, y: torch.clamp(x, -0.5, 0.5, out=y)),
+    ("log", (0.01, 16.0), [("unary", "log", (0,))], lambda x, y: torch.log(x, out=y)),
+    ("exp", (-4.0, 4.0), [("unary", "exp", (0,))], lambda x, y: torch.exp(x, out=y)),
+    ("erf", (-3.0, 3.0), [("unary", "erf", (0,))], lambda x, y: torch.erf(x, out=y)),
+    ("sin", (-10.0, 10.0), [("unary", "sin", (0,))], lambda x, y: torch.sin(x, out=y)),
+    ("tanh", (-4.0, 4.0), [("unary", "tanh", (0,))], lambda x, y: torch.tanh(x, out=y)),
+    ("sigmoid", (-4.0, 4.0), [("unary", "sigmoid", (0,))],
+     lambda x, y: torch.sigmoid(x, out=y)),
+    ("softplus", (-4.0, 4.0), [("unary", "softplus", (0,))],
+     lambda x, y: torch.nn.functional.softplus(x)),
+    ("expm1", (-1.0, 1.0), [("unary", "expm1", (0,))], lambda x, y: torch.expm1(x, out=y)),
+    ("sqrt", (0.0, 4.0), [("unary", "sqrt", (0,))], lambda x, y: torch.sqrt(x, out=y)),
+]  # fmt: skip
+
+
+def _program(low: float, high: float, registers: list[tuple[str, str | float, tuple[int, ...]]]
+             ) -> _core.Program:  # fmt: skip
+    program = _core.Program()
+    program.source(_core.Init.uniform(low, high), "float32")
+    for kind, name, operands in registers:
+        if kind == "constant":
+            assert isinstance(name, float)
+            program.constant(name)
+        else:
+            assert isinstance(name, str)
+            getattr(program, kind)(name, *operands)
+    return program
+
+
+def _steps(repeats: int) -> None:
+    numel = STEP_SHAPE[0] * STEP_SHAPE[1]
+    threads = torch.get_num_threads()
+    out = np.empty(numel, dtype=np.float32)
+
+    def run(program: _core.Program) -> None:
+        _core.fill_program(7, list(STEP_SHAPE), program, "float32", _core.Region.flat(0), out,
+                           threads)  # fmt: skip
+
+    print(f"\nprogram steps on {STEP_SHAPE} float32 (the step's time: source + step less the "
+          "source's fill)")  # fmt: skip
+    print(f"{'step':18s} {'shardinit M/s':>14s} {'torch M/s':>10s} {'time ratio':>10s}")
+    for label, (low, high), registers, torch_op in STEPS:
+        source, program = _program(low, high, []), _program(low, high, registers)
+        x = torch.empty(STEP_SHAPE).uniform_(low, high)
+        y = torch.empty(STEP_SHAPE)
+        for _ in range(2):  # warm-up (erfinv's table is built on first use)
+            run(program)
+            torch_op(x, y)
+        fill = _best(lambda p=source: run(p), repeats)
+        whole = _best(lambda p=program: run(p), repeats)
+        theirs = _best(lambda f=torch_op, a=x, b=y: f(a, b), repeats)
+        ours = max(whole - fill, 1e-9)
+        print(f"{label:18s} {numel / ours / 1e6:14.1f} {numel / theirs / 1e6:10.1f} "
+              f"{ours / theirs:10.2f}")  # fmt: skip
+    theirs = _best(lambda: x.uniform_(-1.0, 1.0), repeats)
+    print(f"{'uniform (the fill)':18s} {numel / fill / 1e6:14.1f} {numel / theirs / 1e6:10.1f} "
+          f"{fill / theirs:10.2f}")  # fmt: skip
+
+
+def _llama() -> nn.Module:
+    import transformers as tf
+
+    config = tf.LlamaConfig(
+        hidden_size=512, intermediate_size=1376, num_hidden_layers=8, num_attention_heads=8,
+        num_key_value_heads=4, vocab_size=8192, max_position_embeddings=256,
+    )  # fmt: skip
+    return tf.LlamaForCausalLM(config)
+
+
+def _mamba() -> nn.Module:
+    import transformers as tf
+
+    config = tf.MambaConfig(vocab_size=8192, hidden_size=512, state_size=16,
+                            num_hidden_layers=8, expand=2, conv_kernel=4)  # fmt: skip
+    return tf.MambaForCausalLM(config)
+
+
+def _dit() -> nn.Module:
+    import diffusers
+
+    return diffusers.DiTTransformer2DModel(
+        num_attention_heads=6, attention_head_dim=64, in_channels=4, num_layers=6,
+        sample_size=32, patch_size=2, num_embeds_ada_norm=1000,
+    )  # fmt: skip
+
+
+def _timm(name: str) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        import timm
+
+        model: nn.Module = timm.create_model(name)
+        return model
+
+    return build
+
+
+#: A model: its label, its builder (on the current default device), and whether its
+#: init is the transformers ``_init_weights`` passed as ``init_fn`` (else the
+#: constructor's own, recorded).
+MODELS: list[tuple[str, Callable[[], nn.Module], bool]] = [
+    ("timm vit_small_patch16_224", _timm("vit_small_patch16_224"), False),
+    ("timm convnext_tiny", _timm("convnext_tiny"), False),
+    ("timm swin_tiny_patch4_window7_224", _timm("swin_tiny_patch4_window7_224"), False),
+    ("transformers Llama (8 x 512)", _llama, True),
+    ("transformers Mamba (8 x 512)", _mamba, True),
+    ("diffusers DiT (6 x 384)", _dit, False),
+]
+
+
+def _materialized(build: Callable[[], nn.Module], hf: bool) -> nn.Module:
+    # Mamba ties lm_head to the embedding: materialize says it keeps the tie source's init.
+    warnings.filterwarnings("ignore", message="capture_init: .* tied parameter")
+    with torch.device("meta"), shardinit.record_constructors():
+        model = build()
+    if hf:
+        init_weights = model._init_weights
+        shardinit.materialize(model, seed=0, init_fn=lambda: model.apply(init_weights))
+    else:
+        shardinit.materialize(model, seed=0)
+    return model
+
+
+def _models(repeats: int) -> None:
+    print("\nmodels end to end: record_constructors + materialize against the library's eager "
+          "CPU init")  # fmt: skip
+    print(f"{'model':34s} {'params':>8s} {'shardinit':>10s} {'eager':>10s} {'ratio':>6s}")
+    for label, build, hf in MODELS:
+        params = sum(p.numel() for p in build().parameters())  # also the warm-up
+        _materialized(build, hf)
+        ours = _best(lambda b=build, h=hf: _materialized(b, h), repeats)
+        theirs = _best(build, repeats)
+        print(f"{label:34s} {params / 1e6:7.1f}M {ours:9.3f}s {theirs:9.3f}s "
+              f"{ours / theirs:6.2f}")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--only", default="init-code,steps,models")
+    args = parser.parse_args()
+    parts = set(args.only.split(","))
+    print(f"threads: {torch.get_num_threads()}, best of {args.repeats}")
+    if "init-code" in parts:
+        _init_code(args.repeats)
+    if "steps" in parts:
+        _steps(args.repeats)
+    if "models" in parts:
+        _models(max(2, args.repeats // 2))
 
 
 if __name__ == "__main__":

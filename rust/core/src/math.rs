@@ -45,9 +45,11 @@
 mod compensated;
 mod elementary;
 mod erfinv;
+mod erfinv_fast;
 pub use compensated::{rsqrt, sigmoid, softplus, tanh};
 pub use elementary::{cos, expm1, log1p, pow, sin, TRIG_MAX};
 pub use erfinv::erfinv;
+pub use erfinv_fast::{erfinv_slice, erfinv_slice_with};
 
 // ---------------------------------------------------------------------------------
 // Word access helpers (fdlibm's __HI / __LO).

@@ -12,7 +12,8 @@
 //!
 //! The evaluator is scalar: each chunk of the output is evaluated in blocks of
 //! [`BLOCK`] elements, one binary64 scratch vector per register (reused from block to
-//! block). A program that is a single `source` of the destination's dtype is the same
+//! block); `erfinv` runs over a register's block in lanes ([`math::erfinv_slice`], the
+//! same bits). A program that is a single `source` of the destination's dtype is the same
 //! computation as [`ParamStream::fill_region`] and is dispatched to its fused kernels.
 //! A program with one source of the destination's dtype and further steps (a fill, then
 //! `* gain`, `log`, ...) has that source's values written by the fused kernels into the
@@ -808,7 +809,7 @@ fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) {
         UnaryOp::Softplus => map(x, dst, math::softplus),
         UnaryOp::Floor => map(x, dst, f64::floor),
         UnaryOp::Erf => map(x, dst, math::erf),
-        UnaryOp::Erfinv => map(x, dst, math::erfinv),
+        UnaryOp::Erfinv => math::erfinv_slice(x, dst),
         UnaryOp::RoundHalfEven => map(x, dst, round_half_even),
         UnaryOp::Sin => map(x, dst, |v| if refused(v) { f64::NAN } else { math::sin(v) }),
         UnaryOp::Cos => map(x, dst, |v| if refused(v) { f64::NAN } else { math::cos(v) }),

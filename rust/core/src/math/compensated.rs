@@ -158,7 +158,7 @@ fn expm1_reduced(r_h: f64, r_l: f64) -> (f64, f64) {
 /// `-1077..=1076`): [`reduce`], [`expm1_reduced`], then `2^(j/8) * (1 + p)` as a
 /// double-double.
 #[inline]
-fn exp_parts(x: f64) -> (i32, f64, f64) {
+pub(super) fn exp_parts(x: f64) -> (i32, f64, f64) {
     let (n, r_h, r_l) = reduce(x);
     exp_reduced(n, r_h, r_l)
 }

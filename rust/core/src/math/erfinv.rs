@@ -21,10 +21,10 @@
 //! multiply-add), like the rest of [`crate::math`].
 
 use super::compensated::{fast_two_sum, two_sum};
-use super::{central_of_offset, erfc, exp, phi_inv_tail, two_prod};
+use super::{central_of_offset, erfc, erfinv_fast, exp, phi_inv_tail, two_prod};
 
 /// `2/sqrt(pi)` as a double-double (mpmath, 300 bits).
-const TWO_OVER_SQRT_PI: (f64, f64) = (
+pub(super) const TWO_OVER_SQRT_PI: (f64, f64) = (
     f64::from_bits(0x3ff2_0dd7_5042_9b6d), // 1.1283791670955126
     f64::from_bits(0x3c71_ae3a_914f_ed80), // 1.533545961316588e-17
 );
@@ -34,7 +34,7 @@ const SQRT_PI_OVER_2: (f64, f64) = (
     f64::from_bits(0xbc86_18f1_3eb7_ca89), // -3.8332932499128993e-17
 );
 /// Below it, `erfinv(a) = sqrt(pi)/2 * a` to `2^-1900` relative (`2^-960`).
-const LINEAR_BELOW: f64 = f64::from_bits((1023 - 960) << 52);
+pub(super) const LINEAR_BELOW: f64 = f64::from_bits((1023 - 960) << 52);
 /// `2^600` and `2^-600`: [`linear`] scales its argument away from the subnormals.
 const TWO600: f64 = f64::from_bits((1023 + 600) << 52);
 const TWO_M600: f64 = f64::from_bits((1023 - 600) << 52);
@@ -47,7 +47,23 @@ const SERIES_TERMS: u32 = 100;
 
 /// The inverse error function within 1 ulp (stream-format.md §7): `erfinv(+-0) = +-0`,
 /// `erfinv(+-1) = +-inf`, NaN for `|x| > 1` and NaN (as torch's `erfinv`).
+///
+/// The bits are [`erfinv_series`]'s: its residual is taken from a table where a proven
+/// bound shows that the result rounds the same (module `erfinv_fast`), else from the
+/// series itself.
 pub fn erfinv(x: f64) -> f64 {
+    let a = x.abs();
+    if (LINEAR_BELOW..1.0).contains(&a) {
+        if let Some(y) = erfinv_fast::newton(a, start(a)) {
+            return y.copysign(x);
+        }
+    }
+    erfinv_series(x)
+}
+
+/// [`erfinv`] with the residual always from the series (or `erfc`): the definition of
+/// its bits.
+pub(crate) fn erfinv_series(x: f64) -> f64 {
     let a = x.abs();
     if a == 1.0 {
         return f64::INFINITY.copysign(x);
@@ -83,19 +99,26 @@ fn linear(a: f64) -> f64 {
 
 /// AS 241's `PhiInv((1 + a) / 2) / sqrt(2)`: its central approximation of the offset
 /// `a / 2` (exact) for `a <= 0.85`, else its tail with `q = (1 - a) / 2` (exact).
-fn start(a: f64) -> f64 {
-    let v = if a <= 0.85 {
-        central_of_offset(0.5 * a)
-    } else {
-        let q = 0.5 * (1.0 - a);
-        phi_inv_tail(1.0 - q, q)
-    };
-    v * std::f64::consts::FRAC_1_SQRT_2
+pub(super) fn start(a: f64) -> f64 {
+    if a <= CENTRAL_TO {
+        return central_start(a);
+    }
+    let q = 0.5 * (1.0 - a);
+    phi_inv_tail(1.0 - q, q) * std::f64::consts::FRAC_1_SQRT_2
+}
+
+/// The last `a` of [`start`]'s central approximation.
+pub(super) const CENTRAL_TO: f64 = 0.85;
+
+/// [`start`] for `a <= 0.85`.
+#[inline(always)]
+pub(super) fn central_start(a: f64) -> f64 {
+    central_of_offset(0.5 * a) * std::f64::consts::FRAC_1_SQRT_2
 }
 
 /// `(a_h + a_l) * (b_h + b_l)` as a double-double (relative error about `2^-104`).
 #[inline]
-fn mul_dd((a_h, a_l): (f64, f64), (b_h, b_l): (f64, f64)) -> (f64, f64) {
+pub(super) fn mul_dd((a_h, a_l): (f64, f64), (b_h, b_l): (f64, f64)) -> (f64, f64) {
     let (p, e) = two_prod(a_h, b_h);
     fast_two_sum(p, e + (a_h * b_l + a_l * b_h))
 }
@@ -118,7 +141,7 @@ fn add_dd((a_h, a_l): (f64, f64), (b_h, b_l): (f64, f64)) -> (f64, f64) {
 /// `erf(y)` for `2^-961 <= y < 2.5` as a double-double: its Maclaurin series (module
 /// docs). The term `t = y^(2n+1) / n!` is carried by a multiplication by `y^2` (Dekker's
 /// square, exact) and a division by `n` per step.
-fn erf_dd(y: f64) -> (f64, f64) {
+pub(super) fn erf_dd(y: f64) -> (f64, f64) {
     let square = two_prod(y, y);
     let mut term = (y, 0.0);
     let mut sum = (y, 0.0);
