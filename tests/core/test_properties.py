@@ -7,7 +7,9 @@ large to materialize, the values agree with stream-format.md §3-4 recomputed fr
 
 Random examples per property come from the hypothesis profile (tests/conftest.py); each
 property also runs fixed examples (``@example``): every initializer of ``INITS`` in every
-dtype.
+dtype. The box and thread properties also draw the paths every real parameter takes:
+specs of one to eight chunks of the core (``CHUNK``, an uneven last one), thread counts
+1, 2, 3 and 8, and ``out`` views at an offset into a larger tensor.
 """
 
 from __future__ import annotations
@@ -140,6 +142,33 @@ def small_specs(draw: st.DrawFn) -> shardinit.ParamSpec:
     )
 
 
+#: The core's unit of parallel work: a fill of more elements runs on the thread count asked
+#: for, a smaller one on the calling thread only.
+CHUNK = shardinit._core.CHUNK_ELEMENTS
+#: The serial loop, the pool at this machine's size and above it (3, 8: more threads than
+#: chunks for some fills, more than cores on 2-core machines).
+THREAD_COUNTS = [1, 2, 3, 8]
+
+
+@st.composite
+def multi_chunk_specs(draw: st.DrawFn) -> shardinit.ParamSpec:
+    """Specs of one to eight chunks and a bit: an uneven last chunk, the last dim drawn
+    so that rows straddle the chunk edges (shards of a few ranks stay above one chunk)."""
+    outer = draw(st.lists(st.integers(1, 9), min_size=0, max_size=2))
+    inner = math.prod(outer)
+    numel = draw(st.one_of(st.integers(CHUNK + 1, 8 * CHUNK + 5), st.just(2 * CHUNK + 1)))
+    shape = (*outer, -(-numel // inner))
+    if draw(st.booleans()):
+        shape = shape[::-1]
+    return shardinit.ParamSpec(
+        draw(names),
+        shape,
+        draw(st.sampled_from(DTYPES)),
+        draw(inits_for(len(shape))),
+        seed=draw(seeds),
+    )
+
+
 @st.composite
 def boxes(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     box = []
@@ -176,17 +205,26 @@ def test_shards_of_every_world_and_dim_equal_chunks_of_full(spec: shardinit.Para
             assert bits_equal(torch.cat(shards, dim=dim), whole), (dim, world)
 
 
-@given(spec=small_specs(), data=st.data())
+@given(spec=st.one_of(small_specs(), multi_chunk_specs()), data=st.data())
 def test_random_box_and_flat_range_equal_slices_of_full(
     spec: shardinit.ParamSpec, data: st.DataObject
 ) -> None:
+    """A random box (into a fresh tensor, and into an ``out`` view at an offset of a
+    larger one, on a drawn thread count) and random flat ranges equal slices of full."""
     whole = shardinit.full(spec)
     box = data.draw(boxes(spec.shape), label="box")
     expected = whole[tuple(slice(start, stop) for start, stop in box)]
     assert bits_equal(shardinit.init_box(spec, box), expected)
-    out = torch.full(expected.shape, 7.0, dtype=spec.dtype)
-    assert shardinit.init_box(spec, box, out=out) is out
+    offset = data.draw(st.integers(0, 9), label="offset")
+    storage = torch.full((offset + expected.numel() + 3,), 7.0, dtype=spec.dtype)
+    out = storage[offset : offset + expected.numel()].view(expected.shape)
+    try:
+        shardinit.set_num_threads(data.draw(st.sampled_from(THREAD_COUNTS), label="threads"))
+        assert shardinit.init_box(spec, box, out=out) is out
+    finally:
+        shardinit.set_num_threads(None)
     assert bits_equal(out, expected)
+    assert bool((storage[:offset] == 7).all() and (storage[offset + out.numel() :] == 7).all())
 
     start = data.draw(st.integers(0, spec.numel), label="start")
     stop = data.draw(st.integers(start, spec.numel), label="stop")
@@ -434,33 +472,6 @@ def test_one_word_dtypes_share_words(dtype: torch.dtype) -> None:
     got = shardinit.init_flat(spec, 2**40, 2**40 + 9)
     u = uniforms(spec, [(2**40, 9)], "u24")
     assert bits_equal(got, round_to(u, dtype))
-
-
-#: The core's unit of parallel work: a fill of more elements runs on the thread count asked
-#: for, a smaller one on the calling thread only.
-CHUNK = shardinit._core.CHUNK_ELEMENTS
-#: The serial loop, the pool at this machine's size and above it (3, 8: more threads than
-#: chunks for some fills, more than cores on 2-core machines).
-THREAD_COUNTS = [1, 2, 3, 8]
-
-
-@st.composite
-def multi_chunk_specs(draw: st.DrawFn) -> shardinit.ParamSpec:
-    """Specs of one to eight chunks and a bit: an uneven last chunk, the last dim drawn
-    so that rows straddle the chunk edges (shards of a few ranks stay above one chunk)."""
-    outer = draw(st.lists(st.integers(1, 9), min_size=0, max_size=2))
-    inner = math.prod(outer)
-    numel = draw(st.one_of(st.integers(CHUNK + 1, 8 * CHUNK + 5), st.just(2 * CHUNK + 1)))
-    shape = (*outer, -(-numel // inner))
-    if draw(st.booleans()):
-        shape = shape[::-1]
-    return shardinit.ParamSpec(
-        draw(names),
-        shape,
-        draw(st.sampled_from(DTYPES)),
-        draw(inits_for(len(shape))),
-        seed=draw(seeds),
-    )
 
 
 def _full_on_one_thread(spec: shardinit.ParamSpec) -> torch.Tensor:
