@@ -3,6 +3,7 @@
 #   make test   - cargo test + pytest (fast profile)
 #   make lint   - fmt, clippy, ruff, mypy, stubtest
 #   make bench  - benchmarks against torch (prints ratios measured in the same run)
+#   make mutants - mutation testing within MUTANTS_MINUTES (slow; tests/mutants/REPORT.md)
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -47,7 +48,7 @@ export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 unexport PYTHONDONTWRITEBYTECODE
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-deps test-rust test-python test-slow test-wheel test-zoo test-ecosystem msrv fuzz quality lint bench wheel clean
+.PHONY: setup demo test test-deps test-rust test-python test-slow test-wheel test-zoo test-ecosystem msrv fuzz quality lint bench mutants wheel clean
 
 setup: $(BUILD_STAMP)
 
@@ -153,6 +154,20 @@ lint: setup $(LINT_TOOLS)
 bench: setup $(BENCH_TOOLS)
 	cargo bench -p shardinit-bench
 	$(PY) benches/compare_torch.py
+
+# Mutation testing (tools/mutants.py, which lists the files mutated): one shard of
+# cargo-mutants over the core's arithmetic, then a sample of Python mutants of the writer
+# and the capture hub, within MUTANTS_MINUTES in all; the survivors and their triage
+# (tests/mutants/TRIAGE.md) go to tests/mutants/REPORT.md, and an untriaged survivor
+# fails the target. Vary the shard and the seed between runs to cover more.
+MUTANTS_MINUTES ?= 30
+MUTANTS_SHARD ?= 0/100
+MUTANTS_SEED ?= 0
+MUTANTS_PYTHON_SAMPLE ?= 20
+mutants: test-deps
+	command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked
+	$(PY) tools/mutants.py --minutes $(MUTANTS_MINUTES) --rust-shard $(MUTANTS_SHARD) \
+		--seed $(MUTANTS_SEED) --python-sample $(MUTANTS_PYTHON_SAMPLE)
 
 wheel: $(CORE)
 	$(VENV)/bin/maturin build --release --out dist

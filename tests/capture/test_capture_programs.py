@@ -112,6 +112,48 @@ def test_table_programs_match_torch_and_any_box(name: str) -> None:
     torch.testing.assert_close(full, expected, rtol=2**-22, atol=2**-22)
 
 
+#: More than one chunk of the core (``_core.CHUNK_ELEMENTS``: 4.04 of them, the last one
+#: uneven), so that a replay uses the thread count it is given.
+BIG_SHAPE = (257, 1031)
+
+#: Programs of BIG_SHAPE from row and column tables, each of another evaluator path.
+BIG_TABLES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "sin_cos": lambda r, c: torch.sin(r * c) - torch.cos(r),
+    "where": lambda r, c: torch.where(c > 0, r, -c).expand(BIG_SHAPE),
+    "cast": lambda r, c: (r / 3).to(torch.bfloat16).float() + c * 0,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BIG_TABLES))
+def test_table_programs_replay_the_same_on_1_2_3_and_8_threads(name: str) -> None:
+    """A program of more than one chunk replayed on 1, 2, 3 and 8 threads: the same
+    values, and a box across chunk edges is their slice (the 7 x 5 tables above fit one
+    chunk, which the core writes on the calling thread whatever the setting)."""
+    assert math.prod(BIG_SHAPE) > 4 * shardinit._core.CHUNK_ELEMENTS
+    with torch.device("meta"):
+        lin = nn.Linear(BIG_SHAPE[1], BIG_SHAPE[0])
+
+    def build() -> None:
+        rows = torch.arange(BIG_SHAPE[0], dtype=torch.float32).view(-1, 1)
+        cols = torch.linspace(-2.0, 3.0, BIG_SHAPE[1])
+        lin.weight.copy_(BIG_TABLES[name](rows, cols))
+
+    record = shardinit.capture_init(lin, build)["weight"]
+    assert any(isinstance(op.action, Computed) for op in record.ops), record.ops
+    replays = {}
+    try:
+        for threads in (1, 2, 3, 8):
+            shardinit.set_num_threads(threads)
+            replays[threads] = replay_full(record, SEED)
+            box = ((60, 200), (5, 1031))
+            piece = replay_box(record, SEED, box)
+            assert torch.equal(piece, replays[threads][60:200, 5:1031]), threads
+    finally:
+        shardinit.set_num_threads(None)
+    for threads, values in replays.items():
+        assert torch.equal(values, replays[1]), threads
+
+
 def test_cpu_and_meta_temporaries_give_the_same_program_values() -> None:
     build = TABLES["sin_cos"]
     _, on_meta = _replay(lambda lin: lin.weight.copy_(build(lin.weight.device)))

@@ -145,15 +145,27 @@ def test_a_plain_materialize_inside_init_code_works() -> None:
 
 def test_a_capture_in_another_thread_waits_for_the_running_one() -> None:
     """Thread B's capture starts while thread A's init code holds the capture: B waits
-    (no nesting error), then both get their own values."""
-    entered, release = threading.Event(), threading.Event()
+    (no nesting error, its init code not started, B still running after a second), then
+    both get their own values, B's init code having run after A's ended.
+
+    Shown to fail (2026-12-04) with the lock of ``ThreadExclusive.hold`` replaced by
+    ``contextlib.nullcontext()``: B's init code runs while A holds the capture; the old
+    version of this test (no errors after ``b.join(0.5)``) passed under that breakage."""
+    entered, release, b_entered = threading.Event(), threading.Event(), threading.Event()
     first, second = _meta_linear(), _meta_linear()
     errors: list[BaseException] = []
+    order: list[str] = []
 
     def holding() -> None:
         entered.set()
         assert release.wait(60)
         nn.init.constant_(first.weight, 1.5)
+        order.append("A ends")
+
+    def waiting() -> None:
+        b_entered.set()
+        order.append("B starts")
+        nn.init.ones_(second.weight)
 
     def run(call: Callable[[], object]) -> None:
         try:
@@ -169,19 +181,20 @@ def test_a_capture_in_another_thread_waits_for_the_running_one() -> None:
     assert entered.wait(60)
     b = threading.Thread(
         target=run,
-        args=(
-            lambda: shardinit.materialize(
-                second, seed=SEED, rules=rules, init_fn=lambda: nn.init.ones_(second.weight)
-            ),
-        ),
+        args=(lambda: shardinit.materialize(second, seed=SEED, rules=rules, init_fn=waiting),),
     )
     b.start()
-    b.join(0.5)
-    assert not errors  # B has not failed while A holds the capture
+    # B's init code must not start while A holds the capture (a second is ample for an
+    # unlocked B to reach it: the modules are imported and A's capture is set up).
+    assert not b_entered.wait(1.0), "B's init code ran while A held the capture"
+    assert b.is_alive() and not errors, errors  # B waits, and has not failed
+    assert second.weight.is_meta
     release.set()
     a.join(60)
     b.join(60)
+    assert not a.is_alive() and not b.is_alive()
     assert not errors, errors
+    assert order == ["A ends", "B starts"]
     assert torch.equal(first.weight.detach(), torch.full((3, 4), 1.5))
     assert torch.equal(second.weight.detach(), torch.ones(3, 4))
     assert torch.equal(second.bias.detach(), torch.zeros(3))

@@ -106,17 +106,33 @@ def test_the_largest_shapes_are_accepted() -> None:
 def test_far_shard_memory_is_proportional_to_the_shard() -> None:
     """A 1 MiB shard of a 2^62-element tensor raises the peak RSS of a fresh process by
     about 1 MiB: tolerance 32 MiB (allocator and thread-pool slack), against 2^64 bytes
-    that anything proportional to the tensor would need."""
+    that anything proportional to the tensor would need. The peak (VmHWM) is reset to
+    the current RSS after the warm-up (``/proc/self/clear_refs``, as test_concurrency.py's
+    ``PEAK_SCRIPT``), so a cost paid on every call counts: ``ru_maxrss``, a high-water
+    mark since the start, had already seen the warm-up's.
+
+    Shown to fail (2026-12-04) with a 256 MiB temporary touched on every fill
+    (``torch.ones(64 << 20)`` in ``shard._fill_box``): 256 MiB measured; the ``ru_maxrss``
+    version of this test measured 80 KiB under that breakage and passed."""
     script = textwrap.dedent(
         """
-        import resource, torch, shardinit
+        import torch, shardinit
         from shardinit import init
+
+        def status_kib(key):
+            for line in open("/proc/self/status"):
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+            raise KeyError(key)
+
         spec = shardinit.ParamSpec("far", (2**62,), torch.float32, init.normal(), seed=1)
         shardinit.init_shard(spec, 0, 2**44)   # warm up: pools, code pages
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        open("/proc/self/clear_refs", "w").write("5")   # VmHWM := VmRSS (Linux >= 4.0)
+        before = status_kib("VmHWM")
         shard = shardinit.init_shard(spec, 2**44 - 1, 2**44)   # 2^18 elements = 1 MiB
-        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        after = status_kib("VmHWM")
         assert shard.numel() == 2**18, shard.shape
+        assert bool(shard[-1] != 0)   # really written
         print((after - before) * 1024)
         """
     )

@@ -219,5 +219,10 @@ def test_the_cap_refuses_in_python_and_in_the_core(monkeypatch: pytest.MonkeyPat
 
 def test_equality_ignores_the_cap_and_gain_is_any_finite_number() -> None:
     assert init.orthogonal(2.0) == init.orthogonal(2.0, max_numel=10)
+    assert init.orthogonal(2.0) != init.orthogonal(2.5)
     assert init.orthogonal(-1.0).gain == -1.0
-    assert math.isfinite(init.Orthogonal().gain)
+    assert init.orthogonal(0.0).gain == 0.0
+    assert init.Orthogonal().gain == 1.0  # torch.nn.init.orthogonal_'s default
+    for gain in (math.inf, -math.inf, math.nan):
+        with pytest.raises(shardinit.ShardInitError, match="gain must be a finite number"):
+            init.orthogonal(gain)

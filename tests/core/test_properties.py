@@ -7,7 +7,9 @@ large to materialize, the values agree with stream-format.md §3-4 recomputed fr
 
 Random examples per property come from the hypothesis profile (tests/conftest.py); each
 property also runs fixed examples (``@example``): every initializer of ``INITS`` in every
-dtype.
+dtype. The box and thread properties also draw the paths every real parameter takes:
+specs of one to eight chunks of the core (``CHUNK``, an uneven last one), thread counts
+1, 2, 3 and 8, and ``out`` views at an offset into a larger tensor.
 """
 
 from __future__ import annotations
@@ -140,6 +142,33 @@ def small_specs(draw: st.DrawFn) -> shardinit.ParamSpec:
     )
 
 
+#: The core's unit of parallel work: a fill of more elements runs on the thread count asked
+#: for, a smaller one on the calling thread only.
+CHUNK = shardinit._core.CHUNK_ELEMENTS
+#: The serial loop, the pool at this machine's size and above it (3, 8: more threads than
+#: chunks for some fills, more than cores on 2-core machines).
+THREAD_COUNTS = [1, 2, 3, 8]
+
+
+@st.composite
+def multi_chunk_specs(draw: st.DrawFn) -> shardinit.ParamSpec:
+    """Specs of one to eight chunks and a bit: an uneven last chunk, the last dim drawn
+    so that rows straddle the chunk edges (shards of a few ranks stay above one chunk)."""
+    outer = draw(st.lists(st.integers(1, 9), min_size=0, max_size=2))
+    inner = math.prod(outer)
+    numel = draw(st.one_of(st.integers(CHUNK + 1, 8 * CHUNK + 5), st.just(2 * CHUNK + 1)))
+    shape = (*outer, -(-numel // inner))
+    if draw(st.booleans()):
+        shape = shape[::-1]
+    return shardinit.ParamSpec(
+        draw(names),
+        shape,
+        draw(st.sampled_from(DTYPES)),
+        draw(inits_for(len(shape))),
+        seed=draw(seeds),
+    )
+
+
 @st.composite
 def boxes(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
     box = []
@@ -176,17 +205,26 @@ def test_shards_of_every_world_and_dim_equal_chunks_of_full(spec: shardinit.Para
             assert bits_equal(torch.cat(shards, dim=dim), whole), (dim, world)
 
 
-@given(spec=small_specs(), data=st.data())
+@given(spec=st.one_of(small_specs(), multi_chunk_specs()), data=st.data())
 def test_random_box_and_flat_range_equal_slices_of_full(
     spec: shardinit.ParamSpec, data: st.DataObject
 ) -> None:
+    """A random box (into a fresh tensor, and into an ``out`` view at an offset of a
+    larger one, on a drawn thread count) and random flat ranges equal slices of full."""
     whole = shardinit.full(spec)
     box = data.draw(boxes(spec.shape), label="box")
     expected = whole[tuple(slice(start, stop) for start, stop in box)]
     assert bits_equal(shardinit.init_box(spec, box), expected)
-    out = torch.full(expected.shape, 7.0, dtype=spec.dtype)
-    assert shardinit.init_box(spec, box, out=out) is out
+    offset = data.draw(st.integers(0, 9), label="offset")
+    storage = torch.full((offset + expected.numel() + 3,), 7.0, dtype=spec.dtype)
+    out = storage[offset : offset + expected.numel()].view(expected.shape)
+    try:
+        shardinit.set_num_threads(data.draw(st.sampled_from(THREAD_COUNTS), label="threads"))
+        assert shardinit.init_box(spec, box, out=out) is out
+    finally:
+        shardinit.set_num_threads(None)
     assert bits_equal(out, expected)
+    assert bool((storage[:offset] == 7).all() and (storage[offset + out.numel() :] == 7).all())
 
     start = data.draw(st.integers(0, spec.numel), label="start")
     stop = data.draw(st.integers(start, spec.numel), label="stop")
@@ -436,38 +474,66 @@ def test_one_word_dtypes_share_words(dtype: torch.dtype) -> None:
     assert bits_equal(got, round_to(u, dtype))
 
 
-@example(
-    spec=shardinit.ParamSpec("big", (517, 1031), torch.float32, init.trunc_normal(std=0.5), seed=9),
-    world=3,
-    threads=1,
-    dim=1,
-)
+def _full_on_one_thread(spec: shardinit.ParamSpec) -> torch.Tensor:
+    """``full`` written by the core's serial loop (the reference of the thread test)."""
+    try:
+        shardinit.set_num_threads(1)
+        return shardinit.full(spec)
+    finally:
+        shardinit.set_num_threads(None)
+
+
+BIG = shardinit.ParamSpec("big", (517, 1031), torch.float32, init.trunc_normal(std=0.5), seed=9)
+
+
+def _thread_examples(test: Any) -> Any:
+    """Every thread count on a fixed 8.1-chunk spec, and on a shard of 3 of it."""
+    for threads in THREAD_COUNTS:
+        for world, dim in ((1, 0), (3, 1)):
+            test = example(spec=BIG, world=world, threads=threads, dim=dim, offset=3)(test)
+    return test
+
+
+@_thread_examples
 @given(
-    spec=small_specs(),
-    world=st.integers(1, 17),
-    threads=st.integers(1, 8),
+    spec=st.one_of(multi_chunk_specs(), multi_chunk_specs(), small_specs()),
+    world=st.one_of(st.integers(1, 3), st.integers(1, 17)),
+    threads=st.sampled_from(THREAD_COUNTS),
     dim=st.integers(0, 4),
+    offset=st.integers(0, 17),
 )
 def test_thread_counts_and_out_buffers_do_not_change_values(
-    spec: shardinit.ParamSpec, world: int, threads: int, dim: int
+    spec: shardinit.ParamSpec, world: int, threads: int, dim: int, offset: int
 ) -> None:
-    """Shards filled into ``out`` buffers (shaped by ``box_of_shard``) with any number of
-    core threads concatenate to ``full`` computed with the default thread count."""
-    whole = shardinit.full(spec)
+    """Shards filled into ``out`` buffers (shaped by ``box_of_shard``, each a view
+    ``offset`` elements into a larger tensor) with 1, 2, 3 or 8 core threads concatenate
+    to ``full`` written on one thread, and nothing around the views is written. Most
+    specs are above one chunk (``CHUNK``), where the thread count is used.
+
+    Shown to fail (2026-12-04) with the pool path of ``pool::for_each_chunk`` made to
+    write chunk 1 with chunk 0's values on 3 or more threads (``let index = if threads
+    >= 3 && index == 1 { 0 } else { index };`` before ``work``): the ``@example``s of 3
+    and 8 threads fail; the old version of this test (specs under one chunk) passed."""
+    whole = _full_on_one_thread(spec)
+    if not spec.shape:
+        return
+    dim %= len(spec.shape)
     try:
         shardinit.set_num_threads(threads)
         assert shardinit.get_num_threads() == threads
-        if spec.shape:
-            dim %= len(spec.shape)
-            pieces = []
-            for rank in range(world):
-                box = shardinit.box_of_shard(spec, rank, world, dim)
-                out = torch.empty(tuple(b - a for a, b in box), dtype=spec.dtype)
-                pieces.append(shardinit.init_shard(spec, rank, world, dim=dim, out=out))
-                assert pieces[-1] is out
-            assert bits_equal(torch.cat(pieces, dim=dim), whole)
-        else:
-            assert bits_equal(shardinit.full(spec), whole)
+        pieces = []
+        for rank in range(world):
+            box = shardinit.box_of_shard(spec, rank, world, dim)
+            shape = tuple(b - a for a, b in box)
+            numel = math.prod(shape)
+            storage = torch.full((offset + numel + 5,), 7.0, dtype=spec.dtype)
+            out = storage[offset : offset + numel].view(shape)
+            assert shardinit.init_shard(spec, rank, world, dim=dim, out=out) is out
+            assert bool((storage[:offset] == 7).all() and (storage[offset + numel :] == 7).all())
+            pieces.append(out)
+        assert bits_equal(torch.cat(pieces, dim=dim), whole)
+        # And full itself on this thread count (one out of spec.numel elements).
+        assert bits_equal(shardinit.full(spec), whole)
     finally:
         shardinit.set_num_threads(None)
 

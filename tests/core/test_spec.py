@@ -26,7 +26,11 @@ def test_a_spec_is_frozen_and_compares_by_its_fields() -> None:
         "ParamSpec(name='w', shape=(4, 3), dtype=torch.float32, "
         "init=Uniform(a=-1.0, b=1.0), seed=0)"
     )
-    assert spec.key64 == shardinit.ParamSpec("w", (4, 3), seed=0).key64  # cached per spec
+    # The key is the fields' (name and seed only), computed once per spec: the second read
+    # is the same int object (a 64-bit int computed again would be a new one).
+    assert spec.key64 == shardinit.ParamSpec("w", (9,), torch.float64, seed=0).key64
+    assert spec.key64 != shardinit.ParamSpec("v", (4, 3), seed=0).key64
+    assert spec.key64 is spec.key64
 
 
 def test_supported_dtypes_is_read_only() -> None:

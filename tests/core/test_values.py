@@ -42,14 +42,27 @@ def test_spec_golden_normal_float64_within_an_ulp_or_two() -> None:
 
 
 def test_values_depend_on_seed_name_and_dtype_words_but_not_on_shape() -> None:
-    def first(name: str, shape: tuple[int, ...], seed: int) -> list[float]:
-        spec = shardinit.ParamSpec(name, shape, init=init.normal(), seed=seed)
-        return shardinit.full(spec).reshape(-1)[:4].tolist()
+    def first(
+        name: str, shape: tuple[int, ...], seed: int, dtype: torch.dtype = torch.float32
+    ) -> torch.Tensor:
+        spec = shardinit.ParamSpec(name, shape, dtype, init.normal(), seed=seed)
+        return shardinit.full(spec).reshape(-1)[:4]
 
     base = first("w", (4,), 0)
-    assert first("w", (2, 2, 9), 0) == base  # element i depends on i, not on the shape
-    assert first("w", (4,), 1) != base
-    assert first("v", (4,), 0) != base
+    assert torch.equal(first("w", (2, 2, 9), 0), base)  # element i depends on i, not the shape
+    assert not torch.equal(first("w", (4,), 1), base)
+    assert not torch.equal(first("v", (4,), 0), base)
+    # The dtype's words (stream-format.md §3): the one-word dtypes read word i, so bfloat16
+    # and float16 are float32's values rounded; float64 reads words 2i and 2i + 1, the
+    # high bits of its uniform from word 2i: element i is near float32's element 2i (the
+    # same 24 leading bits of the uniform), not near its element i.
+    for half in (torch.bfloat16, torch.float16):
+        assert torch.equal(first("w", (4,), 0, half), base.to(half))
+    wide = first("w", (4,), 0, torch.float64)
+    spec = shardinit.ParamSpec("w", (8,), torch.float32, init.normal(), seed=0)
+    even = shardinit.full(spec)[0::2].double()
+    torch.testing.assert_close(wide, even, rtol=1e-5, atol=1e-6)
+    assert bool(((wide[1:] - base[1:].double()).abs() > 1e-3).all()), (wide, base)
 
 
 def test_out_is_filled_in_place_and_returned() -> None:

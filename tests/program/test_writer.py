@@ -251,3 +251,65 @@ def test_deferred_fills_leaving_on_an_error_start_nothing_more() -> None:
         deferred.add(spec, ((0, 64),), out)
         raise RuntimeError("init code failed")
     assert not out.any(), "the batch taken was not started"
+
+
+def test_deferred_fills_take_only_elementwise_cpu_fills_of_at_most_one_chunk() -> None:
+    """Which fills the writer may leave for later: elementwise ones into a CPU tensor of
+    at most one chunk (a larger one runs at once, on every thread; a CUDA one has its own
+    path). The values do not show it, so this says it (``make mutants``: ``!=`` made
+    ``==`` in ``takes`` survived every test)."""
+    deferred = _fill.DeferredFills()
+    chunk = shardinit._core.CHUNK_ELEMENTS
+    assert deferred.takes(True, torch.empty(chunk))
+    assert not deferred.takes(True, torch.empty(chunk + 1))
+    assert not deferred.takes(False, torch.empty(4))  # orthogonal: the whole matrix
+    assert deferred.takes(True, torch.empty(4, device="meta"))  # any device but CUDA
+
+
+def test_a_model_of_small_programs_gets_the_programs_values() -> None:
+    """materialize writes a whole model through the deferred fills, which take a bare
+    stream only: small parameters whose init code computes their values (programs) get
+    those values, not their streams'. (Today no caller hands ``_fill.fill`` a program
+    and deferred fills together, so ``make mutants``' ``program is not None`` there is
+    equivalent; this guards the behaviour end to end if one does.)"""
+    with torch.device("meta"):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+
+    def init_fn() -> None:
+        for layer in model:
+            assert isinstance(layer, torch.nn.Linear)
+            rows = torch.arange(layer.out_features, dtype=torch.float32).view(-1, 1)
+            layer.weight.copy_(rows * 0.5 + torch.arange(layer.in_features) * 0.25)
+            layer.bias.copy_(torch.arange(layer.out_features, dtype=torch.float32) - 1.0)
+
+    shardinit.materialize(model, seed=SEED, init_fn=init_fn)
+    for layer in model:
+        assert isinstance(layer, torch.nn.Linear)
+        rows = torch.arange(layer.out_features, dtype=torch.float32).view(-1, 1)
+        expected = rows * 0.5 + torch.arange(layer.in_features) * 0.25
+        assert torch.equal(layer.weight.detach(), expected)
+        assert torch.equal(layer.bias.detach(), torch.arange(layer.out_features) - 1.0)
+
+
+def test_a_program_to_cuda_never_takes_the_stream_kernel(
+    staged: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The device kernel writes a bare stream only: with it in use, a program to a CUDA
+    tensor still goes through the core and the staging buffers (``make mutants``: ``or``
+    for ``and`` in ``_fill.fill``'s kernel choice survived every test on a machine
+    without a GPU, where the kernel is never in use)."""
+
+    def no_kernel(*args: object) -> None:
+        raise AssertionError("a program was written by the stream kernel")
+
+    monkeypatch.setattr(_fill._cuda, "use_device_kernel", lambda device: True)
+    monkeypatch.setattr(_fill._cuda, "fill_box", no_kernel)
+    monkeypatch.setattr(_fill._cuda, "fill_flat", no_kernel)
+    shape = (300, 64)
+    record = scaled_record(shape)
+    local = torch.full(shape, float("nan")).as_subclass(OnCuda)
+    Values(record, SEED).write_runs(full_runs(shape), local)
+    expected = torch.empty(shape)
+    Values(record, SEED).write_runs(full_runs(shape), expected)
+    assert torch.equal(local.as_subclass(torch.Tensor), expected)
+    assert staged

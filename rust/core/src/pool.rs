@@ -152,11 +152,14 @@ fn pool_with(threads: usize) -> Result<Arc<rayon::ThreadPool>, Error> {
     pool_in(POOLS.get(), threads, None)
 }
 
+/// The number of threads of [`Threads::All`], once read (a test checks that it is kept).
+static ALL_THREADS: OnceLock<usize> = OnceLock::new();
+
 /// The number of threads of [`Threads::All`]: the CPUs this process may use (read once:
 /// it may read cgroup files).
 fn all_threads() -> usize {
-    static ALL: OnceLock<usize> = OnceLock::new();
-    *ALL.get_or_init(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
+    *ALL_THREADS
+        .get_or_init(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
 }
 
 /// The threads a loop over `len` elements runs on: one when it fits a single chunk
@@ -251,8 +254,12 @@ mod tests {
 
     #[test]
     fn the_all_threads_count_is_cached_and_used_only_for_parallel_loops() {
-        assert_eq!(all_threads(), all_threads());
-        assert!(all_threads() >= 1);
+        let all = all_threads();
+        assert!(all >= 1);
+        // Kept after the first read (equal reads alone would hold without a cache too).
+        assert_eq!(ALL_THREADS.get(), Some(&all));
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        assert_eq!(all, cpus);
         assert_eq!(threads_for(CHUNK_ELEMENTS, Threads::All), 1);
         assert_eq!(threads_for(CHUNK_ELEMENTS, Threads::Count(8)), 1);
         assert_eq!(threads_for(CHUNK_ELEMENTS + 1, Threads::All), all_threads());

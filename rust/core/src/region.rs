@@ -177,3 +177,29 @@ fn record(first: &FirstError, at: u64, error: Error) {
         *slot = Some((at, error));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out_of_bounds(start: u64) -> Error {
+        Error::RangeOutOfBounds {
+            start,
+            len: 1,
+            numel: 1,
+        }
+    }
+
+    /// Chunks finish in any order on a pool: the error kept is the one at the lowest
+    /// index, and of two at one index the first recorded (a survivor of `make mutants`:
+    /// no test reached two errors in one walk).
+    #[test]
+    fn the_first_error_is_the_one_at_the_lowest_index_in_any_order() {
+        let first: FirstError = Mutex::new(None);
+        record(&first, 10, out_of_bounds(10));
+        record(&first, 3, out_of_bounds(3));
+        record(&first, 7, out_of_bounds(7));
+        record(&first, 3, out_of_bounds(4));
+        assert_eq!(first.into_inner().unwrap(), Some((3, out_of_bounds(3))));
+    }
+}
