@@ -63,7 +63,7 @@ PYTHON_TARGETS = [
         "python/shardinit/_fill.py",
         ("on_one_thread", "takes", "add", "_core_region", "fill", "values_elementwise"),
         (
-            "tests/torch/test_writer.py",
+            "tests/program/test_writer.py",
             "tests/core/test_properties.py",
             "tests/core/test_values.py",
         ),
@@ -83,18 +83,22 @@ PYTHON_TARGETS = [
         (
             "tests/core/test_layout.py",
             "tests/core/test_properties.py",
-            "tests/torch/test_capture_fsdp2.py",
+            "tests/capture/test_capture_fsdp2.py",
         ),
     ),
     PythonTarget(
         "python/shardinit/_integration/exclusive.py",
         ("hold", "__init__"),
-        ("tests/torch/test_reentrancy.py",),
+        ("tests/capture/test_reentrancy.py",),
     ),
     PythonTarget(
-        "python/shardinit/_integration/capture/replay.py",
-        ("replay_box", "write_pieces", "_visible_parts", "_local_index", "replay_flat"),
-        ("tests/torch/test_capture_programs.py", "tests/torch/test_capture.py"),
+        "python/shardinit/_program/writer.py",
+        ("box", "write_pieces", "_visible_parts", "_local_index", "write_flat"),
+        (
+            "tests/program/test_writer.py",
+            "tests/capture/test_capture_programs.py",
+            "tests/capture/test_capture.py",
+        ),
     ),
 ]
 
