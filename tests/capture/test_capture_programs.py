@@ -144,9 +144,9 @@ def test_table_programs_replay_the_same_on_1_2_3_and_8_threads(name: str) -> Non
     try:
         for threads in (1, 2, 3, 8):
             shardinit.set_num_threads(threads)
-            replays[threads] = replay_full(record, SEED)
+            replays[threads] = writer().full(record, SEED)
             box = ((60, 200), (5, 1031))
-            piece = replay_box(record, SEED, box)
+            piece = writer().box(record, SEED, box)
             assert torch.equal(piece, replays[threads][60:200, 5:1031]), threads
     finally:
         shardinit.set_num_threads(None)
