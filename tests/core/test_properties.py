@@ -180,21 +180,36 @@ def boxes(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[tuple[int, int], ...
 
 @with_examples(
     lambda initializer, dtype: {
-        "spec": shardinit.ParamSpec("layers.0.w", (11, 6, 3), dtype, initializer, seed=5)
+        "spec": shardinit.ParamSpec("layers.0.w", (11, 6, 3), dtype, initializer, seed=5),
+        "threads": 1,
     }
 )
-@given(spec=small_specs())
-def test_shards_of_every_world_and_dim_equal_chunks_of_full(spec: shardinit.ParamSpec) -> None:
-    """For every world 1..17 and every dim (and a negative one), shard r equals piece r of
-    ``torch.chunk`` of the whole, and the shards concatenate to the whole. (A 0-d
-    parameter cannot be sharded: the bad-input battery checks that error.)"""
+@example(  # shards of one to three chunks with uneven last chunks, on more threads than cores
+    spec=shardinit.ParamSpec(
+        "layers.1.w", (5, 3 * CHUNK // 5 + 11), torch.float32, init.normal(0.0, 0.02), seed=9
+    ),
+    threads=3,
+)
+@given(spec=st.one_of(small_specs(), multi_chunk_specs()), threads=st.sampled_from(THREAD_COUNTS))
+def test_shards_of_every_world_and_dim_equal_chunks_of_full(
+    spec: shardinit.ParamSpec, threads: int
+) -> None:
+    """For every world 1..17 and every dim (and a negative one), shard r (filled on
+    ``threads`` threads) equals piece r of ``torch.chunk`` of the whole (one thread), and
+    the shards concatenate to the whole. (A 0-d parameter cannot be sharded: the
+    bad-input battery checks that error.)"""
     whole = shardinit.full(spec)
     assert whole.shape == spec.shape and whole.dtype == spec.dtype
     ndim = len(spec.shape)
     # Every dim, and one negative spelling (the others map to the same code path).
     for dim in [*range(ndim), -ndim] if ndim else []:
         for world in range(1, 18):
-            shards = [shardinit.init_shard(spec, rank, world, dim=dim) for rank in range(world)]
+            shards = _on_threads(
+                threads,
+                lambda d=dim, w=world: [
+                    shardinit.init_shard(spec, rank, w, dim=d) for rank in range(w)
+                ],
+            )
             expected = torch.chunk(whole, world, dim=dim) if spec.shape[dim] else ()
             for rank, shard in enumerate(shards):
                 # torch.chunk may return fewer than `world` pieces: the rest are empty.
@@ -237,18 +252,37 @@ def test_random_box_and_flat_range_equal_slices_of_full(
 
 @with_examples(
     lambda initializer, _: {
-        "spec": shardinit.ParamSpec("mlp.w2.weight", (64, 33), torch.float32, initializer, seed=3)
+        "spec": shardinit.ParamSpec("mlp.w2.weight", (64, 33), torch.float32, initializer, seed=3),
+        "threads": 1,
     },
     dtypes=[torch.float32],
 )
-@given(spec=small_specs())
-def test_half_dtypes_are_the_float32_values_rounded(spec: shardinit.ParamSpec) -> None:
-    # stream-format.md §4: a bfloat16/float16 parameter is exactly the rounding of the float32 one.
+@example(  # two chunks and one element, on more threads than chunks
+    spec=shardinit.ParamSpec(
+        "mlp.w3.weight", (2 * CHUNK + 1,), torch.float32, init.trunc_normal(0.0, 0.02), seed=4
+    ),
+    threads=8,
+)
+@given(spec=st.one_of(small_specs(), multi_chunk_specs()), threads=st.sampled_from(THREAD_COUNTS))
+def test_half_dtypes_are_the_float32_values_rounded(
+    spec: shardinit.ParamSpec, threads: int
+) -> None:
+    """stream-format.md §4: a bfloat16/float16 parameter (filled on ``threads`` threads)
+    is exactly the rounding of the float32 one (one thread)."""
     as_f32 = shardinit.ParamSpec(spec.name, spec.shape, torch.float32, spec.init, seed=spec.seed)
     f32 = shardinit.full(as_f32)
     for dtype in (torch.bfloat16, torch.float16):
         half = shardinit.ParamSpec(spec.name, spec.shape, dtype, spec.init, seed=spec.seed)
-        assert bits_equal(shardinit.full(half), f32.to(dtype))
+        assert bits_equal(_on_threads(threads, lambda h=half: shardinit.full(h)), f32.to(dtype))
+
+
+def _on_threads(threads: int, fill: Callable[[], Any]) -> Any:
+    """``fill()`` with the core's thread count set to ``threads``, restored after."""
+    shardinit.set_num_threads(threads)
+    try:
+        return fill()
+    finally:
+        shardinit.set_num_threads(None)
 
 
 def torch_fill_args(
