@@ -5,7 +5,8 @@ docs/capturing-init.md), with no hand-written buffer init or workaround.
 
 * World 1 (this process): against the library's own CPU init without shardinit, as in
   test_clients.py: the same parameter names and ties; constants exact, random values'
-  std/mean/abs-max within sample-size tolerances, the same zeros; distinct parameters the
+  std/mean/abs-max within sample-size tolerances (a parameter of fewer than 64 random
+  elements on samples pooled over more seeds), the same zeros; distinct parameters the
   library makes bit-equal (copies) bit-equal here too; buffers equal.
 * Worlds 1, 2, 3 (gloo, the shared groups): ``fully_shard`` on each block and the root
   (OLMo-core: its own ``apply_fsdp``) -> the recipe; the gathered parameters and the
@@ -80,31 +81,49 @@ def _fully_shard(mesh: Any) -> ecosystem_recipes.Parallelize:
     return parallelize
 
 
-def _materialized(name: str, mesh: Any = None) -> nn.Module:
+def _materialized(name: str, mesh: Any = None, seed: int = SEED) -> nn.Module:
     parallelize = _unsharded if mesh is None else _fully_shard(mesh)
     with warnings.catch_warnings():
         # peft calls transformers' deprecated is_gradient_checkpointing (FutureWarning).
         warnings.simplefilter("ignore", FutureWarning)
-        return SETUPS[name].materialize(parallelize, mesh, SEED)
+        return SETUPS[name].materialize(parallelize, mesh, seed)
 
 
 #: Below this many random elements, a sample's std and abs-max say little: a bias of 8
 #: elements drawn twice from one uniform law differs in std by a factor 3 at times, and
 #: the largest of n uniform draws on [-b, b] lies below b / 4 with probability 4**-n.
+#: Such a parameter is compared on samples pooled over as many seeds (shardinit's) and
+#: torch seeds (the library's) as make SMALL elements: the same law for every seed.
 SMALL = 64
 
 
-def _compare(name: str, ours: torch.Tensor, theirs: torch.Tensor) -> None:
-    """test_clients' per-parameter check; for fewer than SMALL random elements only the
-    shape, dtype, the zeros, and that the values are random and within 4 times the
-    library's largest magnitude."""
-    if theirs.numel() >= SMALL or theirs.unique().numel() <= 1:
-        _like_library(name, ours, theirs)
-        return
-    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype, name
-    _zeros_agree(name, ours, theirs)
-    assert ours.unique().numel() > 1, f"{name}: constant, the library's is random"
-    assert float(ours.abs().max()) <= 4 * float(theirs.abs().max()), f"{name}: magnitude"
+def _is_small_random(param: torch.Tensor) -> bool:
+    return param.numel() < SMALL and param.unique().numel() > 1
+
+
+def _pooled(
+    name: str, ours: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor]
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """``ours`` and ``theirs`` with each small random parameter replaced by the
+    concatenation of its values over enough more seeds (materialize's seed, the library's
+    torch seed) for SMALL elements; the others as they are."""
+    small = [key for key, value in theirs.items() if _is_small_random(value)]
+    if not small:
+        return ours, theirs
+    repeats = max(-(-SMALL // theirs[key].numel()) for key in small)
+    more_ours = [
+        dict(_materialized(name, seed=SEED + k).named_parameters()) for k in range(1, repeats)
+    ]
+    more_theirs = [dict(cpu_reference(name, seed=k).named_parameters()) for k in range(1, repeats)]
+    pooled_ours, pooled_theirs = dict(ours), dict(theirs)
+    for key in small:
+        pooled_ours[key] = torch.cat(
+            [ours[key].reshape(-1)] + [m[key].detach().reshape(-1) for m in more_ours]
+        )
+        pooled_theirs[key] = torch.cat(
+            [theirs[key].reshape(-1)] + [m[key].detach().reshape(-1) for m in more_theirs]
+        )
+    return pooled_ours, pooled_theirs
 
 
 def _copies(model: nn.Module) -> list[list[str]]:
@@ -144,10 +163,16 @@ def test_world1_matches_the_librarys_own_cpu_init(name: str) -> None:
     reference = cpu_reference(name)
     assert _ties(model) == _ties(reference)
     assert _copies(model) == _copies(reference)
-    theirs = dict(reference.named_parameters())
-    assert sorted(n for n, _ in model.named_parameters()) == sorted(theirs)
-    for param_name, param in model.named_parameters():
-        _compare(param_name, param.detach(), theirs[param_name].detach())
+    theirs = {key: value.detach() for key, value in reference.named_parameters()}
+    ours = {key: value.detach() for key, value in model.named_parameters()}
+    assert sorted(ours) == sorted(theirs)
+    for param_name in ours:  # shape, dtype and zeros of each parameter as it is
+        assert ours[param_name].shape == theirs[param_name].shape, param_name
+        assert ours[param_name].dtype == theirs[param_name].dtype, param_name
+        _zeros_agree(param_name, ours[param_name], theirs[param_name])
+    ours, theirs = _pooled(name, ours, theirs)
+    for param_name, values in ours.items():
+        _like_library(param_name, values, theirs[param_name])
     buffers = dict(reference.named_buffers())
     assert sorted(n for n, _ in model.named_buffers()) == sorted(buffers)
     for buffer_name, buffer in model.named_buffers():
