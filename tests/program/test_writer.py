@@ -308,8 +308,8 @@ def test_a_program_to_cuda_never_takes_the_stream_kernel(
     shape = (300, 64)
     record = scaled_record(shape)
     local = torch.full(shape, float("nan")).as_subclass(OnCuda)
-    Values(record, SEED).write_runs(full_runs(shape), local)
+    Values(record, SEED).write_runs(shard.writer(), full_runs(shape), local)
     expected = torch.empty(shape)
-    Values(record, SEED).write_runs(full_runs(shape), expected)
+    Values(record, SEED).write_runs(shard.writer(), full_runs(shape), expected)
     assert torch.equal(local.as_subclass(torch.Tensor), expected)
     assert staged
