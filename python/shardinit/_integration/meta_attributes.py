@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from .._names import listing
+from .._torch_compat import torch_function_disabled
 from ..errors import ShardInitError
 
 __all__ = ["Alias", "check_meta_attributes"]
@@ -114,7 +115,7 @@ def _tensors_in(value: Any, steps: Steps) -> Iterator[tuple[Steps, torch.Tensor]
 
 
 def _is_meta(tensor: torch.Tensor) -> bool:
-    with torch._C.DisableTorchFunction():  # the tensor's own device, not a mode's answer
+    with torch_function_disabled():  # the tensor's own device, not a mode's answer
         return bool(tensor.is_meta)
 
 
