@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ..._program.actions import CapturedOp, Computed, Masked, ParamRecord, program_of
+from ..._program.cannot import Cannot
 from ..._program.expr import (
     Bad,
     Const,
@@ -90,13 +91,13 @@ def _diagonal(shape: Sequence[int], wrap: bool) -> Expr:
     return cond
 
 
-def _index_table(positions: Sequence[int], size: int) -> torch.Tensor | str:
-    """1 at ``positions`` (negative ones from the end) of ``size`` elements, else 0; or
-    why a position is out of bounds."""
+def _index_table(positions: Sequence[int], size: int) -> torch.Tensor:
+    """1 at ``positions`` (negative ones from the end) of ``size`` elements, else 0
+    (Cannot: a position is out of bounds)."""
     values = torch.zeros(size, dtype=torch.float64, device="cpu")
     for position in positions:
         if not -size <= position < size:
-            return f"index {position} is out of bounds for size {size}"
+            raise Cannot(f"index {position} is out of bounds for size {size}")
         values[position % size] = 1.0
     return values
 
@@ -177,27 +178,29 @@ class Coordinates:
         dim = bound.get("dim")
         if not isinstance(dim, int) or not shape:
             return Bad(f"{name}: dim {dim!r} is not a dim of a {len(shape)}-dim tensor"), value
-        positions = self.known_ints(bound.get("index"), name)
-        if isinstance(positions, str):
-            return Bad(f"{name}: {positions}"), value
+        try:
+            positions = self.known_ints(bound.get("index"), name)
+        except Cannot as cannot:  # a value, refused only where it is written
+            return Bad(f"{name}: {cannot}"), value
         return self.index_condition(shape, dim % len(shape), positions), value
 
     def index_condition(self, shape: Sequence[int], dim: int, positions: list[int]) -> Expr:
-        table = _index_table(positions, int(shape[dim]))
-        if isinstance(table, str):
-            return Bad(table)
+        try:
+            table = _index_table(positions, int(shape[dim]))
+        except Cannot as cannot:  # a value, refused only where it is written
+            return Bad(cannot.reason)
         return combine("ne", Table(TableData(table), Coord(dim)), Const(0.0), _ranges(shape))
 
-    def known_ints(self, index: Any, op: str) -> list[int] | str:
-        """The values of an index (a list or a tensor of integers known at capture), or
-        why they are not known."""
+    def known_ints(self, index: Any, op: str) -> list[int]:
+        """The values of an index (a list or a tensor of integers known at capture)
+        (Cannot: they are not known)."""
         if isinstance(index, (list, tuple)) and all(isinstance(i, int) for i in index):
             return [int(i) for i in index]
         if not isinstance(index, torch.Tensor) or index.is_floating_point() or index.dim() > 1:
-            return "the index is not a 1-D integer tensor or list"
+            raise Cannot("the index is not a 1-D integer tensor or list")
         expr = self.engine.value_of(index, op)
         if bad_reasons(expr) or _random(expr):
-            return "the index's values are not known at capture"
+            raise Cannot("the index's values are not known at capture")
         values = evaluate_whole(expr, tuple(index.shape))
         return [int(v) for v in values.reshape(-1).tolist()]
 
@@ -237,8 +240,9 @@ class Coordinates:
             mask = self.engine.operand(entry, shape, op)
             cond = combine("ne", mask, Const(0.0), _ranges(shape))
         else:
-            positions = self.known_ints(entry, op)
-            if isinstance(positions, str):
+            try:
+                positions = self.known_ints(entry, op)
+            except Cannot:  # not a constant index: the caller's other routes
                 return False
             cond = self.index_condition(shape, picked[0], positions)
         self.masked_write(target, tensor, cond, self.engine.value_of(value, op), op)
@@ -284,7 +288,7 @@ def _to_base(view: torch.Tensor, base: torch.Tensor, cond: Expr) -> Expr | None:
     the view is a box whose dims run along base dims; else None."""
     try:
         region = view_region(view, base)
-    except ValueError:  # view_region's own geometry check: a view that is no box
+    except Cannot:  # a view that is no box: the caller writes by runs
         return None
     if region is None:
         return None
@@ -312,7 +316,7 @@ def _strided_positions(view: torch.Tensor, base: torch.Tensor) -> Expr | None:
     try:
         view_region(view, base)
         return None  # a box: the plain fill
-    except ValueError:  # view_region's own geometry check: no box, the positions below
+    except Cannot:  # no box: the positions below
         pass
     ranges = _ranges(base.shape)
     step = int(view.stride(0))

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from ..._program.actions import CapturedOp, Fill, Opaque, TrackAction, program_of
+from ..._program.cannot import Cannot
 from ..._program.expr import (
     Bad,
     Const,
@@ -57,8 +58,8 @@ from ..._program.regions import (
     FlatRun,
     flat_range_boxes,
     map_runs_from,
-    runs_or_reason,
     view_region,
+    view_runs,
 )
 from ..._torch_compat import tree_flatten
 from ...errors import ShardInitError
@@ -256,12 +257,18 @@ class Engine:
                 for it (a constant that overflows its dtype, ...).
         """
         if track.kind == "param" and isinstance(action, Fill):
-            why = _invalid_fill(track, action)
-            if why is not None:
-                raise self.store.fail(track, op, why)
+            with self.store.refusing(track, op):
+                _check_fill(track, action)
         recorded = self.store.append(track, view, action, op)
         if recorded is not None and recorded.action is action:
             self.places.recorded(track, recorded, op)
+
+    def cannot(self, track: Track, view: torch.Tensor, cannot: Cannot, op: str) -> None:
+        """What ``op`` cannot give on ``view`` of ``track``: refused on a parameter (the
+        capture's edge), on a temporary its values there become opaque."""
+        if track.kind == "param":
+            raise self.store.fail(track, op, cannot.reason)
+        self.record(track, view, Opaque(cannot.reason), op)
 
     def write(
         self, track: Track, view: torch.Tensor, entry: Translation, values: list[Any], op: str
@@ -273,11 +280,13 @@ class Engine:
             return
         aligned = entry.kind in ("eye", "dirac")
         region = self.store.region(track, view, op) if aligned else None
-        made = fill_action(track, view, entry.kind, values, op, region)
-        if isinstance(made, str):
+        try:
+            made = fill_action(track, view, entry.kind, values, op, region)
+        except Cannot as cannot:
             if track.kind == "param":
-                raise self.store.fail(track, op, made)
-            made = Opaque(f"{op}: {made}")
+                raise self.store.fail(track, op, cannot.reason) from None
+            self.record(track, view, Opaque(f"{op}: {cannot}"), op)
+            return
         self.record(track, view, made, op)
 
     def append(self, track: Track, box: Box, expr: Expr, op: str, where_: str) -> None:
@@ -314,10 +323,12 @@ class Engine:
         if target.kind == "buffer":
             self.record(target, view, Fill(Constant(0.0)), op)
             return
-        runs = runs_or_reason(view, target.base)
-        if isinstance(runs, str):
+        try:
+            runs = view_runs(view, target.base)
+        except Cannot as cannot:
             if target.kind == "param":
-                raise self.store.fail(target, op, f"the view written is not a box ({runs})")
+                why = f"the view written is not a box ({cannot})"
+                raise self.store.fail(target, op, why) from None
             self.record(target, view, Opaque(f"{op} wrote a view that is not a box"), op)
             return
         where_ = user_frame()
@@ -340,22 +351,21 @@ def _inexact_integers(value: torch.Tensor) -> bool:
     return bool(value.detach().abs().max() > 2**53)
 
 
-def _invalid_fill(track: Track, action: Fill) -> str | None:
-    """Why ``action`` cannot fill the parameter ``track`` (ParamSpec's checks), or None.
-    Fills found valid are remembered by what decides it (shape, dtype, initializer): a
-    capture checks every fill it records, mostly the same few."""
+def _check_fill(track: Track, action: Fill) -> None:
+    """Raises :class:`Cannot` when ``action`` cannot fill the parameter ``track``
+    (ParamSpec's checks). Fills found valid are remembered by what decides it (shape,
+    dtype, initializer): a capture checks every fill it records, mostly the same few."""
     key = (track.shape, track.base.dtype, action.init)
     if key in _VALID_FILLS:
-        return None
+        return
     try:
         ParamSpec(track.name, track.shape, track.base.dtype, action.init, seed=0)
     except ShardInitError as why:  # ParamSpec validates its arguments: it refuses nothing
-        return str(why)
+        raise Cannot(str(why)) from None
     if getattr(action.init, "elementwise", False):  # orthogonal's cap reads the environment
         if len(_VALID_FILLS) > 4096:
             _VALID_FILLS.clear()
         _VALID_FILLS.add(key)
-    return None
 
 
 _VALID_FILLS: set[tuple[object, ...]] = set()
@@ -391,7 +401,7 @@ def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, list[Expr]
     each of its dims runs along one base dim; else None."""
     try:
         region = view_region(view, base)
-    except ValueError:  # view_region is geometry only: nothing in it refuses
+    except Cannot:  # a view that is no box: the caller writes it by runs
         return None
     if region is None:
         return None
