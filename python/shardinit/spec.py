@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from typing import Any
 import torch
 
 from . import _core
+from ._caches import cached
 from ._dtypes import DTYPE_SIZES, max_numel
 from ._layout import MAX_NDIM
 from ._validate import U64_MAX, check_int, check_name, check_seed
@@ -98,7 +98,7 @@ def _check_fits_dtype(base: BaseInit, dtype: torch.dtype) -> None:
             )
 
 
-@functools.lru_cache(maxsize=4096)
+@cached
 def _overflows(value: float, dtype: torch.dtype) -> bool:
     # Round as stream-format.md §4 does: to float32 first, then to the target. (Cached:
     # capture checks every fill it records, mostly with the same few constants.)

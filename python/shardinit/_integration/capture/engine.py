@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ..._caches import BoundedMap
 from ..._program.actions import CapturedOp, Fill, Opaque, TrackAction, program_of
 from ..._program.cannot import Cannot
 from ..._program.expr import (
@@ -356,19 +357,18 @@ def _check_fill(track: Track, action: Fill) -> None:
     (ParamSpec's checks). Fills found valid are remembered by what decides it (shape,
     dtype, initializer): a capture checks every fill it records, mostly the same few."""
     key = (track.shape, track.base.dtype, action.init)
-    if key in _VALID_FILLS:
+    if _VALID_FILLS.get(key):
         return
     try:
         ParamSpec(track.name, track.shape, track.base.dtype, action.init, seed=0)
     except ShardInitError as why:  # ParamSpec validates its arguments: it refuses nothing
         raise Cannot(str(why)) from None
     if getattr(action.init, "elementwise", False):  # orthogonal's cap reads the environment
-        if len(_VALID_FILLS) > 4096:
-            _VALID_FILLS.clear()
-        _VALID_FILLS.add(key)
+        _VALID_FILLS.put(key, True)
 
 
-_VALID_FILLS: set[tuple[object, ...]] = set()
+#: The fills :func:`_check_fill` found valid (the answer for a key never changes).
+_VALID_FILLS: BoundedMap[tuple[object, ...], bool] = BoundedMap()
 
 
 def _merge_reads(reads: list[tuple[Track, str]], more: Sequence[tuple[Track, str]]) -> None:
