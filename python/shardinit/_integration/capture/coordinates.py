@@ -40,7 +40,7 @@ from ..._program.expr import (
 )
 from ..._program.regions import view_region, whole
 from ...shard import writer
-from .engine import Engine
+from .engine import Engine, box_coords
 from .store import RecordStore
 from .tracks import Track, run_op
 from .translations import Translation, scalar
@@ -61,18 +61,14 @@ def _random(expr: Expr) -> bool:
     return any(isinstance(node, Source) for node in walk_nodes(expr))
 
 
-def _ranges(shape: Sequence[int]) -> list[tuple[int, int]]:
-    return [(0, int(size)) for size in shape]
-
-
 def _triangle(name: str, shape: Sequence[int], diagonal: Any) -> Expr:
     """Where ``triu`` / ``tril`` (``diagonal``) zeroes an element of a tensor of ``shape``."""
     if len(shape) < 2 or not isinstance(diagonal, int):
         return Bad(f"{name} needs a tensor of at least 2 dims and an int diagonal")
     rows, cols = Coord(len(shape) - 2), Coord(len(shape) - 1)
-    offset = combine("sub", cols, rows, _ranges(shape))
+    offset = combine("sub", cols, rows, whole(shape))
     op = "lt" if name.startswith("triu") else "gt"
-    return combine(op, offset, Const(float(diagonal)), _ranges(shape))
+    return combine(op, offset, Const(float(diagonal)), whole(shape))
 
 
 def _diagonal(shape: Sequence[int], wrap: bool) -> Expr:
@@ -81,7 +77,7 @@ def _diagonal(shape: Sequence[int], wrap: bool) -> Expr:
     be equal)."""
     if len(shape) < 2 or (len(shape) > 2 and len(set(shape)) != 1):
         return Bad("fill_diagonal_ needs 2 dims, or more dims of equal length")
-    ranges = _ranges(shape)
+    ranges = whole(shape)
     rows: Expr = Coord(0)
     if len(shape) == 2 and wrap and shape[0] > shape[1] + 1:
         rows = combine("mod", rows, Const(float(shape[1] + 1)), ranges)
@@ -174,7 +170,7 @@ class Coordinates:
             if not isinstance(bound.get("mask"), torch.Tensor):
                 return Bad(f"{name}: the mask is not a tensor"), value
             mask = self.engine.operand(bound["mask"], shape, name)
-            return combine("ne", mask, Const(0.0), _ranges(shape)), value
+            return combine("ne", mask, Const(0.0), whole(shape)), value
         dim = bound.get("dim")
         if not isinstance(dim, int) or not shape:
             return Bad(f"{name}: dim {dim!r} is not a dim of a {len(shape)}-dim tensor"), value
@@ -189,7 +185,7 @@ class Coordinates:
             table = _index_table(positions, int(shape[dim]))
         except Cannot as cannot:  # a value, refused only where it is written
             return Bad(cannot.reason)
-        return combine("ne", Table(TableData(table), Coord(dim)), Const(0.0), _ranges(shape))
+        return combine("ne", Table(TableData(table), Coord(dim)), Const(0.0), whole(shape))
 
     def known_ints(self, index: Any, op: str) -> list[int]:
         """The values of an index (a list or a tensor of integers known at capture)
@@ -238,7 +234,7 @@ class Coordinates:
             if tuple(entry.shape) != shape:
                 return False
             mask = self.engine.operand(entry, shape, op)
-            cond = combine("ne", mask, Const(0.0), _ranges(shape))
+            cond = combine("ne", mask, Const(0.0), whole(shape))
         else:
             try:
                 positions = self.known_ints(entry, op)
@@ -253,7 +249,7 @@ class Coordinates:
         a, b = args[0], args[1] if len(args) > 1 else kwargs.get("vec2")
         result = run_op(func, args, kwargs)
         shape = tuple(result.shape)
-        ranges = _ranges(shape)
+        ranges = whole(shape)
         parts = []
         for dim, (vector, other) in enumerate(((a, b), (b, a))):
             repeats = self.engine.repeat_reason(name) if other.numel() > 1 else None
@@ -286,23 +282,10 @@ def _full_slice(entry: Any) -> bool:
 def _to_base(view: torch.Tensor, base: torch.Tensor, cond: Expr) -> Expr | None:
     """``cond`` (over ``view``'s coordinates) over the base's global coordinates, when
     the view is a box whose dims run along base dims; else None."""
-    try:
-        region = view_region(view, base)
-    except Cannot:  # a view that is no box: the caller writes by runs
+    boxed = box_coords(view, base)
+    if boxed is None:
         return None
-    if region is None:
-        return None
-    box, axes = region
-    if axes is None:
-        return None
-    coords: list[Expr] = []
-    for size, axis in zip(view.shape, axes, strict=True):
-        if axis is None:
-            if size > 1:
-                return None
-            coords.append(Const(0.0))
-        else:
-            coords.append(combine("sub", Coord(axis), Const(float(box[axis][0]))))
+    box, coords = boxed
     return reindex(cond, coords, list(box), keep=False)
 
 
@@ -318,7 +301,7 @@ def _strided_positions(view: torch.Tensor, base: torch.Tensor) -> Expr | None:
         return None  # a box: the plain fill
     except Cannot:  # no box: the positions below
         pass
-    ranges = _ranges(base.shape)
+    ranges = whole(base.shape)
     step = int(view.stride(0))
     delta = combine(
         "sub", contiguous_index(tuple(base.shape)),

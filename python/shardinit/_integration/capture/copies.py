@@ -80,7 +80,7 @@ class Copies:
             self.engine.cannot(target, dst, cannot, op)
             return True
         where_ = user_frame()
-        self.engine.places.writes += 1
+        self.engine.places.new_write()
         for entry in source.ops:  # no Computed one (copy_into): fills, scales, masks
             copied = f"{entry.op} (copied by {op} at {where_})"
             if not isinstance(entry.action, Opaque):  # opaque parts: not copied (checked)
@@ -103,7 +103,7 @@ class Copies:
                 self.engine.places.copied(source, entry, target, moved, op, f"{op} at {where_}")
                 for _, box in flat_range_boxes(target.shape, *mapped):
                     copy = CapturedOp(box, entry.action, copied, entry.where)
-                    self.engine.places.roots[id(copy)] = self.engine.places.root(id(entry))
+                    self.engine.places.copied_from(copy, entry)
                     self.store.add(target, copy)
 
 

@@ -61,6 +61,7 @@ from ..._program.regions import (
     map_runs_from,
     view_region,
     view_runs,
+    whole,
 )
 from ..._torch_compat import tree_flatten
 from ...errors import ShardInitError
@@ -77,10 +78,6 @@ __all__ = ["Engine", "read_reason"]
 
 # A write into a buffer's real stand-in: only its region matters (the values are real).
 BUFFER_WRITE = Constant(0.0)
-
-
-def _ranges(shape: Sequence[int]) -> list[tuple[int, int]]:
-    return [(0, int(size)) for size in shape]
 
 
 def op_value(op: CapturedOp, track: Track, prior: Expr) -> Expr:
@@ -174,7 +171,7 @@ class Engine:
         offset = int(value.storage_offset() - track.base.storage_offset())
         coords, repeats = strided_coords(value.shape, value.stride(), offset, track.shape)
         repeat = None if repeats is None else self.repeat_reason(op)
-        read = reindex(self.folded(track), coords, _ranges(value.shape), repeat)
+        read = reindex(self.folded(track), coords, whole(value.shape), repeat)
         if track.kind == "param" and bad_reasons(read):
             return Bad(read_reason((track, f"{op} at {user_frame()}")))
         return read
@@ -235,7 +232,7 @@ class Engine:
             return expr
         coords, stretched = broadcast_coords(tuple(value.shape), tuple(shape))
         why = self.repeat_reason(op) if stretched else None
-        return reindex(expr, coords, _ranges(shape), why)
+        return reindex(expr, coords, whole(shape), why)
 
     # ----------------------------------------------------------------- writes
 
@@ -320,7 +317,7 @@ class Engine:
 
     def write_expr(self, target: Track, view: torch.Tensor, expr: Expr, op: str) -> None:
         """Writes ``expr`` (over ``view``'s coordinates) into ``view`` of ``target``."""
-        self.places.writes += 1
+        self.places.new_write()
         if target.kind == "buffer":
             self.record(target, view, Fill(Constant(0.0)), op)
             return
@@ -333,7 +330,7 @@ class Engine:
             self.record(target, view, Opaque(f"{op} wrote a view that is not a box"), op)
             return
         where_ = user_frame()
-        boxed = _box_coords(view, target.base)
+        boxed = box_coords(view, target.base)
         if boxed is not None:  # one op on the box, read through the view's axes
             box, coords = boxed
             self.append(target, box, reindex(expr, coords, list(box)), op, where_)
@@ -396,7 +393,7 @@ def _drop_branch(expr: Expr, never: Expr) -> Expr:
     return expr
 
 
-def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, list[Expr]] | None:
+def box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, list[Expr]] | None:
     """The box ``view`` covers and its coordinates as expressions of the base's, when
     each of its dims runs along one base dim; else None."""
     try:
