@@ -12,8 +12,8 @@ __all__ = [
     "UNARY_OPS",
     "Init",
     "InternalError",
-    "Program",
     "Region",
+    "RegisterProgram",
     "ShapeTooLargeError",
     "ShardInitError",
     "StartedFills",
@@ -48,10 +48,10 @@ LOG_CONSTANTS: Final[Mapping[str, float]]
 #: ``PHI_INV_SPLIT1`` = 0.425), read-only, by name, to the bit. Their one home is
 #: rust/core/src/math.rs ``PHI_INV_CONSTANTS``; the device kernel is built from here.
 PHI_INV_CONSTANTS: Final[Mapping[str, float]]
-#: The names :meth:`Program.unary` takes, in the order of its error message. Their one
+#: The names :meth:`RegisterProgram.unary` takes, in the order of its error message. Their one
 #: home is rust/core/src/program.rs ``UnaryOp``.
 UNARY_OPS: Final[tuple[str, ...]]
-#: The names :meth:`Program.binary` takes (comparisons give 1.0 or 0.0), in the order of
+#: The names :meth:`RegisterProgram.binary` takes (comparisons give 1.0 or 0.0), in the order of
 #: its error message. Their one home is rust/core/src/program.rs ``BinaryOp``.
 BINARY_OPS: Final[tuple[str, ...]]
 
@@ -101,7 +101,7 @@ class Region:
     __hash__: ClassVar[None]  # type: ignore[assignment]
 
 @final
-class Program:
+class RegisterProgram:
     """An init program (docs/stream-format.md §7): registers computed elementwise, in
     binary64, at each element of a fill's region; the LAST register is the result.
 
@@ -240,7 +240,7 @@ def start_fills(
 def fill_program(
     key: int,
     global_shape: list[int],
-    program: Program,
+    program: RegisterProgram,
     dtype: str,
     region: Region,
     out: Any,

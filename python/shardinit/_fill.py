@@ -50,7 +50,7 @@ class Registers:
     """An init program compiled to the core's register machine (``code``), and whether
     its values are elementwise (no source of it is orthogonal)."""
 
-    code: _core.Program
+    code: _core.RegisterProgram
     elementwise: bool
 
 

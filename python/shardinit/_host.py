@@ -68,7 +68,7 @@ def start_fills_cpu(fills: list[HostFill], threads: int) -> _core.StartedFills:
 
 def fill_program_cpu(
     spec: ParamSpec,
-    program: _core.Program,
+    program: _core.RegisterProgram,
     region: _core.Region,
     out: torch.Tensor,
     threads: int,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from typing import Any
 import torch
 
 from . import _core
+from ._caches import cached
 from ._dtypes import DTYPE_SIZES, max_numel
 from ._layout import MAX_NDIM
 from ._validate import U64_MAX, check_int, check_name, check_seed
@@ -71,7 +71,11 @@ def _set_fields(
 ) -> None:
     """Sets the fields of the frozen ``spec`` (into its dict, as object.__setattr__ would
     put them: one update for all, a spec is made per parameter written), then checks
-    what depends on the initializer, so that errors surface at construction."""
+    what depends on the initializer, so that errors surface at construction.
+
+    Kept by hand: 100k specs took 0.50 s so against 0.59 s with one object.__setattr__
+    per field (the frozen dataclass route, 18% slower, measured on the 2-core dev box);
+    ``__slots__`` would leave no dict for the cached ``key64``."""
     # base_init at once (a cached_property: this fills its cache), as every fill reads it.
     base = init.resolve(shape)
     vars(spec).update(name=name, shape=shape, dtype=dtype, init=init, seed=seed, base_init=base)
@@ -98,7 +102,7 @@ def _check_fits_dtype(base: BaseInit, dtype: torch.dtype) -> None:
             )
 
 
-@functools.lru_cache(maxsize=4096)
+@cached
 def _overflows(value: float, dtype: torch.dtype) -> bool:
     # Round as stream-format.md §4 does: to float32 first, then to the target. (Cached:
     # capture checks every fill it records, mostly with the same few constants.)

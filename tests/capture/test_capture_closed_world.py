@@ -294,3 +294,23 @@ def test_two_random_values_met_stay_refused_through_later_steps(code: InitCode) 
     # (torch's draws, the same draw twice: the capture restores torch's generator) were
     # taken as a table of known values.
     _refusal(code, "two random values")
+
+
+def test_inside_the_capture_cannot_is_said_one_way() -> None:
+    # A value or region that cannot be had raises Cannot (the edge turns it into the
+    # refusal); no function returns a reason string in its place.
+    import re
+
+    from shardinit._integration.capture import mode
+    from shardinit._program import cannot
+
+    returns_reason = re.compile(r"->[^:]*\|\s*str\b|->\s*str\s*\|")
+    names = ("inplace_name",)  # a name looked up, or None: no reason
+    for directory in (os.path.dirname(mode.__file__), os.path.dirname(cannot.__file__)):
+        for name in sorted(os.listdir(directory)):
+            if name.endswith(".py"):
+                with open(os.path.join(directory, name), encoding="utf-8") as source:
+                    text = source.read()
+                for found in returns_reason.finditer(text):
+                    line = text[: found.start()].rsplit("def ", 1)[-1]
+                    assert line.startswith(names), f"{name}: def {line.split('(')[0]}"

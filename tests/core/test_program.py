@@ -67,10 +67,10 @@ def test_every_operation_of_the_core_is_tested_here() -> None:
     assert list(_core.BINARY_OPS) == BINARY_OPS
 
 
-def unary_program(op: str) -> _core.Program:
+def unary_program(op: str) -> _core.RegisterProgram:
     """``op(u + coord2 / 64)`` with ``u`` a stream-v1 uniform: varies with every index."""
     low, high = UNARY_DOMAIN[op]
-    program = _core.Program()
+    program = _core.RegisterProgram()
     u = program.source(_core.Init.uniform(low, high - 0.25), "float64")
     c = program.coord(2)
     scale = program.constant(1 / 64)
@@ -79,10 +79,10 @@ def unary_program(op: str) -> _core.Program:
     return program
 
 
-def binary_program(op: str) -> _core.Program:
+def binary_program(op: str) -> _core.RegisterProgram:
     """``op(a, b)``: ``a`` a normal rounded to bfloat16 and then down to a multiple of 1/4,
     ``b`` a table broadcast along dims 0 and 2 (so ties, for the comparisons, happen)."""
-    program = _core.Program()
+    program = _core.RegisterProgram()
     four = program.constant(4.0)
     normal = program.source(_core.Init.normal(1.5, 1.0), "bfloat16")
     quarters = program.unary("floor", program.binary("mul", normal, four))
@@ -95,7 +95,7 @@ def binary_program(op: str) -> _core.Program:
     return program
 
 
-def run(program: _core.Program, region: _core.Region, length: int, dtype: str = "float64",
+def run(program: _core.RegisterProgram, region: _core.Region, length: int, dtype: str = "float64",
         threads: int = 1, shape: list[int] | None = None) -> np.ndarray:  # fmt: skip
     out = np.zeros(length, NUMPY_DTYPE[dtype])
     _core.fill_program(KEY, shape or SHAPE, program, dtype, region, out, threads)
@@ -152,9 +152,9 @@ def test_source_equals_fill(kind: str, dtype: str) -> None:
     region = _core.Region.box([(1, 5), (0, 7), (4, 13)])
     want = np.zeros(4 * 7 * 9, NUMPY_DTYPE[dtype])
     _core.fill(KEY, SHAPE, init, dtype, region, want)
-    single = _core.Program()
+    single = _core.RegisterProgram()
     single.source(init, dtype)  # dispatched to the fused fill
-    rounded = _core.Program()
+    rounded = _core.RegisterProgram()
     rounded.round(rounded.source(init, dtype), dtype)  # through the evaluator
     for program in (single, rounded):
         got = run(program, region, len(want), dtype)
@@ -166,7 +166,7 @@ def test_source_equals_fill(kind: str, dtype: str) -> None:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_a_narrow_destination_rounds_the_binary64_result_by_section_4(dtype: str) -> None:
     # No source here: a source's words depend on the destination dtype (§3).
-    program = _core.Program()
+    program = _core.RegisterProgram()
     values = np.random.default_rng(3).normal(0.0, 2.0, NUMEL)
     program.unary("exp", program.table(values, [91, 13, 1], 0))
     wide = torch.from_numpy(run(program, _core.Region.flat(0), NUMEL))
@@ -180,7 +180,7 @@ def test_a_source_is_rounded_to_its_own_dtype_before_the_operations() -> None:
     bf16 = np.zeros(NUMEL, np.int16)
     _core.fill(KEY, SHAPE, _core.Init.normal(0.0, 1.0), "bfloat16", _core.Region.flat(0), bf16)
     third = torch.from_numpy(bf16).view(torch.bfloat16).double() * (1 / 3)
-    program = _core.Program()
+    program = _core.RegisterProgram()
     x = program.source(_core.Init.normal(0.0, 1.0), "bfloat16")
     program.binary("mul", x, program.constant(1 / 3))
     # A float32 destination draws the same words as a bfloat16 one (one per element).
@@ -197,7 +197,7 @@ def test_binary_operations_are_torchs_float64_kernels() -> None:
                  "le": torch.le, "gt": torch.gt, "ge": torch.ge, "eq": torch.eq, "ne": torch.ne,
                  "min": torch.minimum, "max": torch.maximum}  # fmt: skip
     for op, function in torch_ops.items():
-        program = _core.Program()
+        program = _core.RegisterProgram()
         program.binary(op, program.table(a, [1], 0), program.table(b, [1], 0))
         out = np.zeros(len(a))
         _core.fill_program(KEY, [len(a)], program, "float64", _core.Region.flat(0), out)
@@ -209,23 +209,23 @@ def test_binary_operations_are_torchs_float64_kernels() -> None:
 
 def test_where_selects_on_nonzero_and_nan_and_min_max_propagate_nan() -> None:
     cond = np.array([0.0, -0.0, 1.0, math.nan, -2.0])
-    program = _core.Program()
+    program = _core.RegisterProgram()
     c = program.table(cond, [1], 0)
     program.where(c, program.constant(10.0), program.constant(20.0))
     np.testing.assert_array_equal(
         run(program, _core.Region.flat(0), 5, shape=[5]), [20, 20, 10, 10, 10]
     )
     for op in ("min", "max"):
-        p = _core.Program()
+        p = _core.RegisterProgram()
         p.binary(op, p.constant(math.nan), p.constant(1.0))
         assert np.isnan(run(p, _core.Region.flat(0), 1, shape=[1])).all()
-    p = _core.Program()
+    p = _core.RegisterProgram()
     p.binary("min", p.constant(0.0), p.constant(-0.0))  # IEEE minimum: -0 < +0
     assert math.copysign(1, run(p, _core.Region.flat(0), 1, shape=[1])[0]) == -1
 
 
 def test_coord_flat_and_table_index_the_global_tensor() -> None:
-    program = _core.Program()
+    program = _core.RegisterProgram()
     flat = program.flat()
     row = program.coord(0)
     values = np.arange(100.0)
@@ -244,7 +244,7 @@ def expect_error(
 
 
 def test_bad_programs_are_refused_naming_the_argument() -> None:
-    p = _core.Program()
+    p = _core.RegisterProgram()
     x = p.constant(1.0)
     expect_error(
         lambda: p.unary("atan", x),
@@ -278,7 +278,9 @@ def test_bad_programs_are_refused_naming_the_argument() -> None:
     assert len(p) == 1  # nothing refused was appended
 
 
-def fill_error(program: _core.Program, shape: list[int], match: str, length: int = 4) -> None:
+def fill_error(
+    program: _core.RegisterProgram, shape: list[int], match: str, length: int = 4
+) -> None:
     out = np.zeros(length)
     expect_error(
         lambda: _core.fill_program(KEY, shape, program, "float64", _core.Region.flat(0), out), match
@@ -286,11 +288,11 @@ def fill_error(program: _core.Program, shape: list[int], match: str, length: int
 
 
 def test_what_depends_on_the_shape_is_refused_at_fill_time() -> None:
-    fill_error(_core.Program(), [4], r"^program has no registers")
-    p = _core.Program()
+    fill_error(_core.RegisterProgram(), [4], r"^program has no registers")
+    p = _core.RegisterProgram()
     p.coord(1)
     fill_error(p, [4], r"^coord dim must be < 1, the dims of the global shape, got 1$")
-    t = _core.Program()
+    t = _core.RegisterProgram()
     t.table(np.arange(6.0), [3, 1], 0)
     fill_error(
         t, [4], r"^table strides must have one entry per dim of the global shape \(1\), got 2$"
@@ -300,13 +302,13 @@ def test_what_depends_on_the_shape_is_refused_at_fill_time() -> None:
         [2, 4],
         r"^table indices over the global shape range over \[0, 6\] but values has 6 elements$",
     )
-    n = _core.Program()
+    n = _core.RegisterProgram()
     n.table(np.arange(6.0), [-1], 2)
     fill_error(n, [4], r"range over \[-1, 2\]", length=1)  # the whole shape, not the region
-    s = _core.Program()
+    s = _core.RegisterProgram()
     s.unary("sin", s.binary("mul", s.flat(), s.constant(1e6)))
     fill_error(s, [4], r"^sin argument must satisfy \|x\| <= 1647099.3291652855 .*got 2000000$")
-    c = _core.Program()
+    c = _core.RegisterProgram()
     c.unary("cos", c.constant(-1.7e6))
     fill_error(c, [4], r"^cos argument must satisfy .*got -1700000$")
     fill_error(p, [4, 2], r"^out has 4 elements|range", length=9)
@@ -358,7 +360,7 @@ def test_the_op_lists_are_the_evaluators() -> None:
     """``_core.UNARY_OPS`` / ``BINARY_OPS`` (the core's operation lists, exported for
     Python) are exactly the names the evaluator takes, in its error message's order, and
     every one of them is covered by the programs above."""
-    p = _core.Program()
+    p = _core.RegisterProgram()
     x = p.constant(2.0)
     for op in _core.UNARY_OPS:
         p.unary(op, x)

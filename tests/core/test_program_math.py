@@ -1,6 +1,6 @@
 """Accuracy of init programs' functions (stream-format.md §7) against mpmath at 200 bits.
 
-Every value goes through the real path: a ``table`` of inputs in a ``_core.Program``
+Every value goes through the real path: a ``table`` of inputs in a ``_core.RegisterProgram``
 evaluated by ``_core.fill_program`` into a float64 destination. Inputs cover each
 function's domain on a log scale plus hard cases (subnormals, values near 0 and 1,
 huge and negative arguments, multiples of pi/2 for sin and cos); special values (NaN,
@@ -36,7 +36,7 @@ TRIG_MAX = struct.unpack("<d", struct.pack("<Q", 0x413921FB54442D18))[0]
 
 def evaluate(op: str, *columns: np.ndarray) -> np.ndarray:
     """``op`` applied elementwise to ``columns`` by ``fill_program`` (float64 out)."""
-    program = _core.Program()
+    program = _core.RegisterProgram()
     registers = [program.table(np.ascontiguousarray(c, np.float64), [1], 0) for c in columns]
     if len(registers) == 1:
         program.unary(op, registers[0])

@@ -8,7 +8,6 @@ import, so a bad environment value fails there, naming the variable.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import os
 import threading
@@ -17,6 +16,7 @@ from typing import Any
 
 import torch
 
+from .._caches import cached
 from ..errors import CudaBackendWarning, ShardInitError
 
 __all__ = [
@@ -125,7 +125,7 @@ def _runtime_reason(device: torch.device) -> str | None:
     return None
 
 
-@functools.cache
+@cached
 def kernel_unavailable_reason(device_index: int) -> str | None:
     """Why the device kernel cannot fill CUDA device ``device_index``, or None when it
     can (cached per process: the answer does not change while it runs)."""

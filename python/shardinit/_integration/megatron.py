@@ -31,7 +31,6 @@ themselves (0.17+; not installable on this project's Python 3.11).
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
 import itertools
@@ -43,6 +42,7 @@ from typing import Any, TypeAlias, cast
 import torch
 from torch import nn
 
+from .._caches import cached
 from .._names import ParamSlot, listing, qualified, walk_slots
 from .._program import ParamRecord, Writer, base_ops
 from .._torch_compat import strided_shard
@@ -486,7 +486,7 @@ class _MetaHolder(nn.Module):
         self.weight = nn.Parameter(torch.empty(shape, dtype=dtype, device="meta"))
 
 
-@functools.lru_cache(maxsize=256)
+@cached
 def _captured_method(method: InitMethod, shape: tuple[int, ...], dtype: torch.dtype) -> ParamRecord:
     """What ``method`` does to a tensor of GLOBAL ``shape``, captured once on meta."""
     holder = _MetaHolder(shape, dtype)

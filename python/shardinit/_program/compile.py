@@ -1,7 +1,7 @@
 """Compiling an init program (:mod:`.expr`) for the one fill dispatch
 (:func:`shardinit._fill.fill`), once per program and region: a program that is one
 source is that initializer (the stream-v1 fill, the Triton kernel on CUDA), any other the
-core's registers (``_core.Program``, its deterministic binary64 evaluator:
+core's registers (``_core.RegisterProgram``, its deterministic binary64 evaluator:
 docs/stream-format.md "Init programs"), with whether its values are elementwise. Only the
 region is computed: no temporary of the whole parameter exists, except tables of values
 init code computed itself on the CPU (and the matrix of an orthogonal source, which the
@@ -42,10 +42,10 @@ Compiled = BaseInit | Registers
 
 
 class _Emitter:
-    """Turns an expression DAG into registers of one ``_core.Program``."""
+    """Turns an expression DAG into registers of one ``_core.RegisterProgram``."""
 
     def __init__(self, shape: Sequence[int]) -> None:
-        self.program = _core.Program()
+        self.program = _core.RegisterProgram()
         self.shape = tuple(int(size) for size in shape)
         self.registers: dict[int, int] = {}
 

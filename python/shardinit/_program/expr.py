@@ -17,7 +17,6 @@ is folded here.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import _core
+from .._caches import cached
 from ..init import BaseInit, Constant
 
 __all__ = [
@@ -586,7 +586,7 @@ def bare_source(expr: Expr) -> BaseInit | None:
     return None
 
 
-@functools.lru_cache(maxsize=4096)
+@cached
 def holds_exactly(value: float, dtype: torch.dtype) -> bool:
     """Whether a tensor of ``dtype`` holds ``value`` exactly (then a fill by it is the
     stream-v1 constant fill). Cached: the writer asks at every constant fill it writes,

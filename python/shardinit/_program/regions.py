@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from .._layout import Box
+from .cannot import Cannot
 
 __all__ = [
     "Box",
@@ -90,7 +91,7 @@ def view_region(
         has no elements.
 
     Raises:
-        ValueError: the view's elements are not a box of the base (a strided slice, an
+        Cannot: the view's elements are not a box of the base (a strided slice, an
             expanded view, overlapping dims).
     """
     if view.numel() == 0:
@@ -103,7 +104,7 @@ def view_region(
     cstride = _contiguous_strides(shape)
     rel = view.storage_offset() - base.storage_offset()
     if not 0 <= rel < max(base.numel(), 1):
-        raise ValueError("the view starts outside the tensor")
+        raise Cannot("the view starts outside the tensor")
     start = [
         int(rel // cstride[dim] % max(shape[dim], 1)) if shape[dim] else 0
         for dim in range(len(shape))
@@ -117,7 +118,7 @@ def view_region(
             continue
         inner = [d for d in range(len(shape)) if cstride[d] == stride and shape[d] > 1]
         if not inner:
-            raise ValueError(f"a view dim of stride {stride} runs along no dim of the tensor")
+            raise Cannot(f"a view dim of stride {stride} runs along no dim of the tensor")
         dim = inner[-1]
         if not used[dim] and start[dim] + size <= shape[dim]:
             used[dim] = True
@@ -128,7 +129,7 @@ def view_region(
         axes.append(None)
     box = tuple((int(s), int(s + c)) for s, c in zip(start, count, strict=True))
     if math.prod(count) != view.numel():
-        raise ValueError("the view's elements are not a box of the tensor")
+        raise Cannot("the view's elements are not a box of the tensor")
     return box, tuple(axes)
 
 
@@ -140,13 +141,13 @@ def _merge_dims(
     remaining = size
     while True:
         if dim < 0 or used[dim]:
-            raise ValueError("a view dim runs across dims that are not whole")
+            raise Cannot("a view dim runs across dims that are not whole")
         used[dim] = True
         if start[dim] + remaining <= shape[dim]:
             count[dim] = remaining
             return
         if start[dim] != 0 or remaining % shape[dim]:
-            raise ValueError("a view dim runs across dims that are not whole")
+            raise Cannot("a view dim runs across dims that are not whole")
         count[dim] = shape[dim]
         remaining //= shape[dim]
         dim -= 1
@@ -219,7 +220,7 @@ def view_runs(view: torch.Tensor, base: torch.Tensor) -> list[FlatRun]:
     row-major order, as flat runs of ``base`` (adjacent runs merged).
 
     Raises:
-        ValueError: the view's order is not the base's (transposed or permuted dims,
+        Cannot: the view's order is not the base's (transposed or permuted dims,
             expanded views: a position that does not come after the previous one), or
             the view lies outside the base.
 
@@ -240,13 +241,13 @@ def view_runs(view: torch.Tensor, base: torch.Tensor) -> list[FlatRun]:
     for index in itertools.product(*(range(n) for n, _ in dims[:outer])):
         start = rel + sum(i * s for i, (_, s) in zip(index, dims, strict=False))
         if runs and start < runs[-1][1]:
-            raise ValueError("the view's elements are not in the tensor's row-major order")
+            raise Cannot("the view's elements are not in the tensor's row-major order")
         if runs and start == runs[-1][1]:
             runs[-1] = (runs[-1][0], start + length)
         else:
             runs.append((start, start + length))
     if rel < 0 or runs[-1][1] > base.numel():
-        raise ValueError("the view lies outside the tensor")
+        raise Cannot("the view lies outside the tensor")
     return runs
 
 
@@ -304,12 +305,3 @@ def _slice_runs(runs: Sequence[tuple[int, FlatRun]], low: int, high: int) -> Ite
         a, b = max(low, position), min(high, position + stop - start)
         if a < b:
             yield (start + a - position, start + b - position)
-
-
-def runs_or_reason(view: torch.Tensor, base: torch.Tensor) -> list[FlatRun] | str:
-    """:func:`view_runs`, or why there are none (the view is not in the base's row-major
-    order): for callers that choose another route then, rather than refuse."""
-    try:
-        return view_runs(view, base)
-    except ValueError as why:  # view_runs is geometry only: nothing in it refuses
-        return str(why)

@@ -15,12 +15,12 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
 
 import torch
 from torch import nn
 
 from .. import init
+from .._caches import cached
 from .._integration.defaults import default_init
 from .._integration.fingerprint import shard_term
 from .._program import ParamRecord, Writer, base_ops
@@ -37,7 +37,7 @@ __all__ = ["RankShards", "generate_rank", "param_spec"]
 _TORCH_DTYPES = {name: dtype for dtype, name in SUPPORTED_DTYPES.items()}
 
 
-@cache
+@cached
 def _initializer(kind: ParamKind) -> Initializer:
     """The initializer ``materialize`` chooses for a parameter of this kind by default."""
     if kind == "experts":  # torchtitan's GroupedExperts.init_weights; no torch.nn module

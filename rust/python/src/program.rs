@@ -1,4 +1,4 @@
-//! Init programs (stream-format.md §7): `Program`, built register by register, and
+//! Init programs (stream-format.md §7): `RegisterProgram`, built register by register, and
 //! `fill_program`, which fills a region with its last register.
 
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use crate::types::{DtypeArg, PyInit, PyRegion};
 
 /// An init program: registers computed elementwise, in binary64, at each element of a
 /// fill's region; the last register is the result.
-#[pyclass(name = "Program", module = "shardinit._core")]
+#[pyclass(name = "RegisterProgram", module = "shardinit._core")]
 #[derive(Default)]
 pub struct PyProgram(Program);
 
@@ -120,16 +120,19 @@ impl PyProgram {
     }
 
     fn __repr__(&self) -> String {
-        format!("<shardinit._core.Program of {} registers>", self.0.len())
+        format!(
+            "<shardinit._core.RegisterProgram of {} registers>",
+            self.0.len()
+        )
     }
 }
 
-/// The names `Program.unary` takes, in the core's order (the one home of the op set).
+/// The names `RegisterProgram.unary` takes, in the core's order (the one home of the op set).
 pub fn unary_ops() -> Vec<&'static str> {
     UnaryOp::ALL.iter().map(|op| op.name()).collect()
 }
 
-/// The names `Program.binary` takes, in the core's order.
+/// The names `RegisterProgram.binary` takes, in the core's order.
 pub fn binary_ops() -> Vec<&'static str> {
     BinaryOp::ALL.iter().map(|op| op.name()).collect()
 }

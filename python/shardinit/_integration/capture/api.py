@@ -11,6 +11,7 @@ from torch import nn
 
 from ..._names import holder_names, listing
 from ..._program.actions import ParamRecord
+from ..._program.cannot import Cannot
 from ..._torch_compat import rewrap_fsdp2_classes, unwrap_fsdp2_classes
 from ..._validate import DeviceLike, resolve_device
 from ...errors import UnsupportedInitOpError
@@ -187,13 +188,14 @@ def _check_unchanged(groups: list[ParamGroup]) -> None:
     """
     for group in groups:
         for track in group.distinct_tracks():
-            why = track.changed()
-            if why is not None:
+            try:
+                track.check_unchanged()
+            except Cannot as why:  # the capture's edge
                 raise UnsupportedInitOpError(
                     f"capture_init: {track.label}: init_fn made it another tensor: {why}; "
                     "shardinit allocates each parameter with its own shape and dtype, so "
                     "init code may only write its values (torch.nn.init, tensor methods)"
-                )
+                ) from None
 
 
 def _warn_dropped(groups: list[ParamGroup], winners: list[Track]) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..._caches import cached
 from ..._program.actions import Fill, Opaque
 from ..._torch_compat import DispatchMode
 from ...init import Constant
@@ -25,24 +26,21 @@ from .tracks import Track
 
 __all__ = ["WriteBackstop"]
 
-# Per aten overload: the positions and names of the arguments its schema marks as
-# written (``Tensor(a!)``), computed once.
-_WRITTEN: dict[Any, tuple[tuple[int, str], ...]] = {}
 # A write into a buffer's real stand-in: only its region matters (the values are real).
 _ZERO = Constant(0.0)
 
 
+@cached
 def _written_arguments(func: Any) -> tuple[tuple[int, str], ...]:
-    known = _WRITTEN.get(func)
-    if known is None:
-        schema = getattr(func, "_schema", None)
-        arguments = [] if schema is None else schema.arguments
-        known = _WRITTEN[func] = tuple(
-            (index, argument.name)
-            for index, argument in enumerate(arguments)
-            if argument.alias_info is not None and argument.alias_info.is_write
-        )
-    return known
+    """The positions and names of the arguments the schema of the aten overload ``func``
+    marks as written (``Tensor(a!)``), computed once per overload."""
+    schema = getattr(func, "_schema", None)
+    arguments = [] if schema is None else schema.arguments
+    return tuple(
+        (index, argument.name)
+        for index, argument in enumerate(arguments)
+        if argument.alias_info is not None and argument.alias_info.is_write
+    )
 
 
 def _values_at(

@@ -65,6 +65,14 @@ class RandomPlaces:
             self.writes += 1
             self.claims[id(op)] = [_Claim(self.writes, None, (), f"{name} at {op.where}")]
 
+    def new_write(self) -> None:
+        """A new write to a parameter starts: its parts never conflict with each other."""
+        self.writes += 1
+
+    def copied_from(self, copy: CapturedOp, entry: CapturedOp) -> None:
+        """``copy`` holds the values of ``entry`` (copied op by op): its random op's."""
+        self.roots[id(copy)] = self.root(id(entry))
+
     def root(self, origin: int) -> int:
         """The random op whose values ``origin`` (a fill copied op by op) holds."""
         return self.roots.get(origin, origin)

@@ -30,6 +30,7 @@ import torch
 
 from ..._program import expr as program_ir
 from ..._program.actions import Opaque
+from ..._program.cannot import Cannot
 from ..._program.expr import Bad, Expr, Source, bad_reasons, beyond_table_cap, walk_nodes
 from ..._torch_compat import tree_flatten, tree_map
 from .engine import Engine
@@ -68,10 +69,14 @@ class Concrete:
 
     def evaluate(
         self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
-    ) -> Evaluated | str | None:
+    ) -> Evaluated | None:
         """``func`` run on the CPU values of its operands; None when no operand is a
-        followed meta temporary (torch computes real operands itself); a reason when
-        some value is not known at capture, or the op draws from torch's generator."""
+        followed meta temporary (torch computes real operands itself).
+
+        Raises:
+            Cannot: some value is not known at capture, or the op draws from torch's
+                generator.
+        """
         leaves = [v for v in tree_flatten((args, kwargs))[0] if isinstance(v, torch.Tensor)]
         metas = [v for v in leaves if v.is_meta]
         if not any(self.store.lookup(v) is not None for v in metas):
@@ -80,10 +85,10 @@ class Concrete:
             return None  # real values on an accelerator: not this route's
         operands: dict[int, torch.Tensor] = {}
         for value in metas:
-            known = self.known(value, name)
-            if isinstance(known, str):
-                return f"{unfollowed(name)}, and {known}"
-            operands[id(value)] = known
+            try:
+                operands[id(value)] = self.known(value, name)
+            except Cannot as cannot:
+                raise Cannot(f"{unfollowed(name)}, and {cannot}") from None
         cpu_args, cpu_kwargs = tree_map(
             lambda v: operands.get(id(v), v) if isinstance(v, torch.Tensor) else _on_cpu(v),
             (tuple(args), dict(kwargs)),
@@ -94,25 +99,29 @@ class Concrete:
         drew = not torch.equal(torch.default_generator.get_state(), state)
         torch.default_generator.set_state(state)
         if drew:
-            return (
+            raise Cannot(
                 f"{name} at {user_frame()} draws from torch's random generator (only the "
                 "stream gives random values: use torch.rand/randn or fills)"
             )
         return Evaluated(cpu_args, cpu_kwargs, result)
 
-    def known(self, value: torch.Tensor, op: str) -> torch.Tensor | str:
-        """The values of a meta operand on the CPU, or why they are not known."""
+    def known(self, value: torch.Tensor, op: str) -> torch.Tensor:
+        """The values of a meta operand on the CPU.
+
+        Raises:
+            Cannot: they are not known at capture.
+        """
         track = self.store.lookup(value)
         if track is None or track.kind != "temp":
-            return "its operand is a meta tensor whose values capture did not follow"
+            raise Cannot("its operand is a meta tensor whose values capture did not follow")
         if value.numel() > program_ir.TABLE_CAP:
-            return beyond_table_cap(value.numel(), "an operand")
+            raise Cannot(beyond_table_cap(value.numel(), "an operand"))
         expr = self.engine.value_of(value, op)
         reasons = bad_reasons(expr)
         if reasons:
-            return f"its operand's values are not known ({reasons[0]})"
+            raise Cannot(f"its operand's values are not known ({reasons[0]})")
         if self.engine.random(track) or any(isinstance(n, Source) for n in walk_nodes(expr)):
-            return (
+            raise Cannot(
                 "its operand holds random values (drawn at each destination element's own "
                 "index at replay: there is no table of them at capture)"
             )
@@ -167,15 +176,15 @@ class Concrete:
         self.engine.write_expr(target, view, self.table(values), name)
 
 
-def evaluate(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | str:
+def evaluate(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """The values of ``expr`` over a tensor of ``shape`` as a CPU tensor of ``dtype``, as
     eager torch computed them (:mod:`.torchvalues`); an integer or bool one must be
-    exact."""
+    exact (Cannot: they are not, or they are complex)."""
     if dtype.is_complex:
-        return "complex values"
+        raise Cannot("complex values")
     values = eager_values(expr, shape, dtype)
     if values is None:
-        return f"its operand's values are not exactly representable as {dtype}"
+        raise Cannot(f"its operand's values are not exactly representable as {dtype}")
     return values
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ..._program.actions import CapturedOp, Computed, Masked, ParamRecord, program_of
+from ..._program.cannot import Cannot
 from ..._program.expr import (
     Bad,
     Const,
@@ -39,7 +40,7 @@ from ..._program.expr import (
 )
 from ..._program.regions import view_region, whole
 from ...shard import writer
-from .engine import Engine
+from .engine import Engine, box_coords
 from .store import RecordStore
 from .tracks import Track, run_op
 from .translations import Translation, scalar
@@ -60,18 +61,14 @@ def _random(expr: Expr) -> bool:
     return any(isinstance(node, Source) for node in walk_nodes(expr))
 
 
-def _ranges(shape: Sequence[int]) -> list[tuple[int, int]]:
-    return [(0, int(size)) for size in shape]
-
-
 def _triangle(name: str, shape: Sequence[int], diagonal: Any) -> Expr:
     """Where ``triu`` / ``tril`` (``diagonal``) zeroes an element of a tensor of ``shape``."""
     if len(shape) < 2 or not isinstance(diagonal, int):
         return Bad(f"{name} needs a tensor of at least 2 dims and an int diagonal")
     rows, cols = Coord(len(shape) - 2), Coord(len(shape) - 1)
-    offset = combine("sub", cols, rows, _ranges(shape))
+    offset = combine("sub", cols, rows, whole(shape))
     op = "lt" if name.startswith("triu") else "gt"
-    return combine(op, offset, Const(float(diagonal)), _ranges(shape))
+    return combine(op, offset, Const(float(diagonal)), whole(shape))
 
 
 def _diagonal(shape: Sequence[int], wrap: bool) -> Expr:
@@ -80,7 +77,7 @@ def _diagonal(shape: Sequence[int], wrap: bool) -> Expr:
     be equal)."""
     if len(shape) < 2 or (len(shape) > 2 and len(set(shape)) != 1):
         return Bad("fill_diagonal_ needs 2 dims, or more dims of equal length")
-    ranges = _ranges(shape)
+    ranges = whole(shape)
     rows: Expr = Coord(0)
     if len(shape) == 2 and wrap and shape[0] > shape[1] + 1:
         rows = combine("mod", rows, Const(float(shape[1] + 1)), ranges)
@@ -90,13 +87,13 @@ def _diagonal(shape: Sequence[int], wrap: bool) -> Expr:
     return cond
 
 
-def _index_table(positions: Sequence[int], size: int) -> torch.Tensor | str:
-    """1 at ``positions`` (negative ones from the end) of ``size`` elements, else 0; or
-    why a position is out of bounds."""
+def _index_table(positions: Sequence[int], size: int) -> torch.Tensor:
+    """1 at ``positions`` (negative ones from the end) of ``size`` elements, else 0
+    (Cannot: a position is out of bounds)."""
     values = torch.zeros(size, dtype=torch.float64, device="cpu")
     for position in positions:
         if not -size <= position < size:
-            return f"index {position} is out of bounds for size {size}"
+            raise Cannot(f"index {position} is out of bounds for size {size}")
         values[position % size] = 1.0
     return values
 
@@ -173,31 +170,33 @@ class Coordinates:
             if not isinstance(bound.get("mask"), torch.Tensor):
                 return Bad(f"{name}: the mask is not a tensor"), value
             mask = self.engine.operand(bound["mask"], shape, name)
-            return combine("ne", mask, Const(0.0), _ranges(shape)), value
+            return combine("ne", mask, Const(0.0), whole(shape)), value
         dim = bound.get("dim")
         if not isinstance(dim, int) or not shape:
             return Bad(f"{name}: dim {dim!r} is not a dim of a {len(shape)}-dim tensor"), value
-        positions = self.known_ints(bound.get("index"), name)
-        if isinstance(positions, str):
-            return Bad(f"{name}: {positions}"), value
+        try:
+            positions = self.known_ints(bound.get("index"), name)
+        except Cannot as cannot:  # a value, refused only where it is written
+            return Bad(f"{name}: {cannot}"), value
         return self.index_condition(shape, dim % len(shape), positions), value
 
     def index_condition(self, shape: Sequence[int], dim: int, positions: list[int]) -> Expr:
-        table = _index_table(positions, int(shape[dim]))
-        if isinstance(table, str):
-            return Bad(table)
-        return combine("ne", Table(TableData(table), Coord(dim)), Const(0.0), _ranges(shape))
+        try:
+            table = _index_table(positions, int(shape[dim]))
+        except Cannot as cannot:  # a value, refused only where it is written
+            return Bad(cannot.reason)
+        return combine("ne", Table(TableData(table), Coord(dim)), Const(0.0), whole(shape))
 
-    def known_ints(self, index: Any, op: str) -> list[int] | str:
-        """The values of an index (a list or a tensor of integers known at capture), or
-        why they are not known."""
+    def known_ints(self, index: Any, op: str) -> list[int]:
+        """The values of an index (a list or a tensor of integers known at capture)
+        (Cannot: they are not known)."""
         if isinstance(index, (list, tuple)) and all(isinstance(i, int) for i in index):
             return [int(i) for i in index]
         if not isinstance(index, torch.Tensor) or index.is_floating_point() or index.dim() > 1:
-            return "the index is not a 1-D integer tensor or list"
+            raise Cannot("the index is not a 1-D integer tensor or list")
         expr = self.engine.value_of(index, op)
         if bad_reasons(expr) or _random(expr):
-            return "the index's values are not known at capture"
+            raise Cannot("the index's values are not known at capture")
         values = evaluate_whole(expr, tuple(index.shape))
         return [int(v) for v in values.reshape(-1).tolist()]
 
@@ -235,10 +234,11 @@ class Coordinates:
             if tuple(entry.shape) != shape:
                 return False
             mask = self.engine.operand(entry, shape, op)
-            cond = combine("ne", mask, Const(0.0), _ranges(shape))
+            cond = combine("ne", mask, Const(0.0), whole(shape))
         else:
-            positions = self.known_ints(entry, op)
-            if isinstance(positions, str):
+            try:
+                positions = self.known_ints(entry, op)
+            except Cannot:  # not a constant index: the caller's other routes
                 return False
             cond = self.index_condition(shape, picked[0], positions)
         self.masked_write(target, tensor, cond, self.engine.value_of(value, op), op)
@@ -249,7 +249,7 @@ class Coordinates:
         a, b = args[0], args[1] if len(args) > 1 else kwargs.get("vec2")
         result = run_op(func, args, kwargs)
         shape = tuple(result.shape)
-        ranges = _ranges(shape)
+        ranges = whole(shape)
         parts = []
         for dim, (vector, other) in enumerate(((a, b), (b, a))):
             repeats = self.engine.repeat_reason(name) if other.numel() > 1 else None
@@ -282,23 +282,10 @@ def _full_slice(entry: Any) -> bool:
 def _to_base(view: torch.Tensor, base: torch.Tensor, cond: Expr) -> Expr | None:
     """``cond`` (over ``view``'s coordinates) over the base's global coordinates, when
     the view is a box whose dims run along base dims; else None."""
-    try:
-        region = view_region(view, base)
-    except ValueError:  # view_region's own geometry check: a view that is no box
+    boxed = box_coords(view, base)
+    if boxed is None:
         return None
-    if region is None:
-        return None
-    box, axes = region
-    if axes is None:
-        return None
-    coords: list[Expr] = []
-    for size, axis in zip(view.shape, axes, strict=True):
-        if axis is None:
-            if size > 1:
-                return None
-            coords.append(Const(0.0))
-        else:
-            coords.append(combine("sub", Coord(axis), Const(float(box[axis][0]))))
+    box, coords = boxed
     return reindex(cond, coords, list(box), keep=False)
 
 
@@ -312,9 +299,9 @@ def _strided_positions(view: torch.Tensor, base: torch.Tensor) -> Expr | None:
     try:
         view_region(view, base)
         return None  # a box: the plain fill
-    except ValueError:  # view_region's own geometry check: no box, the positions below
+    except Cannot:  # no box: the positions below
         pass
-    ranges = _ranges(base.shape)
+    ranges = whole(base.shape)
     step = int(view.stride(0))
     delta = combine(
         "sub", contiguous_index(tuple(base.shape)),

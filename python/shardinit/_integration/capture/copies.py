@@ -12,7 +12,8 @@ from typing import Any
 import torch
 
 from ..._program.actions import CapturedOp, Computed, Fill, Opaque
-from ..._program.regions import FlatRun, box_runs, flat_range_boxes, map_runs_from, runs_or_reason
+from ..._program.cannot import Cannot
+from ..._program.regions import FlatRun, box_runs, flat_range_boxes, map_runs_from, view_runs
 from .engine import BUFFER_WRITE, Engine
 from .frames import user_frame
 from .store import RecordStore
@@ -69,18 +70,17 @@ class Copies:
             UnsupportedInitOpError: a parameter takes elements never written, or values
                 no op describes (a temporary takes them as opaque).
         """
-        src_runs, dst_runs = runs_or_reason(src, source.base), runs_or_reason(dst, target.base)
-        if isinstance(src_runs, str) or isinstance(dst_runs, str):
+        try:
+            runs = view_runs(src, source.base), view_runs(dst, target.base)
+        except Cannot:  # a view not in row-major order: the caller copies by values
             return False
-        runs = src_runs, dst_runs
-        why = _uncopyable(source, runs)
-        if why is not None:
-            if target.kind == "param":
-                raise self.store.fail(target, op, why)
-            self.engine.record(target, dst, Opaque(why), op)
+        try:
+            _check_copyable(source, runs)
+        except Cannot as cannot:
+            self.engine.cannot(target, dst, cannot, op)
             return True
         where_ = user_frame()
-        self.engine.places.writes += 1
+        self.engine.places.new_write()
         for entry in source.ops:  # no Computed one (copy_into): fills, scales, masks
             copied = f"{entry.op} (copied by {op} at {where_})"
             if not isinstance(entry.action, Opaque):  # opaque parts: not copied (checked)
@@ -103,21 +103,20 @@ class Copies:
                 self.engine.places.copied(source, entry, target, moved, op, f"{op} at {where_}")
                 for _, box in flat_range_boxes(target.shape, *mapped):
                     copy = CapturedOp(box, entry.action, copied, entry.where)
-                    self.engine.places.roots[id(copy)] = self.engine.places.root(id(entry))
+                    self.engine.places.copied_from(copy, entry)
                     self.store.add(target, copy)
 
 
-def _uncopyable(source: Track, runs: tuple[list[FlatRun], list[FlatRun]]) -> str | None:
-    """Why the elements ``runs[0]`` of the temporary ``source`` cannot be copied op by op
-    (never written, or written by an op no program describes), or None."""
+def _check_copyable(source: Track, runs: tuple[list[FlatRun], list[FlatRun]]) -> None:
+    """Raises :class:`Cannot` when the elements ``runs[0]`` of the temporary ``source``
+    cannot be copied op by op (never written, or written by an op no program describes)."""
     for start, stop in runs[0]:
         for _, box in flat_range_boxes(source.shape, start, stop):
             if not source.written(box):
-                return f"it copies elements of {source.label} that were never written"
+                raise Cannot(f"it copies elements of {source.label} that were never written")
     for entry in source.ops:
         if isinstance(entry.action, Opaque) and any(
             next(map_runs_from(runs[0], run, runs[1]), None) is not None
             for run in box_runs(entry.region, source.shape)
         ):
-            return f"it copies values of {source.label}: {entry.action.why}"
-    return None
+            raise Cannot(f"it copies values of {source.label}: {entry.action.why}")

@@ -27,7 +27,9 @@ from typing import Any
 
 import torch
 
+from ..._caches import BoundedMap
 from ..._program.actions import CapturedOp, Fill, Opaque, TrackAction, program_of
+from ..._program.cannot import Cannot
 from ..._program.expr import (
     Bad,
     Const,
@@ -57,8 +59,9 @@ from ..._program.regions import (
     FlatRun,
     flat_range_boxes,
     map_runs_from,
-    runs_or_reason,
     view_region,
+    view_runs,
+    whole,
 )
 from ..._torch_compat import tree_flatten
 from ...errors import ShardInitError
@@ -75,10 +78,6 @@ __all__ = ["Engine", "read_reason"]
 
 # A write into a buffer's real stand-in: only its region matters (the values are real).
 BUFFER_WRITE = Constant(0.0)
-
-
-def _ranges(shape: Sequence[int]) -> list[tuple[int, int]]:
-    return [(0, int(size)) for size in shape]
 
 
 def op_value(op: CapturedOp, track: Track, prior: Expr) -> Expr:
@@ -172,7 +171,7 @@ class Engine:
         offset = int(value.storage_offset() - track.base.storage_offset())
         coords, repeats = strided_coords(value.shape, value.stride(), offset, track.shape)
         repeat = None if repeats is None else self.repeat_reason(op)
-        read = reindex(self.folded(track), coords, _ranges(value.shape), repeat)
+        read = reindex(self.folded(track), coords, whole(value.shape), repeat)
         if track.kind == "param" and bad_reasons(read):
             return Bad(read_reason((track, f"{op} at {user_frame()}")))
         return read
@@ -233,7 +232,7 @@ class Engine:
             return expr
         coords, stretched = broadcast_coords(tuple(value.shape), tuple(shape))
         why = self.repeat_reason(op) if stretched else None
-        return reindex(expr, coords, _ranges(shape), why)
+        return reindex(expr, coords, whole(shape), why)
 
     # ----------------------------------------------------------------- writes
 
@@ -256,12 +255,18 @@ class Engine:
                 for it (a constant that overflows its dtype, ...).
         """
         if track.kind == "param" and isinstance(action, Fill):
-            why = _invalid_fill(track, action)
-            if why is not None:
-                raise self.store.fail(track, op, why)
+            with self.store.refusing(track, op):
+                _check_fill(track, action)
         recorded = self.store.append(track, view, action, op)
         if recorded is not None and recorded.action is action:
             self.places.recorded(track, recorded, op)
+
+    def cannot(self, track: Track, view: torch.Tensor, cannot: Cannot, op: str) -> None:
+        """What ``op`` cannot give on ``view`` of ``track``: refused on a parameter (the
+        capture's edge), on a temporary its values there become opaque."""
+        if track.kind == "param":
+            raise self.store.fail(track, op, cannot.reason)
+        self.record(track, view, Opaque(cannot.reason), op)
 
     def write(
         self, track: Track, view: torch.Tensor, entry: Translation, values: list[Any], op: str
@@ -273,11 +278,13 @@ class Engine:
             return
         aligned = entry.kind in ("eye", "dirac")
         region = self.store.region(track, view, op) if aligned else None
-        made = fill_action(track, view, entry.kind, values, op, region)
-        if isinstance(made, str):
+        try:
+            made = fill_action(track, view, entry.kind, values, op, region)
+        except Cannot as cannot:
             if track.kind == "param":
-                raise self.store.fail(track, op, made)
-            made = Opaque(f"{op}: {made}")
+                raise self.store.fail(track, op, cannot.reason) from None
+            self.record(track, view, Opaque(f"{op}: {cannot}"), op)
+            return
         self.record(track, view, made, op)
 
     def append(self, track: Track, box: Box, expr: Expr, op: str, where_: str) -> None:
@@ -310,18 +317,20 @@ class Engine:
 
     def write_expr(self, target: Track, view: torch.Tensor, expr: Expr, op: str) -> None:
         """Writes ``expr`` (over ``view``'s coordinates) into ``view`` of ``target``."""
-        self.places.writes += 1
+        self.places.new_write()
         if target.kind == "buffer":
             self.record(target, view, Fill(Constant(0.0)), op)
             return
-        runs = runs_or_reason(view, target.base)
-        if isinstance(runs, str):
+        try:
+            runs = view_runs(view, target.base)
+        except Cannot as cannot:
             if target.kind == "param":
-                raise self.store.fail(target, op, f"the view written is not a box ({runs})")
+                why = f"the view written is not a box ({cannot})"
+                raise self.store.fail(target, op, why) from None
             self.record(target, view, Opaque(f"{op} wrote a view that is not a box"), op)
             return
         where_ = user_frame()
-        boxed = _box_coords(view, target.base)
+        boxed = box_coords(view, target.base)
         if boxed is not None:  # one op on the box, read through the view's axes
             box, coords = boxed
             self.append(target, box, reindex(expr, coords, list(box)), op, where_)
@@ -340,25 +349,23 @@ def _inexact_integers(value: torch.Tensor) -> bool:
     return bool(value.detach().abs().max() > 2**53)
 
 
-def _invalid_fill(track: Track, action: Fill) -> str | None:
-    """Why ``action`` cannot fill the parameter ``track`` (ParamSpec's checks), or None.
-    Fills found valid are remembered by what decides it (shape, dtype, initializer): a
-    capture checks every fill it records, mostly the same few."""
+def _check_fill(track: Track, action: Fill) -> None:
+    """Raises :class:`Cannot` when ``action`` cannot fill the parameter ``track``
+    (ParamSpec's checks). Fills found valid are remembered by what decides it (shape,
+    dtype, initializer): a capture checks every fill it records, mostly the same few."""
     key = (track.shape, track.base.dtype, action.init)
-    if key in _VALID_FILLS:
-        return None
+    if _VALID_FILLS.get(key):
+        return
     try:
         ParamSpec(track.name, track.shape, track.base.dtype, action.init, seed=0)
     except ShardInitError as why:  # ParamSpec validates its arguments: it refuses nothing
-        return str(why)
+        raise Cannot(str(why)) from None
     if getattr(action.init, "elementwise", False):  # orthogonal's cap reads the environment
-        if len(_VALID_FILLS) > 4096:
-            _VALID_FILLS.clear()
-        _VALID_FILLS.add(key)
-    return None
+        _VALID_FILLS.put(key, True)
 
 
-_VALID_FILLS: set[tuple[object, ...]] = set()
+#: The fills :func:`_check_fill` found valid (the answer for a key never changes).
+_VALID_FILLS: BoundedMap[tuple[object, ...], bool] = BoundedMap()
 
 
 def _merge_reads(reads: list[tuple[Track, str]], more: Sequence[tuple[Track, str]]) -> None:
@@ -386,12 +393,12 @@ def _drop_branch(expr: Expr, never: Expr) -> Expr:
     return expr
 
 
-def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, list[Expr]] | None:
+def box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, list[Expr]] | None:
     """The box ``view`` covers and its coordinates as expressions of the base's, when
     each of its dims runs along one base dim; else None."""
     try:
         region = view_region(view, base)
-    except ValueError:  # view_region is geometry only: nothing in it refuses
+    except Cannot:  # a view that is no box: the caller writes it by runs
         return None
     if region is None:
         return None

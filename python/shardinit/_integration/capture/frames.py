@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ..._caches import cached
 from .translations import INIT_CODES
 
 __all__ = ["frame_arguments", "func_name", "init_frame", "user_frame"]
@@ -24,39 +25,28 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _TORCH_MODULES = os.path.join(_TORCH_DIR, "nn", "modules") + os.sep
 _TORCH_INIT_CODE = frozenset({"reset_parameters", "_reset_parameters"})
 _WRAPPERS = (os.path.join("transformers", "initialization.py"),)  # guarded nn.init wrappers
-# co_filename -> its frames' kind: "user", "plumbing", or "torch.nn" (the user's only in
-# _TORCH_INIT_CODE functions); decided once per file: a capture asks for the user's line
-# at every recorded operation.
-_KIND_OF_FILE: dict[str, str] = {}
 
 
+@cached
 def _file_kind(filename: str) -> str:
-    known = _KIND_OF_FILE.get(filename)
-    if known is None:
-        path = os.path.abspath(filename)
-        if path.startswith(_OWN_DIR) or path.endswith(_WRAPPERS):
-            known = "plumbing"
-        elif path.startswith(_TORCH_MODULES):
-            known = "torch.nn"
-        else:
-            known = "plumbing" if path.startswith(_TORCH_DIR) else "user"
-        _KIND_OF_FILE[filename] = known
-    return known
+    """The kind of a file's frames: "user", "plumbing", or "torch.nn" (the user's only
+    in _TORCH_INIT_CODE functions); cached: a capture asks for the user's line at every
+    recorded operation."""
+    path = os.path.abspath(filename)
+    if path.startswith(_OWN_DIR) or path.endswith(_WRAPPERS):
+        return "plumbing"
+    if path.startswith(_TORCH_MODULES):
+        return "torch.nn"
+    return "plumbing" if path.startswith(_TORCH_DIR) else "user"
 
 
-class _UsersCode(dict[CodeType, bool]):
-    """Code object -> whether its frames are user (or library) code (see above), decided
-    once per code object: each frame of the stack is asked at every recorded operation,
-    with one lookup."""
-
-    def __missing__(self, code: CodeType) -> bool:
-        kind = _file_kind(code.co_filename)
-        known = kind == "user" or (kind == "torch.nn" and code.co_name in _TORCH_INIT_CODE)
-        self[code] = known
-        return known
-
-
-_USERS_CODE = _UsersCode()
+@cached
+def _users_code(code: CodeType) -> bool:
+    """Whether the frames of ``code`` are user (or library) code (see above), decided
+    once per code object while it is among the cache's recent ones: each frame of the
+    stack is asked at every recorded operation."""
+    kind = _file_kind(code.co_filename)
+    return kind == "user" or (kind == "torch.nn" and code.co_name in _TORCH_INIT_CODE)
 
 
 def user_frame() -> str:
@@ -66,7 +56,7 @@ def user_frame() -> str:
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
-        if _USERS_CODE[code]:
+        if _users_code(code):
             return f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
         frame = frame.f_back
     return "<unknown>"

@@ -36,6 +36,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from ..._program.actions import Opaque
+from ..._program.cannot import Cannot
 from ..._torch_compat import GRAD_SWITCH, enter_dispatch_mode, exit_dispatch_mode, handed_to_mode
 from ...errors import UnsupportedInitOpError
 from .backstop import WriteBackstop
@@ -163,27 +164,32 @@ class CaptureMode(TorchFunctionMode):
         """An operation no route follows, reading no parameter's values: run on the CPU
         where its meta operands' values are known (:mod:`.concrete`), its results
         tables; else run as it is, its results opaque (:meth:`.steps.Steps.taint`)."""
-        evaluated = self.concrete.evaluate(name, func, args, kwargs)
+        why: str | None = None
+        try:
+            evaluated = self.concrete.evaluate(name, func, args, kwargs)
+        except Cannot as cannot:  # its values are not known: opaque
+            evaluated, why = None, cannot.reason
         if target is not None and is_inplace(name):
-            return self.other_inplace(name, target, func, args, kwargs, evaluated)
-        if isinstance(evaluated, Evaluated):
+            return self.other_inplace(name, target, func, args, kwargs, (evaluated, why))
+        if evaluated is not None:
             return self.concrete.results(name, func, args, kwargs, evaluated)
         result = run_op(func, args, kwargs)
-        self.steps.taint(name, args, kwargs, result, evaluated)
+        self.steps.taint(name, args, kwargs, result, why)
         return result
 
     def other_inplace(
         self, name: str, target: Track, func: Any, args: Sequence[Any], kwargs: dict[str, Any],
-        evaluated: Evaluated | str | None,
+        evaluated: tuple[Evaluated | None, str | None],
     ) -> Any:  # fmt: skip
         """An in-place operation no route follows on a followed tensor: on a known meta
         temporary, the table of its values run on the CPU (:mod:`.concrete`; meta holds
-        no values, so nothing runs there); else the tensor's values become opaque."""
-        if isinstance(evaluated, Evaluated) and target.kind == "temp" and target.base.is_meta:
-            self.concrete.write_inplace(name, target, args[0], evaluated)
+        no values, so nothing runs there); else the tensor's values become opaque (with
+        why the CPU run could not be had, if it was tried)."""
+        values, why = evaluated
+        if values is not None and target.kind == "temp" and target.base.is_meta:
+            self.concrete.write_inplace(name, target, args[0], values)
             return args[0]
-        why = evaluated if isinstance(evaluated, str) else f"{name} is not a recorded fill"
-        self.engine.record(target, args[0], Opaque(why), name)
+        self.engine.record(target, args[0], Opaque(why or f"{name} is not a recorded fill"), name)
         with self.backstop.expecting(target):
             result = run_op(func, args, kwargs)
         self.steps.taint(name, args, kwargs, result)
@@ -288,10 +294,12 @@ class CaptureMode(TorchFunctionMode):
         params = self.store.params_in((args, kwargs))
         why: str | None = None
         if not params and tensors_in((args[1:], kwargs)):  # indexing by tensors: a copy
-            evaluated = self.concrete.evaluate(name, func, args, kwargs)
-            if isinstance(evaluated, Evaluated):
+            try:
+                evaluated = self.concrete.evaluate(name, func, args, kwargs)
+            except Cannot as cannot:  # its values are not known: the result is opaque
+                evaluated, why = None, cannot.reason
+            if evaluated is not None:
                 return self.concrete.results(name, func, args, kwargs, evaluated)
-            why = evaluated
         result = func(*args, **kwargs)
         if params:
             for leaf in tensors_in(result):

@@ -5,12 +5,14 @@ store alone writes a track's operations (:meth:`RecordStore.append`,
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 
 from ..._program.actions import CapturedOp, Opaque, TrackAction
+from ..._program.cannot import Cannot
 from ..._program.regions import Box, view_region, whole
 from ..._torch_compat import tree_flatten
 from ...errors import UnsupportedInitOpError
@@ -79,6 +81,15 @@ class RecordStore:
             self.error = error
         return error
 
+    @contextmanager
+    def refusing(self, track: Track, op: str) -> Iterator[None]:
+        """The capture's edge: a :class:`~shardinit._program.cannot.Cannot` raised inside
+        becomes the refusal of ``op`` on ``track`` (:meth:`fail`)."""
+        try:
+            yield
+        except Cannot as cannot:
+            raise self.fail(track, op, cannot.reason) from None
+
     def region(
         self, track: Track, view: torch.Tensor, op: str
     ) -> tuple[Box, Sequence[int | None] | None] | None:
@@ -93,10 +104,10 @@ class RecordStore:
             return track.whole()
         try:
             region = view_region(view, track.base)
-        except ValueError as why:  # view_region's own check: no refusal runs inside it
+        except Cannot as cannot:
             if track.kind != "param":
                 return (whole(track.shape), None)
-            raise self.fail(track, op, f"the region written is not a box ({why})") from None
+            raise self.fail(track, op, f"the region written is not a box ({cannot})") from None
         return region
 
     def append(

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ..._program.actions import Computed, Fill, TrackAction
+from ..._program.cannot import Cannot
 from ..._program.expr import Const, Coord, Expr, combine
 from ..._program.regions import Box
 from ...errors import ShardInitError
@@ -25,29 +26,26 @@ _ZERO = Constant(0.0)
 
 def fill_action(
     track: Track, view: torch.Tensor, kind: str, values: Sequence[Any], op: str, region: Region
-) -> TrackAction | str:
+) -> TrackAction:
     """The action of a fill of ``kind`` with ``values`` on ``view`` of ``track`` (whose
-    region is ``region``, needed by ``eye``/``dirac`` only), or why there is none.
+    region is ``region``, needed by ``eye``/``dirac`` only).
 
     Raises:
+        Cannot: there is none (why).
         ValueError: ``eye_`` / ``dirac_`` on a tensor of a rank torch refuses (torch's
             own error, as eager torch raises it).
     """
     if kind in ("eye", "dirac"):
         return _aligned(view, kind, values, region)
     if kind == "orthogonal":
-        why = _not_whole(track, view)
-        if why is not None:
-            return why
+        _check_whole(track, view)
     try:
         return build(kind, values, op, view)
     except ShardInitError as why:  # build validates the arguments: it refuses nothing
-        return str(why)
+        raise Cannot(str(why)) from None
 
 
-def _aligned(
-    view: torch.Tensor, kind: str, values: Sequence[Any], region: Region
-) -> TrackAction | str:
+def _aligned(view: torch.Tensor, kind: str, values: Sequence[Any], region: Region) -> TrackAction:
     if kind == "eye" and view.dim() != 2:
         raise ValueError("Only tensors with 2 dimensions are supported")
     groups = int(values[0]) if kind == "dirac" else 1
@@ -57,29 +55,29 @@ def _aligned(
         return Fill(_ZERO)
     box, axes = region
     if axes is None or any(s > 1 and a is None for s, a in zip(view.shape, axes, strict=True)):
-        return f"{kind}_ on a view that merges dims"
+        raise Cannot(f"{kind}_ on a view that merges dims")
     program = _structured(box, axes, tuple(view.shape), groups if kind == "dirac" else 0)
     return Computed(program)
 
 
-def _not_whole(track: Track, view: torch.Tensor) -> str | None:
+def _check_whole(track: Track, view: torch.Tensor) -> None:
     """``orthogonal_``'s matrix is that of the tensor it is given: replayable only when
-    that is a parameter itself, whole and in its own order (flattened the same way)."""
+    that is a parameter itself, whole and in its own order (flattened the same way);
+    else :class:`Cannot`."""
     if track.kind != "param":
-        return "orthogonal_ on a temporary is not replayable (fill the parameter)"
+        raise Cannot("orthogonal_ on a temporary is not replayable (fill the parameter)")
     whole = (
         view.dim() == track.base.dim()
         and tuple(view.shape) == track.shape
         and view.is_contiguous()
         and view.storage_offset() == track.base.storage_offset()
     )
-    if whole:
-        return None
-    return (
-        f"orthogonal_ on a view of shape {tuple(view.shape)} that is not the whole "
-        f"parameter of shape {track.shape} in its own order: its matrix would be the "
-        "view's; call it on the parameter itself"
-    )
+    if not whole:
+        raise Cannot(
+            f"orthogonal_ on a view of shape {tuple(view.shape)} that is not the whole "
+            f"parameter of shape {track.shape} in its own order: its matrix would be the "
+            "view's; call it on the parameter itself"
+        )
 
 
 def _structured(

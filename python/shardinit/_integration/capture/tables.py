@@ -10,10 +10,10 @@ followed).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Literal
 
+from ..._caches import cached
 from ...init import BaseInit, Normal, Uniform
 from .pointwise import POINTWISE, inplace_name
 from .translations import METHOD_TRANSLATIONS
@@ -114,7 +114,7 @@ def is_inplace(name: str) -> bool:
     return name.endswith("_")
 
 
-@functools.cache
+@cached
 def route_of(name: str) -> Route:
     """The route of the torch function, method or property accessor ``name``
     (:func:`.frames.func_name`); ``"other"`` for every name the tables do not know."""

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import torch
 
 from ..._program.actions import CapturedOp, sets_values
+from ..._program.cannot import Cannot
 from ..._program.regions import Box, box_union_covers, intersect, view_region
 from ..._torch_compat import tree_flatten, tree_map
 
@@ -82,18 +83,18 @@ class Track:
         self.layout = _layout(self.base)
         self._whole: tuple[torch.Size, tuple[Box, tuple[int | None, ...]] | None] | None = None
 
-    def changed(self) -> str | None:
-        """What became different about the tensor since it was followed (its class,
-        shape, strides, dtype or storage: init code made it another tensor), or None."""
+    def check_unchanged(self) -> None:
+        """Raises :class:`~shardinit._program.cannot.Cannot` saying what became different
+        about the tensor since it was followed (its class, shape, strides, dtype or
+        storage: init code made it another tensor)."""
         now = _layout(self.base)
         if now == self.layout:  # the common case, compared at once
-            return None
+            return
         for what, before, after in zip(_LAYOUT_PARTS, self.layout, now, strict=True):
             if before != after and what == "storage":
-                return "its storage was replaced by another tensor's"
+                raise Cannot("its storage was replaced by another tensor's")
             if before != after:
-                return f"its {what} changed from {before} to {after}"
-        return None
+                raise Cannot(f"its {what} changed from {before} to {after}")
 
     @property
     def shape(self) -> tuple[int, ...]:

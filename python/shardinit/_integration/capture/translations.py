@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ..._caches import BoundedMap
 from ..._program.actions import Fill, Scale, TrackAction
 from ...errors import ShardInitError
 from ...init import BaseInit, Constant, Normal, Orthogonal, TruncNormal, uniform_or_constant
@@ -150,14 +151,12 @@ def build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> Tr
     if made is None:
         made = _build(kind, values, op, tensor)
         if key is not None:
-            if len(_BUILT) >= 4096:
-                _BUILT.clear()
-            _BUILT[key] = made
+            _BUILT.put(key, made)
     return made
 
 
 #: ``build``'s actions of plain arguments (:func:`_action_key`).
-_BUILT: dict[tuple[object, ...], TrackAction] = {}
+_BUILT: BoundedMap[tuple[object, ...], TrackAction] = BoundedMap()
 _NUMBER_KINDS = frozenset(
     {"normal", "uniform", "trunc_normal", "constant", "zeros", "ones", "scale", "divide"}
 )

@@ -11,11 +11,12 @@ from typing import Any
 import torch
 
 from ..._program.actions import Fill, Opaque, TrackAction
+from ..._program.cannot import Cannot
 from ..._torch_compat import tree_flatten
 from ...errors import ShardInitError
 from ...init import Constant
 from .backstop import WriteBackstop
-from .concrete import Concrete, Evaluated
+from .concrete import Concrete
 from .coordinates import Coordinates
 from .copies import Copies
 from .engine import Engine
@@ -143,14 +144,15 @@ class Writes:
         with a known index the write runs on the CPU values (:mod:`.concrete`); else it is
         refused (a parameter) or the temporary's values become opaque."""
         args = (tensor, index, value)
-        evaluated = self.concrete.evaluate("__setitem__", torch.Tensor.__setitem__, args, {})
-        if isinstance(evaluated, Evaluated) and target.kind == "temp" and target.base.is_meta:
+        why = "an index by tensors is no box"
+        try:
+            evaluated = self.concrete.evaluate("__setitem__", torch.Tensor.__setitem__, args, {})
+        except Cannot as cannot:
+            evaluated, why = None, cannot.reason
+        if evaluated is not None and target.kind == "temp" and target.base.is_meta:
             self.concrete.write_inplace("__setitem__", target, tensor, evaluated)
             return
-        why = evaluated if isinstance(evaluated, str) else "an index by tensors is no box"
-        if target.kind == "param":
-            raise self.store.fail(target, op, why)
-        self.engine.record(target, tensor, Opaque(why), op)
+        self.engine.cannot(target, tensor, Cannot(why), op)
 
     def setitem(self, target: Track, tensor: torch.Tensor, index: Any, value: Any) -> None:
         op = f"[{index!r}] = {value!r}"

@@ -1,0 +1,56 @@
+"""The one policy of shardinit's process-global caches: least recently used, at most
+:data:`CACHE_SIZE` entries each.
+
+A cache here only saves recomputing a pure answer (a dtype's range, a torch function's
+route, an action built from plain arguments, whether a code object is the user's), so
+dropping an entry changes no value, only time. The bound keeps a long-lived process
+(a server building many models, a notebook) from holding every key it ever saw: user
+callables and code objects among them, which the bound lets go once they are the least
+recently used. Functions use :data:`cached`; caches filled only for some keys (a check
+remembered when it passed) use :class:`BoundedMap`. Neither imports torch.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+from typing import Final, Generic, TypeVar
+
+__all__ = ["CACHE_SIZE", "BoundedMap", "cached"]
+
+#: Entries each cache holds at most: far above what one model asks (a few dozen
+#: constants, dtypes, init calls), small beside the memory of any model.
+CACHE_SIZE: Final = 4096
+
+#: ``functools.lru_cache`` bounded by :data:`CACHE_SIZE`: the decorator of every cached
+#: function (``cache_clear`` and ``__wrapped__`` as lru_cache gives them).
+cached: Final = functools.lru_cache(maxsize=CACHE_SIZE)
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class BoundedMap(Generic[_K, _V]):
+    """A map of at most :data:`CACHE_SIZE` entries that forgets the least recently used
+    one when full, for caches whose caller decides which answers to keep."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[_K, _V] = OrderedDict()
+
+    def get(self, key: _K) -> _V | None:
+        """The value kept for ``key`` (now the most recently used), or None."""
+        value = self._entries.get(key)
+        if value is not None:
+            self._entries.move_to_end(key)
+        return value
+
+    def put(self, key: _K, value: _V) -> None:
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        if len(self._entries) > CACHE_SIZE:
+            self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._entries)

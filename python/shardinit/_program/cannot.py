@@ -1,0 +1,25 @@
+"""The one way to say "cannot" below the capture's edge: :class:`Cannot`.
+
+A function that cannot give what it was asked for (the box of a view that is no box, the
+values of an operand capture did not follow, a table past the cap) raises
+``Cannot(reason)``. Only the capture's edge turns it into the user-facing refusal
+(``RecordStore.refusing``: an ``UnsupportedInitOpError`` naming the tensor, the operation
+and the caller's line); a caller that can go on without the value (a temporary whose
+values become opaque, another route for a copy) keeps the reason instead.
+
+An element value that cannot be computed is an IR node, :class:`~shardinit._program.expr.Bad`,
+not a raise: expressions are built before anyone knows whether they are written, and a
+value that is never written refuses nothing (as eager torch computes it harmlessly).
+"""
+
+from __future__ import annotations
+
+__all__ = ["Cannot"]
+
+
+class Cannot(Exception):  # a reason, kept or refused: not an error of the caller
+    """Why a value or a region cannot be had (``reason``, a phrase a refusal ends with)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
