@@ -146,8 +146,8 @@ STEPS: list[Step] = [
 
 
 def _program(low: float, high: float, registers: list[tuple[str, str | float, tuple[int, ...]]]
-             ) -> _core.Program:  # fmt: skip
-    program = _core.Program()
+             ) -> _core.RegisterProgram:  # fmt: skip
+    program = _core.RegisterProgram()
     program.source(_core.Init.uniform(low, high), "float32")
     for kind, name, operands in registers:
         if kind == "constant":
@@ -164,7 +164,7 @@ def _steps(repeats: int) -> None:
     threads = torch.get_num_threads()
     out = np.empty(numel, dtype=np.float32)
 
-    def run(program: _core.Program) -> None:
+    def run(program: _core.RegisterProgram) -> None:
         _core.fill_program(7, list(STEP_SHAPE), program, "float32", _core.Region.flat(0), out,
                            threads)  # fmt: skip
 
