@@ -808,7 +808,7 @@ fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) {
         UnaryOp::Sigmoid => map(x, dst, math::sigmoid),
         UnaryOp::Softplus => map(x, dst, math::softplus),
         UnaryOp::Floor => map(x, dst, f64::floor),
-        UnaryOp::Erf => map(x, dst, math::erf),
+        UnaryOp::Erf => math::lanes_slice(math::LaneFunction::Erf, x, dst),
         UnaryOp::Erfinv => math::erfinv_slice(x, dst),
         UnaryOp::RoundHalfEven => map(x, dst, round_half_even),
         UnaryOp::Sin => map(x, dst, |v| if refused(v) { f64::NAN } else { math::sin(v) }),

@@ -28,6 +28,8 @@ pub enum LaneFunction {
     Exp,
     /// [`super::log`].
     Log,
+    /// [`super::erf`].
+    Erf,
 }
 
 impl LaneFunction {
@@ -36,6 +38,7 @@ impl LaneFunction {
         match self {
             LaneFunction::Exp => super::exp,
             LaneFunction::Log => super::log,
+            LaneFunction::Erf => super::erf,
         }
     }
 }
@@ -89,24 +92,18 @@ pub fn lanes_slice(function: LaneFunction, x: &[f64], out: &mut [f64]) {
 /// the remainder through the scalar function.
 #[inline(always)]
 fn run(function: LaneFunction, x: &[f64], out: &mut [f64]) {
-    match function {
-        LaneFunction::Exp => each_chunk(x, out, exp_lanes, super::exp),
-        LaneFunction::Log => each_chunk(x, out, log_lanes, super::log),
-    }
-}
-
-#[inline(always)]
-fn each_chunk(
-    x: &[f64],
-    out: &mut [f64],
-    lanes: impl Fn(&[f64; LANES], &mut [f64; LANES]) -> [bool; LANES],
-    scalar: fn(f64) -> f64,
-) {
+    let scalar = function.scalar();
     let mut chunks = x.chunks_exact(LANES).zip(out.chunks_exact_mut(LANES));
     for (x, out) in &mut chunks {
         let x: &[f64; LANES] = x.try_into().expect("LANES lanes");
         let out: &mut [f64; LANES] = out.try_into().expect("LANES lanes");
-        let rare = lanes(x, out);
+        // Direct calls (not a function value), so that each lane form is inlined into
+        // the caller compiled for the backend's target features.
+        let rare = match function {
+            LaneFunction::Exp => exp_lanes(x, out),
+            LaneFunction::Log => log_lanes(x, out),
+            LaneFunction::Erf => erf_lanes(x, out),
+        };
         if rare.contains(&true) {
             for ((slot, &v), rare) in out.iter_mut().zip(x).zip(rare) {
                 if rare {
@@ -129,47 +126,148 @@ fn add_to_exponent(y: f64, k: f64) -> f64 {
     f64::from_bits(y.to_bits().wrapping_add(k_bits << 52))
 }
 
-/// [`super::exp`] of every lane into `out`; the lanes it marks `true` (non-finite,
-/// `|x| >= 709.78`, or a subnormal result's `k < -1021`) are to be recomputed.
-// Lanes index several arrays in step: a range loop is the form that vectorizes.
-#[allow(clippy::needless_range_loop)]
+/// [`super::exp`] of every lane into `out`; the lanes it marks `true` are to be
+/// recomputed ([`exp_lane`]).
+#[allow(clippy::needless_range_loop)] // lanes indexed in step: the form that vectorizes
 #[inline(always)]
 fn exp_lanes(x: &[f64; LANES], out: &mut [f64; LANES]) -> [bool; LANES] {
+    let mut rare = [false; LANES];
+    for i in 0..LANES {
+        (out[i], rare[i]) = exp_lane(x[i]);
+    }
+    rare
+}
+
+/// [`super::exp`] of `x`, and whether it is to be recomputed by the scalar function
+/// (non-finite, `|x| >= 709.78`, or a subnormal result's `k < -1021`).
+#[inline(always)]
+fn exp_lane(x: f64) -> (f64, bool) {
     use super::{INVLN2, LN2_HI, LN2_LO, P1, P2, P3, P4, P5};
+    let hx = ((x.to_bits() >> 32) as u32) & 0x7fff_ffff;
+    let negative = x.is_sign_negative();
+    // The scalar `k`: 0 up to 0.5 ln2, +-1 up to 1.5 ln2, then the rounded quotient.
+    let half = if negative { -0.5 } else { 0.5 };
+    let quotient = (INVLN2 * x + half).trunc();
+    let one = if negative { -1.0 } else { 1.0 };
+    let k = if hx <= 0x3fd6_2e42 {
+        0.0
+    } else if hx < 0x3FF0_A2B2 {
+        one
+    } else {
+        quotient
+    };
+    // `x - LN2_HI_PM[xsb]` is `x - k * LN2_HI` for `k = +-1` (the product is exact),
+    // and `LN2_LO_PM[xsb]` is `k * LN2_LO`.
+    let hi = x - k * LN2_HI;
+    let lo = k * LN2_LO;
+    let r = if hx <= 0x3fd6_2e42 { x } else { hi - lo };
+    let t = r * r;
+    let c = r - t * (P1 + t * (P2 + t * (P3 + t * (P4 + t * P5))));
+    let unscaled = 1.0 - ((r * c) / (c - 2.0) - r);
+    let y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi);
+    let value = if k == 0.0 {
+        unscaled
+    } else {
+        add_to_exponent(y, k)
+    };
+    let value = if hx < 0x3e30_0000 { 1.0 + x } else { value };
+    (value, hx >= 0x4086_2E42 || k < -1021.0)
+}
+
+/// [`super::erf`] of every lane into `out`: each lane evaluates all four of fdlibm's
+/// intervals and selects its own; the lanes it marks `true` (non-finite or `|x| <
+/// 2^-1015`, or an `exp` lane of its own marked) are to be recomputed.
+#[allow(clippy::needless_range_loop)] // lanes indexed in step, as in `exp_lanes`
+#[inline(always)]
+fn erf_lanes(x: &[f64; LANES], out: &mut [f64; LANES]) -> [bool; LANES] {
+    // Each interval in a loop of its own, then one loop of selects: in one loop body
+    // the compiler's cost model keeps them scalar.
+    let mut central = [0.0; LANES];
+    let mut near_one = [0.0; LANES];
+    let mut tail = [0.0; LANES];
+    let mut tail_rare = [false; LANES];
+    for i in 0..LANES {
+        central[i] = erf_central(x[i]);
+    }
+    for i in 0..LANES {
+        near_one[i] = erf_near_one(x[i]);
+    }
+    for i in 0..LANES {
+        (tail[i], tail_rare[i]) = erf_tail(x[i]);
+    }
     let mut rare = [false; LANES];
     for i in 0..LANES {
         let x = x[i];
-        let hx = ((x.to_bits() >> 32) as u32) & 0x7fff_ffff;
-        let negative = x.is_sign_negative();
-        // The scalar `k`: 0 up to 0.5 ln2, +-1 up to 1.5 ln2, then the rounded quotient.
-        let half = if negative { -0.5 } else { 0.5 };
-        let quotient = (INVLN2 * x + half).trunc();
-        let one = if negative { -1.0 } else { 1.0 };
-        let k = if hx <= 0x3fd6_2e42 {
-            0.0
-        } else if hx < 0x3FF0_A2B2 {
-            one
+        let ix = ((x.to_bits() >> 32) as u32) & 0x7fff_ffff;
+        let saturated = if x.is_sign_negative() {
+            super::TINY - 1.0
         } else {
-            quotient
+            1.0 - super::TINY
         };
-        // `x - LN2_HI_PM[xsb]` is `x - k * LN2_HI` for `k = +-1` (the product is exact),
-        // and `LN2_LO_PM[xsb]` is `k * LN2_LO`.
-        let hi = x - k * LN2_HI;
-        let lo = k * LN2_LO;
-        let r = if hx <= 0x3fd6_2e42 { x } else { hi - lo };
-        let t = r * r;
-        let c = r - t * (P1 + t * (P2 + t * (P3 + t * (P4 + t * P5))));
-        let unscaled = 1.0 - ((r * c) / (c - 2.0) - r);
-        let y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi);
-        let value = if k == 0.0 {
-            unscaled
+        out[i] = if ix < 0x3e30_0000 {
+            x + super::EFX * x
+        } else if ix < 0x3feb_0000 {
+            central[i]
+        } else if ix < 0x3ff4_0000 {
+            near_one[i]
+        } else if ix >= 0x4018_0000 {
+            saturated
         } else {
-            add_to_exponent(y, k)
+            tail[i]
         };
-        out[i] = if hx < 0x3e30_0000 { 1.0 + x } else { value };
-        rare[i] = hx >= 0x4086_2E42 || k < -1021.0;
+        let tail_taken = (0x3ff4_0000..0x4018_0000).contains(&ix);
+        rare[i] = !(0x0080_0000..0x7ff0_0000).contains(&ix) || (tail_taken && tail_rare[i]);
     }
     rare
+}
+
+/// [`super::erf`] for `2^-28 <= |x| < 0.84375`.
+#[inline(always)]
+fn erf_central(x: f64) -> f64 {
+    use super::{PP0, PP1, PP2, PP3, PP4, QQ1, QQ2, QQ3, QQ4, QQ5};
+    let z = x * x;
+    let r = PP0 + z * (PP1 + z * (PP2 + z * (PP3 + z * PP4)));
+    let s = 1.0 + z * (QQ1 + z * (QQ2 + z * (QQ3 + z * (QQ4 + z * QQ5))));
+    let y = r / s;
+    x + x * y
+}
+
+/// [`super::erf`] for `0.84375 <= |x| < 1.25`.
+#[inline(always)]
+fn erf_near_one(x: f64) -> f64 {
+    use super::{ERX, PA0, PA1, PA2, PA3, PA4, PA5, PA6, QA1, QA2, QA3, QA4, QA5, QA6};
+    let s = x.abs() - 1.0;
+    let p = PA0 + s * (PA1 + s * (PA2 + s * (PA3 + s * (PA4 + s * (PA5 + s * PA6)))));
+    let q = 1.0 + s * (QA1 + s * (QA2 + s * (QA3 + s * (QA4 + s * (QA5 + s * QA6)))));
+    if !x.is_sign_negative() {
+        ERX + p / q
+    } else {
+        -ERX - p / q
+    }
+}
+
+/// [`super::erf`] for `1.25 <= |x| < 6`, and whether one of its `exp` lanes is marked.
+#[inline(always)]
+fn erf_tail(x: f64) -> (f64, bool) {
+    use super::{RA0, RA1, RA2, RA3, RA4, RA5, RA6, RA7, RB0, RB1, RB2, RB3, RB4, RB5, RB6};
+    use super::{SA1, SA2, SA3, SA4, SA5, SA6, SA7, SA8, SB1, SB2, SB3, SB4, SB5, SB6, SB7};
+    let positive = !x.is_sign_negative();
+    let ix = ((x.to_bits() >> 32) as u32) & 0x7fff_ffff;
+    let x = x.abs();
+    let s = 1.0 / (x * x);
+    let ra = RA0 + s * (RA1 + s * (RA2 + s * (RA3 + s * (RA4 + s * (RA5 + s * (RA6 + s * RA7))))));
+    let sa = 1.0
+        + s * (SA1
+            + s * (SA2 + s * (SA3 + s * (SA4 + s * (SA5 + s * (SA6 + s * (SA7 + s * SA8)))))));
+    let rb = RB0 + s * (RB1 + s * (RB2 + s * (RB3 + s * (RB4 + s * (RB5 + s * RB6)))));
+    let sb = 1.0 + s * (SB1 + s * (SB2 + s * (SB3 + s * (SB4 + s * (SB5 + s * (SB6 + s * SB7))))));
+    let (r, ss) = if ix < 0x4006_DB6E { (ra, sa) } else { (rb, sb) };
+    let z = f64::from_bits(x.to_bits() & 0xffff_ffff_0000_0000);
+    let (e1, rare1) = exp_lane(-z * z - 0.5625);
+    let (e2, rare2) = exp_lane((z - x) * (z + x) + r / ss);
+    let r = e1 * e2;
+    let value = if positive { 1.0 - r / x } else { r / x - 1.0 };
+    (value, rare1 || rare2)
 }
 
 /// [`super::log`] of every lane into `out`; the lanes it marks `true` (zero, negative,
@@ -291,6 +389,18 @@ mod tests {
         for high in [0x4086_2E42, 0x4086_2E41, 0x4087_4910] {
             high_word(high, &mut all);
         }
+        // erf: its intervals' ends (2^-1015, 2^-28, 0.84375, 1.25, 1/0.35, 6).
+        for high in [
+            0x0080_0000,
+            0x3e30_0000,
+            0x3feb_0000,
+            0x3ff4_0000,
+            0x4006_DB6E,
+            0x4018_0000,
+        ] {
+            high_word(high, &mut all);
+            high_word(high - 1, &mut all);
+        }
         for v in [7.09782712893383973096e+02, -7.45133219101941108420e+02] {
             around(v, &mut all);
         }
@@ -344,13 +454,15 @@ mod tests {
         });
     }
 
+    const FUNCTIONS: [LaneFunction; 3] = [LaneFunction::Exp, LaneFunction::Log, LaneFunction::Erf];
+
     #[test]
     fn every_backend_gives_the_scalar_bits_on_edges_and_random_inputs() {
         let mut inputs = edges();
         inputs.extend(random(1 << 19));
         assert!(inputs.len() > 2_000_000);
         for backend in Backend::available() {
-            for function in [LaneFunction::Exp, LaneFunction::Log] {
+            for function in FUNCTIONS {
                 lanes_equal_scalar(backend, function, &inputs);
             }
         }
@@ -369,6 +481,7 @@ mod tests {
         for (lanes, scale, shift, name) in [
             (exp_lanes as Lanes, 1400.0, -700.0, "exp"),
             (log_lanes as Lanes, 1000.0, 0.0, "log"),
+            (erf_lanes as Lanes, 12.0, -6.0, "erf"),
         ] {
             let ordinary: Vec<f64> = unit.iter().map(|u| scale * u + shift).collect();
             let mut rare = 0;
