@@ -30,6 +30,10 @@ pub enum LaneFunction {
     Log,
     /// [`super::erf`].
     Erf,
+    /// [`super::sigmoid`].
+    Sigmoid,
+    /// [`super::tanh`].
+    Tanh,
 }
 
 impl LaneFunction {
@@ -39,6 +43,8 @@ impl LaneFunction {
             LaneFunction::Exp => super::exp,
             LaneFunction::Log => super::log,
             LaneFunction::Erf => super::erf,
+            LaneFunction::Sigmoid => super::sigmoid,
+            LaneFunction::Tanh => super::tanh,
         }
     }
 }
@@ -103,6 +109,8 @@ fn run(function: LaneFunction, x: &[f64], out: &mut [f64]) {
             LaneFunction::Exp => exp_lanes(x, out),
             LaneFunction::Log => log_lanes(x, out),
             LaneFunction::Erf => erf_lanes(x, out),
+            LaneFunction::Sigmoid => sigmoid_lanes(x, out),
+            LaneFunction::Tanh => tanh_lanes(x, out),
         };
         if rare.contains(&true) {
             for ((slot, &v), rare) in out.iter_mut().zip(x).zip(rare) {
@@ -270,6 +278,63 @@ fn erf_tail(x: f64) -> (f64, bool) {
     (value, rare1 || rare2)
 }
 
+/// [`super::sigmoid`] of every lane into `out`: both quotients per lane, one select; the
+/// lanes it marks `true` (NaN and `|x| > 40`, the scalar function's other branches) are
+/// to be recomputed.
+#[allow(clippy::needless_range_loop)] // lanes indexed in step, as in `exp_lanes`
+#[inline(always)]
+fn sigmoid_lanes(x: &[f64; LANES], out: &mut [f64; LANES]) -> [bool; LANES] {
+    use super::compensated::{div_dd, exp_parts, fast_two_sum};
+    let mut rare = [false; LANES];
+    for i in 0..LANES {
+        let x = x[i];
+        let (k, h, l) = exp_parts(-x.abs());
+        let s = super::two_pow(k);
+        let (e_h, e_l) = (h * s, l * s);
+        let (d_h, d_l) = fast_two_sum(1.0, e_h);
+        let upper = div_dd(1.0, 0.0, d_h, d_l + e_l);
+        let lower = div_dd(e_h, e_l, d_h, d_l + e_l);
+        out[i] = if x >= 0.0 { upper } else { lower };
+        rare[i] = !(-40.0..=40.0).contains(&x);
+    }
+    rare
+}
+
+/// [`super::tanh`] of every lane into `out`; the lanes it marks `true` (NaN, `|x| >= 22`
+/// and `|x| < 2^-28`, the scalar function's other branches) are to be recomputed.
+#[allow(clippy::needless_range_loop)] // lanes indexed in step, as in `exp_lanes`
+#[inline(always)]
+fn tanh_lanes(x: &[f64; LANES], out: &mut [f64; LANES]) -> [bool; LANES] {
+    use super::compensated::{div_dd, two_sum, TANH_TINY};
+    let mut rare = [false; LANES];
+    for i in 0..LANES {
+        let x = x[i];
+        let a = x.abs();
+        let (e_h, e_l) = expm1_dd_lane(2.0 * a);
+        let (d_h, d_l) = two_sum(e_h, 2.0);
+        out[i] = div_dd(e_h, e_l, d_h, d_l + e_l).copysign(x);
+        rare[i] = !(TANH_TINY..22.0).contains(&a);
+    }
+    rare
+}
+
+/// `compensated::expm1_dd` with its branch (`n == 0`) as a select: both values per lane.
+#[inline(always)]
+fn expm1_dd_lane(x: f64) -> (f64, f64) {
+    use super::compensated::{exp_reduced, expm1_reduced, fast_two_sum, reduce, two_sum};
+    let (n, r_h, r_l) = reduce(x);
+    let near_zero = expm1_reduced(r_h, r_l);
+    let (k, h, l) = exp_reduced(n, r_h, r_l);
+    let s = super::two_pow(k);
+    let (e_h, e_l) = two_sum(h * s, -1.0);
+    let away = fast_two_sum(e_h, e_l + l * s);
+    if n == 0 {
+        near_zero
+    } else {
+        away
+    }
+}
+
 /// [`super::log`] of every lane into `out`; the lanes it marks `true` (zero, negative,
 /// subnormal or non-finite `x`, and `|f| < 2^-20`) are to be recomputed.
 #[allow(clippy::needless_range_loop)] // lanes indexed in step, as in `exp_lanes`
@@ -404,6 +469,16 @@ mod tests {
         for v in [7.09782712893383973096e+02, -7.45133219101941108420e+02] {
             around(v, &mut all);
         }
+        // sigmoid and tanh: their lane ranges' ends and the switches of their reduction
+        // `n = rint(x 8/ln2)` (tanh's argument is `2|x|`).
+        for v in [40.0, 22.0, super::super::compensated::TANH_TINY] {
+            around(v, &mut all);
+        }
+        for n in -400..400 {
+            let switch = (f64::from(n) + 0.5) * std::f64::consts::LN_2 / 8.0;
+            around(switch, &mut all);
+            around(switch / 2.0, &mut all);
+        }
         for k in -1080..1030 {
             around((f64::from(k) + 0.5) * std::f64::consts::LN_2, &mut all);
         }
@@ -454,7 +529,13 @@ mod tests {
         });
     }
 
-    const FUNCTIONS: [LaneFunction; 3] = [LaneFunction::Exp, LaneFunction::Log, LaneFunction::Erf];
+    const FUNCTIONS: [LaneFunction; 5] = [
+        LaneFunction::Exp,
+        LaneFunction::Log,
+        LaneFunction::Erf,
+        LaneFunction::Sigmoid,
+        LaneFunction::Tanh,
+    ];
 
     #[test]
     fn every_backend_gives_the_scalar_bits_on_edges_and_random_inputs() {
@@ -482,6 +563,8 @@ mod tests {
             (exp_lanes as Lanes, 1400.0, -700.0, "exp"),
             (log_lanes as Lanes, 1000.0, 0.0, "log"),
             (erf_lanes as Lanes, 12.0, -6.0, "erf"),
+            (sigmoid_lanes as Lanes, 80.0, -40.0, "sigmoid"),
+            (tanh_lanes as Lanes, 44.0, -22.0, "tanh"),
         ] {
             let ordinary: Vec<f64> = unit.iter().map(|u| scale * u + shift).collect();
             let mut rare = 0;
