@@ -10,10 +10,11 @@
 //! program, the key, the global shape, the destination dtype and the element's global
 //! flat index: the same bits for every world size, layout, thread count and CPU.
 //!
-//! The evaluator is scalar: each chunk of the output is evaluated in blocks of
-//! [`BLOCK`] elements, one binary64 scratch vector per register (reused from block to
-//! block); `erfinv` runs over a register's block in lanes ([`math::erfinv_slice`], the
-//! same bits). A program that is a single `source` of the destination's dtype is the same
+//! Each chunk of the output is evaluated in blocks of [`BLOCK`] elements, one binary64
+//! scratch vector per register (reused from block to block), step by step; `erfinv`,
+//! `exp`, `log`, `erf`, `sigmoid` and `tanh` run over a register's block in lanes
+//! ([`math::erfinv_slice`], [`math::lanes_slice`]: the scalar functions' bits), the
+//! other steps one element at a time. A program that is a single `source` of the destination's dtype is the same
 //! computation as [`ParamStream::fill_region`] and is dispatched to its fused kernels.
 //! A program with one source of the destination's dtype and further steps (a fill, then
 //! `* gain`, `log`, ...) has that source's values written by the fused kernels into the
