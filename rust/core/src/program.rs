@@ -10,10 +10,11 @@
 //! program, the key, the global shape, the destination dtype and the element's global
 //! flat index: the same bits for every world size, layout, thread count and CPU.
 //!
-//! The evaluator is scalar: each chunk of the output is evaluated in blocks of
-//! [`BLOCK`] elements, one binary64 scratch vector per register (reused from block to
-//! block); `erfinv` runs over a register's block in lanes ([`math::erfinv_slice`], the
-//! same bits). A program that is a single `source` of the destination's dtype is the same
+//! Each chunk of the output is evaluated in blocks of [`BLOCK`] elements, one binary64
+//! scratch vector per register (reused from block to block), step by step; `erfinv`,
+//! `exp`, `log`, `erf`, `sigmoid` and `tanh` run over a register's block in lanes
+//! ([`math::erfinv_slice`], [`math::lanes_slice`]: the scalar functions' bits), the
+//! other steps one element at a time. A program that is a single `source` of the destination's dtype is the same
 //! computation as [`ParamStream::fill_region`] and is dispatched to its fused kernels.
 //! A program with one source of the destination's dtype and further steps (a fill, then
 //! `* gain`, `log`, ...) has that source's values written by the fused kernels into the
@@ -800,15 +801,15 @@ fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) {
         UnaryOp::Reciprocal => map(x, dst, |v| 1.0 / v),
         UnaryOp::Sqrt => map(x, dst, f64::sqrt),
         UnaryOp::Rsqrt => map(x, dst, math::rsqrt),
-        UnaryOp::Exp => map(x, dst, math::exp),
+        UnaryOp::Exp => math::lanes_slice(math::LaneFunction::Exp, x, dst),
         UnaryOp::Expm1 => map(x, dst, math::expm1),
-        UnaryOp::Log => map(x, dst, math::log),
+        UnaryOp::Log => math::lanes_slice(math::LaneFunction::Log, x, dst),
         UnaryOp::Log1p => map(x, dst, math::log1p),
-        UnaryOp::Tanh => map(x, dst, math::tanh),
-        UnaryOp::Sigmoid => map(x, dst, math::sigmoid),
+        UnaryOp::Tanh => math::lanes_slice(math::LaneFunction::Tanh, x, dst),
+        UnaryOp::Sigmoid => math::lanes_slice(math::LaneFunction::Sigmoid, x, dst),
         UnaryOp::Softplus => map(x, dst, math::softplus),
         UnaryOp::Floor => map(x, dst, f64::floor),
-        UnaryOp::Erf => map(x, dst, math::erf),
+        UnaryOp::Erf => math::lanes_slice(math::LaneFunction::Erf, x, dst),
         UnaryOp::Erfinv => math::erfinv_slice(x, dst),
         UnaryOp::RoundHalfEven => map(x, dst, round_half_even),
         UnaryOp::Sin => map(x, dst, |v| if refused(v) { f64::NAN } else { math::sin(v) }),

@@ -43,7 +43,7 @@ pub(super) fn fast_two_sum(a: f64, b: f64) -> (f64, f64) {
 /// the exactly computed remainder `a - q*b` divided by `b_h` (`a_h - q*b_h` is exact:
 /// Dekker's product and Sterbenz's lemma).
 #[inline]
-fn div_dd(a_h: f64, a_l: f64, b_h: f64, b_l: f64) -> f64 {
+pub(super) fn div_dd(a_h: f64, a_l: f64, b_h: f64, b_l: f64) -> f64 {
     let q = a_h / b_h;
     let (p, e) = two_prod(q, b_h);
     q + ((((a_h - p) - e) + a_l) - q * b_l) / b_h
@@ -133,7 +133,7 @@ fn horner(c: &[f64], x: f64) -> f64 {
 /// `r_h + r_l` differs from `x - n ln2/8` by the roundings of `n*LN2_8_3` and of its
 /// subtraction from the low part (`< 2^-110`).
 #[inline]
-fn reduce(x: f64) -> (i32, f64, f64) {
+pub(super) fn reduce(x: f64) -> (i32, f64, f64) {
     let t = (x * INV_LN2_8 + ROUND) - ROUND;
     let a = x - t * LN2_8_1;
     let (r_h, r_l) = two_sum(a, -(t * LN2_8_2));
@@ -145,7 +145,7 @@ fn reduce(x: f64) -> (i32, f64, f64) {
 /// `r + r^2/2` as double-doubles (Dekker's square) plus the Taylor terms of degree 3
 /// to 10 in binary64 (Horner); relative error below `2^-66`.
 #[inline]
-fn expm1_reduced(r_h: f64, r_l: f64) -> (f64, f64) {
+pub(super) fn expm1_reduced(r_h: f64, r_l: f64) -> (f64, f64) {
     let (sq_h, sq_l) = two_prod(r_h, r_h);
     let sq_l = sq_l + 2.0 * r_h * r_l;
     let cube = r_h * sq_h * horner(&EXP_TAYLOR, r_h);
@@ -165,7 +165,7 @@ pub(super) fn exp_parts(x: f64) -> (i32, f64, f64) {
 
 /// [`exp_parts`] from [`reduce`]'s `n, r_h, r_l`.
 #[inline]
-fn exp_reduced(n: i32, r_h: f64, r_l: f64) -> (i32, f64, f64) {
+pub(super) fn exp_reduced(n: i32, r_h: f64, r_l: f64) -> (i32, f64, f64) {
     let (p_h, p_l) = expm1_reduced(r_h, r_l);
     let (t_h, t_l) = TWO_POW_J8[(n & 7) as usize];
     let (m_h, m_l) = two_prod(t_h, p_h);
@@ -240,7 +240,7 @@ fn left_tail(x: f64, c: f64) -> f64 {
 
 /// `2^-28`: below it `tanh(x)` rounds to `x` (`tanh(x) = x - x^3/3 + ...`, a relative
 /// change below `2^-57.5`).
-const TANH_TINY: f64 = 3.725290298461914e-9;
+pub(super) const TANH_TINY: f64 = 3.725290298461914e-9;
 
 /// Hyperbolic tangent within 1 ulp (measured 0.50, stream-format.md §7): `x` for
 /// `|x| < 2^-28`; `+-1` from `|x| >= 22` on (`1 - tanh(22) < 2^-62`); in between
