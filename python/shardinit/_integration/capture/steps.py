@@ -21,6 +21,7 @@ from ..._program.expr import (
     Prior,
     Source,
     combine,
+    exact_integers,
     stored,
     walk_nodes,
     where,
@@ -80,7 +81,9 @@ class Steps:
         start = float(kwargs.get("start", start))
         step = float(kwargs.get("step", step))
         value = combine("add", combine("mul", Coord(0), Const(step)), Const(start))
-        return stored(value, result.dtype)
+        if result.dtype.is_floating_point:
+            return stored(value, result.dtype)
+        return exact_integers(value, result.dtype, _ranges(result))
 
     def pointwise(
         self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -97,7 +100,7 @@ class Steps:
         exprs = [None if v is None else self.engine.operand(v, shape, name) for v in operands]
         temp = self.store.new_temp(name, result)
         self.engine.carry_read(temp, operands, name)
-        expr = step.build(exprs, options)
+        expr = exact_integers(step.build(exprs, options), result.dtype, _ranges(result))
         self.store.hold(temp, self.engine.action_of(temp, expr, name), name)
         return result
 
@@ -162,6 +165,10 @@ def unfollowed(name: str) -> str:
         else "not an elementwise operation shardinit follows"
     )
     return f"{name} at {user_frame()} is {kind}"
+
+
+def _ranges(result: torch.Tensor) -> list[tuple[int, int]]:
+    return [(0, int(size)) for size in result.shape]
 
 
 def _linspace(start: float, end: float, steps: int) -> Expr:
