@@ -52,6 +52,7 @@ __all__ = [
     "gathered",
     "holds_exactly",
     "in_box",
+    "in_dtype",
     "integer_span",
     "random_key",
     "reindex",
@@ -607,6 +608,32 @@ def exact_integers(expr: Expr, dtype: torch.dtype, ranges: Sequence[tuple[int, i
             "and copy the tensor, or keep them within 2**53)"
         )
     return stored(expr, dtype)
+
+
+def in_dtype(expr: Expr, dtype: torch.dtype) -> Expr:
+    """``expr``, a step whose result is of float ``dtype``, as torch's kernel computes it
+    where binary64 would differ by more than the last bits: ``%`` (``remainder``) takes a
+    Python number operand rounded to ``dtype``, as torch's kernel does (then the exact
+    ``fmod`` of two ``dtype`` values and one rounded addition: binary64 then ``dtype`` is
+    torch's value bit for bit). ``//`` (``floor_divide``) in float32, float16 or bfloat16
+    is :class:`Bad`: torch rounds ``(a - fmod(a, b)) / b`` in ``dtype`` at each step, and a
+    quotient past ``dtype``'s precision then floors to another integer than binary64's."""
+    if dtype not in _ROUNDED or not isinstance(expr, Binary) or expr.op not in ("mod", "floordiv"):
+        return expr
+    if expr.op == "floordiv":
+        name = str(dtype).removeprefix("torch.")
+        return Bad(
+            f"floor_divide (//) of {name} values: torch rounds its steps in {name}, which "
+            "the program engine's binary64 does not reproduce exactly (divide in float64, "
+            "or with values known at capture)"
+        )
+    a, b = (
+        Const(float(torch.tensor(x.value, dtype=dtype, device="cpu")))
+        if isinstance(x, Const)
+        else x
+        for x in (expr.a, expr.b)
+    )
+    return Binary("mod", a, b)
 
 
 def integer_span(expr: Expr, ranges: Sequence[tuple[int, int]]) -> tuple[float, float]:

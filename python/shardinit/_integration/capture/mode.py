@@ -410,9 +410,24 @@ def _source(mode: CaptureMode, call: Call) -> Any:
     return mode.steps.source(call.name, call.func, call.args, call.kwargs)
 
 
+#: Steps whose value jumps where an operand moves by one ulp (``%`` and ``//`` jump by a
+#: whole divisor or unit): on values known at capture, run by torch itself on the CPU
+#: (:mod:`.concrete`), so they are eager's bit for bit, not binary64's.
+_TORCH_STEPS = frozenset(
+    {"remainder", "__mod__", "__rmod__", "floor_divide", "__floordiv__", "__rfloordiv__"}
+)
+
+
 def _pointwise(mode: CaptureMode, call: Call) -> Any:
     if all(track.kind == "buffer" for track in mode.store.followed((call.args, call.kwargs))):
         return _NOT_MINE  # on buffers' real values (or none followed): run as it is
+    if call.name in _TORCH_STEPS:
+        known = mode.steps.known_on_cpu(call.args, call.kwargs)
+        if known:  # followed CPU temporaries of known values: torch's own result, a table
+            return run_op(call.func, call.args, call.kwargs)
+        evaluated = mode.concrete.evaluate(call.name, call.func, call.args, call.kwargs)
+        if isinstance(evaluated, Evaluated):
+            return mode.concrete.results(call.name, call.func, call.args, call.kwargs, evaluated)
     return mode.steps.pointwise(call.name, call.func, call.args, call.kwargs)
 
 

@@ -22,6 +22,7 @@ from ..._program.expr import (
     Source,
     combine,
     exact_integers,
+    in_dtype,
     stored,
     walk_nodes,
     where,
@@ -100,9 +101,20 @@ class Steps:
         exprs = [None if v is None else self.engine.operand(v, shape, name) for v in operands]
         temp = self.store.new_temp(name, result)
         self.engine.carry_read(temp, operands, name)
-        expr = exact_integers(step.build(exprs, options), result.dtype, _ranges(result))
+        expr = in_dtype(step.build(exprs, options), result.dtype)
+        expr = exact_integers(expr, result.dtype, _ranges(result))
         self.store.hold(temp, self.engine.action_of(temp, expr, name), name)
         return result
+
+    def known_on_cpu(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+        """Whether the followed temporaries among ``args`` are CPU tensors whose values
+        are all known (no random source, nothing opaque): then they hold eager torch's
+        values, and torch's own result of an operation on them is eager's."""
+        temps = self.store.followed((args, kwargs))
+        if not temps or any(temp.base.device.type != "cpu" for temp in temps):
+            return False
+        nodes = (n for temp in temps for n in walk_nodes(self.engine.folded(temp)))
+        return not any(isinstance(n, (Source, Bad, Prior)) for n in nodes)
 
     def cast_temp(self, name: str, func: Any, args: Sequence[Any], kwargs: Any) -> Any:
         """A cast or device move of a followed temporary."""
