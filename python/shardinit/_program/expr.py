@@ -183,7 +183,9 @@ class Where(Expr):
 
 @dataclass(frozen=True)
 class Round(Expr):
-    """Rounded to ``dtype`` (a cast; round-to-nearest-even)."""
+    """Rounded to ``dtype`` (a cast; round-to-nearest-even); for an integer ``dtype``, an
+    exact integer wrapped into its range (:func:`exact_integers`; the compiler lowers it
+    to exact binary64 steps)."""
 
     x: Expr
     dtype: torch.dtype
