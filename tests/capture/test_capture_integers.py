@@ -25,6 +25,14 @@ INIT_FN_CASES: dict[str, Values] = {
     "int32_sub_wraps": lambda d: torch.arange(512, device=d, dtype=torch.int32) - 2**31 + 7,
     "int64_affine": lambda d: torch.arange(512, device=d) * 3 - 7,
     "float_to_int8": lambda d: torch.linspace(-100, 100, 512, device=d).to(torch.int8) * 3,
+    "int8_mul_in_place": lambda d: torch.arange(512, device=d).to(torch.int8).mul_(100),
+    "uint8_sub_in_place": lambda d: torch.arange(512, device=d, dtype=torch.uint8).sub_(3),
+    "int32_mul_in_place_twice": lambda d: (
+        torch.arange(512, device=d, dtype=torch.int32).mul_(10_000_000).mul_(10_000_000)
+    ),
+    "int32_times_3_in_place": lambda d: (
+        torch.arange(512, device=d, dtype=torch.int32).add_(2**26).mul_(3)
+    ),
 }
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "holds_exactly",
     "in_box",
     "in_dtype",
+    "inexact_integers",
     "integer_span",
     "random_key",
     "reindex",
@@ -599,17 +600,33 @@ def exact_integers(expr: Expr, dtype: torch.dtype, ranges: Sequence[tuple[int, i
     Every integer temporary was checked so when made, so its operands are exact."""
     if dtype not in INTEGER_DTYPES or isinstance(expr, Bad):
         return expr
+    why = _past_exact(expr, dtype, ranges)
+    return stored(expr, dtype) if why is None else Bad(why)
+
+
+def inexact_integers(expr: Expr, ranges: Sequence[tuple[int, int]]) -> str | None:
+    """Why some integer step of ``expr`` (a ``Round`` to an integer dtype, over
+    ``ranges``) may pass 2**53 before its wrap (see :func:`exact_integers`), or None."""
+    for node in walk_nodes(expr):
+        if isinstance(node, Round) and node.dtype in INTEGER_DTYPES:
+            why = _past_exact(node.x, node.dtype, ranges)
+            if why is not None:
+                return why
+    return None
+
+
+def _past_exact(expr: Expr, dtype: torch.dtype, ranges: Sequence[tuple[int, int]]) -> str | None:
     low, high = integer_span(expr, ranges)
     if not (low >= -EXACT_INTEGERS and high <= EXACT_INTEGERS):
         reach = (
             "unbounded" if math.isinf(low) or math.isinf(high) else f"in [{low:.0f}, {high:.0f}]"
         )
-        return Bad(
+        return (
             f"{str(dtype).removeprefix('torch.')} values {reach}: integer arithmetic beyond "
             "2**53 is not exact in the program engine's binary64 (compute them on the CPU "
             "and copy the tensor, or keep them within 2**53)"
         )
-    return stored(expr, dtype)
+    return None
 
 
 def in_dtype(expr: Expr, dtype: torch.dtype) -> Expr:

@@ -13,6 +13,7 @@ import torch
 
 from ..._program.actions import Fill, Opaque
 from ..._program.expr import (
+    INTEGER_DTYPES,
     Bad,
     Binary,
     Const,
@@ -23,6 +24,7 @@ from ..._program.expr import (
     combine,
     exact_integers,
     in_dtype,
+    inexact_integers,
     stored,
     walk_nodes,
     where,
@@ -145,6 +147,16 @@ class Steps:
         exprs += [None if v is None else self.engine.operand(v, shape, name) for v in operands[1:]]
         self.engine.carry_read(target, operands[1:], name)
         self.engine.write_expr(target, view, step.build(exprs, options), name)
+
+    def check_integers(self, target: Track, view: torch.Tensor, name: str) -> None:
+        """After an in-place write into an integer temporary: where one of its integer
+        steps may pass 2**53 (binary64 would round it before the wrap), what was
+        written is opaque, refused with why where it reaches a parameter or buffer."""
+        if target.kind != "temp" or target.base.dtype not in INTEGER_DTYPES:
+            return
+        why = inexact_integers(self.engine.folded(target), _ranges(target.base))
+        if why is not None:
+            self.engine.record(target, view, Opaque(f"{name} at {user_frame()}: {why}"), name)
 
     def taint(self, name: str, args: Any, kwargs: Any, result: Any, why: str | None = None) -> None:
         """Results of an operation shardinit does not follow, on followed temporaries:
