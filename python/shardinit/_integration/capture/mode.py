@@ -285,7 +285,7 @@ class CaptureMode(TorchFunctionMode):
         return out
 
     def view(self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-        self.refuse_dtype_view(name, args, kwargs)
+        _refuse_dtype_view(self.store, name, args, kwargs)
         params = self.store.params_in((args, kwargs))
         why: str | None = None
         if not params and tensors_in((args[1:], kwargs)):  # indexing by tensors: a copy
@@ -300,22 +300,6 @@ class CaptureMode(TorchFunctionMode):
                     raise self.store.fail(params[0], name, "it copies the values (a read)")
         self.steps.taint(name, args, kwargs, result, why)  # advanced indexing copies
         return result
-
-    def refuse_dtype_view(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-        """A view of a parameter or temporary as another dtype (``w.view(torch.int32)``)
-        reinterprets its bits: programs hold values, not bits, so writes or reads through
-        it are refused, naming the parameter, the operation and the line."""
-        base = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        dtypes = [v for v in [*args[1:], *kwargs.values()] if isinstance(v, torch.dtype)]
-        if base is None or not dtypes or dtypes[0] == base.dtype:
-            return
-        tracks = [t for t in self.store.followed((base,)) if t.kind in ("param", "temp")]
-        if tracks:
-            raise self.store.fail(
-                tracks[0], name,
-                f"a view of its {base.dtype} values as {dtypes[0]} reinterprets their bits, "
-                "which shardinit does not replay (write the values in its own dtype)",
-            )  # fmt: skip
 
     def make_temporary(
         self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -425,6 +409,25 @@ def _copy(mode: CaptureMode, call: Call) -> Any:
 
 def _source(mode: CaptureMode, call: Call) -> Any:
     return mode.steps.source(call.name, call.func, call.args, call.kwargs)
+
+
+def _refuse_dtype_view(
+    store: RecordStore, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> None:
+    """A view of a parameter or temporary as another dtype (``w.view(torch.int32)``)
+    reinterprets its bits: programs hold values, not bits, so writes or reads through
+    it are refused, naming the parameter, the operation and the line."""
+    base = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    dtypes = [v for v in [*args[1:], *kwargs.values()] if isinstance(v, torch.dtype)]
+    if base is None or not dtypes or dtypes[0] == base.dtype:
+        return
+    tracks = [t for t in store.followed((base,)) if t.kind in ("param", "temp")]
+    if tracks:
+        raise store.fail(
+            tracks[0], name,
+            f"a view of its {base.dtype} values as {dtypes[0]} reinterprets their bits, "
+            "which shardinit does not replay (write the values in its own dtype)",
+        )  # fmt: skip
 
 
 #: Steps whose value jumps where an operand moves by one ulp (``%`` and ``//`` jump by a
