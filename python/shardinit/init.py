@@ -174,6 +174,7 @@ class TruncNormal(BaseInit):
         if not a < b:
             raise ShardInitError(f"trunc_normal needs a < b, got a={a}, b={b}")
         _check_tail(mean, std, a, b)
+        _check_resolution(mean, std, a, b)
         for field, value in (("mean", mean), ("std", std), ("a", a), ("b", b)):
             object.__setattr__(self, field, value)
 
@@ -294,6 +295,36 @@ def _check_tail(mean: float, std: float, a: float, b: float) -> None:
             f"trunc_normal interval [a, b] = [{a}, {b}] lies {distance:.4g} std from the "
             f"mean {mean}; its probability underflows binary64 (at most about 37.5 std "
             f"is supported)"
+        )
+
+
+#: Fewest distinct values the inverse-CDF sampler must resolve in [a, b] (float32's).
+_MIN_LEVELS = 2.0**24
+
+
+def _check_resolution(mean: float, std: float, a: float, b: float) -> None:
+    """Rejects a truncation interval so narrow against ``std`` that the sampler of
+    stream-format.md §4 cannot resolve it: its probability is added to ``Phi(al)`` (or
+    ``Phi(-be)``) in binary64, so an interval of mass below that value's ulp collapses
+    to a few values (``std=1e30, a=-1, b=1`` gives all zeros where eager torch gives
+    nearly uniform values in [a, b])."""
+    alpha, beta = (a - mean) / std, (b - mean) / std
+    lower = 0.5 * math.erfc(-alpha / math.sqrt(2.0))
+    upper = 0.5 * math.erfc(beta / math.sqrt(2.0))
+    if alpha >= 0:
+        mass = 0.5 * math.erfc(alpha / math.sqrt(2.0)) - upper
+    elif beta <= 0:
+        mass = 0.5 * math.erfc(-beta / math.sqrt(2.0)) - lower
+    else:
+        mass = 0.5 * (math.erf(beta / math.sqrt(2.0)) + math.erf(-alpha / math.sqrt(2.0)))
+    start = min(min(lower, upper) + mass, 0.5)
+    levels = mass / (start * sys.float_info.epsilon) if mass > 0 else 0.0
+    if levels < _MIN_LEVELS:
+        raise ShardInitError(
+            f"trunc_normal interval [a, b] = [{a}, {b}] is too narrow for std={std} "
+            f"(mean {mean}): its probability {mass:.3g} leaves the sampler about "
+            f"{levels:.3g} distinct values in it (at least 2**24 are needed); eager torch "
+            "gives nearly uniform values there: use uniform(a, b) (nn.init.uniform_)"
         )
 
 

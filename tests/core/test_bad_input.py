@@ -340,6 +340,7 @@ CASES: list[Case] = [
     Case("init.trunc_normal", "a", "-10**400", lambda: init.trunc_normal(a=-10**400), E, r"^a must be a finite number in binary64\'s range \[-1\.7976931348623157e\+308, 1\.7976931348623157e\+308\], got int -10000000000\.\.\. \(401 digits\)$"),
     Case("init.trunc_normal", "a, b", "a == b", lambda: init.trunc_normal(0, 1, 1, 1), E, r"^trunc_normal needs a < b, got a=1.0, b=1.0"),
     Case("init.trunc_normal", "a, b", "[100, 101] with std 1", lambda: init.trunc_normal(0, 1, 100, 101), E, r"^trunc_normal interval \[a, b\] = \[100.0, 101.0\] lies 100 std from the mean"),
+    Case("init.trunc_normal", "std, a, b", "[-1, 1] with std 1e30", lambda: init.trunc_normal(0, 1e30, -1, 1), E, r"^trunc_normal interval \[a, b\] = \[-1.0, 1.0\] is too narrow for std=1e\+30"),
     Case("init.kaiming_uniform", "a", "nan", lambda: init.kaiming_uniform(a=NAN), E, r"^a must be a finite number, got nan"),
     Case("init.kaiming_uniform", "a", "'x'", lambda: init.kaiming_uniform(a="x"), TypeError, r"^a must be a real number, got str"),
     Case("init.kaiming_uniform", "a", "10**400", lambda: init.kaiming_uniform(a=10**400), E, r"^a must be a finite number in binary64\'s range \[-1\.7976931348623157e\+308, 1\.7976931348623157e\+308\], got int 100000000000\.\.\. \(401 digits\)$"),

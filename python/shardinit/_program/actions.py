@@ -124,6 +124,8 @@ class Scale(Action):
 
     def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
         factor = self.factor
+        if not dtype.is_floating_point:  # an integer tensor: integer arithmetic, wrapped
+            return combine("div" if self.divide else "mul", Prior(), Const(factor))
         if dtype != torch.float64:
             factor = float(torch.tensor(factor, dtype=torch.float32, device="cpu"))
         step = combine("div" if self.divide else "mul", Prior(), Const(factor))

@@ -20,6 +20,7 @@ from .._fill import Registers
 from ..init import BaseInit, core_init
 from ..spec import SUPPORTED_DTYPES
 from .expr import (
+    INTEGER_DTYPES,
     Bad,
     Binary,
     Const,
@@ -71,9 +72,25 @@ class _Emitter:
         if isinstance(node, Where):
             return program.where(reg[id(node.cond)], reg[id(node.a)], reg[id(node.b)])
         if isinstance(node, Round):
+            if node.dtype in INTEGER_DTYPES:
+                return self.wrap(reg[id(node.x)], node.dtype)
             return program.round(reg[id(node.x)], SUPPORTED_DTYPES[node.dtype])
         assert not isinstance(node, Bad), node.why
         raise TypeError(f"not an init program node: {node!r}")
+
+    def wrap(self, x: Any, dtype: torch.dtype) -> Any:
+        """An exact integer ``x`` (capture checked it is within 2**53:
+        :func:`.expr.exact_integers`) as ``dtype`` holds it: two's complement wraps it
+        into ``[min, min + 2**bits)``, as ``x - 2**bits * floor((x - min) / 2**bits)``,
+        every step exact in binary64. int64 holds every such integer as it is."""
+        if dtype == torch.int64:
+            return x
+        info = torch.iinfo(dtype)
+        program = self.program
+        modulus = program.constant(float(1 << info.bits))
+        shifted = program.binary("sub", x, program.constant(float(info.min)))
+        turns = program.unary("floor", program.binary("div", shifted, modulus))
+        return program.binary("sub", x, program.binary("mul", turns, modulus))
 
     def table(self, node: Table) -> Any:
         """A table read at an affine index. The core checks the index over the whole

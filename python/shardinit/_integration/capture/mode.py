@@ -291,6 +291,7 @@ class CaptureMode(TorchFunctionMode):
         return out
 
     def view(self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        _refuse_dtype_view(self.store, name, args, kwargs)
         params = self.store.params_in((args, kwargs))
         why: str | None = None
         if not params and tensors_in((args[1:], kwargs)):  # indexing by tensors: a copy
@@ -418,9 +419,43 @@ def _source(mode: CaptureMode, call: Call) -> Any:
     return mode.steps.source(call.name, call.func, call.args, call.kwargs)
 
 
+def _refuse_dtype_view(
+    store: RecordStore, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> None:
+    """A view of a parameter or temporary as another dtype (``w.view(torch.int32)``)
+    reinterprets its bits: programs hold values, not bits, so writes or reads through
+    it are refused, naming the parameter, the operation and the line."""
+    base = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    dtypes = [v for v in [*args[1:], *kwargs.values()] if isinstance(v, torch.dtype)]
+    if base is None or not dtypes or dtypes[0] == base.dtype:
+        return
+    tracks = [t for t in store.followed((base,)) if t.kind in ("param", "temp")]
+    if tracks:
+        raise store.fail(
+            tracks[0], name,
+            f"a view of its {base.dtype} values as {dtypes[0]} reinterprets their bits, "
+            "which shardinit does not replay (write the values in its own dtype)",
+        )  # fmt: skip
+
+
+#: Steps whose value jumps where an operand moves by one ulp (``%`` and ``//`` jump by a
+#: whole divisor or unit): on values known at capture, run by torch itself on the CPU
+#: (:mod:`.concrete`), so they are eager's bit for bit, not binary64's.
+_TORCH_STEPS = frozenset(
+    {"remainder", "__mod__", "__rmod__", "floor_divide", "__floordiv__", "__rfloordiv__"}
+)
+
+
 def _pointwise(mode: CaptureMode, call: Call) -> Any:
     if all(track.kind == "buffer" for track in mode.store.followed((call.args, call.kwargs))):
         return _NOT_MINE  # on buffers' real values (or none followed): run as it is
+    if call.name in _TORCH_STEPS:
+        known = mode.steps.known_on_cpu(call.args, call.kwargs)
+        if known:  # followed CPU temporaries of known values: torch's own result, a table
+            return run_op(call.func, call.args, call.kwargs)
+        evaluated = mode.concrete.evaluate(call.name, call.func, call.args, call.kwargs)
+        if isinstance(evaluated, Evaluated):
+            return mode.concrete.results(call.name, call.func, call.args, call.kwargs, evaluated)
     return mode.steps.pointwise(call.name, call.func, call.args, call.kwargs)
 
 

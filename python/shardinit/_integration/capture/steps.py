@@ -13,6 +13,7 @@ import torch
 
 from ..._program.actions import Fill, Opaque
 from ..._program.expr import (
+    INTEGER_DTYPES,
     Bad,
     Binary,
     Const,
@@ -21,6 +22,9 @@ from ..._program.expr import (
     Prior,
     Source,
     combine,
+    exact_integers,
+    in_dtype,
+    inexact_integers,
     stored,
     walk_nodes,
     where,
@@ -80,7 +84,9 @@ class Steps:
         start = float(kwargs.get("start", start))
         step = float(kwargs.get("step", step))
         value = combine("add", combine("mul", Coord(0), Const(step)), Const(start))
-        return stored(value, result.dtype)
+        if result.dtype.is_floating_point:
+            return stored(value, result.dtype)
+        return exact_integers(value, result.dtype, _ranges(result))
 
     def pointwise(
         self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -97,9 +103,20 @@ class Steps:
         exprs = [None if v is None else self.engine.operand(v, shape, name) for v in operands]
         temp = self.store.new_temp(name, result)
         self.engine.carry_read(temp, operands, name)
-        expr = step.build(exprs, options)
+        expr = in_dtype(step.build(exprs, options), result.dtype)
+        expr = exact_integers(expr, result.dtype, _ranges(result))
         self.store.hold(temp, self.engine.action_of(temp, expr, name), name)
         return result
+
+    def known_on_cpu(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+        """Whether the followed temporaries among ``args`` are CPU tensors whose values
+        are all known (no random source, nothing opaque): then they hold eager torch's
+        values, and torch's own result of an operation on them is eager's."""
+        temps = self.store.followed((args, kwargs))
+        if not temps or any(temp.base.device.type != "cpu" for temp in temps):
+            return False
+        nodes = (n for temp in temps for n in walk_nodes(self.engine.folded(temp)))
+        return not any(isinstance(n, (Source, Bad, Prior)) for n in nodes)
 
     def cast_temp(self, name: str, func: Any, args: Sequence[Any], kwargs: Any) -> Any:
         """A cast or device move of a followed temporary."""
@@ -130,6 +147,16 @@ class Steps:
         exprs += [None if v is None else self.engine.operand(v, shape, name) for v in operands[1:]]
         self.engine.carry_read(target, operands[1:], name)
         self.engine.write_expr(target, view, step.build(exprs, options), name)
+
+    def check_integers(self, target: Track, view: torch.Tensor, name: str) -> None:
+        """After an in-place write into an integer temporary: where one of its integer
+        steps may pass 2**53 (binary64 would round it before the wrap), what was
+        written is opaque, refused with why where it reaches a parameter or buffer."""
+        if target.kind != "temp" or target.base.dtype not in INTEGER_DTYPES:
+            return
+        why = inexact_integers(self.engine.folded(target), _ranges(target.base))
+        if why is not None:
+            self.engine.record(target, view, Opaque(f"{name} at {user_frame()}: {why}"), name)
 
     def taint(self, name: str, args: Any, kwargs: Any, result: Any, why: str | None = None) -> None:
         """Results of an operation shardinit does not follow, on followed temporaries:
@@ -162,6 +189,10 @@ def unfollowed(name: str) -> str:
         else "not an elementwise operation shardinit follows"
     )
     return f"{name} at {user_frame()} is {kind}"
+
+
+def _ranges(result: torch.Tensor) -> list[tuple[int, int]]:
+    return [(0, int(size)) for size in result.shape]
 
 
 def _linspace(start: float, end: float, steps: int) -> Expr:

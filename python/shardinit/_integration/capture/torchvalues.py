@@ -18,7 +18,18 @@ from typing import Any
 
 import torch
 
-from ..._program.expr import Binary, Const, Coord, Expr, Round, Table, Unary, Where, walk_nodes
+from ..._program.expr import (
+    INTEGER_DTYPES,
+    Binary,
+    Const,
+    Coord,
+    Expr,
+    Round,
+    Table,
+    Unary,
+    Where,
+    walk_nodes,
+)
 
 __all__ = ["eager_values", "exactly", "torch_values"]
 
@@ -111,13 +122,21 @@ def _step(node: Expr, values: dict[int, Value], dtype: torch.dtype) -> Value:
     if node.op in _NO_SCALARS or not (isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor)):
         a, b = _tensor(a, dtype), _tensor(b, dtype)
     else:  # a Python number operand stays one, as in eager torch (its dtype: the tensor's)
-        a = a.to(dtype) if isinstance(a, torch.Tensor) else a
-        b = b.to(dtype) if isinstance(b, torch.Tensor) else b
+        a = a.to(dtype) if isinstance(a, torch.Tensor) else _number(a, dtype)
+        b = b.to(dtype) if isinstance(b, torch.Tensor) else _number(b, dtype)
     if isinstance(a, torch.Tensor):
         result = _BINARY[node.op](a, b)
     else:
         result = _number_first(node.op, a, _tensor(b, dtype))
     return result.to(dtype) if result.dtype == torch.bool else result
+
+
+def _number(value: float, dtype: torch.dtype) -> float | int:
+    """A Python number operand as eager passed it: an integral one to an integer step is
+    an ``int`` (a float would promote the step to float)."""
+    if not dtype.is_floating_point and dtype != torch.bool and float(value).is_integer():
+        return int(value)
+    return value
 
 
 def _number_first(op: str, number: float, tensor: torch.Tensor) -> torch.Tensor:
@@ -140,7 +159,10 @@ def _rounded(node: Round, values: dict[int, Value]) -> Value:
     inner = node.x
     if isinstance(inner, Unary | Binary) and _held_in(inner, node.dtype):
         return _tensor(_step(inner, values, node.dtype)).to(_F64)
-    return _tensor(values[id(inner)]).to(node.dtype).to(_F64)
+    value = _tensor(values[id(inner)])
+    if node.dtype in INTEGER_DTYPES:  # an exact integer, wrapped as int64 -> dtype wraps
+        value = value.to(torch.int64)
+    return value.to(node.dtype).to(_F64)
 
 
 def _held_in(step: Unary | Binary, dtype: torch.dtype) -> bool:

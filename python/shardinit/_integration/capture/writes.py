@@ -103,6 +103,7 @@ class Writes:
             self.steps.inplace(name, base, target, func, args, kwargs)
         else:
             return False, None
+        self.steps.check_integers(target, view, name)
         return True, self.run_on(target, func, args, kwargs)
 
     def coordinate_op(
