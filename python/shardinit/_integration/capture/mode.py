@@ -453,7 +453,10 @@ def _pointwise(mode: CaptureMode, call: Call) -> Any:
         known = mode.steps.known_on_cpu(call.args, call.kwargs)
         if known:  # followed CPU temporaries of known values: torch's own result, a table
             return run_op(call.func, call.args, call.kwargs)
-        evaluated = mode.concrete.evaluate(call.name, call.func, call.args, call.kwargs)
+        try:
+            evaluated = mode.concrete.evaluate(call.name, call.func, call.args, call.kwargs)
+        except Cannot:
+            evaluated = None  # values not known at capture (random): a program's step
         if isinstance(evaluated, Evaluated):
             return mode.concrete.results(call.name, call.func, call.args, call.kwargs, evaluated)
     return mode.steps.pointwise(call.name, call.func, call.args, call.kwargs)
