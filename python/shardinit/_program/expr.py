@@ -26,6 +26,7 @@ import torch
 from .. import _core
 from .._caches import cached
 from ..init import BaseInit, Constant
+from .cannot import Cannot
 
 __all__ = [
     "BINARY",
@@ -48,12 +49,12 @@ __all__ = [
     "bad_reasons",
     "bare_source",
     "beyond_table_cap",
+    "check_exact_integers",
     "exact_integers",
     "gathered",
     "holds_exactly",
     "in_box",
     "in_dtype",
-    "inexact_integers",
     "integer_span",
     "random_key",
     "reindex",
@@ -600,33 +601,36 @@ def exact_integers(expr: Expr, dtype: torch.dtype, ranges: Sequence[tuple[int, i
     Every integer temporary was checked so when made, so its operands are exact."""
     if dtype not in INTEGER_DTYPES or isinstance(expr, Bad):
         return expr
-    why = _past_exact(expr, dtype, ranges)
-    return stored(expr, dtype) if why is None else Bad(why)
+    try:
+        _check_exact(expr, dtype, ranges)
+    except Cannot as cannot:  # an expression: refused only where it reaches a tensor
+        return Bad(str(cannot))
+    return stored(expr, dtype)
 
 
-def inexact_integers(expr: Expr, ranges: Sequence[tuple[int, int]]) -> str | None:
-    """Why some integer step of ``expr`` (a ``Round`` to an integer dtype, over
-    ``ranges``) may pass 2**53 before its wrap (see :func:`exact_integers`), or None."""
+def check_exact_integers(expr: Expr, ranges: Sequence[tuple[int, int]]) -> None:
+    """Checks that no integer step of ``expr`` (a ``Round`` to an integer dtype, over
+    ``ranges``) may pass 2**53 before its wrap (see :func:`exact_integers`).
+
+    Raises:
+        Cannot: why one may.
+    """
     for node in walk_nodes(expr):
         if isinstance(node, Round) and node.dtype in INTEGER_DTYPES:
-            why = _past_exact(node.x, node.dtype, ranges)
-            if why is not None:
-                return why
-    return None
+            _check_exact(node.x, node.dtype, ranges)
 
 
-def _past_exact(expr: Expr, dtype: torch.dtype, ranges: Sequence[tuple[int, int]]) -> str | None:
+def _check_exact(expr: Expr, dtype: torch.dtype, ranges: Sequence[tuple[int, int]]) -> None:
     low, high = integer_span(expr, ranges)
     if not (low >= -EXACT_INTEGERS and high <= EXACT_INTEGERS):
         reach = (
             "unbounded" if math.isinf(low) or math.isinf(high) else f"in [{low:.0f}, {high:.0f}]"
         )
-        return (
+        raise Cannot(
             f"{str(dtype).removeprefix('torch.')} values {reach}: integer arithmetic beyond "
             "2**53 is not exact in the program engine's binary64 (compute them on the CPU "
             "and copy the tensor, or keep them within 2**53)"
         )
-    return None
 
 
 def in_dtype(expr: Expr, dtype: torch.dtype) -> Expr:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from ..._program.actions import Fill, Opaque
+from ..._program.cannot import Cannot
 from ..._program.expr import (
     INTEGER_DTYPES,
     Bad,
@@ -21,10 +22,10 @@ from ..._program.expr import (
     Expr,
     Prior,
     Source,
+    check_exact_integers,
     combine,
     exact_integers,
     in_dtype,
-    inexact_integers,
     stored,
     walk_nodes,
     where,
@@ -154,9 +155,10 @@ class Steps:
         written is opaque, refused with why where it reaches a parameter or buffer."""
         if target.kind != "temp" or target.base.dtype not in INTEGER_DTYPES:
             return
-        why = inexact_integers(self.engine.folded(target), _ranges(target.base))
-        if why is not None:
-            self.engine.record(target, view, Opaque(f"{name} at {user_frame()}: {why}"), name)
+        try:
+            check_exact_integers(self.engine.folded(target), _ranges(target.base))
+        except Cannot as cannot:  # opaque: refused only where it reaches a tensor
+            self.engine.record(target, view, Opaque(f"{name} at {user_frame()}: {cannot}"), name)
 
     def taint(self, name: str, args: Any, kwargs: Any, result: Any, why: str | None = None) -> None:
         """Results of an operation shardinit does not follow, on followed temporaries:
