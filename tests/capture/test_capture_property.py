@@ -14,7 +14,7 @@ one of two outcomes, never anything else:
   only a program with a step drawn from what capture cannot follow (``Step.refusable``)
   may be refused for any reason, one of supported steps only for a documented limit it
   meets (``DOCUMENTED_LIMITS``: reading a parameter before it is set, two random values
-  in one element, a view that is not a box);
+  in one element, a parameter's random values copied, a view that is not a box);
 * **equal**: every parameter has eager's shape, dtype and ``requires_grad``; where eager
   is deterministic (equal for all torch seeds of ``EAGER_SEEDS``) the values equal
   eager's, bit for bit for constants and exact arithmetic, within ``TABLE_ULPS`` for
@@ -813,6 +813,12 @@ DOCUMENTED_LIMITS: dict[str, Callable[[Program, str], bool]] = {
     ),
     "two random values (or one read at two places) meet in one element": lambda p, _: any(
         _random_reads(step.text) >= 2 for step in p.steps
+    ),
+    # A copy of a parameter's own random values: each random value is drawn at its
+    # destination's index, so it may land in one place only (docs/ARCHITECTURE.md); the
+    # copy is refused even where it lands where it came from (an over-refusal, kept).
+    "would land in a second place": lambda p, _: any(
+        re.search(r"copy_\(m\.", step.text) for step in p.steps
     ),
     # A transposed or flattened view of a part of a parameter.
     "is not a box": lambda p, _: any(
