@@ -16,12 +16,11 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 
-from .. import save_seed_checkpoint, set_num_threads
+from .. import save_seed_checkpoint
 from ..errors import ShardInitError
-from ._launch import exit_worker
+from ._launch import exit_worker, join_worker_group
 from .checkpoint import build_model, save_config
 
 
@@ -50,12 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
-    rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
-    torch.set_num_threads(threads)
-    set_num_threads(threads)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    rank, _ = join_worker_group()
     error: str | None = None
     try:
         model, init_fn = build_model(args.hf_config, args.model)

@@ -48,6 +48,23 @@ def exit_worker(code: int) -> NoReturn:
     os._exit(code)
 
 
+def join_worker_group() -> tuple[int, int]:
+    """In a worker started by :func:`launch`: the torch and core thread counts its
+    launcher gave it, and the gloo group joined; returns ``(rank, world)``."""
+    import torch
+    import torch.distributed as dist
+
+    from .. import set_num_threads
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
+    torch.set_num_threads(threads)
+    set_num_threads(threads)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    return rank, world
+
+
 def free_port() -> int:
     """A TCP port that was free on 127.0.0.1 a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

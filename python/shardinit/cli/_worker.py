@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .. import canonical_name, fingerprint_model, materialize, set_num_threads
+from .. import canonical_name, fingerprint_model, materialize
 from ._args import rss_bytes
-from ._launch import exit_worker
+from ._launch import exit_worker, join_worker_group
 from .models import TP_PLAN
 from .transformer import build_model
 
@@ -136,12 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
-    rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    threads = int(os.environ.get("OMP_NUM_THREADS", "1"))
-    torch.set_num_threads(threads)
-    set_num_threads(threads)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    rank, world = join_worker_group()
     try:
         model, _ = build_sharded(args.model, world, args.tp)
         result: dict[str, Any] = {"rank": rank, "world": world}
