@@ -54,7 +54,7 @@ def join_worker_group() -> tuple[int, int]:
     import torch
     import torch.distributed as dist
 
-    from .. import set_num_threads
+    from ..shard import set_num_threads
 
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
