@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -43,52 +42,3 @@ def file_digests(directory: Path) -> dict[str, str]:
         for path in sorted(directory.iterdir())
         if path.is_file()
     }
-
-
-def llama_config(tied: bool) -> Any:
-    import transformers as tf
-
-    return tf.LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, vocab_size=1000, max_position_embeddings=64, pad_token_id=0,
-        tie_word_embeddings=tied,
-    )  # fmt: skip
-
-
-def titan_config(tied: bool) -> Any:
-    """torchtitan 0.3.0's Llama3 config, tiny (as tests/clients builds it)."""
-    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
-    from torchtitan.models.llama3 import (
-        _EMBEDDING_INIT,
-        _EMBEDDING_SKIP_INIT,
-        _NORM_INIT,
-        Llama3Model,
-        _build_llama3_layers,
-        _output_linear_init,
-    )
-
-    hidden, vocab = 64, 1000
-    return Llama3Model.Config(
-        dim=hidden,
-        vocab_size=vocab,
-        enable_weight_tying=tied,
-        tok_embeddings=Embedding.Config(
-            num_embeddings=vocab,
-            embedding_dim=hidden,
-            param_init=_EMBEDDING_SKIP_INIT if tied else _EMBEDDING_INIT,
-        ),
-        norm=RMSNorm.Config(normalized_shape=hidden, param_init=_NORM_INIT),
-        lm_head=Linear.Config(
-            in_features=hidden, out_features=vocab, param_init=_output_linear_init(hidden)
-        ),
-        layers=_build_llama3_layers(
-            fuse_qkv=False,
-            n_layers=2,
-            dim=hidden,
-            n_heads=4,
-            n_kv_heads=2,
-            hidden_dim=128,
-            attn_backend="flex",
-            rope=ComplexRoPE.Config(dim=16, max_seq_len=64, theta=500000),
-        ),
-    )

@@ -16,7 +16,8 @@ from checkpoint_recipes import (
     titan_initial_load,
     titan_seed_checkpoint,
 )
-from seed_models import SEED, file_digests, llama_config, titan_config
+from seed_models import SEED, file_digests
+from tiny_configs import hf_llama_config, titan_llama3_config
 from torch import nn
 
 import shardinit
@@ -35,7 +36,7 @@ def _materialized_llama(tied: bool) -> nn.Module:
     import transformers
 
     with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(llama_config(tied))
+        model = transformers.AutoModelForCausalLM.from_config(hf_llama_config(tied))
     return shardinit.materialize(model, seed=SEED, init_fn=model.init_weights)
 
 
@@ -49,7 +50,7 @@ def _assert_same_state(loaded: nn.Module, expected: nn.Module) -> None:
 
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
 def test_from_pretrained_equals_materialize(tmp_path: Path, tied: bool) -> None:
-    hf_seed_checkpoint(llama_config(tied), str(tmp_path), SEED)
+    hf_seed_checkpoint(hf_llama_config(tied), str(tmp_path), SEED)
     loaded = hf_load(str(tmp_path))
     _assert_same_state(loaded, _materialized_llama(tied))
     if tied:
@@ -59,7 +60,7 @@ def test_from_pretrained_equals_materialize(tmp_path: Path, tied: bool) -> None:
 
 
 def test_command_writes_what_the_api_writes(tmp_path: Path) -> None:
-    config = llama_config(tied=True)
+    config = hf_llama_config(tied=True)
     config.save_pretrained(tmp_path / "config")
     hf_seed_checkpoint(config, str(tmp_path / "api"), SEED)
     argv = ["checkpoint", "--hf-config", str(tmp_path / "config" / "config.json")]
@@ -85,20 +86,20 @@ def test_command_refuses_a_config_transformers_cannot_build(
 
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
 def test_torchtitan_initial_load_equals_materialize(tmp_path: Path, tied: bool) -> None:
-    titan_seed_checkpoint(titan_config(tied), str(tmp_path), SEED)
+    titan_seed_checkpoint(titan_llama3_config(tied=tied), str(tmp_path), SEED)
     with torch.device("meta"):
-        loaded = titan_config(tied).build()
+        loaded = titan_llama3_config(tied=tied).build()
     loaded = loaded.to_empty(device="cpu")
     titan_initial_load(loaded, str(tmp_path))
     with torch.device("meta"):
-        expected = titan_config(tied).build()
+        expected = titan_llama3_config(tied=tied).build()
     expected = shardinit.materialize(expected, seed=SEED, init_fn=expected.init_weights)
     _assert_same_state(loaded, expected)
 
 
 @pytest.mark.slow  # starts two writer processes that import transformers (about a minute)
 def test_command_with_two_workers_writes_the_same_bytes(tmp_path: Path) -> None:
-    config = llama_config(tied=True)
+    config = hf_llama_config(tied=True)
     config.save_pretrained(tmp_path / "config")
     argv = ["checkpoint", "--hf-config", str(tmp_path / "config" / "config.json")]
     argv += ["--seed", str(SEED), "--max-shard-size", "100KB", "--no-progress"]
@@ -114,7 +115,7 @@ def test_files_are_what_save_pretrained_writes(tmp_path: Path, tied: bool) -> No
     import transformers
 
     with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(llama_config(tied))
+        model = transformers.AutoModelForCausalLM.from_config(hf_llama_config(tied))
     shardinit.save_seed_checkpoint(
         model, tmp_path / "seed", seed=SEED, init_fn=model.init_weights, max_shard_size="100KB"
     )

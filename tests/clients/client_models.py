@@ -14,9 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from tiny_configs import HEADS, HIDDEN, LAYERS, VOCAB, hf_llama_config, titan_llama3_config
 from torch import nn
-
-HIDDEN, LAYERS, VOCAB, HEADS = 64, 2, 1000, 4
 
 
 def _hf(kind: str) -> nn.Module:
@@ -24,12 +23,7 @@ def _hf(kind: str) -> nn.Module:
 
     common = {"vocab_size": VOCAB, "num_attention_heads": HEADS}
     if kind in ("llama_tied", "llama_untied"):
-        config = tf.LlamaConfig(
-            hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=LAYERS,
-            num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0,
-            tie_word_embeddings=kind == "llama_tied", **common,
-        )  # fmt: skip
-        return tf.LlamaForCausalLM(config)
+        return tf.LlamaForCausalLM(hf_llama_config(tied=kind == "llama_tied"))
     if kind == "gpt2":
         config = tf.GPT2Config(n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_positions=64,
                                vocab_size=VOCAB)  # fmt: skip
@@ -184,42 +178,7 @@ def _clip() -> nn.Module:
 
 
 def _titan(fuse_qkv: bool, tied: bool = False) -> nn.Module:
-    from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
-    from torchtitan.models.llama3 import (
-        _EMBEDDING_INIT,
-        _EMBEDDING_SKIP_INIT,
-        _NORM_INIT,
-        Llama3Model,
-        _build_llama3_layers,
-        _output_linear_init,
-    )
-
-    config = Llama3Model.Config(
-        dim=HIDDEN,
-        vocab_size=VOCAB,
-        # As torchtitan's 1B/3B flavors: tied, the embedding's own init skipped.
-        enable_weight_tying=tied,
-        tok_embeddings=Embedding.Config(
-            num_embeddings=VOCAB,
-            embedding_dim=HIDDEN,
-            param_init=_EMBEDDING_SKIP_INIT if tied else _EMBEDDING_INIT,
-        ),
-        norm=RMSNorm.Config(normalized_shape=HIDDEN, param_init=_NORM_INIT),
-        lm_head=Linear.Config(
-            in_features=HIDDEN, out_features=VOCAB, param_init=_output_linear_init(HIDDEN)
-        ),
-        layers=_build_llama3_layers(
-            fuse_qkv=fuse_qkv,
-            n_layers=LAYERS,
-            dim=HIDDEN,
-            n_heads=HEADS,
-            n_kv_heads=2,
-            hidden_dim=128,
-            attn_backend="flex",
-            rope=ComplexRoPE.Config(dim=HIDDEN // HEADS, max_seq_len=64, theta=500000),
-        ),
-    )
-    return config.build()
+    return titan_llama3_config(fuse_qkv, tied).build()
 
 
 def _titan_qwen3_5() -> nn.Module:
