@@ -18,10 +18,9 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from .. import save_seed_checkpoint
 from ..errors import ShardInitError
 from ._launch import exit_worker, join_worker_group
-from .checkpoint import build_model, save_config
+from .checkpoint import write_checkpoint
 
 
 def _progress_file(path: Path) -> Callable[[int, int], None]:
@@ -52,18 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     rank, _ = join_worker_group()
     error: str | None = None
     try:
-        model, init_fn = build_model(args.hf_config, args.model)
-        save_seed_checkpoint(
-            model,
-            args.checkpoint_dir,
-            seed=args.seed,
-            init_fn=init_fn,
-            format=args.format,
-            max_shard_size=args.max_shard_size,
-            progress=_progress_file(Path(args.progress_dir, f"rank{rank}")),
-        )
-        if rank == 0:
-            save_config(model, args.checkpoint_dir)
+        progress = _progress_file(Path(args.progress_dir, f"rank{rank}"))
+        write_checkpoint(args, args.checkpoint_dir, progress=progress, with_config=rank == 0)
     except ShardInitError as failure:
         error = str(failure)
     finally:

@@ -107,19 +107,27 @@ def run_checkpoint(args: argparse.Namespace, parser: Parser) -> int:
 
 
 def _in_process(args: argparse.Namespace) -> None:
+    write_checkpoint(args, args.out, progress=args.progress, with_config=True)
+
+
+def write_checkpoint(args: argparse.Namespace, out: str, progress: Any, with_config: bool) -> None:
+    """Builds the model the arguments name and writes this process's part of its seed
+    checkpoint to ``out`` (the one call of both the in-process path and each worker);
+    ``with_config``: also its transformers config (one writer does it)."""
     from .. import save_seed_checkpoint
 
     model, init_fn = build_model(args.hf_config, args.model)
     save_seed_checkpoint(
         model,
-        args.out,
+        out,
         seed=args.seed,
         init_fn=init_fn,
         format=args.format,
         max_shard_size=args.max_shard_size,
-        progress=args.progress,
+        progress=progress,
     )
-    save_config(model, args.out)
+    if with_config:
+        save_config(model, out)
 
 
 def save_config(model: Any, out: str) -> None:
