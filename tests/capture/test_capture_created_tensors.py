@@ -140,6 +140,23 @@ def test_a_removed_parameter_stays_removed() -> None:
     assert torch.equal(deleted.weight.detach(), _meta_default_weight())
 
 
+@pytest.mark.parametrize("change", ["reshaped", "removed"])
+def test_a_bias_default_keeps_the_fan_in_its_constructor_had(change: str) -> None:
+    """torch.nn.Linear's bias bound is 1/sqrt(in_features) of its constructor: init code
+    that gives the weight another shape or removes it afterwards leaves the bias so."""
+    model = _meta_linear()
+
+    def init_fn() -> None:
+        if change == "reshaped":
+            model.weight = nn.Parameter(torch.zeros(32, 4))
+        else:
+            model.weight = None
+
+    shardinit.materialize(model, seed=SEED, init_fn=init_fn)
+    bound = 1 / 16**0.5
+    assert torch.equal(model.bias.detach(), _stream("bias", (32,), init.uniform(-bound, bound)))
+
+
 def _meta_default_weight() -> torch.Tensor:
     return _stream("weight", (32, 16), init.kaiming_uniform(a=5**0.5))
 
