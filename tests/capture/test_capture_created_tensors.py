@@ -229,6 +229,29 @@ def test_random_buffers_init_code_assigns_are_refused_naming_the_line() -> None:
         )  # fmt: skip
 
 
+def test_random_tensors_init_code_keeps_as_attributes_are_refused() -> None:
+    model = _meta_linear()
+
+    def noise() -> None:
+        model.noise = torch.rand(4)  # refused
+
+    def tables() -> None:
+        model.tables = [torch.ones(2), torch.randn(2)]  # refused
+
+    def kept() -> None:
+        model.table = torch.arange(3.0) * 2
+        nn.init.zeros_(model.bias)
+
+    for attr, init_fn in (("noise", noise), ("tables", tables)):
+        _assert_refused(
+            model, init_fn,
+            rf"^capture_init: attribute '{attr}' \(Linear\): init code sets it to temporary "
+            r"\w+\(\d,\) at LINE.*: random values: they come from torch's global generator",
+        )  # fmt: skip
+    shardinit.materialize(model, seed=SEED, init_fn=kept)
+    assert torch.equal(model.table, torch.arange(3.0) * 2)
+
+
 def test_ties_and_tensors_the_capture_did_not_see_are_refused() -> None:
     with torch.device("meta"):
         model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))

@@ -18,9 +18,9 @@ or from computations shardinit replays, never from torch's global generator.
   refused.
 * **A removed parameter** (``m.bias = None``, ``del m.bias``): stays removed, as in
   eager torch, on a plain meta model (refused under FSDP2, which holds it).
-* **A new or replaced buffer** holding random values (torch's draws): refused, as the
-  backstop refuses random writes into a meta buffer (:mod:`.backstop`); other values
-  are kept, as in eager torch.
+* **A new or replaced buffer**, or a tensor init code sets as a plain attribute,
+  holding random values (torch's draws): refused, as the backstop refuses random writes
+  into a meta buffer (:mod:`.backstop`); other values are kept, as in eager torch.
 
 A tensor whose values the capture did not follow (made before ``init_fn``), a tie init
 code makes between two parameters, or a change to a tied parameter's holder, is
@@ -82,6 +82,7 @@ class CreatedTensors:
             for index, (module, attr, _) in enumerate(group.holders)
         }
         self.sharded = any(hasattr(g.original, "device_mesh") for g in groups)
+        self.attributes = self._snapshot_attributes(root)
         self.lines: dict[Slot, str] = {}
         self.outcome = _Outcome()
         self.settled = False
@@ -125,6 +126,7 @@ class CreatedTensors:
         for path, module in self.root.named_modules():
             self._settle_params(recorder, module, path)
             self._check_buffers(recorder, module, path)
+            self._check_attributes(recorder, module, path)
         self.settled = True
 
     def revert_unless_settled(self) -> None:
@@ -295,22 +297,39 @@ class CreatedTensors:
         for attr, current in module._buffers.items():
             if current is None or before.get(attr) is current:
                 continue
-            source = recorder.store.lookup(current)
-            if source is not None and source.kind == "buffer":
-                continue  # a meta buffer's stand-in: its writes were checked
-            random = source is not None and recorder.engine.random(source)
-            if source is None and current.dim() > 0 and not current.is_meta:
-                random = not recorder.engine.rng_untouched()
-            if random:
+            if _random(recorder, current):
                 where = self._where(module, path, attr, "buffer")
-                raise _refused(
-                    where, f"assigns it {_shown(current)} random values",
-                    "they come from torch's global generator, no function of seed and "
-                    "different on each rank; shardinit draws no stream for buffers, so a "
-                    "buffer must be computed deterministically (or be a parameter)",
-                )  # fmt: skip
+                raise _refused(where, f"assigns it {_shown(current)} random values", _NO_STREAM)
+
+    def _check_attributes(self, recorder: CaptureMode, module: nn.Module, path: str) -> None:
+        """Refuses a tensor init code sets as a plain attribute (or in a list, tuple or
+        dict attribute) that holds random values: the model keeps it, as eager does."""
+        before = self.attributes.get(id(module), {})
+        for attr, value in vars(module).items():
+            if attr in _MODULE_TABLES:
+                continue
+            for tensor in _held_tensors(value):
+                if all(tensor is not old for old in before.get(attr, ())) and _random(
+                    recorder, tensor
+                ):
+                    source = recorder.store.lookup(tensor)
+                    made = source.label if source is not None else "a tensor"
+                    where = f"attribute {qualified(path, attr)!r} ({type(module).__name__})"
+                    raise _refused(where, f"sets it to {made}: random values", _NO_STREAM)
 
     # ----------------------------------------------------------------- helpers
+
+    def _snapshot_attributes(
+        self, root: nn.Module
+    ) -> dict[int, dict[str, tuple[torch.Tensor, ...]]]:
+        return {
+            id(module): {
+                attr: tensors
+                for attr, value in vars(module).items()
+                if attr not in _MODULE_TABLES and (tensors := tuple(_held_tensors(value)))
+            }
+            for module in root.modules()
+        }
 
     def _revert(self) -> None:
         for module, params, buffers in self.saved.values():
@@ -338,6 +357,36 @@ _TIES = (
     "shardinit names and fills each parameter as the model held it before init_fn; tie "
     "parameters before materialize (or with the model's own declared ties)"
 )
+
+
+#: Why random values may not reach a buffer or a tensor attribute.
+_NO_STREAM = (
+    "they come from torch's global generator, no function of seed and different on each "
+    "rank; shardinit draws no stream for buffers and attributes, so compute them "
+    "deterministically (or make them parameters)"
+)
+#: ``nn.Module``'s own tables: parameters, buffers and submodules are not attributes.
+_MODULE_TABLES = frozenset({"_parameters", "_buffers", "_modules"})
+
+
+def _random(recorder: CaptureMode, tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` holds values drawn from torch's generator: a random temporary,
+    or a tensor the capture did not follow computed after init code drew from it."""
+    source = recorder.store.lookup(tensor)
+    if source is not None:
+        return source.kind == "temp" and recorder.engine.random(source)
+    computed = tensor.dim() > 0 and not tensor.is_meta
+    return computed and not recorder.engine.rng_untouched()
+
+
+def _held_tensors(value: object) -> Iterator[torch.Tensor]:
+    """The tensors ``value`` is or holds directly (a list, tuple or dict of them)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        yield from (item for item in value if isinstance(item, torch.Tensor))
+    elif isinstance(value, dict):
+        yield from (item for item in value.values() if isinstance(item, torch.Tensor))
 
 
 def _refused(where: str, what: str, why: str) -> UnsupportedInitOpError:
