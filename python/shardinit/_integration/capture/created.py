@@ -65,13 +65,15 @@ class _Outcome:
     records: dict[str, ParamRecord] = field(default_factory=dict)  # new parameters' values
     added: set[str] = field(default_factory=set)  # new parameters (with values or not)
     dropped: set[str] = field(default_factory=set)  # groups whose record is not kept
+    #: What :meth:`CreatedTensors.finishing` puts in which parameter slot (or deletes).
     apply: list[tuple[nn.Module, str, nn.Parameter | None]] = field(default_factory=list)
 
 
 class CreatedTensors:
-    """The parameter and buffer slots of ``root``'s modules before init code runs, the
-    line that registered each tensor while it runs (:meth:`noted`), and what the
-    changes come to after (:meth:`settle`, then :meth:`finish`)."""
+    """The parameter and buffer slots (and tensor attributes) of ``root``'s modules
+    before init code runs, the line that registered each tensor while it runs
+    (:meth:`noted`), and what the changes come to after (:meth:`settle`, then
+    :meth:`finishing`)."""
 
     def __init__(self, root: nn.Module, groups: list[ParamGroup]) -> None:
         self.root = root
@@ -116,9 +118,10 @@ class CreatedTensors:
                 handle.remove()
 
     def settle(self, recorder: CaptureMode) -> None:
-        """Reads what init code left in every parameter and buffer slot (call it with
-        the stand-ins still installed) and puts each parameter slot back as it was, so
-        the stand-ins are restored as usual; the changes are made by :meth:`finishing`.
+        """Reads what init code left in every parameter and buffer slot and tensor
+        attribute (call it with the stand-ins still installed), and puts each parameter
+        slot back as it was, so the stand-ins are restored as usual; the changes are
+        made by :meth:`finishing`.
 
         Raises:
             UnsupportedInitOpError: a change that cannot be kept (module docstring).
