@@ -56,12 +56,13 @@ def capture_init(
     what it does to each parameter, and the buffer values it computes.
 
     The parameters are swapped for plain meta tensors of their GLOBAL shape (DTensors of
-    FSDP2 / tensor parallelism included) for the duration and put back after, so the
-    module is unchanged; meta buffers are swapped for real CPU tensors and the values
-    init code computes for them are kept. Values init code computes elementwise
-    (``log(arange(...))``, ``empty(n).uniform_(a, b).log_()``, ...) are recorded as init
-    programs. See docs/capturing-init.md for what is recorded, the tie rule and what is
-    refused.
+    FSDP2 / tensor parallelism included) for the duration and put back after; meta
+    buffers are swapped for real CPU tensors and the values init code computes for them
+    are kept. Parameters init code adds, removes or reshapes stay as it leaves them (new
+    ones on meta, their values recorded), on a plain meta model (:mod:`.created`).
+    Values init code computes elementwise (``log(arange(...))``,
+    ``empty(n).uniform_(a, b).log_()``, ...) are recorded as init programs. See
+    docs/capturing-init.md for what is recorded, the tie rule and what is refused.
 
     Args:
         module: the model, on the meta device or sharded (any parameter values are
@@ -81,8 +82,10 @@ def capture_init(
         UnsupportedInitOpError: ``init_fn`` applied an operation that cannot be replayed
             shard-locally (``sparse_``, ``orthogonal_`` on part of a parameter,
             operations that are not elementwise on values unknown at capture, broadcasts
-            of random values, reading a parameter's values, a non-box region, replacing a
-            parameter, a dtype change of the model or ``to_empty`` after writes).
+            of random values, reading a parameter's values, a non-box region, a dtype
+            change of the model or ``to_empty`` after writes); random values reaching a
+            buffer or a tensor attribute; a parameter it adds, removes or reshapes
+            under FSDP2 or tensor parallelism, or ties to another.
         ShardInitError: FSDP1 flat parameters, dtypes outside stream format v1, buffers
             init code computes on the meta device or only in part, or empties
             (``to_empty``) and does not compute again; a ``device`` that is not the CPU
