@@ -297,6 +297,25 @@ def do_read_other(region: Region, other: str, m: nn.Module) -> None:
     region.of(m).add_(m.get_parameter(other).data.sum())
 
 
+def do_new_parameter(
+    name: str, shape: tuple[int, ...], dtype: torch.dtype, how: str, m: nn.Module
+) -> None:
+    owner, _, attr = name.rpartition(".")
+    module = m.get_submodule(owner)
+    if how == "full":
+        setattr(module, attr, nn.Parameter(torch.full(shape, 0.5, dtype=dtype)))
+    elif how == "randn":
+        module.register_parameter(attr, nn.Parameter(torch.randn(shape, dtype=dtype) * 0.5))
+    else:
+        setattr(module, attr, nn.Parameter(torch.empty(shape, dtype=dtype)))
+        getattr(nn.init, how)(module.get_parameter(attr))
+
+
+def do_remove_parameter(name: str, m: nn.Module) -> None:
+    owner, _, attr = name.rpartition(".")
+    setattr(m.get_submodule(owner), attr, None)
+
+
 def evaluate(expr: tuple[Any, ...], shape: tuple[int, ...], m: nn.Module) -> torch.Tensor:
     """The tensor of ``expr`` (see ``expr_text``) of ``shape``."""
     kind, *args = expr
@@ -423,6 +442,16 @@ def assign_step(name: str, expr: tuple[Any, ...]) -> Step:
 def replace_step(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> Step:
     text = f"m.{name}.data = torch.ones({shape}, dtype=torch.{DTYPE_TEXT[dtype]})"
     return step(text, do_replace_data, name, shape, dtype)
+
+
+def new_parameter_step(name: str, shape: tuple[int, ...], dtype: torch.dtype, how: str) -> Step:
+    made = {"full": "torch.full(<shape>, 0.5)", "randn": "torch.randn(<shape>) * 0.5"}
+    text = f"m.{name} = nn.Parameter({made.get(how, f'torch.empty(<shape>)); nn.init.{how}(...')})"
+    return step(f"{text} of {shape} {DTYPE_TEXT[dtype]}", do_new_parameter, name, shape, dtype, how)
+
+
+def remove_parameter_step(name: str) -> Step:
+    return step(f"m.{name} = None", do_remove_parameter, name)
 
 
 def factory_out_step(name: str, factory: str) -> Step:
@@ -703,6 +732,19 @@ def last_steps(draw: st.DrawFn, layout: Layout) -> Step:
 
 
 @st.composite
+def module_steps(draw: st.DrawFn, layout: Layout) -> Step:
+    """Steps that put a new Parameter in place of one (any shape and dtype), add one
+    under a new name, or remove one (issue 37, item 5): only last, as :func:`last_steps`."""
+    name = draw(st.sampled_from([*PARAMS, "lin.gamma"]))
+    shape = draw(st.sampled_from([layout.shape(name if name in PARAMS else "alpha"), (3, 5)]))
+    dtype = draw(st.sampled_from(DTYPES))
+    how = draw(st.sampled_from(["full", "randn", "normal_", "ones_", "uniform_"]))
+    if name in ("lin.weight", "lin.bias") and draw(st.booleans()):
+        return remove_parameter_step(name)
+    return new_parameter_step(name, shape, dtype, how)
+
+
+@st.composite
 def programs(draw: st.DrawFn) -> Program:
     layout = draw(layouts)
     # alpha and beta start as torch.empty: the program writes all of each first.
@@ -712,7 +754,7 @@ def programs(draw: st.DrawFn) -> Program:
         unsupported = draw(st.integers(0, 4)) == 0
         steps.append(draw((unsupported_steps if unsupported else supported_steps)(layout)))
     if draw(st.integers(0, 5)) == 0:
-        steps.append(draw(last_steps(layout)))
+        steps.append(draw(st.one_of(last_steps(layout), module_steps(layout))))
     return Program(layout, tuple(steps))
 
 
@@ -1061,9 +1103,23 @@ FOUND_PATTERNS = {
     ),
 }
 
+#: Issue 37's parameters that init code creates, replaces or removes (item 5).
+MODULE_PATTERNS = {
+    "a new Parameter in place of one": issue_program(
+        new_parameter_step("lin.weight", (32, 16), torch.float32, "normal_")
+    ),
+    "another shape and dtype": issue_program(
+        new_parameter_step("alpha", (3, 5), torch.float64, "full")
+    ),
+    "register_parameter of randn": issue_program(
+        new_parameter_step("lin.gamma", (3, 5), torch.bfloat16, "randn")
+    ),
+    "bias = None": issue_program(remove_parameter_step("lin.bias")),
+}
+
 
 def _with_patterns(test: Callable[..., None]) -> Callable[..., None]:
-    for program in [*ISSUE_PATTERNS.values(), *FOUND_PATTERNS.values()]:
+    for program in [*ISSUE_PATTERNS.values(), *FOUND_PATTERNS.values(), *MODULE_PATTERNS.values()]:
         test = example(program=program)(test)
     return test
 

@@ -155,11 +155,14 @@ def plan_entries(
             f"parameters are not plain meta parameters: {names}"
         )
     captured = _captured(module, init_fn, hides_params=False, device=None)
+    built = targets  # the defaults' fans, as materialize reads them
+    if captured is not None and captured.changed_params and captured.captured_on(module):
+        targets = local_targets(module, region_targets(module)[1])  # init code added some
     plan = make_plan(
         module,
         targets,
         seed=seed,
-        chooser=RulesAndDefaults(rules, module, targets),
+        chooser=RulesAndDefaults(rules, module, built),
         captured=captured,
         write_computed=captured is not None and captured.captured_on(module),
         copies=copy_sources(targets),

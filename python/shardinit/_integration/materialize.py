@@ -183,6 +183,15 @@ def _plan_and_fill(
     chosen = targets if only is None else _chosen(module, targets, only)
     copies = _copies(targets, chosen)
     captured = _captured(module, init_fn, hides_params=bool(flat), device=target_device)
+    # torch.nn's defaults read the fans of the parameters as the model was built (a bias
+    # bound is the constructor's weight's), whatever init code did to them since.
+    built = targets
+    if captured is not None and captured.changed_params and captured.captured_on(module):
+        # init code added or removed parameters, as eager init code leaves the model
+        flat, managed = region_targets(module)
+        targets = [*local_targets(module, managed), *flat]
+        chosen = targets if only is None else _chosen(module, targets, only)
+        copies = _copies(targets, chosen)
     # The buffer values init_fn computed are written if it computed them on this very
     # model and no wrapper flattened its parameters (flat parameters cannot be swapped
     # for stand-ins); otherwise those buffers need defaults or buffer_init.
@@ -191,7 +200,7 @@ def _plan_and_fill(
         module,
         chosen,
         seed=seed,
-        chooser=RulesAndDefaults(rule_list, module, targets),
+        chooser=RulesAndDefaults(rule_list, module, built),
         captured=captured,
         write_computed=write_computed,
         left_alone=frozenset(t.name for t in targets) - {t.name for t in chosen},

@@ -18,6 +18,7 @@ from ...errors import UnsupportedInitOpError
 from ..collector import collector_paused
 from ..exclusive import ThreadExclusive
 from ..new_modules import NewSubmodules
+from .created import CreatedTensors
 from .initcalls import install_init_calls
 from .mode import CaptureMode
 from .modulecalls import install_module_calls
@@ -55,12 +56,13 @@ def capture_init(
     what it does to each parameter, and the buffer values it computes.
 
     The parameters are swapped for plain meta tensors of their GLOBAL shape (DTensors of
-    FSDP2 / tensor parallelism included) for the duration and put back after, so the
-    module is unchanged; meta buffers are swapped for real CPU tensors and the values
-    init code computes for them are kept. Values init code computes elementwise
-    (``log(arange(...))``, ``empty(n).uniform_(a, b).log_()``, ...) are recorded as init
-    programs. See docs/capturing-init.md for what is recorded, the tie rule and what is
-    refused.
+    FSDP2 / tensor parallelism included) for the duration and put back after; meta
+    buffers are swapped for real CPU tensors and the values init code computes for them
+    are kept. Parameters init code adds, removes or reshapes stay as it leaves them (new
+    ones on meta, their values recorded), on a plain meta model (:mod:`.created`).
+    Values init code computes elementwise (``log(arange(...))``,
+    ``empty(n).uniform_(a, b).log_()``, ...) are recorded as init programs. See
+    docs/capturing-init.md for what is recorded, the tie rule and what is refused.
 
     Args:
         module: the model, on the meta device or sharded (any parameter values are
@@ -80,8 +82,10 @@ def capture_init(
         UnsupportedInitOpError: ``init_fn`` applied an operation that cannot be replayed
             shard-locally (``sparse_``, ``orthogonal_`` on part of a parameter,
             operations that are not elementwise on values unknown at capture, broadcasts
-            of random values, reading a parameter's values, a non-box region, replacing a
-            parameter, a dtype change of the model or ``to_empty`` after writes).
+            of random values, reading a parameter's values, a non-box region, a dtype
+            change of the model or ``to_empty`` after writes); random values reaching a
+            buffer or a tensor attribute; a parameter it adds, removes or reshapes
+            under FSDP2 or tensor parallelism, or ties to another.
         ShardInitError: FSDP1 flat parameters, dtypes outside stream format v1, buffers
             init code computes on the meta device or only in part, or empties
             (``to_empty``) and does not compute again; a ``device`` that is not the CPU
@@ -113,6 +117,7 @@ def capture_init(
     with _CAPTURE.hold(), collector_paused():  # why: collector.py
         groups = param_groups(module)
         buffers = buffer_standins(module)
+        created = CreatedTensors(module, groups)  # before the stand-ins are installed
         aliases = {
             id(g.original.untyped_storage()): g.tracks[g.primary]
             for g in groups
@@ -132,8 +137,9 @@ def capture_init(
         undo_init_calls = install_init_calls(recorder)
         new_submodules = NewSubmodules(module)
         try:
-            with recorder, torch.no_grad(), new_submodules.refused():
+            with recorder, torch.no_grad(), new_submodules.refused(), created.noted():
                 init_fn()
+            created.settle(recorder)  # puts the stand-ins back where init code replaced them
         finally:
             undo_init_calls()
             undo_module_calls()
@@ -142,31 +148,40 @@ def capture_init(
             winners = [group.winner() for group in groups]
             replaced = [path for group in groups for path in group.restore()]
             values, buffer_error = read_buffers(buffers)
-        if recorder.error is not None:
-            raise recorder.error  # init_fn swallowed the exception: still unusable
-        new_submodules.raise_if_refused()
-        if buffer_error is not None:
-            raise buffer_error
-        if replaced:
-            raise replaced_error(replaced)
-        _check_unchanged(groups)
+            created.revert_unless_settled()
+        with created.finishing():  # refused: the model's tensors are as they were
+            if recorder.error is not None:
+                raise recorder.error  # init_fn swallowed the exception: still unusable
+            new_submodules.raise_if_refused()
+            if buffer_error is not None:
+                raise buffer_error
+            if replaced:
+                raise replaced_error(replaced)
+            _check_unchanged(groups)
     _warn_dropped(groups, winners)
+    kept = [
+        (group, winner)
+        for group, winner in zip(groups, winners, strict=True)
+        if group.name not in created.outcome.dropped
+    ]
     params = {
         group.name: ParamRecord(
             group.name, tuple(winner.shape), winner.base.dtype, tuple(winner.ops)
         )
-        for group, winner in zip(groups, winners, strict=True)
+        for group, winner in kept
         if winner.ops
     }
+    params.update(created.outcome.records)  # parameters init code added
     grads = {
         group.name: winner.base.requires_grad
-        for group, winner in zip(groups, winners, strict=True)
+        for group, winner in kept
         if winner.base.requires_grad != group.original.requires_grad
     }
     held = holder_names(module)  # which names are tied, for materialize to compare
     return CapturedInit(
-        params, tuple(sorted(values)), init_fn, values, weakref.ref(module), held, grads
-    )
+        params, tuple(sorted(values)), init_fn, values, weakref.ref(module), held, grads,
+        created.changed,
+    )  # fmt: skip
 
 
 def _runtime_device(param: torch.Tensor, device: DeviceLike) -> torch.device:

@@ -29,7 +29,7 @@ import contextlib
 import sys
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -68,11 +68,28 @@ class ConstructorValue:
 
     expr: Expr
     where: str
+    #: The tensor the value was computed for, weakly, with its shape and dtype: a
+    #: parameter init code put in its place afterwards is another one (:meth:`is_for`).
+    tensor: weakref.ref[torch.Tensor] | None = None
+    shape: tuple[int, ...] | None = None
+    dtype: torch.dtype | None = None
 
     @property
     def computable(self) -> bool:
         """Whether the value can be replayed (else ``expr`` says why not)."""
         return not isinstance(self.expr, Bad)
+
+    def is_for(self, current: object, shape: tuple[int, ...], dtype: torch.dtype) -> bool:
+        """Whether the value is that of ``current``, the tensor of ``shape`` and ``dtype``
+        the module holds now: one of another shape or dtype, or another plain tensor
+        than the recorded one, replaced it after the constructor and takes its own init.
+        (A DTensor or flat parameter of the same shape is the recorded one as FSDP2 or
+        FSDP1 holds it: those keep the module, not the Parameter object.)"""
+        if self.shape is not None and (tuple(shape), dtype) != (self.shape, self.dtype):
+            return False
+        if self.tensor is None or type(current) not in (nn.Parameter, torch.Tensor):
+            return True
+        return self.tensor() is current
 
 
 _RECORDS: weakref.WeakKeyDictionary[nn.Module, dict[str, ConstructorValue]] = (
@@ -229,7 +246,10 @@ def _keep_buffers(
         if value is None:
             records.pop(name, None)
         else:
-            records[name] = value
+            shape = tuple(buffer.shape)
+            records[name] = replace(
+                value, tensor=weakref.ref(buffer), shape=shape, dtype=buffer.dtype
+            )
 
 
 def _buffer_value(mode: CaptureMode, buffer: torch.Tensor, where: str) -> ConstructorValue | None:
@@ -259,7 +279,8 @@ def _value(mode: CaptureMode, param: nn.Parameter) -> ConstructorValue | None:
         return None  # never written (torch.empty): no constructor value
     if reasons:
         expr = Bad(reasons[0])
-    return ConstructorValue(expr, "constructor")
+    shape = tuple(param.shape)
+    return ConstructorValue(expr, "constructor", weakref.ref(param), shape, param.dtype)
 
 
 def constructor_record(
@@ -272,7 +293,7 @@ def constructor_record(
         ShardInitError: the constructor computed values that cannot be replayed.
     """
     value = _RECORDS.get(module, {}).get(attr)
-    if value is None:
+    if value is None or not value.is_for(module._parameters.get(attr), shape, dtype):
         return None
     if isinstance(value.expr, Bad):
         raise ShardInitError(
@@ -287,8 +308,13 @@ def constructor_record(
 
 def constructor_buffer(module: nn.Module, attr: str) -> ConstructorValue | None:
     """The constructor value recorded for the meta buffer ``module.<attr>``, or None
-    (a :class:`Bad` one says why it cannot be computed: see :func:`buffer_tensor`)."""
-    return _BUFFERS.get(module, {}).get(attr)
+    (a :class:`Bad` one says why it cannot be computed: see :func:`buffer_tensor`);
+    None too where init code put another buffer in its place after the constructor."""
+    value = _BUFFERS.get(module, {}).get(attr)
+    current = module._buffers.get(attr)
+    if value is None or current is None:
+        return None
+    return value if value.is_for(current, tuple(current.shape), current.dtype) else None
 
 
 def buffer_tensor(

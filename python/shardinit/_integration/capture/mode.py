@@ -79,7 +79,7 @@ class CaptureMode(TorchFunctionMode):
         super().__init__()
         self.store = RecordStore(tracks, aliases)
         self.engine = Engine(self.store)
-        self.backstop = WriteBackstop(self.store)
+        self.backstop = WriteBackstop(self.store, self.engine)
         self.coordinates = Coordinates(self.store, self.engine)
         self.concrete = Concrete(self.store, self.engine)
         self.steps = Steps(self.store, self.engine)

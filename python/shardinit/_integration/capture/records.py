@@ -35,6 +35,10 @@ class CapturedInit:
             materialize refuses a model tied differently.
         requires_grad: per canonical name, the ``requires_grad`` flag ``init_fn`` gave
             the parameter, where it changed it (materialize sets it).
+        changed_params: canonical names of the parameters ``init_fn`` added, removed or
+            gave another shape or dtype (:mod:`.created`): the module captured on holds
+            them as eager init code leaves it (new ones on meta, with their records
+            here), so materialize reads its parameters again after the capture.
     """
 
     params: Mapping[str, ParamRecord]
@@ -47,6 +51,7 @@ class CapturedInit:
     )
     aliases: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     requires_grad: Mapping[str, bool] = field(default_factory=dict, repr=False)
+    changed_params: tuple[str, ...] = field(default=(), repr=False)
 
     def captured_on(self, module: nn.Module) -> bool:
         """Whether this was captured on ``module`` itself (so the buffer values computed

@@ -118,7 +118,9 @@ class Writes:
 
     def set_data(self, target: Track, view: torch.Tensor, value: Any) -> None:
         """``tensor.data = value``: a copy when ``value`` has the tensor's shape and dtype;
-        else it would change what the tensor is (refused on a parameter or buffer)."""
+        else it would change what the tensor is (refused on a parameter or buffer; a
+        temporary, such as a Parameter its constructor makes, becomes ``value``'s
+        tensor, as in eager torch, and what was written to it before is opaque)."""
         op = "tensor.data = value"
         if same_view(view, value):
             return
@@ -133,9 +135,13 @@ class Writes:
             if target.kind != "temp":
                 raise self.store.fail(target, op, why)
             self.engine.record(target, view, Opaque(why), op)
+            if isinstance(value, torch.Tensor):  # else torch refuses it, as eager does
+                view.data = value
             return
         self.copies.copy_into(target, view, value, op)
-        self.run_on(target, torch.Tensor.copy_, (view, value), {})
+        # ``.data =`` bypasses autograd: a Parameter that requires grad (a constructor's,
+        # outside no_grad) takes the copy through its detached self.
+        self.run_on(target, torch.Tensor.copy_, (view.detach(), value), {})
 
     def setitem_by_meta(
         self, target: Track, tensor: torch.Tensor, index: Any, value: Any, op: str
