@@ -38,6 +38,7 @@ __all__ = [
     "Fsdp1Unit",
     "apply_to_tensors",
     "assign_parameter",
+    "aten_packet",
     "deepcopy_memo",
     "enter_dispatch_mode",
     "exit_dispatch_mode",
@@ -414,3 +415,10 @@ def unwrap_fsdp2_classes(module: nn.Module) -> list[tuple[nn.Module, type]]:
 def rewrap_fsdp2_classes(swapped: list[tuple[nn.Module, type]]) -> None:
     for sub, cls in swapped:
         sub.__class__ = cls
+
+
+def aten_packet(func: Any) -> Any:
+    """The packet of an aten overload (``torch.ops.aten.fill_`` for
+    ``torch.ops.aten.fill_.Scalar``); any other callable as it is. ``torch._ops.OpOverload``
+    is private (checked: torch 2.15)."""
+    return func.overloadpacket if isinstance(func, torch._ops.OpOverload) else func

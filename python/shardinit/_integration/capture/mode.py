@@ -40,6 +40,7 @@ from ..._program.cannot import Cannot
 from ..._torch_compat import GRAD_SWITCH, enter_dispatch_mode, exit_dispatch_mode, handed_to_mode
 from ...errors import UnsupportedInitOpError
 from .backstop import WriteBackstop
+from .composites import dropout_drops, foreach_parts
 from .concrete import Concrete, Evaluated
 from .coordinates import Coordinates
 from .copies import Copies
@@ -462,6 +463,37 @@ def _pointwise(mode: CaptureMode, call: Call) -> Any:
     return mode.steps.pointwise(call.name, call.func, call.args, call.kwargs)
 
 
+def _foreach(mode: CaptureMode, call: Call) -> Any:
+    """``torch._foreach_<op>(tensors, ...)``: ``<op>`` on each tensor, each routed as its
+    own call (:func:`.composites.foreach_parts`); in place, torch returns None."""
+    parts = foreach_parts(call.name, call.args, call.kwargs)
+    if parts is None:
+        return _NOT_MINE
+    results = [mode.__torch_function__(func, (), args, kwargs) for func, args, kwargs in parts]
+    return None if is_inplace(call.name) else results
+
+
+def _dropout(mode: CaptureMode, call: Call) -> Any:
+    """Dropout of a followed tensor: the identity where it drops nothing (torch returns
+    its input itself); where it drops, refused on a parameter (a mask drawn from
+    torch's generator has no stream rule), else run as any call that draws."""
+    followed = mode.store.followed((call.args, call.kwargs))
+    if not followed or not call.args:
+        return _NOT_MINE
+    drops = dropout_drops(call.name, call.args, call.kwargs)
+    if drops is None:
+        return call.args[0]
+    params = [track for track in followed if track.kind == "param"]
+    if params:
+        raise mode.store.fail(
+            params[0], call.name,
+            f"dropout with {drops} multiplies the values by a random mask drawn from "
+            "torch's generator, which no stream rule describes (dropout with p=0 or "
+            "training=False is the identity, and is replayed)",
+        )  # fmt: skip
+    return _NOT_MINE
+
+
 def _cast(mode: CaptureMode, call: Call) -> Any:
     if call.target is None or call.target.kind != "temp":
         return _NOT_MINE
@@ -487,4 +519,6 @@ _BY_ROUTE: dict[str, Handler] = {
     "source": _source,
     "pointwise": _pointwise,
     "cast": _cast,
+    "foreach": _foreach,
+    "dropout": _dropout,
 }

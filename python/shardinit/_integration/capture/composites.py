@@ -1,0 +1,69 @@
+"""Calls that are other calls the routes know: ``torch._foreach_<op>`` over a list of
+tensors is ``<op>`` on each, and dropout that drops nothing (``p=0`` or not training) is
+the identity. The dispatch (:mod:`.mode`) routes each part as its own call.
+
+Dropout that drops (training, ``p > 0``) multiplies by a mask drawn from torch's
+generator: no stream rule describes it, so on a parameter it is refused; on temporaries
+it runs as any call that draws from torch's generator (:mod:`.concrete`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["DROPOUTS", "dropout_drops", "foreach_parts"]
+
+#: Dropout by name, each with its ``training`` default (None: the argument is required,
+#: ``torch.dropout(input, p, train)``); in place where the name ends with ``_`` or
+#: ``inplace=True`` is passed.
+DROPOUTS: Mapping[str, bool | None] = {
+    "dropout": True, "dropout1d": True, "dropout2d": True, "dropout3d": True,
+    "alpha_dropout": False, "feature_alpha_dropout": False,
+    "dropout_": None, "alpha_dropout_": None, "feature_alpha_dropout_": None,
+    "feature_dropout": None, "feature_dropout_": None,
+}  # fmt: skip
+
+
+def dropout_drops(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+    """What dropout ``name(*args, **kwargs)`` drops, as shown in a refusal
+    (``"p=0.5 in training"``); None where it drops nothing (``p == 0``, not training or
+    an empty input): then torch returns its input itself (``_dropout_impl``), in place
+    or not."""
+    p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+    trained = DROPOUTS[name]
+    training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else trained))
+    empty = isinstance(args[0], torch.Tensor) and args[0].numel() == 0
+    if not training or float(p) == 0.0 or empty:
+        return None
+    return f"p={p} in training"
+
+
+def foreach_parts(
+    name: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> list[tuple[Any, tuple[Any, ...], dict[str, Any]]] | None:
+    """``torch._foreach_<op>(tensors, ...)`` as one ``Tensor.<op>`` call per tensor: an
+    argument that is a list as long as ``tensors`` gives each call its own element (a
+    list of scalars or of tensors), any other is passed to every call. None where
+    ``Tensor`` has no method ``<op>``."""
+    method = getattr(torch.Tensor, name.removeprefix("_foreach_"), None)
+    tensors = args[0] if args else kwargs.get("self")
+    if method is None or not isinstance(tensors, (list, tuple)):
+        return None
+    count = len(tensors)
+
+    def part(value: Any, index: int) -> Any:
+        if isinstance(value, (list, tuple)) and len(value) == count:
+            return value[index]
+        return value
+
+    return [
+        (
+            method,
+            (tensor, *(part(arg, index) for arg in args[1:])),
+            {key: part(value, index) for key, value in kwargs.items() if key != "self"},
+        )
+        for index, tensor in enumerate(tensors)
+    ]
