@@ -1,6 +1,7 @@
 """Calls that are other calls the routes know: ``torch._foreach_<op>`` over a list of
-tensors is ``<op>`` on each, and dropout that drops nothing (``p=0`` or not training) is
-the identity. The dispatch (:mod:`.mode`) routes each part as its own call.
+tensors is ``<op>`` on each; dropout that drops nothing (``p=0`` or not training) and
+``resize_`` of a contiguous tensor to its own shape are the identity. The dispatch
+(:mod:`.mode`) routes each part as its own call.
 
 Dropout that drops (training, ``p > 0``) multiplies by a mask drawn from torch's
 generator: no stream rule describes it, so on a parameter it is refused; on temporaries
@@ -14,7 +15,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["DROPOUTS", "dropout_drops", "foreach_parts"]
+__all__ = ["DROPOUTS", "RESIZES", "dropout_drops", "foreach_parts", "resizes_to_itself"]
+
+RESIZES = frozenset({"resize_", "resize_as_"})
 
 #: Dropout by name, each with its ``training`` default (None: the argument is required,
 #: ``torch.dropout(input, p, train)``); in place where the name ends with ``_`` or
@@ -67,3 +70,20 @@ def foreach_parts(
         )
         for index, tensor in enumerate(tensors)
     ]
+
+
+def resizes_to_itself(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    """Whether ``resize_`` / ``resize_as_`` keeps a contiguous tensor as it is: the same
+    shape, and no memory format that would restride it (torch then changes nothing)."""
+    tensor = args[0] if args else None
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_contiguous():
+        return False
+    if kwargs.get("memory_format") not in (None, torch.contiguous_format):
+        return False
+    if name == "resize_as_":
+        other = args[1] if len(args) > 1 else kwargs.get("the_template")
+        return isinstance(other, torch.Tensor) and other.shape == tensor.shape
+    sizes = args[1:] if len(args) > 1 else (kwargs.get("size", kwargs.get("sizes")),)
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, torch.Size)):
+        sizes = tuple(sizes[0])
+    return all(isinstance(size, int) for size in sizes) and tuple(sizes) == tuple(tensor.shape)

@@ -40,7 +40,7 @@ from ..._program.cannot import Cannot
 from ..._torch_compat import GRAD_SWITCH, enter_dispatch_mode, exit_dispatch_mode, handed_to_mode
 from ...errors import UnsupportedInitOpError
 from .backstop import WriteBackstop
-from .composites import dropout_drops, foreach_parts
+from .composites import dropout_drops, foreach_parts, resizes_to_itself
 from .concrete import Concrete, Evaluated
 from .coordinates import Coordinates
 from .copies import Copies
@@ -494,6 +494,14 @@ def _dropout(mode: CaptureMode, call: Call) -> Any:
     return _NOT_MINE
 
 
+def _resize(mode: CaptureMode, call: Call) -> Any:
+    """``resize_`` of a followed tensor to its own shape changes nothing, as in eager;
+    any other resize is :meth:`CaptureMode.unrouted` (refused on a parameter)."""
+    if call.target is None or not resizes_to_itself(call.name, call.args, call.kwargs):
+        return _NOT_MINE
+    return call.args[0]
+
+
 def _cast(mode: CaptureMode, call: Call) -> Any:
     if call.target is None or call.target.kind != "temp":
         return _NOT_MINE
@@ -521,4 +529,5 @@ _BY_ROUTE: dict[str, Handler] = {
     "cast": _cast,
     "foreach": _foreach,
     "dropout": _dropout,
+    "resize": _resize,
 }

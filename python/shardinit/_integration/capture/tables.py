@@ -15,7 +15,7 @@ from typing import Literal
 
 from ..._caches import cached
 from ...init import BaseInit, Normal, Uniform
-from .composites import DROPOUTS
+from .composites import DROPOUTS, RESIZES
 from .pointwise import POINTWISE, inplace_name
 from .translations import METHOD_TRANSLATIONS
 
@@ -96,7 +96,8 @@ COORDINATE_OPS = frozenset(
 
 Route = Literal[
     "metadata", "flag", "device", "view", "factory", "concat", "copy", "source", "pointwise",
-    "cast", "translated", "inplace", "coordinate", "foreach", "dropout", "other",
+    "cast", "translated", "inplace", "coordinate", "foreach", "dropout", "resize",
+    "other",
 ]  # fmt: skip
 
 
@@ -129,6 +130,8 @@ def route_of(name: str) -> Route:
         return "foreach"
     if name in DROPOUTS:
         return "dropout"
+    if name in RESIZES:
+        return "resize"
     if name in METHOD_TRANSLATIONS:
         return "translated"
     if name in VIEWS:
