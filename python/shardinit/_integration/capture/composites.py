@@ -1,7 +1,8 @@
 """Calls that are other calls the routes know: ``torch._foreach_<op>`` over a list of
 tensors is ``<op>`` on each; dropout that drops nothing (``p=0`` or not training) and
-``resize_`` of a contiguous tensor to its own shape are the identity. The dispatch
-(:mod:`.mode`) routes each part as its own call.
+``resize_`` of a contiguous tensor to its own shape are the identity; a numpy scalar
+argument (``fill_(np.float32(0.5))``) is the Python number it holds, as torch takes it.
+The dispatch (:mod:`.mode`) routes each part as its own call.
 
 Dropout that drops (training, ``p > 0``) multiplies by a mask drawn from torch's
 generator: no stream rule describes it, so on a parameter it is refused; on temporaries
@@ -13,9 +14,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
-__all__ = ["DROPOUTS", "RESIZES", "dropout_drops", "foreach_parts", "resizes_to_itself"]
+__all__ = [
+    "DROPOUTS",
+    "RESIZES",
+    "dropout_drops",
+    "foreach_parts",
+    "python_numbers",
+    "resizes_to_itself",
+]
 
 RESIZES = frozenset({"resize_", "resize_as_"})
 
@@ -30,18 +39,15 @@ DROPOUTS: Mapping[str, bool | None] = {
 }  # fmt: skip
 
 
-def dropout_drops(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
-    """What dropout ``name(*args, **kwargs)`` drops, as shown in a refusal
-    (``"p=0.5 in training"``); None where it drops nothing (``p == 0``, not training or
-    an empty input): then torch returns its input itself (``_dropout_impl``), in place
-    or not."""
-    p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+def dropout_drops(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> float | None:
+    """The ``p`` that dropout ``name(*args, **kwargs)`` drops with; None where it drops
+    nothing (``p == 0``, not training or an empty input): then torch returns its input
+    itself (``_dropout_impl``), in place or not."""
+    p = float(kwargs.get("p", args[1] if len(args) > 1 else 0.5))
     trained = DROPOUTS[name]
     training = kwargs.get("training", kwargs.get("train", args[2] if len(args) > 2 else trained))
     empty = isinstance(args[0], torch.Tensor) and args[0].numel() == 0
-    if not training or float(p) == 0.0 or empty:
-        return None
-    return f"p={p} in training"
+    return None if not training or p == 0.0 or empty else p
 
 
 def foreach_parts(
@@ -87,3 +93,28 @@ def resizes_to_itself(name: str, args: Sequence[Any], kwargs: Mapping[str, Any])
     if len(sizes) == 1 and isinstance(sizes[0], (tuple, list, torch.Size)):
         sizes = tuple(sizes[0])
     return all(isinstance(size, int) for size in sizes) and tuple(sizes) == tuple(tensor.shape)
+
+
+def _python_number(value: Any) -> Any:
+    if isinstance(value, (np.bool_, np.integer, np.floating)):
+        return value.item()
+    if isinstance(value, (list, tuple)) and any(isinstance(v, np.generic) for v in value):
+        return type(value)(_python_number(v) for v in value)
+    return value
+
+
+def python_numbers(
+    args: Sequence[Any], kwargs: dict[str, Any]
+) -> tuple[Sequence[Any], dict[str, Any]]:
+    """``args`` and ``kwargs`` with each numpy scalar (also in a list argument) the
+    Python number it holds: torch takes a numpy scalar as that number (a wrapped
+    number: ``int32 * np.float32(2.5)`` is float32, ``fill_(np.float32(0.1))`` stores
+    float(np.float32(0.1))), so the routes, which know Python numbers, take it so too.
+    The same objects where there is none (the common case, checked first)."""
+    values = [*args, *kwargs.values()]
+    if not any(isinstance(v, (np.generic, list, tuple)) for v in values):
+        return args, kwargs
+    return (
+        tuple(_python_number(v) for v in args),
+        {key: _python_number(v) for key, v in kwargs.items()},
+    )

@@ -40,7 +40,7 @@ from ..._program.cannot import Cannot
 from ..._torch_compat import GRAD_SWITCH, enter_dispatch_mode, exit_dispatch_mode, handed_to_mode
 from ...errors import UnsupportedInitOpError
 from .backstop import WriteBackstop
-from .composites import dropout_drops, foreach_parts, resizes_to_itself
+from .composites import dropout_drops, foreach_parts, python_numbers, resizes_to_itself
 from .concrete import Concrete, Evaluated
 from .coordinates import Coordinates
 from .copies import Copies
@@ -122,7 +122,7 @@ class CaptureMode(TorchFunctionMode):
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
-        kwargs = dict(kwargs or {})
+        args, kwargs = python_numbers(args, dict(kwargs or {}))
         found = init_frame(self.outer)
         if found is not None:
             return self.inside_init(*found, func, args, kwargs)
@@ -480,14 +480,14 @@ def _dropout(mode: CaptureMode, call: Call) -> Any:
     followed = mode.store.followed((call.args, call.kwargs))
     if not followed or not call.args:
         return _NOT_MINE
-    drops = dropout_drops(call.name, call.args, call.kwargs)
-    if drops is None:
+    p = dropout_drops(call.name, call.args, call.kwargs)
+    if p is None:
         return call.args[0]
     params = [track for track in followed if track.kind == "param"]
     if params:
         raise mode.store.fail(
             params[0], call.name,
-            f"dropout with {drops} multiplies the values by a random mask drawn from "
+            f"dropout with p={p} in training multiplies the values by a random mask drawn from "
             "torch's generator, which no stream rule describes (dropout with p=0 or "
             "training=False is the identity, and is replayed)",
         )  # fmt: skip

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..._caches import BoundedMap
@@ -116,12 +117,13 @@ def bind(args: Sequence[Any], kwargs: Mapping[str, Any], entry: Translation) -> 
 
 
 def scalar(value: Any) -> float:
-    """A Python real number (or a 0-d CPU tensor) as a float.
+    """A Python real number (or a numpy scalar, which torch takes as one, or a 0-d CPU
+    tensor) as a float.
 
     Raises:
         ShardInitError: anything else (arithmetic with or copying from tensors).
     """
-    if isinstance(value, (bool, int, float)):
+    if isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
         return float(value)
     if (
         isinstance(value, torch.Tensor)
