@@ -19,12 +19,18 @@ import torch
 
 __all__ = [
     "DROPOUTS",
+    "MOVES",
     "RESIZES",
     "dropout_drops",
     "foreach_parts",
     "python_numbers",
     "resizes_to_itself",
+    "same_device",
+    "split_device",
 ]
+
+#: Device moves that are no dtype cast (``to`` is a cast with an optional device).
+MOVES = frozenset({"cpu", "cuda"})
 
 RESIZES = frozenset({"resize_", "resize_as_"})
 
@@ -118,3 +124,40 @@ def python_numbers(
         tuple(_python_number(v) for v in args),
         {key: _python_number(v) for key, v in kwargs.items()},
     )
+
+
+def split_device(
+    name: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[torch.device | None, tuple[Any, ...], dict[str, Any]]:
+    """The device a ``cpu`` / ``cuda`` / ``to`` call moves its tensor to (None: no device
+    named, or a meta tensor's), and the call's arguments without it (``to(other)`` keeps
+    ``other``'s dtype): what is left is a dtype cast, or nothing."""
+    if name == "cpu":
+        return torch.device("cpu"), (args[0],), {}
+    if name == "cuda":
+        index = args[1] if len(args) > 1 else kwargs.get("device")
+        return torch.device("cuda", index) if index is not None else torch.device("cuda"), (
+            args[0],
+        ), {}  # fmt: skip
+    device: torch.device | None = None
+    rest: list[Any] = [args[0]]
+    for value in args[1:]:
+        if isinstance(value, (str, torch.device)):
+            device = torch.device(value)
+        elif isinstance(value, torch.Tensor) and not value.is_meta:
+            device = value.device
+            rest.append(value.dtype)
+        else:
+            rest.append(value)
+    others = dict(kwargs)
+    if others.get("device") is not None:
+        device = torch.device(others.pop("device"))
+    return device, tuple(rest), others
+
+
+def same_device(asked: torch.device, runtime: torch.device) -> bool:
+    """Whether a move to ``asked`` keeps a tensor on ``runtime`` (an index not given is
+    any: ``cuda`` on ``cuda:1`` is the current device, the one it is on at run time)."""
+    if asked.type != runtime.type:
+        return False
+    return asked.index is None or runtime.index is None or asked.index == runtime.index

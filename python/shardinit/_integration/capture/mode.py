@@ -40,7 +40,15 @@ from ..._program.cannot import Cannot
 from ..._torch_compat import GRAD_SWITCH, enter_dispatch_mode, exit_dispatch_mode, handed_to_mode
 from ...errors import UnsupportedInitOpError
 from .backstop import WriteBackstop
-from .composites import dropout_drops, foreach_parts, python_numbers, resizes_to_itself
+from .composites import (
+    MOVES,
+    dropout_drops,
+    foreach_parts,
+    python_numbers,
+    resizes_to_itself,
+    same_device,
+    split_device,
+)
 from .concrete import Concrete, Evaluated
 from .coordinates import Coordinates
 from .copies import Copies
@@ -313,8 +321,10 @@ class CaptureMode(TorchFunctionMode):
     def make_temporary(
         self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> Any:
-        """A factory, ``cat``/``stack`` or ``clone``: the result is a new temporary."""
-        if name in CONCATS or name in COPIES:
+        """A factory, ``cat``/``stack`` or ``clone``: the result is a new temporary (a
+        clone of a parameter carries the read, refused only where its values reach a
+        tensor: ``p.clone().fill_(v)`` overwrites them first, as eager's copy does)."""
+        if name in CONCATS:
             params = self.store.params_in((args, kwargs))
             if params:
                 raise self.store.fail(params[0], name, "it reads the parameter's values")
@@ -503,9 +513,31 @@ def _resize(mode: CaptureMode, call: Call) -> Any:
 
 
 def _cast(mode: CaptureMode, call: Call) -> Any:
-    if call.target is None or call.target.kind != "temp":
-        return _NOT_MINE
+    if call.target is not None and call.target.kind == "param":
+        return _param_cast(mode, call)
+    if call.target is None or call.target.kind != "temp" or call.name in MOVES:
+        return _NOT_MINE  # a temporary's move: run on its CPU values where known
     return mode.steps.cast_temp(call.name, call.func, call.args, call.kwargs)
+
+
+def _param_cast(mode: CaptureMode, call: Call) -> Any:
+    """A cast or device move of a parameter's stand-in, as eager torch does it on the
+    parameter: the parameter itself where nothing changes (``p.cpu()`` of a CPU
+    parameter, ``p.float()`` of a float32 one: writes to it are the parameter's); a cast
+    to another dtype is a step of its values (a temporary carrying the read, refused
+    only where its values reach a tensor, as ``p * 2``); a move to another device than
+    the parameter's at run time is a copy of values that do not exist at capture."""
+    device, args, kwargs = split_device(call.name, call.args, call.kwargs)
+    runtime = mode.devices.get(id(call.target), _CPU)
+    if device is not None and not same_device(device, runtime):
+        raise mode.store.fail(
+            call.target, call.name,
+            f"it copies the parameter's values to {device} (the parameter will be on "
+            f"{runtime}), and they do not exist at capture",
+        )  # fmt: skip
+    if call.name in MOVES:
+        return call.args[0]
+    return mode.steps.cast_temp(call.name, call.func, args, kwargs)
 
 
 #: First, per route, what a call on a followed tensor does: a parameter's stand-in

@@ -15,7 +15,7 @@ from typing import Literal
 
 from ..._caches import cached
 from ...init import BaseInit, Normal, Uniform
-from .composites import DROPOUTS, RESIZES
+from .composites import DROPOUTS, MOVES, RESIZES
 from .pointwise import POINTWISE, inplace_name
 from .translations import METHOD_TRANSLATIONS
 
@@ -150,6 +150,6 @@ def route_of(name: str) -> Route:
         return "coordinate"
     if inplace_name(name) is not None:
         return "inplace"
-    if name in CASTS:
+    if name in CASTS or name in MOVES:
         return "cast"
     return "other"
