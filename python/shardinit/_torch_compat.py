@@ -33,6 +33,8 @@ __all__ = [
     "GRAD_SWITCH",
     "NN_INIT_FILLS",
     "NORM_MODULES",
+    "ORIGINAL_KEEPING",
+    "WEIGHT_NORM",
     "DispatchMode",
     "FlatEntry",
     "Fsdp1Unit",
@@ -422,3 +424,10 @@ def aten_packet(func: Any) -> Any:
     ``torch.ops.aten.fill_.Scalar``); any other callable as it is. ``torch._ops.OpOverload``
     is private (checked: torch 2.15)."""
     return func.overloadpacket if isinstance(func, torch._ops.OpOverload) else func
+
+
+#: ``torch.nn.utils.parametrizations``' private parametrization classes (checked: torch
+#: 2.15): weight_norm's, whose ``right_inverse`` gives ``(g, v)`` with ``v`` the weight
+#: itself, and those whose ``right_inverse`` returns its input (spectral_norm's).
+WEIGHT_NORM: type[nn.Module] = torch.nn.utils.parametrizations._WeightNorm
+ORIGINAL_KEEPING: tuple[type[nn.Module], ...] = (torch.nn.utils.parametrizations._SpectralNorm,)
