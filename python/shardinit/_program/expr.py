@@ -413,8 +413,47 @@ def _rebuild(
     if isinstance(node, Binary):
         return combine(node.op, children[0], children[1], ranges)
     if isinstance(node, Where):
-        return where(*children)
+        cond, a, b = children
+        return where(cond, _excused(a, cond, ranges, True), _excused(b, cond, ranges, False))
     return node.with_children(children)
+
+
+#: Why a gathered table holds no value at some positions (:func:`gathered`).
+_PAST_THE_TABLE = "a table of computed values read at positions that are not affine"
+
+
+def _unread(expr: Expr) -> bool:
+    """Whether ``expr`` is a gathered table guarded where its index ran past the table."""
+    return isinstance(expr, Where) and expr.b == Bad(_PAST_THE_TABLE)
+
+
+def _excused(branch: Expr, cond: Expr, ranges: Sequence[tuple[int, int]], taken_when: bool) -> Expr:
+    """``branch`` of a ``where(cond, ...)`` (taken where ``cond`` is ``taken_when``), with
+    each gathered table whose index ran past the table only where the branch is not
+    taken unguarded (a ``cat`` reshaped: the part before the seam, read past its end
+    on the positions after it, which the other branch gives). A guard at a position
+    the branch is taken stays: there the read is past the table, refused."""
+    if not any(_unread(node) for node in walk_nodes(branch)):
+        return branch
+    values = _index_values(cond, ranges)
+    if values is None:
+        return branch
+    shape = [max(stop - start, 0) for start, stop in ranges]
+    taken = (values != 0).expand(shape) == taken_when
+
+    def rewrite(node: Expr, walk: Callable[[Expr], Expr]) -> Expr:
+        if _unread(node):
+            assert isinstance(node, Where) and isinstance(node.cond, Table)
+            valid = node.cond.data.values.view(shape) != 0
+            return node.a if not bool((taken & ~valid).any()) else node
+        if isinstance(node, Table) or not node.children():
+            return node  # a table's index is coordinates: no guard in it
+        rebuilt = [walk(child) for child in node.children()]
+        return node if all(x is y for x, y in zip(rebuilt, node.children(), strict=True)) else (
+            node.with_children(rebuilt)
+        )  # fmt: skip
+
+    return _Memoized(rewrite)(branch)
 
 
 #: The most elements a table gathered at capture may hold (binary64: 128 MiB at the cap);
@@ -440,12 +479,22 @@ def gathered(data: TableData, index: Expr, ranges: Sequence[tuple[int, int]]) ->
         what = "a table read at positions that are not affine, gathered,"
         return Bad(beyond_table_cap(count, what))
     flat = _index_values(index, ranges)
-    if flat is None or bool((flat < 0).any() or (flat >= data.values.numel()).any()):
-        return Bad("a table of computed values read at positions that are not affine")
-    values = data.values[flat.reshape(-1)].clone() if count else data.values[:0].clone()
+    if flat is None:
+        return Bad(_PAST_THE_TABLE)
+    flat = flat.expand(shape).reshape(-1)
+    size = data.values.numel()
+    valid = (flat >= 0) & (flat < size)
+    values = torch.full((count,), math.nan, dtype=torch.float64, device="cpu")
+    if size:  # past the table: NaN, never read (guarded below)
+        values = torch.where(valid, data.values[flat.clamp(0, size - 1)], values)
     shifted = [combine("sub", Coord(d), Const(float(start))) for d, (start, _) in enumerate(ranges)]
     local = reindex(contiguous_index(shape), shifted, ranges)
-    return Table(TableData(values), local)
+    table = Table(TableData(values), local)
+    if bool(valid.all()):
+        return table
+    # Positions past the table: a branch not taken there is excused (:func:`_excused`);
+    # else the guard's Bad refuses the read.
+    return Where(Table(TableData(valid.to(torch.float64)), local), table, Bad(_PAST_THE_TABLE))
 
 
 def _index_values(index: Expr, ranges: Sequence[tuple[int, int]]) -> torch.Tensor | None:
@@ -476,6 +525,10 @@ def _index_values(index: Expr, ranges: Sequence[tuple[int, int]]) -> torch.Tenso
 _INTEGER_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "add": torch.add, "sub": torch.sub, "mul": torch.mul, "floordiv": torch.floor_divide,
     "mod": torch.remainder,
+    # Comparisons as 0 / 1 (the conditions of a where: in_box of a cat's parts).
+    "lt": lambda a, b: torch.lt(a, b).long(), "le": lambda a, b: torch.le(a, b).long(),
+    "gt": lambda a, b: torch.gt(a, b).long(), "ge": lambda a, b: torch.ge(a, b).long(),
+    "eq": lambda a, b: torch.eq(a, b).long(), "ne": lambda a, b: torch.ne(a, b).long(),
 }  # fmt: skip
 
 
