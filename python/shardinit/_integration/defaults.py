@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
+import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
@@ -142,19 +144,22 @@ def _parametrized_defaults(module: nn.Module) -> dict[tuple[int, str], DefaultIn
     (none, or spectral_norm's), and weight_norm's ``original1`` (v, the weight itself)
     does too. weight_norm's ``original0`` (g, the norm of each slice of the weight) is
     a reduction of its values that no initializer gives: left without a default."""
-    lists: dict[str, nn.Module] = dict(module.parametrizations.items())  # type: ignore[operator]
+    holder = module.parametrizations
+    assert isinstance(holder, nn.ModuleDict)  # register_parametrization's
+    lists = {name: cast(parametrize.ParametrizationList, p) for name, p in holder.items()}
     shapes = {name: tuple(p.shape) for name, p in module.named_parameters(recurse=False)}
     kept: dict[str, str] = {}  # tensor name -> the original that holds its values
     for name, plist in lists.items():
+        steps = list(plist)
         if hasattr(plist, "original"):
             if all(
-                isinstance(m, ORIGINAL_KEEPING) or not hasattr(m, "right_inverse") for m in plist
+                isinstance(m, ORIGINAL_KEEPING) or not hasattr(m, "right_inverse") for m in steps
             ):
                 kept[name] = "original"
             shapes[name] = tuple(plist.original.shape)
-        elif len(plist) == 1 and isinstance(plist[0], WEIGHT_NORM) and hasattr(plist, "original1"):
+        elif len(steps) == 1 and isinstance(steps[0], WEIGHT_NORM) and hasattr(plist, "original1"):
             kept[name] = "original1"
-            shapes[name] = tuple(plist.original1.shape)
+            shapes[name] = tuple(cast(torch.Tensor, plist.original1).shape)
     found: dict[tuple[int, str], DefaultInit] = {}
     for attr in [n for n, _ in module.named_parameters(recurse=False)]:
         default = default_init(module, attr, shapes)

@@ -116,7 +116,7 @@ def view_region(
 
 def _all_in_order(view: torch.Tensor, base: torch.Tensor) -> bool:
     """Whether ``view`` holds every element of ``base`` (contiguous) in row-major order."""
-    return (
+    return bool(
         view.is_contiguous()
         and view.storage_offset() == base.storage_offset()
         and view.numel() == base.numel()

@@ -527,11 +527,13 @@ def _param_cast(mode: CaptureMode, call: Call) -> Any:
     to another dtype is a step of its values (a temporary carrying the read, refused
     only where its values reach a tensor, as ``p * 2``); a move to another device than
     the parameter's at run time is a copy of values that do not exist at capture."""
+    target = call.target
+    assert target is not None  # _cast's check
     device, args, kwargs = split_device(call.name, call.args, call.kwargs)
-    runtime = mode.devices.get(id(call.target), _CPU)
+    runtime = mode.devices.get(id(target), _CPU)
     if device is not None and not same_device(device, runtime):
         raise mode.store.fail(
-            call.target, call.name,
+            target, call.name,
             f"it copies the parameter's values to {device} (the parameter will be on "
             f"{runtime}), and they do not exist at capture",
         )  # fmt: skip
