@@ -137,3 +137,12 @@ def test_dropout_that_drops_is_refused_as_a_random_mask(init: Init) -> None:
     assert "random mask drawn from torch's generator" in message
     assert "reads" not in message.split(". shardinit can replay")[0]
     assert "test_capture_aten_overloads.py" in message
+
+
+def test_a_foreach_op_without_a_method_is_refused_as_a_write() -> None:
+    with pytest.raises(shardinit.UnsupportedInitOpError) as raised:
+        _materialized(lambda m: torch._foreach_maximum_([m.weight, m.bias], 0.0))
+    message = str(raised.value)
+    assert "parameter 'weight': _foreach_maximum_ at" in message
+    assert "this in-place operation on the parameter's values is not replayable" in message
+    assert "test_capture_aten_overloads.py" in message

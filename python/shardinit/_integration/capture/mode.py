@@ -156,7 +156,8 @@ class CaptureMode(TorchFunctionMode):
         if params:
             if no_formula(name):
                 why = "it is an elementwise operation shardinit has no exact formula for"
-            elif is_inplace(name) and target is not None:
+            elif is_inplace(name) and (target is not None or self.store.params_in(args[:1])):
+                # on the parameter, or on a list holding it (a _foreach_ op): a write
                 why = "this in-place operation on the parameter's values is not replayable"
             else:
                 why = "it reads the parameter's values (they do not exist on meta)"
