@@ -157,7 +157,6 @@ class CaptureMode(TorchFunctionMode):
             if no_formula(name):
                 why = "it is an elementwise operation shardinit has no exact formula for"
             elif is_inplace(name) and (target is not None or self.store.params_in(args[:1])):
-                # on the parameter, or on a list holding it (a _foreach_ op): a write
                 why = "this in-place operation on the parameter's values is not replayable"
             else:
                 why = "it reads the parameter's values (they do not exist on meta)"
@@ -322,9 +321,8 @@ class CaptureMode(TorchFunctionMode):
     def make_temporary(
         self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> Any:
-        """A factory, ``cat``/``stack`` or ``clone``: the result is a new temporary (a
-        clone of a parameter carries the read, refused only where its values reach a
-        tensor: ``p.clone().fill_(v)`` overwrites them first, as eager's copy does)."""
+        """A factory, ``cat``/``stack`` or ``clone``: a new temporary (a parameter's clone
+        carries the read, :attr:`.tracks.Track.reads`: ``p.clone().fill_(v)`` reads none)."""
         if name in CONCATS:
             params = self.store.params_in((args, kwargs))
             if params:
