@@ -169,3 +169,20 @@ def test_vector_to_parameters_of_random_values_lands_each_value_once() -> None:
         "second place",
     )
     assert "random values" in shared
+
+
+@pytest.mark.parametrize(
+    "init",
+    [
+        lambda m: m.bias.copy_(torch.tensor(np.float64(0.1)).expand(32).float()),
+        lambda m: m.bias.copy_(torch.tensor([np.float64(0.1)] * 32)),
+        lambda m: m.bias.copy_(torch.full((32,), np.float64(0.1))),
+        lambda m: m.bias.copy_(torch.arange(np.int64(32)) * np.float32(0.5)),
+    ],
+    ids=["tensor_of_np_float64", "tensor_of_a_list", "full", "arange"],
+)
+def test_numpy_scalars_keep_torchs_dtypes(init: Init) -> None:
+    # torch.tensor keeps a numpy scalar's dtype (float64 here, then copied into float32);
+    # operands and fill values are Python numbers (float32 arithmetic).
+    model, eager = _materialized(init), _eager(init)
+    assert torch.equal(model.bias, eager.bias)

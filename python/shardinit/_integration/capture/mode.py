@@ -130,7 +130,7 @@ class CaptureMode(TorchFunctionMode):
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
-        args, kwargs = python_numbers(args, dict(kwargs or {}))
+        kwargs = dict(kwargs or {})
         found = init_frame(self.outer)
         if found is not None:
             return self.inside_init(*found, func, args, kwargs)
@@ -138,6 +138,7 @@ class CaptureMode(TorchFunctionMode):
         route = route_of(name)
         if route in _UNTOUCHED:
             return func(*args, **kwargs)
+        args, kwargs = _with_python_numbers(name, route, args, kwargs)
         if kwargs.get("out") is not None and self.store.followed(kwargs["out"]):
             return self.into_out(name, route, func, types, args, kwargs)
         call = Call(name, route, self.store.lookup(args[0]) if args else None, func, args, kwargs)
@@ -321,8 +322,7 @@ class CaptureMode(TorchFunctionMode):
     def make_temporary(
         self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> Any:
-        """A factory, ``cat``/``stack`` or ``clone``: a new temporary (a parameter's clone
-        carries the read, :attr:`.tracks.Track.reads`: ``p.clone().fill_(v)`` reads none)."""
+        """A factory, ``cat``/``stack`` or ``clone`` (of a parameter: carries the read)."""
         if name in CONCATS:
             params = self.store.params_in((args, kwargs))
             if params:
@@ -388,6 +388,22 @@ _NOT_MINE: Any = object()
 #: takes without its values changing (``requires_grad_``).
 _UNTOUCHED = frozenset({"metadata", "flag"})
 Handler = Callable[[CaptureMode, Call], Any]
+#: Routes whose calls take numbers as operands or fill values, where torch takes a numpy
+#: scalar as the Python number it holds (:func:`.composites.python_numbers`); but the
+#: data of ``torch.tensor`` keeps a numpy scalar's dtype (``tensor(np.float64(1))`` is
+#: float64), and other calls run on the real arguments.
+_NUMBER_OPERANDS = frozenset(
+    {"translated", "inplace", "pointwise", "coordinate", "factory", "source", "foreach"}
+)
+_DATA = frozenset({"tensor", "new_tensor"})
+
+
+def _with_python_numbers(
+    name: str, route: str, args: Sequence[Any], kwargs: dict[str, Any]
+) -> tuple[Sequence[Any], dict[str, Any]]:
+    if route in _NUMBER_OPERANDS and name not in _DATA:
+        return python_numbers(args, kwargs)
+    return args, kwargs
 
 
 def _write(mode: CaptureMode, call: Call) -> Any:
