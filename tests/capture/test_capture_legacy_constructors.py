@@ -79,3 +79,26 @@ def test_a_model_off_meta_is_still_already_materialized() -> None:
         shardinit.materialize(model, seed=0, init_fn=model.init_weights)
     message = str(raised.value)
     assert "already materialized" in message and "legacy constructors" not in message
+
+
+def test_transformers_lw_detr_gammas_are_eagers() -> None:
+    # LwDetrViTLayer: gamma_1 = nn.Parameter(torch.Tensor(dim)); _init_weights: constant_.
+    from transformers.models.lw_detr.configuration_lw_detr import LwDetrViTConfig
+    from transformers.models.lw_detr.modeling_lw_detr import LwDetrViTBackbone
+
+    config = LwDetrViTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2,
+        image_size=64, patch_size=16, window_block_indices=[0], out_indices=[2],
+        pretrain_image_size=64,
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = LwDetrViTBackbone(config)
+    legacy = [n for n, p in model.named_parameters() if not p.is_meta]
+    assert legacy == [f"encoder.layer.{i}.gamma_{j}" for i in (0, 1) for j in (1, 2)]
+    shardinit.materialize(model, seed=0, init_fn=model.init_weights)
+    eager = LwDetrViTBackbone(config)
+    values = dict(eager.named_parameters())
+    for name in legacy:
+        assert torch.equal(dict(model.named_parameters())[name], values[name]), name
+    assert not any(p.is_meta for p in model.parameters())
+    assert model(torch.randn(1, 3, 64, 64)).feature_maps[0].shape == (1, 32, 4, 4)
