@@ -144,6 +144,8 @@ def split_device(
     for value in args[1:]:
         if isinstance(value, (str, torch.device)):
             device = torch.device(value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            device = torch.device("cuda", value)  # to(0): a CUDA device's index
         elif isinstance(value, torch.Tensor) and not value.is_meta:
             device = value.device
             rest.append(value.dtype)
