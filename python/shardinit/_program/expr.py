@@ -372,7 +372,8 @@ def reindex(
     identity map returns ``expr`` itself unless ``keep`` is False."""
     if keep and repeats is None and all(c == Coord(d) for d, c in enumerate(coords)):
         return expr  # the identity: the same expression
-    return _Memoized(lambda node, walk: _rebuild(node, walk, coords, ranges, repeats))(expr)
+    guards: list[Expr] = []  # tables gathered with positions past them (:func:`_excused`)
+    return _Memoized(lambda node, walk: _rebuild(node, walk, coords, ranges, repeats, guards))(expr)
 
 
 class _Memoized:
@@ -398,6 +399,7 @@ def _rebuild(
     coords: Sequence[Expr],
     ranges: Sequence[tuple[int, int]],
     repeats: str | None,
+    guards: list[Expr],
 ) -> Expr:
     if isinstance(node, Coord):
         return coords[node.dim]
@@ -409,12 +411,17 @@ def _rebuild(
     # The nodes whose rebuilding folds: a table read at positions no longer affine is
     # gathered into a new table; arithmetic and conditions fold over ``ranges``.
     if isinstance(node, Table) and as_lin(children[0]) is None:
-        return gathered(node.data, children[0], ranges)
+        table = gathered(node.data, children[0], ranges)
+        if _unread(table):
+            guards.append(table)
+        return table
     if isinstance(node, Binary):
         return combine(node.op, children[0], children[1], ranges)
-    if isinstance(node, Where):
+    if isinstance(node, Where) and guards:  # else nothing to excuse: no walk of branches
         cond, a, b = children
         return where(cond, _excused(a, cond, ranges, True), _excused(b, cond, ranges, False))
+    if isinstance(node, Where):
+        return where(*children)
     return node.with_children(children)
 
 
