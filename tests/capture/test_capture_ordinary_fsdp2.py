@@ -1,8 +1,9 @@
 """The ordinary init code of issue 37 ("Refused, but ordinary") under FSDP2 at worlds 1
 and 2: writes through split views of the whole parameter, aten overloads and
 ``_foreach_*``, casts and clones of a parameter, ``vector_to_parameters`` of random
-values, masks of coordinates and a parametrized module each give, gathered, the bytes
-of the same code on the unsharded meta model."""
+values, masks of coordinates, a parametrized module and a parameter a legacy
+``torch.Tensor(n)`` made on the CPU each give, gathered, the bytes of the same code on
+the unsharded meta model."""
 
 from __future__ import annotations
 
@@ -88,6 +89,29 @@ def _check_equal_to_unsharded(world: int, name: str, parametrized: bool = False)
     assert not math.isclose(float(got["0.weight"].std()), 0.0)
 
 
+class _Legacy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(16, 32)
+        self.gamma = nn.Parameter(torch.Tensor(32))  # on the CPU under torch.device("meta")
+
+    def init_weights(self) -> None:
+        nn.init.normal_(self.gamma, 0.0, 0.02)
+
+
+def _check_legacy_parameter(world: int) -> None:
+    with torch.device("meta"):
+        plain, sharded = _Legacy(), _Legacy()
+    shardinit.materialize(plain, seed=SEED, init_fn=plain.init_weights)
+    fully_shard(sharded, mesh=init_device_mesh("cpu", (world,)))
+    assert isinstance(sharded.gamma, DTensor) and not sharded.gamma.to_local().is_meta
+    shardinit.materialize(sharded, seed=SEED, init_fn=sharded.init_weights)
+    want, got = _values(plain), _values(sharded)
+    for key in want:
+        assert torch.equal(want[key], got[key]), key
+    assert got["gamma"].unique().numel() == 32
+
+
 @gloo_scenario(1, 2)
 def ordinary_scenario(rank: int, world: int) -> Checks:
     del rank
@@ -99,6 +123,7 @@ def ordinary_scenario(rank: int, world: int) -> Checks:
         "parametrized",
         functools.partial(_check_equal_to_unsharded, world, "kaiming_through_view", True),
     )
+    check(checks, "legacy_parameter", functools.partial(_check_legacy_parameter, world))
     return checks
 
 
@@ -109,6 +134,6 @@ def _results(world: int) -> dict[str, list[str]]:
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("world", [1, 2])
-@pytest.mark.parametrize("name", [*sorted(INITS), "parametrized"])
+@pytest.mark.parametrize("name", [*sorted(INITS), "parametrized", "legacy_parameter"])
 def test_ordinary_init_code_is_layout_invariant_under_fsdp2(world: int, name: str) -> None:
     assert_check_passed(_results(world), name)

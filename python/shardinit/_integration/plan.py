@@ -393,7 +393,7 @@ class RulesAndDefaults:
 
 #: Why a CPU parameter of a meta model is refused, and when it is not.
 _STRAY_HINT = (
-    ". A parameter on the CPU in a model built on meta (torch.Tensor(n) and the other "
+    ". A parameter off meta in a model built on meta (torch.Tensor(n) and the other "
     "legacy constructors ignore torch.device('meta')) is filled, as eager init code "
     "fills it, when init_fn writes all of it; else its eager value is the "
     "constructor's (uninitialized memory, or torch's draw)"
@@ -401,16 +401,14 @@ _STRAY_HINT = (
 
 
 def _made_off_meta(param: ParamPlan, params: Sequence[ParamPlan]) -> bool:
-    """Whether ``param`` is a plain CPU parameter of a model whose other parameters are
-    on meta: made in a constructor by a legacy ``torch.Tensor(n)``, which ignores the
-    default device (transformers' ``masked_spec_embed``, ``level_embed``). init_fn
-    that writes all of it gives it eager's values: the constructor's are overwritten
-    there too."""
+    """Whether ``param`` holds values in a model whose other parameters are on meta:
+    made in a constructor by a legacy ``torch.Tensor(n)``, which ignores the default
+    device (transformers' ``masked_spec_embed``, ``level_embed``; on the CPU, or a
+    DTensor after ``fully_shard`` moved it to the mesh). init_fn that writes all of it
+    gives it eager's values: the constructor's are overwritten there too."""
     tensor = param.target.planned_tensor()
-    if tensor is None or is_dtensor(tensor) or is_flat_param(tensor):
-        return False
-    if tensor.device.type != "cpu":
-        return False
+    if tensor is None or is_flat_param(tensor):
+        return False  # a wrapper's own layout (FSDP1, ZeRO-3): its units say what is filled
     return any(not other.target.is_filled() for other in params)
 
 
