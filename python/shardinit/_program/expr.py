@@ -419,7 +419,9 @@ def _rebuild(
         return combine(node.op, children[0], children[1], ranges)
     if isinstance(node, Where) and guards:  # else nothing to excuse: no walk of branches
         cond, a, b = children
-        return where(cond, _excused(a, cond, ranges, True), _excused(b, cond, ranges, False))
+        made = {id(guard) for guard in guards}
+        a, b = (_excused(x, cond, ranges, taken, made) for x, taken in ((a, True), (b, False)))
+        return where(cond, a, b)
     if isinstance(node, Where):
         return where(*children)
     return node.with_children(children)
@@ -434,13 +436,16 @@ def _unread(expr: Expr) -> bool:
     return isinstance(expr, Where) and expr.b == Bad(_PAST_THE_TABLE)
 
 
-def _excused(branch: Expr, cond: Expr, ranges: Sequence[tuple[int, int]], taken_when: bool) -> Expr:
+def _excused(
+    branch: Expr, cond: Expr, ranges: Sequence[tuple[int, int]], taken_when: bool, made: set[int]
+) -> Expr:
     """``branch`` of a ``where(cond, ...)`` (taken where ``cond`` is ``taken_when``), with
-    each gathered table whose index ran past the table only where the branch is not
-    taken unguarded (a ``cat`` reshaped: the part before the seam, read past its end
-    on the positions after it, which the other branch gives). A guard at a position
-    the branch is taken stays: there the read is past the table, refused."""
-    if not any(_unread(node) for node in walk_nodes(branch)):
+    each table gathered over ``ranges`` (``made``: the guards of this reindex, whose
+    validity is over these coordinates) whose index ran past the table only where the
+    branch is not taken unguarded (a ``cat`` reshaped: the part before the seam, read
+    past its end on the positions after it, which the other branch gives). A guard at a
+    position the branch is taken stays: there the read is past the table, refused."""
+    if not any(id(node) in made for node in walk_nodes(branch)):
         return branch
     values = _index_values(cond, ranges)
     if values is None:
@@ -449,7 +454,7 @@ def _excused(branch: Expr, cond: Expr, ranges: Sequence[tuple[int, int]], taken_
     taken = (values != 0).expand(shape) == taken_when
 
     def rewrite(node: Expr, walk: Callable[[Expr], Expr]) -> Expr:
-        if _unread(node):
+        if id(node) in made:
             assert isinstance(node, Where) and isinstance(node.cond, Table)
             valid = node.cond.data.values.view(shape) != 0
             return node.a if not bool((taken & ~valid).any()) else node
