@@ -33,11 +33,14 @@ __all__ = [
     "GRAD_SWITCH",
     "NN_INIT_FILLS",
     "NORM_MODULES",
+    "ORIGINAL_KEEPING",
+    "WEIGHT_NORM",
     "DispatchMode",
     "FlatEntry",
     "Fsdp1Unit",
     "apply_to_tensors",
     "assign_parameter",
+    "aten_packet",
     "deepcopy_memo",
     "enter_dispatch_mode",
     "exit_dispatch_mode",
@@ -414,3 +417,17 @@ def unwrap_fsdp2_classes(module: nn.Module) -> list[tuple[nn.Module, type]]:
 def rewrap_fsdp2_classes(swapped: list[tuple[nn.Module, type]]) -> None:
     for sub, cls in swapped:
         sub.__class__ = cls
+
+
+def aten_packet(func: Any) -> Any:
+    """The packet of an aten overload (``torch.ops.aten.fill_`` for
+    ``torch.ops.aten.fill_.Scalar``); any other callable as it is. ``torch._ops.OpOverload``
+    is private (checked: torch 2.15)."""
+    return func.overloadpacket if isinstance(func, torch._ops.OpOverload) else func
+
+
+#: ``torch.nn.utils.parametrizations``' private parametrization classes (checked: torch
+#: 2.15): weight_norm's, whose ``right_inverse`` gives ``(g, v)`` with ``v`` the weight
+#: itself, and those whose ``right_inverse`` returns its input (spectral_norm's).
+WEIGHT_NORM: type[nn.Module] = torch.nn.utils.parametrizations._WeightNorm
+ORIGINAL_KEEPING: tuple[type[nn.Module], ...] = (torch.nn.utils.parametrizations._SpectralNorm,)

@@ -12,11 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
+import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
 from .. import init
-from .._torch_compat import CONV_MODULES, NORM_MODULES
+from .._torch_compat import CONV_MODULES, NORM_MODULES, ORIGINAL_KEEPING, WEIGHT_NORM
 from ..init import Initializer, fan_in_and_fan_out, uniform_or_constant
 
 Shapes = Mapping[str, tuple[int, ...]]
@@ -78,19 +81,20 @@ def _multihead_attention(attr: str) -> DefaultInit | None:
 def default_init(module: nn.Module, attr: str, shapes: Shapes) -> DefaultInit | None:
     """torch.nn's default for parameter ``attr`` of ``module``, or None if unknown.
 
-    Args:
-        module: the module that owns the parameter.
-        attr: the parameter's attribute name on ``module`` (e.g. ``"weight"``).
-        shapes: the GLOBAL shapes of ``module``'s parameters, by attribute name (a bias
-            bound depends on the weight's fan-in).
+        Args:
+            module: the module that owns the parameter.
+            attr: the parameter's attribute name on ``module`` (e.g. ``"weight"``).
+            shapes: the GLOBAL shapes of ``module``'s parameters, by attribute name (a bias
+                bound depends on the weight's fan-in).
 
-    Returns:
-        The default, or None for module types or attributes without a known default.
+        Returns:
+            The default, or None for module types or attributes without a known default.
 
-    Example:
-        >>> from torch import nn
-        >>> default_init(nn.Linear(4, 3), "bias", {"weight": (3, 4)}).init
-        Uniform(a=-0.5, b=0.5)
+        Example:
+            >>> from torch import nn
+    from torch.nn.utils import parametrize
+            >>> default_init(nn.Linear(4, 3), "bias", {"weight": (3, 4)}).init
+            Uniform(a=-0.5, b=0.5)
     """
     if isinstance(module, (nn.Linear, *CONV_MODULES)):
         # Includes ConvTranspose: torch takes the fan-in of the weight tensor as stored.
@@ -124,7 +128,48 @@ def parent_overrides(root: nn.Module) -> dict[tuple[int, str], DefaultInit]:
     for module in root.modules():
         if isinstance(module, nn.MultiheadAttention) and module.in_proj_bias is not None:
             overrides[(id(module.out_proj), "bias")] = DefaultInit(init.zeros())
+        if parametrize.is_parametrized(module):
+            overrides.update(_parametrized_defaults(module))
     return overrides
+
+
+def _parametrized_defaults(module: nn.Module) -> dict[tuple[int, str], DefaultInit]:
+    """The defaults of a module with ``torch.nn.utils.parametrize`` parametrizations
+    (``ParametrizedLinear``: its class is a subclass of the original's): eager torch
+    built the module first, then moved each parametrized tensor into
+    ``parametrizations.<name>.original`` through the parametrization's
+    ``right_inverse``. So its own parameters (a Linear's bias) take the module's default
+    with the parametrized tensor's shape (the bias bound is the weight's fan-in); an
+    ``original`` takes the tensor's default where ``right_inverse`` keeps the values
+    (none, or spectral_norm's), and weight_norm's ``original1`` (v, the weight itself)
+    does too. weight_norm's ``original0`` (g, the norm of each slice of the weight) is
+    a reduction of its values that no initializer gives: left without a default."""
+    holder = module.parametrizations
+    assert isinstance(holder, nn.ModuleDict)  # register_parametrization's
+    lists = {name: cast(parametrize.ParametrizationList, p) for name, p in holder.items()}
+    shapes = {name: tuple(p.shape) for name, p in module.named_parameters(recurse=False)}
+    kept: dict[str, str] = {}  # tensor name -> the original that holds its values
+    for name, plist in lists.items():
+        steps = list(plist)
+        if hasattr(plist, "original"):
+            if all(
+                isinstance(m, ORIGINAL_KEEPING) or not hasattr(m, "right_inverse") for m in steps
+            ):
+                kept[name] = "original"
+            shapes[name] = tuple(plist.original.shape)
+        elif len(steps) == 1 and isinstance(steps[0], WEIGHT_NORM) and hasattr(plist, "original1"):
+            kept[name] = "original1"
+            shapes[name] = tuple(cast(torch.Tensor, plist.original1).shape)
+    found: dict[tuple[int, str], DefaultInit] = {}
+    for attr in [n for n, _ in module.named_parameters(recurse=False)]:
+        default = default_init(module, attr, shapes)
+        if default is not None:
+            found[(id(module), attr)] = default
+    for name, original in kept.items():
+        default = default_init(module, name, shapes)
+        if default is not None:
+            found[(id(lists[name]), original)] = default
+    return found
 
 
 def default_buffer_value(module: nn.Module, name: str) -> float | None:

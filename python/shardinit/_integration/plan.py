@@ -161,13 +161,16 @@ class Plan:
                 UserWarning,
                 stacklevel=4,  # materialize's caller (via carry_out)
             )
-        filled = [] if overwrite else [p.target.name for p in self.params if p.target.is_filled()]
+        filled = [] if overwrite else [p for p in self.params if p.target.is_filled()]
+        stray = [p for p in filled if _made_off_meta(p, self.params)]
+        filled = [p for p in filled if p not in stray or not self.init_fn_sets(p)]
         if filled:
             raise ShardInitError(
                 f"materialize: {len(filled)} parameter(s) are already materialized: "
-                f"{listing(filled)}. materialize fills meta-device models (and FSDP1 "
-                "units allocated by shardinit.fsdp1_param_init_fn); pass overwrite=True "
-                "to replace existing values"
+                f"{listing([p.target.name for p in filled])}. materialize fills "
+                "meta-device models (and FSDP1 units allocated by "
+                "shardinit.fsdp1_param_init_fn); pass overwrite=True to replace existing "
+                f"values{_STRAY_HINT if any(p in stray for p in filled) else ''}"
             )
         unknown = [b for b in self.buffers if not b.known()]
         if unknown and buffer_init is None:
@@ -178,6 +181,11 @@ class Plan:
                 f"default: {listing(names)}. Pass buffer_init=fn, called as "
                 "fn(module, name, tensor) to fill each one in place"
             )
+
+    def init_fn_sets(self, param: ParamPlan) -> bool:
+        """Whether init_fn's capture writes every element of ``param``."""
+        record = None if self.captured is None else self.captured.params.get(param.target.name)
+        return record is not None and record.covers_all()
 
     def carry_out(
         self,
@@ -381,6 +389,27 @@ class RulesAndDefaults:
             "shardinit.init.ones(), MyModule: shardinit.init.normal(0.0, 0.02), "
             "(MyModule, 'bias'): shardinit.init.zeros()}"
         )
+
+
+#: Why a CPU parameter of a meta model is refused, and when it is not.
+_STRAY_HINT = (
+    ". A parameter off meta in a model built on meta (torch.Tensor(n) and the other "
+    "legacy constructors ignore torch.device('meta')) is filled, as eager init code "
+    "fills it, when init_fn writes all of it; else its eager value is the "
+    "constructor's (uninitialized memory, or torch's draw)"
+)
+
+
+def _made_off_meta(param: ParamPlan, params: Sequence[ParamPlan]) -> bool:
+    """Whether ``param`` holds values in a model whose other parameters are on meta:
+    made in a constructor by a legacy ``torch.Tensor(n)``, which ignores the default
+    device (transformers' ``masked_spec_embed``, ``level_embed``; on the CPU, or a
+    DTensor after ``fully_shard`` moved it to the mesh). init_fn that writes all of it
+    gives it eager's values: the constructor's are overwritten there too."""
+    tensor = param.target.planned_tensor()
+    if tensor is None or is_flat_param(tensor):
+        return False  # a wrapper's own layout (FSDP1, ZeRO-3): its units say what is filled
+    return any(not other.target.is_filled() for other in params)
 
 
 def make_plan(

@@ -372,7 +372,8 @@ def reindex(
     identity map returns ``expr`` itself unless ``keep`` is False."""
     if keep and repeats is None and all(c == Coord(d) for d, c in enumerate(coords)):
         return expr  # the identity: the same expression
-    return _Memoized(lambda node, walk: _rebuild(node, walk, coords, ranges, repeats))(expr)
+    guards: list[Expr] = []  # tables gathered with positions past them (:func:`_excused`)
+    return _Memoized(lambda node, walk: _rebuild(node, walk, coords, ranges, repeats, guards))(expr)
 
 
 class _Memoized:
@@ -398,6 +399,7 @@ def _rebuild(
     coords: Sequence[Expr],
     ranges: Sequence[tuple[int, int]],
     repeats: str | None,
+    guards: list[Expr],
 ) -> Expr:
     if isinstance(node, Coord):
         return coords[node.dim]
@@ -409,12 +411,61 @@ def _rebuild(
     # The nodes whose rebuilding folds: a table read at positions no longer affine is
     # gathered into a new table; arithmetic and conditions fold over ``ranges``.
     if isinstance(node, Table) and as_lin(children[0]) is None:
-        return gathered(node.data, children[0], ranges)
+        table = gathered(node.data, children[0], ranges)
+        if _unread(table):
+            guards.append(table)
+        return table
     if isinstance(node, Binary):
         return combine(node.op, children[0], children[1], ranges)
+    if isinstance(node, Where) and guards:  # else nothing to excuse: no walk of branches
+        cond, a, b = children
+        made = {id(guard) for guard in guards}
+        a, b = (_excused(x, cond, ranges, taken, made) for x, taken in ((a, True), (b, False)))
+        return where(cond, a, b)
     if isinstance(node, Where):
         return where(*children)
     return node.with_children(children)
+
+
+#: Why a gathered table holds no value at some positions (:func:`gathered`).
+_PAST_THE_TABLE = "a table of computed values read at positions that are not affine"
+
+
+def _unread(expr: Expr) -> bool:
+    """Whether ``expr`` is a gathered table guarded where its index ran past the table."""
+    return isinstance(expr, Where) and expr.b == Bad(_PAST_THE_TABLE)
+
+
+def _excused(
+    branch: Expr, cond: Expr, ranges: Sequence[tuple[int, int]], taken_when: bool, made: set[int]
+) -> Expr:
+    """``branch`` of a ``where(cond, ...)`` (taken where ``cond`` is ``taken_when``), with
+    each table gathered over ``ranges`` (``made``: the guards of this reindex, whose
+    validity is over these coordinates) whose index ran past the table only where the
+    branch is not taken unguarded (a ``cat`` reshaped: the part before the seam, read
+    past its end on the positions after it, which the other branch gives). A guard at a
+    position the branch is taken stays: there the read is past the table, refused."""
+    if not any(id(node) in made for node in walk_nodes(branch)):
+        return branch
+    values = _index_values(cond, ranges)
+    if values is None:
+        return branch
+    shape = [max(stop - start, 0) for start, stop in ranges]
+    taken = (values != 0).expand(shape) == taken_when
+
+    def rewrite(node: Expr, walk: Callable[[Expr], Expr]) -> Expr:
+        if id(node) in made:
+            assert isinstance(node, Where) and isinstance(node.cond, Table)
+            valid = node.cond.data.values.view(shape) != 0
+            return node.a if not bool((taken & ~valid).any()) else node
+        if isinstance(node, Table) or not node.children():
+            return node  # a table's index is coordinates: no guard in it
+        rebuilt = [walk(child) for child in node.children()]
+        return node if all(x is y for x, y in zip(rebuilt, node.children(), strict=True)) else (
+            node.with_children(rebuilt)
+        )  # fmt: skip
+
+    return _Memoized(rewrite)(branch)
 
 
 #: The most elements a table gathered at capture may hold (binary64: 128 MiB at the cap);
@@ -440,12 +491,22 @@ def gathered(data: TableData, index: Expr, ranges: Sequence[tuple[int, int]]) ->
         what = "a table read at positions that are not affine, gathered,"
         return Bad(beyond_table_cap(count, what))
     flat = _index_values(index, ranges)
-    if flat is None or bool((flat < 0).any() or (flat >= data.values.numel()).any()):
-        return Bad("a table of computed values read at positions that are not affine")
-    values = data.values[flat.reshape(-1)].clone() if count else data.values[:0].clone()
+    if flat is None:
+        return Bad(_PAST_THE_TABLE)
+    flat = flat.expand(shape).reshape(-1)
+    size = data.values.numel()
+    valid = (flat >= 0) & (flat < size)
+    values = torch.full((count,), math.nan, dtype=torch.float64, device="cpu")
+    if size:  # past the table: NaN, never read (guarded below)
+        values = torch.where(valid, data.values[flat.clamp(0, size - 1)], values)
     shifted = [combine("sub", Coord(d), Const(float(start))) for d, (start, _) in enumerate(ranges)]
     local = reindex(contiguous_index(shape), shifted, ranges)
-    return Table(TableData(values), local)
+    table = Table(TableData(values), local)
+    if bool(valid.all()):
+        return table
+    # Positions past the table: a branch not taken there is excused (:func:`_excused`);
+    # else the guard's Bad refuses the read.
+    return Where(Table(TableData(valid.to(torch.float64)), local), table, Bad(_PAST_THE_TABLE))
 
 
 def _index_values(index: Expr, ranges: Sequence[tuple[int, int]]) -> torch.Tensor | None:
@@ -476,6 +537,10 @@ def _index_values(index: Expr, ranges: Sequence[tuple[int, int]]) -> torch.Tenso
 _INTEGER_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "add": torch.add, "sub": torch.sub, "mul": torch.mul, "floordiv": torch.floor_divide,
     "mod": torch.remainder,
+    # Comparisons as 0 / 1 (the conditions of a where: in_box of a cat's parts).
+    "lt": lambda a, b: torch.lt(a, b).long(), "le": lambda a, b: torch.le(a, b).long(),
+    "gt": lambda a, b: torch.gt(a, b).long(), "ge": lambda a, b: torch.ge(a, b).long(),
+    "eq": lambda a, b: torch.eq(a, b).long(), "ne": lambda a, b: torch.ne(a, b).long(),
 }  # fmt: skip
 
 

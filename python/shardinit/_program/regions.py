@@ -90,6 +90,11 @@ def view_region(
         (size 1, or it runs across several dims as in ``view(-1)``); None when the view
         has no elements.
 
+    A contiguous view of all of ``base`` (``w.view(4, 8, 16)``, ``w.reshape(2, -1)``) is
+    all of it whatever dims it splits or merges: its elements are the base's, one to one
+    in row-major order (so a random fill, drawn by flat element index, is the same), and
+    its dims that run along no single base dim are None.
+
     Raises:
         Cannot: the view's elements are not a box of the base (a strided slice, an
             expanded view, overlapping dims).
@@ -101,6 +106,26 @@ def view_region(
         return tuple((0, size) for size in shape), tuple(
             None if size == 1 else dim for dim, size in enumerate(shape)
         )
+    try:
+        return _box_of(view, base)
+    except Cannot:
+        if not _all_in_order(view, base):
+            raise
+        return tuple((0, size) for size in shape), tuple(None for _ in view.shape)
+
+
+def _all_in_order(view: torch.Tensor, base: torch.Tensor) -> bool:
+    """Whether ``view`` holds every element of ``base`` (contiguous) in row-major order."""
+    return bool(
+        view.is_contiguous()
+        and view.storage_offset() == base.storage_offset()
+        and view.numel() == base.numel()
+    )
+
+
+def _box_of(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[int | None, ...]]:
+    """:func:`view_region` of a non-empty view, dim by dim."""
+    shape = tuple(base.shape)
     cstride = _contiguous_strides(shape)
     rel = view.storage_offset() - base.storage_offset()
     if not 0 <= rel < max(base.numel(), 1):

@@ -142,6 +142,10 @@ def _image_runs(
     box's dims plus a constant, each dim used once); else None."""
     runs: list[FlatRun] = []
     for at in ats:
+        block = _flat_block(at, box, shape)
+        if block is not None:
+            runs.append(block)
+            continue
         image: list[tuple[int, int]] = []
         used: set[int] = set()
         for coordinate in at:
@@ -162,6 +166,33 @@ def _image_runs(
             return None
         runs += box_runs(tuple(image), shape)
     return tuple(runs)
+
+
+def _flat_block(at: tuple[Expr, ...], box: Box, shape: tuple[int, ...]) -> FlatRun | None:
+    """The one flat run of a temporary of ``shape`` that the place ``at`` reads over
+    ``box``, when its flat index is the box's own row-major index plus a constant (a
+    reshaped view of a contiguous part: ``vec[n:n + k].view(r, c)``, as
+    ``vector_to_parameters`` copies); else None."""
+    if len(at) != len(shape):
+        return None
+    offset, coefs = 0, [0] * len(box)
+    stride = 1
+    for coordinate, size in zip(reversed(at), reversed(shape), strict=True):
+        lin = as_lin(coordinate)
+        if lin is None:
+            return None
+        offset += stride * lin.offset
+        for dim, coef in lin.coefs:
+            coefs[dim] += stride * coef
+        stride *= size
+    step = 1
+    for dim in reversed(range(len(box))):
+        start, stop = box[dim]
+        offset += coefs[dim] * start
+        if stop - start > 1 and coefs[dim] != step:
+            return None
+        step *= stop - start
+    return (offset, offset + step) if offset >= 0 and offset + step <= stride else None
 
 
 def _random_ats(expr: Expr, root: Callable[[int], int]) -> dict[int, set[tuple[Expr, ...]]]:

@@ -230,11 +230,10 @@ class Coordinates:
             return False
         entry = entries[picked[0]]
         shape = tuple(tensor.shape)
-        if isinstance(entry, torch.Tensor) and entry.dtype == torch.bool and picked[0] == 0:
-            if tuple(entry.shape) != shape:
+        if isinstance(entry, torch.Tensor) and entry.dtype == torch.bool:
+            cond = self.mask_condition(entry, picked[0], shape, op)
+            if cond is None:
                 return False
-            mask = self.engine.operand(entry, shape, op)
-            cond = combine("ne", mask, Const(0.0), whole(shape))
         else:
             try:
                 positions = self.known_ints(entry, op)
@@ -243,6 +242,21 @@ class Coordinates:
             cond = self.index_condition(shape, picked[0], positions)
         self.masked_write(target, tensor, cond, self.engine.value_of(value, op), op)
         return True
+
+    def mask_condition(
+        self, mask: torch.Tensor, first: int, shape: tuple[int, ...], op: str
+    ) -> Expr | None:
+        """Where a boolean ``mask`` indexing dims ``first, first + 1, ...`` of a tensor of
+        ``shape`` (the others whole: ``w[rows] = v``, ``w[:, cols] = v``) holds, over the
+        tensor's coordinates; None when its shape is not those dims'."""
+        dims = range(first, first + mask.dim())
+        if tuple(mask.shape) != shape[first : first + mask.dim()]:
+            return None
+        stretched = any(size > 1 for d, size in enumerate(shape) if d not in dims)
+        repeats = self.engine.repeat_reason(op) if stretched else None
+        ranges = whole(shape)
+        value = reindex(self.engine.value_of(mask, op), [Coord(d) for d in dims], ranges, repeats)
+        return combine("ne", value, Const(0.0), ranges)
 
     def outer(self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """``outer(a, b)``: ``a`` along rows times ``b`` along columns."""

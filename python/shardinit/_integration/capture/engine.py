@@ -260,6 +260,8 @@ class Engine:
         recorded = self.store.append(track, view, action, op)
         if recorded is not None and recorded.action is action:
             self.places.recorded(track, recorded, op)
+            if isinstance(action, Fill) and recorded.region == whole(track.shape):
+                track.reads.clear()  # a fill of all of it: no value read before is left
 
     def cannot(self, track: Track, view: torch.Tensor, cannot: Cannot, op: str) -> None:
         """What ``op`` cannot give on ``view`` of ``track``: refused on a parameter (the

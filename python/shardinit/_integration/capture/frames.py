@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ..._caches import cached
+from ..._torch_compat import aten_packet
 from .translations import INIT_CODES
 
 __all__ = ["frame_arguments", "func_name", "init_frame", "user_frame"]
@@ -64,8 +65,13 @@ def user_frame() -> str:
 
 def func_name(func: Any) -> str:
     """The name a torch function, method or property accessor is known by in the
-    dispatch tables (``normal_``, ``data.__set__``, ``is_meta.__get__``)."""
-    name = getattr(func, "__name__", repr(func))
+    dispatch tables (``normal_``, ``data.__set__``, ``is_meta.__get__``). An aten
+    overload (``torch.ops.aten.fill_.Scalar``) is known by its packet's name (``fill_``):
+    an overload takes the arguments of the torch function or method of that name, in
+    the same order, with the same meaning (a call with another meaning, such as
+    ``aten.normal.Tensor_float``, has another name too), so the routes that know the
+    name know the overload."""
+    name = getattr(aten_packet(func), "__name__", repr(func))
     if name in ("__get__", "__set__"):
         owner = getattr(func, "__self__", None)
         return f"{getattr(owner, '__name__', '?')}.{name}"

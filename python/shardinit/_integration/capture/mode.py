@@ -40,6 +40,15 @@ from ..._program.cannot import Cannot
 from ..._torch_compat import GRAD_SWITCH, enter_dispatch_mode, exit_dispatch_mode, handed_to_mode
 from ...errors import UnsupportedInitOpError
 from .backstop import WriteBackstop
+from .composites import (
+    MOVES,
+    dropout_drops,
+    foreach_parts,
+    python_numbers,
+    resizes_to_itself,
+    same_device,
+    split_device,
+)
 from .concrete import Concrete, Evaluated
 from .coordinates import Coordinates
 from .copies import Copies
@@ -129,6 +138,7 @@ class CaptureMode(TorchFunctionMode):
         route = route_of(name)
         if route in _UNTOUCHED:
             return func(*args, **kwargs)
+        args, kwargs = _with_python_numbers(name, route, args, kwargs)
         if kwargs.get("out") is not None and self.store.followed(kwargs["out"]):
             return self.into_out(name, route, func, types, args, kwargs)
         call = Call(name, route, self.store.lookup(args[0]) if args else None, func, args, kwargs)
@@ -147,7 +157,7 @@ class CaptureMode(TorchFunctionMode):
         if params:
             if no_formula(name):
                 why = "it is an elementwise operation shardinit has no exact formula for"
-            elif is_inplace(name) and target is not None:
+            elif is_inplace(name) and (target is not None or self.store.params_in(args[:1])):
                 why = "this in-place operation on the parameter's values is not replayable"
             else:
                 why = "it reads the parameter's values (they do not exist on meta)"
@@ -312,8 +322,8 @@ class CaptureMode(TorchFunctionMode):
     def make_temporary(
         self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> Any:
-        """A factory, ``cat``/``stack`` or ``clone``: the result is a new temporary."""
-        if name in CONCATS or name in COPIES:
+        """A factory, ``cat``/``stack`` or ``clone`` (of a parameter: carries the read)."""
+        if name in CONCATS:
             params = self.store.params_in((args, kwargs))
             if params:
                 raise self.store.fail(params[0], name, "it reads the parameter's values")
@@ -378,6 +388,22 @@ _NOT_MINE: Any = object()
 #: takes without its values changing (``requires_grad_``).
 _UNTOUCHED = frozenset({"metadata", "flag"})
 Handler = Callable[[CaptureMode, Call], Any]
+#: Routes whose calls take numbers as operands or fill values, where torch takes a numpy
+#: scalar as the Python number it holds (:func:`.composites.python_numbers`); but the
+#: data of ``torch.tensor`` keeps a numpy scalar's dtype (``tensor(np.float64(1))`` is
+#: float64), and other calls run on the real arguments.
+_NUMBER_OPERANDS = frozenset(
+    {"translated", "inplace", "pointwise", "coordinate", "factory", "source", "foreach"}
+)
+_DATA = frozenset({"tensor", "new_tensor"})
+
+
+def _with_python_numbers(
+    name: str, route: str, args: Sequence[Any], kwargs: dict[str, Any]
+) -> tuple[Sequence[Any], dict[str, Any]]:
+    if route in _NUMBER_OPERANDS and name not in _DATA:
+        return python_numbers(args, kwargs)
+    return args, kwargs
 
 
 def _write(mode: CaptureMode, call: Call) -> Any:
@@ -462,10 +488,73 @@ def _pointwise(mode: CaptureMode, call: Call) -> Any:
     return mode.steps.pointwise(call.name, call.func, call.args, call.kwargs)
 
 
-def _cast(mode: CaptureMode, call: Call) -> Any:
-    if call.target is None or call.target.kind != "temp":
+def _foreach(mode: CaptureMode, call: Call) -> Any:
+    """``torch._foreach_<op>(tensors, ...)``: ``<op>`` on each tensor, each routed as its
+    own call (:func:`.composites.foreach_parts`); in place, torch returns None."""
+    parts = foreach_parts(call.name, call.args, call.kwargs)
+    if parts is None:
         return _NOT_MINE
+    results = [mode.__torch_function__(func, (), args, kwargs) for func, args, kwargs in parts]
+    return None if is_inplace(call.name) else results
+
+
+def _dropout(mode: CaptureMode, call: Call) -> Any:
+    """Dropout of a followed tensor: the identity where it drops nothing (torch returns
+    its input itself); where it drops, refused on a parameter (a mask drawn from
+    torch's generator has no stream rule), else run as any call that draws."""
+    followed = mode.store.followed((call.args, call.kwargs))
+    if not followed or not call.args:
+        return _NOT_MINE
+    p = dropout_drops(call.name, call.args, call.kwargs)
+    if p is None:
+        return call.args[0]
+    params = [track for track in followed if track.kind == "param"]
+    if params:
+        raise mode.store.fail(
+            params[0], call.name,
+            f"dropout with p={p} in training multiplies the values by a random mask drawn from "
+            "torch's generator, which no stream rule describes (dropout with p=0 or "
+            "training=False is the identity, and is replayed)",
+        )  # fmt: skip
+    return _NOT_MINE
+
+
+def _resize(mode: CaptureMode, call: Call) -> Any:
+    """``resize_`` of a followed tensor to its own shape changes nothing, as in eager;
+    any other resize is :meth:`CaptureMode.unrouted` (refused on a parameter)."""
+    if call.target is None or not resizes_to_itself(call.name, call.args, call.kwargs):
+        return _NOT_MINE
+    return call.args[0]
+
+
+def _cast(mode: CaptureMode, call: Call) -> Any:
+    if call.target is not None and call.target.kind == "param":
+        return _param_cast(mode, call)
+    if call.target is None or call.target.kind != "temp" or call.name in MOVES:
+        return _NOT_MINE  # a temporary's move: run on its CPU values where known
     return mode.steps.cast_temp(call.name, call.func, call.args, call.kwargs)
+
+
+def _param_cast(mode: CaptureMode, call: Call) -> Any:
+    """A cast or device move of a parameter's stand-in, as eager torch does it on the
+    parameter: the parameter itself where nothing changes (``p.cpu()`` of a CPU
+    parameter, ``p.float()`` of a float32 one: writes to it are the parameter's); a cast
+    to another dtype is a step of its values (a temporary carrying the read, refused
+    only where its values reach a tensor, as ``p * 2``); a move to another device than
+    the parameter's at run time is a copy of values that do not exist at capture."""
+    target = call.target
+    assert target is not None  # _cast's check
+    device, args, kwargs = split_device(call.name, call.args, call.kwargs)
+    runtime = mode.devices.get(id(target), _CPU)
+    if device is not None and not same_device(device, runtime):
+        raise mode.store.fail(
+            target, call.name,
+            f"it copies the parameter's values to {device} (the parameter will be on "
+            f"{runtime}), and they do not exist at capture",
+        )  # fmt: skip
+    if call.name in MOVES:
+        return call.args[0]
+    return mode.steps.cast_temp(call.name, call.func, args, kwargs)
 
 
 #: First, per route, what a call on a followed tensor does: a parameter's stand-in
@@ -487,4 +576,7 @@ _BY_ROUTE: dict[str, Handler] = {
     "source": _source,
     "pointwise": _pointwise,
     "cast": _cast,
+    "foreach": _foreach,
+    "dropout": _dropout,
+    "resize": _resize,
 }

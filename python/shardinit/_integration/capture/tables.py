@@ -15,6 +15,7 @@ from typing import Literal
 
 from ..._caches import cached
 from ...init import BaseInit, Normal, Uniform
+from .composites import DROPOUTS, MOVES, RESIZES
 from .pointwise import POINTWISE, inplace_name
 from .translations import METHOD_TRANSLATIONS
 
@@ -95,7 +96,8 @@ COORDINATE_OPS = frozenset(
 
 Route = Literal[
     "metadata", "flag", "device", "view", "factory", "concat", "copy", "source", "pointwise",
-    "cast", "translated", "inplace", "coordinate", "other",
+    "cast", "translated", "inplace", "coordinate", "foreach", "dropout", "resize",
+    "other",
 ]  # fmt: skip
 
 
@@ -124,6 +126,12 @@ def route_of(name: str) -> Route:
         return "flag"
     if name in METADATA or name.endswith(".__get__"):
         return "metadata"
+    if name.startswith("_foreach_"):
+        return "foreach"
+    if name in DROPOUTS:
+        return "dropout"
+    if name in RESIZES:
+        return "resize"
     if name in METHOD_TRANSLATIONS:
         return "translated"
     if name in VIEWS:
@@ -142,6 +150,6 @@ def route_of(name: str) -> Route:
         return "coordinate"
     if inplace_name(name) is not None:
         return "inplace"
-    if name in CASTS:
+    if name in CASTS or name in MOVES:
         return "cast"
     return "other"

@@ -9,11 +9,13 @@ on the same :class:`Translation` kind, so each kind is translated once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..._caches import BoundedMap
@@ -116,12 +118,13 @@ def bind(args: Sequence[Any], kwargs: Mapping[str, Any], entry: Translation) -> 
 
 
 def scalar(value: Any) -> float:
-    """A Python real number (or a 0-d CPU tensor) as a float.
+    """A Python real number (or a numpy scalar, which torch takes as one, or a 0-d CPU
+    tensor) as a float.
 
     Raises:
         ShardInitError: anything else (arithmetic with or copying from tensors).
     """
-    if isinstance(value, (bool, int, float)):
+    if isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
         return float(value)
     if (
         isinstance(value, torch.Tensor)
@@ -194,7 +197,11 @@ def _build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> T
     if kind == "uniform":
         return Fill(uniform_or_constant(float(values[0]), float(values[1])))
     if kind == "trunc_normal":
-        return Fill(TruncNormal(*(float(v) for v in values)))
+        mean, std, a, b = (float(v) for v in values)
+        if a == -math.inf and b == math.inf:
+            # Truncated nowhere: torch's sampler draws the normal (its clamp keeps all).
+            return Fill(Normal(mean, std))
+        return Fill(TruncNormal(mean, std, a, b))
     if kind in ("constant", "zeros", "ones"):
         value = scalar(values[0]) if kind == "constant" else float(kind == "ones")
         return Fill(Constant(value))
