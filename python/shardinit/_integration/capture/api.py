@@ -29,9 +29,8 @@ from .standins import (
     param_groups,
     read_buffers,
     replaced_error,
-    restore_flags,
-    snapshot_flags,
 )
+from .threads import plain_tensor, watching_threads
 from .tracks import Track
 
 __all__ = ["capture_init"]
@@ -122,7 +121,6 @@ def capture_init(
         devices = {id(g.tracks[0]): _runtime_device(g.original, device) for g in groups}
         devices.update({id(t): devices[id(g.tracks[0])] for g in groups for t in g.tracks})
         recorder = CaptureMode(tracks, aliases, devices)
-        flags = snapshot_flags(module)
         classes = unwrap_fsdp2_classes(module)
         for group in groups:
             group.install()
@@ -132,16 +130,17 @@ def capture_init(
         undo_init_calls = install_init_calls(recorder)
         new_submodules = NewSubmodules(module)
         try:
-            with recorder, torch.no_grad(), new_submodules.refused():
+            watch = watching_threads(recorder.store)  # why: threads.py
+            with recorder, watch, torch.no_grad(), new_submodules.refused():
                 init_fn()
         finally:
             undo_init_calls()
             undo_module_calls()
             rewrap_fsdp2_classes(classes)
-            restore_flags(flags)
             winners = [group.winner() for group in groups]
             replaced = [path for group in groups for path in group.restore()]
             values, buffer_error = read_buffers(buffers)
+            values = {name: plain_tensor(value) for name, value in values.items()}
         if recorder.error is not None:
             raise recorder.error  # init_fn swallowed the exception: still unusable
         new_submodules.raise_if_refused()

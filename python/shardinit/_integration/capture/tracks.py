@@ -90,9 +90,9 @@ class Track:
         now = _layout(self.base)
         if now == self.layout:  # the common case, compared at once
             return
+        if now[-1] != self.layout[-1]:  # a swap changes all: the storage says it best
+            raise Cannot("its storage was replaced by another tensor's")
         for what, before, after in zip(_LAYOUT_PARTS, self.layout, now, strict=True):
-            if before != after and what == "storage":
-                raise Cannot("its storage was replaced by another tensor's")
             if before != after:
                 raise Cannot(f"its {what} changed from {before} to {after}")
 

@@ -1,0 +1,180 @@
+"""Init code that reaches a capture's stand-ins from another thread.
+
+The capture's torch modes (:mod:`.mode`, :mod:`.backstop`) are per thread: in any thread
+but the one that runs ``init_fn``, an operation on a parameter's stand-in would take
+torch's meta no-op (and the parameter keep its default, silently), and one on a buffer's
+CPU stand-in would change values the capture never sees. So the stand-ins themselves
+carry the check, as tensor subclasses with torch's Python dispatch key: their
+``__torch_dispatch__`` sees every aten operation on them from every thread (threads of
+``threading``, pools made before the capture, ``asyncio.to_thread``, threads started in
+C, ops reached with torch functions disabled), and their views (``.data``,
+``view``, slicing, made in any thread) are such subclasses too.
+
+* In the capturing thread an operation runs as it is (the capture's modes above have
+  routed it already): nothing changes there.
+* In another thread every operation that dispatches on a stand-in or a view of one is
+  refused (views, reads and writes alike: a view handed on would carry a write further),
+  and so are the questions a stand-in answers as the run-time parameter in the
+  capturing thread (``device``, ``is_meta``, ...; elsewhere they would say meta) and
+  ``.data =``. The refusal names the parameter or buffer, the thread and the caller's
+  line; it is raised in that thread, where ``Thread.run`` may swallow it, so it is also
+  kept as the capture's error, raised in the capturing thread when ``init_fn`` returns
+  (before anything is allocated).
+* Metadata that dispatches nothing (``shape``, ``dtype``, ``size()``, ``dim()``,
+  ``numel()``, ``requires_grad``) is read as it is from any thread: it is the same there
+  and in eager torch.
+
+Recording other threads' operations instead would need the capture's modes in each of
+them while the routes keep one record order; refusing clearly is the closed answer.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from ..._torch_compat import (
+    DISABLED_TORCH_FUNCTION,
+    make_subclass,
+    python_key_excluded,
+    tree_flatten,
+)
+from ...errors import UnsupportedInitOpError
+from .frames import func_name, user_frame
+from .tracks import storage_id
+
+if TYPE_CHECKING:
+    from .store import RecordStore
+
+__all__ = ["CheckedParameter", "checked_tensor", "plain_tensor", "watching_threads"]
+
+#: What a stand-in answers differently in the capturing thread (the run-time device),
+#: and the one way to swap its tensor that no dispatch sees.
+_THREAD_BOUND = frozenset(
+    {
+        "device.__get__",
+        "is_meta.__get__",
+        "is_cpu.__get__",
+        "is_cuda.__get__",
+        "get_device",
+        "data.__set__",
+    }
+)
+
+
+@dataclass(frozen=True)
+class _Watch:
+    owner: int  # the capturing thread's ident
+    store: RecordStore
+
+    def refuse(self, op: str, args: Any) -> UnsupportedInitOpError:
+        """The refusal of ``op`` from this (other) thread, kept as the capture's error."""
+        tracks = self.store.followed(args)
+        label = tracks[0].label if tracks else "a parameter's or buffer's stand-in"
+        error = UnsupportedInitOpError(
+            f"capture_init: {label}: {op} in thread {threading.current_thread().name!r} "
+            f"at {user_frame()}: the capture records init code in the thread that runs "
+            "init_fn (torch's modes are per thread), so there the operation would not be "
+            "recorded (on a parameter's meta stand-in it does nothing) and the default "
+            "kept; run this init code in init_fn's own thread (call it instead of "
+            "handing it to a thread, a pool or asyncio.to_thread)"
+        )
+        if self.store.error is None:
+            self.store.error = error
+        return error
+
+
+#: The capture in progress (captures are one at a time, process-wide: see api.py).
+_WATCH: _Watch | None = None
+
+
+@contextmanager
+def watching_threads(store: RecordStore) -> Iterator[None]:
+    """Refuses operations on the stand-ins from threads other than this one while the
+    context is open (module docstring)."""
+    global _WATCH
+    _WATCH = _Watch(threading.get_ident(), store)
+    try:
+        yield
+    finally:
+        _WATCH = None
+
+
+def _other_thread() -> _Watch | None:
+    watch = _WATCH
+    if watch is None or threading.get_ident() == watch.owner:
+        return None
+    return watch
+
+
+class _ThreadChecked(torch.Tensor):
+    """The check both kinds of stand-in carry (module docstring)."""
+
+    @classmethod
+    def __torch_function__(
+        cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
+    ) -> Any:
+        watch = _other_thread()
+        if watch is not None and func_name(func) in _THREAD_BOUND:
+            raise watch.refuse(func_name(func), (args, kwargs))
+        # As torch.nn.Parameter: results are not converted to the subclass here (views
+        # become checked below, at the dispatch, whoever makes them).
+        return DISABLED_TORCH_FUNCTION(func, types, args, kwargs or {})
+
+    @classmethod  # torch's stub types it as a plain function attribute
+    def __torch_dispatch__(  # type: ignore[override]
+        cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
+    ) -> Any:
+        watch = _other_thread()
+        if watch is not None:
+            raise watch.refuse(str(func), (args, kwargs))
+        with python_key_excluded():
+            result = func(*args, **(kwargs or {}))
+        return _views_checked(args, result)
+
+
+class CheckedParameter(_ThreadChecked, nn.Parameter):
+    """A parameter's stand-in (see the module docstring)."""
+
+
+class CheckedTensor(_ThreadChecked):
+    """A buffer's stand-in, or a view of any stand-in (see the module docstring)."""
+
+
+def checked_tensor(tensor: torch.Tensor) -> CheckedTensor:
+    """``tensor``'s alias that carries the check (a buffer's stand-in)."""
+    return make_subclass(CheckedTensor, tensor)
+
+
+def plain_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s alias as a plain tensor without the check (a buffer's value kept)."""
+    if not isinstance(tensor, _ThreadChecked):
+        return tensor
+    with python_key_excluded():
+        return tensor.detach()
+
+
+def _views_checked(args: Sequence[Any], result: Any) -> Any:
+    """``result`` with each tensor that views a stand-in's storage made a checked view
+    (the kernel's outputs lack the Python key)."""
+    if isinstance(result, _ThreadChecked):
+        return result  # an in-place operation's own operand
+    leaves = [r for r in tree_flatten(result)[0] if isinstance(r, torch.Tensor)]
+    if not leaves:
+        return result
+    checked = {storage_id(a) for a in tree_flatten(args)[0] if isinstance(a, _ThreadChecked)}
+    checked.discard(None)
+    if not any(storage_id(leaf) in checked for leaf in leaves):
+        return result
+    if isinstance(result, torch.Tensor):
+        return checked_tensor(result)
+    return type(result)(  # split, unbind, chunk: a list or tuple of views
+        checked_tensor(r) if isinstance(r, torch.Tensor) and storage_id(r) in checked else r
+        for r in result
+    )
