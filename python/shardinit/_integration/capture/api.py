@@ -25,6 +25,7 @@ from .records import CapturedInit
 from .standins import (
     ParamGroup,
     buffer_standins,
+    give_memory_formats,
     iter_tracks,
     param_groups,
     read_buffers,
@@ -149,6 +150,7 @@ def capture_init(
         if replaced:
             raise replaced_error(replaced)
         _check_unchanged(groups)
+        give_memory_formats(groups, buffers)  # init code's module.to(memory_format=...)
     _warn_dropped(groups, winners)
     params = {
         group.name: ParamRecord(

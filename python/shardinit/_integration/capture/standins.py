@@ -37,6 +37,7 @@ __all__ = [
     "BufferStandIn",
     "ParamGroup",
     "buffer_standins",
+    "give_memory_formats",
     "param_groups",
 ]
 
@@ -263,6 +264,22 @@ def read_buffers(
         "them on a real device (e.g. from the buffer's own device, which is the CPU "
         "during the capture), or leave them to buffer_init"
     )
+
+
+def give_memory_formats(groups: list[ParamGroup], buffers: list[BufferStandIn]) -> None:
+    """Gives each meta parameter and buffer the memory format init code gave its stand-in
+    (``module.to(memory_format=torch.channels_last)``), as torch's ``Module._apply``
+    does: a parameter's ``.data`` is replaced, a buffer is a new tensor. ``materialize``
+    allocates meta tensors in their own format (and a DTensor's stand-in refused it)."""
+    for group in groups:
+        formats = [t.memory_format for t in group.distinct_tracks() if t.memory_format]
+        if formats and group.original.is_meta:
+            group.original.data = group.original.data.to(memory_format=formats[-1])
+    for standin in buffers:
+        fmt = standin.track.memory_format
+        current = standin.module._buffers.get(standin.attr)
+        if fmt is not None and current is standin.original and current.is_meta:
+            standin.module._buffers[standin.attr] = current.to(memory_format=fmt)
 
 
 def iter_tracks(groups: list[ParamGroup]) -> Iterator[Track]:

@@ -65,6 +65,9 @@ class Track:
             refused, naming them.
         emptied: for a buffer's stand-in, ``to_empty`` emptied it (:mod:`.modulecalls`):
             unless init code computes it again, the capture refuses it.
+        memory_format: the memory format init code gave the parameter or buffer
+            (``module.to(memory_format=...)``, :mod:`.modulecalls`); the stand-in itself
+            stays contiguous (its boxes are row-major), the meta tensor takes it after.
     """
 
     kind: TrackKind
@@ -76,6 +79,7 @@ class Track:
     from_random: bool = False
     reads: list[tuple[Track, str]] = field(default_factory=list)
     emptied: bool = False
+    memory_format: torch.memory_format | None = None
 
     def __post_init__(self) -> None:
         # Holding the storage object keeps its id() from being reused during the capture.
