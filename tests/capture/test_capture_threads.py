@@ -163,3 +163,26 @@ def test_after_the_capture_the_stand_ins_views_are_plain_again() -> None:
     shardinit.capture_init(lin, lambda: kept.append(lin.weight.data))
     _in_thread(lambda: kept[0].zero_(), swallow=False)
     assert type(lin.weight) is nn.Parameter
+
+
+def test_an_error_init_code_raises_after_a_refusal_is_the_refusal() -> None:
+    def code(lin: nn.Linear) -> None:
+        results: list[torch.Tensor] = []
+        _in_thread(lambda: results.append(nn.init.zeros_(lin.weight)))
+        results[0].sum()  # IndexError: the refused thread gave nothing back
+
+    lin = _meta_linear()
+    with pytest.raises(shardinit.UnsupportedInitOpError, match="in thread 'init-helper'") as raised:
+        shardinit.materialize(lin, seed=SEED, init_fn=lambda: code(lin))
+    assert isinstance(raised.value.__cause__, IndexError) and lin.weight.is_meta
+
+
+def test_views_and_shapes_in_another_thread_are_harmless() -> None:
+    def code(lin: nn.Linear) -> None:
+        shapes: list[tuple[int, ...]] = []
+        _in_thread(lambda: shapes.append(tuple(lin.weight.data[1:3].t().shape)), swallow=False)
+        nn.init.constant_(lin.weight, float(sum(shapes[0])))
+
+    lin = _meta_linear()
+    shardinit.materialize(lin, seed=SEED, init_fn=lambda: code(lin))
+    assert torch.equal(lin.weight, torch.full((32, 16), 18.0))

@@ -13,16 +13,17 @@ C, ops reached with torch functions disabled), and their views (``.data``,
 * In the capturing thread an operation runs as it is (the capture's modes above have
   routed it already): nothing changes there.
 * In another thread every operation that dispatches on a stand-in or a view of one is
-  refused (views, reads and writes alike: a view handed on would carry a write further),
-  and so are the questions a stand-in answers as the run-time parameter in the
-  capturing thread (``device``, ``is_meta``, ...; elsewhere they would say meta) and
-  ``.data =``. The refusal names the parameter or buffer, the thread and the caller's
-  line; it is raised in that thread, where ``Thread.run`` may swallow it, so it is also
-  kept as the capture's error, raised in the capturing thread when ``init_fn`` returns
-  (before anything is allocated).
+  refused (reads and writes alike), but views (``.data``, slicing, ``view``), whose
+  results carry the check on; and so are the questions a stand-in answers as the
+  run-time parameter in the capturing thread (``device``, ``is_meta``, ...; elsewhere
+  they would say meta) and ``.data =``. The refusal names the parameter or buffer, the
+  thread and the caller's line; it is raised in that thread, where ``Thread.run`` may
+  swallow it, so it is also kept as the capture's error, raised in the capturing thread
+  when ``init_fn`` returns, or instead of the error ``init_fn`` raised after it (the
+  refusal is why), before anything is allocated.
 * Metadata that dispatches nothing (``shape``, ``dtype``, ``size()``, ``dim()``,
-  ``numel()``, ``requires_grad``) is read as it is from any thread: it is the same there
-  and in eager torch.
+  ``numel()``, ``requires_grad``) is read as it is from any thread, of a view too: it is
+  the same there and in eager torch.
 
 Recording other threads' operations instead would need the capture's modes in each of
 them while the routes keep one record order; refusing clearly is the closed answer.
@@ -68,10 +69,11 @@ _THREAD_BOUND = frozenset(
 )
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Watch:
     owner: int  # the capturing thread's ident
     store: RecordStore
+    refused: UnsupportedInitOpError | None = None  # the first refusal in another thread
 
     def refuse(self, op: str, args: Any) -> UnsupportedInitOpError:
         """The refusal of ``op`` from this (other) thread, kept as the capture's error."""
@@ -87,6 +89,8 @@ class _Watch:
         )
         if self.store.error is None:
             self.store.error = error
+        if self.refused is None:
+            self.refused = error
         return error
 
 
@@ -99,9 +103,15 @@ def watching_threads(store: RecordStore) -> Iterator[None]:
     """Refuses operations on the stand-ins from threads other than this one while the
     context is open (module docstring)."""
     global _WATCH
-    _WATCH = _Watch(threading.get_ident(), store)
+    watch = _WATCH = _Watch(threading.get_ident(), store)
     try:
         yield
+    except Exception as error:
+        if watch.refused is None or watch.refused is error:
+            raise
+        # init_fn failed after another thread's operation was refused (a thread that
+        # got nothing back): the refusal is why.
+        raise watch.refused from error
     finally:
         _WATCH = None
 
@@ -132,7 +142,7 @@ class _ThreadChecked(torch.Tensor):
         cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
     ) -> Any:
         watch = _other_thread()
-        if watch is not None:
+        if watch is not None and not func.is_view:  # a view carries the check on
             raise watch.refuse(str(func), (args, kwargs))
         with python_key_excluded():
             result = func(*args, **(kwargs or {}))
