@@ -47,26 +47,13 @@ from ..._torch_compat import (
     tree_flatten,
 )
 from ...errors import UnsupportedInitOpError
-from .frames import func_name, user_frame
+from .frames import user_frame
 from .tracks import storage_id
 
 if TYPE_CHECKING:
     from .store import RecordStore
 
 __all__ = ["CheckedParameter", "checked_tensor", "plain_tensor", "watching_threads"]
-
-#: What a stand-in answers differently in the capturing thread (the run-time device),
-#: and the one way to swap its tensor that no dispatch sees.
-_THREAD_BOUND = frozenset(
-    {
-        "device.__get__",
-        "is_meta.__get__",
-        "is_cpu.__get__",
-        "is_cuda.__get__",
-        "get_device",
-        "data.__set__",
-    }
-)
 
 
 @dataclass
@@ -123,19 +110,55 @@ def _other_thread() -> _Watch | None:
     return watch
 
 
-class _ThreadChecked(torch.Tensor):
-    """The check both kinds of stand-in carry (module docstring)."""
+def _device_question(name: str) -> Any:
+    """The property ``name`` of torch.Tensor (``device``, ``is_meta``, ...), refused in
+    other threads: in the capturing thread the capture's mode answers it with the
+    run-time device (through torch's own getter), elsewhere it would say meta."""
+    getter = getattr(torch.Tensor, name).__get__
 
-    @classmethod
-    def __torch_function__(
-        cls, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
-    ) -> Any:
+    def get(self: torch.Tensor) -> Any:
         watch = _other_thread()
-        if watch is not None and func_name(func) in _THREAD_BOUND:
-            raise watch.refuse(func_name(func), (args, kwargs))
-        # As torch.nn.Parameter: results are not converted to the subclass here (views
-        # become checked below, at the dispatch, whoever makes them).
-        return DISABLED_TORCH_FUNCTION(func, types, args, kwargs or {})
+        if watch is not None:
+            raise watch.refuse(name, self)
+        return getter(self, type(self))
+
+    return property(get)
+
+
+#: torch.Tensor's own ``data`` descriptor (typed as a tensor by torch's stubs).
+_TENSOR_DATA: Any = torch.Tensor.data
+
+
+def _get_data(self: torch.Tensor) -> torch.Tensor:
+    view: torch.Tensor = _TENSOR_DATA.__get__(self, type(self))  # a view: allowed anywhere
+    return view
+
+
+def _set_data(self: torch.Tensor, value: torch.Tensor) -> None:
+    watch = _other_thread()
+    if watch is not None:  # swaps the tensor, which no dispatch sees
+        raise watch.refuse(".data =", self)
+    _TENSOR_DATA.__set__(self, value)
+
+
+class _ThreadChecked(torch.Tensor):
+    """The check both kinds of stand-in carry (module docstring). Its torch functions are
+    torch.nn.Parameter's (none of the subclass's own: torch's fast path stays, and
+    results are not converted; views become checked at the dispatch, whoever makes
+    them), but for the questions a stand-in answers per thread."""
+
+    __torch_function__ = DISABLED_TORCH_FUNCTION
+    device = _device_question("device")
+    is_meta = _device_question("is_meta")
+    is_cpu = _device_question("is_cpu")
+    is_cuda = _device_question("is_cuda")
+    data = property(_get_data, _set_data)
+
+    def get_device(self) -> int:
+        watch = _other_thread()
+        if watch is not None:
+            raise watch.refuse("get_device", self)
+        return torch.Tensor.get_device(self)
 
     @classmethod  # torch's stub types it as a plain function attribute
     def __torch_dispatch__(  # type: ignore[override]
