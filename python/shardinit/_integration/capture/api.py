@@ -55,8 +55,9 @@ def capture_init(
     what it does to each parameter, and the buffer values it computes.
 
     The parameters are swapped for plain meta tensors of their GLOBAL shape (DTensors of
-    FSDP2 / tensor parallelism included) for the duration and put back after, so the
-    module is unchanged; meta buffers are swapped for real CPU tensors and the values
+    FSDP2 / tensor parallelism included) for the duration and put back after (what init
+    code does to the modules themselves, ``eval()`` or attributes, stays, as eager torch
+    leaves it); meta buffers are swapped for real CPU tensors and the values
     init code computes for them are kept. Values init code computes elementwise
     (``log(arange(...))``, ``empty(n).uniform_(a, b).log_()``, ...) are recorded as init
     programs. See docs/capturing-init.md for what is recorded, the tie rule and what is
@@ -81,7 +82,9 @@ def capture_init(
             shard-locally (``sparse_``, ``orthogonal_`` on part of a parameter,
             operations that are not elementwise on values unknown at capture, broadcasts
             of random values, reading a parameter's values, a non-box region, replacing a
-            parameter, a dtype change of the model or ``to_empty`` after writes).
+            parameter, a dtype change of the model or ``to_empty`` after writes), an
+            operation on a stand-in from a thread other than the caller's (named), a
+            memory format given to a DTensor parameter.
         ShardInitError: FSDP1 flat parameters, dtypes outside stream format v1, buffers
             init code computes on the meta device or only in part, or empties
             (``to_empty``) and does not compute again; a ``device`` that is not the CPU
