@@ -135,3 +135,35 @@ def test_timm_grad_checkpointing_and_eval_as_eager() -> None:
     shardinit.materialize(model, seed=SEED, init_fn=lambda: init_fn(model))
     assert model.grad_checkpointing is True and not model.training
     assert module_state(model) == module_state(eager)
+
+
+class Tagged(nn.Module):
+    """A constructor that tags a parameter, as Mamba tags ``A_log._no_weight_decay``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+        self.lin.weight._no_weight_decay = True  # type: ignore[attr-defined]
+
+
+def _tags(model: nn.Module) -> dict[str, dict[str, Any]]:
+    return {name: dict(vars(p)) for name, p in model.named_parameters()}
+
+
+def test_attributes_on_parameters_are_eagers() -> None:
+    def init_fn(model: Tagged) -> None:
+        nn.init.zeros_(model.lin.weight)
+        model.lin.bias.group = "no_decay"  # type: ignore[attr-defined]
+
+    eager = Tagged()
+    with torch.no_grad():
+        init_fn(eager)
+    with torch.device("meta"):
+        model = Tagged()
+    shardinit.materialize(model, seed=SEED, init_fn=lambda: init_fn(model))
+    assert _tags(model) == _tags(eager)
+    assert _tags(model) == {
+        "lin.weight": {"_no_weight_decay": True},
+        "lin.bias": {"group": "no_decay"},
+    }
+    assert not model.lin.weight.is_meta and torch.equal(model.lin.weight, torch.zeros(2, 3))

@@ -26,6 +26,7 @@ from .standins import (
     ParamGroup,
     buffer_standins,
     give_memory_formats,
+    give_parameter_attributes,
     iter_tracks,
     param_groups,
     read_buffers,
@@ -154,6 +155,7 @@ def capture_init(
             raise replaced_error(replaced)
         _check_unchanged(groups)
         give_memory_formats(groups, buffers)  # init code's module.to(memory_format=...)
+        give_parameter_attributes(groups)  # init code's p.attr = ...
     _warn_dropped(groups, winners)
     params = {
         group.name: ParamRecord(

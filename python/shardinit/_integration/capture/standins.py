@@ -38,6 +38,7 @@ __all__ = [
     "ParamGroup",
     "buffer_standins",
     "give_memory_formats",
+    "give_parameter_attributes",
     "param_groups",
 ]
 
@@ -264,6 +265,15 @@ def read_buffers(
         "them on a real device (e.g. from the buffer's own device, which is the CPU "
         "during the capture), or leave them to buffer_init"
     )
+
+
+def give_parameter_attributes(groups: list[ParamGroup]) -> None:
+    """Gives each parameter the Python attributes init code set on its stand-in
+    (``p._no_weight_decay = True``), as eager torch leaves them on the parameter."""
+    for group in groups:
+        for track in group.distinct_tracks():
+            if vars(track.base):
+                group.original.__dict__.update(vars(track.base))
 
 
 def give_memory_formats(groups: list[ParamGroup], buffers: list[BufferStandIn]) -> None:
