@@ -174,9 +174,12 @@ class LocalTarget(SlotHeld):
             # torch's to_empty keeps it); the Writer fills strided tensors by strides.
             empty = torch.empty_like(tensor, device=device, requires_grad=False)
             new = make_parameter(nn.Parameter, empty, tensor.requires_grad)
-            # The attributes code set on the parameter (Mamba's ``_no_weight_decay``, a
-            # flag init code sets), which torch's to_empty keeps on the same object.
-            new.__dict__.update(vars(tensor))
+            # The attributes code set on the parameter (Mamba's ``_no_weight_decay``,
+            # Megatron's tensor-parallel ones), which torch's to_empty keeps on the same
+            # object; shardinit's own notes on the meta parameter stay behind.
+            new.__dict__.update(
+                {k: v for k, v in vars(tensor).items() if not k.startswith("_shardinit")}
+            )
             for owner, attr in self.slot.owners:
                 assign_parameter(owner, attr, new)
 
