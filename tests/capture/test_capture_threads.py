@@ -186,3 +186,16 @@ def test_views_and_shapes_in_another_thread_are_harmless() -> None:
     lin = _meta_linear()
     shardinit.materialize(lin, seed=SEED, init_fn=lambda: code(lin))
     assert torch.equal(lin.weight, torch.full((32, 16), 18.0))
+
+
+def test_the_capture_hands_back_plain_tensors() -> None:
+    # The stand-ins' subclass stays inside the capture: the model's parameters and the
+    # buffer values it keeps are plain torch tensors.
+    with torch.device("meta"):
+        model = nn.BatchNorm1d(3)
+    captured = shardinit.capture_init(
+        model, lambda: (model.running_mean.fill_(0.5), nn.init.ones_(model.weight))
+    )
+    value = captured.buffer_values["running_mean"]
+    assert type(value) is torch.Tensor and torch.equal(value, torch.full((3,), 0.5))
+    assert type(model.weight) is nn.Parameter and type(model.running_mean) is torch.Tensor
