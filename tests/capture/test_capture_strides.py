@@ -140,3 +140,55 @@ def test_the_writer_fills_a_strided_destination_by_its_strides(layout: str) -> N
     assert out.stride() == before and torch.equal(out, full)
     if layout == "sliced":  # the columns between were not written
         assert bool((out._base[..., 1::2] == -1.0).all())  # type: ignore[index]
+
+
+def _channels_last_conv(move: str) -> nn.Conv2d:
+    with torch.device("meta"):
+        conv = nn.Conv2d(3, 4, 3)
+    if move == "before":
+        conv.to(memory_format=CL)
+    return conv
+
+
+@pytest.mark.parametrize("move", ["before", "in-init_fn"])
+@pytest.mark.parametrize(
+    ("code", "op"),
+    [
+        (lambda w: w.data.view(-1)[:5].fill_(1.0), "aten.view"),  # eager: raises
+        (lambda w: w.data.flatten()[:5].fill_(1.0), "aten.view"),  # eager: a copy, lost
+        (lambda w: w.data.contiguous().fill_(1.0), "contiguous"),  # eager: a copy, lost
+    ],
+    ids=["view", "flatten", "contiguous"],
+)  # fmt: skip
+def test_views_eager_cannot_make_on_channels_last_are_refused(
+    code: Callable[[torch.Tensor], object], op: str, move: str
+) -> None:
+    # The stand-in is row-major; where eager's layout would make the view fail or copy,
+    # the capture refuses it instead of writing through a view eager never has.
+    conv = _channels_last_conv(move)
+
+    def init_fn() -> None:
+        if move == "in-init_fn":
+            conv.to(memory_format=CL)
+        code(conv.weight)
+
+    with pytest.raises(shardinit.UnsupportedInitOpError) as raised:
+        shardinit.materialize(conv, seed=SEED, init_fn=init_fn)
+    message = str(raised.value)
+    assert "parameter 'weight'" in message and op in message and "(27, 1, 9, 3)" in message
+    assert "test_capture_strides.py" in message and conv.weight.is_meta
+
+
+def test_views_both_layouts_share_are_replayed_on_channels_last() -> None:
+    conv = _channels_last_conv("before")
+
+    def init_fn(conv: nn.Conv2d) -> None:
+        nn.init.zeros_(conv.weight)
+        conv.weight.data[1, :, 0].fill_(2.0)
+        conv.weight.data.transpose(0, 1)[2].narrow(1, 1, 2).fill_(-1.0)
+
+    shardinit.materialize(conv, seed=SEED, init_fn=lambda: init_fn(conv))
+    eager = nn.Conv2d(3, 4, 3).to(memory_format=CL)
+    with torch.no_grad():
+        init_fn(eager)
+    assert torch.equal(conv.weight, eager.weight) and conv.weight.stride() == eager.weight.stride()

@@ -32,7 +32,7 @@ from .standins import (
     read_buffers,
     replaced_error,
 )
-from .threads import plain_tensor, watching_threads
+from .threads import give_eager_layout, plain_tensor, watching_threads
 from .tracks import Track
 
 __all__ = ["capture_init"]
@@ -126,6 +126,9 @@ def capture_init(
         devices = {id(g.tracks[0]): _runtime_device(g.original, device) for g in groups}
         devices.update({id(t): devices[id(g.tracks[0])] for g in groups for t in g.tracks})
         recorder = CaptureMode(tracks, aliases, devices)
+        for group in groups:  # a channels_last parameter: why in threads.py
+            for track in group.distinct_tracks():
+                give_eager_layout(track.base, group.original)
         classes = unwrap_fsdp2_classes(module)
         for group in groups:
             group.install()

@@ -39,6 +39,7 @@ from torch import nn
 from ..._torch_compat import torch_function_disabled
 from .mode import CaptureMode
 from .standins import DTensorStandIn
+from .threads import give_eager_layout
 from .tracks import Track
 
 __all__ = ["constructor_moves", "install_module_calls"]
@@ -177,6 +178,12 @@ def _give_memory_format(
             "here too); keep the sharded model row-major",
         )
     track.memory_format = memory_format
+    with torch_function_disabled():  # a plain meta tensor of the layout, not a temporary
+        base = track.base
+        layout = torch.empty(
+            tuple(base.shape), dtype=base.dtype, device="meta", memory_format=memory_format
+        )
+    give_eager_layout(base, layout)
 
 
 def _apply_to(

@@ -27,6 +27,13 @@ C, ops reached with torch functions disabled), and their views (``.data``,
 
 Recording other threads' operations instead would need the capture's modes in each of
 them while the routes keep one record order; refusing clearly is the closed answer.
+
+The same check answers for layouts: a stand-in is row-major (its boxes are), but a
+parameter may be ``channels_last`` (on meta before the capture, or by init code's
+``module.to(memory_format=...)``). Such a stand-in and its views carry a meta tensor of
+eager's layout (:func:`give_eager_layout`); a view that eager torch cannot make there
+(``view`` raises, ``reshape``/``flatten`` copy) and ``contiguous()``, which copies there,
+are refused, naming the parameter and the line.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from ..._torch_compat import (
     DISABLED_TORCH_FUNCTION,
     make_subclass,
     python_key_excluded,
+    torch_function_disabled,
     tree_flatten,
 )
 from ...errors import UnsupportedInitOpError
@@ -169,7 +177,18 @@ class _ThreadChecked(torch.Tensor):
             raise watch.refuse(str(func), (args, kwargs))
         with python_key_excluded():
             result = func(*args, **(kwargs or {}))
-        return _views_checked(args, result)
+        checked = _views_checked(args, result)
+        if func.is_view and _WATCH is not None:
+            _follow_eager_layout(_WATCH, func, args, kwargs or {}, checked)
+        return checked
+
+    def contiguous(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        eager = self.__dict__.get("_eager_layout")
+        with torch_function_disabled():
+            copies = eager is not None and not eager.is_contiguous(*args, **kwargs)
+        if copies and _WATCH is not None:
+            raise _layout_refusal(_WATCH, self, "contiguous", "eager torch copies it there")
+        return torch.Tensor.contiguous(self, *args, **kwargs)
 
 
 class CheckedParameter(_ThreadChecked, nn.Parameter):
@@ -178,6 +197,65 @@ class CheckedParameter(_ThreadChecked, nn.Parameter):
 
 class CheckedTensor(_ThreadChecked):
     """A buffer's stand-in, or a view of any stand-in (see the module docstring)."""
+
+
+def give_eager_layout(standin: torch.Tensor, layout: torch.Tensor) -> None:
+    """Notes on ``standin`` (row-major) the layout its parameter has in eager torch
+    (``layout``'s strides), where that is not row-major (module docstring)."""
+    with torch_function_disabled():  # the capture's own tensors, inside its mode too
+        if layout.is_contiguous():
+            standin.__dict__.pop("_eager_layout", None)
+            return
+        eager = torch.empty_like(layout, device="meta")  # dense layouts keep their strides
+        if eager.stride() == layout.stride():
+            standin.__dict__["_eager_layout"] = eager
+
+
+def _layout_refusal(
+    watch: _Watch, tensor: torch.Tensor, op: str, why: str
+) -> UnsupportedInitOpError:
+    track = watch.store.lookup(tensor)
+    label = track.label if track is not None else "a parameter"
+    eager = tensor.__dict__.get("_eager_layout")
+    strides = tuple(eager.stride()) if eager is not None else "?"
+    error = UnsupportedInitOpError(
+        f"capture_init: {label}: {op} at {user_frame()}: in eager torch the tensor has "
+        f"strides {strides} (a memory format such as channels_last), where {why}; the "
+        "capture's stand-in is row-major, so the result would differ: initialize the "
+        "parameter through views both layouts share (indexing, slicing, torch.nn.init), "
+        "or set the memory format after init_fn"
+    )
+    if watch.store.error is None:
+        watch.store.error = error
+    return error
+
+
+def _follow_eager_layout(
+    watch: _Watch, func: Any, args: Sequence[Any], kwargs: dict[str, Any], result: Any
+) -> None:
+    """Makes the view ``func`` on eager's layouts of its operands too: refused where
+    eager torch cannot (module docstring); else each view of ``result`` notes its own."""
+
+    def eager_of(arg: Any) -> Any:
+        layout = arg.__dict__.get("_eager_layout") if isinstance(arg, torch.Tensor) else None
+        return arg if layout is None else layout
+
+    eager_args = [eager_of(a) for a in args]
+    if all(e is a for e, a in zip(eager_args, args, strict=True)):
+        return  # no operand of another layout in eager torch (the common case)
+    try:
+        with torch_function_disabled():
+            eager = func(*eager_args, **kwargs)
+    except RuntimeError:
+        why = "this view is not possible (view() raises; reshape() and flatten() copy)"
+        shadowed = next(a for e, a in zip(eager_args, args, strict=True) if e is not a)
+        raise _layout_refusal(watch, shadowed, str(func), why) from None
+    views = result if isinstance(result, (list, tuple)) else [result]
+    eagers = eager if isinstance(eager, (list, tuple)) else [eager]
+    with torch_function_disabled():
+        for view, eager_view in zip(views, eagers, strict=False):
+            if isinstance(view, _ThreadChecked) and not eager_view.is_contiguous():
+                view.__dict__["_eager_layout"] = eager_view
 
 
 def checked_tensor(tensor: torch.Tensor) -> CheckedTensor:
