@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKED_TORCH",
     "CONV_MODULES",
+    "DISABLED_TORCH_FUNCTION",
     "GRAD_SWITCH",
     "NN_INIT_FILLS",
     "NORM_MODULES",
@@ -49,6 +50,8 @@ __all__ = [
     "is_flat_param",
     "is_strided_shard",
     "make_parameter",
+    "make_subclass",
+    "python_key_excluded",
     "rewrap_fsdp2_classes",
     "split_factor",
     "strided_shard",
@@ -239,6 +242,32 @@ def make_parameter(cls: type[_Param], data: torch.Tensor, requires_grad: bool) -
     class's ``__new__``: ``torch.Tensor._make_subclass`` (checked 2.15.0)."""
     made: _Param = torch.Tensor._make_subclass(cls, data, requires_grad)
     return made
+
+
+_Tensor = TypeVar("_Tensor", bound=torch.Tensor)
+
+
+def make_subclass(cls: type[_Tensor], data: torch.Tensor) -> _Tensor:
+    """``data``'s alias as ``cls`` (no grad); a ``cls`` that defines
+    ``__torch_dispatch__`` gets torch's Python dispatch key, so every aten operation on
+    the alias, from any thread, reaches it (checked 2.15.0)."""
+    made: _Tensor = torch.Tensor._make_subclass(cls, data, False)
+    return made
+
+
+#: The Python dispatch key excluded: inside a ``__torch_dispatch__`` of a subclass made
+#: by ``make_subclass``, an operation runs its kernel instead of reaching the subclass
+#: again (checked 2.15.0).
+_PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
+
+
+#: ``torch.nn.Parameter``'s ``__torch_function__``: runs the function without converting
+#: its results to the caller's subclass (checked 2.15.0).
+DISABLED_TORCH_FUNCTION: Callable[..., Any] = torch._C._disabled_torch_function_impl
+
+
+def python_key_excluded() -> Any:
+    return torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEY)
 
 
 #: The code of ``nn.Parameter.__deepcopy__`` (checked 2.15.0), whose local ``memo`` is

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 
 import pytest
 import torch
@@ -184,6 +185,35 @@ def _check_closed_world(world: int) -> None:
         raise AssertionError("to_local() on a stand-in was not refused")
 
 
+def _check_threads_and_formats(world: int) -> None:
+    """Issue 37 on DTensor parameters: a write from another thread is refused (it would
+    do nothing on the stand-in), and so is a memory format (FSDP2's shards are
+    contiguous tensors of their own: it refuses non-contiguous parameters), both before
+    anything is allocated."""
+    refusals = {
+        "in thread 'helper'": lambda m: _joined(
+            threading.Thread(target=lambda: nn.init.zeros_(m[0].weight), name="helper")
+        ),
+        "to(memory_format=torch.channels_last)": lambda m: m.to(memory_format=torch.channels_last),
+    }
+    for needle, code in refusals.items():
+        with torch.device("meta"):
+            model = nn.Sequential(nn.Conv2d(3, 5, 2))
+        _shard(model, [], world)
+        try:
+            shardinit.materialize(model, seed=SEED, init_fn=lambda: code(model))  # noqa: B023
+        except shardinit.UnsupportedInitOpError as error:
+            assert needle in str(error) and "parameter '0.weight'" in str(error), error
+        else:
+            raise AssertionError(f"{needle} was not refused")
+        assert model[0].weight.to_local().is_meta, "allocated before the refusal"
+
+
+def _joined(thread: threading.Thread) -> None:
+    thread.start()
+    thread.join()
+
+
 @gloo_scenario(1, 2, 3)
 def capture_scenario(rank: int, world: int) -> Checks:
     checks: Checks = {}
@@ -193,6 +223,7 @@ def capture_scenario(rank: int, world: int) -> Checks:
     check(checks, "reset_parameters", lambda: _check_reset_parameters(world))
     check(checks, "orthogonal", lambda: _check_orthogonal(world))
     check(checks, "closed_world", lambda: _check_closed_world(world))
+    check(checks, "threads_and_formats", lambda: _check_threads_and_formats(world))
     return checks
 
 
@@ -236,3 +267,8 @@ def test_fsdp2_orthogonal_captured_and_by_rule_bit_exact(world: int) -> None:
 @pytest.mark.parametrize("world", WORLDS)
 def test_fsdp2_stand_ins_answer_as_dtensors_at_run_time(world: int) -> None:
     _assert_passed(world, "closed_world")
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_fsdp2_other_threads_and_memory_formats_refused(world: int) -> None:
+    _assert_passed(world, "threads_and_formats")

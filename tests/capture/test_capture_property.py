@@ -2,11 +2,14 @@
 
 A random program is a list of steps on the parameters of a small module (a Linear and two
 custom parameters of varied shapes and dtypes), drawn from what capture follows (fills,
-scalar steps, computed temporaries, views, copies, ``out=``, guards, flags) and from what
-it cannot follow (sorts, scans, matmuls, flips, reads of another parameter, ``p.data =``
-of another shape or dtype, ``set_``, numpy and torch-generator randomness, advanced
-indexing writes). ``shardinit.materialize(meta_module, seed, init_fn=program)`` must give
-one of two outcomes, never anything else:
+scalar steps, computed temporaries, views, copies, ``out=``, guards, flags, and effects on
+the modules themselves: attributes set, changed or deleted, ``train``/``eval``, a shape read
+in another thread) and from what it cannot follow (sorts, scans, matmuls, flips, reads of
+another parameter, ``p.data =`` of another shape or dtype, ``set_``, numpy and
+torch-generator randomness, advanced indexing writes, init code run in another thread: a
+``Thread``, a pool, ``asyncio.to_thread``).
+``shardinit.materialize(meta_module, seed, init_fn=program)`` must give one of two
+outcomes, never anything else:
 
 * **refused**: a ``ShardInitError`` (``UnsupportedInitOpError`` included) whose message
   names a parameter and the ``file:line`` of the step's own line in this file, with the
@@ -15,7 +18,8 @@ one of two outcomes, never anything else:
   may be refused for any reason, one of supported steps only for a documented limit it
   meets (``DOCUMENTED_LIMITS``: reading a parameter before it is set, two random values
   in one element, a parameter's random values copied, a view that is not a box);
-* **equal**: every parameter has eager's shape, dtype and ``requires_grad``; where eager
+* **equal**: every parameter has eager's shape, dtype and ``requires_grad``, and every
+  module eager's plain attributes and ``training`` flag; where eager
   is deterministic (equal for all torch seeds of ``EAGER_SEEDS``) the values equal
   eager's, bit for bit for constants and exact arithmetic, within ``TABLE_ULPS`` for
   programs with transcendental steps; shardinit is random (differs between the seeds of
@@ -35,6 +39,8 @@ found (``FOUND_PATTERNS``).
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
 import functools
 import inspect
@@ -109,6 +115,7 @@ class Net(nn.Module):
         self.lin = nn.Linear(layout.in_features, layout.out_features, dtype=layout.lin_dtype)
         self.alpha = nn.Parameter(torch.empty(layout.alpha_shape, dtype=layout.alpha_dtype))
         self.beta = nn.Parameter(torch.empty(layout.beta_shape, dtype=layout.beta_dtype))
+        self.note = self.lin.note = "built"  # plain attributes init code may delete
 
 
 # --------------------------------------------------------------------------- programs
@@ -316,6 +323,48 @@ def do_remove_parameter(name: str, m: nn.Module) -> None:
     setattr(m.get_submodule(owner), attr, None)
 
 
+def do_module_attr(path: str, how: str, m: nn.Module) -> None:
+    module = m.get_submodule(path)
+    if how == "scale":
+        module.scale = 0.5
+    elif how == "flag":
+        module.some_flag = True
+    elif how == "delete" and hasattr(module, "note"):
+        del module.note
+    elif how in ("eval", "train"):
+        module.train(how == "train")
+
+
+def do_in_thread(how: str, inner: Step, m: nn.Module) -> None:
+    """``inner`` run in another thread (grad mode is per thread: under no_grad there as
+    the program runs), joined; its error swallowed there, as init code that catches."""
+
+    def run() -> None:
+        try:
+            with torch.no_grad():
+                inner.run(m)
+        except Exception:  # the capture keeps the refusal: it raises it when init_fn returns
+            pass
+
+    if how == "thread":
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+    elif how == "pool":
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(run).result()
+    else:
+        asyncio.run(asyncio.to_thread(run))
+
+
+def do_shape_in_thread(region: Region, m: nn.Module) -> None:
+    shapes: list[torch.Size] = []
+    thread = threading.Thread(target=lambda: shapes.append(region.of(m).shape))
+    thread.start()
+    thread.join()
+    m.seen_shape = tuple(shapes[0])
+
+
 def evaluate(expr: tuple[Any, ...], shape: tuple[int, ...], m: nn.Module) -> torch.Tensor:
     """The tensor of ``expr`` (see ``expr_text``) of ``shape``."""
     kind, *args = expr
@@ -493,6 +542,27 @@ def read_other_step(region: Region, other: str) -> Step:
     return step(f"{region.text}.add_(m.{other}.data.sum())", do_read_other, region, other)
 
 
+def module_attr_step(path: str, how: str) -> Step:
+    target = f"m.{path}" if path else "m"
+    text = {
+        "scale": f"{target}.scale = 0.5",
+        "flag": f"{target}.some_flag = True",
+        "delete": f"del {target}.note",
+        "eval": f"{target}.eval()",
+        "train": f"{target}.train()",
+    }[how]
+    return step(text, do_module_attr, path, how)
+
+
+def thread_step(how: str, inner: Step) -> Step:
+    return step(f"in a {how}: {inner.text}", do_in_thread, how, inner, inexact=inner.inexact)
+
+
+def shape_in_thread_step(region: Region) -> Step:
+    return step(f"m.seen_shape = <{region.text}.shape read in a thread>", do_shape_in_thread,
+                region)  # fmt: skip
+
+
 # --------------------------------------------------------------------------- strategies
 
 small_constants = st.sampled_from([0.0, 1.0, -2.5, 0.375, 3.0])
@@ -666,7 +736,7 @@ def supported_steps(draw: st.DrawFn, layout: Layout) -> Step:
     region = draw(regions(layout, name))
     whole = Region(name, True)
     kind = draw(st.sampled_from(["fill", "scalar", "copy", "setitem", "assign", "out", "guard",
-                                 "flag"]))  # fmt: skip
+                                 "flag", "module", "shape"]))  # fmt: skip
     if kind == "fill":
         return draw(fills(len(region.shape(layout)), region))
     if kind == "scalar":
@@ -688,6 +758,11 @@ def supported_steps(draw: st.DrawFn, layout: Layout) -> Step:
     if kind == "guard":
         how = draw(st.sampled_from(["is_meta", "device"]))
         return guarded_step(region, how, draw(fills(len(region.shape(layout)), region)))
+    if kind == "module":
+        how = draw(st.sampled_from(["scale", "flag", "delete", "eval", "train"]))
+        return module_attr_step(draw(st.sampled_from(["", "lin"])), how)
+    if kind == "shape":
+        return shape_in_thread_step(region)
     return requires_grad_step(name)
 
 
@@ -706,6 +781,11 @@ def unsupported_steps(draw: st.DrawFn, layout: Layout) -> Step:
         st.just(method_step(region, "exponential_")),
         st.builds(lambda o: read_other_step(region, o), st.sampled_from(PARAMS)),
         st.builds(lambda h: index_write_step(name, h), st.sampled_from(["list", "mask"])),
+        st.builds(
+            thread_step,
+            st.sampled_from(["thread", "pool", "to_thread"]),
+            st.one_of(fills(len(region.shape(layout)), region), scalar_steps(region)),
+        ),
     ]
     if others:
         other = st.sampled_from(others)
@@ -763,15 +843,23 @@ def programs(draw: st.DrawFn) -> Program:
 
 @dataclass
 class Run:
-    """What one run gave: the parameters (values, requires_grad) or the exception."""
+    """What one run gave: the parameters (values, requires_grad) and the modules' plain
+    attributes, or the exception."""
 
     params: dict[str, tuple[torch.Tensor, bool]] = field(default_factory=dict)
+    modules: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: BaseException | None = None
     warned: list[str] = field(default_factory=list)
 
 
 def _parameters(m: nn.Module) -> dict[str, tuple[torch.Tensor, bool]]:
     return {n: (p.detach().clone(), p.requires_grad) for n, p in m.named_parameters()}
+
+
+def _module_state(m: nn.Module) -> dict[str, dict[str, Any]]:
+    plain = (bool, int, float, str, tuple, type(None))
+    return {p: {k: v for k, v in vars(x).items() if isinstance(v, plain)} for p, x in
+            m.named_modules()}  # fmt: skip
 
 
 def eager(program: Program, seed: int) -> Run:
@@ -781,7 +869,7 @@ def eager(program: Program, seed: int) -> Run:
         warnings.simplefilter("always")
         m = Net(program.layout)
         program(m)
-    return Run(_parameters(m), warned=[str(w.message) for w in caught])
+    return Run(_parameters(m), _module_state(m), warned=[str(w.message) for w in caught])
 
 
 def ours(program: Program, seed: int, m: nn.Module) -> Run:
@@ -798,6 +886,7 @@ def ours(program: Program, seed: int, m: nn.Module) -> Run:
             try:
                 shardinit.materialize(m, seed=seed, init_fn=lambda: program(m))
                 run.params = _parameters(m)
+                run.modules = _module_state(m)
             except BaseException as error:  # every exception is judged
                 run.error = error
         run.warned = [str(w.message) for w in caught]
@@ -1016,6 +1105,11 @@ def check_equal(program: Program, eager_runs: list[Run], our_runs: list[Run]) ->
                 value.shape, value.dtype, "cpu", flag
             ), f"{name}: ours {got.shape} {got.dtype} {got.device} requires_grad={got_flag}, " \
                 f"eager {value.shape} {value.dtype} requires_grad={flag}\n{program}"  # fmt: skip
+    for run in our_runs:
+        assert run.modules == eager_runs[0].modules, (
+            f"the modules differ from eager's: ours {run.modules}, eager "
+            f"{eager_runs[0].modules}\n{program}"
+        )
     for name in reference:
         check_values(program, name, [r.params[name][0] for r in eager_runs],
                      [r.params[name][0] for r in our_runs])  # fmt: skip
@@ -1104,7 +1198,7 @@ FOUND_PATTERNS = {
 }
 
 #: Issue 37's parameters that init code creates, replaces or removes (item 5).
-MODULE_PATTERNS = {
+CREATED_PATTERNS = {
     "a new Parameter in place of one": issue_program(
         new_parameter_step("lin.weight", (32, 16), torch.float32, "normal_")
     ),
@@ -1118,8 +1212,38 @@ MODULE_PATTERNS = {
 }
 
 
+#: Issue 37's module-level effects: init code in another thread (refused), and what it does
+#: to the modules themselves (kept as eager leaves it).
+BIAS = Region("lin.bias", True)
+MODULE_PATTERNS = {
+    "zeros_ in a Thread": issue_program(
+        refusable(thread_step("thread", init_step(WEIGHT, "zeros_")))
+    ),
+    "normal_ in a pool": issue_program(
+        refusable(thread_step("pool", method_step(BIAS, "normal_", 0.0, 0.02)))
+    ),
+    "asyncio.to_thread": issue_program(
+        refusable(thread_step("to_thread", init_step(WEIGHT, "ones_")))
+    ),
+    "eval, a scale and a deleted attribute": issue_program(
+        init_step(WEIGHT, "ones_"),
+        module_attr_step("", "eval"),
+        module_attr_step("lin", "scale"),
+        module_attr_step("lin", "delete"),
+        module_attr_step("", "flag"),
+    ),
+    "a shape read in a thread": issue_program(shape_in_thread_step(WEIGHT)),
+}
+
+
 def _with_patterns(test: Callable[..., None]) -> Callable[..., None]:
-    for program in [*ISSUE_PATTERNS.values(), *FOUND_PATTERNS.values(), *MODULE_PATTERNS.values()]:
+    patterns = [
+        *ISSUE_PATTERNS.values(),
+        *FOUND_PATTERNS.values(),
+        *CREATED_PATTERNS.values(),
+        *MODULE_PATTERNS.values(),
+    ]
+    for program in patterns:
         test = example(program=program)(test)
     return test
 

@@ -169,9 +169,17 @@ class LocalTarget(SlotHeld):
     def allocate(self, device: torch.device) -> None:
         tensor = self.slot.current()
         if tensor.is_meta and not is_dtensor(tensor):
-            # Without nn.Parameter's __new__: materialize allocates every parameter.
-            empty = torch.empty(tuple(tensor.shape), dtype=tensor.dtype, device=device)
+            # Without nn.Parameter's __new__: materialize allocates every parameter, in
+            # the meta tensor's memory format (a channels_last Conv2d stays one, as
+            # torch's to_empty keeps it); the Writer fills strided tensors by strides.
+            empty = torch.empty_like(tensor, device=device, requires_grad=False)
             new = make_parameter(nn.Parameter, empty, tensor.requires_grad)
+            # The attributes code set on the parameter (Mamba's ``_no_weight_decay``,
+            # Megatron's tensor-parallel ones), which torch's to_empty keeps on the same
+            # object; shardinit's own notes on the meta parameter stay behind.
+            new.__dict__.update(
+                {k: v for k, v in vars(tensor).items() if not k.startswith("_shardinit")}
+            )
             for owner, attr in self.slot.owners:
                 assign_parameter(owner, attr, new)
 

@@ -26,13 +26,14 @@ from .records import CapturedInit
 from .standins import (
     ParamGroup,
     buffer_standins,
+    give_memory_formats,
+    give_parameter_attributes,
     iter_tracks,
     param_groups,
     read_buffers,
     replaced_error,
-    restore_flags,
-    snapshot_flags,
 )
+from .threads import give_eager_layout, plain_tensor, watching_threads
 from .tracks import Track
 
 __all__ = ["capture_init"]
@@ -56,11 +57,12 @@ def capture_init(
     what it does to each parameter, and the buffer values it computes.
 
     The parameters are swapped for plain meta tensors of their GLOBAL shape (DTensors of
-    FSDP2 / tensor parallelism included) for the duration and put back after; meta
-    buffers are swapped for real CPU tensors and the values init code computes for them
-    are kept. Parameters init code adds, removes or reshapes stay as it leaves them (new
-    ones on meta, their values recorded), on a plain meta model (:mod:`.created`).
-    Values init code computes elementwise (``log(arange(...))``,
+    FSDP2 / tensor parallelism included) for the duration and put back after (what init
+    code does to the modules themselves, ``eval()`` or attributes, stays, as eager torch
+    leaves it); meta buffers are swapped for real CPU tensors and the values init code
+    computes for them are kept. Parameters init code adds, removes or reshapes stay as it
+    leaves them (new ones on meta, their values recorded), on a plain meta model
+    (:mod:`.created`). Values init code computes elementwise (``log(arange(...))``,
     ``empty(n).uniform_(a, b).log_()``, ...) are recorded as init programs. See
     docs/capturing-init.md for what is recorded, the tie rule and what is refused.
 
@@ -85,7 +87,9 @@ def capture_init(
             of random values, reading a parameter's values, a non-box region, a dtype
             change of the model or ``to_empty`` after writes); random values reaching a
             buffer or a tensor attribute; a parameter it adds, removes or reshapes
-            under FSDP2 or tensor parallelism, or ties to another.
+            under FSDP2 or tensor parallelism, or ties to another; an operation on a
+            stand-in from a thread other than the caller's (named); a memory format given
+            to a DTensor parameter.
         ShardInitError: FSDP1 flat parameters, dtypes outside stream format v1, buffers
             init code computes on the meta device or only in part, or empties
             (``to_empty``) and does not compute again; a ``device`` that is not the CPU
@@ -127,7 +131,9 @@ def capture_init(
         devices = {id(g.tracks[0]): _runtime_device(g.original, device) for g in groups}
         devices.update({id(t): devices[id(g.tracks[0])] for g in groups for t in g.tracks})
         recorder = CaptureMode(tracks, aliases, devices)
-        flags = snapshot_flags(module)
+        for group in groups:  # a channels_last parameter: why in threads.py
+            for track in group.distinct_tracks():
+                give_eager_layout(track.base, group.original)
         classes = unwrap_fsdp2_classes(module)
         for group in groups:
             group.install()
@@ -137,17 +143,18 @@ def capture_init(
         undo_init_calls = install_init_calls(recorder)
         new_submodules = NewSubmodules(module)
         try:
-            with recorder, torch.no_grad(), new_submodules.refused(), created.noted():
+            watch = watching_threads(recorder.store)  # why: threads.py
+            with recorder, watch, torch.no_grad(), new_submodules.refused(), created.noted():
                 init_fn()
             created.settle(recorder)  # puts the stand-ins back where init code replaced them
         finally:
             undo_init_calls()
             undo_module_calls()
             rewrap_fsdp2_classes(classes)
-            restore_flags(flags)
             winners = [group.winner() for group in groups]
             replaced = [path for group in groups for path in group.restore()]
             values, buffer_error = read_buffers(buffers)
+            values = {name: plain_tensor(value) for name, value in values.items()}
             created.revert_unless_settled()
         with created.finishing():  # refused: the model's tensors are as they were
             if recorder.error is not None:
@@ -158,6 +165,8 @@ def capture_init(
             if replaced:
                 raise replaced_error(replaced)
             _check_unchanged(groups)
+            give_memory_formats(groups, buffers)  # init code's module.to(memory_format=...)
+            give_parameter_attributes(groups)  # init code's p.attr = ...
     _warn_dropped(groups, winners)
     kept = [
         (group, winner)

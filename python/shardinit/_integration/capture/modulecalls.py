@@ -7,7 +7,9 @@ of the model gets an instance attribute ``_apply`` (put back after) that does to
 stand-in what the call would do to the parameter being initialized, reading no value:
 
 * a device move (``to(device)``, ``cuda``, ``cpu``, ...) is nothing: shardinit
-  allocates each parameter on its target device later;
+  allocates each parameter on its target device later; a memory format
+  (``to(memory_format=torch.channels_last)``) is kept on the track, and the capture
+  gives it to the meta parameter or buffer, which ``materialize`` allocates so;
 * ``to_empty`` is nothing for a parameter ``init_fn`` has not written yet (OLMo-core
   calls it first); one it wrote is refused (``to_empty`` would discard those values).
   A buffer's stand-in is emptied as eager torch empties the buffer: init code must
@@ -36,6 +38,8 @@ from torch import nn
 
 from ..._torch_compat import torch_function_disabled
 from .mode import CaptureMode
+from .standins import DTensorStandIn
+from .threads import give_eager_layout
 from .tracks import Track
 
 __all__ = ["constructor_moves", "install_module_calls"]
@@ -75,7 +79,7 @@ def install_module_calls(root: nn.Module, recorder: CaptureMode) -> Callable[[],
 
 def _bound_apply(module: nn.Module, recorder: CaptureMode) -> Callable[..., nn.Module]:
     def _apply(fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> nn.Module:
-        call, dtype = _calling_method(sys._getframe(1))
+        call, dtype, memory_format = _calling_method(sys._getframe(1))
         if recurse:
             for child in module.children():
                 child._apply(fn, recurse)  # type: ignore[no-untyped-call]
@@ -84,6 +88,8 @@ def _bound_apply(module: nn.Module, recorder: CaptureMode) -> Callable[..., nn.M
             if track is None or track.kind == "temp":
                 continue  # a real tensor the model holds: not a value being initialized
             _apply_to(recorder, track, tensor, call, dtype, fn)
+            if memory_format is not None and tensor.dim() in (4, 5):  # as Module.to
+                _give_memory_format(recorder, track, memory_format)
         return module
 
     return _apply
@@ -105,7 +111,7 @@ def constructor_moves() -> Iterator[None]:
     def _apply(
         self: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
     ) -> nn.Module:
-        call, dtype = _calling_method(sys._getframe(1))
+        call, dtype, _ = _calling_method(sys._getframe(1))
         if (
             threading.get_ident() == owner
             and call in (*_DEVICE_MOVES, "to")
@@ -134,19 +140,50 @@ def _own_tensors(module: nn.Module) -> Iterator[torch.Tensor]:
             yield value
 
 
-def _calling_method(frame: FrameType | None) -> tuple[str, torch.dtype | None]:
+def _calling_method(
+    frame: FrameType | None,
+) -> tuple[str, torch.dtype | None, torch.memory_format | None]:
     """The nn.Module method that called ``_apply`` (past the capture's own recursion),
-    with the dtype it converts floating tensors to; ``"_apply"`` for a direct call."""
+    with the dtype it converts floating tensors to and the memory format ``to`` gives
+    4-D and 5-D tensors; ``"_apply"`` for a direct call."""
     own = _bound_apply.__code__.co_consts
     while frame is not None and any(frame.f_code is code for code in own):
         frame = frame.f_back
     name = None if frame is None else _CALLERS.get(frame.f_code)
     if frame is None or name is None:
-        return "_apply", None
+        return "_apply", None, None
     if name == "to":
         dtype = frame.f_locals.get("dtype")
-        return name, dtype if isinstance(dtype, torch.dtype) else None
-    return name, _DTYPE_CASTS.get(name)
+        memory_format = frame.f_locals.get("convert_to_format")  # Module.to's local
+        return (
+            name,
+            dtype if isinstance(dtype, torch.dtype) else None,
+            memory_format if isinstance(memory_format, torch.memory_format) else None,
+        )
+    return name, _DTYPE_CASTS.get(name), None
+
+
+def _give_memory_format(
+    recorder: CaptureMode, track: Track, memory_format: torch.memory_format
+) -> None:
+    """Keeps the memory format ``to`` gives a parameter or buffer (the capture gives it
+    to the meta tensor after: :func:`.standins.give_memory_formats`); refused for a
+    DTensor (FSDP2 / TP), whose local shards are their own contiguous tensors."""
+    if isinstance(track.base, DTensorStandIn):
+        raise recorder.store.fail(
+            track,
+            f"to(memory_format={memory_format}) of its module",
+            "a sharded (DTensor) parameter's local shards are contiguous tensors of "
+            "their own (FSDP2 refuses non-contiguous parameters, and eager torch fails "
+            "here too); keep the sharded model row-major",
+        )
+    track.memory_format = memory_format
+    with torch_function_disabled():  # a plain meta tensor of the layout, not a temporary
+        base = track.base
+        layout = torch.empty(
+            tuple(base.shape), dtype=base.dtype, device="meta", memory_format=memory_format
+        )
+    give_eager_layout(base, layout)
 
 
 def _apply_to(

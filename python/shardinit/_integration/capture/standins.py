@@ -12,13 +12,13 @@ result is read back.
   the model's own ``tie_weights``, or untied). Writes that end up nowhere are reported.
 * Every meta buffer is replaced by a real CPU tensor, so the values init code computes
   for it exist when ``init_fn`` returns; they are kept, and the meta buffer put back.
-* Plain flags init code sets on modules (transformers' ``_is_hf_initialized``) are
-  undone, so the same model can be captured again.
+* What init code does to the modules themselves (``eval()``, plain attributes it sets,
+  changes or deletes, transformers' ``_is_hf_initialized``, hooks it registers) stays as
+  eager torch leaves it: only what the capture swapped is put back.
 """
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,19 +30,19 @@ from ..._names import ParamSlot, canonical_name, param_slots, qualified, refuse_
 from ..._torch_compat import is_flat_param, make_parameter
 from ...errors import ShardInitError, UnsupportedInitOpError
 from ...spec import SUPPORTED_DTYPES
+from .threads import CheckedParameter, checked_tensor
 from .tracks import Track
 
 __all__ = [
     "BufferStandIn",
     "ParamGroup",
     "buffer_standins",
+    "give_memory_formats",
+    "give_parameter_attributes",
     "param_groups",
-    "restore_flags",
-    "snapshot_flags",
 ]
 
 Holder = tuple[nn.Module, str]
-_FLAG_TYPES = (bool, int, float, str, type(None))
 
 
 @dataclass
@@ -100,7 +100,7 @@ def _declared_tie_targets(module: nn.Module) -> Mapping[str, str]:
     }
 
 
-class DTensorStandIn(nn.Parameter):
+class DTensorStandIn(CheckedParameter):
     """The stand-in of a DTensor parameter: a plain meta tensor of the GLOBAL shape, whose
     DTensor methods refuse (init code that works on a rank's local shard would give
     values that depend on the layout; shardinit fills each rank's shard of the whole)."""
@@ -134,7 +134,7 @@ class DTensorStandIn(nn.Parameter):
 
 
 def _standin(param: torch.Tensor) -> nn.Parameter:
-    cls = DTensorStandIn if hasattr(param, "device_mesh") else nn.Parameter
+    cls = DTensorStandIn if hasattr(param, "device_mesh") else CheckedParameter
     meta = torch.empty(tuple(param.shape), dtype=param.dtype, device="meta")
     return make_parameter(cls, meta, param.requires_grad)
 
@@ -211,7 +211,7 @@ class BufferStandIn:
 def _real_like(buffer: torch.Tensor) -> torch.Tensor:
     # NaN where init code never writes (floating types): a read of it shows.
     fill = float("nan") if buffer.is_floating_point() or buffer.is_complex() else 0
-    return torch.full(tuple(buffer.shape), fill, dtype=buffer.dtype, device="cpu")
+    return checked_tensor(torch.full(tuple(buffer.shape), fill, dtype=buffer.dtype))
 
 
 def buffer_standins(module: nn.Module) -> list[BufferStandIn]:
@@ -267,25 +267,29 @@ def read_buffers(
     )
 
 
-def snapshot_flags(module: nn.Module) -> list[tuple[nn.Module, dict[str, Any]]]:
-    """Each module's attributes as they are before init code runs (a shallow copy: the
-    flags among them are put back by :func:`restore_flags`)."""
-    return [(m, dict(vars(m))) for m in module.modules()]
+def give_parameter_attributes(groups: list[ParamGroup]) -> None:
+    """Gives each parameter the Python attributes init code set on its stand-in
+    (``p._no_weight_decay = True``), as eager torch leaves them on the parameter."""
+    for group in groups:
+        for track in group.distinct_tracks():
+            if vars(track.base):
+                group.original.__dict__.update(vars(track.base))
 
 
-def restore_flags(saved: list[tuple[nn.Module, dict[str, Any]]]) -> None:
-    """Undoes plain flags init code set or changed on modules (tensors it assigned to
-    module attributes are kept)."""
-    for module, before in saved:
-        state = vars(module)
-        # Most modules' attributes are the very objects they were (compared in C): then
-        # no flag was set or changed, and there is nothing to undo.
-        if list(state) == list(before) and all(map(operator.is_, state.values(), before.values())):
-            continue
-        flags = {k: v for k, v in before.items() if isinstance(v, _FLAG_TYPES)}
-        for key in [k for k, v in state.items() if isinstance(v, _FLAG_TYPES) and k not in flags]:
-            del state[key]
-        state.update(flags)
+def give_memory_formats(groups: list[ParamGroup], buffers: list[BufferStandIn]) -> None:
+    """Gives each meta parameter and buffer the memory format init code gave its stand-in
+    (``module.to(memory_format=torch.channels_last)``), as torch's ``Module._apply``
+    does: a parameter's ``.data`` is replaced, a buffer is a new tensor. ``materialize``
+    allocates meta tensors in their own format (and a DTensor's stand-in refused it)."""
+    for group in groups:
+        formats = [t.memory_format for t in group.distinct_tracks() if t.memory_format]
+        if formats and group.original.is_meta:
+            group.original.data = group.original.data.to(memory_format=formats[-1])
+    for standin in buffers:
+        fmt = standin.track.memory_format
+        current = standin.module._buffers.get(standin.attr)
+        if fmt is not None and current is standin.original and current.is_meta:
+            standin.module._buffers[standin.attr] = current.to(memory_format=fmt)
 
 
 def iter_tracks(groups: list[ParamGroup]) -> Iterator[Track]:

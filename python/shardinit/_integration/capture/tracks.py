@@ -65,6 +65,9 @@ class Track:
             refused, naming them.
         emptied: for a buffer's stand-in, ``to_empty`` emptied it (:mod:`.modulecalls`):
             unless init code computes it again, the capture refuses it.
+        memory_format: the memory format init code gave the parameter or buffer
+            (``module.to(memory_format=...)``, :mod:`.modulecalls`); the stand-in itself
+            stays contiguous (its boxes are row-major), the meta tensor takes it after.
     """
 
     kind: TrackKind
@@ -76,6 +79,7 @@ class Track:
     from_random: bool = False
     reads: list[tuple[Track, str]] = field(default_factory=list)
     emptied: bool = False
+    memory_format: torch.memory_format | None = None
 
     def __post_init__(self) -> None:
         # Holding the storage object keeps its id() from being reused during the capture.
@@ -90,9 +94,9 @@ class Track:
         now = _layout(self.base)
         if now == self.layout:  # the common case, compared at once
             return
+        if now[-1] != self.layout[-1]:  # a swap changes all: the storage says it best
+            raise Cannot("its storage was replaced by another tensor's")
         for what, before, after in zip(_LAYOUT_PARTS, self.layout, now, strict=True):
-            if before != after and what == "storage":
-                raise Cannot("its storage was replaced by another tensor's")
             if before != after:
                 raise Cannot(f"its {what} changed from {before} to {after}")
 
