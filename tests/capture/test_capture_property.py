@@ -948,8 +948,9 @@ DOCUMENTED_LIMITS: dict[str, Callable[[Program, str], bool]] = {
     # A copy of a parameter's own random values: each random value is drawn at its
     # destination's index, so it may land in one place only (docs/ARCHITECTURE.md); the
     # copy is refused even where it lands where it came from (an over-refusal, kept).
+    # The source may be computed from the parameter (``copy_(unary('exp', ..., m.beta...))``).
     "would land in a second place": lambda p, _: any(
-        re.search(r"copy_\(m\.", step.text) for step in p.steps
+        re.search(r"copy_\(.*m\.", step.text) for step in p.steps
     ),
     # A transposed or flattened view of a part of a parameter.
     "is not a box": lambda p, _: any(

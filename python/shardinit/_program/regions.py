@@ -22,6 +22,7 @@ __all__ = [
     "box_runs",
     "box_union_covers",
     "contains",
+    "cut_by",
     "flat_range_boxes",
     "intersect",
     "map_runs",
@@ -51,6 +52,20 @@ def intersect(a: Box, b: Box) -> Box | None:
 def contains(outer: Box, inner: Box) -> bool:
     """Whether ``inner`` lies inside ``outer``."""
     return all(o0 <= i0 and i1 <= o1 for (o0, o1), (i0, i1) in zip(outer, inner, strict=True))
+
+
+def cut_by(box: Box, regions: Sequence[Box], max_parts: int = 1 << 10) -> list[Box] | None:
+    """``box`` cut along every boundary of ``regions`` inside it: parts that each lie
+    wholly inside or wholly outside every region (row-major order). None past
+    ``max_parts`` parts."""
+    cuts: list[list[int]] = []
+    for dim, (start, stop) in enumerate(box):
+        inner = {b for region in regions for b in region[dim] if start < b < stop}
+        cuts.append([start, *sorted(inner), stop])
+    if math.prod(len(c) - 1 for c in cuts) > max_parts:
+        return None
+    spans = [list(itertools.pairwise(c)) for c in cuts]
+    return [tuple(part) for part in itertools.product(*spans)]
 
 
 def box_union_covers(boxes: Sequence[Box], shape: Sequence[int], max_cells: int = 1 << 16) -> bool:

@@ -57,6 +57,7 @@ from ..._program.expr import (
 from ..._program.regions import (
     Box,
     FlatRun,
+    cut_by,
     flat_range_boxes,
     map_runs_from,
     view_region,
@@ -293,12 +294,28 @@ class Engine:
         """Appends the write of ``expr`` on ``box``. An in-place step reads the values
         before it as the fold of what was written (so a recorded program never reads
         memory: it is one computation from sources, rounded once at the end)."""
+        parts = [(box, expr)]
         if any(isinstance(n, Prior) for n in walk_nodes(expr)):
-            prior = simplify(self.folded(track), box)
-            expr = substitute_prior(expr, prior)
-        if track.kind == "param":
-            self.places.land(track, box, expr, op, f"{op} at {user_frame()}", self.folded)
-        self.store.add(track, CapturedOp(box, self.action_of(track, expr, op), op, where_))
+            parts = self.on_prior(track, box, expr)
+        for part, value in parts:
+            if track.kind == "param":
+                self.places.land(track, part, value, op, f"{op} at {user_frame()}", self.folded)
+            self.store.add(track, CapturedOp(part, self.action_of(track, value, op), op, where_))
+
+    def on_prior(self, track: Track, box: Box, expr: Expr) -> list[tuple[Box, Expr]]:
+        """``expr`` on ``box`` with the values before it. Where that meets two random
+        values in one element (a step over parts that two fills wrote, ``normal_(w)``,
+        ``normal_(w[0])``, then ``clamp_(w)``), the step on each part the earlier writes
+        cut ``box`` into: each part reads the one fill that wrote it last."""
+        folded = self.folded(track)
+        value = substitute_prior(expr, simplify(folded, box))
+        if not bad_reasons(value):
+            return [(box, value)]
+        cuts = cut_by(box, [op.region for op in track.ops])
+        if cuts is None:
+            return [(box, value)]
+        parts = [(part, substitute_prior(expr, simplify(folded, part))) for part in cuts]
+        return [(box, value)] if any(bad_reasons(v) for _, v in parts) else parts
 
     def spread(
         self,
