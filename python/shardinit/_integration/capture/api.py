@@ -168,6 +168,19 @@ def capture_init(
             give_memory_formats(groups, buffers)  # init code's module.to(memory_format=...)
             give_parameter_attributes(groups)  # init code's p.attr = ...
     _warn_dropped(groups, winners)
+    return _recorded(module, init_fn, groups, winners, created, values)
+
+
+def _recorded(
+    module: nn.Module,
+    init_fn: Callable[[], object],
+    groups: list[ParamGroup],
+    winners: list[Track],
+    created: CreatedTensors,
+    values: dict[str, torch.Tensor],
+) -> CapturedInit:
+    """What a capture that succeeded recorded: each kept parameter's operations (and those
+    init code added), the buffer values, and the ``requires_grad`` init code changed."""
     kept = [
         (group, winner)
         for group, winner in zip(groups, winners, strict=True)
