@@ -54,6 +54,9 @@ DETERMINISTIC: dict[str, Init] = {
         "foreach_zero_": lambda m: torch._foreach_zero_([m.weight, m.bias]),
         "add_Tensor": lambda m: aten.add_.Tensor(m.weight, torch.ones(32, 16), alpha=2),
         "mul_Scalar": lambda m: aten.mul_.Scalar(m.weight, 3.0),
+        # An out= overload: the result computed by its packet, then written to out.
+        "add_out": lambda m: aten.add.out(torch.ones(32, 16), m.weight, alpha=2, out=m.weight),
+        "mul_out": lambda m: aten.mul.out(m.bias, torch.full((32,), 3.0), out=m.bias),
         "copy_default": lambda m: aten.copy_.default(m.weight, torch.full((32, 16), 2.0)),
         "foreach_mul_scalars": lambda m: torch._foreach_mul_([m.weight, m.bias], [2.0, -3.0]),
         "foreach_add_tensors": lambda m: torch._foreach_add_(

@@ -37,7 +37,13 @@ from torch.overrides import TorchFunctionMode
 
 from ..._program.actions import Opaque
 from ..._program.cannot import Cannot
-from ..._torch_compat import GRAD_SWITCH, enter_dispatch_mode, exit_dispatch_mode, handed_to_mode
+from ..._torch_compat import (
+    GRAD_SWITCH,
+    aten_packet,
+    enter_dispatch_mode,
+    exit_dispatch_mode,
+    handed_to_mode,
+)
 from ...errors import UnsupportedInitOpError
 from .backstop import WriteBackstop
 from .composites import (
@@ -275,6 +281,7 @@ class CaptureMode(TorchFunctionMode):
         place (a temporary, on the out tensor's device and in its dtype for factories),
         then copied into it, as torch writes it."""
         out = kwargs.pop("out")
+        func = aten_packet(func)  # ``aten.add.out`` without out is ``aten.add``'s to resolve
         target = self.store.lookup(out) if isinstance(out, torch.Tensor) else None
         if target is None:  # several outs (``torch.max(..., out=(a, b))``), some followed
             track = self.store.followed(out)[0]
