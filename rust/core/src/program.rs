@@ -13,8 +13,9 @@
 //! Each chunk of the output is evaluated in blocks of [`BLOCK`] elements, one binary64
 //! scratch vector per register (reused from block to block), step by step; `erfinv`,
 //! `exp`, `log`, `erf`, `sigmoid` and `tanh` run over a register's block in lanes
-//! ([`math::erfinv_slice`], [`math::lanes_slice`]: the scalar functions' bits), the
-//! other steps one element at a time. A program that is a single `source` of the destination's dtype is the same
+//! ([`math::erfinv_slice`], [`math::lanes_slice`]: the scalar functions' bits), as do
+//! `softplus`, `sin`, `cos`, `expm1` and `log1p`; the other steps one element at a time.
+//! A program that is a single `source` of the destination's dtype is the same
 //! computation as [`ParamStream::fill_region`] and is dispatched to its fused kernels.
 //! A program with one source of the destination's dtype and further steps (a fill, then
 //! `* gain`, `log`, ...) has that source's values written by the fused kernels into the
@@ -802,18 +803,19 @@ fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) {
         UnaryOp::Sqrt => map(x, dst, f64::sqrt),
         UnaryOp::Rsqrt => map(x, dst, math::rsqrt),
         UnaryOp::Exp => math::lanes_slice(math::LaneFunction::Exp, x, dst),
-        UnaryOp::Expm1 => map(x, dst, math::expm1),
+        UnaryOp::Expm1 => math::lanes_slice(math::LaneFunction::Expm1, x, dst),
         UnaryOp::Log => math::lanes_slice(math::LaneFunction::Log, x, dst),
-        UnaryOp::Log1p => map(x, dst, math::log1p),
+        UnaryOp::Log1p => math::lanes_slice(math::LaneFunction::Log1p, x, dst),
         UnaryOp::Tanh => math::lanes_slice(math::LaneFunction::Tanh, x, dst),
         UnaryOp::Sigmoid => math::lanes_slice(math::LaneFunction::Sigmoid, x, dst),
-        UnaryOp::Softplus => map(x, dst, math::softplus),
+        UnaryOp::Softplus => math::lanes_slice(math::LaneFunction::Softplus, x, dst),
         UnaryOp::Floor => map(x, dst, f64::floor),
         UnaryOp::Erf => math::lanes_slice(math::LaneFunction::Erf, x, dst),
         UnaryOp::Erfinv => math::erfinv_slice(x, dst),
         UnaryOp::RoundHalfEven => map(x, dst, round_half_even),
-        UnaryOp::Sin => map(x, dst, |v| if refused(v) { f64::NAN } else { math::sin(v) }),
-        UnaryOp::Cos => map(x, dst, |v| if refused(v) { f64::NAN } else { math::cos(v) }),
+        // `math::sin`/`cos` give NaN beyond TRIG_MAX themselves.
+        UnaryOp::Sin => math::lanes_slice(math::LaneFunction::Sin, x, dst),
+        UnaryOp::Cos => math::lanes_slice(math::LaneFunction::Cos, x, dst),
     }
 }
 
