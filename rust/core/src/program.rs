@@ -343,6 +343,41 @@ enum Step {
     Binary(BinaryOp, usize, usize),
     Where(usize, usize, usize),
     Round(usize, Dtype),
+    /// `erfinv` of a register whose value is seen only rounded to float32 (by `Round`
+    /// steps to float32, or as the result of a float32 fill): computed rounded
+    /// ([`math::erfinv_f32_slice`]), which rounding it again leaves as it is.
+    ErfinvToF32(usize),
+}
+
+impl Step {
+    /// The registers this step reads.
+    fn operands(&self) -> Vec<usize> {
+        match *self {
+            Step::Unary(_, x) | Step::Round(x, _) | Step::ErfinvToF32(x) => vec![x],
+            Step::Binary(_, a, b) => vec![a, b],
+            Step::Where(c, a, b) => vec![c, a, b],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Each `erfinv` step whose value is seen only rounded to float32 (every step that reads
+/// it is a `Round` to float32, and it is the result only of a float32 fill) made an
+/// [`Step::ErfinvToF32`]: the same values after that rounding, by
+/// [`math::erfinv_f32_slice`]'s proof.
+fn erfinv_rounded_to_f32(steps: &mut [Step], dtype: Dtype) {
+    let last = steps.len() - 1;
+    for register in 0..steps.len() {
+        let Step::Unary(UnaryOp::Erfinv, x) = steps[register] else {
+            continue;
+        };
+        let rounded_where_read = steps[register + 1..].iter().all(|step| {
+            matches!(step, Step::Round(_, Dtype::F32)) || !step.operands().contains(&register)
+        });
+        if rounded_where_read && (register != last || dtype == Dtype::F32) {
+            steps[register] = Step::ErfinvToF32(x);
+        }
+    }
 }
 
 /// A program checked against one fill: the steps, the stream and the shape.
@@ -436,6 +471,7 @@ impl Program {
                 Instr::Round(x, dtype) => Step::Round(x, dtype),
             });
         }
+        erfinv_rounded_to_f32(&mut steps, dtype);
         let may_refuse = steps
             .iter()
             .any(|s| matches!(s, Step::Unary(UnaryOp::Sin | UnaryOp::Cos, _)));
@@ -734,6 +770,7 @@ impl Compiled {
                     }
                 }
                 Step::Round(x, dtype) => round_lanes(dtype, &done[x][..n], dst),
+                Step::ErfinvToF32(x) => math::erfinv_f32_slice(&done[x][..n], dst),
             }
             if self.may_refuse {
                 let (earlier, rest) = scratch.refused.split_at_mut(index);
@@ -839,7 +876,9 @@ fn refusals(step: &Step, earlier: &[Vec<Refusal>], values: &[Vec<f64>], dst: &mu
                 *slot = if refused(v) { Some((op, v)) } else { before };
             }
         }
-        Step::Unary(_, x) | Step::Round(x, _) => dst.copy_from_slice(&earlier[x][..n]),
+        Step::Unary(_, x) | Step::Round(x, _) | Step::ErfinvToF32(x) => {
+            dst.copy_from_slice(&earlier[x][..n]);
+        }
         Step::Binary(_, a, b) => {
             for (slot, (&ra, &rb)) in dst.iter_mut().zip(earlier[a].iter().zip(&earlier[b])) {
                 *slot = ra.or(rb);
@@ -1541,6 +1580,56 @@ mod tests {
         )
         .unwrap();
         assert!(ok[0].is_nan() && ok[1].is_nan());
+    }
+
+    /// `source, erfinv` with the erfinv seen only rounded to float32 (the last register
+    /// of a float32 fill; read by a `Round` to float32) takes the rounded erfinv, and
+    /// gives what `erfinv` rounded after gives (where a `where` also reads it unrounded).
+    #[test]
+    fn erfinv_seen_only_rounded_to_float32_gives_the_rounded_erfinv() {
+        let shape = [37u64, 1000];
+        let fused = |p: &Program| {
+            let c = p.compile(5, &shape, Dtype::F32, None).unwrap();
+            c.steps.iter().any(|s| matches!(s, Step::ErfinvToF32(_)))
+        };
+        let fill = |p: &Program| {
+            let mut out = vec![0f32; 37_000];
+            let region = Region::Flat { start: 0 };
+            p.fill_region(5, &shape, &region, OutBuf::F32(&mut out), Threads::Count(3))
+                .unwrap();
+            out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        // `round` rounds erfinv before the result; `also_read`: a `where` reads it too.
+        let program = |round: bool, also_read: bool| {
+            let mut p = Program::new();
+            let s = p
+                .source(Init::Uniform { a: -1.0, b: 1.0 }, Dtype::F32)
+                .unwrap();
+            let e = p.unary(UnaryOp::Erfinv, s).unwrap();
+            if round || also_read {
+                let r = if round {
+                    p.round(e, Dtype::F32).unwrap()
+                } else {
+                    e
+                };
+                let other = if also_read { e } else { r };
+                let c = p.binary(BinaryOp::Eq, other, other).unwrap();
+                p.select(c, r, other).unwrap();
+            }
+            p
+        };
+        for round in [false, true] {
+            let (fast, reference) = (program(round, false), program(round, true));
+            assert!(fused(&fast) && !fused(&reference), "round: {round}");
+            assert!(fill(&fast) == fill(&reference), "round: {round}");
+        }
+        // Into a binary64 fill, the last register's erfinv is not rounded.
+        assert!(!program(false, false)
+            .compile(5, &shape, Dtype::F64, None)
+            .unwrap()
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::ErfinvToF32(_))));
     }
 
     #[test]
