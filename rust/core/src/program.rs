@@ -37,6 +37,8 @@ use crate::pool::Threads;
 use crate::region::{Region, RunWriter, Walk};
 use crate::Error;
 
+mod hoist;
+
 /// Elements evaluated together: one scratch vector of this length per register.
 pub const BLOCK: usize = 256;
 
@@ -347,6 +349,14 @@ enum Step {
     /// steps to float32, or as the result of a float32 fill): computed rounded
     /// ([`math::erfinv_f32_slice`]), which rounding it again leaves as it is.
     ErfinvToF32(usize),
+    /// A register of one coordinate, computed ahead for every value of it
+    /// ([`hoist::hoist_columns`]): gathered by the element's coordinate along `dim`.
+    Column {
+        dim: usize,
+        values: Arc<[f64]>,
+    },
+    /// A register only hoisted columns read: not evaluated per block.
+    Unused,
 }
 
 impl Step {
@@ -472,12 +482,13 @@ impl Program {
             });
         }
         erfinv_rounded_to_f32(&mut steps, dtype);
+        hoist::hoist_columns(&mut steps, shape, numel);
         let may_refuse = steps
             .iter()
             .any(|s| matches!(s, Step::Unary(UnaryOp::Sin | UnaryOp::Cos, _)));
         let needs_coords = steps
             .iter()
-            .any(|s| matches!(s, Step::Coord(_) | Step::Table(_)));
+            .any(|s| matches!(s, Step::Coord(_) | Step::Table(_) | Step::Column { .. }));
         let uses_words = steps
             .iter()
             .any(|s| matches!(s, Step::Source { sampler, .. } if sampler.uses_words()));
@@ -760,17 +771,15 @@ impl Compiled {
                 Step::Table(ref table) => gather(table, &scratch.coords, dst),
                 Step::Unary(op, x) => unary(op, &done[x][..n], dst),
                 Step::Binary(op, a, b) => binary(op, &done[a][..n], &done[b][..n], dst),
-                Step::Where(c, a, b) => {
-                    for k in 0..n {
-                        dst[k] = if done[c][k] != 0.0 {
-                            done[a][k]
-                        } else {
-                            done[b][k]
-                        };
-                    }
-                }
+                Step::Where(c, a, b) => select(&done[c][..n], &done[a][..n], &done[b][..n], dst),
                 Step::Round(x, dtype) => round_lanes(dtype, &done[x][..n], dst),
                 Step::ErfinvToF32(x) => math::erfinv_f32_slice(&done[x][..n], dst),
+                Step::Column { dim, ref values } => {
+                    for (slot, &c) in dst.iter_mut().zip(&scratch.coords[dim]) {
+                        *slot = values[c as usize];
+                    }
+                }
+                Step::Unused => {}
             }
             if self.may_refuse {
                 let (earlier, rest) = scratch.refused.split_at_mut(index);
@@ -791,6 +800,13 @@ fn source(sampler: &Sampler, dtype: Dtype, two_words: bool, words: &[u32], dst: 
         for (slot, &word) in dst.iter_mut().zip(words) {
             *slot = round_to(dtype, sampler.one_word(word));
         }
+    }
+}
+
+/// `where(c, a, b)` of each element: `a` where `c` is not zero.
+fn select(c: &[f64], a: &[f64], b: &[f64], dst: &mut [f64]) {
+    for (((slot, &c), &a), &b) in dst.iter_mut().zip(c).zip(a).zip(b) {
+        *slot = if c != 0.0 { a } else { b };
     }
 }
 
@@ -1630,6 +1646,74 @@ mod tests {
             .steps
             .iter()
             .any(|s| matches!(s, Step::ErfinvToF32(_))));
+    }
+
+    /// A sinusoid table (Whisper's: `exp` of one coordinate, `sin`/`cos` of both, a
+    /// `where` of the column) with its per-column registers hoisted gives, on the whole
+    /// parameter and on a box of it, each element's value computed alone by the scalar
+    /// functions.
+    #[test]
+    fn hoisted_columns_give_each_elements_own_value() {
+        let (rows, cols, half) = (300u64, 64u64, 32.0);
+        let mut p = Program::new();
+        let row = p.coord(0).unwrap();
+        let col = p.coord(1).unwrap();
+        let h = p.constant(half);
+        let second = p.binary(BinaryOp::Ge, col, h).unwrap();
+        let shifted = p.binary(BinaryOp::Sub, col, h).unwrap();
+        let j = p.select(second, shifted, col).unwrap();
+        let increment = p.constant(-9.21 / 31.0);
+        let scaled = p.binary(BinaryOp::Mul, j, increment).unwrap();
+        let inv = p.unary(UnaryOp::Exp, scaled).unwrap();
+        let inv = p.round(inv, Dtype::F32).unwrap();
+        let angle = p.binary(BinaryOp::Mul, row, inv).unwrap();
+        let sin = p.unary(UnaryOp::Sin, angle).unwrap();
+        let cos = p.unary(UnaryOp::Cos, angle).unwrap();
+        p.select(second, cos, sin).unwrap();
+        let shape = [rows, cols];
+        let steps = p.compile(5, &shape, Dtype::F64, None).unwrap().steps;
+        let hoisted = steps
+            .iter()
+            .filter(|s| matches!(s, Step::Column { .. }))
+            .count();
+        let unused = steps.iter().filter(|s| matches!(s, Step::Unused)).count();
+        // Columns: `second` (the last `where` reads it) and the rounded `inv`; unused:
+        // `shifted`, `j`, `scaled` and the `exp`.
+        assert_eq!((hoisted, unused), (2, 4));
+        let want = |r: u64, c: u64| {
+            let j = if c as f64 >= half {
+                c as f64 - half
+            } else {
+                c as f64
+            };
+            let inv = round_to(Dtype::F32, math::exp(j * (-9.21 / 31.0)));
+            let angle = r as f64 * inv;
+            if c as f64 >= half {
+                math::cos(angle)
+            } else {
+                math::sin(angle)
+            }
+        };
+        let full = fill_f64(
+            &p,
+            &shape,
+            Region::Flat { start: 0 },
+            19_200,
+            Threads::Count(2),
+        );
+        for (k, got) in full.iter().enumerate() {
+            let (r, c) = (k as u64 / cols, k as u64 % cols);
+            assert_eq!(got.to_bits(), want(r, c).to_bits(), "({r}, {c})");
+        }
+        let region = Region::Box {
+            ranges: vec![(7, 250), (30, 41)],
+            offset: None,
+        };
+        let part = fill_f64(&p, &shape, region, 243 * 11, Threads::Count(3));
+        for (k, got) in part.iter().enumerate() {
+            let (r, c) = (7 + k as u64 / 11, 30 + k as u64 % 11);
+            assert_eq!(got.to_bits(), want(r, c).to_bits(), "({r}, {c})");
+        }
     }
 
     #[test]
