@@ -15,6 +15,12 @@
 //! `exp`, `log`, `erf`, `sigmoid` and `tanh` run over a register's block in lanes
 //! ([`math::erfinv_slice`], [`math::lanes_slice`]: the scalar functions' bits), as do
 //! `softplus`, `sin`, `cos`, `expm1` and `log1p`; the other steps one element at a time.
+//! Work that does not vary along the block is not repeated per element: a register of
+//! one coordinate (a table's per-column `exp`) is computed once per value of that
+//! coordinate when the program is compiled (`hoist`), and in a block where a `where`'s
+//! condition is the same on every element only the branch taken is evaluated (a `cat`
+//! of two halves computes `sin` or `cos`, not both). Neither changes a value: the
+//! registers computed are the same functions of the same operands.
 //! A program that is a single `source` of the destination's dtype is the same
 //! computation as [`ParamStream::fill_region`] and is dispatched to its fused kernels.
 //! A program with one source of the destination's dtype and further steps (a fill, then
@@ -360,13 +366,13 @@ enum Step {
 }
 
 impl Step {
-    /// The registers this step reads.
-    fn operands(&self) -> Vec<usize> {
+    /// The registers this step reads (no allocation: it runs per block).
+    fn operands(&self) -> [Option<usize>; 3] {
         match *self {
-            Step::Unary(_, x) | Step::Round(x, _) | Step::ErfinvToF32(x) => vec![x],
-            Step::Binary(_, a, b) => vec![a, b],
-            Step::Where(c, a, b) => vec![c, a, b],
-            _ => Vec::new(),
+            Step::Unary(_, x) | Step::Round(x, _) | Step::ErfinvToF32(x) => [Some(x), None, None],
+            Step::Binary(_, a, b) => [Some(a), Some(b), None],
+            Step::Where(c, a, b) => [Some(c), Some(a), Some(b)],
+            _ => [None; 3],
         }
     }
 }
@@ -382,7 +388,7 @@ fn erfinv_rounded_to_f32(steps: &mut [Step], dtype: Dtype) {
             continue;
         };
         let rounded_where_read = steps[register + 1..].iter().all(|step| {
-            matches!(step, Step::Round(_, Dtype::F32)) || !step.operands().contains(&register)
+            matches!(step, Step::Round(_, Dtype::F32)) || !step.operands().contains(&Some(register))
         });
         if rounded_where_read && (register != last || dtype == Dtype::F32) {
             steps[register] = Step::ErfinvToF32(x);
@@ -403,6 +409,29 @@ struct Compiled {
     /// Whether a step may refuse an element (`sin`/`cos` beyond [`math::TRIG_MAX`]):
     /// then each register carries, per element, the refusal its value depends on.
     may_refuse: bool,
+    /// The registers the `where` conditions read (with the conditions), in order:
+    /// evaluated first in each block, so that a condition the same on the whole block
+    /// leaves the other branch unevaluated ([`Compiled::needed`]).
+    conditions: Vec<usize>,
+    /// Per register, whether it is in `conditions`.
+    in_conditions: Vec<bool>,
+}
+
+/// The registers the conditions of `steps`' `where`s read, with the conditions: per
+/// register, whether it is one.
+fn condition_registers(steps: &[Step]) -> Vec<bool> {
+    let mut marked = vec![false; steps.len()];
+    for (index, step) in steps.iter().enumerate().rev() {
+        if let Step::Where(c, _, _) = *step {
+            marked[c] = true;
+        }
+        if marked[index] {
+            for operand in step.operands().into_iter().flatten() {
+                marked[operand] = true;
+            }
+        }
+    }
+    marked
 }
 
 /// The smallest and largest value of `offset + sum_d c_d * strides[d]` over the shape.
@@ -492,7 +521,11 @@ impl Program {
         let uses_words = steps
             .iter()
             .any(|s| matches!(s, Step::Source { sampler, .. } if sampler.uses_words()));
+        let in_conditions = condition_registers(&steps);
+        let conditions = (0..steps.len()).filter(|&r| in_conditions[r]).collect();
         Ok(Compiled {
+            conditions,
+            in_conditions,
             steps,
             destination,
             stream: Stream::new(key64),
@@ -690,6 +723,8 @@ struct Scratch {
     refused: Vec<Vec<Refusal>>,
     coords: Vec<Vec<u64>>,
     words: Vec<u32>,
+    /// Per register, whether the block's result reads it ([`Compiled::needed`]).
+    needed: Vec<bool>,
 }
 
 impl Scratch {
@@ -709,6 +744,7 @@ impl Scratch {
             },
             coords: vec![vec![0; BLOCK]; dims],
             words: vec![0; words],
+            needed: vec![false; compiled.steps.len()],
         }
     }
 }
@@ -749,42 +785,87 @@ impl Compiled {
             self.stream
                 .fill_words(first * per, &mut scratch.words[..n * per as usize]);
         }
-        for (index, step) in self.steps.iter().enumerate() {
-            let (done, rest) = scratch.registers.split_at_mut(index);
-            let dst = &mut rest[0][..n];
-            match *step {
-                Step::Source { ref sampler, dtype } => {
-                    source(sampler, dtype, self.two_words, &scratch.words, dst)
-                }
-                Step::Destination => {} // read back by `eval_run`
-                Step::Constant(value) => dst.fill(value),
-                Step::Coord(dim) => {
-                    for (slot, &c) in dst.iter_mut().zip(&scratch.coords[dim]) {
-                        *slot = c as f64;
-                    }
-                }
-                Step::Flat => {
-                    for (slot, index) in dst.iter_mut().zip(first..) {
-                        *slot = index as f64;
-                    }
-                }
-                Step::Table(ref table) => gather(table, &scratch.coords, dst),
-                Step::Unary(op, x) => unary(op, &done[x][..n], dst),
-                Step::Binary(op, a, b) => binary(op, &done[a][..n], &done[b][..n], dst),
-                Step::Where(c, a, b) => select(&done[c][..n], &done[a][..n], &done[b][..n], dst),
-                Step::Round(x, dtype) => round_lanes(dtype, &done[x][..n], dst),
-                Step::ErfinvToF32(x) => math::erfinv_f32_slice(&done[x][..n], dst),
-                Step::Column { dim, ref values } => {
-                    for (slot, &c) in dst.iter_mut().zip(&scratch.coords[dim]) {
-                        *slot = values[c as usize];
-                    }
-                }
-                Step::Unused => {}
+        if self.conditions.is_empty() {
+            for index in 0..self.steps.len() {
+                self.eval_step(index, first, n, scratch);
             }
-            if self.may_refuse {
-                let (earlier, rest) = scratch.refused.split_at_mut(index);
-                refusals(step, earlier, &done[..], &mut rest[0][..n]);
+            return;
+        }
+        // The `where` conditions first; then what the result needs of the rest: of a
+        // `where` whose condition is the same on the whole block, only the branch taken.
+        for &index in &self.conditions {
+            self.eval_step(index, first, n, scratch);
+        }
+        let mut needed = std::mem::take(&mut scratch.needed);
+        self.needed(n, scratch, &mut needed);
+        for (index, &needed) in needed.iter().enumerate() {
+            if needed && !self.in_conditions[index] {
+                self.eval_step(index, first, n, scratch);
             }
+        }
+        scratch.needed = needed;
+    }
+
+    /// The registers the result reads in a block of `n` whose `where` conditions are
+    /// evaluated.
+    fn needed(&self, n: usize, scratch: &Scratch, needed: &mut [bool]) {
+        needed.fill(false);
+        needed[self.steps.len() - 1] = true;
+        for (index, step) in self.steps.iter().enumerate().rev() {
+            if !needed[index] {
+                continue;
+            }
+            if let Step::Where(c, a, b) = *step {
+                let condition = &scratch.registers[c][..n];
+                needed[c] = true;
+                needed[a] |= condition.iter().any(|&v| v != 0.0);
+                needed[b] |= condition.contains(&0.0);
+            } else {
+                for operand in step.operands().into_iter().flatten() {
+                    needed[operand] = true;
+                }
+            }
+        }
+    }
+
+    /// Evaluates register `index` at flat indices `[first, first + n)` (its operands
+    /// evaluated).
+    fn eval_step(&self, index: usize, first: u64, n: usize, scratch: &mut Scratch) {
+        let step = &self.steps[index];
+        let (done, rest) = scratch.registers.split_at_mut(index);
+        let dst = &mut rest[0][..n];
+        match *step {
+            Step::Source { ref sampler, dtype } => {
+                source(sampler, dtype, self.two_words, &scratch.words, dst)
+            }
+            Step::Destination => {} // read back by `eval_run`
+            Step::Constant(value) => dst.fill(value),
+            Step::Coord(dim) => {
+                for (slot, &c) in dst.iter_mut().zip(&scratch.coords[dim]) {
+                    *slot = c as f64;
+                }
+            }
+            Step::Flat => {
+                for (slot, index) in dst.iter_mut().zip(first..) {
+                    *slot = index as f64;
+                }
+            }
+            Step::Table(ref table) => gather(table, &scratch.coords, dst),
+            Step::Unary(op, x) => unary(op, &done[x][..n], dst),
+            Step::Binary(op, a, b) => binary(op, &done[a][..n], &done[b][..n], dst),
+            Step::Where(c, a, b) => select(&done[c][..n], &done[a][..n], &done[b][..n], dst),
+            Step::Round(x, dtype) => round_lanes(dtype, &done[x][..n], dst),
+            Step::ErfinvToF32(x) => math::erfinv_f32_slice(&done[x][..n], dst),
+            Step::Column { dim, ref values } => {
+                for (slot, &c) in dst.iter_mut().zip(&scratch.coords[dim]) {
+                    *slot = values[c as usize];
+                }
+            }
+            Step::Unused => {}
+        }
+        if self.may_refuse {
+            let (earlier, rest) = scratch.refused.split_at_mut(index);
+            refusals(step, earlier, &done[..], &mut rest[0][..n]);
         }
     }
 }
@@ -1651,68 +1732,72 @@ mod tests {
     /// A sinusoid table (Whisper's: `exp` of one coordinate, `sin`/`cos` of both, a
     /// `where` of the column) with its per-column registers hoisted gives, on the whole
     /// parameter and on a box of it, each element's value computed alone by the scalar
-    /// functions.
+    /// functions; with rows of 64 (blocks of 256 take both branches) and of 1024 (each
+    /// block one branch of the `where`).
     #[test]
-    fn hoisted_columns_give_each_elements_own_value() {
-        let (rows, cols, half) = (300u64, 64u64, 32.0);
-        let mut p = Program::new();
-        let row = p.coord(0).unwrap();
-        let col = p.coord(1).unwrap();
-        let h = p.constant(half);
-        let second = p.binary(BinaryOp::Ge, col, h).unwrap();
-        let shifted = p.binary(BinaryOp::Sub, col, h).unwrap();
-        let j = p.select(second, shifted, col).unwrap();
-        let increment = p.constant(-9.21 / 31.0);
-        let scaled = p.binary(BinaryOp::Mul, j, increment).unwrap();
-        let inv = p.unary(UnaryOp::Exp, scaled).unwrap();
-        let inv = p.round(inv, Dtype::F32).unwrap();
-        let angle = p.binary(BinaryOp::Mul, row, inv).unwrap();
-        let sin = p.unary(UnaryOp::Sin, angle).unwrap();
-        let cos = p.unary(UnaryOp::Cos, angle).unwrap();
-        p.select(second, cos, sin).unwrap();
-        let shape = [rows, cols];
-        let steps = p.compile(5, &shape, Dtype::F64, None).unwrap().steps;
-        let hoisted = steps
-            .iter()
-            .filter(|s| matches!(s, Step::Column { .. }))
-            .count();
-        let unused = steps.iter().filter(|s| matches!(s, Step::Unused)).count();
-        // Columns: `second` (the last `where` reads it) and the rounded `inv`; unused:
-        // `shifted`, `j`, `scaled` and the `exp`.
-        assert_eq!((hoisted, unused), (2, 4));
-        let want = |r: u64, c: u64| {
-            let j = if c as f64 >= half {
-                c as f64 - half
-            } else {
-                c as f64
+    fn hoisted_columns_and_one_branch_blocks_give_each_elements_own_value() {
+        for (rows, cols) in [(300u64, 64u64), (20, 1024)] {
+            let half = (cols / 2) as f64;
+            let increment = -9.21 / (half - 1.0);
+            let mut p = Program::new();
+            let row = p.coord(0).unwrap();
+            let col = p.coord(1).unwrap();
+            let h = p.constant(half);
+            let second = p.binary(BinaryOp::Ge, col, h).unwrap();
+            let shifted = p.binary(BinaryOp::Sub, col, h).unwrap();
+            let j = p.select(second, shifted, col).unwrap();
+            let increment_register = p.constant(increment);
+            let scaled = p.binary(BinaryOp::Mul, j, increment_register).unwrap();
+            let inv = p.unary(UnaryOp::Exp, scaled).unwrap();
+            let inv = p.round(inv, Dtype::F32).unwrap();
+            let angle = p.binary(BinaryOp::Mul, row, inv).unwrap();
+            let sin = p.unary(UnaryOp::Sin, angle).unwrap();
+            let cos = p.unary(UnaryOp::Cos, angle).unwrap();
+            p.select(second, cos, sin).unwrap();
+            let shape = [rows, cols];
+            let steps = p.compile(5, &shape, Dtype::F64, None).unwrap().steps;
+            let hoisted = steps.iter().filter(|s| matches!(s, Step::Column { .. }));
+            let unused = steps.iter().filter(|s| matches!(s, Step::Unused));
+            // Columns: `second` (the last `where` reads it) and the rounded `inv`; unused:
+            // `shifted`, `j`, `scaled` and the `exp`.
+            assert_eq!((hoisted.count(), unused.count()), (2, 4));
+            let want = |r: u64, c: u64| {
+                let j = if c as f64 >= half {
+                    c as f64 - half
+                } else {
+                    c as f64
+                };
+                let inv = round_to(Dtype::F32, math::exp(j * increment));
+                let angle = r as f64 * inv;
+                if c as f64 >= half {
+                    math::cos(angle)
+                } else {
+                    math::sin(angle)
+                }
             };
-            let inv = round_to(Dtype::F32, math::exp(j * (-9.21 / 31.0)));
-            let angle = r as f64 * inv;
-            if c as f64 >= half {
-                math::cos(angle)
-            } else {
-                math::sin(angle)
+            let numel = (rows * cols) as usize;
+            let full = fill_f64(
+                &p,
+                &shape,
+                Region::Flat { start: 0 },
+                numel,
+                Threads::Count(2),
+            );
+            for (k, got) in full.iter().enumerate() {
+                let (r, c) = (k as u64 / cols, k as u64 % cols);
+                assert_eq!(got.to_bits(), want(r, c).to_bits(), "({r}, {c})");
             }
-        };
-        let full = fill_f64(
-            &p,
-            &shape,
-            Region::Flat { start: 0 },
-            19_200,
-            Threads::Count(2),
-        );
-        for (k, got) in full.iter().enumerate() {
-            let (r, c) = (k as u64 / cols, k as u64 % cols);
-            assert_eq!(got.to_bits(), want(r, c).to_bits(), "({r}, {c})");
-        }
-        let region = Region::Box {
-            ranges: vec![(7, 250), (30, 41)],
-            offset: None,
-        };
-        let part = fill_f64(&p, &shape, region, 243 * 11, Threads::Count(3));
-        for (k, got) in part.iter().enumerate() {
-            let (r, c) = (7 + k as u64 / 11, 30 + k as u64 % 11);
-            assert_eq!(got.to_bits(), want(r, c).to_bits(), "({r}, {c})");
+            let (r0, r1, c0, c1) = (3, rows - 2, cols / 2 - 9, cols / 2 + 2);
+            let region = Region::Box {
+                ranges: vec![(r0, r1), (c0, c1)],
+                offset: None,
+            };
+            let len = ((r1 - r0) * (c1 - c0)) as usize;
+            let part = fill_f64(&p, &shape, region, len, Threads::Count(3));
+            for (k, got) in part.iter().enumerate() {
+                let (r, c) = (r0 + k as u64 / (c1 - c0), c0 + k as u64 % (c1 - c0));
+                assert_eq!(got.to_bits(), want(r, c).to_bits(), "({r}, {c})");
+            }
         }
     }
 

@@ -52,9 +52,13 @@ fn dependence(steps: &[Step]) -> Vec<(Varies, bool)> {
             step,
             Step::Unary(super::UnaryOp::Sin | super::UnaryOp::Cos, _)
         );
-        let (varies, trig) = step.operands().iter().fold((own, trig), |(v, t), &r| {
-            (v.join(found[r].0), t || found[r].1)
-        });
+        let (varies, trig) = step
+            .operands()
+            .into_iter()
+            .flatten()
+            .fold((own, trig), |(v, t), r| {
+                (v.join(found[r].0), t || found[r].1)
+            });
         found.push((varies, trig));
     }
     found
@@ -87,7 +91,7 @@ pub(super) fn hoist_columns(steps: &mut [Step], shape: &[u64], numel: u64) {
     read_per_element[last] = true;
     for (register, step) in steps.iter().enumerate() {
         if hoistable[register].is_none() {
-            for r in step.operands() {
+            for r in step.operands().into_iter().flatten() {
                 read_per_element[r] = true;
             }
         }
