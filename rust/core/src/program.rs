@@ -750,27 +750,38 @@ impl Scratch {
 }
 
 impl Compiled {
-    /// Coordinates of flat indices `[first, first + n)`: an odometer from `first`'s.
-    // `k` indexes one column per dim, in step: a range loop is the clear form.
-    #[allow(clippy::needless_range_loop)]
+    /// Coordinates of flat indices `[first, first + n)`: an odometer from `first`'s, a
+    /// run of the last dim at a time (the other dims are constant along it).
     fn fill_coords(&self, first: u64, n: usize, coords: &mut [Vec<u64>]) {
-        let dims = self.shape.len();
-        let mut current = vec![0u64; dims];
+        let Some(last) = self.shape.len().checked_sub(1) else {
+            return;
+        };
+        let mut current = vec![0u64; last + 1];
         let mut rest = first;
-        for d in (0..dims).rev() {
+        for d in (0..=last).rev() {
             current[d] = rest % self.shape[d];
             rest /= self.shape[d];
         }
-        for k in 0..n {
-            for d in 0..dims {
-                coords[d][k] = current[d];
+        let mut k = 0;
+        while k < n {
+            let run = ((self.shape[last] - current[last]) as usize).min(n - k);
+            for (column, &c) in coords[..last].iter_mut().zip(&current) {
+                column[k..k + run].fill(c);
             }
-            for d in (0..dims).rev() {
-                current[d] += 1;
+            for (slot, c) in coords[last][k..k + run].iter_mut().zip(current[last]..) {
+                *slot = c;
+            }
+            k += run;
+            current[last] += run as u64;
+            // Carry into the dims before the last when the run ended its row.
+            for d in (0..=last).rev() {
                 if current[d] < self.shape[d] {
                     break;
                 }
                 current[d] = 0;
+                if d > 0 {
+                    current[d - 1] += 1;
+                }
             }
         }
     }
@@ -1077,14 +1088,13 @@ pub fn floor_divide(a: f64, b: f64) -> f64 {
     }
 }
 
-fn compare(op: BinaryOp, a: f64, b: f64) -> bool {
-    match op {
-        BinaryOp::Lt => a < b,
-        BinaryOp::Le => a <= b,
-        BinaryOp::Gt => a > b,
-        BinaryOp::Ge => a >= b,
-        BinaryOp::Eq => a == b,
-        _ => a != b,
+/// A comparison's value: 1 where it holds, else 0.
+#[inline(always)]
+fn flag(holds: bool) -> f64 {
+    if holds {
+        1.0
+    } else {
+        0.0
     }
 }
 
@@ -1106,11 +1116,13 @@ fn binary(op: BinaryOp, a: &[f64], b: &[f64], dst: &mut [f64]) {
         BinaryOp::Max => map(a, b, dst, maximum),
         BinaryOp::FloorDiv => map(a, b, dst, floor_divide),
         BinaryOp::Mod => map(a, b, dst, modulo),
-        BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq | BinaryOp::Ne => {
-            for ((slot, &x), &y) in dst.iter_mut().zip(a).zip(b) {
-                *slot = if compare(op, x, y) { 1.0 } else { 0.0 };
-            }
-        }
+        // One loop per comparison (not `compare` per element), so that each vectorizes.
+        BinaryOp::Lt => map(a, b, dst, |x, y| flag(x < y)),
+        BinaryOp::Le => map(a, b, dst, |x, y| flag(x <= y)),
+        BinaryOp::Gt => map(a, b, dst, |x, y| flag(x > y)),
+        BinaryOp::Ge => map(a, b, dst, |x, y| flag(x >= y)),
+        BinaryOp::Eq => map(a, b, dst, |x, y| flag(x == y)),
+        BinaryOp::Ne => map(a, b, dst, |x, y| flag(x != y)),
     }
 }
 
