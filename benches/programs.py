@@ -141,6 +141,9 @@ STEPS: list[Step] = [
     ("softplus", (-4.0, 4.0), [("unary", "softplus", (0,))],
      lambda x, y: torch.nn.functional.softplus(x)),
     ("expm1", (-1.0, 1.0), [("unary", "expm1", (0,))], lambda x, y: torch.expm1(x, out=y)),
+    ("log1p", (-0.5, 4.0), [("unary", "log1p", (0,))], lambda x, y: torch.log1p(x, out=y)),
+    ("cos", (-10.0, 10.0), [("unary", "cos", (0,))], lambda x, y: torch.cos(x, out=y)),
+    ("rsqrt", (0.01, 4.0), [("unary", "rsqrt", (0,))], lambda x, y: torch.rsqrt(x, out=y)),
     ("sqrt", (0.0, 4.0), [("unary", "sqrt", (0,))], lambda x, y: torch.sqrt(x, out=y)),
 ]  # fmt: skip
 

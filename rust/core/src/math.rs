@@ -45,11 +45,13 @@
 mod compensated;
 mod elementary;
 mod erfinv;
+mod erfinv_f32;
 mod erfinv_fast;
 mod lanes;
 pub use compensated::{rsqrt, sigmoid, softplus, tanh};
 pub use elementary::{cos, expm1, log1p, pow, sin, TRIG_MAX};
 pub use erfinv::erfinv;
+pub use erfinv_f32::{erfinv_f32_slice, erfinv_f32_slice_with};
 pub use erfinv_fast::{erfinv_slice, erfinv_slice_with};
 pub use lanes::{lanes_slice, lanes_slice_with, LaneFunction};
 

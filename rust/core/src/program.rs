@@ -13,8 +13,15 @@
 //! Each chunk of the output is evaluated in blocks of [`BLOCK`] elements, one binary64
 //! scratch vector per register (reused from block to block), step by step; `erfinv`,
 //! `exp`, `log`, `erf`, `sigmoid` and `tanh` run over a register's block in lanes
-//! ([`math::erfinv_slice`], [`math::lanes_slice`]: the scalar functions' bits), the
-//! other steps one element at a time. A program that is a single `source` of the destination's dtype is the same
+//! ([`math::erfinv_slice`], [`math::lanes_slice`]: the scalar functions' bits), as do
+//! `softplus`, `sin`, `cos`, `expm1` and `log1p`; the other steps one element at a time.
+//! Work that does not vary along the block is not repeated per element: a register of
+//! one coordinate (a table's per-column `exp`) is computed once per value of that
+//! coordinate when the program is compiled (`hoist`), and in a block where a `where`'s
+//! condition is the same on every element only the branch taken is evaluated (a `cat`
+//! of two halves computes `sin` or `cos`, not both). Neither changes a value: the
+//! registers computed are the same functions of the same operands.
+//! A program that is a single `source` of the destination's dtype is the same
 //! computation as [`ParamStream::fill_region`] and is dispatched to its fused kernels.
 //! A program with one source of the destination's dtype and further steps (a fill, then
 //! `* gain`, `log`, ...) has that source's values written by the fused kernels into the
@@ -35,6 +42,8 @@ use crate::philox::Stream;
 use crate::pool::Threads;
 use crate::region::{Region, RunWriter, Walk};
 use crate::Error;
+
+mod hoist;
 
 /// Elements evaluated together: one scratch vector of this length per register.
 pub const BLOCK: usize = 256;
@@ -342,6 +351,49 @@ enum Step {
     Binary(BinaryOp, usize, usize),
     Where(usize, usize, usize),
     Round(usize, Dtype),
+    /// `erfinv` of a register whose value is seen only rounded to float32 (by `Round`
+    /// steps to float32, or as the result of a float32 fill): computed rounded
+    /// ([`math::erfinv_f32_slice`]), which rounding it again leaves as it is.
+    ErfinvToF32(usize),
+    /// A register of one coordinate, computed ahead for every value of it
+    /// ([`hoist::hoist_columns`]): gathered by the element's coordinate along `dim`.
+    Column {
+        dim: usize,
+        values: Arc<[f64]>,
+    },
+    /// A register only hoisted columns read: not evaluated per block.
+    Unused,
+}
+
+impl Step {
+    /// The registers this step reads (no allocation: it runs per block).
+    fn operands(&self) -> [Option<usize>; 3] {
+        match *self {
+            Step::Unary(_, x) | Step::Round(x, _) | Step::ErfinvToF32(x) => [Some(x), None, None],
+            Step::Binary(_, a, b) => [Some(a), Some(b), None],
+            Step::Where(c, a, b) => [Some(c), Some(a), Some(b)],
+            _ => [None; 3],
+        }
+    }
+}
+
+/// Each `erfinv` step whose value is seen only rounded to float32 (every step that reads
+/// it is a `Round` to float32, and it is the result only of a float32 fill) made an
+/// [`Step::ErfinvToF32`]: the same values after that rounding, by
+/// [`math::erfinv_f32_slice`]'s proof.
+fn erfinv_rounded_to_f32(steps: &mut [Step], dtype: Dtype) {
+    let last = steps.len() - 1;
+    for register in 0..steps.len() {
+        let Step::Unary(UnaryOp::Erfinv, x) = steps[register] else {
+            continue;
+        };
+        let rounded_where_read = steps[register + 1..].iter().all(|step| {
+            matches!(step, Step::Round(_, Dtype::F32)) || !step.operands().contains(&Some(register))
+        });
+        if rounded_where_read && (register != last || dtype == Dtype::F32) {
+            steps[register] = Step::ErfinvToF32(x);
+        }
+    }
 }
 
 /// A program checked against one fill: the steps, the stream and the shape.
@@ -357,6 +409,29 @@ struct Compiled {
     /// Whether a step may refuse an element (`sin`/`cos` beyond [`math::TRIG_MAX`]):
     /// then each register carries, per element, the refusal its value depends on.
     may_refuse: bool,
+    /// The registers the `where` conditions read (with the conditions), in order:
+    /// evaluated first in each block, so that a condition the same on the whole block
+    /// leaves the other branch unevaluated ([`Compiled::needed`]).
+    conditions: Vec<usize>,
+    /// Per register, whether it is in `conditions`.
+    in_conditions: Vec<bool>,
+}
+
+/// The registers the conditions of `steps`' `where`s read, with the conditions: per
+/// register, whether it is one.
+fn condition_registers(steps: &[Step]) -> Vec<bool> {
+    let mut marked = vec![false; steps.len()];
+    for (index, step) in steps.iter().enumerate().rev() {
+        if let Step::Where(c, _, _) = *step {
+            marked[c] = true;
+        }
+        if marked[index] {
+            for operand in step.operands().into_iter().flatten() {
+                marked[operand] = true;
+            }
+        }
+    }
+    marked
 }
 
 /// The smallest and largest value of `offset + sum_d c_d * strides[d]` over the shape.
@@ -435,16 +510,22 @@ impl Program {
                 Instr::Round(x, dtype) => Step::Round(x, dtype),
             });
         }
+        erfinv_rounded_to_f32(&mut steps, dtype);
+        hoist::hoist_columns(&mut steps, shape, numel);
         let may_refuse = steps
             .iter()
             .any(|s| matches!(s, Step::Unary(UnaryOp::Sin | UnaryOp::Cos, _)));
         let needs_coords = steps
             .iter()
-            .any(|s| matches!(s, Step::Coord(_) | Step::Table(_)));
+            .any(|s| matches!(s, Step::Coord(_) | Step::Table(_) | Step::Column { .. }));
         let uses_words = steps
             .iter()
             .any(|s| matches!(s, Step::Source { sampler, .. } if sampler.uses_words()));
+        let in_conditions = condition_registers(&steps);
+        let conditions = (0..steps.len()).filter(|&r| in_conditions[r]).collect();
         Ok(Compiled {
+            conditions,
+            in_conditions,
             steps,
             destination,
             stream: Stream::new(key64),
@@ -642,6 +723,8 @@ struct Scratch {
     refused: Vec<Vec<Refusal>>,
     coords: Vec<Vec<u64>>,
     words: Vec<u32>,
+    /// Per register, whether the block's result reads it ([`Compiled::needed`]).
+    needed: Vec<bool>,
 }
 
 impl Scratch {
@@ -661,32 +744,44 @@ impl Scratch {
             },
             coords: vec![vec![0; BLOCK]; dims],
             words: vec![0; words],
+            needed: vec![false; compiled.steps.len()],
         }
     }
 }
 
 impl Compiled {
-    /// Coordinates of flat indices `[first, first + n)`: an odometer from `first`'s.
-    // `k` indexes one column per dim, in step: a range loop is the clear form.
-    #[allow(clippy::needless_range_loop)]
+    /// Coordinates of flat indices `[first, first + n)`: an odometer from `first`'s, a
+    /// run of the last dim at a time (the other dims are constant along it).
     fn fill_coords(&self, first: u64, n: usize, coords: &mut [Vec<u64>]) {
-        let dims = self.shape.len();
-        let mut current = vec![0u64; dims];
+        let Some(last) = self.shape.len().checked_sub(1) else {
+            return;
+        };
+        let mut current = vec![0u64; last + 1];
         let mut rest = first;
-        for d in (0..dims).rev() {
+        for d in (0..=last).rev() {
             current[d] = rest % self.shape[d];
             rest /= self.shape[d];
         }
-        for k in 0..n {
-            for d in 0..dims {
-                coords[d][k] = current[d];
+        let mut k = 0;
+        while k < n {
+            let run = ((self.shape[last] - current[last]) as usize).min(n - k);
+            for (column, &c) in coords[..last].iter_mut().zip(&current) {
+                column[k..k + run].fill(c);
             }
-            for d in (0..dims).rev() {
-                current[d] += 1;
+            for (slot, c) in coords[last][k..k + run].iter_mut().zip(current[last]..) {
+                *slot = c;
+            }
+            k += run;
+            current[last] += run as u64;
+            // Carry into the dims before the last when the run ended its row.
+            for d in (0..=last).rev() {
                 if current[d] < self.shape[d] {
                     break;
                 }
                 current[d] = 0;
+                if d > 0 {
+                    current[d - 1] += 1;
+                }
             }
         }
     }
@@ -701,43 +796,87 @@ impl Compiled {
             self.stream
                 .fill_words(first * per, &mut scratch.words[..n * per as usize]);
         }
-        for (index, step) in self.steps.iter().enumerate() {
-            let (done, rest) = scratch.registers.split_at_mut(index);
-            let dst = &mut rest[0][..n];
-            match *step {
-                Step::Source { ref sampler, dtype } => {
-                    source(sampler, dtype, self.two_words, &scratch.words, dst)
-                }
-                Step::Destination => {} // read back by `eval_run`
-                Step::Constant(value) => dst.fill(value),
-                Step::Coord(dim) => {
-                    for (slot, &c) in dst.iter_mut().zip(&scratch.coords[dim]) {
-                        *slot = c as f64;
-                    }
-                }
-                Step::Flat => {
-                    for (slot, index) in dst.iter_mut().zip(first..) {
-                        *slot = index as f64;
-                    }
-                }
-                Step::Table(ref table) => gather(table, &scratch.coords, dst),
-                Step::Unary(op, x) => unary(op, &done[x][..n], dst),
-                Step::Binary(op, a, b) => binary(op, &done[a][..n], &done[b][..n], dst),
-                Step::Where(c, a, b) => {
-                    for k in 0..n {
-                        dst[k] = if done[c][k] != 0.0 {
-                            done[a][k]
-                        } else {
-                            done[b][k]
-                        };
-                    }
-                }
-                Step::Round(x, dtype) => round_lanes(dtype, &done[x][..n], dst),
+        if self.conditions.is_empty() {
+            for index in 0..self.steps.len() {
+                self.eval_step(index, first, n, scratch);
             }
-            if self.may_refuse {
-                let (earlier, rest) = scratch.refused.split_at_mut(index);
-                refusals(step, earlier, &done[..], &mut rest[0][..n]);
+            return;
+        }
+        // The `where` conditions first; then what the result needs of the rest: of a
+        // `where` whose condition is the same on the whole block, only the branch taken.
+        for &index in &self.conditions {
+            self.eval_step(index, first, n, scratch);
+        }
+        let mut needed = std::mem::take(&mut scratch.needed);
+        self.needed(n, scratch, &mut needed);
+        for (index, &needed) in needed.iter().enumerate() {
+            if needed && !self.in_conditions[index] {
+                self.eval_step(index, first, n, scratch);
             }
+        }
+        scratch.needed = needed;
+    }
+
+    /// The registers the result reads in a block of `n` whose `where` conditions are
+    /// evaluated.
+    fn needed(&self, n: usize, scratch: &Scratch, needed: &mut [bool]) {
+        needed.fill(false);
+        needed[self.steps.len() - 1] = true;
+        for (index, step) in self.steps.iter().enumerate().rev() {
+            if !needed[index] {
+                continue;
+            }
+            if let Step::Where(c, a, b) = *step {
+                let condition = &scratch.registers[c][..n];
+                needed[c] = true;
+                needed[a] |= condition.iter().any(|&v| v != 0.0);
+                needed[b] |= condition.contains(&0.0);
+            } else {
+                for operand in step.operands().into_iter().flatten() {
+                    needed[operand] = true;
+                }
+            }
+        }
+    }
+
+    /// Evaluates register `index` at flat indices `[first, first + n)` (its operands
+    /// evaluated).
+    fn eval_step(&self, index: usize, first: u64, n: usize, scratch: &mut Scratch) {
+        let step = &self.steps[index];
+        let (done, rest) = scratch.registers.split_at_mut(index);
+        let dst = &mut rest[0][..n];
+        match *step {
+            Step::Source { ref sampler, dtype } => {
+                source(sampler, dtype, self.two_words, &scratch.words, dst)
+            }
+            Step::Destination => {} // read back by `eval_run`
+            Step::Constant(value) => dst.fill(value),
+            Step::Coord(dim) => {
+                for (slot, &c) in dst.iter_mut().zip(&scratch.coords[dim]) {
+                    *slot = c as f64;
+                }
+            }
+            Step::Flat => {
+                for (slot, index) in dst.iter_mut().zip(first..) {
+                    *slot = index as f64;
+                }
+            }
+            Step::Table(ref table) => gather(table, &scratch.coords, dst),
+            Step::Unary(op, x) => unary(op, &done[x][..n], dst),
+            Step::Binary(op, a, b) => binary(op, &done[a][..n], &done[b][..n], dst),
+            Step::Where(c, a, b) => select(&done[c][..n], &done[a][..n], &done[b][..n], dst),
+            Step::Round(x, dtype) => round_lanes(dtype, &done[x][..n], dst),
+            Step::ErfinvToF32(x) => math::erfinv_f32_slice(&done[x][..n], dst),
+            Step::Column { dim, ref values } => {
+                for (slot, &c) in dst.iter_mut().zip(&scratch.coords[dim]) {
+                    *slot = values[c as usize];
+                }
+            }
+            Step::Unused => {}
+        }
+        if self.may_refuse {
+            let (earlier, rest) = scratch.refused.split_at_mut(index);
+            refusals(step, earlier, &done[..], &mut rest[0][..n]);
         }
     }
 }
@@ -753,6 +892,13 @@ fn source(sampler: &Sampler, dtype: Dtype, two_words: bool, words: &[u32], dst: 
         for (slot, &word) in dst.iter_mut().zip(words) {
             *slot = round_to(dtype, sampler.one_word(word));
         }
+    }
+}
+
+/// `where(c, a, b)` of each element: `a` where `c` is not zero.
+fn select(c: &[f64], a: &[f64], b: &[f64], dst: &mut [f64]) {
+    for (((slot, &c), &a), &b) in dst.iter_mut().zip(c).zip(a).zip(b) {
+        *slot = if c != 0.0 { a } else { b };
     }
 }
 
@@ -802,18 +948,19 @@ fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) {
         UnaryOp::Sqrt => map(x, dst, f64::sqrt),
         UnaryOp::Rsqrt => map(x, dst, math::rsqrt),
         UnaryOp::Exp => math::lanes_slice(math::LaneFunction::Exp, x, dst),
-        UnaryOp::Expm1 => map(x, dst, math::expm1),
+        UnaryOp::Expm1 => math::lanes_slice(math::LaneFunction::Expm1, x, dst),
         UnaryOp::Log => math::lanes_slice(math::LaneFunction::Log, x, dst),
-        UnaryOp::Log1p => map(x, dst, math::log1p),
+        UnaryOp::Log1p => math::lanes_slice(math::LaneFunction::Log1p, x, dst),
         UnaryOp::Tanh => math::lanes_slice(math::LaneFunction::Tanh, x, dst),
         UnaryOp::Sigmoid => math::lanes_slice(math::LaneFunction::Sigmoid, x, dst),
-        UnaryOp::Softplus => map(x, dst, math::softplus),
+        UnaryOp::Softplus => math::lanes_slice(math::LaneFunction::Softplus, x, dst),
         UnaryOp::Floor => map(x, dst, f64::floor),
         UnaryOp::Erf => math::lanes_slice(math::LaneFunction::Erf, x, dst),
         UnaryOp::Erfinv => math::erfinv_slice(x, dst),
         UnaryOp::RoundHalfEven => map(x, dst, round_half_even),
-        UnaryOp::Sin => map(x, dst, |v| if refused(v) { f64::NAN } else { math::sin(v) }),
-        UnaryOp::Cos => map(x, dst, |v| if refused(v) { f64::NAN } else { math::cos(v) }),
+        // `math::sin`/`cos` give NaN beyond TRIG_MAX themselves.
+        UnaryOp::Sin => math::lanes_slice(math::LaneFunction::Sin, x, dst),
+        UnaryOp::Cos => math::lanes_slice(math::LaneFunction::Cos, x, dst),
     }
 }
 
@@ -837,7 +984,9 @@ fn refusals(step: &Step, earlier: &[Vec<Refusal>], values: &[Vec<f64>], dst: &mu
                 *slot = if refused(v) { Some((op, v)) } else { before };
             }
         }
-        Step::Unary(_, x) | Step::Round(x, _) => dst.copy_from_slice(&earlier[x][..n]),
+        Step::Unary(_, x) | Step::Round(x, _) | Step::ErfinvToF32(x) => {
+            dst.copy_from_slice(&earlier[x][..n]);
+        }
         Step::Binary(_, a, b) => {
             for (slot, (&ra, &rb)) in dst.iter_mut().zip(earlier[a].iter().zip(&earlier[b])) {
                 *slot = ra.or(rb);
@@ -939,14 +1088,13 @@ pub fn floor_divide(a: f64, b: f64) -> f64 {
     }
 }
 
-fn compare(op: BinaryOp, a: f64, b: f64) -> bool {
-    match op {
-        BinaryOp::Lt => a < b,
-        BinaryOp::Le => a <= b,
-        BinaryOp::Gt => a > b,
-        BinaryOp::Ge => a >= b,
-        BinaryOp::Eq => a == b,
-        _ => a != b,
+/// A comparison's value: 1 where it holds, else 0.
+#[inline(always)]
+fn flag(holds: bool) -> f64 {
+    if holds {
+        1.0
+    } else {
+        0.0
     }
 }
 
@@ -968,11 +1116,13 @@ fn binary(op: BinaryOp, a: &[f64], b: &[f64], dst: &mut [f64]) {
         BinaryOp::Max => map(a, b, dst, maximum),
         BinaryOp::FloorDiv => map(a, b, dst, floor_divide),
         BinaryOp::Mod => map(a, b, dst, modulo),
-        BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq | BinaryOp::Ne => {
-            for ((slot, &x), &y) in dst.iter_mut().zip(a).zip(b) {
-                *slot = if compare(op, x, y) { 1.0 } else { 0.0 };
-            }
-        }
+        // One loop per comparison (not `compare` per element), so that each vectorizes.
+        BinaryOp::Lt => map(a, b, dst, |x, y| flag(x < y)),
+        BinaryOp::Le => map(a, b, dst, |x, y| flag(x <= y)),
+        BinaryOp::Gt => map(a, b, dst, |x, y| flag(x > y)),
+        BinaryOp::Ge => map(a, b, dst, |x, y| flag(x >= y)),
+        BinaryOp::Eq => map(a, b, dst, |x, y| flag(x == y)),
+        BinaryOp::Ne => map(a, b, dst, |x, y| flag(x != y)),
     }
 }
 
@@ -1539,6 +1689,128 @@ mod tests {
         )
         .unwrap();
         assert!(ok[0].is_nan() && ok[1].is_nan());
+    }
+
+    /// `source, erfinv` with the erfinv seen only rounded to float32 (the last register
+    /// of a float32 fill; read by a `Round` to float32) takes the rounded erfinv, and
+    /// gives what `erfinv` rounded after gives (where a `where` also reads it unrounded).
+    #[test]
+    fn erfinv_seen_only_rounded_to_float32_gives_the_rounded_erfinv() {
+        let shape = [37u64, 1000];
+        let fused = |p: &Program| {
+            let c = p.compile(5, &shape, Dtype::F32, None).unwrap();
+            c.steps.iter().any(|s| matches!(s, Step::ErfinvToF32(_)))
+        };
+        let fill = |p: &Program| {
+            let mut out = vec![0f32; 37_000];
+            let region = Region::Flat { start: 0 };
+            p.fill_region(5, &shape, &region, OutBuf::F32(&mut out), Threads::Count(3))
+                .unwrap();
+            out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        // `round` rounds erfinv before the result; `also_read`: a `where` reads it too.
+        let program = |round: bool, also_read: bool| {
+            let mut p = Program::new();
+            let s = p
+                .source(Init::Uniform { a: -1.0, b: 1.0 }, Dtype::F32)
+                .unwrap();
+            let e = p.unary(UnaryOp::Erfinv, s).unwrap();
+            if round || also_read {
+                let r = if round {
+                    p.round(e, Dtype::F32).unwrap()
+                } else {
+                    e
+                };
+                let other = if also_read { e } else { r };
+                let c = p.binary(BinaryOp::Eq, other, other).unwrap();
+                p.select(c, r, other).unwrap();
+            }
+            p
+        };
+        for round in [false, true] {
+            let (fast, reference) = (program(round, false), program(round, true));
+            assert!(fused(&fast) && !fused(&reference), "round: {round}");
+            assert!(fill(&fast) == fill(&reference), "round: {round}");
+        }
+        // Into a binary64 fill, the last register's erfinv is not rounded.
+        assert!(!program(false, false)
+            .compile(5, &shape, Dtype::F64, None)
+            .unwrap()
+            .steps
+            .iter()
+            .any(|s| matches!(s, Step::ErfinvToF32(_))));
+    }
+
+    /// A sinusoid table (Whisper's: `exp` of one coordinate, `sin`/`cos` of both, a
+    /// `where` of the column) with its per-column registers hoisted gives, on the whole
+    /// parameter and on a box of it, each element's value computed alone by the scalar
+    /// functions; with rows of 64 (blocks of 256 take both branches) and of 1024 (each
+    /// block one branch of the `where`).
+    #[test]
+    fn hoisted_columns_and_one_branch_blocks_give_each_elements_own_value() {
+        for (rows, cols) in [(300u64, 64u64), (20, 1024)] {
+            let half = (cols / 2) as f64;
+            let increment = -9.21 / (half - 1.0);
+            let mut p = Program::new();
+            let row = p.coord(0).unwrap();
+            let col = p.coord(1).unwrap();
+            let h = p.constant(half);
+            let second = p.binary(BinaryOp::Ge, col, h).unwrap();
+            let shifted = p.binary(BinaryOp::Sub, col, h).unwrap();
+            let j = p.select(second, shifted, col).unwrap();
+            let increment_register = p.constant(increment);
+            let scaled = p.binary(BinaryOp::Mul, j, increment_register).unwrap();
+            let inv = p.unary(UnaryOp::Exp, scaled).unwrap();
+            let inv = p.round(inv, Dtype::F32).unwrap();
+            let angle = p.binary(BinaryOp::Mul, row, inv).unwrap();
+            let sin = p.unary(UnaryOp::Sin, angle).unwrap();
+            let cos = p.unary(UnaryOp::Cos, angle).unwrap();
+            p.select(second, cos, sin).unwrap();
+            let shape = [rows, cols];
+            let steps = p.compile(5, &shape, Dtype::F64, None).unwrap().steps;
+            let hoisted = steps.iter().filter(|s| matches!(s, Step::Column { .. }));
+            let unused = steps.iter().filter(|s| matches!(s, Step::Unused));
+            // Columns: `second` (the last `where` reads it) and the rounded `inv`; unused:
+            // `shifted`, `j`, `scaled` and the `exp`.
+            assert_eq!((hoisted.count(), unused.count()), (2, 4));
+            let want = |r: u64, c: u64| {
+                let j = if c as f64 >= half {
+                    c as f64 - half
+                } else {
+                    c as f64
+                };
+                let inv = round_to(Dtype::F32, math::exp(j * increment));
+                let angle = r as f64 * inv;
+                if c as f64 >= half {
+                    math::cos(angle)
+                } else {
+                    math::sin(angle)
+                }
+            };
+            let numel = (rows * cols) as usize;
+            let full = fill_f64(
+                &p,
+                &shape,
+                Region::Flat { start: 0 },
+                numel,
+                Threads::Count(2),
+            );
+            for (k, got) in full.iter().enumerate() {
+                let (r, c) = (k as u64 / cols, k as u64 % cols);
+                assert_eq!(got.to_bits(), want(r, c).to_bits(), "({r}, {c})");
+            }
+            let (r0, r1, c0, c1) = (3, rows - 2, cols / 2 - 9, cols / 2 + 2);
+            let region = Region::Box {
+                ranges: vec![(r0, r1), (c0, c1)],
+                offset: None,
+            };
+            let len = ((r1 - r0) * (c1 - c0)) as usize;
+            let part = fill_f64(&p, &shape, region, len, Threads::Count(3));
+            for (k, got) in part.iter().enumerate() {
+                let (r, c) = (r0 + k as u64 / (c1 - c0), c0 + k as u64 % (c1 - c0));
+                assert_eq!(got.to_bits(), want(r, c).to_bits(), "({r}, {c})");
+            }
+        }
     }
 
     #[test]

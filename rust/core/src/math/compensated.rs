@@ -312,23 +312,36 @@ const LOG1P_TAYLOR: [f64; 12] = [
 
 /// `log(1 + exp(y)) = hi + lo` for `-40 <= y <= 0`, relative error below `2^-60`.
 /// With `a = exp(y)` a double-double ([`exp_parts`], `a <= 1`):
-/// * `a < 2^-5`: the Taylor series `a - a^2/2 + a^3 (1/3 - a/4 + ... - a^11/14)`
-///   (truncated below `2^-70` relative), `a - a^2/2` as double-doubles;
-/// * else one Newton step from `y0 = log1p(a_h)` (the msun port, within 1 ulp):
-///   `y0 + z` with `z = (1 + a) * exp(-y0) - 1`, the product of double-doubles formed
-///   with Dekker's product, `1 + a` by FastTwoSum (`log(1 + z) = z` to `2^-100`).
+/// * `a < 2^-5`: the Taylor series ([`log1p_small`]);
+/// * else one Newton step from `y0 = log1p(a_h)` ([`log1p_newton`]).
 fn log1p_exp(y: f64) -> (f64, f64) {
     let (k, h, l) = exp_parts(y);
     let s = two_pow(k);
     let (a_h, a_l) = (h * s, l * s);
     if a_h < 0.03125 {
-        let (sq_h, sq_l) = two_prod(a_h, a_h);
-        let sq_l = sq_l + 2.0 * a_h * a_l;
-        let cube = a_h * sq_h * horner(&LOG1P_TAYLOR, a_h);
-        let (s_h, s_l) = fast_two_sum(a_h, -0.5 * sq_h);
-        return fast_two_sum(s_h, s_l + (a_l + (cube - 0.5 * sq_l)));
+        return log1p_small(a_h, a_l);
     }
-    let y0 = log1p(a_h);
+    log1p_newton(a_h, a_l, log1p(a_h))
+}
+
+/// `log(1 + a)` for `a = a_h + a_l < 2^-5`: the Taylor series `a - a^2/2 + a^3 (1/3 -
+/// a/4 + ... - a^11/14)` (truncated below `2^-70` relative), `a - a^2/2` as
+/// double-doubles.
+#[inline]
+pub(super) fn log1p_small(a_h: f64, a_l: f64) -> (f64, f64) {
+    let (sq_h, sq_l) = two_prod(a_h, a_h);
+    let sq_l = sq_l + 2.0 * a_h * a_l;
+    let cube = a_h * sq_h * horner(&LOG1P_TAYLOR, a_h);
+    let (s_h, s_l) = fast_two_sum(a_h, -0.5 * sq_h);
+    fast_two_sum(s_h, s_l + (a_l + (cube - 0.5 * sq_l)))
+}
+
+/// `log(1 + a)` for `2^-5 <= a = a_h + a_l <= 1` by one Newton step from `y0 =
+/// log1p(a_h)` (the msun port, within 1 ulp): `y0 + z` with `z = (1 + a) * exp(-y0) -
+/// 1`, the product of double-doubles formed with Dekker's product, `1 + a` by
+/// FastTwoSum (`log(1 + z) = z` to `2^-100`).
+#[inline]
+pub(super) fn log1p_newton(a_h: f64, a_l: f64, y0: f64) -> (f64, f64) {
     let (k, h, l) = exp_parts(-y0);
     let s = two_pow(k);
     let (e_h, e_l) = (h * s, l * s);

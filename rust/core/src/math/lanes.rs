@@ -1,6 +1,9 @@
-//! Program steps over a register's block in lanes: [`super::exp`] and [`super::log`]
-//! rewritten without data-dependent branches, so that the compiler runs them in vector
-//! registers (AVX-512, AVX2 or the baseline's), with the bits of the scalar functions.
+//! Program steps over a register's block in lanes: [`super::exp`], [`super::log`],
+//! [`super::erf`], [`super::sigmoid`], [`super::tanh`], [`super::softplus`] (here) and
+//! [`super::sin`], [`super::cos`], [`super::expm1`], [`super::log1p`] (beside their
+//! scalar ports, `elementary::lanes`) rewritten without data-dependent branches, so that
+//! the compiler runs them in vector registers (AVX-512, AVX2 or the baseline's), with the
+//! bits of the scalar functions.
 //!
 //! # Why the bits are the same
 //!
@@ -10,8 +13,9 @@
 //! every branch it may take and selects the one the scalar function takes, by the same
 //! test on the same bits; selects and unused results change nothing. The branches that
 //! are rare on program data (non-finite, overflowing, underflowing or subnormal
-//! arguments and results, and `log`'s `|f| < 2^-20`) are not written in lanes: those
-//! lanes are marked and recomputed by the scalar function afterwards.
+//! arguments and results, `log`'s and `log1p`'s `|f| < 2^-20`, `sin`/`cos` beyond
+//! [`super::TRIG_MAX`]) are not written in lanes: those lanes are marked and recomputed
+//! by the scalar function afterwards.
 //!
 //! Conversions differ in form only: the scalar `exp` truncates `INVLN2 * x +- 0.5` to
 //! an `i32` (`as i32`); here [`f64::trunc`] gives the same integer as a binary64 (exact:
@@ -19,6 +23,7 @@
 //! low bits of the sum (exact for integers below `2^51`), an integer add away from the
 //! exponent field. Every lane with another `k` is recomputed by the scalar function.
 
+use super::elementary::lanes as elementary;
 use crate::Backend;
 
 /// A function with a lane form in this module.
@@ -34,6 +39,16 @@ pub enum LaneFunction {
     Sigmoid,
     /// [`super::tanh`].
     Tanh,
+    /// [`super::softplus`].
+    Softplus,
+    /// [`super::sin`].
+    Sin,
+    /// [`super::cos`].
+    Cos,
+    /// [`super::expm1`].
+    Expm1,
+    /// [`super::log1p`].
+    Log1p,
 }
 
 impl LaneFunction {
@@ -45,16 +60,21 @@ impl LaneFunction {
             LaneFunction::Erf => super::erf,
             LaneFunction::Sigmoid => super::sigmoid,
             LaneFunction::Tanh => super::tanh,
+            LaneFunction::Softplus => super::softplus,
+            LaneFunction::Sin => super::sin,
+            LaneFunction::Cos => super::cos,
+            LaneFunction::Expm1 => super::expm1,
+            LaneFunction::Log1p => super::log1p,
         }
     }
 }
 
 /// Lanes per step: a multiple of every backend's vector width.
-const LANES: usize = 16;
+pub(in crate::math) const LANES: usize = 16;
 
 /// `2^52 + 2^51`: added to an integer-valued binary64 below `2^51` in magnitude, the sum's
 /// low mantissa bits are that integer (two's complement), exactly.
-const SHIFTER: f64 = 6_755_399_441_055_744.0;
+pub(in crate::math) const SHIFTER: f64 = 6_755_399_441_055_744.0;
 
 /// `function` of every `x[i]` into `out[i]`, with the lane code of `backend` (every
 /// backend gives the scalar function's bits).
@@ -111,6 +131,11 @@ fn run(function: LaneFunction, x: &[f64], out: &mut [f64]) {
             LaneFunction::Erf => erf_lanes(x, out),
             LaneFunction::Sigmoid => sigmoid_lanes(x, out),
             LaneFunction::Tanh => tanh_lanes(x, out),
+            LaneFunction::Softplus => softplus_lanes(x, out),
+            LaneFunction::Sin => elementary::trig_lanes(x, out, false),
+            LaneFunction::Cos => elementary::trig_lanes(x, out, true),
+            LaneFunction::Expm1 => elementary::expm1_lanes(x, out),
+            LaneFunction::Log1p => elementary::log1p_lanes(x, out),
         };
         if rare.contains(&true) {
             for ((slot, &v), rare) in out.iter_mut().zip(x).zip(rare) {
@@ -129,7 +154,7 @@ fn run(function: LaneFunction, x: &[f64], out: &mut [f64]) {
 /// `2^k * y` by an integer add to the exponent field, as [`super::exp`] does for
 /// `k >= -1021`; `k` is an integer-valued binary64 (see the module comment).
 #[inline(always)]
-fn add_to_exponent(y: f64, k: f64) -> f64 {
+pub(in crate::math) fn add_to_exponent(y: f64, k: f64) -> f64 {
     let k_bits = (k + SHIFTER).to_bits().wrapping_sub(SHIFTER.to_bits());
     f64::from_bits(y.to_bits().wrapping_add(k_bits << 52))
 }
@@ -318,6 +343,39 @@ fn tanh_lanes(x: &[f64; LANES], out: &mut [f64; LANES]) -> [bool; LANES] {
     rare
 }
 
+/// [`super::softplus`] of every lane into `out`: `log(1 + exp(-|x|))` by both of the
+/// scalar function's forms (the Taylor series and the Newton step from `log1p`, whose
+/// lane form is `elementary::lanes`'), one select; the lanes it marks `true` (NaN, `x <
+/// -40`, and a Newton step whose `log1p` lane is marked) are to be recomputed.
+#[allow(clippy::needless_range_loop)] // lanes indexed in step, as in `exp_lanes`
+#[inline(always)]
+fn softplus_lanes(x: &[f64; LANES], out: &mut [f64; LANES]) -> [bool; LANES] {
+    use super::compensated::{exp_parts, log1p_newton, log1p_small, two_sum};
+    let mut rare = [false; LANES];
+    for i in 0..LANES {
+        let x = x[i];
+        // The scalar function's `log1p_exp` argument: `x` up to 0, `-x` above.
+        let y = if x <= 0.0 { x } else { -x };
+        let (k, h, l) = exp_parts(y);
+        let s = super::two_pow(k);
+        let (a_h, a_l) = (h * s, l * s);
+        let (y0, log1p_rare) = elementary::log1p_lane(a_h);
+        let newton = log1p_newton(a_h, a_l, y0);
+        let small = a_h < 0.03125;
+        let (s_h, s_l) = if small { log1p_small(a_h, a_l) } else { newton };
+        let (t_h, t_l) = two_sum(x, s_h);
+        out[i] = if x > 20.0 {
+            x
+        } else if x <= 0.0 {
+            s_h + s_l
+        } else {
+            t_h + (t_l + s_l)
+        };
+        rare[i] = x.is_nan() || x < -40.0 || (!small && log1p_rare);
+    }
+    rare
+}
+
 /// `compensated::expm1_dd` with its branch (`n == 0`) as a select: both values per lane.
 #[inline(always)]
 fn expm1_dd_lane(x: f64) -> (f64, f64) {
@@ -482,6 +540,8 @@ mod tests {
         for k in -1080..1030 {
             around((f64::from(k) + 0.5) * std::f64::consts::LN_2, &mut all);
         }
+        trig_edges(&mut all);
+        expm1_log1p_edges(&mut all);
         // log: every power of two, the normalizer's switch near sqrt(2), the two
         // formulas' switches and the `|f| < 2^-20` test.
         for e in -1074..1024 {
@@ -497,6 +557,81 @@ mod tests {
         all
     }
 
+    /// The switch points of `sin`/`cos`: their tiny and `pi/4` thresholds, every test of
+    /// `rem_pio2` (the small multiples, their exceptions near `pi/2` and `2pi/2`, the
+    /// medium path's second and third rounds: the binary64s nearest multiples of `pi/2`,
+    /// where the first round cancels), the ends of the medium path and `TRIG_MAX`.
+    fn trig_edges(all: &mut Vec<f64>) {
+        for high in [
+            0x3e40_0000,
+            0x3e46_a09e,
+            0x3fe9_21fb,
+            0x4002_d97c,
+            0x400f_6a7a,
+            0x4012_d97c,
+            0x4015_fdbc,
+            0x4019_21fb,
+            0x401c_463b,
+            0x4139_21fb,
+        ] {
+            high_word(high, all);
+            high_word(high + 1, all);
+        }
+        for low in 0..16u64 {
+            // |x| ~= pi/2 and 2pi/2 with any low bits (the small path's exceptions).
+            around(f64::from_bits(0x3ff9_21fb_0000_0000 | (low << 28)), all);
+            around(f64::from_bits(0x4009_21fb_0000_0000 | (low << 28)), all);
+        }
+        around(super::super::TRIG_MAX, all);
+        for n in (1..64).chain((1..4096).map(|k| k * 256)) {
+            around(f64::from(n) * std::f64::consts::FRAC_PI_2, all);
+        }
+        // Arguments whose first round cancels about `bits` bits, around the switches of
+        // the second (16) and third (49) rounds.
+        let mut state = 43;
+        for _ in 0..20_000 {
+            let n = (splitmix(&mut state) >> 44) as f64; // up to 2^20
+            let multiple = n * std::f64::consts::FRAC_PI_2;
+            around(multiple, all);
+            for bits in (12..22).chain(45..55) {
+                let offset = multiple * 2f64.powi(-bits);
+                around(multiple + offset, all);
+                around(multiple - 1.5 * offset, all);
+            }
+        }
+    }
+
+    /// The switch points of `expm1` (`2^-54`, `0.5 ln2`, `1.5 ln2`, `56 ln2`, every `k`'s
+    /// midpoint and the scalings' switches at `k = +-1, 2, 20, 56`) and `log1p` (`2^-54`,
+    /// `2^-29`, `sqrt(2) - 1`, `sqrt(2)/2 - 1`, `-1`, `2^53`, the normalizer's switch and
+    /// `|f| < 2^-20` around every power of two of `1 + x`).
+    fn expm1_log1p_edges(all: &mut Vec<f64>) {
+        for high in [
+            0x3c90_0000,
+            0x3fd6_2e42,
+            0x3FF0_A2B2,
+            0x4043_687A,
+            0x3e20_0000,
+            0x3FDA_827A,
+            0x3fd2_bec4,
+            0x3ff0_0000,
+            0x4340_0000,
+        ] {
+            high_word(high, all);
+            high_word(high - 1, all);
+        }
+        for k in -60..60 {
+            around((f64::from(k) + 0.5) * std::f64::consts::LN_2, all);
+        }
+        for e in -60..60 {
+            for m in [0x6a09eu32, 0x00001, 0xffffc, 0xffffd] {
+                let one_plus_x = f64::from_bits((u64::from(((e + 1023) as u32) << 20 | m)) << 32);
+                around(one_plus_x - 1.0, all);
+                around(2f64.powi(e) - 1.0, all);
+            }
+        }
+    }
+
     /// Random inputs: any bits, and the ranges programs feed each function.
     fn random(count: usize) -> Vec<f64> {
         let mut state = 40;
@@ -508,6 +643,8 @@ mod tests {
             all.push(1500.0 * unit - 750.0); // exp's whole range
             all.push(f64::from((w >> 40) as f32 * 2f32.powi(-24))); // a float32 uniform
             all.push(40.0 * unit - 20.0); // a normal-ish activation
+            all.push(2.0 * super::super::TRIG_MAX * (unit - 0.5)); // sin's whole range
+            all.push(2.5 * unit - 1.0); // log1p's and expm1's ordinary range
         }
         all
     }
@@ -529,12 +666,17 @@ mod tests {
         });
     }
 
-    const FUNCTIONS: [LaneFunction; 5] = [
+    const FUNCTIONS: [LaneFunction; 10] = [
         LaneFunction::Exp,
         LaneFunction::Log,
         LaneFunction::Erf,
         LaneFunction::Sigmoid,
         LaneFunction::Tanh,
+        LaneFunction::Softplus,
+        LaneFunction::Sin,
+        LaneFunction::Cos,
+        LaneFunction::Expm1,
+        LaneFunction::Log1p,
     ];
 
     #[test]
@@ -565,6 +707,21 @@ mod tests {
             (erf_lanes as Lanes, 12.0, -6.0, "erf"),
             (sigmoid_lanes as Lanes, 80.0, -40.0, "sigmoid"),
             (tanh_lanes as Lanes, 44.0, -22.0, "tanh"),
+            (softplus_lanes as Lanes, 60.0, -40.0, "softplus"),
+            (
+                |x, out| elementary::trig_lanes(x, out, false),
+                2e6,
+                -1e6,
+                "sin",
+            ),
+            (
+                |x, out| elementary::trig_lanes(x, out, true),
+                20.0,
+                -10.0,
+                "cos",
+            ),
+            (elementary::expm1_lanes as Lanes, 76.0, -38.0, "expm1"),
+            (elementary::log1p_lanes as Lanes, 1e6, -1.0, "log1p"),
         ] {
             let ordinary: Vec<f64> = unit.iter().map(|u| scale * u + shift).collect();
             let mut rare = 0;
