@@ -373,6 +373,8 @@ def evaluate(expr: tuple[Any, ...], shape: tuple[int, ...], m: nn.Module) -> tor
         return (torch.arange(n, dtype=torch.float32) + args[0]).view(shape)
     if kind == "linspace":
         return torch.linspace(args[0], args[1], n).view(shape)
+    if kind == "intarange":  # wraps in its integer dtype, as torch's integer arithmetic does
+        return (torch.arange(n, dtype=getattr(torch, args[0])) * args[1]).view(shape)
     if kind == "full":
         return torch.full(shape, args[0])
     if kind in ("rand", "randn"):
@@ -640,6 +642,12 @@ def sources(region: Region) -> st.SearchStrategy[tuple[Any, ...]]:
     return st.one_of(
         st.builds(lambda off: ("arange", off), st.sampled_from([0.0, 1.0, -3.5])),
         st.just(("linspace", -2.0, 3.0)),
+        # Integer programs: a table that overflows its dtype (int8, uint8, int16) and wraps.
+        st.builds(
+            lambda dtype, factor: ("intarange", dtype, factor),
+            st.sampled_from(["int8", "uint8", "int16"]),
+            st.sampled_from([37, 1000]),
+        ),
         st.builds(lambda c: ("full", c), small_constants),
         st.just(("rand",)),
         st.just(("randn",)),
@@ -683,7 +691,7 @@ def _not_mixed(expr: tuple[Any, ...]) -> bool:
     where(randn() > 0, arange, randn) has a few values of its own at each element, and
     four eager runs cannot tell a tie on one of them from a deterministic value."""
     kinds = _kinds(expr)
-    if {"rand", "randn"} & kinds and {"arange", "linspace", "own"} & kinds:
+    if {"rand", "randn"} & kinds and {"arange", "intarange", "linspace", "own"} & kinds:
         return False
     return not _own_condition_over_tables(expr)
 
@@ -691,7 +699,7 @@ def _not_mixed(expr: tuple[Any, ...]) -> bool:
 def _own_condition_over_tables(expr: tuple[Any, ...]) -> bool:
     """Whether a ``where`` chooses between tables by a parameter's own values, which may
     be random (an earlier ``normal_``): the same few values per element as above."""
-    tables = {"arange", "linspace"}
+    tables = {"arange", "intarange", "linspace"}
     if expr[0] == "where" and "own" in _kinds(expr[1]) and tables & _kinds(expr[3], expr[4]):
         return True
     return any(_own_condition_over_tables(a) for a in expr[1:] if isinstance(a, tuple))
@@ -712,7 +720,7 @@ def _linspace_errors_bounded(expr: tuple[Any, ...]) -> bool:
         return False
     if kind == "binary" and expr[1] == "mul":
         sides = [_kinds(side) for side in expr[2:]]
-        tables = {"arange", "linspace", "own"}
+        tables = {"arange", "intarange", "linspace", "own"}
         if any("linspace" in one and tables & other for one, other in (sides, sides[::-1])):
             return False
     return all(_linspace_errors_bounded(a) for a in expr[1:] if isinstance(a, tuple))
