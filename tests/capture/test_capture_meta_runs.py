@@ -1,0 +1,119 @@
+"""The capture skips an in-place step on a meta temporary that torch already ran with the
+same key (:mod:`shardinit._integration.capture.metaruns`): the values materialized are
+the same bytes as with every step run, parameters of one shape still get their own
+values, and only calls whose outcome the key fixes are skipped."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from test_capture_trunc_normal import timm_style_trunc_normal_
+from torch import nn
+
+import shardinit
+from shardinit._integration.capture import metaruns
+
+
+class _Blocks(nn.Module):
+    """Three layers of one shape whose constructor runs timm's ``trunc_normal_``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(48, 40) for _ in range(3))
+        for layer in self.layers:
+            timm_style_trunc_normal_(layer.weight, 0.0, 0.02, -0.04, 0.04)
+            nn.init.zeros_(layer.bias)
+
+
+def _materialized() -> dict[str, torch.Tensor]:
+    with torch.device("meta"), shardinit.record_constructors():
+        model = _Blocks()
+    shardinit.materialize(model, seed=3)
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def test_skipped_meta_steps_give_the_bytes_of_every_step_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runs: list[Any] = []
+    hits: list[Any] = []
+    passed = metaruns._PASSED
+    monkeypatch.setattr(metaruns, "_PASSED", type(passed)())
+    real_key = metaruns._key
+
+    def counting_key(func: Any, args: Any, kwargs: Any) -> Any:
+        key = real_key(func, args, kwargs)
+        (hits if key is not None and metaruns._PASSED.get(key) else runs).append(func)
+        return key
+
+    monkeypatch.setattr(metaruns, "_key", counting_key)
+    fast = _materialized()
+    assert any(getattr(f, "__name__", "") == "clamp_" for f in hits), "nothing was skipped"
+    monkeypatch.setattr(metaruns, "_key", lambda *_: None)
+    slow = _materialized()
+    assert fast.keys() == slow.keys()
+    for name, values in fast.items():
+        assert values.view(torch.int32).equal(slow[name].view(torch.int32)), name
+    weights = [fast[f"layers.{k}.weight"] for k in range(3)]
+    assert not weights[0].equal(weights[1]) and not weights[1].equal(weights[2])
+    assert float(weights[0].abs().max()) <= 0.04 and float(weights[0].std()) > 0.01
+
+
+def _counting(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+              ) -> Callable[[], int]:  # fmt: skip
+    calls = [0]
+
+    def run() -> Any:
+        calls[0] += 1
+        return func(*args, **kwargs)
+
+    def again() -> int:
+        metaruns.run_meta_inplace(run, func, args, kwargs)
+        return calls[0]
+
+    return again
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metaruns, "_PASSED", type(metaruns._PASSED)())
+
+
+def test_a_repeated_plain_meta_call_runs_once_and_still_bumps_the_version() -> None:
+    tensor = torch.empty(4, 6, device="meta")
+    clamp = _counting(torch.Tensor.clamp_, (tensor,), {"min": -2.0, "max": 2.0})
+    assert [clamp(), clamp(), clamp()] == [1, 1, 1]
+    assert tensor._version == 3
+    # Another bound, an int for a float, another shape: other keys, run again.
+    assert _counting(torch.Tensor.clamp_, (tensor,), {"min": -1.0, "max": 2.0})() == 1
+    assert _counting(torch.Tensor.clamp_, (tensor,), {"min": -2, "max": 2.0})() == 1
+    other = torch.empty(6, 4, device="meta")
+    assert _counting(torch.Tensor.clamp_, (other,), {"min": -2.0, "max": 2.0})() == 1
+
+
+def test_calls_whose_outcome_the_key_does_not_fix_always_run() -> None:
+    # A step that changes the tensor's metadata.
+    transpose = _counting(torch.Tensor.t_, (torch.empty(2, 3, device="meta"),), {})
+    assert [transpose(), transpose()] == [1, 2]
+    # A tensor argument, a tensor autograd records, a CPU tensor.
+    meta = torch.empty(3, device="meta")
+    add = _counting(torch.Tensor.add_, (meta, torch.ones(3, device="meta")), {})
+    assert [add(), add()] == [1, 2]
+    leaf = torch.empty(3, device="meta", requires_grad=True)
+    scaled = leaf * 2
+    mul = _counting(torch.Tensor.mul_, (scaled, 2.0), {})
+    assert [mul(), mul()] == [1, 2]
+    cpu = _counting(torch.Tensor.mul_, (torch.ones(3), 2.0), {})
+    assert [cpu(), cpu()] == [1, 2]
+
+
+def test_a_refused_call_raises_every_time() -> None:
+    tensor = torch.empty(3, device="meta")
+    clamp = _counting(torch.Tensor.clamp_, (tensor,), {"min": None, "max": None})
+    for _ in range(2):
+        with pytest.raises(ValueError, match="both min and max are none"):
+            clamp()
+    assert metaruns._PASSED.get(metaruns._key(torch.Tensor.clamp_, (tensor,), {})) is None
