@@ -363,6 +363,9 @@ enum Step {
     },
     /// A register only hoisted columns read: not evaluated per block.
     Unused,
+    /// `where(x op bound, bound, x)`, `op` [`BinaryOp::Lt`] or [`BinaryOp::Gt`]: one
+    /// side of a `clamp` ([`clamps`]), the `where` and its comparison in one pass.
+    Clamp(BinaryOp, usize, usize),
 }
 
 impl Step {
@@ -370,7 +373,7 @@ impl Step {
     fn operands(&self) -> [Option<usize>; 3] {
         match *self {
             Step::Unary(_, x) | Step::Round(x, _) | Step::ErfinvToF32(x) => [Some(x), None, None],
-            Step::Binary(_, a, b) => [Some(a), Some(b), None],
+            Step::Binary(_, a, b) | Step::Clamp(_, a, b) => [Some(a), Some(b), None],
             Step::Where(c, a, b) => [Some(c), Some(a), Some(b)],
             _ => [None; 3],
         }
@@ -415,6 +418,38 @@ struct Compiled {
     conditions: Vec<usize>,
     /// Per register, whether it is in `conditions`.
     in_conditions: Vec<bool>,
+}
+
+/// Each `where(x < b, b, x)` and `where(x > b, b, x)` (a `clamp`'s two sides, as capture
+/// records `clamp_(min, max)`) made a [`Step::Clamp`]: `b` where the comparison holds,
+/// else `x`, which is what the `where` selects, so the same bits. A comparison no other
+/// step reads is then [`Step::Unused`]: the program has no condition left to evaluate
+/// first ([`Compiled::needed`]). Its refusals are the comparison's (the `where`'s are
+/// the condition's, which cover both of its branches), so `sin`/`cos` refuse the same.
+fn clamps(steps: &mut [Step]) {
+    let last = steps.len() - 1;
+    for register in 0..steps.len() {
+        let Step::Where(c, a, b) = steps[register] else {
+            continue;
+        };
+        if let Step::Binary(op @ (BinaryOp::Lt | BinaryOp::Gt), x, bound) = steps[c] {
+            if x == b && bound == a {
+                steps[register] = Step::Clamp(op, x, bound);
+            }
+        }
+    }
+    let mut read = vec![false; steps.len()];
+    read[last] = true;
+    for step in steps.iter() {
+        for operand in step.operands().into_iter().flatten() {
+            read[operand] = true;
+        }
+    }
+    for (step, read) in steps.iter_mut().zip(read) {
+        if !read && matches!(step, Step::Binary(BinaryOp::Lt | BinaryOp::Gt, _, _)) {
+            *step = Step::Unused;
+        }
+    }
 }
 
 /// The registers the conditions of `steps`' `where`s read, with the conditions: per
@@ -512,6 +547,7 @@ impl Program {
         }
         erfinv_rounded_to_f32(&mut steps, dtype);
         hoist::hoist_columns(&mut steps, shape, numel);
+        clamps(&mut steps);
         let may_refuse = steps
             .iter()
             .any(|s| matches!(s, Step::Unary(UnaryOp::Sin | UnaryOp::Cos, _)));
@@ -735,8 +771,17 @@ impl Scratch {
             0
         };
         let words = if compiled.uses_words { 2 * BLOCK } else { 0 };
+        // A constant's register is written once: no step writes another's register.
+        let registers = compiled
+            .steps
+            .iter()
+            .map(|step| match *step {
+                Step::Constant(value) => vec![value; BLOCK],
+                _ => vec![0.0; BLOCK],
+            })
+            .collect();
         Scratch {
-            registers: vec![vec![0.0; BLOCK]; compiled.steps.len()],
+            registers,
             refused: if compiled.may_refuse {
                 vec![vec![None; BLOCK]; compiled.steps.len()]
             } else {
@@ -850,7 +895,7 @@ impl Compiled {
                 source(sampler, dtype, self.two_words, &scratch.words, dst)
             }
             Step::Destination => {} // read back by `eval_run`
-            Step::Constant(value) => dst.fill(value),
+            Step::Constant(_) => {} // written when the scratch is made (`Scratch::new`)
             Step::Coord(dim) => {
                 for (slot, &c) in dst.iter_mut().zip(&scratch.coords[dim]) {
                     *slot = c as f64;
@@ -865,6 +910,7 @@ impl Compiled {
             Step::Unary(op, x) => unary(op, &done[x][..n], dst),
             Step::Binary(op, a, b) => binary(op, &done[a][..n], &done[b][..n], dst),
             Step::Where(c, a, b) => select(&done[c][..n], &done[a][..n], &done[b][..n], dst),
+            Step::Clamp(op, x, bound) => clamp(op, &done[x][..n], &done[bound][..n], dst),
             Step::Round(x, dtype) => round_lanes(dtype, &done[x][..n], dst),
             Step::ErfinvToF32(x) => math::erfinv_f32_slice(&done[x][..n], dst),
             Step::Column { dim, ref values } => {
@@ -899,6 +945,23 @@ fn source(sampler: &Sampler, dtype: Dtype, two_words: bool, words: &[u32], dst: 
 fn select(c: &[f64], a: &[f64], b: &[f64], dst: &mut [f64]) {
     for (((slot, &c), &a), &b) in dst.iter_mut().zip(c).zip(a).zip(b) {
         *slot = if c != 0.0 { a } else { b };
+    }
+}
+
+/// [`Step::Clamp`] of each element: `bound` where `x op bound` holds, else `x` (a NaN
+/// `x` compares false and is kept, as the `where` keeps it).
+fn clamp(op: BinaryOp, x: &[f64], bound: &[f64], dst: &mut [f64]) {
+    // One loop per comparison, so that each vectorizes.
+    #[inline(always)]
+    fn map(x: &[f64], bound: &[f64], dst: &mut [f64], holds: impl Fn(f64, f64) -> bool) {
+        for ((slot, &x), &b) in dst.iter_mut().zip(x).zip(bound) {
+            *slot = if holds(x, b) { b } else { x };
+        }
+    }
+    match op {
+        BinaryOp::Lt => map(x, bound, dst, |x, b| x < b),
+        BinaryOp::Gt => map(x, bound, dst, |x, b| x > b),
+        _ => unreachable!("a clamp compares by lt or gt (`clamps`)"),
     }
 }
 
@@ -987,7 +1050,7 @@ fn refusals(step: &Step, earlier: &[Vec<Refusal>], values: &[Vec<f64>], dst: &mu
         Step::Unary(_, x) | Step::Round(x, _) | Step::ErfinvToF32(x) => {
             dst.copy_from_slice(&earlier[x][..n]);
         }
-        Step::Binary(_, a, b) => {
+        Step::Binary(_, a, b) | Step::Clamp(_, a, b) => {
             for (slot, (&ra, &rb)) in dst.iter_mut().zip(earlier[a].iter().zip(&earlier[b])) {
                 *slot = ra.or(rb);
             }
@@ -1739,6 +1802,105 @@ mod tests {
             .steps
             .iter()
             .any(|s| matches!(s, Step::ErfinvToF32(_))));
+    }
+
+    /// `clamp_(min, max)` as capture records it (`where(x < lo, lo, x)`, then `>`) runs
+    /// as two [`Step::Clamp`]s with the comparisons unused, and gives the bits of the
+    /// same `where`s whose bound is another register of the same value (not rewritten):
+    /// NaN, both zeros at a bound of zero, infinities, values at and beside the bounds,
+    /// bounds that vary per element, a comparison another step also reads.
+    #[test]
+    fn a_clamp_equals_its_where_of_a_comparison_bit_for_bit() {
+        let special = [
+            f64::NEG_INFINITY,
+            -2.5,
+            -2.0,
+            -1.0,
+            -0.0,
+            0.0,
+            f64::NAN,
+            1.5,
+            2.0,
+            2.000_000_1,
+            f64::INFINITY,
+            -1e-300,
+            1e-300,
+            -f64::NAN,
+        ]; // fmt: skip
+        let len = 64 * special.len();
+        let values: Vec<f64> = (0..len)
+            .map(|k| special[k % special.len()] * if k < len / 2 { 1.0 } else { 0.5 })
+            .collect();
+        let shape = [len as u64];
+        let program = |fused: bool, bounds: (f64, f64), varying: bool, reuse: bool| {
+            let mut p = Program::new();
+            let x = p.table(values.clone().into(), vec![1], 0);
+            let s = p
+                .source(Init::Uniform { a: -3.0, b: 3.0 }, Dtype::F32)
+                .unwrap();
+            let x = p.binary(BinaryOp::Add, x, s).unwrap();
+            let lo = if varying {
+                p.binary(BinaryOp::Mul, s, s).unwrap()
+            } else {
+                p.constant(bounds.0)
+            };
+            let c = p.binary(BinaryOp::Lt, x, lo).unwrap();
+            // The reference takes `(lo + lo) * 0.5`: the same value (exact), another
+            // register, so its `where` is not rewritten.
+            let lo_taken = if fused {
+                lo
+            } else {
+                let half = p.constant(0.5);
+                let twice = p.binary(BinaryOp::Add, lo, lo).unwrap();
+                p.binary(BinaryOp::Mul, twice, half).unwrap()
+            };
+            let low = p.select(c, lo_taken, x).unwrap();
+            let hi = p.constant(bounds.1);
+            let c2 = p.binary(BinaryOp::Gt, low, hi).unwrap();
+            let hi_taken = if fused { hi } else { p.constant(bounds.1) };
+            let out = p.select(c2, hi_taken, low).unwrap();
+            if reuse {
+                p.binary(BinaryOp::Add, out, c).unwrap();
+            }
+            p
+        };
+        let fill = |p: &Program| {
+            fill_f64(p, &shape, Region::Flat { start: 0 }, len, Threads::Count(2))
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>()
+        };
+        let steps = |p: &Program| p.compile(5, &shape, Dtype::F64, None).unwrap().steps;
+        for bounds in [
+            (-2.0, 2.0),
+            (0.0, 0.0),
+            (-0.0, 1.5),
+            (f64::NEG_INFINITY, f64::NAN),
+        ] {
+            for (varying, reuse) in [(false, false), (true, false), (false, true)] {
+                let (fast, reference) = (
+                    program(true, bounds, varying, reuse),
+                    program(false, bounds, varying, reuse),
+                );
+                let fast_steps = steps(&fast);
+                let clamps = fast_steps
+                    .iter()
+                    .filter(|s| matches!(s, Step::Clamp(..)))
+                    .count();
+                let unused = fast_steps
+                    .iter()
+                    .filter(|s| matches!(s, Step::Unused))
+                    .count();
+                assert_eq!((clamps, unused), (2, if reuse { 1 } else { 2 }));
+                assert!(!steps(&reference)
+                    .iter()
+                    .any(|s| matches!(s, Step::Clamp(..))));
+                assert!(
+                    fill(&fast) == fill(&reference),
+                    "bounds {bounds:?}, varying {varying}, reuse {reuse}"
+                );
+            }
+        }
     }
 
     /// A sinusoid table (Whisper's: `exp` of one coordinate, `sin`/`cos` of both, a
