@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -50,6 +51,7 @@ __all__ = [
     "bare_source",
     "beyond_table_cap",
     "check_exact_integers",
+    "contains",
     "exact_integers",
     "gathered",
     "holds_exactly",
@@ -550,11 +552,33 @@ def simplify(expr: Expr, box: Sequence[tuple[int, int]]) -> Expr:
     return reindex(expr, coords, [(int(a), int(b)) for a, b in box], repeats=None, keep=False)
 
 
-def random_key(expr: Expr) -> set[tuple[int, tuple[Expr, ...]]] | None:
+#: A random key: the ``(origin, at)`` of each random source, as alternatives.
+RandomKey = frozenset[tuple[int, tuple[Expr, ...]]]
+
+
+def random_key(expr: Expr) -> RandomKey | None:
     """The random sources an element's value may depend on, as alternatives (the
-    branches of a ``where``); None when two of them would meet in one element."""
+    branches of a ``where``); None when two of them would meet in one element.
+
+    Kept on the node (a function of the immutable node alone): capture asks it of each
+    node it builds, whose children it asked before, and an expression is a DAG whose
+    shared parts (a coordinate table's) a walk of its tree would visit many times."""
+    known = expr.__dict__.get("_random_key", _UNKNOWN)
+    if known is not _UNKNOWN:
+        return cast("RandomKey | None", known)
+    key = _random_key(expr)
+    object.__setattr__(expr, "_random_key", key)  # not a field: eq, hash, repr ignore it
+    return key
+
+
+#: No random key kept on the node yet (None is a key: two sources meet).
+_UNKNOWN = object()
+
+
+def _random_key(expr: Expr) -> RandomKey | None:
+    """:func:`random_key`, computed from the children's."""
     if isinstance(expr, Source):
-        return {(expr.origin, expr.at)}
+        return frozenset({(expr.origin, expr.at)})
     if isinstance(expr, Where):
         parts = [random_key(expr.a), random_key(expr.b), random_key(expr.cond)]
         if any(p is None for p in parts):
@@ -566,8 +590,8 @@ def random_key(expr: Expr) -> set[tuple[int, tuple[Expr, ...]]] | None:
             if len(cond) > 1 or any(p and p != cond for p in parts[:2]):
                 return None
             return cond
-        return set().union(*(p for p in parts[:2] if p))
-    found: set[tuple[int, tuple[Expr, ...]]] = set()
+        return frozenset().union(*(p for p in parts[:2] if p))
+    found: RandomKey = frozenset()
     for child in expr.children():
         key = random_key(child)
         if key is None:
@@ -612,7 +636,37 @@ def walk_nodes(expr: Expr) -> list[Expr]:
     return order
 
 
+def contains(expr: Expr, kind: type[Expr] | tuple[type[Expr], ...]) -> bool:
+    """Whether ``expr`` or a node under it is a ``kind`` (:class:`Source`, :class:`Bad`).
+
+    Kept on each node, as :func:`random_key` is: capture asks it of every value it
+    folds, each built from values it asked before, so each node is visited once."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if len(kinds) > 1:
+        return any(contains(expr, one) for one in kinds)
+    attr = f"_contains_{kinds[0].__name__}"
+    if attr not in expr.__dict__:
+        # Children before parents, iteratively (a chain of steps may be deep); a node
+        # already known is not entered.
+        stack: list[tuple[Expr, bool]] = [(expr, False)]
+        while stack:
+            node, ready = stack.pop()
+            if attr in node.__dict__:
+                continue
+            if ready:
+                found = isinstance(node, kinds) or any(
+                    child.__dict__[attr] for child in node.children()
+                )
+                object.__setattr__(node, attr, found)  # not a field: eq, hash ignore it
+                continue
+            stack.append((node, True))
+            stack.extend((c, False) for c in node.children() if attr not in c.__dict__)
+    return bool(expr.__dict__[attr])
+
+
 def bad_reasons(expr: Expr) -> list[str]:
+    if not contains(expr, Bad):
+        return []
     return [node.why for node in walk_nodes(expr) if isinstance(node, Bad)]
 
 

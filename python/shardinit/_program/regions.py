@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from .._caches import cached
 from .._layout import Box
 from .cannot import Cannot
 
@@ -272,7 +273,14 @@ def view_runs(view: torch.Tensor, base: torch.Tensor) -> list[FlatRun]:
     if view.numel() == 0:
         return []
     rel = int(view.storage_offset() - base.storage_offset())
-    dims = [(int(n), int(s)) for n, s in zip(view.shape, view.stride(), strict=True) if n != 1]
+    dims = tuple((int(n), int(s)) for n, s in zip(view.shape, view.stride(), strict=True) if n != 1)
+    return list(_view_runs(rel, dims, base.numel()))
+
+
+@cached  # a model's layers write views of the same few shapes
+def _view_runs(rel: int, dims: tuple[tuple[int, int], ...], numel: int) -> tuple[FlatRun, ...]:
+    """:func:`view_runs` of a view at offset ``rel`` of a base of ``numel`` elements,
+    with ``dims`` its (size, stride) pairs of sizes other than 1."""
     length, outer = 1, len(dims)
     while outer > 0 and dims[outer - 1][1] == length:  # trailing dims that are one run
         length *= dims[outer - 1][0]
@@ -286,9 +294,9 @@ def view_runs(view: torch.Tensor, base: torch.Tensor) -> list[FlatRun]:
             runs[-1] = (runs[-1][0], start + length)
         else:
             runs.append((start, start + length))
-    if rel < 0 or runs[-1][1] > base.numel():
+    if rel < 0 or runs[-1][1] > numel:
         raise Cannot("the view lies outside the tensor")
-    return runs
+    return tuple(runs)
 
 
 def map_runs(

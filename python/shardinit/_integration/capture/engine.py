@@ -43,6 +43,7 @@ from ..._program.expr import (
     bad_reasons,
     broadcast_coords,
     combine,
+    contains,
     contiguous_index,
     flat_of_box,
     in_box,
@@ -145,7 +146,7 @@ class Engine:
         random = False
         for op in track.ops:
             written = op_value(op, track, value)
-            random = random or any(isinstance(n, Source) for n in walk_nodes(written))
+            random = random or contains(written, Source)
             value = where(in_box(op.region, track.shape), written, value)
         if track.written(tuple((0, size) for size in track.shape)):
             value = _drop_branch(value, never)  # every element written: never selected
@@ -216,9 +217,7 @@ class Engine:
         """Whether a followed temporary's values depend on random values."""
         if track.kind != "temp":
             return False
-        return track.from_random or any(
-            isinstance(node, Source) for node in walk_nodes(self.folded(track))
-        )
+        return track.from_random or contains(self.folded(track), Source)
 
     def repeat_reason(self, op: str) -> str:
         return (

@@ -24,6 +24,7 @@ from ..._program.expr import (
     Source,
     check_exact_integers,
     combine,
+    contains,
     exact_integers,
     in_dtype,
     stored,
@@ -167,9 +168,7 @@ class Steps:
         temps = self.store.followed((args, kwargs))
         if not temps:
             return
-        random = any(
-            isinstance(n, (Source, Bad)) for t in temps for n in walk_nodes(self.engine.folded(t))
-        )
+        random = any(contains(self.engine.folded(t), (Source, Bad)) for t in temps)
         for leaf in tree_flatten(result)[0]:
             if not isinstance(leaf, torch.Tensor) or self.store.lookup(leaf) is not None:
                 continue
