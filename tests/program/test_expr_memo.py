@@ -67,3 +67,15 @@ def test_cached_view_runs_are_the_views_own_and_a_fresh_list_each_call() -> None
     assert view_runs(other[1:3, 2:5], other) == [(8, 11), (14, 17)]
     assert view_runs(base[:, 2:5], base) == [(2, 5), (8, 11), (14, 17), (20, 23)]
     assert view_runs(base.view(-1)[::8], base) == [(0, 1), (8, 9), (16, 17)]
+
+
+def test_affine_forms_kept_on_nodes_equal_the_forms_afresh() -> None:
+    node: ex.Expr = ex.Binary("sub", ex.Coord(1), ex.Const(5.0))
+    for _ in range(20):  # each level doubles the one before, read twice
+        node = ex.Binary("add", node, node)
+    assert ex.as_lin(node) == ex.Lin(-5 * 2**20, ((1, 2**20),))
+    scaled = ex.Binary("mul", node, ex.Const(3.0))
+    assert ex.as_lin(scaled) == ex.Lin(-15 * 2**20, ((1, 3 * 2**20),))
+    assert ex.as_lin(ex.Binary("mul", node, node)) is None  # not affine
+    assert ex.as_lin(ex.Binary("add", node, ex.Const(0.5))) is None
+    assert ex.as_lin(node) == ex.Lin(-5 * 2**20, ((1, 2**20),))

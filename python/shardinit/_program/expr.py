@@ -241,7 +241,12 @@ def _lin(offset: int, terms: dict[int, int]) -> Lin:
 
 
 def as_lin(expr: Expr) -> Lin | None:
-    """``expr`` as an affine integer form, or None."""
+    """``expr`` as an affine integer form, or None (kept on the node, as
+    :func:`random_key`: index arithmetic asks it of each operand it combines)."""
+    return cast("Lin | None", _kept(expr, "_as_lin", _as_lin))
+
+
+def _as_lin(expr: Expr) -> Lin | None:
     if isinstance(expr, Const) and float(expr.value).is_integer():
         return Lin(int(expr.value), ())
     if isinstance(expr, Coord):
@@ -563,16 +568,21 @@ def random_key(expr: Expr) -> RandomKey | None:
     Kept on the node (a function of the immutable node alone): capture asks it of each
     node it builds, whose children it asked before, and an expression is a DAG whose
     shared parts (a coordinate table's) a walk of its tree would visit many times."""
-    known = expr.__dict__.get("_random_key", _UNKNOWN)
-    if known is not _UNKNOWN:
-        return cast("RandomKey | None", known)
-    key = _random_key(expr)
-    object.__setattr__(expr, "_random_key", key)  # not a field: eq, hash, repr ignore it
-    return key
+    return cast("RandomKey | None", _kept(expr, "_random_key", _random_key))
 
 
-#: No random key kept on the node yet (None is a key: two sources meet).
+#: Nothing kept on the node yet (None is an answer).
 _UNKNOWN = object()
+
+
+def _kept(expr: Expr, attr: str, compute: Callable[[Expr], object]) -> object:
+    """``compute(expr)``, kept on the node as ``attr``: the answer is a function of the
+    immutable node alone, and the attribute is not a field (eq, hash, repr ignore it)."""
+    known = expr.__dict__.get(attr, _UNKNOWN)
+    if known is _UNKNOWN:
+        known = compute(expr)
+        object.__setattr__(expr, attr, known)
+    return known
 
 
 def _random_key(expr: Expr) -> RandomKey | None:
