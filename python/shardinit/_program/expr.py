@@ -572,14 +572,14 @@ def random_key(expr: Expr) -> RandomKey | None:
 
 
 #: Nothing kept on the node yet (None is an answer).
-_UNKNOWN = object()
+_NOT_KEPT = object()
 
 
 def _kept(expr: Expr, attr: str, compute: Callable[[Expr], object]) -> object:
     """``compute(expr)``, kept on the node as ``attr``: the answer is a function of the
     immutable node alone, and the attribute is not a field (eq, hash, repr ignore it)."""
-    known = expr.__dict__.get(attr, _UNKNOWN)
-    if known is _UNKNOWN:
+    known = expr.__dict__.get(attr, _NOT_KEPT)
+    if known is _NOT_KEPT:
         known = compute(expr)
         object.__setattr__(expr, attr, known)
     return known
