@@ -108,6 +108,18 @@ def test_calls_whose_outcome_the_key_does_not_fix_always_run() -> None:
     assert [mul(), mul()] == [1, 2]
     cpu = _counting(torch.Tensor.mul_, (torch.ones(3), 2.0), {})
     assert [cpu(), cpu()] == [1, 2]
+    with torch.inference_mode():
+        inference = torch.empty(3, device="meta")
+        scale = _counting(torch.Tensor.mul_, (inference, 2.0), {})
+        assert [scale(), scale()] == [1, 2]
+    # Outside inference mode torch refuses its write each time, though the same call on
+    # an ordinary tensor of that key has run.
+    assert _counting(torch.Tensor.mul_, (torch.empty(3, device="meta"), 2.0), {})() == 1
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match=r"[Ii]nference"):
+            metaruns.run_meta_inplace(
+                lambda: inference.mul_(2.0), torch.Tensor.mul_, (inference, 2.0), {}
+            )
 
 
 def test_a_refused_call_raises_every_time() -> None:

@@ -12,8 +12,9 @@ tensor's type, dtype, shape, strides and autograd state (a meta tensor has no va
 So once a call of one key has run, returned its tensor and left its shape, strides and
 dtype as they were, another call of the same key would do the same: it is skipped, and
 only its version bump is made. Calls with a tensor argument, calls that change the
-tensor's metadata (``resize_``, ``t_``) or raise, and tensors autograd records (a
-grad-requiring tensor with grad enabled: the step would get a ``grad_fn``) always run.
+tensor's metadata (``resize_``, ``t_``) or raise, tensors autograd records (a
+grad-requiring tensor with grad enabled: the step would get a ``grad_fn``) and inference
+tensors (whose writes torch refuses outside inference mode) always run.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ def _key(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any
     tensor = args[0] if args else None
     if not isinstance(tensor, torch.Tensor) or not tensor.is_meta:
         return None
-    if tensor.requires_grad and torch.is_grad_enabled():
-        return None
+    if (tensor.requires_grad and torch.is_grad_enabled()) or tensor.is_inference():
+        return None  # autograd records the step; an inference tensor has no version
     rest = (*args[1:], *kwargs.values())
     if not all(type(value) in _PLAIN for value in rest):
         return None
