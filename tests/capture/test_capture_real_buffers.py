@@ -92,7 +92,7 @@ def test_a_real_buffer_written_from_another_thread_is_refused() -> None:
         worker.start()
         worker.join()
 
-    with pytest.raises(UnsupportedInitOpError, match="buffer 'noise'.*thread"):
+    with pytest.raises(UnsupportedInitOpError, match=r"buffer 'noise'.*thread"):
         shardinit.materialize(model, seed=SEED, init_fn=in_thread)
 
 
