@@ -43,6 +43,7 @@ from ..._torch_compat import (
     enter_dispatch_mode,
     exit_dispatch_mode,
     handed_to_mode,
+    tree_flatten,
 )
 from ...errors import UnsupportedInitOpError
 from .backstop import WriteBackstop
@@ -191,7 +192,29 @@ class CaptureMode(TorchFunctionMode):
             return self.concrete.results(name, func, args, kwargs, evaluated)
         result = run_op(func, args, kwargs)
         self.steps.taint(name, args, kwargs, result, why)
+        if result is not None and not any(
+            isinstance(leaf, torch.Tensor) for leaf in tree_flatten(result)[0]
+        ):  # a Python value (item, tolist, bool), not tensors (sort's values and indices)
+            self.refuse_random_to_python(name, args, kwargs)
         return result
+
+    def refuse_random_to_python(self, name: str, args: Sequence[Any], kwargs: Any) -> None:
+        """Refuses a Python value (``item()``, ``tolist()``, a comparison's ``bool``) of a
+        temporary whose values torch's global generator drew: a number init code can put
+        in a buffer or branch on, another on every rank (and no function of ``seed``).
+
+        Raises:
+            UnsupportedInitOpError: such a read.
+        """
+        for track in self.store.followed((args, kwargs)):
+            if track.kind == "temp" and self.engine.random(track):
+                raise self.store.fail(
+                    track, name,
+                    "it hands init code a Python value of random values from torch's "
+                    "global generator, no function of seed and different on each rank "
+                    "(a buffer filled with it, or a branch on it, would differ per rank); "
+                    "compute such values deterministically",
+                )  # fmt: skip
 
     def other_inplace(
         self, name: str, target: Track, func: Any, args: Sequence[Any], kwargs: dict[str, Any],
