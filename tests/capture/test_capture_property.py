@@ -948,7 +948,7 @@ DOCUMENTED_LIMITS: dict[str, Callable[[Program, str], bool]] = {
     # before init_fn sets them.
     # Values before init_fn (the Linear's default) moved to other positions, or read by
     # another operand after an earlier step on them (docs/capturing-init.md).
-    "that init_fn did not set": lambda p, message: bool(
+    "init_fn did not set": lambda p, message: bool(
         re.search(r"parameter '(lin\.weight|lin\.bias)'", message)
     ),
     "which do not exist on meta": lambda p, message: bool(
