@@ -43,7 +43,6 @@ from ..._torch_compat import (
     enter_dispatch_mode,
     exit_dispatch_mode,
     handed_to_mode,
-    tree_flatten,
 )
 from ...errors import UnsupportedInitOpError
 from .backstop import WriteBackstop
@@ -192,9 +191,7 @@ class CaptureMode(TorchFunctionMode):
             return self.concrete.results(name, func, args, kwargs, evaluated)
         result = run_op(func, args, kwargs)
         self.steps.taint(name, args, kwargs, result, why)
-        if result is not None and not any(
-            isinstance(leaf, torch.Tensor) for leaf in tree_flatten(result)[0]
-        ):  # a Python value (item, tolist, bool), not tensors (sort's values and indices)
+        if name in _VALUES_TO_PYTHON:
             self.refuse_random_to_python(name, args, kwargs)
         return result
 
@@ -492,6 +489,13 @@ def _refuse_dtype_view(
             f"a view of its {base.dtype} values as {dtypes[0]} reinterprets their bits, "
             "which shardinit does not replay (write the values in its own dtype)",
         )  # fmt: skip
+
+
+#: The operations that hand init code a tensor's values as Python values (not its shape,
+#: dtype or device): refused on torch's random draws (:meth:`CaptureMode.refuse_random_to_python`).
+_VALUES_TO_PYTHON = frozenset(
+    {"item", "tolist", "numpy", "__float__", "__int__", "__index__", "__bool__", "__complex__"}
+)
 
 
 #: Steps whose value jumps where an operand moves by one ulp (``%`` and ``//`` jump by a
