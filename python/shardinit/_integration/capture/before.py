@@ -21,11 +21,15 @@ from dataclasses import dataclass
 
 import torch
 
+from ..._program.actions import Opaque
 from ..._program.cannot import Cannot
 from ..._program.expr import Coord, Expr, Prior, Source, as_lin, walk_nodes
+from ..._program.regions import Box, intersect
 from ...init import Constant
+from .store import RecordStore
+from .tracks import Track
 
-__all__ = ["Before", "before", "resolve_before"]
+__all__ = ["Before", "before", "on_before", "resolve_before"]
 
 #: Never evaluated: a :class:`Before` is resolved to ``Prior`` before it is recorded.
 _NEVER_DRAWN = Constant(0.0)
@@ -86,3 +90,41 @@ def _own(at: Expr, dim: int, box: Sequence[tuple[int, int]]) -> bool:
             offset += coef * start
             terms[d] = 0
     return offset == 0 and not any(terms.values())
+
+
+def on_before(
+    store: RecordStore, track: Track, part: Box, step: Expr, value: Expr, op: str
+) -> tuple[Expr, Expr]:
+    """``value`` (``step`` with the values before it, on ``part`` of the parameter
+    ``track``) where it reads values ``init_fn`` did not set: made a program of
+    ``Prior``, with what to record. ``Prior`` is the value before this operation when
+    ``materialize`` replays it, so it is the value before ``init_fn`` only where no
+    earlier step of ``init_fn`` (``mul_``, a masked fill) covers the part; there the
+    step itself is recorded, on its own ``Prior``.
+
+    Raises:
+        UnsupportedInitOpError: values before ``init_fn`` moved to other positions, or
+            read past an earlier step by another operand than the step's own.
+    """
+    try:
+        resolved = resolve_before(value, part)
+    except Cannot as cannot:
+        raise store.fail(track, op, cannot.reason) from None
+    earlier = [
+        recorded
+        for recorded in track.ops
+        if not isinstance(recorded.action, Opaque)
+        and recorded.action.reads_prior
+        and intersect(recorded.region, part) is not None
+    ]
+    if resolved is value or not earlier:
+        return resolved, resolved
+    nodes = walk_nodes(step)
+    if any(isinstance(n, Prior) for n in nodes) and not any(isinstance(n, Before) for n in nodes):
+        return resolved, step
+    why = (
+        "it reads values init_fn did not set through another operand than the in-place "
+        f"step's own, after an earlier step on them ({earlier[-1].op} at "
+        f"{earlier[-1].where}); set the parameter before stepping it"
+    )
+    raise store.fail(track, op, why)

@@ -67,7 +67,6 @@ from ..._program.regions import (
     FlatRun,
     cut_by,
     flat_range_boxes,
-    intersect,
     map_runs_from,
     view_region,
     view_runs,
@@ -77,7 +76,7 @@ from ..._torch_compat import tree_flatten
 from ...errors import ShardInitError
 from ...init import Constant
 from ...spec import ParamSpec
-from .before import Before, before, resolve_before
+from .before import Before, before, on_before
 from .claims import RandomPlaces
 from .frames import user_frame
 from .store import RecordStore
@@ -313,45 +312,10 @@ class Engine:
             parts = self.on_prior(track, box, expr)
         for part, value in parts:
             if track.kind == "param":
-                value, kept = self.on_before(track, part, expr, value, op)
+                value, kept = on_before(self.store, track, part, expr, value, op)
                 self.places.land(track, part, value, op, f"{op} at {user_frame()}", self.folded)
                 value = kept
             self.store.add(track, CapturedOp(part, self.action_of(track, value, op), op, where_))
-
-    def on_before(
-        self, track: Track, part: Box, step: Expr, value: Expr, op: str
-    ) -> tuple[Expr, Expr]:
-        """``value`` (``step`` with the values before it, on ``part`` of the parameter
-        ``track``) where it reads values ``init_fn`` did not set (:mod:`.before`): made
-        a program of ``Prior``, with what to record. ``Prior`` is the value before this
-        operation when ``materialize`` replays it, so it is the value before ``init_fn``
-        only where no earlier step of ``init_fn`` (``mul_``, a masked fill) covers the
-        part; there the step itself is recorded, on its own ``Prior``.
-
-        Raises:
-            UnsupportedInitOpError: values before ``init_fn`` moved to other positions,
-                or read past an earlier step by another operand than the step's own.
-        """
-        try:
-            resolved = resolve_before(value, part)
-        except Cannot as cannot:
-            raise self.store.fail(track, op, cannot.reason) from None
-        if resolved is value or not any(
-            op_.action.reads_prior and intersect(op_.region, part) is not None
-            for op_ in track.ops
-            if not isinstance(op_.action, Opaque)
-        ):
-            return resolved, resolved
-        if any(isinstance(n, Prior) for n in walk_nodes(step)) and not any(
-            isinstance(n, Before) for n in walk_nodes(step)
-        ):
-            return resolved, step
-        why = (
-            f"it reads values init_fn did not set through another operand than the "
-            f"in-place step's own, after an earlier step on them ({track.ops[-1].op} at "
-            f"{track.ops[-1].where}); set the parameter before stepping it"
-        )
-        raise self.store.fail(track, op, why)
 
     def on_prior(self, track: Track, box: Box, expr: Expr) -> list[tuple[Box, Expr]]:
         """``expr`` on ``box`` with the values before it. Where that meets two random

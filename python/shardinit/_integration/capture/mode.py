@@ -192,26 +192,8 @@ class CaptureMode(TorchFunctionMode):
         result = run_op(func, args, kwargs)
         self.steps.taint(name, args, kwargs, result, why)
         if name in _VALUES_TO_PYTHON:
-            self.refuse_random_to_python(name, args, kwargs)
+            _refuse_random_to_python(self, name, args, kwargs)
         return result
-
-    def refuse_random_to_python(self, name: str, args: Sequence[Any], kwargs: Any) -> None:
-        """Refuses a Python value (``item()``, ``tolist()``, a comparison's ``bool``) of a
-        temporary whose values torch's global generator drew: a number init code can put
-        in a buffer or branch on, another on every rank (and no function of ``seed``).
-
-        Raises:
-            UnsupportedInitOpError: such a read.
-        """
-        for track in self.store.followed((args, kwargs)):
-            if track.kind == "temp" and self.engine.random(track):
-                raise self.store.fail(
-                    track, name,
-                    "it hands init code a Python value of random values from torch's "
-                    "global generator, no function of seed and different on each rank "
-                    "(a buffer filled with it, or a branch on it, would differ per rank); "
-                    "compute such values deterministically",
-                )  # fmt: skip
 
     def other_inplace(
         self, name: str, target: Track, func: Any, args: Sequence[Any], kwargs: dict[str, Any],
@@ -492,10 +474,31 @@ def _refuse_dtype_view(
 
 
 #: The operations that hand init code a tensor's values as Python values (not its shape,
-#: dtype or device): refused on torch's random draws (:meth:`CaptureMode.refuse_random_to_python`).
+#: dtype or device): refused on torch's random draws (:func:`_refuse_random_to_python`).
 _VALUES_TO_PYTHON = frozenset(
     {"item", "tolist", "numpy", "__float__", "__int__", "__index__", "__bool__", "__complex__"}
 )
+
+
+def _refuse_random_to_python(
+    mode: CaptureMode, name: str, args: Sequence[Any], kwargs: Any
+) -> None:
+    """Refuses a Python value (``item()``, ``tolist()``, a comparison's ``bool``) of a
+    temporary whose values torch's global generator drew: a number init code can put
+    in a buffer or branch on, another on every rank (and no function of ``seed``).
+
+    Raises:
+        UnsupportedInitOpError: such a read.
+    """
+    for track in mode.store.followed((args, kwargs)):
+        if track.kind == "temp" and mode.engine.random(track):
+            raise mode.store.fail(
+                track, name,
+                "it hands init code a Python value of random values from torch's "
+                "global generator, no function of seed and different on each rank "
+                "(a buffer filled with it, or a branch on it, would differ per rank); "
+                "compute such values deterministically",
+            )  # fmt: skip
 
 
 #: Steps whose value jumps where an operand moves by one ulp (``%`` and ``//`` jump by a
