@@ -65,6 +65,8 @@ import shardinit
 HERE = os.path.basename(__file__)
 # More than two runs each: two bf16 runs tie at about 1 % of the elements by chance.
 EAGER_SEEDS = (1, 2, 3, 4)
+#: More eager runs, only where eager's four look deterministic and ours do not.
+CONFIRM_SEEDS = tuple(range(5, 21))
 OUR_SEEDS = (11, 12, 13)
 TIMEOUT_S = 60.0
 #: Deterministic values of programs with exp/log/sin/sqrt/pow/linspace steps: torch's float
@@ -944,7 +946,9 @@ def _random_reads(text: str) -> int:
 DOCUMENTED_LIMITS: dict[str, Callable[[Program, str], bool]] = {
     # alpha and beta are written whole first: only the Linear's parameters can be read
     # before init_fn sets them.
-    "reads elements that init_fn did not set": lambda p, message: bool(
+    # Values before init_fn (the Linear's default) moved to other positions, or read by
+    # another operand after an earlier step on them (docs/capturing-init.md).
+    "init_fn did not set": lambda p, message: bool(
         re.search(r"parameter '(lin\.weight|lin\.bias)'", message)
     ),
     "which do not exist on meta": lambda p, message: bool(
@@ -1120,8 +1124,18 @@ def check_equal(program: Program, eager_runs: list[Run], our_runs: list[Run]) ->
             f"{eager_runs[0].modules}\n{program}"
         )
     for name in reference:
-        check_values(program, name, [r.params[name][0] for r in eager_runs],
-                     [r.params[name][0] for r in our_runs])  # fmt: skip
+        try:
+            check_values(program, name, [r.params[name][0] for r in eager_runs],
+                         [r.params[name][0] for r in our_runs])  # fmt: skip
+        except AssertionError as failed:
+            if "deterministic in eager" not in str(failed):
+                raise
+            # Four runs may all round a random value (a parameter's default, read before
+            # init_fn writes it) to one coarse value, as bfloat16 rounds 64 - b for small
+            # b: eager's determinism is confirmed by more runs before it fails the test.
+            more = [eager(program, seed) for seed in CONFIRM_SEEDS]
+            check_values(program, name, [r.params[name][0] for r in [*eager_runs, *more]],
+                         [r.params[name][0] for r in our_runs])  # fmt: skip
 
 
 def check(program: Program, log: Callable[[str], None] = note) -> None:
@@ -1149,6 +1163,7 @@ def check(program: Program, log: Callable[[str], None] = note) -> None:
 
 ISSUE = Layout(16, 32, torch.float32, (8, 4), torch.float32, (4, 6), torch.bfloat16)
 WEIGHT = Region("lin.weight", False)
+BIAS = Region("lin.bias", True)
 
 
 def issue_program(*steps: Step) -> Program:
@@ -1204,6 +1219,16 @@ FOUND_PATTERNS = {
     "two random values, then torch.add(out=)": issue_program(
         add_out_step("lin.weight", True, SUM_OF_RANDOMS)
     ),
+    # Issue 37: a step on the default, which eager reads (it was refused); in bfloat16,
+    # where eager's four runs may all round 64 - b to 64 (CONFIRM_SEEDS).
+    "a step on the default, bfloat16": Program(
+        Layout(2, 20, torch.bfloat16, (1,), torch.float32, (1, 1), torch.float32),
+        (
+            init_step(Region("alpha", False), "zeros_"),
+            init_step(Region("beta", True), "zeros_"),
+            copy_step(BIAS, ("binary", "sub", ("intarange", "int8", 1000), ("own", BIAS))),
+        ),
+    ),
 }
 
 #: Issue 37's parameters that init code creates, replaces or removes (item 5).
@@ -1223,7 +1248,6 @@ CREATED_PATTERNS = {
 
 #: Issue 37's module-level effects: init code in another thread (refused), and what it does
 #: to the modules themselves (kept as eager leaves it).
-BIAS = Region("lin.bias", True)
 MODULE_PATTERNS = {
     "zeros_ in a Thread": issue_program(
         refusable(thread_step("thread", init_step(WEIGHT, "zeros_")))

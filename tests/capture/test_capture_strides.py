@@ -192,3 +192,72 @@ def test_views_both_layouts_share_are_replayed_on_channels_last() -> None:
     with torch.no_grad():
         init_fn(eager)
     assert torch.equal(conv.weight, eager.weight) and conv.weight.stride() == eager.weight.stride()
+
+
+def _layout_answers(w: torch.Tensor) -> tuple[object, ...]:
+    return (
+        w.stride(),
+        w.stride(1),
+        w.is_contiguous(),
+        w.is_contiguous(memory_format=CL),
+        w.data.stride(),
+        w[1].stride(),
+        w.data.transpose(0, 1).is_contiguous(),
+    )
+
+
+@pytest.mark.parametrize("move", ["before", "in-init_fn"])
+def test_a_channels_last_stand_in_answers_eagers_layout_to_init_code(move: str) -> None:
+    # Init code that branches on the layout takes eager's branch (issue 37); shardinit's
+    # own region arithmetic still reads the stand-in's row-major strides.
+    conv = _channels_last_conv(move)
+    answers: list[tuple[object, ...]] = []
+
+    def init(conv: nn.Conv2d) -> None:
+        answers.append(_layout_answers(conv.weight))
+        channels_last = conv.weight.is_contiguous(memory_format=CL)
+        nn.init.constant_(conv.weight, 0.5 if channels_last else -0.5)
+        conv.weight.data[1, :, 0].fill_(2.0)
+
+    def init_fn() -> None:
+        if move == "in-init_fn":
+            conv.to(memory_format=CL)
+        init(conv)
+
+    shardinit.materialize(conv, seed=SEED, init_fn=init_fn)
+    eager = nn.Conv2d(3, 4, 3).to(memory_format=CL)
+    with torch.no_grad():
+        init(eager)
+    assert len(answers) == 2 and answers[0] == answers[1]  # the capture's, then eager's
+    assert answers[0][0] == (27, 1, 9, 3) and answers[0][3] is True
+    assert torch.equal(conv.weight, eager.weight) and conv.weight.stride() == eager.weight.stride()
+
+
+@pytest.mark.parametrize("move", ["before", "in-init_fn"])
+def test_orthogonal_on_channels_last_is_refused_as_eager_raises(move: str) -> None:
+    eager = nn.Conv2d(3, 4, 3).to(memory_format=CL)
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        nn.init.orthogonal_(eager.weight.data)
+    conv = _channels_last_conv(move)
+
+    def init_fn() -> None:
+        if move == "in-init_fn":
+            conv.to(memory_format=CL)
+        nn.init.orthogonal_(conv.weight)
+
+    with pytest.raises(shardinit.UnsupportedInitOpError) as raised:
+        shardinit.materialize(conv, seed=SEED, init_fn=init_fn)
+    message = str(raised.value)
+    assert "parameter 'weight'" in message and "orthogonal_" in message
+    assert "(27, 1, 9, 3)" in message and "test_capture_strides.py" in message
+    assert conv.weight.is_meta
+
+
+def test_orthogonal_on_a_channels_last_1x1_kernel_is_replayed_as_eager() -> None:
+    # A 1x1 kernel's channels_last view as a matrix exists: eager torch runs it.
+    with torch.device("meta"):
+        conv = nn.Conv2d(3, 4, 1).to(memory_format=CL)
+    shardinit.materialize(conv, seed=SEED, init_fn=lambda: nn.init.orthogonal_(conv.weight))
+    matrix = conv.weight.detach().reshape(4, 3)
+    torch.testing.assert_close(matrix.T @ matrix, torch.eye(3), atol=1e-5, rtol=0)
+    assert conv.weight.stride() == nn.Conv2d(3, 4, 1).to(memory_format=CL).weight.stride()

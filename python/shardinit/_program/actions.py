@@ -34,6 +34,7 @@ __all__ = [
     "Action",
     "CapturedOp",
     "Computed",
+    "ComputedOnPrior",
     "Fill",
     "Masked",
     "Opaque",
@@ -148,6 +149,16 @@ class Computed(Action):
 
     def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
         return self.expr
+
+
+@dataclass(frozen=True)
+class ComputedOnPrior(Computed):
+    """A program of the element's value before it (:class:`.expr.Prior`), as an in-place
+    step on values ``init_fn`` did not write leaves it (``w.clamp_(-0.1, 0.1)`` on the
+    torch.nn default): like :class:`Scale`, it reads what the parameter held before
+    ``init_fn``, its rule's, constructor's or default's values, put in front of it."""
+
+    reads_prior: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from ..._program.actions import ParamRecord
 from ..._program.expr import bad_reasons
 from ..._torch_compat import make_parameter
 from ...errors import UnsupportedInitOpError
+from .engine import read_reason
 from .frames import user_frame
 from .mode import CaptureMode
 from .standins import ParamGroup
@@ -276,6 +277,8 @@ class CreatedTensors:
                 "rest as the memory torch.empty found); write all of it",
             )  # fmt: skip
         reasons = bad_reasons(recorder.engine.value_of(current, "the new Parameter"))
+        # Another parameter's values before init_fn (its default: .before) are not this one's.
+        reasons += [read_reason(read) for read in source.reads if read[0] is not track]
         if reasons:
             raise _refused(where, what, f"its values cannot be replayed: {reasons[0]}")
         track.ops.clear()  # the new tensor's values replace what was written before

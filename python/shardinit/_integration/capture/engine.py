@@ -28,7 +28,14 @@ from typing import Any
 import torch
 
 from ..._caches import BoundedMap
-from ..._program.actions import CapturedOp, Fill, Opaque, TrackAction, program_of
+from ..._program.actions import (
+    CapturedOp,
+    ComputedOnPrior,
+    Fill,
+    Opaque,
+    TrackAction,
+    program_of,
+)
 from ..._program.cannot import Cannot
 from ..._program.expr import (
     Bad,
@@ -40,6 +47,7 @@ from ..._program.expr import (
     Table,
     TableData,
     Where,
+    as_lin,
     bad_reasons,
     broadcast_coords,
     combine,
@@ -69,6 +77,7 @@ from ..._torch_compat import tree_flatten
 from ...errors import ShardInitError
 from ...init import Constant
 from ...spec import ParamSpec
+from .before import Before, before, on_before
 from .claims import RandomPlaces
 from .frames import user_frame
 from .store import RecordStore
@@ -137,11 +146,11 @@ class Engine:
         return value
 
     def fold(self, track: Track) -> Expr:
-        if track.kind == "param":
-            unset = "an elementwise step reads elements that init_fn did not set before it"
+        never: Expr
+        if track.kind == "param":  # the values before init_fn (rule, default): .before
+            never = before(id(track), track.base.dtype, len(track.shape))
         else:
-            unset = f"it copies elements of {track.label} that were never written"
-        never = Bad(unset)
+            never = Bad(f"it copies elements of {track.label} that were never written")
         value: Expr = never
         random = False
         for op in track.ops:
@@ -174,7 +183,9 @@ class Engine:
         coords, repeats = strided_coords(value.shape, value.stride(), offset, track.shape)
         repeat = None if repeats is None else self.repeat_reason(op)
         read = reindex(self.folded(track), coords, whole(value.shape), repeat)
-        if track.kind == "param" and bad_reasons(read):
+        if track.kind == "param" and (
+            bad_reasons(read) or (not _box_read(coords) and _reads_before(read))
+        ):  # values before init_fn are read at their own positions only: .before
             return Bad(read_reason((track, f"{op} at {user_frame()}")))
         return read
 
@@ -244,6 +255,8 @@ class Engine:
             if track.kind == "param":
                 raise self.store.fail(track, op, reasons[0])
             return Opaque(reasons[0])
+        if any(isinstance(n, Prior) for n in walk_nodes(expr)):
+            return ComputedOnPrior(expr)  # reads the values before init_fn: .before
         return program_of(expr)
 
     def record(self, track: Track, view: torch.Tensor, action: TrackAction, op: str) -> None:
@@ -298,7 +311,9 @@ class Engine:
             parts = self.on_prior(track, box, expr)
         for part, value in parts:
             if track.kind == "param":
+                value, kept = on_before(self.store, track, part, expr, value, op)
                 self.places.land(track, part, value, op, f"{op} at {user_frame()}", self.folded)
+                value = kept
             self.store.add(track, CapturedOp(part, self.action_of(track, value, op), op, where_))
 
     def on_prior(self, track: Track, box: Box, expr: Expr) -> list[tuple[Box, Expr]]:
@@ -400,6 +415,23 @@ def read_reason(read: tuple[Track, str]) -> str:
         f"it reads the values of {track.label} ({where_}), which do not exist on meta "
         "(only their shape and dtype may be used, e.g. by ones_like)"
     )
+
+
+def _box_read(coords: Sequence[Expr]) -> bool:
+    """Whether a view reads its base at ``coords`` as a box: each base coordinate a
+    constant or one view coordinate plus a constant, the view's dims in the base's order
+    (no transpose, stride or repeat)."""
+    dims = []
+    for coord in coords:
+        lin = as_lin(coord)
+        if lin is None or len(lin.coefs) > 1 or any(c != 1 for _, c in lin.coefs):
+            return False
+        dims += [d for d, _ in lin.coefs]
+    return dims == sorted(set(dims))
+
+
+def _reads_before(expr: Expr) -> bool:
+    return any(isinstance(node, Before) for node in walk_nodes(expr))
 
 
 def _drop_branch(expr: Expr, never: Expr) -> Expr:

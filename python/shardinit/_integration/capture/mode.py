@@ -191,6 +191,8 @@ class CaptureMode(TorchFunctionMode):
             return self.concrete.results(name, func, args, kwargs, evaluated)
         result = run_op(func, args, kwargs)
         self.steps.taint(name, args, kwargs, result, why)
+        if name in _VALUES_TO_PYTHON:
+            _refuse_random_to_python(self, name, args, kwargs)
         return result
 
     def other_inplace(
@@ -469,6 +471,34 @@ def _refuse_dtype_view(
             f"a view of its {base.dtype} values as {dtypes[0]} reinterprets their bits, "
             "which shardinit does not replay (write the values in its own dtype)",
         )  # fmt: skip
+
+
+#: The operations that hand init code a tensor's values as Python values (not its shape,
+#: dtype or device): refused on torch's random draws (:func:`_refuse_random_to_python`).
+_VALUES_TO_PYTHON = frozenset(
+    {"item", "tolist", "numpy", "__float__", "__int__", "__index__", "__bool__", "__complex__"}
+)
+
+
+def _refuse_random_to_python(
+    mode: CaptureMode, name: str, args: Sequence[Any], kwargs: Any
+) -> None:
+    """Refuses a Python value (``item()``, ``tolist()``, a comparison's ``bool``) of a
+    temporary whose values torch's global generator drew: a number init code can put
+    in a buffer or branch on, another on every rank (and no function of ``seed``).
+
+    Raises:
+        UnsupportedInitOpError: such a read.
+    """
+    for track in mode.store.followed((args, kwargs)):
+        if track.kind == "temp" and mode.engine.random(track):
+            raise mode.store.fail(
+                track, name,
+                "it hands init code a Python value of random values from torch's "
+                "global generator, no function of seed and different on each rank "
+                "(a buffer filled with it, or a branch on it, would differ per rank); "
+                "compute such values deterministically",
+            )  # fmt: skip
 
 
 #: Steps whose value jumps where an operand moves by one ulp (``%`` and ``//`` jump by a

@@ -12,6 +12,11 @@ result is read back.
   the model's own ``tie_weights``, or untied). Writes that end up nowhere are reported.
 * Every meta buffer is replaced by a real CPU tensor, so the values init code computes
   for it exist when ``init_fn`` returns; they are kept, and the meta buffer put back.
+* A buffer that is real already (registered on the CPU in a model built on meta, or
+  computed by its constructor) is followed in place: its stand-in is an alias of its own
+  storage, so init code's deterministic writes change it as in eager torch, while a
+  random one (torch's global generator: another draw on every rank) is refused like a
+  meta buffer's (:mod:`.backstop`); the buffer itself is put back after.
 * What init code does to the modules themselves (``eval()``, plain attributes it sets,
   changes or deletes, transformers' ``_is_hf_initialized``, hooks it registers) stays as
   eager torch leaves it: only what the capture swapped is put back.
@@ -31,7 +36,7 @@ from ..._torch_compat import is_flat_param, make_parameter
 from ...errors import ShardInitError, UnsupportedInitOpError
 from ...spec import SUPPORTED_DTYPES
 from .threads import CheckedParameter, checked_tensor
-from .tracks import Track
+from .tracks import Track, storage_id
 
 __all__ = [
     "BufferStandIn",
@@ -206,6 +211,7 @@ class BufferStandIn:
     attr: str
     original: torch.Tensor
     track: Track
+    real: bool = False  # a real buffer followed in place: its values are its own
 
 
 def _real_like(buffer: torch.Tensor) -> torch.Tensor:
@@ -214,21 +220,33 @@ def _real_like(buffer: torch.Tensor) -> torch.Tensor:
     return checked_tensor(torch.full(tuple(buffer.shape), fill, dtype=buffer.dtype))
 
 
+def _followed_in_place(buffer: torch.Tensor) -> bool:
+    """Whether a real buffer is followed through an alias of its own storage: a plain
+    tensor with one (a subclass, such as a DTensor, keeps its own dispatch)."""
+    return type(buffer) is torch.Tensor and not buffer.requires_grad and not buffer.is_sparse
+
+
 def buffer_standins(module: nn.Module) -> list[BufferStandIn]:
-    """Real CPU stand-ins for every meta buffer (one per buffer object)."""
+    """Real CPU stand-ins for every meta buffer, and checked aliases of every real one
+    (one per buffer object, and per storage for real ones: two real buffers viewing one
+    storage are one followed tensor)."""
     made: dict[int, Track] = {}
+    storages: set[int | None] = set()
     found = []
     for path, owner in module.named_modules():
         for attr, buffer in owner._buffers.items():
-            if buffer is None or not buffer.is_meta:
+            if buffer is None or not (buffer.is_meta or _followed_in_place(buffer)):
                 continue
             name = canonical_name(qualified(path, attr))
             track = made.get(id(buffer))
+            if track is None and not buffer.is_meta:
+                if storage_id(buffer) in storages:
+                    continue  # an alias of a real buffer followed already: its storage is
+                storages.add(storage_id(buffer))
             if track is None:
-                track = made[id(buffer)] = Track(
-                    "buffer", _real_like(buffer), f"buffer {name!r}", name
-                )
-            found.append(BufferStandIn(name, owner, attr, buffer, track))
+                stand_in = _real_like(buffer) if buffer.is_meta else checked_tensor(buffer)
+                track = made[id(buffer)] = Track("buffer", stand_in, f"buffer {name!r}", name)
+            found.append(BufferStandIn(name, owner, attr, buffer, track, not buffer.is_meta))
     return found
 
 
@@ -244,6 +262,10 @@ def read_buffers(
     problems = []
     for standin in standins:
         current = standin.module._buffers.get(standin.attr)
+        if standin.real:  # its values are its own; a tensor init code assigned stays
+            if current is standin.track.base:
+                standin.module._buffers[standin.attr] = standin.original
+            continue
         standin.module._buffers[standin.attr] = standin.original
         if current is standin.track.base:
             whole = tuple((0, size) for size in standin.track.shape)

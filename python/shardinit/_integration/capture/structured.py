@@ -78,6 +78,27 @@ def _check_whole(track: Track, view: torch.Tensor) -> None:
             f"parameter of shape {track.shape} in its own order: its matrix would be the "
             "view's; call it on the parameter itself"
         )
+    _check_eager_matrix_view(view)
+
+
+def _check_eager_matrix_view(view: torch.Tensor) -> None:
+    """torch's ``orthogonal_`` ends with ``tensor.view_as(q)`` of its (rows, cols)
+    matrix ``q``, which raises in eager torch where the parameter's layout cannot be
+    viewed so (``channels_last`` with a kernel wider than 1): :class:`Cannot` there, as
+    eager refuses it (the stand-in notes eager's layout: :mod:`.threads`)."""
+    eager = view.__dict__.get("_eager_layout")
+    if eager is None or view.dim() < 2:
+        return
+    rows = view.size(0)
+    try:
+        eager.view(rows, view.numel() // rows if rows else 0)
+    except RuntimeError:
+        raise Cannot(
+            f"in eager torch the parameter has strides {tuple(eager.stride())} (a memory "
+            "format such as channels_last), where orthogonal_'s view_as of its "
+            f"({rows}, {view.numel() // max(rows, 1)}) matrix raises; run orthogonal_ "
+            "before setting the memory format, as eager torch needs too"
+        ) from None
 
 
 def _structured(

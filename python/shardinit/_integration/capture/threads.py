@@ -33,11 +33,14 @@ parameter may be ``channels_last`` (on meta before the capture, or by init code'
 ``module.to(memory_format=...)``). Such a stand-in and its views carry a meta tensor of
 eager's layout (:func:`give_eager_layout`); a view that eager torch cannot make there
 (``view`` raises, ``reshape``/``flatten`` copy) and ``contiguous()``, which copies there,
-are refused, naming the parameter and the line.
+are refused, naming the parameter and the line. ``stride()`` and ``is_contiguous()``
+answer eager's layout to init code (which may branch on it) and the row-major one to
+shardinit's own code (its region arithmetic), told apart by the caller's module.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -182,6 +185,18 @@ class _ThreadChecked(torch.Tensor):
             _follow_eager_layout(_WATCH, func, args, kwargs or {}, checked)
         return checked
 
+    def stride(self, *args: Any, **kwargs: Any) -> Any:
+        eager = self.__dict__.get("_eager_layout")
+        if eager is not None and _asked_by_init_code():
+            return eager.stride(*args, **kwargs)
+        return torch.Tensor.stride(self, *args, **kwargs)
+
+    def is_contiguous(self, *args: Any, **kwargs: Any) -> bool:
+        eager = self.__dict__.get("_eager_layout")
+        if eager is not None and _asked_by_init_code():
+            return bool(eager.is_contiguous(*args, **kwargs))
+        return bool(torch.Tensor.is_contiguous(self, *args, **kwargs))
+
     def contiguous(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         eager = self.__dict__.get("_eager_layout")
         with torch_function_disabled():
@@ -189,6 +204,13 @@ class _ThreadChecked(torch.Tensor):
         if copies and _WATCH is not None:
             raise _layout_refusal(_WATCH, self, "contiguous", "eager torch copies it there")
         return torch.Tensor.contiguous(self, *args, **kwargs)
+
+
+def _asked_by_init_code() -> bool:
+    """Whether the caller two frames up (past the stand-in's method) is init code, not
+    shardinit's own region arithmetic, which reads the stand-in's row-major strides."""
+    caller = sys._getframe(2).f_globals.get("__name__", "")
+    return not (caller == "shardinit" or caller.startswith("shardinit."))
 
 
 class CheckedParameter(_ThreadChecked, nn.Parameter):
