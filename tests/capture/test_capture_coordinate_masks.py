@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from capture_models import linear_pair
 from torch import nn
 
 import shardinit
@@ -51,11 +52,7 @@ CASES: dict[str, Init] = {
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_masks_of_coordinates_are_eagers(name: str) -> None:
     init = _then(CASES[name])
-    with torch.device("meta"):
-        model = nn.Linear(16, 32)
-    shardinit.materialize(model, seed=0, init_fn=lambda: init(model))
-    eager = nn.Linear(16, 32)
-    init(eager)
+    model, eager = linear_pair(init)
     assert torch.equal(model.weight, eager.weight)
     assert torch.equal(model.bias, eager.bias)
     changed = ~torch.eq(model.weight, (torch.arange(512.0).view(32, 16) * 0.5 - 100))

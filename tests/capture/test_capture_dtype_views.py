@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from capture_models import linear_pair
 from torch import nn
 
 import shardinit
@@ -39,9 +40,5 @@ def test_a_view_in_its_own_dtype_is_eagers() -> None:
         with torch.no_grad():
             m.weight.view(torch.float32).fill_(1.5)
 
-    with torch.device("meta"):
-        model = nn.Linear(16, 32)
-    shardinit.materialize(model, seed=0, init_fn=lambda: init(model))
-    eager = nn.Linear(16, 32)
-    init(eager)
+    model, eager = linear_pair(init)
     assert torch.equal(model.weight, eager.weight)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from capture_models import linear_pair
 from torch import nn
 
 import shardinit
@@ -44,11 +45,7 @@ def test_integer_steps_in_init_fn_wrap_as_eager(name: str) -> None:
         with torch.no_grad():
             m.weight.copy_(values(m.weight.device).reshape(32, 16).float())
 
-    with torch.device("meta"):
-        model = nn.Linear(16, 32)
-    shardinit.materialize(model, seed=0, init_fn=lambda: init(model))
-    eager = nn.Linear(16, 32)
-    init(eager)
+    model, eager = linear_pair(init)
     assert torch.equal(model.weight, eager.weight)
     if name == "bool_to_uint8_minus_1":
         assert sorted(set(model.weight.flatten().tolist())) == [0.0, 255.0]

@@ -206,3 +206,16 @@ def eager(
     model = factory()
     init(model)
     return model
+
+
+def linear_pair(init: Callable[[nn.Linear], object]) -> tuple[nn.Linear, nn.Linear]:
+    """A meta ``nn.Linear(16, 32)`` materialized (seed 0) with ``init`` as its init code,
+    and a CPU one that ``init`` ran on eagerly: the pair the capture tests compare."""
+    import shardinit
+
+    with torch.device("meta"):
+        model = nn.Linear(16, 32)
+    shardinit.materialize(model, seed=0, init_fn=lambda: init(model))
+    eager = nn.Linear(16, 32)
+    init(eager)
+    return model, eager
