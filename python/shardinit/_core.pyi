@@ -1,6 +1,6 @@
 """Type stub of the compiled extension ``shardinit._core`` (checked by stubtest)."""
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final, final
 
 __all__ = [
@@ -221,14 +221,17 @@ class StartedFills:
         """
 
 def start_fills(
-    fills: list[tuple[int, list[int], Init, str, Region, Any]],
+    fills: Sequence[
+        tuple[int, list[int], Init, str, Region, Any]
+        | tuple[int, list[int], RegisterProgram, str, Region, Any]
+    ],
     threads: int = 1,
 ) -> StartedFills:
-    """Starts :func:`fill` for each of ``fills`` (its arguments but ``threads``) on a new
-    thread and returns at once, so the caller goes on while they run, one after the
-    other, each on ``threads``. Every buffer is claimed before this returns (as
-    :func:`fill` claims ``out``); until ``wait()`` returns, nothing may read or write
-    them.
+    """Starts :func:`fill` (an ``Init``) or :func:`fill_program` (a ``RegisterProgram``)
+    for each of ``fills`` (its arguments but ``threads``) on a new thread and returns at
+    once, so the caller goes on while they run, side by side on ``threads``. Every
+    buffer is claimed before this returns (as :func:`fill` claims ``out``); until
+    ``wait()`` returns, nothing may read or write them.
 
     Raises:
         ShardInitError: two buffers overlap, or one overlaps a fill still running.

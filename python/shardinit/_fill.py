@@ -19,11 +19,13 @@ import torch
 from . import _core, _cuda
 from ._host import (
     HostFill,
+    HostProgramFill,
     fill_cpu,
     fill_program_cpu,
     fill_via_pinned,
     fill_whole_on_host,
     host_fill_args,
+    host_program_args,
     start_fills_cpu,
 )
 from ._layout import Box
@@ -73,11 +75,17 @@ def on_one_thread(elementwise: bool, out: torch.Tensor) -> bool:
 
 
 class DeferredFills:
-    """Fills of elementwise streams of at most one chunk into CPU tensors, which
-    :func:`fill` is handed and leaves to the core: one call per :attr:`BATCH` of them,
-    run on a thread of the core's while the caller goes on (:func:`._host.
-    start_fills_cpu`). A model of many small parameters spends about as long in Python
-    per parameter as the core spends generating it: the two overlap, on two cores.
+    """Fills into CPU tensors that :func:`fill` is handed and leaves to the core: streams'
+    elementwise values of at most one chunk, and elementwise programs of any size. They
+    are written in batches (:func:`._host.start_fills_cpu`), each on a thread of the
+    core's while the caller goes on:
+
+    * a model of many small parameters spends about as long in Python per parameter as
+      the core spends generating it: the two overlap, on two cores (a batch of streams
+      runs on one thread);
+    * a model of many computed parameters (timm's ``trunc_normal_`` on every weight)
+      keeps every thread busy: the programs of a batch run side by side on the writer's
+      threads, where one at a time leaves threads idle at the end of each.
 
     The values are there when the ``with`` block ends (:meth:`__exit__` writes the last
     batch, waits for every one and bumps the tensors' versions as :func:`fill` does), so
@@ -90,32 +98,54 @@ class DeferredFills:
     #: Fills per batch: enough that a batch's thread costs nothing per fill, few enough
     #: that the core's check that no two buffers overlap (pairwise) stays cheap.
     BATCH = 256
+    #: Program elements per batch: tens of milliseconds of work, so the caller's Python
+    #: for the next parameters overlaps the core's, and the last batch is short.
+    PROGRAM_ELEMENTS = 1 << 22
 
     def __init__(self) -> None:
-        self.fills: list[HostFill] = []
+        self.fills: list[HostFill | HostProgramFill] = []
         self.outs: list[torch.Tensor] = []
+        #: The threads the programs taken ask for, and their elements (0: none taken).
+        self.program_threads = 1
+        self.program_elements = 0
         self._running: tuple[_core.StartedFills, list[torch.Tensor]] | None = None
 
-    def takes(self, elementwise: bool, out: torch.Tensor) -> bool:
-        """Whether this fill of ``out`` may be left here (a larger one is written at
-        once, on every thread the caller gives it)."""
-        return out.device.type != "cuda" and on_one_thread(elementwise, out)
+    def takes(self, elementwise: bool, out: torch.Tensor, program: bool) -> bool:
+        """Whether this fill of ``out`` (of a program's values or not) may be left here
+        (a larger stream's is written at once, on every thread the caller gives it)."""
+        if out.device.type == "cuda" or not elementwise:
+            return False
+        return program or on_one_thread(elementwise, out)
 
-    def add(self, spec: ParamSpec, region: Region, out: torch.Tensor) -> None:
-        """Takes the fill of ``region`` of ``spec``'s stream into ``out`` (one that
-        :meth:`takes`)."""
-        self.fills.append(host_fill_args(spec, _core_region(region), out))
+    def add(
+        self,
+        spec: ParamSpec,
+        region: Region,
+        out: torch.Tensor,
+        registers: Registers | None = None,
+        threads: int = 1,
+    ) -> None:
+        """Takes the fill of ``region`` of ``spec``'s stream, or of ``registers``' values
+        on ``threads``, into ``out`` (one that :meth:`takes`)."""
+        if registers is None:
+            self.fills.append(host_fill_args(spec, _core_region(region), out))
+        else:
+            self.fills.append(host_program_args(spec, registers.code, _core_region(region), out))
+            self.program_threads = max(self.program_threads, threads)
+            self.program_elements += out.numel()
         self.outs.append(out)
-        if len(self.fills) >= self.BATCH:
+        if len(self.fills) >= self.BATCH or self.program_elements >= self.PROGRAM_ELEMENTS:
             self._start()
 
     def _start(self) -> None:
         """Waits for the batch under way (at most one runs: the caller's Python and the
-        core each keep one core busy), then starts the one taken."""
+        core each keep one core busy, or the core all of them for programs), then starts
+        the one taken."""
         self._wait()
-        fills, outs = self.fills, self.outs
+        fills, outs, threads = self.fills, self.outs, self.program_threads
         self.fills, self.outs = [], []
-        self._running = (start_fills_cpu(fills, 1), outs)
+        self.program_threads, self.program_elements = 1, 0
+        self._running = (start_fills_cpu(fills, threads), outs)
 
     def _wait(self) -> None:
         if self._running is not None:
@@ -152,11 +182,11 @@ def fill(
     ``spec``: its name, seed, global shape and dtype) into ``out`` (checked by the
     caller: contiguous, of the region's shape and the spec's dtype, on the CPU or a CUDA
     device). ``threads``: the core's worker threads; ``chunk_bytes``: the size of each
-    pinned buffer of the host path to a CUDA ``out``; ``deferred``: where a stream's fill
-    of a CPU ``out`` may be left, written when it is flushed."""
+    pinned buffer of the host path to a CUDA ``out``; ``deferred``: where the fill of a
+    CPU ``out`` may be left, written when it is flushed."""
     elementwise = values_elementwise(spec, registers)
-    if deferred is not None and registers is None and deferred.takes(elementwise, out):
-        deferred.add(spec, region, out)
+    if deferred is not None and deferred.takes(elementwise, out, registers is not None):
+        deferred.add(spec, region, out, registers, threads)
         return
 
     def write(host: torch.Tensor, offset: int | None) -> None:

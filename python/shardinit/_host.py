@@ -43,6 +43,10 @@ def writable_view(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
 
 #: The arguments of one ``_core.fill`` but ``threads``.
 HostFill = tuple[int, list[int], _core.Init, str, _core.Region, np.ndarray[Any, Any]]
+#: The arguments of one ``_core.fill_program`` but ``threads``.
+HostProgramFill = tuple[
+    int, list[int], _core.RegisterProgram, str, _core.Region, np.ndarray[Any, Any]
+]
 
 
 def host_fill_args(spec: ParamSpec, region: _core.Region, out: torch.Tensor) -> HostFill:
@@ -52,6 +56,14 @@ def host_fill_args(spec: ParamSpec, region: _core.Region, out: torch.Tensor) -> 
     return spec.key64, list(spec.shape), init, spec.dtype_name, region, writable_view(out)
 
 
+def host_program_args(
+    spec: ParamSpec, program: _core.RegisterProgram, region: _core.Region, out: torch.Tensor
+) -> HostProgramFill:
+    """The core's arguments for writing ``region`` of ``program``'s values (keyed by
+    ``spec``) into the CPU tensor ``out``."""
+    return spec.key64, list(spec.shape), program, spec.dtype_name, region, writable_view(out)
+
+
 def fill_cpu(spec: ParamSpec, region: _core.Region, out: torch.Tensor, threads: int) -> None:
     """Writes ``region`` of ``spec`` into the CPU tensor ``out`` with ``threads`` worker
     threads (GIL released). A second call on overlapping memory while this one runs
@@ -59,10 +71,11 @@ def fill_cpu(spec: ParamSpec, region: _core.Region, out: torch.Tensor, threads: 
     _core.fill(*host_fill_args(spec, region, out), threads)
 
 
-def start_fills_cpu(fills: list[HostFill], threads: int) -> _core.StartedFills:
-    """Starts every fill of ``fills`` (:func:`host_fill_args`) on a thread of the core's
-    and returns at once (``_core.start_fills``): the caller reads none of the tensors
-    before ``wait()`` on the result."""
+def start_fills_cpu(fills: list[HostFill | HostProgramFill], threads: int) -> _core.StartedFills:
+    """Starts every fill of ``fills`` (:func:`host_fill_args`, :func:`host_program_args`)
+    on a thread of the core's, side by side on ``threads``, and returns at once
+    (``_core.start_fills``): the caller reads none of the tensors before ``wait()`` on
+    the result."""
     return _core.start_fills(fills, threads)
 
 
@@ -76,15 +89,7 @@ def fill_program_cpu(
     """Writes ``region`` of ``program``'s values (keyed by ``spec``: name, seed, global
     shape, dtype; its initializer is not read) into the CPU tensor ``out``, as
     :func:`fill_cpu` does."""
-    _core.fill_program(
-        spec.key64,
-        list(spec.shape),
-        program,
-        spec.dtype_name,
-        region,
-        writable_view(out),
-        threads,
-    )
+    _core.fill_program(*host_program_args(spec, program, region, out), threads)
 
 
 def pinned_empty(numel: int, dtype: torch.dtype) -> torch.Tensor:

@@ -7,7 +7,9 @@ bounded pinned buffers, ``CUDA_CHUNK_BYTES`` at a time (CUDA runtime mocked: no 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -253,25 +255,80 @@ def test_deferred_fills_leaving_on_an_error_start_nothing_more() -> None:
     assert not out.any(), "the batch taken was not started"
 
 
-def test_deferred_fills_take_only_elementwise_cpu_fills_of_at_most_one_chunk() -> None:
-    """Which fills the writer may leave for later: elementwise ones into a CPU tensor of
-    at most one chunk (a larger one runs at once, on every thread; a CUDA one has its own
-    path). The values do not show it, so this says it (``make mutants``: ``!=`` made
+def test_deferred_fills_take_only_elementwise_cpu_fills_of_streams_of_one_chunk_or_programs() -> (
+    None
+):
+    """Which fills the writer may leave for later: elementwise ones into a CPU tensor, of
+    at most one chunk for a stream (a larger one runs at once, on every thread), of any
+    size for a program (run side by side with the batch's others); a CUDA one has its
+    own path. The values do not show it, so this says it (``make mutants``: ``!=`` made
     ``==`` in ``takes`` survived every test)."""
     deferred = _fill.DeferredFills()
     chunk = shardinit._core.CHUNK_ELEMENTS
-    assert deferred.takes(True, torch.empty(chunk))
-    assert not deferred.takes(True, torch.empty(chunk + 1))
-    assert not deferred.takes(False, torch.empty(4))  # orthogonal: the whole matrix
-    assert deferred.takes(True, torch.empty(4, device="meta"))  # any device but CUDA
+    assert deferred.takes(True, torch.empty(chunk), False)
+    assert not deferred.takes(True, torch.empty(chunk + 1), False)
+    assert deferred.takes(True, torch.empty(chunk + 1), True)
+    assert not deferred.takes(False, torch.empty(4), False)  # orthogonal: the whole matrix
+    assert not deferred.takes(False, torch.empty(4), True)
+    assert deferred.takes(True, torch.empty(4, device="meta"), False)  # any device but CUDA
+
+
+def _trunc_normal_layers(count: int) -> tuple[torch.nn.Module, Callable[[], None]]:
+    """``count`` meta Linear layers of a few shapes and timm's init code for them
+    (``trunc_normal_`` weights: a program of ``uniform_``, ``erfinv_``, ``mul_``,
+    ``add_``, ``clamp_``; zero biases)."""
+    with torch.device("meta"):
+        model = torch.nn.Sequential(
+            *[torch.nn.Linear(64 + 32 * (i % 3), 96 - 16 * (i % 2)) for i in range(count)]
+        )
+
+    def init_fn() -> None:
+        for layer in model:
+            assert isinstance(layer, torch.nn.Linear)
+            weight = layer.weight  # timm.layers.trunc_normal_(std=0.02), its own steps
+            weight.uniform_(-1.0, 1.0).erfinv_().mul_(0.02 * math.sqrt(2.0))
+            weight.add_(0.0).clamp_(min=-2.0, max=2.0)
+            torch.nn.init.zeros_(layer.bias)
+
+    return model, init_fn
+
+
+def test_programs_deferred_side_by_side_equal_programs_written_one_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """materialize leaves a model's elementwise programs to the core in batches, each
+    batch's programs side by side on the writer's threads: every parameter gets the
+    values it gets written alone, at once, and its version is bumped. Batches are made
+    small here so that there are several, each of several programs."""
+    batches: list[tuple[int, int]] = []  # per batch: its programs, its threads
+    start = _fill.start_fills_cpu
+
+    def spy(fills: list[Any], threads: int) -> shardinit._core.StartedFills:
+        programs = sum(isinstance(f[2], shardinit._core.RegisterProgram) for f in fills)
+        batches.append((programs, threads))
+        return start(fills, threads)
+
+    monkeypatch.setattr(_fill.DeferredFills, "PROGRAM_ELEMENTS", 30_000)
+    monkeypatch.setattr(_fill, "start_fills_cpu", spy)
+    model, init_fn = _trunc_normal_layers(12)
+    shardinit.materialize(model, seed=SEED, init_fn=init_fn)
+    assert len(batches) >= 3 and all(programs >= 2 for programs, _ in batches[:-1]), batches
+    # Batches of programs on the writer's threads; of small streams only (biases) on one.
+    assert all(threads == (shard.get_num_threads() if n else 1) for n, threads in batches)
+    monkeypatch.setattr(_fill.DeferredFills, "takes", lambda *args: False)
+    reference, reference_init = _trunc_normal_layers(12)
+    shardinit.materialize(reference, seed=SEED, init_fn=reference_init)
+    for (name, got), want in zip(model.named_parameters(), reference.parameters(), strict=True):
+        assert torch.equal(got.detach(), want.detach()), name
+        assert got._version > 0, name
+    weight = model[0].weight.detach()
+    assert weight.abs().max() <= 2.0 and 0.015 < weight.std() < 0.025  # trunc_normal_(std=0.02)
 
 
 def test_a_model_of_small_programs_gets_the_programs_values() -> None:
-    """materialize writes a whole model through the deferred fills, which take a bare
-    stream only: small parameters whose init code computes their values (programs) get
-    those values, not their streams'. (Today no caller hands ``_fill.fill`` a program
-    and deferred fills together, so ``make mutants``' ``program is not None`` there is
-    equivalent; this guards the behaviour end to end if one does.)"""
+    """materialize writes a whole model through the deferred fills, which take streams
+    and programs: small parameters whose init code computes their values (programs) get
+    those values, not their streams'."""
     with torch.device("meta"):
         model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
 

@@ -68,14 +68,18 @@ class Writer:
         threads: the core's worker threads (the core runs a fill of elementwise values
             of at most one chunk on the calling thread whatever this is).
         chunk_bytes: the size of each pinned buffer of the host path to a CUDA tensor.
-        deferred: where a stream's fill straight into a CPU tensor may be left until the
-            caller leaves its ``with`` block (:class:`shardinit._fill.DeferredFills`);
-            None: every fill is written at once.
+        deferred: where a fill straight into a CPU tensor (a stream's small one, or an
+            elementwise program's) may be left until the caller leaves its ``with`` block
+            (:class:`shardinit._fill.DeferredFills`); None: every fill is written at once.
     """
 
     threads: int
     chunk_bytes: int
     deferred: DeferredFills | None = None
+
+    def at_once(self) -> Writer:
+        """This writer, writing every fill at once (none deferred)."""
+        return self if self.deferred is None else Writer(self.threads, self.chunk_bytes)
 
     # ------------------------------------------------------------------ one region
 
@@ -96,25 +100,19 @@ class Writer:
             return
         direct = target.is_contiguous()
         out = target if direct else torch.empty_like(target, memory_format=CONTIGUOUS)
-        if not isinstance(compiled, Registers):
+        registers = compiled if isinstance(compiled, Registers) else None
+        if registers is None:
+            assert isinstance(compiled, Initializer)
             spec = spec if spec.init is compiled else spec.with_init(compiled)
-            fill(
-                spec,
-                box,
-                out,
-                threads=self.threads,
-                chunk_bytes=self.chunk_bytes,
-                deferred=self.deferred if direct else None,
-            )
-        else:
-            fill(
-                spec,
-                box,
-                out,
-                threads=self.threads,
-                chunk_bytes=self.chunk_bytes,
-                registers=compiled,
-            )
+        fill(
+            spec,
+            box,
+            out,
+            threads=self.threads,
+            chunk_bytes=self.chunk_bytes,
+            registers=registers,
+            deferred=self.deferred if direct else None,
+        )
         if not direct:
             target.copy_(out)
 
@@ -142,9 +140,8 @@ class Writer:
         of an earlier one's, in order, at once."""
         ops = _check_ops(record, prior)
         visible = _visible_parts(ops, pieces)
-        # Programs are written at once (the hull route reads what it wrote); so are the
-        # fills of several operations, whose order matters.
-        at_once = self if self.deferred is None else Writer(self.threads, self.chunk_bytes)
+        # The fills of several operations are written at once: their order matters.
+        at_once = self.at_once()
         fills = self if sum(1 for parts in visible if parts) == 1 else at_once
         spec: ParamSpec | None = None  # the parameter's, made (and checked) once
         programs: list[Expr] | None = None
@@ -163,7 +160,7 @@ class Writer:
                 spec = _spec(record, seed, Constant(0.0), spec)
                 if programs is None:
                     programs = op_programs(record, ops)
-                at_once._write_program(programs[index], spec, parts)
+                fills._write_program(programs[index], spec, parts)
 
     def _write_program(self, program: Expr, spec: ParamSpec, parts: Sequence[Piece]) -> None:
         """Writes ``program`` on each of ``parts``: per part when it is elementwise, else
@@ -180,7 +177,10 @@ class Writer:
             for d in range(len(shape))
         )
         held = parts[0][1].new_empty([stop - start for start, stop in hull])
-        self.write_compiled(spec, hull, held, compile_program(simplify(program, hull), shape))
+        # At once: the copies below read what it wrote.
+        self.at_once().write_compiled(
+            spec, hull, held, compile_program(simplify(program, hull), shape)
+        )
         for part, target in parts:
             target.copy_(held[_local_index(part, hull)])
 

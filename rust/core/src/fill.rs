@@ -4,13 +4,15 @@
 //! elementwise initializers, or a read of the orthogonal matrix, computed once per fill.
 
 use half::{bf16, f16};
+use rayon::prelude::*;
 
 use crate::geometry::{box_numel, checked_numel};
 use crate::init::{Dtype, Element, Init, Sampler};
 use crate::kernel;
 use crate::orthogonal::OrthogonalMatrix;
 use crate::philox::{Backend, Stream};
-use crate::pool::Threads;
+use crate::pool::{self, Threads};
+use crate::program::Program;
 use crate::region::{Region, RunWriter, Walk};
 use crate::serial::write_stream;
 use crate::Error;
@@ -287,32 +289,68 @@ impl ParamStream {
     }
 }
 
-/// One fill of a batch ([`fill_many`]): a region of a parameter into its own buffer.
+/// One fill of a batch ([`fill_many`]): a region of a parameter's values into its own
+/// buffer.
 #[derive(Debug)]
 pub struct FillJob<'a> {
-    /// The parameter.
-    pub param: ParamStream,
+    /// The values: the parameter's stream, or an init program keyed by the parameter.
+    pub values: JobValues,
     /// The region of its global tensor `out` holds.
     pub region: Region,
     /// The buffer, of the region's length.
     pub out: OutBuf<'a>,
 }
 
-/// Runs every job's [`ParamStream::fill_region`], one after the other, each on
-/// `threads`: the batch of one call (the Python writer starts one on a thread of its
-/// own while it plans the next parameters).
-///
-/// # Errors
-/// The first job's error in job order (every job is attempted).
-pub fn fill_many(jobs: Vec<FillJob<'_>>, threads: Threads) -> Result<(), Error> {
-    let mut first = Ok(());
-    for job in jobs {
-        let result = job.param.fill_region(&job.region, job.out, threads);
-        if first.is_ok() {
-            first = result;
+/// What a [`FillJob`] writes.
+#[derive(Debug)]
+pub enum JobValues {
+    /// The parameter's stream ([`ParamStream::fill_region`]).
+    Stream(ParamStream),
+    /// An init program over the parameter `(key64, global_shape)`
+    /// ([`Program::fill_region`]).
+    Program {
+        /// The program.
+        program: Program,
+        /// The parameter's key (stream-format.md §1).
+        key64: u64,
+        /// The parameter's global shape.
+        global_shape: Vec<u64>,
+    },
+}
+
+impl FillJob<'_> {
+    /// The job's fill, its chunks on `threads`.
+    fn run(self, threads: Threads) -> Result<(), Error> {
+        match self.values {
+            JobValues::Stream(param) => param.fill_region(&self.region, self.out, threads),
+            JobValues::Program {
+                program,
+                key64,
+                global_shape,
+            } => program.fill_region(key64, &global_shape, &self.region, self.out, threads),
         }
     }
-    first
+}
+
+/// Runs every job's fill on `threads`: side by side, each job's chunks on the same
+/// threads too (so a batch of many mid-sized programs keeps every thread busy, where one
+/// job at a time leaves threads idle at its end). The batch of one call (the Python
+/// writer starts one on a thread of its own while it plans the next parameters). Which
+/// thread writes what changes no value: each element is a function of its index.
+///
+/// # Errors
+/// The first job's error in job order (every job is attempted);
+/// [`Error::ThreadPool`] if the pool's threads cannot be started.
+pub fn fill_many(jobs: Vec<FillJob<'_>>, threads: Threads) -> Result<(), Error> {
+    let total = jobs.iter().map(|job| job.out.len()).sum();
+    let results: Vec<Result<(), Error>> = pool::install(total, threads, |parallel| {
+        if parallel {
+            jobs.into_par_iter().map(|job| job.run(threads)).collect()
+        } else {
+            jobs.into_iter().map(|job| job.run(threads)).collect()
+        }
+    })?;
+    results.into_iter().find(Result::is_err).unwrap_or(Ok(()))
 }
 
 #[cfg(test)]
@@ -322,6 +360,81 @@ mod tests {
         Region::Box {
             ranges: ranges.to_vec(),
             offset,
+        }
+    }
+
+    #[test]
+    fn programs_side_by_side_in_fill_many_equal_each_programs_own_fill() {
+        use crate::program::UnaryOp;
+        // An erfinv of a uniform (timm's trunc_normal_ core), over shapes of one chunk,
+        // several chunks and a part of a box, among a stream job.
+        let mut program = Program::new();
+        let source = program
+            .source(Init::Uniform { a: -1.0, b: 1.0 }, Dtype::F32)
+            .unwrap();
+        program.unary(UnaryOp::Erfinv, source).unwrap();
+        let shapes: [&[u64]; 3] = [&[300, 700], &[64, 64], &[5, 90_001]];
+        let regions = [
+            boxed(&[(0, 300), (0, 700)], None),
+            boxed(&[(3, 40), (1, 64)], None),
+            Region::Flat { start: 7 },
+        ];
+        let lens = [210_000, 37 * 63, 449_998];
+        let expected: Vec<Vec<f32>> = (0..3)
+            .map(|i| {
+                let mut out = vec![0f32; lens[i]];
+                program
+                    .fill_region(
+                        40 + i as u64,
+                        shapes[i],
+                        &regions[i],
+                        OutBuf::F32(&mut out),
+                        Threads::Count(1),
+                    )
+                    .unwrap();
+                out
+            })
+            .collect();
+        let stream = ParamStream {
+            key64: 9,
+            global_shape: vec![100_000],
+            init: Init::Uniform { a: 0.0, b: 1.0 },
+        };
+        let mut stream_expected = vec![0f32; 100_000];
+        stream
+            .fill_region(
+                &Region::Flat { start: 0 },
+                OutBuf::F32(&mut stream_expected),
+                Threads::Count(1),
+            )
+            .unwrap();
+        for threads in [Threads::Count(1), Threads::Count(2), Threads::Count(3)] {
+            let mut outs: Vec<Vec<f32>> = lens.iter().map(|&len| vec![0f32; len]).collect();
+            let mut stream_out = vec![0f32; 100_000];
+            let mut jobs: Vec<FillJob<'_>> = outs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, out)| FillJob {
+                    values: JobValues::Program {
+                        program: program.clone(),
+                        key64: 40 + i as u64,
+                        global_shape: shapes[i].to_vec(),
+                    },
+                    region: regions[i].clone(),
+                    out: OutBuf::F32(out),
+                })
+                .collect();
+            jobs.insert(
+                1,
+                FillJob {
+                    values: JobValues::Stream(stream.clone()),
+                    region: Region::Flat { start: 0 },
+                    out: OutBuf::F32(&mut stream_out),
+                },
+            );
+            fill_many(jobs, threads).unwrap();
+            assert_eq!(outs, expected, "{threads:?}");
+            assert_eq!(stream_out, stream_expected, "{threads:?}");
         }
     }
 
@@ -367,7 +480,7 @@ mod tests {
                 .iter_mut()
                 .enumerate()
                 .map(|(i, out)| FillJob {
-                    param: params[i].clone(),
+                    values: JobValues::Stream(params[i].clone()),
                     region: regions[i].clone(),
                     out: OutBuf::F32(out),
                 })
@@ -379,17 +492,17 @@ mod tests {
         let (mut short, mut past, mut fine) = (vec![0f32; 3], vec![0f32; 4], vec![0f32; 64]);
         let jobs = vec![
             FillJob {
-                param: params[1].clone(),
+                values: JobValues::Stream(params[1].clone()),
                 region: Region::Flat { start: 0 },
                 out: OutBuf::F32(&mut fine),
             },
             FillJob {
-                param: params[3].clone(),
+                values: JobValues::Stream(params[3].clone()),
                 region: boxed(&[(0, 2), (0, 2)], None),
                 out: OutBuf::F32(&mut short),
             },
             FillJob {
-                param: params[1].clone(),
+                values: JobValues::Stream(params[1].clone()),
                 region: Region::Flat { start: 62 },
                 out: OutBuf::F32(&mut past),
             },

@@ -16,7 +16,7 @@ pub mod region;
 mod serial;
 
 pub use error::Error;
-pub use fill::{fill_many, FillJob, OutBuf, ParamStream};
+pub use fill::{fill_many, FillJob, JobValues, OutBuf, ParamStream};
 pub use geometry::{box_numel, checked_numel, chunk_range};
 pub use init::{Dtype, Element, Init, Sampler};
 pub use key::{key64, KEY_DOMAIN_V1};

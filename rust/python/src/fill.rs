@@ -1,9 +1,10 @@
 //! The one fill: a region of a parameter into a caller's buffer.
 
 use pyo3::prelude::*;
-use shardinit_core::{fill_many as core_fill_many, FillJob, ParamStream};
+use shardinit_core::{fill_many as core_fill_many, FillJob, JobValues, ParamStream};
 
 use crate::buffers::{start_detached, threads_of, write_detached, Started};
+use crate::program::PyProgram;
 use crate::types::{DtypeArg, PyInit, PyRegion};
 
 /// Fills `out` (a writable C-contiguous buffer of `dtype`'s item size) with `region`
@@ -34,16 +35,23 @@ pub fn fill(
     })
 }
 
-/// One fill of [`start_fills`]: `(key, global_shape, init, dtype, region, out)`, the
-/// arguments of [`fill`].
+/// One fill of [`start_fills`]: `(key, global_shape, values, dtype, region, out)`, the
+/// arguments of [`fill`] (`values` an `Init`) or of `fill_program` (a `RegisterProgram`).
 type FillArgs<'py> = (
     u64,
     Vec<u64>,
-    PyRef<'py, PyInit>,
+    Values<'py>,
     DtypeArg,
     PyRef<'py, PyRegion>,
     Bound<'py, PyAny>,
 );
+
+/// The values of one fill of [`start_fills`]: a stream's initializer, or a program.
+#[derive(FromPyObject)]
+pub enum Values<'py> {
+    Init(PyRef<'py, PyInit>),
+    Program(PyRef<'py, PyProgram>),
+}
 
 /// Fills under way on a thread of their own ([`start_fills`]).
 #[pyclass(name = "StartedFills", module = "shardinit._core")]
@@ -58,11 +66,11 @@ impl PyStartedFills {
     }
 }
 
-/// Starts every fill of `fills` (each the arguments of `fill` but `threads`) on a new
-/// thread and returns at once, so the caller goes on while they run (a model of many
-/// small parameters: its Python per parameter overlaps the core's). They run one after
-/// the other, each on `threads`. Every buffer is claimed before this returns (as `fill`
-/// claims `out`); no two may overlap.
+/// Starts every fill of `fills` (each the arguments of `fill` or `fill_program` but
+/// `threads`) on a new thread and returns at once, so the caller goes on while they run
+/// (a model of many small parameters: its Python per parameter overlaps the core's).
+/// They run side by side on `threads` (the core's `fill_many`). Every buffer is claimed
+/// before this returns (as `fill` claims `out`); no two may overlap.
 /// Until `wait()` returns, nothing may read or write them; every fill is attempted and
 /// `wait()` raises the first error in order.
 #[pyfunction]
@@ -74,13 +82,21 @@ pub fn start_fills(fills: Vec<FillArgs<'_>>, threads: usize) -> PyResult<PyStart
         .collect();
     let params: Vec<_> = fills
         .iter()
-        .map(|(key, shape, init, _, region, _)| {
-            let param = ParamStream {
-                key64: *key,
-                global_shape: shape.clone(),
-                init: init.0,
+        .map(|(key, shape, values, _, region, _)| {
+            let values = match values {
+                Values::Init(init) => JobValues::Stream(ParamStream {
+                    key64: *key,
+                    global_shape: shape.clone(),
+                    init: init.0,
+                }),
+                // A cheap copy (tables are shared), so the GIL-free work holds no borrow.
+                Values::Program(program) => JobValues::Program {
+                    program: program.program().clone(),
+                    key64: *key,
+                    global_shape: shape.clone(),
+                },
             };
-            (param, region.0.clone())
+            (values, region.0.clone())
         })
         .collect();
     let threads = threads_of(threads);
@@ -88,7 +104,11 @@ pub fn start_fills(fills: Vec<FillArgs<'_>>, threads: usize) -> PyResult<PyStart
         let jobs = params
             .into_iter()
             .zip(outs)
-            .map(|((param, region), out)| FillJob { param, region, out })
+            .map(|((values, region), out)| FillJob {
+                values,
+                region,
+                out,
+            })
             .collect();
         core_fill_many(jobs, threads)
     })?;

@@ -18,6 +18,13 @@ use crate::types::{DtypeArg, PyInit, PyRegion};
 #[derive(Default)]
 pub struct PyProgram(Program);
 
+impl PyProgram {
+    /// The core's program.
+    pub fn program(&self) -> &Program {
+        &self.0
+    }
+}
+
 /// A register operand `arg`: negative values are refused with the core's message.
 fn register(arg: &'static str, value: i64, len: usize) -> PyResult<usize> {
     usize::try_from(value).map_err(|_| {
