@@ -20,7 +20,10 @@
 //! coordinate when the program is compiled (`hoist`), and in a block where a `where`'s
 //! condition is the same on every element only the branch taken is evaluated (a `cat`
 //! of two halves computes `sin` or `cos`, not both). Neither changes a value: the
-//! registers computed are the same functions of the same operands.
+//! registers computed are the same functions of the same operands. A `Round` of a
+//! register whose every value is already of its dtype (a float32 source, another
+//! rounding, a clamp of one between float32 bounds) is an alias of it, not a pass
+//! (`exact`), and registers the result does not read are not evaluated.
 //! A program that is a single `source` of the destination's dtype is the same
 //! computation as [`ParamStream::fill_region`] and is dispatched to its fused kernels.
 //! A program with one source of the destination's dtype and further steps (a fill, then
@@ -43,6 +46,7 @@ use crate::pool::Threads;
 use crate::region::{Region, RunWriter, Walk};
 use crate::Error;
 
+mod exact;
 mod hoist;
 
 /// Elements evaluated together: one scratch vector of this length per register.
@@ -378,6 +382,16 @@ impl Step {
             _ => [None; 3],
         }
     }
+
+    /// Each register this step reads replaced by `f` of it.
+    fn map_operands(&mut self, f: impl Fn(usize) -> usize) {
+        match self {
+            Step::Unary(_, x) | Step::Round(x, _) | Step::ErfinvToF32(x) => *x = f(*x),
+            Step::Binary(_, a, b) | Step::Clamp(_, a, b) => (*a, *b) = (f(*a), f(*b)),
+            Step::Where(c, a, b) => (*c, *a, *b) = (f(*c), f(*a), f(*b)),
+            _ => {}
+        }
+    }
 }
 
 /// Each `erfinv` step whose value is seen only rounded to float32 (every step that reads
@@ -402,6 +416,11 @@ fn erfinv_rounded_to_f32(steps: &mut [Step], dtype: Dtype) {
 /// A program checked against one fill: the steps, the stream and the shape.
 struct Compiled {
     steps: Vec<Step>,
+    /// The register of the result (the last, or the register a last `Round` aliases).
+    result: usize,
+    /// The registers a block evaluates, in order: those the result reads, but for
+    /// constants, the destination's and unused ones.
+    order: Vec<usize>,
     /// The register read back from the destination, if any.
     destination: Option<usize>,
     stream: Stream,
@@ -452,12 +471,33 @@ fn clamps(steps: &mut [Step]) {
     }
 }
 
-/// The registers the conditions of `steps`' `where`s read, with the conditions: per
+/// Per register, whether the result reads it (itself included): the rest is never
+/// evaluated, and its refusals cannot reach the result.
+fn live_registers(steps: &[Step], result: usize) -> Vec<bool> {
+    let mut live = vec![false; steps.len()];
+    live[result] = true;
+    for index in (0..=result).rev() {
+        if live[index] {
+            for operand in steps[index].operands().into_iter().flatten() {
+                live[operand] = true;
+            }
+        }
+    }
+    live
+}
+
+/// Whether a block evaluates `step` (the others are written once per scratch, read
+/// back from the destination, or read by nothing).
+fn evaluated_per_block(step: &Step) -> bool {
+    !matches!(step, Step::Constant(_) | Step::Destination | Step::Unused)
+}
+
+/// The registers the conditions of the live `where`s read, with the conditions: per
 /// register, whether it is one.
-fn condition_registers(steps: &[Step]) -> Vec<bool> {
+fn condition_registers(steps: &[Step], live: &[bool]) -> Vec<bool> {
     let mut marked = vec![false; steps.len()];
     for (index, step) in steps.iter().enumerate().rev() {
-        if let Step::Where(c, _, _) = *step {
+        if let (&Step::Where(c, _, _), true) = (step, live[index]) {
             marked[c] = true;
         }
         if marked[index] {
@@ -548,20 +588,31 @@ impl Program {
         erfinv_rounded_to_f32(&mut steps, dtype);
         hoist::hoist_columns(&mut steps, shape, numel);
         clamps(&mut steps);
-        let may_refuse = steps
-            .iter()
-            .any(|s| matches!(s, Step::Unary(UnaryOp::Sin | UnaryOp::Cos, _)));
-        let needs_coords = steps
-            .iter()
+        let fill = exact::Fill {
+            shape,
+            numel,
+            dtype,
+        };
+        let result = exact::alias_exact_rounds(&mut steps, &fill);
+        let live = live_registers(&steps, result);
+        let live_steps = || steps.iter().zip(&live).filter(|(_, &l)| l).map(|(s, _)| s);
+        let may_refuse =
+            live_steps().any(|s| matches!(s, Step::Unary(UnaryOp::Sin | UnaryOp::Cos, _)));
+        let needs_coords = live_steps()
             .any(|s| matches!(s, Step::Coord(_) | Step::Table(_) | Step::Column { .. }));
-        let uses_words = steps
-            .iter()
-            .any(|s| matches!(s, Step::Source { sampler, .. } if sampler.uses_words()));
-        let in_conditions = condition_registers(&steps);
-        let conditions = (0..steps.len()).filter(|&r| in_conditions[r]).collect();
+        let uses_words =
+            live_steps().any(|s| matches!(s, Step::Source { sampler, .. } if sampler.uses_words()));
+        let in_conditions = condition_registers(&steps, &live);
+        let evaluated = |r: usize| live[r] && evaluated_per_block(&steps[r]);
+        let conditions = (0..steps.len())
+            .filter(|&r| in_conditions[r] && evaluated(r))
+            .collect();
+        let order = (0..steps.len()).filter(|&r| evaluated(r)).collect();
         Ok(Compiled {
             conditions,
             in_conditions,
+            order,
+            result,
             steps,
             destination,
             stream: Stream::new(key64),
@@ -710,7 +761,7 @@ impl Compiled {
             }
             self.eval_block(first, out.len(), scratch);
             if self.may_refuse {
-                let last = &scratch.refused[self.steps.len() - 1][..out.len()];
+                let last = &scratch.refused[self.result][..out.len()];
                 if let Some((k, &Some((op, value)))) =
                     last.iter().enumerate().find(|(_, r)| r.is_some())
                 {
@@ -722,7 +773,7 @@ impl Compiled {
                     return Err((first + k as u64, error));
                 }
             }
-            let result = &scratch.registers[self.steps.len() - 1][..out.len()];
+            let result = &scratch.registers[self.result][..out.len()];
             for (slot, &value) in out.iter_mut().zip(result) {
                 // One NaN for every platform (payload and sign of NaNs are not IEEE's).
                 let value = if value.is_nan() { f64::NAN } else { value };
@@ -842,7 +893,7 @@ impl Compiled {
                 .fill_words(first * per, &mut scratch.words[..n * per as usize]);
         }
         if self.conditions.is_empty() {
-            for index in 0..self.steps.len() {
+            for &index in &self.order {
                 self.eval_step(index, first, n, scratch);
             }
             return;
@@ -854,8 +905,8 @@ impl Compiled {
         }
         let mut needed = std::mem::take(&mut scratch.needed);
         self.needed(n, scratch, &mut needed);
-        for (index, &needed) in needed.iter().enumerate() {
-            if needed && !self.in_conditions[index] {
+        for &index in &self.order {
+            if needed[index] && !self.in_conditions[index] {
                 self.eval_step(index, first, n, scratch);
             }
         }
@@ -866,7 +917,7 @@ impl Compiled {
     /// evaluated.
     fn needed(&self, n: usize, scratch: &Scratch, needed: &mut [bool]) {
         needed.fill(false);
-        needed[self.steps.len() - 1] = true;
+        needed[self.result] = true;
         for (index, step) in self.steps.iter().enumerate().rev() {
             if !needed[index] {
                 continue;
