@@ -14,7 +14,9 @@
 //! scratch vector per register (reused from block to block), step by step; `erfinv`,
 //! `exp`, `log`, `erf`, `sigmoid` and `tanh` run over a register's block in lanes
 //! ([`math::erfinv_slice`], [`math::lanes_slice`]: the scalar functions' bits), as do
-//! `softplus`, `sin`, `cos`, `expm1` and `log1p`; the other steps one element at a time.
+//! `softplus`, `sin`, `cos`, `expm1` and `log1p`; the other steps are elementwise passes
+//! over the block, compiled with the whole block's evaluation for the CPU's vector width
+//! (`lanes`: AVX2, AVX-512F, chosen once per block; the scalar backend's bits).
 //! Work that does not vary along the block is not repeated per element: a register of
 //! one coordinate (a table's per-column `exp`) is computed once per value of that
 //! coordinate when the program is compiled (`hoist`), and in a block where a `where`'s
@@ -28,29 +30,36 @@
 //! computation as [`ParamStream::fill_region`] and is dispatched to its fused kernels.
 //! A program with one source of the destination's dtype and further steps (a fill, then
 //! `* gain`, `log`, ...) has that source's values written by the fused kernels into the
-//! destination first; the evaluator then reads each element's own value back as the
-//! source's register (exact: it is the source rounded to that dtype) and overwrites it
-//! with the result. That is also how a source whose values are not elementwise (an
-//! orthogonal matrix, computed whole) takes steps.
+//! destination, `FUSED_SPAN` elements at a time, each span then evaluated while it is
+//! in the cache: the evaluator reads each element's own value back as the source's
+//! register (exact: it is the source rounded to that dtype) and overwrites it with the
+//! result. That is also how a source whose values are not elementwise (an orthogonal
+//! matrix, computed whole) takes steps.
 
 use std::sync::Arc;
 
 use half::{bf16, f16};
 
-use crate::fill::{OutBuf, ParamStream};
+use crate::fill::{OutBuf, ParamStream, Source};
 use crate::geometry::checked_numel;
 use crate::init::{Dtype, Element, Init, Sampler};
 use crate::math;
-use crate::philox::Stream;
+use crate::philox::{Backend, Stream};
 use crate::pool::Threads;
 use crate::region::{Region, RunWriter, Walk};
 use crate::Error;
 
 mod exact;
 mod hoist;
+mod lanes;
 
 /// Elements evaluated together: one scratch vector of this length per register.
 pub const BLOCK: usize = 256;
+
+/// Elements of a fused source written at a time, each span then evaluated: its 16 KiB
+/// of float32 are still in the cache when the blocks read them back, and the fill
+/// kernels' per-call set-up (about 7 KiB of buffers zeroed) is under 2 bytes an element.
+const FUSED_SPAN: usize = 16 * BLOCK;
 
 macro_rules! named_ops {
     ($(#[$meta:meta])* $name:ident, $arg:literal { $($(#[$vmeta:meta])* $variant:ident => $text:literal,)* }) => {
@@ -421,6 +430,9 @@ struct Compiled {
     /// The registers a block evaluates, in order: those the result reads, but for
     /// constants, the destination's and unused ones.
     order: Vec<usize>,
+    /// Whose pass code ([`lanes`]) and math lanes evaluate the blocks: always one this
+    /// CPU runs ([`Program::compile_using`] checks it).
+    backend: Backend,
     /// The register read back from the destination, if any.
     destination: Option<usize>,
     stream: Stream,
@@ -552,6 +564,22 @@ impl Program {
         dtype: Dtype,
         destination: Option<usize>,
     ) -> Result<Compiled, Error> {
+        self.compile_using(Backend::detect(), key64, shape, dtype, destination)
+    }
+
+    /// [`Program::compile`] for `backend`'s passes and math lanes.
+    ///
+    /// # Panics
+    /// If this CPU cannot run `backend` (the compiled program's passes rely on it).
+    fn compile_using(
+        &self,
+        backend: Backend,
+        key64: u64,
+        shape: &[u64],
+        dtype: Dtype,
+        destination: Option<usize>,
+    ) -> Result<Compiled, Error> {
+        crate::kernel::check_available(backend);
         if self.instrs.is_empty() {
             return Err(Error::EmptyProgram);
         }
@@ -586,7 +614,7 @@ impl Program {
             });
         }
         erfinv_rounded_to_f32(&mut steps, dtype);
-        hoist::hoist_columns(&mut steps, shape, numel);
+        hoist::hoist_columns(backend, &mut steps, shape, numel);
         clamps(&mut steps);
         let fill = exact::Fill {
             shape,
@@ -612,6 +640,7 @@ impl Program {
             conditions,
             in_conditions,
             order,
+            backend,
             result,
             steps,
             destination,
@@ -677,8 +706,30 @@ impl Program {
             };
             return param.fill_region(region, out, threads);
         }
+        self.fill_region_using(Backend::detect(), key64, global_shape, region, out, threads)
+    }
+
+    /// [`Program::fill_region`] of a program that is not a single source, evaluated by
+    /// `backend`'s passes and math lanes (tests compare them: every backend gives the
+    /// same bits).
+    ///
+    /// # Errors
+    /// As [`Program::fill_region`].
+    ///
+    /// # Panics
+    /// If this CPU cannot run `backend` ([`Backend::is_available`]).
+    pub fn fill_region_using(
+        &self,
+        backend: Backend,
+        key64: u64,
+        global_shape: &[u64],
+        region: &Region,
+        out: OutBuf<'_>,
+        threads: Threads,
+    ) -> Result<(), Error> {
         if let Some((register, init)) = self.fused_source(out.dtype()) {
-            let compiled = self.compile(key64, global_shape, out.dtype(), Some(register))?;
+            let compiled =
+                self.compile_using(backend, key64, global_shape, out.dtype(), Some(register))?;
             let param = ParamStream {
                 key64,
                 global_shape: global_shape.to_vec(),
@@ -691,7 +742,8 @@ impl Program {
                 OutBuf::F16(s) => compiled.fill_over(&param, region, s, threads),
             };
         }
-        self.fill_region_evaluated(key64, global_shape, region, out, threads)
+        let compiled = self.compile_using(backend, key64, global_shape, out.dtype(), None)?;
+        compiled.fill_buffer(region, out, threads)
     }
 
     /// [`Program::fill_region`] always through the evaluator (tests compare it with the
@@ -708,18 +760,25 @@ impl Program {
         threads: Threads,
     ) -> Result<(), Error> {
         let compiled = self.compile(key64, global_shape, out.dtype(), None)?;
-        match out {
-            OutBuf::F32(s) => compiled.fill(region, s, threads),
-            OutBuf::F64(s) => compiled.fill(region, s, threads),
-            OutBuf::BF16(s) => compiled.fill(region, s, threads),
-            OutBuf::F16(s) => compiled.fill(region, s, threads),
-        }
+        compiled.fill_buffer(region, out, threads)
     }
 }
 
 impl Compiled {
-    /// The fused fill of `param` (the program's source) into `out`, then the program
-    /// evaluated over it, reading the source's register back from `out`.
+    /// [`Compiled::fill`] of a buffer of any dtype.
+    fn fill_buffer(&self, region: &Region, out: OutBuf<'_>, threads: Threads) -> Result<(), Error> {
+        match out {
+            OutBuf::F32(s) => self.fill(region, s, threads),
+            OutBuf::F64(s) => self.fill(region, s, threads),
+            OutBuf::BF16(s) => self.fill(region, s, threads),
+            OutBuf::F16(s) => self.fill(region, s, threads),
+        }
+    }
+
+    /// The fused fill of `param` (the program's source) into `out`, a block at a time,
+    /// each block then evaluated, reading the source's register back from `out` while
+    /// the block is in the cache. The same checks, in the same order, as the fill of
+    /// `param` and then of the program (the same shape and region).
     fn fill_over<T: Element>(
         &self,
         param: &ParamStream,
@@ -727,8 +786,17 @@ impl Compiled {
         out: &mut [T],
         threads: Threads,
     ) -> Result<(), Error> {
-        param.fill_region_typed(region, out, threads)?;
-        self.fill(region, out, threads)
+        let len = out.len() as u64;
+        match param.walk_and_source(self.backend, T::DTYPE, region, len, threads)? {
+            Some((walk, source)) => {
+                let writer = OverSource {
+                    source: &source,
+                    program: self,
+                };
+                walk.write(out, threads, &writer)
+            }
+            None => Ok(()),
+        }
     }
 
     /// The program over `region` into `out`, through the one region walk.
@@ -745,8 +813,31 @@ impl Compiled {
         }
     }
 
-    /// Evaluates global flat indices `[start, start + out.len())` into `out`.
+    /// Evaluates global flat indices `[start, start + out.len())` into `out`; with a
+    /// `source`, its fused fill writes each span of [`FUSED_SPAN`] elements first (the
+    /// destination's register).
+    #[inline(always)]
     fn eval_run<T: Element>(
+        &self,
+        source: Option<&Source>,
+        start: u64,
+        out: &mut [T],
+        scratch: &mut Scratch,
+    ) -> Result<(), (u64, Error)> {
+        for (span, out) in out.chunks_mut(FUSED_SPAN).enumerate() {
+            let first = start + (span * FUSED_SPAN) as u64;
+            if let Some(source) = source {
+                source.write_run(&mut (), first, out)?;
+            }
+            self.eval_span(first, out, scratch)?;
+        }
+        Ok(())
+    }
+
+    /// Evaluates global flat indices `[start, start + out.len())` into `out`, a block
+    /// at a time.
+    #[inline(always)]
+    fn eval_span<T: Element>(
         &self,
         start: u64,
         out: &mut [T],
@@ -755,9 +846,7 @@ impl Compiled {
         for (block, out) in out.chunks_mut(BLOCK).enumerate() {
             let first = start + (block * BLOCK) as u64;
             if let Some(register) = self.destination {
-                for (slot, value) in scratch.registers[register].iter_mut().zip(&*out) {
-                    *slot = value.widen();
-                }
+                self.read_back(out, &mut scratch.registers[register][..out.len()]);
             }
             self.eval_block(first, out.len(), scratch);
             if self.may_refuse {
@@ -773,14 +862,27 @@ impl Compiled {
                     return Err((first + k as u64, error));
                 }
             }
-            let result = &scratch.registers[self.result][..out.len()];
-            for (slot, &value) in out.iter_mut().zip(result) {
-                // One NaN for every platform (payload and sign of NaNs are not IEEE's).
-                let value = if value.is_nan() { f64::NAN } else { value };
-                *slot = T::from_f64(value);
-            }
+            self.write_result(&scratch.registers[self.result][..out.len()], out);
         }
         Ok(())
+    }
+}
+
+/// `out[i]`, widened to binary64, into `dst[i]` (the destination's register).
+#[inline(always)]
+fn read_back_passes<T: Element>(out: &[T], dst: &mut [f64]) {
+    for (slot, value) in dst.iter_mut().zip(out) {
+        *slot = value.widen();
+    }
+}
+
+/// The result rounded to `out`'s dtype, with one NaN for every platform (the payload
+/// and sign of NaNs are not IEEE's).
+#[inline(always)]
+fn write_result_passes<T: Element>(result: &[f64], out: &mut [T]) {
+    for (slot, &value) in out.iter_mut().zip(result) {
+        let value = if value.is_nan() { f64::NAN } else { value };
+        *slot = T::from_f64(value);
     }
 }
 
@@ -798,13 +900,63 @@ impl<T: Element> RunWriter<T> for Compiled {
         start: u64,
         out: &mut [T],
     ) -> Result<(), (u64, Error)> {
-        self.eval_run(start, out, scratch)
+        self.eval_run(None, start, out, scratch)
+    }
+}
+
+/// A program over the fused fill of its source ([`Compiled::fill_over`]).
+struct OverSource<'a> {
+    source: &'a Source,
+    program: &'a Compiled,
+}
+
+impl<T: Element> RunWriter<T> for OverSource<'_> {
+    type Scratch = Scratch;
+
+    fn scratch(&self) -> Scratch {
+        Scratch::new(self.program)
+    }
+
+    #[inline(always)]
+    fn write_run(
+        &self,
+        scratch: &mut Scratch,
+        start: u64,
+        out: &mut [T],
+    ) -> Result<(), (u64, Error)> {
+        self.program
+            .eval_run(Some(self.source), start, out, scratch)
+    }
+}
+
+/// The elements of [`Lanes`]: a block and a cache line.
+const LANES_LEN: usize = BLOCK + 8;
+
+/// One register's values in a block ([`BLOCK`] elements, then padding), in cache lines of
+/// its own: a 64-byte vector load or store never straddles two lines, and the padding
+/// keeps the same element of two registers from lying a multiple of 4 KiB apart (where
+/// a load waits on an unrelated store to the other).
+#[derive(Clone)]
+#[repr(C, align(64))]
+struct Lanes([f64; LANES_LEN]);
+
+impl std::ops::Deref for Lanes {
+    type Target = [f64];
+
+    fn deref(&self) -> &[f64] {
+        &self.0[..BLOCK]
+    }
+}
+
+impl std::ops::DerefMut for Lanes {
+    fn deref_mut(&mut self) -> &mut [f64] {
+        &mut self.0[..BLOCK]
     }
 }
 
 /// Reused buffers of one run.
 struct Scratch {
-    registers: Vec<Vec<f64>>,
+    registers: Vec<Lanes>,
     /// Per register and element, the refused `sin`/`cos` (and its argument) the value
     /// depends on; only when [`Compiled::may_refuse`].
     refused: Vec<Vec<Refusal>>,
@@ -827,8 +979,8 @@ impl Scratch {
             .steps
             .iter()
             .map(|step| match *step {
-                Step::Constant(value) => vec![value; BLOCK],
-                _ => vec![0.0; BLOCK],
+                Step::Constant(value) => Lanes([value; LANES_LEN]),
+                _ => Lanes([0.0; LANES_LEN]),
             })
             .collect();
         Scratch {
@@ -882,8 +1034,10 @@ impl Compiled {
         }
     }
 
-    /// Evaluates every register at flat indices `[first, first + n)`.
-    fn eval_block(&self, first: u64, n: usize, scratch: &mut Scratch) {
+    /// Evaluates every register the result needs at flat indices `[first, first + n)`
+    /// (compiled for each backend by [`lanes`]).
+    #[inline(always)]
+    fn eval_block_passes(&self, first: u64, n: usize, scratch: &mut Scratch) {
         if self.needs_coords {
             self.fill_coords(first, n, &mut scratch.coords);
         }
@@ -915,6 +1069,7 @@ impl Compiled {
 
     /// The registers the result reads in a block of `n` whose `where` conditions are
     /// evaluated.
+    #[inline(always)]
     fn needed(&self, n: usize, scratch: &Scratch, needed: &mut [bool]) {
         needed.fill(false);
         needed[self.result] = true;
@@ -937,6 +1092,7 @@ impl Compiled {
 
     /// Evaluates register `index` at flat indices `[first, first + n)` (its operands
     /// evaluated).
+    #[inline(always)]
     fn eval_step(&self, index: usize, first: u64, n: usize, scratch: &mut Scratch) {
         let step = &self.steps[index];
         let (done, rest) = scratch.registers.split_at_mut(index);
@@ -958,12 +1114,12 @@ impl Compiled {
                 }
             }
             Step::Table(ref table) => gather(table, &scratch.coords, dst),
-            Step::Unary(op, x) => unary(op, &done[x][..n], dst),
+            Step::Unary(op, x) => unary(self.backend, op, &done[x][..n], dst),
             Step::Binary(op, a, b) => binary(op, &done[a][..n], &done[b][..n], dst),
             Step::Where(c, a, b) => select(&done[c][..n], &done[a][..n], &done[b][..n], dst),
             Step::Clamp(op, x, bound) => clamp(op, &done[x][..n], &done[bound][..n], dst),
             Step::Round(x, dtype) => round_lanes(dtype, &done[x][..n], dst),
-            Step::ErfinvToF32(x) => math::erfinv_f32_slice(&done[x][..n], dst),
+            Step::ErfinvToF32(x) => math::erfinv_f32_slice_with(self.backend, &done[x][..n], dst),
             Step::Column { dim, ref values } => {
                 for (slot, &c) in dst.iter_mut().zip(&scratch.coords[dim]) {
                     *slot = values[c as usize];
@@ -978,6 +1134,7 @@ impl Compiled {
     }
 }
 
+#[inline(always)]
 fn source(sampler: &Sampler, dtype: Dtype, two_words: bool, words: &[u32], dst: &mut [f64]) {
     if let Sampler::Constant { value } = *sampler {
         dst.fill(round_to(dtype, value));
@@ -993,6 +1150,7 @@ fn source(sampler: &Sampler, dtype: Dtype, two_words: bool, words: &[u32], dst: 
 }
 
 /// `where(c, a, b)` of each element: `a` where `c` is not zero.
+#[inline(always)]
 fn select(c: &[f64], a: &[f64], b: &[f64], dst: &mut [f64]) {
     for (((slot, &c), &a), &b) in dst.iter_mut().zip(c).zip(a).zip(b) {
         *slot = if c != 0.0 { a } else { b };
@@ -1001,6 +1159,7 @@ fn select(c: &[f64], a: &[f64], b: &[f64], dst: &mut [f64]) {
 
 /// [`Step::Clamp`] of each element: `bound` where `x op bound` holds, else `x` (a NaN
 /// `x` compares false and is kept, as the `where` keeps it).
+#[inline(always)]
 fn clamp(op: BinaryOp, x: &[f64], bound: &[f64], dst: &mut [f64]) {
     // One loop per comparison, so that each vectorizes.
     #[inline(always)]
@@ -1017,6 +1176,7 @@ fn clamp(op: BinaryOp, x: &[f64], bound: &[f64], dst: &mut [f64]) {
 }
 
 /// [`round_to`] of each element, the dtype chosen once per block.
+#[inline(always)]
 fn round_lanes(dtype: Dtype, x: &[f64], dst: &mut [f64]) {
     #[inline(always)]
     fn map(x: &[f64], dst: &mut [f64], f: impl Fn(f64) -> f64) {
@@ -1032,6 +1192,7 @@ fn round_lanes(dtype: Dtype, x: &[f64], dst: &mut [f64]) {
     }
 }
 
+#[inline(always)]
 fn gather(table: &Table, coords: &[Vec<u64>], dst: &mut [f64]) {
     for (k, slot) in dst.iter_mut().enumerate() {
         let mut at = table.offset;
@@ -1043,10 +1204,14 @@ fn gather(table: &Table, coords: &[Vec<u64>], dst: &mut [f64]) {
     }
 }
 
-/// `op` over `x` into `dst`; a refused argument gives its position in the block.
-/// `op` over `x` into `dst`. A finite `sin`/`cos` argument beyond [`math::TRIG_MAX`]
-/// gives NaN here; [`refusals`] marks the element refused.
-fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) {
+/// `op` over `x` into `dst`, the math functions in `backend`'s lanes. A finite
+/// `sin`/`cos` argument beyond [`math::TRIG_MAX`] gives NaN here; [`refusals`] marks
+/// the element refused.
+#[inline(always)]
+fn unary(backend: Backend, op: UnaryOp, x: &[f64], dst: &mut [f64]) {
+    let lanes = |function, x: &[f64], dst: &mut [f64]| {
+        math::lanes_slice_with(backend, function, x, dst);
+    };
     // Generic over the function (not a `fn` pointer), so that each loop is compiled with
     // its operation inlined.
     #[inline(always)]
@@ -1061,20 +1226,20 @@ fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) {
         UnaryOp::Reciprocal => map(x, dst, |v| 1.0 / v),
         UnaryOp::Sqrt => map(x, dst, f64::sqrt),
         UnaryOp::Rsqrt => map(x, dst, math::rsqrt),
-        UnaryOp::Exp => math::lanes_slice(math::LaneFunction::Exp, x, dst),
-        UnaryOp::Expm1 => math::lanes_slice(math::LaneFunction::Expm1, x, dst),
-        UnaryOp::Log => math::lanes_slice(math::LaneFunction::Log, x, dst),
-        UnaryOp::Log1p => math::lanes_slice(math::LaneFunction::Log1p, x, dst),
-        UnaryOp::Tanh => math::lanes_slice(math::LaneFunction::Tanh, x, dst),
-        UnaryOp::Sigmoid => math::lanes_slice(math::LaneFunction::Sigmoid, x, dst),
-        UnaryOp::Softplus => math::lanes_slice(math::LaneFunction::Softplus, x, dst),
+        UnaryOp::Exp => lanes(math::LaneFunction::Exp, x, dst),
+        UnaryOp::Expm1 => lanes(math::LaneFunction::Expm1, x, dst),
+        UnaryOp::Log => lanes(math::LaneFunction::Log, x, dst),
+        UnaryOp::Log1p => lanes(math::LaneFunction::Log1p, x, dst),
+        UnaryOp::Tanh => lanes(math::LaneFunction::Tanh, x, dst),
+        UnaryOp::Sigmoid => lanes(math::LaneFunction::Sigmoid, x, dst),
+        UnaryOp::Softplus => lanes(math::LaneFunction::Softplus, x, dst),
         UnaryOp::Floor => map(x, dst, f64::floor),
-        UnaryOp::Erf => math::lanes_slice(math::LaneFunction::Erf, x, dst),
-        UnaryOp::Erfinv => math::erfinv_slice(x, dst),
+        UnaryOp::Erf => lanes(math::LaneFunction::Erf, x, dst),
+        UnaryOp::Erfinv => math::erfinv_slice_with(backend, x, dst),
         UnaryOp::RoundHalfEven => map(x, dst, round_half_even),
         // `math::sin`/`cos` give NaN beyond TRIG_MAX themselves.
-        UnaryOp::Sin => math::lanes_slice(math::LaneFunction::Sin, x, dst),
-        UnaryOp::Cos => math::lanes_slice(math::LaneFunction::Cos, x, dst),
+        UnaryOp::Sin => lanes(math::LaneFunction::Sin, x, dst),
+        UnaryOp::Cos => lanes(math::LaneFunction::Cos, x, dst),
     }
 }
 
@@ -1090,7 +1255,8 @@ fn refused(v: f64) -> bool {
 /// The refusals of `step`'s register: its own (`sin`/`cos`) or those of the operands
 /// its value takes, so that a `where` passes on only those of the branch it selects and
 /// a program is refused only where a refused value reaches the result.
-fn refusals(step: &Step, earlier: &[Vec<Refusal>], values: &[Vec<f64>], dst: &mut [Refusal]) {
+#[inline(always)]
+fn refusals(step: &Step, earlier: &[Vec<Refusal>], values: &[Lanes], dst: &mut [Refusal]) {
     let n = dst.len();
     match *step {
         Step::Unary(op @ (UnaryOp::Sin | UnaryOp::Cos), x) => {
@@ -1212,6 +1378,7 @@ fn flag(holds: bool) -> f64 {
     }
 }
 
+#[inline(always)]
 fn binary(op: BinaryOp, a: &[f64], b: &[f64], dst: &mut [f64]) {
     // Generic over the function, as in `unary`.
     #[inline(always)]
