@@ -961,6 +961,8 @@ struct Scratch {
     /// depends on; only when [`Compiled::may_refuse`].
     refused: Vec<Vec<Refusal>>,
     coords: Vec<Vec<u64>>,
+    /// The coordinates of a block's first element, then of the run being written.
+    odometer: Vec<u64>,
     words: Vec<u32>,
     /// Per register, whether the block's result reads it ([`Compiled::needed`]).
     needed: Vec<bool>,
@@ -991,6 +993,7 @@ impl Scratch {
                 Vec::new()
             },
             coords: vec![vec![0; BLOCK]; dims],
+            odometer: vec![0; dims],
             words: vec![0; words],
             needed: vec![false; compiled.steps.len()],
         }
@@ -998,13 +1001,14 @@ impl Scratch {
 }
 
 impl Compiled {
-    /// Coordinates of flat indices `[first, first + n)`: an odometer from `first`'s, a
-    /// run of the last dim at a time (the other dims are constant along it).
-    fn fill_coords(&self, first: u64, n: usize, coords: &mut [Vec<u64>]) {
+    /// Coordinates of flat indices `[first, first + n)`: an odometer (`current`, one
+    /// per dim) from `first`'s, a run of the last dim at a time (the other dims are
+    /// constant along it).
+    #[inline(always)]
+    fn fill_coords(&self, first: u64, n: usize, coords: &mut [Vec<u64>], current: &mut [u64]) {
         let Some(last) = self.shape.len().checked_sub(1) else {
             return;
         };
-        let mut current = vec![0u64; last + 1];
         let mut rest = first;
         for d in (0..=last).rev() {
             current[d] = rest % self.shape[d];
@@ -1013,7 +1017,7 @@ impl Compiled {
         let mut k = 0;
         while k < n {
             let run = ((self.shape[last] - current[last]) as usize).min(n - k);
-            for (column, &c) in coords[..last].iter_mut().zip(&current) {
+            for (column, &c) in coords[..last].iter_mut().zip(current.iter()) {
                 column[k..k + run].fill(c);
             }
             for (slot, c) in coords[last][k..k + run].iter_mut().zip(current[last]..) {
@@ -1039,7 +1043,7 @@ impl Compiled {
     #[inline(always)]
     fn eval_block_passes(&self, first: u64, n: usize, scratch: &mut Scratch) {
         if self.needs_coords {
-            self.fill_coords(first, n, &mut scratch.coords);
+            self.fill_coords(first, n, &mut scratch.coords, &mut scratch.odometer);
         }
         if self.uses_words {
             let per = if self.two_words { 2 } else { 1 };
