@@ -25,7 +25,8 @@
 //! registers computed are the same functions of the same operands. A `Round` of a
 //! register whose every value is already of its dtype (a float32 source, another
 //! rounding, a clamp of one between float32 bounds) is an alias of it, not a pass
-//! (`exact`), and registers the result does not read are not evaluated.
+//! (`exact`); a `Round` of `+ - * /` and a clamp of a clamp are one pass each (`fuse`);
+//! and registers the result does not read are not evaluated.
 //! A program that is a single `source` of the destination's dtype is the same
 //! computation as [`ParamStream::fill_region`] and is dispatched to its fused kernels.
 //! A program with one source of the destination's dtype and further steps (a fill, then
@@ -50,6 +51,7 @@ use crate::region::{Region, RunWriter, Walk};
 use crate::Error;
 
 mod exact;
+mod fuse;
 mod hoist;
 mod lanes;
 
@@ -379,6 +381,12 @@ enum Step {
     /// `where(x op bound, bound, x)`, `op` [`BinaryOp::Lt`] or [`BinaryOp::Gt`]: one
     /// side of a `clamp` ([`clamps`]), the `where` and its comparison in one pass.
     Clamp(BinaryOp, usize, usize),
+    /// `Round(Binary(op, a, b), dtype)`, `op` one of `+ - * /`, in one pass
+    /// ([`fuse::fuse_pairs`]).
+    RoundedBinary(BinaryOp, usize, usize, Dtype),
+    /// `Clamp(ops[1], Clamp(ops[0], x, bounds[0]), bounds[1])` in one pass
+    /// ([`fuse::fuse_pairs`]).
+    ClampPair([BinaryOp; 2], usize, [usize; 2]),
 }
 
 impl Step {
@@ -386,8 +394,10 @@ impl Step {
     fn operands(&self) -> [Option<usize>; 3] {
         match *self {
             Step::Unary(_, x) | Step::Round(x, _) | Step::ErfinvToF32(x) => [Some(x), None, None],
-            Step::Binary(_, a, b) | Step::Clamp(_, a, b) => [Some(a), Some(b), None],
-            Step::Where(c, a, b) => [Some(c), Some(a), Some(b)],
+            Step::Binary(_, a, b) | Step::Clamp(_, a, b) | Step::RoundedBinary(_, a, b, _) => {
+                [Some(a), Some(b), None]
+            }
+            Step::Where(c, a, b) | Step::ClampPair(_, c, [a, b]) => [Some(c), Some(a), Some(b)],
             _ => [None; 3],
         }
     }
@@ -396,8 +406,12 @@ impl Step {
     fn map_operands(&mut self, f: impl Fn(usize) -> usize) {
         match self {
             Step::Unary(_, x) | Step::Round(x, _) | Step::ErfinvToF32(x) => *x = f(*x),
-            Step::Binary(_, a, b) | Step::Clamp(_, a, b) => (*a, *b) = (f(*a), f(*b)),
-            Step::Where(c, a, b) => (*c, *a, *b) = (f(*c), f(*a), f(*b)),
+            Step::Binary(_, a, b) | Step::Clamp(_, a, b) | Step::RoundedBinary(_, a, b, _) => {
+                (*a, *b) = (f(*a), f(*b));
+            }
+            Step::Where(c, a, b) | Step::ClampPair(_, c, [a, b]) => {
+                (*c, *a, *b) = (f(*c), f(*a), f(*b));
+            }
             _ => {}
         }
     }
@@ -622,6 +636,7 @@ impl Program {
             dtype,
         };
         let result = exact::alias_exact_rounds(&mut steps, &fill);
+        fuse::fuse_pairs(&mut steps, result);
         let live = live_registers(&steps, result);
         let live_steps = || steps.iter().zip(&live).filter(|(_, &l)| l).map(|(s, _)| s);
         let may_refuse =
@@ -1122,6 +1137,12 @@ impl Compiled {
             Step::Binary(op, a, b) => binary(op, &done[a][..n], &done[b][..n], dst),
             Step::Where(c, a, b) => select(&done[c][..n], &done[a][..n], &done[b][..n], dst),
             Step::Clamp(op, x, bound) => clamp(op, &done[x][..n], &done[bound][..n], dst),
+            Step::RoundedBinary(op, a, b, dtype) => {
+                rounded_binary(op, dtype, &done[a][..n], &done[b][..n], dst);
+            }
+            Step::ClampPair(ops, x, [low, high]) => {
+                clamp_pair(ops, &done[x][..n], [&done[low][..n], &done[high][..n]], dst);
+            }
             Step::Round(x, dtype) => round_lanes(dtype, &done[x][..n], dst),
             Step::ErfinvToF32(x) => math::erfinv_f32_slice_with(self.backend, &done[x][..n], dst),
             Step::Column { dim, ref values } => {
@@ -1176,6 +1197,62 @@ fn clamp(op: BinaryOp, x: &[f64], bound: &[f64], dst: &mut [f64]) {
         BinaryOp::Lt => map(x, bound, dst, |x, b| x < b),
         BinaryOp::Gt => map(x, bound, dst, |x, b| x > b),
         _ => unreachable!("a clamp compares by lt or gt (`clamps`)"),
+    }
+}
+
+/// [`Step::ClampPair`] of each element: [`clamp`] by `ops[0]` and `bounds[0]`, then by
+/// `ops[1]` and `bounds[1]`.
+#[inline(always)]
+fn clamp_pair(ops: [BinaryOp; 2], x: &[f64], bounds: [&[f64]; 2], dst: &mut [f64]) {
+    // One loop per pair of comparisons, so that each vectorizes.
+    #[inline(always)]
+    fn map(
+        x: &[f64],
+        [low, high]: [&[f64]; 2],
+        dst: &mut [f64],
+        first: impl Fn(f64, f64) -> bool,
+        second: impl Fn(f64, f64) -> bool,
+    ) {
+        for (((slot, &x), &low), &high) in dst.iter_mut().zip(x).zip(low).zip(high) {
+            let x = if first(x, low) { low } else { x };
+            *slot = if second(x, high) { high } else { x };
+        }
+    }
+    let (lt, gt) = (|x: f64, b: f64| x < b, |x: f64, b: f64| x > b);
+    match ops {
+        [BinaryOp::Lt, BinaryOp::Gt] => map(x, bounds, dst, lt, gt),
+        [BinaryOp::Gt, BinaryOp::Lt] => map(x, bounds, dst, gt, lt),
+        [BinaryOp::Lt, BinaryOp::Lt] => map(x, bounds, dst, lt, lt),
+        [BinaryOp::Gt, BinaryOp::Gt] => map(x, bounds, dst, gt, gt),
+        _ => unreachable!("a clamp compares by lt or gt (`clamps`)"),
+    }
+}
+
+/// [`Step::RoundedBinary`] of each element: `a op b`, then [`round_to`] `dtype`.
+#[inline(always)]
+fn rounded_binary(op: BinaryOp, dtype: Dtype, a: &[f64], b: &[f64], dst: &mut [f64]) {
+    #[inline(always)]
+    fn map(a: &[f64], b: &[f64], dst: &mut [f64], f: impl Fn(f64, f64) -> f64) {
+        for ((slot, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+            *slot = f(x, y);
+        }
+    }
+    // One loop per operation and dtype, so that each vectorizes.
+    #[inline(always)]
+    fn rounded(op: BinaryOp, a: &[f64], b: &[f64], dst: &mut [f64], round: impl Fn(f64) -> f64) {
+        match op {
+            BinaryOp::Add => map(a, b, dst, |x, y| round(x + y)),
+            BinaryOp::Sub => map(a, b, dst, |x, y| round(x - y)),
+            BinaryOp::Mul => map(a, b, dst, |x, y| round(x * y)),
+            BinaryOp::Div => map(a, b, dst, |x, y| round(x / y)),
+            _ => unreachable!("only + - * / are fused with a round (`fuse_pairs`)"),
+        }
+    }
+    match dtype {
+        Dtype::F32 => rounded(op, a, b, dst, |v| round_to(Dtype::F32, v)),
+        Dtype::BF16 => rounded(op, a, b, dst, |v| round_to(Dtype::BF16, v)),
+        Dtype::F16 => rounded(op, a, b, dst, |v| round_to(Dtype::F16, v)),
+        Dtype::F64 => rounded(op, a, b, dst, |v| v),
     }
 }
 
@@ -1271,9 +1348,16 @@ fn refusals(step: &Step, earlier: &[Vec<Refusal>], values: &[Lanes], dst: &mut [
         Step::Unary(_, x) | Step::Round(x, _) | Step::ErfinvToF32(x) => {
             dst.copy_from_slice(&earlier[x][..n]);
         }
-        Step::Binary(_, a, b) | Step::Clamp(_, a, b) => {
+        Step::Binary(_, a, b) | Step::Clamp(_, a, b) | Step::RoundedBinary(_, a, b, _) => {
             for (slot, (&ra, &rb)) in dst.iter_mut().zip(earlier[a].iter().zip(&earlier[b])) {
                 *slot = ra.or(rb);
+            }
+        }
+        // The first clamp's refusals (`x`'s, else the first bound's), else the second's.
+        Step::ClampPair(_, x, [low, high]) => {
+            let operands = earlier[x].iter().zip(&earlier[low]).zip(&earlier[high]);
+            for (slot, ((&rx, &rl), &rh)) in dst.iter_mut().zip(operands) {
+                *slot = rx.or(rl).or(rh);
             }
         }
         Step::Where(c, a, b) => {
@@ -2027,7 +2111,7 @@ mod tests {
     }
 
     /// `clamp_(min, max)` as capture records it (`where(x < lo, lo, x)`, then `>`) runs
-    /// as two [`Step::Clamp`]s with the comparisons unused, and gives the bits of the
+    /// as two [`Step::Clamp`]s in one pass with the comparisons unused, and gives the bits of the
     /// same `where`s whose bound is another register of the same value (not rewritten):
     /// NaN, both zeros at a bound of zero, infinities, values at and beside the bounds,
     /// bounds that vary per element, a comparison another step also reads.
@@ -2104,19 +2188,20 @@ mod tests {
                     program(true, bounds, varying, reuse),
                     program(false, bounds, varying, reuse),
                 );
+                // The two clamps in one pass: the first one unused too.
                 let fast_steps = steps(&fast);
-                let clamps = fast_steps
+                let pairs = fast_steps
                     .iter()
-                    .filter(|s| matches!(s, Step::Clamp(..)))
+                    .filter(|s| matches!(s, Step::ClampPair([BinaryOp::Lt, BinaryOp::Gt], ..)))
                     .count();
                 let unused = fast_steps
                     .iter()
                     .filter(|s| matches!(s, Step::Unused))
                     .count();
-                assert_eq!((clamps, unused), (2, if reuse { 1 } else { 2 }));
+                assert_eq!((pairs, unused), (1, if reuse { 2 } else { 3 }));
                 assert!(!steps(&reference)
                     .iter()
-                    .any(|s| matches!(s, Step::Clamp(..))));
+                    .any(|s| matches!(s, Step::Clamp(..) | Step::ClampPair(..))));
                 assert!(
                     fill(&fast) == fill(&reference),
                     "bounds {bounds:?}, varying {varying}, reuse {reuse}"

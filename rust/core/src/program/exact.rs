@@ -255,14 +255,17 @@ mod tests {
         out.iter().map(|v| v.to_bits()).collect()
     }
 
-    /// How many `Round` steps `p` evaluates into a binary64 fill.
+    /// How many roundings `p` evaluates into a binary64 fill (alone, or in one pass with
+    /// the operation they round).
     fn rounds(p: &Program, shape: &[u64]) -> usize {
         let compiled = p.compile(3, shape, Dtype::F64, None).unwrap();
-        compiled
-            .order
-            .iter()
-            .filter(|&&r| matches!(compiled.steps[r], Step::Round(..)))
-            .count()
+        let rounding = |r: &usize| {
+            matches!(
+                compiled.steps[*r],
+                Step::Round(..) | Step::RoundedBinary(..)
+            )
+        };
+        compiled.order.iter().filter(|r| rounding(r)).count()
     }
 
     /// A rule's case: its name, the dtype the register is rounded to, the `Round`s the
@@ -454,9 +457,18 @@ mod tests {
         }
         let shape = [300u64, 700];
         let compiled = p.compile(5, &shape, Dtype::F32, Some(0)).unwrap();
-        // The source is read back; `erfinv` to float32, `mul`, its `Round`, `add`, two
-        // clamps.
-        assert_eq!(compiled.order.len(), 6);
+        // The source is read back; `erfinv` to float32, `mul` and its `Round` in one
+        // pass, `add`, the two clamps in one pass.
+        let evaluated: Vec<_> = compiled.order.iter().map(|&r| &compiled.steps[r]).collect();
+        assert!(matches!(
+            evaluated[..],
+            [
+                Step::ErfinvToF32(0),
+                Step::RoundedBinary(BinaryOp::Mul, 1, _, Dtype::F32),
+                Step::Binary(BinaryOp::Add, ..),
+                Step::ClampPair([BinaryOp::Lt, BinaryOp::Gt], ..),
+            ]
+        ));
         assert_eq!(rounds(&p, &shape), 1);
         assert!(matches!(p.instrs[0], Instr::Source { .. }));
         let n = 300 * 700;

@@ -143,7 +143,8 @@ mod tests {
     /// every unary and binary operation (on operands in its domain), `erfinv` rounded to
     /// float32 and not, a `Round` to each narrow dtype, a clamp, a `where` of a
     /// per-element condition and one of a row's (the same on each block of 256; with
-    /// `wheres`), a column hoisted, `sin`/`cos` (refusals tracked).
+    /// `wheres`), a column hoisted, `sin`/`cos` (refusals tracked), a rounded product
+    /// and a clamp of a clamp (each one pass).
     fn every_step(p: &mut Program, u: usize, x: usize, wheres: bool) -> Vec<usize> {
         use BinaryOp::*;
         let k = |p: &mut Program, v: f64| p.constant(v);
@@ -185,6 +186,14 @@ mod tests {
             let top_rows = p.binary(Lt, c0, thirty_two).unwrap();
             terms.push(p.select(top_rows, x, u).unwrap());
         }
+        // `Round` of `mul` and a clamp of a clamp, each one pass.
+        let product = p.binary(Mul, x, u).unwrap();
+        terms.push(p.round(product, Dtype::BF16).unwrap());
+        let (low, high) = (k(p, -0.5), k(p, 0.75));
+        let above = p.binary(Gt, x, high).unwrap();
+        let clamped = p.select(above, high, x).unwrap();
+        let below_low = p.binary(Lt, clamped, low).unwrap();
+        terms.push(p.select(below_low, low, clamped).unwrap());
         let scaled = p.binary(Mul, c1, scale).unwrap();
         terms.push(p.unary(UnaryOp::Exp, scaled).unwrap());
         terms
@@ -284,7 +293,7 @@ mod tests {
             }
         }
         // Source, Destination, Constant, Coord, Flat, Table, Unary, Binary, Where,
-        // Round, ErfinvToF32, Column, Unused, Clamp.
-        assert_eq!(kinds.len(), 14);
+        // Round, ErfinvToF32, Column, Unused, Clamp, RoundedBinary, ClampPair.
+        assert_eq!(kinds.len(), 16);
     }
 }
