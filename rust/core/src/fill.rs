@@ -107,8 +107,8 @@ impl ParamStream {
     /// The walk of `region` for an output of `len` elements of `dtype` and the source of
     /// its values (`None` when there is nothing to write), after the checks of
     /// [`ParamStream::fill_region`] in its order: a whole box's size, the initializer,
-    /// the region. A program whose source is this fill writes it run by run through
-    /// them, before its steps.
+    /// the region. A program whose source is this fill writes it through them, a span
+    /// at a time before its steps.
     pub(crate) fn walk_and_source(
         &self,
         backend: Backend,

@@ -790,10 +790,10 @@ impl Compiled {
         }
     }
 
-    /// The fused fill of `param` (the program's source) into `out`, a block at a time,
-    /// each block then evaluated, reading the source's register back from `out` while
-    /// the block is in the cache. The same checks, in the same order, as the fill of
-    /// `param` and then of the program (the same shape and region).
+    /// The fused fill of `param` (the program's source) into `out`, [`FUSED_SPAN`]
+    /// elements at a time, each span then evaluated, reading the source's register back
+    /// from `out` while the span is in the cache. The same checks, in the same order, as
+    /// the fill of `param` and then of the program (the same shape and region).
     fn fill_over<T: Element>(
         &self,
         param: &ParamStream,
