@@ -184,9 +184,14 @@ def _steps(repeats: int) -> None:
         fill = _best(lambda p=source: run(p), repeats)
         whole = _best(lambda p=program: run(p), repeats)
         theirs = _best(lambda f=torch_op, a=x, b=y: f(a, b), repeats)
-        ours = max(whole - fill, 1e-9)
-        print(f"{label:18s} {numel / ours / 1e6:14.1f} {numel / theirs / 1e6:10.1f} "
-              f"{ours / theirs:10.2f}")  # fmt: skip
+        # A step that costs less than the timing resolves (2% of the fill: best-of
+        # timings of the fill alone and with the step differ by that much) is a bound.
+        resolution = 0.02 * fill
+        ours = max(whole - fill, resolution)
+        bound = ("> ", "< ") if whole - fill < resolution else ("", "")
+        rate, ratio = f"{numel / ours / 1e6:.1f}", f"{ours / theirs:.2f}"
+        print(f"{label:18s} {bound[0] + rate:>14s} {numel / theirs / 1e6:10.1f} "
+              f"{bound[1] + ratio:>10s}")  # fmt: skip
     theirs = _best(lambda: x.uniform_(-1.0, 1.0), repeats)
     print(f"{'uniform (the fill)':18s} {numel / fill / 1e6:14.1f} {numel / theirs / 1e6:10.1f} "
           f"{fill / theirs:10.2f}")  # fmt: skip

@@ -31,7 +31,7 @@ pub struct ParamStream {
 
 /// Where a fill's values come from: the stream through an elementwise sampler, or a
 /// matrix computed whole (orthogonal).
-enum Source {
+pub(crate) enum Source {
     Stream {
         backend: Backend,
         stream: Stream,
@@ -100,12 +100,43 @@ impl ParamStream {
         out: &mut [T],
         threads: Threads,
     ) -> Result<(), Error> {
-        let numel = self.checked(T::DTYPE)?;
-        let Some(walk) = Walk::new(&self.global_shape, numel, region, out.len() as u64)? else {
-            return Ok(());
+        match self.walk_and_source(backend, T::DTYPE, region, out.len() as u64, threads)? {
+            Some((walk, source)) => walk.write(out, threads, &source),
+            None => Ok(()),
+        }
+    }
+
+    /// The walk of `region` for an output of `len` elements of `dtype` and the source of
+    /// its values (`None` when there is nothing to write), after the checks of
+    /// [`ParamStream::fill_region`] in its order: a whole box's size, the initializer,
+    /// the region. A program whose source is this fill writes it through them, a span
+    /// at a time before its steps.
+    pub(crate) fn walk_and_source(
+        &self,
+        backend: Backend,
+        dtype: Dtype,
+        region: &Region,
+        len: u64,
+        threads: Threads,
+    ) -> Result<Option<(Walk, Source)>, Error> {
+        if let Region::Box {
+            ref ranges,
+            offset: None,
+        } = *region
+        {
+            let box_len = box_numel(&self.global_shape, ranges)?;
+            if len != box_len {
+                return Err(Error::OutputSizeMismatch {
+                    expected: box_len,
+                    got: len,
+                });
+            }
+        }
+        let numel = self.checked(dtype)?;
+        let Some(walk) = Walk::new(&self.global_shape, numel, region, len)? else {
+            return Ok(None);
         };
-        let source = self.source(backend, threads)?;
-        walk.write(out, threads, &source)
+        Ok(Some((walk, self.source(backend, threads)?)))
     }
 
     /// Fills `out` with elements `[start, start + out.len())` of the flattened global
@@ -278,14 +309,8 @@ impl ParamStream {
         out: &mut [T],
         threads: Threads,
     ) -> Result<(), Error> {
-        match *region {
-            // The whole box: its size is checked before the initializer.
-            Region::Box {
-                ref ranges,
-                offset: None,
-            } => self.fill_box(ranges, out, threads),
-            _ => self.fill_using(Backend::detect(), region, out, threads),
-        }
+        // A whole box's size is checked before the initializer (`walk_and_source`).
+        self.fill_using(Backend::detect(), region, out, threads)
     }
 }
 

@@ -14,39 +14,54 @@
 //! scratch vector per register (reused from block to block), step by step; `erfinv`,
 //! `exp`, `log`, `erf`, `sigmoid` and `tanh` run over a register's block in lanes
 //! ([`math::erfinv_slice`], [`math::lanes_slice`]: the scalar functions' bits), as do
-//! `softplus`, `sin`, `cos`, `expm1` and `log1p`; the other steps one element at a time.
+//! `softplus`, `sin`, `cos`, `expm1` and `log1p`; the other steps are elementwise passes
+//! over the block, compiled with the whole block's evaluation for the CPU's vector width
+//! (`lanes`: AVX2, AVX-512F, chosen once per block; the scalar backend's bits).
 //! Work that does not vary along the block is not repeated per element: a register of
 //! one coordinate (a table's per-column `exp`) is computed once per value of that
 //! coordinate when the program is compiled (`hoist`), and in a block where a `where`'s
 //! condition is the same on every element only the branch taken is evaluated (a `cat`
 //! of two halves computes `sin` or `cos`, not both). Neither changes a value: the
-//! registers computed are the same functions of the same operands.
+//! registers computed are the same functions of the same operands. A `Round` of a
+//! register whose every value is already of its dtype (a float32 source, another
+//! rounding, a clamp of one between float32 bounds) is an alias of it, not a pass
+//! (`exact`); a `Round` of `+ - * /` and a clamp of a clamp are one pass each (`fuse`);
+//! and registers the result does not read are not evaluated.
 //! A program that is a single `source` of the destination's dtype is the same
 //! computation as [`ParamStream::fill_region`] and is dispatched to its fused kernels.
 //! A program with one source of the destination's dtype and further steps (a fill, then
 //! `* gain`, `log`, ...) has that source's values written by the fused kernels into the
-//! destination first; the evaluator then reads each element's own value back as the
-//! source's register (exact: it is the source rounded to that dtype) and overwrites it
-//! with the result. That is also how a source whose values are not elementwise (an
-//! orthogonal matrix, computed whole) takes steps.
+//! destination, `FUSED_SPAN` elements at a time, each span then evaluated while it is
+//! in the cache: the evaluator reads each element's own value back as the source's
+//! register (exact: it is the source rounded to that dtype) and overwrites it with the
+//! result. That is also how a source whose values are not elementwise (an orthogonal
+//! matrix, computed whole) takes steps.
 
 use std::sync::Arc;
 
 use half::{bf16, f16};
 
-use crate::fill::{OutBuf, ParamStream};
+use crate::fill::{OutBuf, ParamStream, Source};
 use crate::geometry::checked_numel;
 use crate::init::{Dtype, Element, Init, Sampler};
 use crate::math;
-use crate::philox::Stream;
+use crate::philox::{Backend, Stream};
 use crate::pool::Threads;
 use crate::region::{Region, RunWriter, Walk};
 use crate::Error;
 
+mod exact;
+mod fuse;
 mod hoist;
+mod lanes;
 
 /// Elements evaluated together: one scratch vector of this length per register.
 pub const BLOCK: usize = 256;
+
+/// Elements of a fused source written at a time, each span then evaluated: its 16 KiB
+/// of float32 are still in the cache when the blocks read them back, and the fill
+/// kernels' per-call set-up (about 7 KiB of buffers zeroed) is under 2 bytes an element.
+const FUSED_SPAN: usize = 16 * BLOCK;
 
 macro_rules! named_ops {
     ($(#[$meta:meta])* $name:ident, $arg:literal { $($(#[$vmeta:meta])* $variant:ident => $text:literal,)* }) => {
@@ -366,6 +381,12 @@ enum Step {
     /// `where(x op bound, bound, x)`, `op` [`BinaryOp::Lt`] or [`BinaryOp::Gt`]: one
     /// side of a `clamp` ([`clamps`]), the `where` and its comparison in one pass.
     Clamp(BinaryOp, usize, usize),
+    /// `Round(Binary(op, a, b), dtype)`, `op` one of `+ - * /`, in one pass
+    /// ([`fuse::fuse_pairs`]).
+    RoundedBinary(BinaryOp, usize, usize, Dtype),
+    /// `Clamp(ops[1], Clamp(ops[0], x, bounds[0]), bounds[1])` in one pass
+    /// ([`fuse::fuse_pairs`]).
+    ClampPair([BinaryOp; 2], usize, [usize; 2]),
 }
 
 impl Step {
@@ -373,9 +394,25 @@ impl Step {
     fn operands(&self) -> [Option<usize>; 3] {
         match *self {
             Step::Unary(_, x) | Step::Round(x, _) | Step::ErfinvToF32(x) => [Some(x), None, None],
-            Step::Binary(_, a, b) | Step::Clamp(_, a, b) => [Some(a), Some(b), None],
-            Step::Where(c, a, b) => [Some(c), Some(a), Some(b)],
+            Step::Binary(_, a, b) | Step::Clamp(_, a, b) | Step::RoundedBinary(_, a, b, _) => {
+                [Some(a), Some(b), None]
+            }
+            Step::Where(c, a, b) | Step::ClampPair(_, c, [a, b]) => [Some(c), Some(a), Some(b)],
             _ => [None; 3],
+        }
+    }
+
+    /// Each register this step reads replaced by `f` of it.
+    fn map_operands(&mut self, f: impl Fn(usize) -> usize) {
+        match self {
+            Step::Unary(_, x) | Step::Round(x, _) | Step::ErfinvToF32(x) => *x = f(*x),
+            Step::Binary(_, a, b) | Step::Clamp(_, a, b) | Step::RoundedBinary(_, a, b, _) => {
+                (*a, *b) = (f(*a), f(*b));
+            }
+            Step::Where(c, a, b) | Step::ClampPair(_, c, [a, b]) => {
+                (*c, *a, *b) = (f(*c), f(*a), f(*b));
+            }
+            _ => {}
         }
     }
 }
@@ -402,6 +439,14 @@ fn erfinv_rounded_to_f32(steps: &mut [Step], dtype: Dtype) {
 /// A program checked against one fill: the steps, the stream and the shape.
 struct Compiled {
     steps: Vec<Step>,
+    /// The register of the result (the last, or the register a last `Round` aliases).
+    result: usize,
+    /// The registers a block evaluates, in order: those the result reads, but for
+    /// constants, the destination's and unused ones.
+    order: Vec<usize>,
+    /// Whose pass code ([`lanes`]) and math lanes evaluate the blocks: always one this
+    /// CPU runs ([`Program::compile_using`] checks it).
+    backend: Backend,
     /// The register read back from the destination, if any.
     destination: Option<usize>,
     stream: Stream,
@@ -452,12 +497,33 @@ fn clamps(steps: &mut [Step]) {
     }
 }
 
-/// The registers the conditions of `steps`' `where`s read, with the conditions: per
+/// Per register, whether the result reads it (itself included): the rest is never
+/// evaluated, and its refusals cannot reach the result.
+fn live_registers(steps: &[Step], result: usize) -> Vec<bool> {
+    let mut live = vec![false; steps.len()];
+    live[result] = true;
+    for index in (0..=result).rev() {
+        if live[index] {
+            for operand in steps[index].operands().into_iter().flatten() {
+                live[operand] = true;
+            }
+        }
+    }
+    live
+}
+
+/// Whether a block evaluates `step` (the others are written once per scratch, read
+/// back from the destination, or read by nothing).
+fn evaluated_per_block(step: &Step) -> bool {
+    !matches!(step, Step::Constant(_) | Step::Destination | Step::Unused)
+}
+
+/// The registers the conditions of the live `where`s read, with the conditions: per
 /// register, whether it is one.
-fn condition_registers(steps: &[Step]) -> Vec<bool> {
+fn condition_registers(steps: &[Step], live: &[bool]) -> Vec<bool> {
     let mut marked = vec![false; steps.len()];
     for (index, step) in steps.iter().enumerate().rev() {
-        if let Step::Where(c, _, _) = *step {
+        if let (&Step::Where(c, _, _), true) = (step, live[index]) {
             marked[c] = true;
         }
         if marked[index] {
@@ -512,6 +578,22 @@ impl Program {
         dtype: Dtype,
         destination: Option<usize>,
     ) -> Result<Compiled, Error> {
+        self.compile_using(Backend::detect(), key64, shape, dtype, destination)
+    }
+
+    /// [`Program::compile`] for `backend`'s passes and math lanes.
+    ///
+    /// # Panics
+    /// If this CPU cannot run `backend` (the compiled program's passes rely on it).
+    fn compile_using(
+        &self,
+        backend: Backend,
+        key64: u64,
+        shape: &[u64],
+        dtype: Dtype,
+        destination: Option<usize>,
+    ) -> Result<Compiled, Error> {
+        crate::kernel::check_available(backend);
         if self.instrs.is_empty() {
             return Err(Error::EmptyProgram);
         }
@@ -546,22 +628,35 @@ impl Program {
             });
         }
         erfinv_rounded_to_f32(&mut steps, dtype);
-        hoist::hoist_columns(&mut steps, shape, numel);
+        hoist::hoist_columns(backend, &mut steps, shape, numel);
         clamps(&mut steps);
-        let may_refuse = steps
-            .iter()
-            .any(|s| matches!(s, Step::Unary(UnaryOp::Sin | UnaryOp::Cos, _)));
-        let needs_coords = steps
-            .iter()
+        let fill = exact::Fill {
+            shape,
+            numel,
+            dtype,
+        };
+        let result = exact::alias_exact_rounds(&mut steps, &fill);
+        fuse::fuse_pairs(&mut steps, result);
+        let live = live_registers(&steps, result);
+        let live_steps = || steps.iter().zip(&live).filter(|(_, &l)| l).map(|(s, _)| s);
+        let may_refuse =
+            live_steps().any(|s| matches!(s, Step::Unary(UnaryOp::Sin | UnaryOp::Cos, _)));
+        let needs_coords = live_steps()
             .any(|s| matches!(s, Step::Coord(_) | Step::Table(_) | Step::Column { .. }));
-        let uses_words = steps
-            .iter()
-            .any(|s| matches!(s, Step::Source { sampler, .. } if sampler.uses_words()));
-        let in_conditions = condition_registers(&steps);
-        let conditions = (0..steps.len()).filter(|&r| in_conditions[r]).collect();
+        let uses_words =
+            live_steps().any(|s| matches!(s, Step::Source { sampler, .. } if sampler.uses_words()));
+        let in_conditions = condition_registers(&steps, &live);
+        let evaluated = |r: usize| live[r] && evaluated_per_block(&steps[r]);
+        let conditions = (0..steps.len())
+            .filter(|&r| in_conditions[r] && evaluated(r))
+            .collect();
+        let order = (0..steps.len()).filter(|&r| evaluated(r)).collect();
         Ok(Compiled {
             conditions,
             in_conditions,
+            order,
+            backend,
+            result,
             steps,
             destination,
             stream: Stream::new(key64),
@@ -626,8 +721,30 @@ impl Program {
             };
             return param.fill_region(region, out, threads);
         }
+        self.fill_region_using(Backend::detect(), key64, global_shape, region, out, threads)
+    }
+
+    /// [`Program::fill_region`] of a program that is not a single source, evaluated by
+    /// `backend`'s passes and math lanes (tests compare them: every backend gives the
+    /// same bits).
+    ///
+    /// # Errors
+    /// As [`Program::fill_region`].
+    ///
+    /// # Panics
+    /// If this CPU cannot run `backend` ([`Backend::is_available`]).
+    pub fn fill_region_using(
+        &self,
+        backend: Backend,
+        key64: u64,
+        global_shape: &[u64],
+        region: &Region,
+        out: OutBuf<'_>,
+        threads: Threads,
+    ) -> Result<(), Error> {
         if let Some((register, init)) = self.fused_source(out.dtype()) {
-            let compiled = self.compile(key64, global_shape, out.dtype(), Some(register))?;
+            let compiled =
+                self.compile_using(backend, key64, global_shape, out.dtype(), Some(register))?;
             let param = ParamStream {
                 key64,
                 global_shape: global_shape.to_vec(),
@@ -640,7 +757,8 @@ impl Program {
                 OutBuf::F16(s) => compiled.fill_over(&param, region, s, threads),
             };
         }
-        self.fill_region_evaluated(key64, global_shape, region, out, threads)
+        let compiled = self.compile_using(backend, key64, global_shape, out.dtype(), None)?;
+        compiled.fill_buffer(region, out, threads)
     }
 
     /// [`Program::fill_region`] always through the evaluator (tests compare it with the
@@ -657,18 +775,25 @@ impl Program {
         threads: Threads,
     ) -> Result<(), Error> {
         let compiled = self.compile(key64, global_shape, out.dtype(), None)?;
-        match out {
-            OutBuf::F32(s) => compiled.fill(region, s, threads),
-            OutBuf::F64(s) => compiled.fill(region, s, threads),
-            OutBuf::BF16(s) => compiled.fill(region, s, threads),
-            OutBuf::F16(s) => compiled.fill(region, s, threads),
-        }
+        compiled.fill_buffer(region, out, threads)
     }
 }
 
 impl Compiled {
-    /// The fused fill of `param` (the program's source) into `out`, then the program
-    /// evaluated over it, reading the source's register back from `out`.
+    /// [`Compiled::fill`] of a buffer of any dtype.
+    fn fill_buffer(&self, region: &Region, out: OutBuf<'_>, threads: Threads) -> Result<(), Error> {
+        match out {
+            OutBuf::F32(s) => self.fill(region, s, threads),
+            OutBuf::F64(s) => self.fill(region, s, threads),
+            OutBuf::BF16(s) => self.fill(region, s, threads),
+            OutBuf::F16(s) => self.fill(region, s, threads),
+        }
+    }
+
+    /// The fused fill of `param` (the program's source) into `out`, [`FUSED_SPAN`]
+    /// elements at a time, each span then evaluated, reading the source's register back
+    /// from `out` while the span is in the cache. The same checks, in the same order, as
+    /// the fill of `param` and then of the program (the same shape and region).
     fn fill_over<T: Element>(
         &self,
         param: &ParamStream,
@@ -676,8 +801,17 @@ impl Compiled {
         out: &mut [T],
         threads: Threads,
     ) -> Result<(), Error> {
-        param.fill_region_typed(region, out, threads)?;
-        self.fill(region, out, threads)
+        let len = out.len() as u64;
+        match param.walk_and_source(self.backend, T::DTYPE, region, len, threads)? {
+            Some((walk, source)) => {
+                let writer = OverSource {
+                    source: &source,
+                    program: self,
+                };
+                walk.write(out, threads, &writer)
+            }
+            None => Ok(()),
+        }
     }
 
     /// The program over `region` into `out`, through the one region walk.
@@ -694,8 +828,31 @@ impl Compiled {
         }
     }
 
-    /// Evaluates global flat indices `[start, start + out.len())` into `out`.
+    /// Evaluates global flat indices `[start, start + out.len())` into `out`; with a
+    /// `source`, its fused fill writes each span of [`FUSED_SPAN`] elements first (the
+    /// destination's register).
+    #[inline(always)]
     fn eval_run<T: Element>(
+        &self,
+        source: Option<&Source>,
+        start: u64,
+        out: &mut [T],
+        scratch: &mut Scratch,
+    ) -> Result<(), (u64, Error)> {
+        for (span, out) in out.chunks_mut(FUSED_SPAN).enumerate() {
+            let first = start + (span * FUSED_SPAN) as u64;
+            if let Some(source) = source {
+                source.write_run(&mut (), first, out)?;
+            }
+            self.eval_span(first, out, scratch)?;
+        }
+        Ok(())
+    }
+
+    /// Evaluates global flat indices `[start, start + out.len())` into `out`, a block
+    /// at a time.
+    #[inline(always)]
+    fn eval_span<T: Element>(
         &self,
         start: u64,
         out: &mut [T],
@@ -704,13 +861,11 @@ impl Compiled {
         for (block, out) in out.chunks_mut(BLOCK).enumerate() {
             let first = start + (block * BLOCK) as u64;
             if let Some(register) = self.destination {
-                for (slot, value) in scratch.registers[register].iter_mut().zip(&*out) {
-                    *slot = value.widen();
-                }
+                self.read_back(out, &mut scratch.registers[register][..out.len()]);
             }
             self.eval_block(first, out.len(), scratch);
             if self.may_refuse {
-                let last = &scratch.refused[self.steps.len() - 1][..out.len()];
+                let last = &scratch.refused[self.result][..out.len()];
                 if let Some((k, &Some((op, value)))) =
                     last.iter().enumerate().find(|(_, r)| r.is_some())
                 {
@@ -722,14 +877,27 @@ impl Compiled {
                     return Err((first + k as u64, error));
                 }
             }
-            let result = &scratch.registers[self.steps.len() - 1][..out.len()];
-            for (slot, &value) in out.iter_mut().zip(result) {
-                // One NaN for every platform (payload and sign of NaNs are not IEEE's).
-                let value = if value.is_nan() { f64::NAN } else { value };
-                *slot = T::from_f64(value);
-            }
+            self.write_result(&scratch.registers[self.result][..out.len()], out);
         }
         Ok(())
+    }
+}
+
+/// `out[i]`, widened to binary64, into `dst[i]` (the destination's register).
+#[inline(always)]
+fn read_back_passes<T: Element>(out: &[T], dst: &mut [f64]) {
+    for (slot, value) in dst.iter_mut().zip(out) {
+        *slot = value.widen();
+    }
+}
+
+/// The result rounded to `out`'s dtype, with one NaN for every platform (the payload
+/// and sign of NaNs are not IEEE's).
+#[inline(always)]
+fn write_result_passes<T: Element>(result: &[f64], out: &mut [T]) {
+    for (slot, &value) in out.iter_mut().zip(result) {
+        let value = if value.is_nan() { f64::NAN } else { value };
+        *slot = T::from_f64(value);
     }
 }
 
@@ -747,17 +915,69 @@ impl<T: Element> RunWriter<T> for Compiled {
         start: u64,
         out: &mut [T],
     ) -> Result<(), (u64, Error)> {
-        self.eval_run(start, out, scratch)
+        self.eval_run(None, start, out, scratch)
+    }
+}
+
+/// A program over the fused fill of its source ([`Compiled::fill_over`]).
+struct OverSource<'a> {
+    source: &'a Source,
+    program: &'a Compiled,
+}
+
+impl<T: Element> RunWriter<T> for OverSource<'_> {
+    type Scratch = Scratch;
+
+    fn scratch(&self) -> Scratch {
+        Scratch::new(self.program)
+    }
+
+    #[inline(always)]
+    fn write_run(
+        &self,
+        scratch: &mut Scratch,
+        start: u64,
+        out: &mut [T],
+    ) -> Result<(), (u64, Error)> {
+        self.program
+            .eval_run(Some(self.source), start, out, scratch)
+    }
+}
+
+/// The elements of [`Lanes`]: a block and a cache line.
+const LANES_LEN: usize = BLOCK + 8;
+
+/// One register's values in a block ([`BLOCK`] elements, then padding), in cache lines of
+/// its own: a 64-byte vector load or store never straddles two lines, and the padding
+/// keeps the same element of two registers from lying a multiple of 4 KiB apart (where
+/// a load waits on an unrelated store to the other).
+#[derive(Clone)]
+#[repr(C, align(64))]
+struct Lanes([f64; LANES_LEN]);
+
+impl std::ops::Deref for Lanes {
+    type Target = [f64];
+
+    fn deref(&self) -> &[f64] {
+        &self.0[..BLOCK]
+    }
+}
+
+impl std::ops::DerefMut for Lanes {
+    fn deref_mut(&mut self) -> &mut [f64] {
+        &mut self.0[..BLOCK]
     }
 }
 
 /// Reused buffers of one run.
 struct Scratch {
-    registers: Vec<Vec<f64>>,
+    registers: Vec<Lanes>,
     /// Per register and element, the refused `sin`/`cos` (and its argument) the value
     /// depends on; only when [`Compiled::may_refuse`].
     refused: Vec<Vec<Refusal>>,
     coords: Vec<Vec<u64>>,
+    /// The coordinates of a block's first element, then of the run being written.
+    odometer: Vec<u64>,
     words: Vec<u32>,
     /// Per register, whether the block's result reads it ([`Compiled::needed`]).
     needed: Vec<bool>,
@@ -776,8 +996,8 @@ impl Scratch {
             .steps
             .iter()
             .map(|step| match *step {
-                Step::Constant(value) => vec![value; BLOCK],
-                _ => vec![0.0; BLOCK],
+                Step::Constant(value) => Lanes([value; LANES_LEN]),
+                _ => Lanes([0.0; LANES_LEN]),
             })
             .collect();
         Scratch {
@@ -788,6 +1008,7 @@ impl Scratch {
                 Vec::new()
             },
             coords: vec![vec![0; BLOCK]; dims],
+            odometer: vec![0; dims],
             words: vec![0; words],
             needed: vec![false; compiled.steps.len()],
         }
@@ -795,13 +1016,14 @@ impl Scratch {
 }
 
 impl Compiled {
-    /// Coordinates of flat indices `[first, first + n)`: an odometer from `first`'s, a
-    /// run of the last dim at a time (the other dims are constant along it).
-    fn fill_coords(&self, first: u64, n: usize, coords: &mut [Vec<u64>]) {
+    /// Coordinates of flat indices `[first, first + n)`: an odometer (`current`, one
+    /// per dim) from `first`'s, a run of the last dim at a time (the other dims are
+    /// constant along it).
+    #[inline(always)]
+    fn fill_coords(&self, first: u64, n: usize, coords: &mut [Vec<u64>], current: &mut [u64]) {
         let Some(last) = self.shape.len().checked_sub(1) else {
             return;
         };
-        let mut current = vec![0u64; last + 1];
         let mut rest = first;
         for d in (0..=last).rev() {
             current[d] = rest % self.shape[d];
@@ -810,7 +1032,7 @@ impl Compiled {
         let mut k = 0;
         while k < n {
             let run = ((self.shape[last] - current[last]) as usize).min(n - k);
-            for (column, &c) in coords[..last].iter_mut().zip(&current) {
+            for (column, &c) in coords[..last].iter_mut().zip(current.iter()) {
                 column[k..k + run].fill(c);
             }
             for (slot, c) in coords[last][k..k + run].iter_mut().zip(current[last]..) {
@@ -831,10 +1053,12 @@ impl Compiled {
         }
     }
 
-    /// Evaluates every register at flat indices `[first, first + n)`.
-    fn eval_block(&self, first: u64, n: usize, scratch: &mut Scratch) {
+    /// Evaluates every register the result needs at flat indices `[first, first + n)`
+    /// (compiled for each backend by [`lanes`]).
+    #[inline(always)]
+    fn eval_block_passes(&self, first: u64, n: usize, scratch: &mut Scratch) {
         if self.needs_coords {
-            self.fill_coords(first, n, &mut scratch.coords);
+            self.fill_coords(first, n, &mut scratch.coords, &mut scratch.odometer);
         }
         if self.uses_words {
             let per = if self.two_words { 2 } else { 1 };
@@ -842,7 +1066,7 @@ impl Compiled {
                 .fill_words(first * per, &mut scratch.words[..n * per as usize]);
         }
         if self.conditions.is_empty() {
-            for index in 0..self.steps.len() {
+            for &index in &self.order {
                 self.eval_step(index, first, n, scratch);
             }
             return;
@@ -854,8 +1078,8 @@ impl Compiled {
         }
         let mut needed = std::mem::take(&mut scratch.needed);
         self.needed(n, scratch, &mut needed);
-        for (index, &needed) in needed.iter().enumerate() {
-            if needed && !self.in_conditions[index] {
+        for &index in &self.order {
+            if needed[index] && !self.in_conditions[index] {
                 self.eval_step(index, first, n, scratch);
             }
         }
@@ -864,9 +1088,10 @@ impl Compiled {
 
     /// The registers the result reads in a block of `n` whose `where` conditions are
     /// evaluated.
+    #[inline(always)]
     fn needed(&self, n: usize, scratch: &Scratch, needed: &mut [bool]) {
         needed.fill(false);
-        needed[self.steps.len() - 1] = true;
+        needed[self.result] = true;
         for (index, step) in self.steps.iter().enumerate().rev() {
             if !needed[index] {
                 continue;
@@ -886,6 +1111,7 @@ impl Compiled {
 
     /// Evaluates register `index` at flat indices `[first, first + n)` (its operands
     /// evaluated).
+    #[inline(always)]
     fn eval_step(&self, index: usize, first: u64, n: usize, scratch: &mut Scratch) {
         let step = &self.steps[index];
         let (done, rest) = scratch.registers.split_at_mut(index);
@@ -907,12 +1133,18 @@ impl Compiled {
                 }
             }
             Step::Table(ref table) => gather(table, &scratch.coords, dst),
-            Step::Unary(op, x) => unary(op, &done[x][..n], dst),
+            Step::Unary(op, x) => unary(self.backend, op, &done[x][..n], dst),
             Step::Binary(op, a, b) => binary(op, &done[a][..n], &done[b][..n], dst),
             Step::Where(c, a, b) => select(&done[c][..n], &done[a][..n], &done[b][..n], dst),
             Step::Clamp(op, x, bound) => clamp(op, &done[x][..n], &done[bound][..n], dst),
+            Step::RoundedBinary(op, a, b, dtype) => {
+                rounded_binary(op, dtype, &done[a][..n], &done[b][..n], dst);
+            }
+            Step::ClampPair(ops, x, [low, high]) => {
+                clamp_pair(ops, &done[x][..n], [&done[low][..n], &done[high][..n]], dst);
+            }
             Step::Round(x, dtype) => round_lanes(dtype, &done[x][..n], dst),
-            Step::ErfinvToF32(x) => math::erfinv_f32_slice(&done[x][..n], dst),
+            Step::ErfinvToF32(x) => math::erfinv_f32_slice_with(self.backend, &done[x][..n], dst),
             Step::Column { dim, ref values } => {
                 for (slot, &c) in dst.iter_mut().zip(&scratch.coords[dim]) {
                     *slot = values[c as usize];
@@ -927,6 +1159,7 @@ impl Compiled {
     }
 }
 
+#[inline(always)]
 fn source(sampler: &Sampler, dtype: Dtype, two_words: bool, words: &[u32], dst: &mut [f64]) {
     if let Sampler::Constant { value } = *sampler {
         dst.fill(round_to(dtype, value));
@@ -942,6 +1175,7 @@ fn source(sampler: &Sampler, dtype: Dtype, two_words: bool, words: &[u32], dst: 
 }
 
 /// `where(c, a, b)` of each element: `a` where `c` is not zero.
+#[inline(always)]
 fn select(c: &[f64], a: &[f64], b: &[f64], dst: &mut [f64]) {
     for (((slot, &c), &a), &b) in dst.iter_mut().zip(c).zip(a).zip(b) {
         *slot = if c != 0.0 { a } else { b };
@@ -950,6 +1184,7 @@ fn select(c: &[f64], a: &[f64], b: &[f64], dst: &mut [f64]) {
 
 /// [`Step::Clamp`] of each element: `bound` where `x op bound` holds, else `x` (a NaN
 /// `x` compares false and is kept, as the `where` keeps it).
+#[inline(always)]
 fn clamp(op: BinaryOp, x: &[f64], bound: &[f64], dst: &mut [f64]) {
     // One loop per comparison, so that each vectorizes.
     #[inline(always)]
@@ -965,7 +1200,64 @@ fn clamp(op: BinaryOp, x: &[f64], bound: &[f64], dst: &mut [f64]) {
     }
 }
 
+/// [`Step::ClampPair`] of each element: [`clamp`] by `ops[0]` and `bounds[0]`, then by
+/// `ops[1]` and `bounds[1]`.
+#[inline(always)]
+fn clamp_pair(ops: [BinaryOp; 2], x: &[f64], bounds: [&[f64]; 2], dst: &mut [f64]) {
+    // One loop per pair of comparisons, so that each vectorizes.
+    #[inline(always)]
+    fn map(
+        x: &[f64],
+        [low, high]: [&[f64]; 2],
+        dst: &mut [f64],
+        first: impl Fn(f64, f64) -> bool,
+        second: impl Fn(f64, f64) -> bool,
+    ) {
+        for (((slot, &x), &low), &high) in dst.iter_mut().zip(x).zip(low).zip(high) {
+            let x = if first(x, low) { low } else { x };
+            *slot = if second(x, high) { high } else { x };
+        }
+    }
+    let (lt, gt) = (|x: f64, b: f64| x < b, |x: f64, b: f64| x > b);
+    match ops {
+        [BinaryOp::Lt, BinaryOp::Gt] => map(x, bounds, dst, lt, gt),
+        [BinaryOp::Gt, BinaryOp::Lt] => map(x, bounds, dst, gt, lt),
+        [BinaryOp::Lt, BinaryOp::Lt] => map(x, bounds, dst, lt, lt),
+        [BinaryOp::Gt, BinaryOp::Gt] => map(x, bounds, dst, gt, gt),
+        _ => unreachable!("a clamp compares by lt or gt (`clamps`)"),
+    }
+}
+
+/// [`Step::RoundedBinary`] of each element: `a op b`, then [`round_to`] `dtype`.
+#[inline(always)]
+fn rounded_binary(op: BinaryOp, dtype: Dtype, a: &[f64], b: &[f64], dst: &mut [f64]) {
+    #[inline(always)]
+    fn map(a: &[f64], b: &[f64], dst: &mut [f64], f: impl Fn(f64, f64) -> f64) {
+        for ((slot, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+            *slot = f(x, y);
+        }
+    }
+    // One loop per operation and dtype, so that each vectorizes.
+    #[inline(always)]
+    fn rounded(op: BinaryOp, a: &[f64], b: &[f64], dst: &mut [f64], round: impl Fn(f64) -> f64) {
+        match op {
+            BinaryOp::Add => map(a, b, dst, |x, y| round(x + y)),
+            BinaryOp::Sub => map(a, b, dst, |x, y| round(x - y)),
+            BinaryOp::Mul => map(a, b, dst, |x, y| round(x * y)),
+            BinaryOp::Div => map(a, b, dst, |x, y| round(x / y)),
+            _ => unreachable!("only + - * / are fused with a round (`fuse_pairs`)"),
+        }
+    }
+    match dtype {
+        Dtype::F32 => rounded(op, a, b, dst, |v| round_to(Dtype::F32, v)),
+        Dtype::BF16 => rounded(op, a, b, dst, |v| round_to(Dtype::BF16, v)),
+        Dtype::F16 => rounded(op, a, b, dst, |v| round_to(Dtype::F16, v)),
+        Dtype::F64 => rounded(op, a, b, dst, |v| v),
+    }
+}
+
 /// [`round_to`] of each element, the dtype chosen once per block.
+#[inline(always)]
 fn round_lanes(dtype: Dtype, x: &[f64], dst: &mut [f64]) {
     #[inline(always)]
     fn map(x: &[f64], dst: &mut [f64], f: impl Fn(f64) -> f64) {
@@ -981,6 +1273,7 @@ fn round_lanes(dtype: Dtype, x: &[f64], dst: &mut [f64]) {
     }
 }
 
+#[inline(always)]
 fn gather(table: &Table, coords: &[Vec<u64>], dst: &mut [f64]) {
     for (k, slot) in dst.iter_mut().enumerate() {
         let mut at = table.offset;
@@ -992,10 +1285,14 @@ fn gather(table: &Table, coords: &[Vec<u64>], dst: &mut [f64]) {
     }
 }
 
-/// `op` over `x` into `dst`; a refused argument gives its position in the block.
-/// `op` over `x` into `dst`. A finite `sin`/`cos` argument beyond [`math::TRIG_MAX`]
-/// gives NaN here; [`refusals`] marks the element refused.
-fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) {
+/// `op` over `x` into `dst`, the math functions in `backend`'s lanes. A finite
+/// `sin`/`cos` argument beyond [`math::TRIG_MAX`] gives NaN here; [`refusals`] marks
+/// the element refused.
+#[inline(always)]
+fn unary(backend: Backend, op: UnaryOp, x: &[f64], dst: &mut [f64]) {
+    let lanes = |function, x: &[f64], dst: &mut [f64]| {
+        math::lanes_slice_with(backend, function, x, dst);
+    };
     // Generic over the function (not a `fn` pointer), so that each loop is compiled with
     // its operation inlined.
     #[inline(always)]
@@ -1010,20 +1307,20 @@ fn unary(op: UnaryOp, x: &[f64], dst: &mut [f64]) {
         UnaryOp::Reciprocal => map(x, dst, |v| 1.0 / v),
         UnaryOp::Sqrt => map(x, dst, f64::sqrt),
         UnaryOp::Rsqrt => map(x, dst, math::rsqrt),
-        UnaryOp::Exp => math::lanes_slice(math::LaneFunction::Exp, x, dst),
-        UnaryOp::Expm1 => math::lanes_slice(math::LaneFunction::Expm1, x, dst),
-        UnaryOp::Log => math::lanes_slice(math::LaneFunction::Log, x, dst),
-        UnaryOp::Log1p => math::lanes_slice(math::LaneFunction::Log1p, x, dst),
-        UnaryOp::Tanh => math::lanes_slice(math::LaneFunction::Tanh, x, dst),
-        UnaryOp::Sigmoid => math::lanes_slice(math::LaneFunction::Sigmoid, x, dst),
-        UnaryOp::Softplus => math::lanes_slice(math::LaneFunction::Softplus, x, dst),
+        UnaryOp::Exp => lanes(math::LaneFunction::Exp, x, dst),
+        UnaryOp::Expm1 => lanes(math::LaneFunction::Expm1, x, dst),
+        UnaryOp::Log => lanes(math::LaneFunction::Log, x, dst),
+        UnaryOp::Log1p => lanes(math::LaneFunction::Log1p, x, dst),
+        UnaryOp::Tanh => lanes(math::LaneFunction::Tanh, x, dst),
+        UnaryOp::Sigmoid => lanes(math::LaneFunction::Sigmoid, x, dst),
+        UnaryOp::Softplus => lanes(math::LaneFunction::Softplus, x, dst),
         UnaryOp::Floor => map(x, dst, f64::floor),
-        UnaryOp::Erf => math::lanes_slice(math::LaneFunction::Erf, x, dst),
-        UnaryOp::Erfinv => math::erfinv_slice(x, dst),
+        UnaryOp::Erf => lanes(math::LaneFunction::Erf, x, dst),
+        UnaryOp::Erfinv => math::erfinv_slice_with(backend, x, dst),
         UnaryOp::RoundHalfEven => map(x, dst, round_half_even),
         // `math::sin`/`cos` give NaN beyond TRIG_MAX themselves.
-        UnaryOp::Sin => math::lanes_slice(math::LaneFunction::Sin, x, dst),
-        UnaryOp::Cos => math::lanes_slice(math::LaneFunction::Cos, x, dst),
+        UnaryOp::Sin => lanes(math::LaneFunction::Sin, x, dst),
+        UnaryOp::Cos => lanes(math::LaneFunction::Cos, x, dst),
     }
 }
 
@@ -1039,7 +1336,8 @@ fn refused(v: f64) -> bool {
 /// The refusals of `step`'s register: its own (`sin`/`cos`) or those of the operands
 /// its value takes, so that a `where` passes on only those of the branch it selects and
 /// a program is refused only where a refused value reaches the result.
-fn refusals(step: &Step, earlier: &[Vec<Refusal>], values: &[Vec<f64>], dst: &mut [Refusal]) {
+#[inline(always)]
+fn refusals(step: &Step, earlier: &[Vec<Refusal>], values: &[Lanes], dst: &mut [Refusal]) {
     let n = dst.len();
     match *step {
         Step::Unary(op @ (UnaryOp::Sin | UnaryOp::Cos), x) => {
@@ -1050,9 +1348,16 @@ fn refusals(step: &Step, earlier: &[Vec<Refusal>], values: &[Vec<f64>], dst: &mu
         Step::Unary(_, x) | Step::Round(x, _) | Step::ErfinvToF32(x) => {
             dst.copy_from_slice(&earlier[x][..n]);
         }
-        Step::Binary(_, a, b) | Step::Clamp(_, a, b) => {
+        Step::Binary(_, a, b) | Step::Clamp(_, a, b) | Step::RoundedBinary(_, a, b, _) => {
             for (slot, (&ra, &rb)) in dst.iter_mut().zip(earlier[a].iter().zip(&earlier[b])) {
                 *slot = ra.or(rb);
+            }
+        }
+        // The first clamp's refusals (`x`'s, else the first bound's), else the second's.
+        Step::ClampPair(_, x, [low, high]) => {
+            let operands = earlier[x].iter().zip(&earlier[low]).zip(&earlier[high]);
+            for (slot, ((&rx, &rl), &rh)) in dst.iter_mut().zip(operands) {
+                *slot = rx.or(rl).or(rh);
             }
         }
         Step::Where(c, a, b) => {
@@ -1161,6 +1466,7 @@ fn flag(holds: bool) -> f64 {
     }
 }
 
+#[inline(always)]
 fn binary(op: BinaryOp, a: &[f64], b: &[f64], dst: &mut [f64]) {
     // Generic over the function, as in `unary`.
     #[inline(always)]
@@ -1805,7 +2111,7 @@ mod tests {
     }
 
     /// `clamp_(min, max)` as capture records it (`where(x < lo, lo, x)`, then `>`) runs
-    /// as two [`Step::Clamp`]s with the comparisons unused, and gives the bits of the
+    /// as two [`Step::Clamp`]s in one pass with the comparisons unused, and gives the bits of the
     /// same `where`s whose bound is another register of the same value (not rewritten):
     /// NaN, both zeros at a bound of zero, infinities, values at and beside the bounds,
     /// bounds that vary per element, a comparison another step also reads.
@@ -1882,19 +2188,20 @@ mod tests {
                     program(true, bounds, varying, reuse),
                     program(false, bounds, varying, reuse),
                 );
+                // The two clamps in one pass: the first one unused too.
                 let fast_steps = steps(&fast);
-                let clamps = fast_steps
+                let pairs = fast_steps
                     .iter()
-                    .filter(|s| matches!(s, Step::Clamp(..)))
+                    .filter(|s| matches!(s, Step::ClampPair([BinaryOp::Lt, BinaryOp::Gt], ..)))
                     .count();
                 let unused = fast_steps
                     .iter()
                     .filter(|s| matches!(s, Step::Unused))
                     .count();
-                assert_eq!((clamps, unused), (2, if reuse { 1 } else { 2 }));
+                assert_eq!((pairs, unused), (1, if reuse { 2 } else { 3 }));
                 assert!(!steps(&reference)
                     .iter()
-                    .any(|s| matches!(s, Step::Clamp(..))));
+                    .any(|s| matches!(s, Step::Clamp(..) | Step::ClampPair(..))));
                 assert!(
                     fill(&fast) == fill(&reference),
                     "bounds {bounds:?}, varying {varying}, reuse {reuse}"

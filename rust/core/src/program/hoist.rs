@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use super::{binary, round_lanes, select, unary, Step};
 use crate::math;
+use crate::philox::Backend;
 
 /// The longest column computed ahead (its values are kept for the fill: 512 KiB).
 const MAX_COLUMN: u64 = 1 << 16;
@@ -67,7 +68,7 @@ fn dependence(steps: &[Step]) -> Vec<(Varies, bool)> {
 /// Replaces each register computed from one coordinate (and constants) whose value
 /// other registers or the result read per element by a [`Step::Column`] of its values,
 /// and the registers only such columns read by [`Step::Unused`].
-pub(super) fn hoist_columns(steps: &mut [Step], shape: &[u64], numel: u64) {
+pub(super) fn hoist_columns(backend: Backend, steps: &mut [Step], shape: &[u64], numel: u64) {
     let found = dependence(steps);
     // The dim of each register to hoist.
     let hoistable: Vec<Option<usize>> = steps
@@ -99,7 +100,7 @@ pub(super) fn hoist_columns(steps: &mut [Step], shape: &[u64], numel: u64) {
     let columns: Vec<Option<Arc<[f64]>>> = (0..steps.len())
         .map(|register| match hoistable[register] {
             Some(dim) if read_per_element[register] => {
-                Some(column(steps, &found, register, dim, shape[dim]))
+                Some(column(backend, steps, &found, register, dim, shape[dim]))
             }
             _ => None,
         })
@@ -116,6 +117,7 @@ pub(super) fn hoist_columns(steps: &mut [Step], shape: &[u64], numel: u64) {
 /// The values of `register` at coordinates `0..n` of `dim`: the registers it depends
 /// on, in order, each over the whole column by the evaluator's own functions.
 fn column(
+    backend: Backend,
     steps: &[Step],
     found: &[(Varies, bool)],
     register: usize,
@@ -141,11 +143,11 @@ fn column(
                     *slot = c as f64;
                 }
             }
-            Step::Unary(op, x) => unary(op, &done[x], dst),
+            Step::Unary(op, x) => unary(backend, op, &done[x], dst),
             Step::Binary(op, a, b) => binary(op, &done[a], &done[b], dst),
             Step::Where(c, a, b) => select(&done[c], &done[a], &done[b], dst),
             Step::Round(x, dtype) => round_lanes(dtype, &done[x], dst),
-            Step::ErfinvToF32(x) => math::erfinv_f32_slice(&done[x], dst),
+            Step::ErfinvToF32(x) => math::erfinv_f32_slice_with(backend, &done[x], dst),
             _ => unreachable!("a register of one coordinate is computed from constants"),
         }
     }
