@@ -150,6 +150,18 @@ fn central_lane(x: f64) -> (f64, bool) {
     )
 }
 
+/// The float32 result of a tail lane `x` (`|x|` a float32 argument above 0.9) from
+/// [`tail_start`], or NaN where the bound does not decide it (a tail result is finite).
+#[inline(always)]
+fn tail_lane(x: f64) -> f64 {
+    let (value, decided) = round_start(tail_start(x.abs()));
+    if decided {
+        value.copysign(x)
+    } else {
+        f64::NAN
+    }
+}
+
 /// `erfinv(a) = -PhiInv(q) / sqrt(2)` from `q = (1 - a) / 2` (exact for a float32 `a`
 /// in `(0.9, 1)`: `2^-25 <= q < 0.05`), as AS 241's tail: `r = sqrt(-log(q))`, its
 /// `r <= 5` rational function (`r <= 4.2` here), with the log of [`log_of_tail`].
@@ -203,10 +215,11 @@ fn central_lanes(x: &[f64; 64], out: &mut [f64; 64]) -> u64 {
     pending
 }
 
-/// The lanes of one block the central pass left, gathered: the tail arguments `|x[i]|`
-/// (float32 values in `(0.9, 1)`) with their places `i` (`LANES` is 256: a byte).
+/// The lanes of one block the central pass left, gathered: the tail lanes `x[i]`
+/// (`|x[i]|` a float32 value in `(0.9, 1)`) with their places `i` (`LANES` is 256: a
+/// byte).
 struct TailLanes {
-    a: [f64; LANES],
+    x: [f64; LANES],
     places: [u8; LANES],
     count: usize,
 }
@@ -219,7 +232,7 @@ impl TailLanes {
     fn gather(x: &[f64], pending: &[u64; LANES / 64], out: &mut [f64]) -> Self {
         // Padding: an argument the tail start takes, so that whole vectors run.
         let mut tail = TailLanes {
-            a: [0.9; LANES],
+            x: [0.95; LANES],
             places: [0; LANES],
             count: 0,
         };
@@ -230,7 +243,7 @@ impl TailLanes {
                 bits &= bits - 1;
                 let a = x[i].abs();
                 if a > CENTRAL_TO && is_float32_argument(a) {
-                    (tail.places[tail.count], tail.a[tail.count]) = (i as u8, a);
+                    (tail.places[tail.count], tail.x[tail.count]) = (i as u8, x[i]);
                     tail.count += 1;
                 } else {
                     out[i] = rounded(x[i]);
@@ -241,26 +254,19 @@ impl TailLanes {
     }
 
     /// The tail start's float32 results of the gathered lanes into their places in
-    /// `out` ([`rounded`] where the bound does not decide), a vector at a time.
-    // Lane loops index several arrays in step: a range loop is the form that vectorizes.
-    #[allow(clippy::needless_range_loop)]
+    /// `out` ([`rounded`] where the bound does not decide): whole vectors of
+    /// [`tail_lane`] in place, then one pass that puts them back.
     #[inline(always)]
-    fn scatter(&self, x: &[f64], out: &mut [f64]) {
+    fn scatter(mut self, x: &[f64], out: &mut [f64]) {
         let padded = self.count.next_multiple_of(VECTOR);
-        let vectors = self.a[..padded].chunks_exact(VECTOR);
-        for (vector, (a, places)) in vectors.zip(self.places.chunks_exact(VECTOR)).enumerate() {
-            let (mut value, mut decided) = ([0.0; VECTOR], [false; VECTOR]);
-            for k in 0..VECTOR {
-                (value[k], decided[k]) = round_start(tail_start(a[k]));
+        for lanes in self.x[..padded].chunks_exact_mut(VECTOR) {
+            for lane in lanes {
+                *lane = tail_lane(*lane);
             }
-            for k in 0..VECTOR.min(self.count - VECTOR * vector) {
-                let i = usize::from(places[k]);
-                out[i] = if decided[k] {
-                    value[k].copysign(x[i])
-                } else {
-                    rounded(x[i])
-                };
-            }
+        }
+        for (&value, &i) in self.x[..self.count].iter().zip(&self.places) {
+            let i = usize::from(i);
+            out[i] = if value.is_nan() { rounded(x[i]) } else { value };
         }
     }
 }
