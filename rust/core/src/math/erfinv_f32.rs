@@ -151,11 +151,13 @@ fn central_lane(x: f64) -> (f64, bool) {
 }
 
 /// The float32 result of a tail lane `x` (`|x|` a float32 argument above 0.9) from
-/// [`tail_start`], or NaN where the bound does not decide it (a tail result is finite).
+/// [`tail_start`]; NaN where the bound does not decide it, or `x` is no tail lane (a
+/// tail result is finite).
 #[inline(always)]
 fn tail_lane(x: f64) -> f64 {
-    let (value, decided) = round_start(tail_start(x.abs()));
-    if decided {
+    let a = x.abs();
+    let (value, decided) = round_start(tail_start(a));
+    if decided && a > CENTRAL_TO && is_float32_argument(a) {
         value.copysign(x)
     } else {
         f64::NAN
@@ -215,9 +217,8 @@ fn central_lanes(x: &[f64; 64], out: &mut [f64; 64]) -> u64 {
     pending
 }
 
-/// The lanes of one block the central pass left, gathered: the tail lanes `x[i]`
-/// (`|x[i]|` a float32 value in `(0.9, 1)`) with their places `i` (`LANES` is 256: a
-/// byte).
+/// The lanes of one block the central pass left, gathered with their places (`LANES`
+/// is 256: a byte): nearly all are tail lanes (`|x|` a float32 value in `(0.9, 1)`).
 struct TailLanes {
     x: [f64; LANES],
     places: [u8; LANES],
@@ -225,12 +226,10 @@ struct TailLanes {
 }
 
 impl TailLanes {
-    /// Sorts the lanes the central pass left (`pending`, one bit per lane): tail
-    /// arguments into the result, the rest (undecided central lanes, zero, `|x| >= 1`,
-    /// NaN, values that are not float32s) computed by [`rounded`] into `out`.
+    /// The lanes the central pass left (`pending`, one bit per lane), in order.
     #[inline(always)]
-    fn gather(x: &[f64], pending: &[u64; LANES / 64], out: &mut [f64]) -> Self {
-        // Padding: an argument the tail start takes, so that whole vectors run.
+    fn gather(x: &[f64], pending: &[u64; LANES / 64]) -> Self {
+        // Padding: a tail argument, so that whole vectors run.
         let mut tail = TailLanes {
             x: [0.95; LANES],
             places: [0; LANES],
@@ -241,21 +240,18 @@ impl TailLanes {
             while bits != 0 {
                 let i = chunk * 64 + bits.trailing_zeros() as usize;
                 bits &= bits - 1;
-                let a = x[i].abs();
-                if a > CENTRAL_TO && is_float32_argument(a) {
-                    (tail.places[tail.count], tail.x[tail.count]) = (i as u8, x[i]);
-                    tail.count += 1;
-                } else {
-                    out[i] = rounded(x[i]);
-                }
+                (tail.places[tail.count], tail.x[tail.count]) = (i as u8, x[i]);
+                tail.count += 1;
             }
         }
         tail
     }
 
     /// The tail start's float32 results of the gathered lanes into their places in
-    /// `out` ([`rounded`] where the bound does not decide): whole vectors of
-    /// [`tail_lane`] in place, then one pass that puts them back.
+    /// `out` ([`rounded`] where the bound does not decide, and on the lanes that are no
+    /// tail lanes: undecided central lanes, zero, `|x| >= 1`, NaN, values that are not
+    /// float32s): whole vectors of [`tail_lane`] in place, then one pass that puts them
+    /// back.
     #[inline(always)]
     fn scatter(mut self, x: &[f64], out: &mut [f64]) {
         let padded = self.count.next_multiple_of(VECTOR);
@@ -292,7 +288,7 @@ fn erfinv_f32_block(x: &[f64], out: &mut [f64]) {
             out.copy_from_slice(&out64[..x.len()]);
         }
     }
-    TailLanes::gather(x, &pending, out).scatter(x, out);
+    TailLanes::gather(x, &pending).scatter(x, out);
 }
 
 /// `RN32(erfinv(x[i]))` into `out[i]`, [`LANES`] at a time ([`erfinv_f32_block`]).
