@@ -922,12 +922,14 @@ def unravel(
     return tuple(coords)
 
 
+@cached  # every read of a followed tensor asks it, of a model's few layouts
 def strided_coords(
     shape: Sequence[int], stride: Sequence[int], offset: int, base_shape: Sequence[int]
 ) -> tuple[tuple[Expr, ...], str | None]:
     """The coordinates in a contiguous ``base_shape`` tensor of the element of a view
     (``shape``, ``stride``, ``offset`` in elements) at ``Coord(0..)``; and, when the view
-    may read some base element more than once (``expand``, ``unfold``), a reason."""
+    may read some base element more than once (``expand``, ``unfold``), a reason.
+    Cached: the answer is immutable expressions of its hashable arguments."""
     ranges = [(0, int(size)) for size in shape]
     flat: Expr = Const(float(offset))
     for dim, (size, step) in enumerate(zip(shape, stride, strict=True)):

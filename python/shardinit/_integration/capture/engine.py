@@ -54,14 +54,12 @@ from ..._program.expr import (
     contains,
     contiguous_index,
     flat_of_box,
-    in_box,
     reindex,
     simplify,
     strided_coords,
     substitute_prior,
     unravel,
     walk_nodes,
-    where,
 )
 from ..._program.regions import (
     Box,
@@ -77,8 +75,9 @@ from ..._torch_compat import tree_flatten
 from ...errors import ShardInitError
 from ...init import Constant
 from ...spec import ParamSpec
-from .before import Before, before, on_before
+from .before import Before, on_before
 from .claims import RandomPlaces
+from .folds import Folds
 from .frames import user_frame
 from .store import RecordStore
 from .structured import fill_action
@@ -105,6 +104,7 @@ class Engine:
         self.store = store
         self.rng_start = torch.default_generator.get_state()
         self.folds: dict[int, tuple[int, CapturedOp | None, Expr]] = {}
+        self.left_folds = Folds(op_value)
         self.places = RandomPlaces(store)
 
     # ----------------------------------------------------------------- values
@@ -146,17 +146,7 @@ class Engine:
         return value
 
     def fold(self, track: Track) -> Expr:
-        never: Expr
-        if track.kind == "param":  # the values before init_fn (rule, default): .before
-            never = before(id(track), track.base.dtype, len(track.shape))
-        else:
-            never = Bad(f"it copies elements of {track.label} that were never written")
-        value: Expr = never
-        random = False
-        for op in track.ops:
-            written = op_value(op, track, value)
-            random = random or contains(written, Source)
-            value = where(in_box(op.region, track.shape), written, value)
+        value, never, random = self.left_folds.fold(track)
         if track.written(tuple((0, size) for size in track.shape)):
             value = _drop_branch(value, never)  # every element written: never selected
         computed_on_cpu = track.base.device.type == "cpu" and track.kind == "temp"
@@ -443,9 +433,26 @@ def _drop_branch(expr: Expr, never: Expr) -> Expr:
     return expr
 
 
-def box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, list[Expr]] | None:
+def box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr, ...]] | None:
     """The box ``view`` covers and its coordinates as expressions of the base's, when
-    each of its dims runs along one base dim; else None."""
+    each of its dims runs along one base dim; else None. Kept per layout (the answer is
+    a function of the two layouts alone: a model writes views of a few)."""
+    offset = view.storage_offset() - base.storage_offset()
+    key = (tuple(view.shape), view.stride(), offset, tuple(base.shape), base.stride())
+    kept = _BOX_COORDS.get(key)
+    if kept is None:
+        kept = (_box_coords(view, base),)
+        _BOX_COORDS.put(key, kept)
+    return kept[0]
+
+
+#: :func:`box_coords` by the layouts of the view and the base.
+_BOX_COORDS: BoundedMap[tuple[object, ...], tuple[tuple[Box, tuple[Expr, ...]] | None]] = (
+    BoundedMap()
+)
+
+
+def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr, ...]] | None:
     try:
         region = view_region(view, base)
     except Cannot:  # a view that is no box: the caller writes it by runs
@@ -461,4 +468,4 @@ def box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, list[Expr]]
             coords.append(Const(0.0))
         else:
             coords.append(combine("sub", Coord(axis), Const(float(box[axis][0]))))
-    return box, coords
+    return box, tuple(coords)
