@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 
@@ -744,9 +744,47 @@ def check_exact_integers(expr: Expr, ranges: Sequence[tuple[int, int]]) -> None:
     Raises:
         Cannot: why one may.
     """
+    key = _ranges_key(ranges)
+    if _kept_over(expr, "_exact", key, lambda node: _exact_step(node, key, ranges)):
+        return  # every step exact (kept per node: a fold is checked after each write)
     for node in walk_nodes(expr):
         if isinstance(node, Round) and node.dtype in INTEGER_DTYPES:
             _check_exact(node.x, node.dtype, ranges)
+
+
+def _exact_step(node: Expr, key: object, ranges: Sequence[tuple[int, int]]) -> bool:
+    """Whether no integer step of ``node`` may pass 2**53, its children's answers kept."""
+    if not all(child.__dict__["_exact"][key] for child in node.children()):
+        return False
+    if isinstance(node, Round) and node.dtype in INTEGER_DTYPES:
+        low, high = integer_span(node.x, ranges)
+        return low >= -EXACT_INTEGERS and high <= EXACT_INTEGERS
+    return True
+
+
+def _ranges_key(ranges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    return tuple((int(start), int(stop)) for start, stop in ranges)
+
+
+def _kept_over(expr: Expr, attr: str, key: object, compute: Callable[[Expr], object]) -> Any:
+    """``compute(node)`` of ``expr``, kept on each node per ``key`` (in a dict held as
+    ``attr``, not a field: eq, hash and repr ignore it), computed children first for
+    the nodes not known yet. ``compute`` reads its children's answers from ``attr``."""
+    stack: list[tuple[Expr, bool]] = [(expr, False)]
+    while stack:
+        node, ready = stack.pop()
+        kept = node.__dict__.get(attr)
+        if kept is not None and key in kept:
+            continue
+        if ready:
+            if kept is None:
+                kept = {}
+                object.__setattr__(node, attr, kept)
+            kept[key] = compute(node)
+            continue
+        stack.append((node, True))
+        stack.extend((child, False) for child in reversed(node.children()))
+    return expr.__dict__[attr][key]
 
 
 def _check_exact(expr: Expr, dtype: torch.dtype, ranges: Sequence[tuple[int, int]]) -> None:
@@ -790,11 +828,16 @@ def in_dtype(expr: Expr, dtype: torch.dtype) -> Expr:
 
 def integer_span(expr: Expr, ranges: Sequence[tuple[int, int]]) -> tuple[float, float]:
     """Bounds ``(low, high)`` of ``expr``'s values over the half-open coordinate
-    ``ranges`` (interval arithmetic; ``(-inf, inf)`` where not known)."""
-    spans: dict[int, tuple[float, float]] = {}
-    for node in walk_nodes(expr):
-        spans[id(node)] = _span(node, spans, ranges)
-    return spans[id(expr)]
+    ``ranges`` (interval arithmetic; ``(-inf, inf)`` where not known). Kept on each node
+    per ``ranges``: a temporary's fold is checked after each write, mostly of the
+    nodes checked before."""
+    key = _ranges_key(ranges)
+
+    def span(node: Expr) -> tuple[float, float]:
+        spans = {id(child): child.__dict__["_spans"][key] for child in node.children()}
+        return _span(node, spans, ranges)
+
+    return cast("tuple[float, float]", _kept_over(expr, "_spans", key, span))
 
 
 _UNKNOWN = (-math.inf, math.inf)
