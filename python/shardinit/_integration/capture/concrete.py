@@ -31,7 +31,7 @@ import torch
 from ..._program import expr as program_ir
 from ..._program.actions import Opaque
 from ..._program.cannot import Cannot
-from ..._program.expr import Bad, Expr, Source, bad_reasons, beyond_table_cap, walk_nodes
+from ..._program.expr import Bad, Expr, Source, bad_reasons, beyond_table_cap, contains
 from ..._torch_compat import tree_flatten, tree_map
 from .engine import Engine
 from .frames import user_frame
@@ -120,7 +120,7 @@ class Concrete:
         reasons = bad_reasons(expr)
         if reasons:
             raise Cannot(f"its operand's values are not known ({reasons[0]})")
-        if self.engine.random(track) or any(isinstance(n, Source) for n in walk_nodes(expr)):
+        if self.engine.random(track) or contains(expr, Source):
             raise Cannot(
                 "its operand holds random values (drawn at each destination element's own "
                 "index at replay: there is no table of them at capture)"

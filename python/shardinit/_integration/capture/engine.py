@@ -59,7 +59,6 @@ from ..._program.expr import (
     strided_coords,
     substitute_prior,
     unravel,
-    walk_nodes,
 )
 from ..._program.regions import (
     Box,
@@ -245,7 +244,7 @@ class Engine:
             if track.kind == "param":
                 raise self.store.fail(track, op, reasons[0])
             return Opaque(reasons[0])
-        if any(isinstance(n, Prior) for n in walk_nodes(expr)):
+        if contains(expr, Prior):
             return ComputedOnPrior(expr)  # reads the values before init_fn: .before
         return program_of(expr)
 
@@ -297,7 +296,7 @@ class Engine:
         before it as the fold of what was written (so a recorded program never reads
         memory: it is one computation from sources, rounded once at the end)."""
         parts = [(box, expr)]
-        if any(isinstance(n, Prior) for n in walk_nodes(expr)):
+        if contains(expr, Prior):
             parts = self.on_prior(track, box, expr)
         for part, value in parts:
             if track.kind == "param":
@@ -421,7 +420,7 @@ def _box_read(coords: Sequence[Expr]) -> bool:
 
 
 def _reads_before(expr: Expr) -> bool:
-    return any(isinstance(node, Before) for node in walk_nodes(expr))
+    return contains(expr, Before)
 
 
 def _drop_branch(expr: Expr, never: Expr) -> Expr:

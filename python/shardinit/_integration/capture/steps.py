@@ -28,7 +28,6 @@ from ..._program.expr import (
     exact_integers,
     in_dtype,
     stored,
-    walk_nodes,
     where,
 )
 from ..._torch_compat import tree_flatten
@@ -117,8 +116,7 @@ class Steps:
         temps = self.store.followed((args, kwargs))
         if not temps or any(temp.base.device.type != "cpu" for temp in temps):
             return False
-        nodes = (n for temp in temps for n in walk_nodes(self.engine.folded(temp)))
-        return not any(isinstance(n, (Source, Bad, Prior)) for n in nodes)
+        return not any(contains(self.engine.folded(t), (Source, Bad, Prior)) for t in temps)
 
     def cast_temp(self, name: str, func: Any, args: Sequence[Any], kwargs: Any) -> Any:
         """A cast or device move of a followed temporary."""
