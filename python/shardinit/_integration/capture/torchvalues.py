@@ -107,7 +107,8 @@ def _structure(expr: Expr) -> tuple[object, ...] | None:
             return None
         fields = tuple(
             value.hex() if isinstance(value, float) else value
-            for value in (getattr(node, f.name) for f in dataclasses.fields(node))
+            # Every node class is a dataclass (Expr, the base, has no fields itself).
+            for value in (getattr(node, f.name) for f in dataclasses.fields(node))  # type: ignore[arg-type]
             if not _child(value)
         )
         children = tuple(places[id(child)] for child in node.children())
