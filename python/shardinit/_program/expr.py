@@ -649,29 +649,33 @@ def walk_nodes(expr: Expr) -> list[Expr]:
 def contains(expr: Expr, kind: type[Expr] | tuple[type[Expr], ...]) -> bool:
     """Whether ``expr`` or a node under it is a ``kind`` (:class:`Source`, :class:`Bad`).
 
-    Kept on each node, as :func:`random_key` is: capture asks it of every value it
-    folds, each built from values it asked before, so each node is visited once."""
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if len(kinds) > 1:
-        return any(contains(expr, one) for one in kinds)
-    attr = f"_contains_{kinds[0].__name__}"
-    if attr not in expr.__dict__:
-        # Children before parents, iteratively (a chain of steps may be deep); a node
-        # already known is not entered.
-        stack: list[tuple[Expr, bool]] = [(expr, False)]
-        while stack:
-            node, ready = stack.pop()
-            if attr in node.__dict__:
-                continue
-            if ready:
-                found = isinstance(node, kinds) or any(
-                    child.__dict__[attr] for child in node.children()
-                )
-                object.__setattr__(node, attr, found)  # not a field: eq, hash ignore it
-                continue
-            stack.append((node, True))
-            stack.extend((c, False) for c in node.children() if attr not in c.__dict__)
-    return bool(expr.__dict__[attr])
+    Asked of the classes under each node, kept on it, as :func:`random_key` is: capture
+    asks it of every value it folds, each built from values it asked before, so each
+    node is visited once, whatever kinds are asked."""
+    return any(issubclass(found, kind) for found in _classes(expr))
+
+
+def _classes(expr: Expr) -> frozenset[type[Expr]]:
+    """The classes of ``expr`` and of every node under it (kept on each node: not a
+    field, eq and hash ignore it). Children before parents, iteratively (a chain of
+    steps may be deep); a node already known is not entered."""
+    known: frozenset[type[Expr]] | None = expr.__dict__.get("_classes")
+    if known is not None:
+        return known
+    stack: list[tuple[Expr, bool]] = [(expr, False)]
+    while stack:
+        node, ready = stack.pop()
+        if "_classes" in node.__dict__:
+            continue
+        if ready:
+            found = {type(node)}
+            for child in node.children():
+                found |= child.__dict__["_classes"]
+            object.__setattr__(node, "_classes", frozenset(found))
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in node.children() if "_classes" not in c.__dict__)
+    return cast("frozenset[type[Expr]]", expr.__dict__["_classes"])
 
 
 def bad_reasons(expr: Expr) -> list[str]:
