@@ -423,6 +423,8 @@ def _rebuild(
             guards.append(table)
         return table
     if isinstance(node, Binary):
+        if _unchanged_step(node, children):
+            return node  # what combine would build again: keeps what was asked of it
         return combine(node.op, children[0], children[1], ranges)
     if isinstance(node, Where) and guards:  # else nothing to excuse: no walk of branches
         cond, a, b = children
@@ -431,7 +433,20 @@ def _rebuild(
         return where(cond, a, b)
     if isinstance(node, Where):
         return where(*children)
+    if all(x is y for x, y in zip(children, node.children(), strict=True)):
+        return node  # (a unary step, a rounding, a source, a table read where it was)
     return node.with_children(children)
+
+
+def _unchanged_step(node: Binary, children: Sequence[Expr]) -> bool:
+    """Whether :func:`combine` of ``node``'s op on ``children`` is ``node`` itself: the
+    children are its own, no index arithmetic folds (an operand not affine) and no two
+    random values meet (its random key, kept, is one)."""
+    a, b = children
+    if a is not node.a or b is not node.b or isinstance(a, Bad) or isinstance(b, Bad):
+        return False
+    affine = as_lin(a) is not None and as_lin(b) is not None
+    return not affine and random_key(node) is not None
 
 
 #: Why a gathered table holds no value at some positions (:func:`gathered`).
