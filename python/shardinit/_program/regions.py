@@ -123,8 +123,8 @@ def view_region(
             None if size == 1 else dim for dim, size in enumerate(shape)
         )
     # The answer is a function of the two layouts alone (a model writes views of a few).
-    key = (tuple(view.shape), view.stride(), view.storage_offset() - base.storage_offset())
-    key += (shape, base.stride())
+    offset = view.storage_offset() - base.storage_offset()
+    key = (tuple(view.shape), view.stride(), offset, shape, base.stride())
     kept = _REGIONS.get(key)
     if kept is None:
         try:

@@ -15,11 +15,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from ..._caches import BoundedMap
+from ..._caches import BoundedMap, cached
 from ..._program.expr import (
     INTEGER_DTYPES,
     Binary,
@@ -107,14 +107,19 @@ def _structure(expr: Expr) -> tuple[object, ...] | None:
             return None
         fields = tuple(
             value.hex() if isinstance(value, float) else value
-            # Every node class is a dataclass (Expr, the base, has no fields itself).
-            for value in (getattr(node, f.name) for f in dataclasses.fields(node))  # type: ignore[arg-type]
+            for value in (getattr(node, name) for name in _field_names(cast(type, type(node))))
             if not _child(value)
         )
         children = tuple(places[id(child)] for child in node.children())
         places[id(node)] = len(nodes)
         nodes.append((type(node), fields, children))
     return tuple(nodes)
+
+
+@cached  # dataclasses.fields filters the class's attributes at every call
+def _field_names(cls: type) -> tuple[str, ...]:
+    # Every node class is a dataclass (Expr, the base, has no fields itself).
+    return tuple(field.name for field in dataclasses.fields(cls))
 
 
 def _child(value: object) -> bool:
