@@ -70,7 +70,7 @@ from ..._program.regions import (
     view_runs,
     whole,
 )
-from ..._torch_compat import tree_flatten
+from ..._torch_compat import tree_leaves
 from ...errors import ShardInitError
 from ...init import Constant
 from ...spec import ParamSpec
@@ -182,7 +182,7 @@ class Engine:
         """The parameters whose values the tensors in ``tree`` carry, read by ``op`` now
         or into a temporary before (:attr:`.tracks.Track.reads`), each with its read."""
         reads: list[tuple[Track, str]] = []
-        for leaf in tree_flatten(tree)[0]:
+        for leaf in tree_leaves(tree):
             track = self.store.lookup(leaf)
             if track is not None and track.kind == "param":
                 _merge_reads(reads, [(track, f"{op} at {user_frame()}")])

@@ -30,7 +30,7 @@ from ..._program.expr import (
     stored,
     where,
 )
-from ..._torch_compat import tree_flatten
+from ..._torch_compat import tree_leaves
 from .engine import Engine
 from .frames import user_frame
 from .pointwise import POINTWISE, cast, cast_dtype, no_formula, step_of
@@ -167,7 +167,7 @@ class Steps:
         if not temps:
             return
         random = any(contains(self.engine.folded(t), (Source, Bad)) for t in temps)
-        for leaf in tree_flatten(result)[0]:
+        for leaf in tree_leaves(result):
             if not isinstance(leaf, torch.Tensor) or self.store.lookup(leaf) is not None:
                 continue
             if leaf.device.type == "cpu" and not random:
