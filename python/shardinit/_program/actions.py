@@ -13,6 +13,7 @@ from typing import ClassVar
 
 import torch
 
+from .._caches import cached
 from ..init import BaseInit, Constant, Initializer
 from .expr import (
     Const,
@@ -128,9 +129,19 @@ class Scale(Action):
         if not dtype.is_floating_point:  # an integer tensor: integer arithmetic, wrapped
             return combine("div" if self.divide else "mul", Prior(), Const(factor))
         if dtype != torch.float64:
-            factor = float(torch.tensor(factor, dtype=torch.float32, device="cpu"))
+            factor = (
+                _float32(factor.hex())
+                if isinstance(factor, float)
+                else float(torch.tensor(factor, dtype=torch.float32, device="cpu"))
+            )
         step = combine("div" if self.divide else "mul", Prior(), Const(factor))
         return step if dtype == torch.float64 else Round(step, torch.float32)
+
+
+@cached  # by the bits (-0.0 is not 0.0): every fold of a scaled tensor asks it again
+def _float32(bits: str) -> float:
+    """The Python number of ``float.hex`` ``bits`` as torch's float32 scalar holds it."""
+    return float(torch.tensor(float.fromhex(bits), dtype=torch.float32, device="cpu"))
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 
@@ -423,6 +423,8 @@ def _rebuild(
             guards.append(table)
         return table
     if isinstance(node, Binary):
+        if _unchanged_step(node, children):
+            return node  # what combine would build again: keeps what was asked of it
         return combine(node.op, children[0], children[1], ranges)
     if isinstance(node, Where) and guards:  # else nothing to excuse: no walk of branches
         cond, a, b = children
@@ -431,7 +433,20 @@ def _rebuild(
         return where(cond, a, b)
     if isinstance(node, Where):
         return where(*children)
+    if all(x is y for x, y in zip(children, node.children(), strict=True)):
+        return node  # (a unary step, a rounding, a source, a table read where it was)
     return node.with_children(children)
+
+
+def _unchanged_step(node: Binary, children: Sequence[Expr]) -> bool:
+    """Whether :func:`combine` of ``node``'s op on ``children`` is ``node`` itself: the
+    children are its own, no index arithmetic folds (an operand not affine) and no two
+    random values meet (its random key, kept, is one)."""
+    a, b = children
+    if a is not node.a or b is not node.b or isinstance(a, Bad) or isinstance(b, Bad):
+        return False
+    affine = as_lin(a) is not None and as_lin(b) is not None
+    return not affine and random_key(node) is not None
 
 
 #: Why a gathered table holds no value at some positions (:func:`gathered`).
@@ -649,29 +664,33 @@ def walk_nodes(expr: Expr) -> list[Expr]:
 def contains(expr: Expr, kind: type[Expr] | tuple[type[Expr], ...]) -> bool:
     """Whether ``expr`` or a node under it is a ``kind`` (:class:`Source`, :class:`Bad`).
 
-    Kept on each node, as :func:`random_key` is: capture asks it of every value it
-    folds, each built from values it asked before, so each node is visited once."""
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if len(kinds) > 1:
-        return any(contains(expr, one) for one in kinds)
-    attr = f"_contains_{kinds[0].__name__}"
-    if attr not in expr.__dict__:
-        # Children before parents, iteratively (a chain of steps may be deep); a node
-        # already known is not entered.
-        stack: list[tuple[Expr, bool]] = [(expr, False)]
-        while stack:
-            node, ready = stack.pop()
-            if attr in node.__dict__:
-                continue
-            if ready:
-                found = isinstance(node, kinds) or any(
-                    child.__dict__[attr] for child in node.children()
-                )
-                object.__setattr__(node, attr, found)  # not a field: eq, hash ignore it
-                continue
-            stack.append((node, True))
-            stack.extend((c, False) for c in node.children() if attr not in c.__dict__)
-    return bool(expr.__dict__[attr])
+    Asked of the classes under each node, kept on it, as :func:`random_key` is: capture
+    asks it of every value it folds, each built from values it asked before, so each
+    node is visited once, whatever kinds are asked."""
+    return any(issubclass(found, kind) for found in _classes(expr))
+
+
+def _classes(expr: Expr) -> frozenset[type[Expr]]:
+    """The classes of ``expr`` and of every node under it (kept on each node: not a
+    field, eq and hash ignore it). Children before parents, iteratively (a chain of
+    steps may be deep); a node already known is not entered."""
+    known: frozenset[type[Expr]] | None = expr.__dict__.get("_classes")
+    if known is not None:
+        return known
+    stack: list[tuple[Expr, bool]] = [(expr, False)]
+    while stack:
+        node, ready = stack.pop()
+        if "_classes" in node.__dict__:
+            continue
+        if ready:
+            found = {type(node)}
+            for child in node.children():
+                found |= child.__dict__["_classes"]
+            object.__setattr__(node, "_classes", frozenset(found))
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in node.children() if "_classes" not in c.__dict__)
+    return cast("frozenset[type[Expr]]", expr.__dict__["_classes"])
 
 
 def bad_reasons(expr: Expr) -> list[str]:
@@ -744,9 +763,47 @@ def check_exact_integers(expr: Expr, ranges: Sequence[tuple[int, int]]) -> None:
     Raises:
         Cannot: why one may.
     """
+    key = _ranges_key(ranges)
+    if _kept_over(expr, "_exact", key, lambda node: _exact_step(node, key, ranges)):
+        return  # every step exact (kept per node: a fold is checked after each write)
     for node in walk_nodes(expr):
         if isinstance(node, Round) and node.dtype in INTEGER_DTYPES:
             _check_exact(node.x, node.dtype, ranges)
+
+
+def _exact_step(node: Expr, key: object, ranges: Sequence[tuple[int, int]]) -> bool:
+    """Whether no integer step of ``node`` may pass 2**53, its children's answers kept."""
+    if not all(child.__dict__["_exact"][key] for child in node.children()):
+        return False
+    if isinstance(node, Round) and node.dtype in INTEGER_DTYPES:
+        low, high = integer_span(node.x, ranges)
+        return low >= -EXACT_INTEGERS and high <= EXACT_INTEGERS
+    return True
+
+
+def _ranges_key(ranges: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    return tuple((int(start), int(stop)) for start, stop in ranges)
+
+
+def _kept_over(expr: Expr, attr: str, key: object, compute: Callable[[Expr], object]) -> Any:
+    """``compute(node)`` of ``expr``, kept on each node per ``key`` (in a dict held as
+    ``attr``, not a field: eq, hash and repr ignore it), computed children first for
+    the nodes not known yet. ``compute`` reads its children's answers from ``attr``."""
+    stack: list[tuple[Expr, bool]] = [(expr, False)]
+    while stack:
+        node, ready = stack.pop()
+        kept = node.__dict__.get(attr)
+        if kept is not None and key in kept:
+            continue
+        if ready:
+            if kept is None:
+                kept = {}
+                object.__setattr__(node, attr, kept)
+            kept[key] = compute(node)
+            continue
+        stack.append((node, True))
+        stack.extend((child, False) for child in reversed(node.children()))
+    return expr.__dict__[attr][key]
 
 
 def _check_exact(expr: Expr, dtype: torch.dtype, ranges: Sequence[tuple[int, int]]) -> None:
@@ -790,11 +847,16 @@ def in_dtype(expr: Expr, dtype: torch.dtype) -> Expr:
 
 def integer_span(expr: Expr, ranges: Sequence[tuple[int, int]]) -> tuple[float, float]:
     """Bounds ``(low, high)`` of ``expr``'s values over the half-open coordinate
-    ``ranges`` (interval arithmetic; ``(-inf, inf)`` where not known)."""
-    spans: dict[int, tuple[float, float]] = {}
-    for node in walk_nodes(expr):
-        spans[id(node)] = _span(node, spans, ranges)
-    return spans[id(expr)]
+    ``ranges`` (interval arithmetic; ``(-inf, inf)`` where not known). Kept on each node
+    per ``ranges``: a temporary's fold is checked after each write, mostly of the
+    nodes checked before."""
+    key = _ranges_key(ranges)
+
+    def span(node: Expr) -> tuple[float, float]:
+        spans = {id(child): child.__dict__["_spans"][key] for child in node.children()}
+        return _span(node, spans, ranges)
+
+    return cast("tuple[float, float]", _kept_over(expr, "_spans", key, span))
 
 
 _UNKNOWN = (-math.inf, math.inf)
@@ -922,12 +984,14 @@ def unravel(
     return tuple(coords)
 
 
+@cached  # every read of a followed tensor asks it, of a model's few layouts
 def strided_coords(
     shape: Sequence[int], stride: Sequence[int], offset: int, base_shape: Sequence[int]
 ) -> tuple[tuple[Expr, ...], str | None]:
     """The coordinates in a contiguous ``base_shape`` tensor of the element of a view
     (``shape``, ``stride``, ``offset`` in elements) at ``Coord(0..)``; and, when the view
-    may read some base element more than once (``expand``, ``unfold``), a reason."""
+    may read some base element more than once (``expand``, ``unfold``), a reason.
+    Cached: the answer is immutable expressions of its hashable arguments."""
     ranges = [(0, int(size)) for size in shape]
     flat: Expr = Const(float(offset))
     for dim, (size, step) in enumerate(zip(shape, stride, strict=True)):

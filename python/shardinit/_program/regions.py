@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from .._caches import cached
+from .._caches import BoundedMap, cached
 from .._layout import Box
 from .cannot import Cannot
 
@@ -122,12 +122,34 @@ def view_region(
         return tuple((0, size) for size in shape), tuple(
             None if size == 1 else dim for dim, size in enumerate(shape)
         )
+    # The answer is a function of the two layouts alone (a model writes views of a few).
+    offset = view.storage_offset() - base.storage_offset()
+    key = (tuple(view.shape), view.stride(), offset, shape, base.stride())
+    kept = _REGIONS.get(key)
+    if kept is None:
+        try:
+            kept = (_region_of(view, base), "")
+        except Cannot as cannot:
+            kept = (None, cannot.reason)
+        _REGIONS.put(key, kept)
+    if kept[0] is None:
+        raise Cannot(kept[1])
+    return kept[0]
+
+
+#: :func:`view_region` of non-empty views by layout: the region, or why there is none.
+_REGIONS: BoundedMap[tuple[object, ...], tuple[tuple[Box, tuple[int | None, ...]] | None, str]] = (
+    BoundedMap()
+)
+
+
+def _region_of(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[int | None, ...]]:
     try:
         return _box_of(view, base)
     except Cannot:
         if not _all_in_order(view, base):
             raise
-        return tuple((0, size) for size in shape), tuple(None for _ in view.shape)
+        return tuple((0, size) for size in base.shape), tuple(None for _ in view.shape)
 
 
 def _all_in_order(view: torch.Tensor, base: torch.Tensor) -> bool:

@@ -27,7 +27,7 @@ import torch
 
 from ..._caches import cached
 from ..._program.actions import Fill, Opaque
-from ..._torch_compat import DispatchMode, tree_flatten
+from ..._torch_compat import DispatchMode, tree_leaves
 from ...init import Constant
 from .store import RecordStore
 from .tracks import Track
@@ -146,7 +146,7 @@ _RANDOM = (
 
 
 def _tensor_leaves(tree: Any) -> Iterator[torch.Tensor]:
-    return (leaf for leaf in tree_flatten(tree)[0] if isinstance(leaf, torch.Tensor))
+    return (leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor))
 
 
 def _computed_values(tensor: torch.Tensor) -> bool:

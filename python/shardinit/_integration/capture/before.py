@@ -23,7 +23,7 @@ import torch
 
 from ..._program.actions import Opaque
 from ..._program.cannot import Cannot
-from ..._program.expr import Coord, Expr, Prior, Source, as_lin, walk_nodes
+from ..._program.expr import Coord, Expr, Prior, Source, as_lin, contains, walk_nodes
 from ..._program.regions import Box, intersect
 from ...init import Constant
 from .store import RecordStore
@@ -56,9 +56,9 @@ def resolve_before(expr: Expr, box: Sequence[tuple[int, int]]) -> Expr:
         Cannot: a :class:`Before` read at another position (``p[:3].copy_(p[3:6] * 2)``
             where ``init_fn`` did not write ``p[3:6]``).
     """
-    nodes = walk_nodes(expr)
-    if not any(isinstance(node, Before) for node in nodes):
+    if not contains(expr, Before):
         return expr
+    nodes = walk_nodes(expr)
     made: dict[int, Expr] = {}
     for node in nodes:  # children before parents
         if isinstance(node, Before):

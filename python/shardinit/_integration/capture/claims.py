@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..._program.actions import CapturedOp, Fill, TrackAction
-from ..._program.expr import Const, Coord, Expr, Source, as_lin, reindex, walk_nodes
+from ..._program.expr import Const, Coord, Expr, Source, as_lin, contains, reindex, walk_nodes
 from ..._program.regions import Box, FlatRun, box_runs
 from ...init import Constant
 from .store import RecordStore
@@ -86,7 +86,7 @@ class RandomPlaces:
         Raises:
             UnsupportedInitOpError: values of one random op land in two places.
         """
-        if not any(isinstance(node, Source) for node in walk_nodes(expr)):
+        if not contains(expr, Source):
             return  # nothing random (tables, constants): no need to rebuild the program
         fresh = _random_ats(_pinned(expr, box), self.root)
         held = _random_ats(_pinned(folded(track), box), self.root)

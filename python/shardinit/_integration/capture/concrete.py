@@ -31,8 +31,8 @@ import torch
 from ..._program import expr as program_ir
 from ..._program.actions import Opaque
 from ..._program.cannot import Cannot
-from ..._program.expr import Bad, Expr, Source, bad_reasons, beyond_table_cap, walk_nodes
-from ..._torch_compat import tree_flatten, tree_map
+from ..._program.expr import Bad, Expr, Source, bad_reasons, beyond_table_cap, contains
+from ..._torch_compat import tree_leaves, tree_map
 from .engine import Engine
 from .frames import user_frame
 from .steps import unfollowed
@@ -56,7 +56,7 @@ class Evaluated:
 
     @property
     def tensors(self) -> list[torch.Tensor]:
-        return [leaf for leaf in tree_flatten(self.result)[0] if isinstance(leaf, torch.Tensor)]
+        return [leaf for leaf in tree_leaves(self.result) if isinstance(leaf, torch.Tensor)]
 
 
 class Concrete:
@@ -77,7 +77,7 @@ class Concrete:
             Cannot: some value is not known at capture, or the op draws from torch's
                 generator.
         """
-        leaves = [v for v in tree_flatten((args, kwargs))[0] if isinstance(v, torch.Tensor)]
+        leaves = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
         metas = [v for v in leaves if v.is_meta]
         if not any(self.store.lookup(v) is not None for v in metas):
             return None
@@ -120,7 +120,7 @@ class Concrete:
         reasons = bad_reasons(expr)
         if reasons:
             raise Cannot(f"its operand's values are not known ({reasons[0]})")
-        if self.engine.random(track) or any(isinstance(n, Source) for n in walk_nodes(expr)):
+        if self.engine.random(track) or contains(expr, Source):
             raise Cannot(
                 "its operand holds random values (drawn at each destination element's own "
                 "index at replay: there is no table of them at capture)"
@@ -137,15 +137,13 @@ class Concrete:
         tensors = evaluated.tensors
         if not tensors:
             return evaluated.result
-        bases = {
-            storage_id(v) for v in tree_flatten(evaluated.args)[0] if isinstance(v, torch.Tensor)
-        }
+        bases = {storage_id(v) for v in tree_leaves(evaluated.args) if isinstance(v, torch.Tensor)}
         if any(storage_id(t) in bases for t in tensors):
             result = run_op(func, args, kwargs)  # views of operands: the same views on meta
         else:  # new tensors: their metadata is the CPU run's (also where meta has no kernel)
             result = tree_map(_meta_like, evaluated.result)
-        metas = tree_flatten(result)[0]
-        for meta, cpu in zip(metas, tree_flatten(evaluated.result)[0], strict=True):
+        metas = tree_leaves(result)
+        for meta, cpu in zip(metas, tree_leaves(evaluated.result), strict=True):
             fresh = isinstance(meta, torch.Tensor) and self.store.lookup(meta) is None
             if fresh and meta.is_contiguous():  # (others: opaque, Engine.taint)
                 self.hold(name, meta, cpu)

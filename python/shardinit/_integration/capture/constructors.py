@@ -41,7 +41,7 @@ from torch.nn.modules.module import (
 from torch.overrides import TorchFunctionMode
 
 from ..._program.actions import CapturedOp, ParamRecord, program_of
-from ..._program.expr import Bad, Expr, Source, bad_reasons, walk_nodes
+from ..._program.expr import Bad, Expr, Source, bad_reasons, contains
 from ..._torch_compat import deepcopy_memo, torch_function_disabled
 from ...errors import ShardInitError
 from ..exclusive import ThreadExclusive
@@ -264,7 +264,7 @@ def _buffer_value(mode: CaptureMode, buffer: torch.Tensor, where: str) -> Constr
         return None  # never written (torch.empty): no constructor value
     if reasons:
         return ConstructorValue(Bad(reasons[0]), where)
-    if any(isinstance(node, Source) for node in walk_nodes(expr)):
+    if contains(expr, Source):
         why = "random values (torch's generator in eager torch; no stream draws buffers)"
         return ConstructorValue(Bad(why), where)
     return ConstructorValue(expr, where)

@@ -33,9 +33,9 @@ from ..._program.expr import (
     TableData,
     bad_reasons,
     combine,
+    contains,
     contiguous_index,
     reindex,
-    walk_nodes,
     where,
 )
 from ..._program.regions import view_region, whole
@@ -58,7 +58,7 @@ def _non_finite(value: Any) -> bool:
 
 
 def _random(expr: Expr) -> bool:
-    return any(isinstance(node, Source) for node in walk_nodes(expr))
+    return contains(expr, Source)
 
 
 def _triangle(name: str, shape: Sequence[int], diagonal: Any) -> Expr:

@@ -54,14 +54,11 @@ from ..._program.expr import (
     contains,
     contiguous_index,
     flat_of_box,
-    in_box,
     reindex,
     simplify,
     strided_coords,
     substitute_prior,
     unravel,
-    walk_nodes,
-    where,
 )
 from ..._program.regions import (
     Box,
@@ -73,12 +70,13 @@ from ..._program.regions import (
     view_runs,
     whole,
 )
-from ..._torch_compat import tree_flatten
+from ..._torch_compat import tree_leaves
 from ...errors import ShardInitError
 from ...init import Constant
 from ...spec import ParamSpec
-from .before import Before, before, on_before
+from .before import Before, on_before
 from .claims import RandomPlaces
+from .folds import Folds
 from .frames import user_frame
 from .store import RecordStore
 from .structured import fill_action
@@ -105,6 +103,7 @@ class Engine:
         self.store = store
         self.rng_start = torch.default_generator.get_state()
         self.folds: dict[int, tuple[int, CapturedOp | None, Expr]] = {}
+        self.left_folds = Folds(op_value)
         self.places = RandomPlaces(store)
 
     # ----------------------------------------------------------------- values
@@ -146,17 +145,7 @@ class Engine:
         return value
 
     def fold(self, track: Track) -> Expr:
-        never: Expr
-        if track.kind == "param":  # the values before init_fn (rule, default): .before
-            never = before(id(track), track.base.dtype, len(track.shape))
-        else:
-            never = Bad(f"it copies elements of {track.label} that were never written")
-        value: Expr = never
-        random = False
-        for op in track.ops:
-            written = op_value(op, track, value)
-            random = random or contains(written, Source)
-            value = where(in_box(op.region, track.shape), written, value)
+        value, never, random = self.left_folds.fold(track)
         if track.written(tuple((0, size) for size in track.shape)):
             value = _drop_branch(value, never)  # every element written: never selected
         computed_on_cpu = track.base.device.type == "cpu" and track.kind == "temp"
@@ -193,7 +182,7 @@ class Engine:
         """The parameters whose values the tensors in ``tree`` carry, read by ``op`` now
         or into a temporary before (:attr:`.tracks.Track.reads`), each with its read."""
         reads: list[tuple[Track, str]] = []
-        for leaf in tree_flatten(tree)[0]:
+        for leaf in tree_leaves(tree):
             track = self.store.lookup(leaf)
             if track is not None and track.kind == "param":
                 _merge_reads(reads, [(track, f"{op} at {user_frame()}")])
@@ -255,7 +244,7 @@ class Engine:
             if track.kind == "param":
                 raise self.store.fail(track, op, reasons[0])
             return Opaque(reasons[0])
-        if any(isinstance(n, Prior) for n in walk_nodes(expr)):
+        if contains(expr, Prior):
             return ComputedOnPrior(expr)  # reads the values before init_fn: .before
         return program_of(expr)
 
@@ -307,7 +296,7 @@ class Engine:
         before it as the fold of what was written (so a recorded program never reads
         memory: it is one computation from sources, rounded once at the end)."""
         parts = [(box, expr)]
-        if any(isinstance(n, Prior) for n in walk_nodes(expr)):
+        if contains(expr, Prior):
             parts = self.on_prior(track, box, expr)
         for part, value in parts:
             if track.kind == "param":
@@ -431,7 +420,7 @@ def _box_read(coords: Sequence[Expr]) -> bool:
 
 
 def _reads_before(expr: Expr) -> bool:
-    return any(isinstance(node, Before) for node in walk_nodes(expr))
+    return contains(expr, Before)
 
 
 def _drop_branch(expr: Expr, never: Expr) -> Expr:
@@ -443,9 +432,26 @@ def _drop_branch(expr: Expr, never: Expr) -> Expr:
     return expr
 
 
-def box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, list[Expr]] | None:
+def box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr, ...]] | None:
     """The box ``view`` covers and its coordinates as expressions of the base's, when
-    each of its dims runs along one base dim; else None."""
+    each of its dims runs along one base dim; else None. Kept per layout (the answer is
+    a function of the two layouts alone: a model writes views of a few)."""
+    offset = view.storage_offset() - base.storage_offset()
+    key = (tuple(view.shape), view.stride(), offset, tuple(base.shape), base.stride())
+    kept = _BOX_COORDS.get(key)
+    if kept is None:
+        kept = (_box_coords(view, base),)
+        _BOX_COORDS.put(key, kept)
+    return kept[0]
+
+
+#: :func:`box_coords` by the layouts of the view and the base.
+_BOX_COORDS: BoundedMap[tuple[object, ...], tuple[tuple[Box, tuple[Expr, ...]] | None]] = (
+    BoundedMap()
+)
+
+
+def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr, ...]] | None:
     try:
         region = view_region(view, base)
     except Cannot:  # a view that is no box: the caller writes it by runs
@@ -461,4 +467,4 @@ def box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, list[Expr]]
             coords.append(Const(0.0))
         else:
             coords.append(combine("sub", Coord(axis), Const(float(box[axis][0]))))
-    return box, coords
+    return box, tuple(coords)

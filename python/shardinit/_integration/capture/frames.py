@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from types import CodeType, FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-from ..._caches import cached
+from ..._caches import BoundedMap, cached
 from ..._torch_compat import aten_packet
 from .translations import INIT_CODES
 
@@ -41,13 +42,36 @@ def _file_kind(filename: str) -> str:
     return "plumbing" if path.startswith(_TORCH_DIR) else "user"
 
 
-@cached
 def _users_code(code: CodeType) -> bool:
     """Whether the frames of ``code`` are user (or library) code (see above), decided
-    once per code object while it is among the cache's recent ones: each frame of the
-    stack is asked at every recorded operation."""
+    once per code object while it is among the recent ones: each frame of the stack is
+    asked at every recorded operation."""
+    return _per_code(_USERS, code, _is_users_code)
+
+
+def _is_users_code(code: CodeType) -> bool:
     kind = _file_kind(code.co_filename)
     return kind == "user" or (kind == "torch.nn" and code.co_name in _TORCH_INIT_CODE)
+
+
+def _per_code(
+    kept: BoundedMap[int, tuple[CodeType, _A]], code: CodeType, answer: Callable[[CodeType], _A]
+) -> _A:
+    """``answer(code)``, kept by the code object's identity. A code object hashes its
+    bytecode and constants at every lookup (about a microsecond: a stack walk asks it
+    of each of tens of frames at every operation); kept with the code object itself,
+    so the id stays its own, and the answer is the one the code object gives."""
+    found = kept.get(id(code))
+    if found is None or found[0] is not code:
+        found = (code, answer(code))
+        kept.put(id(code), found)
+    return found[1]
+
+
+_A = TypeVar("_A")
+#: :func:`_users_code` and the ``torch.nn.init`` function a code object runs, by its id.
+_USERS: BoundedMap[int, tuple[CodeType, bool]] = BoundedMap()
+_INIT_NAMES: BoundedMap[int, tuple[CodeType, str | None]] = BoundedMap()
 
 
 def user_frame() -> str:
@@ -85,7 +109,7 @@ def init_frame(outer: FrameType | None = None) -> tuple[FrameType, str] | None:
     found: tuple[FrameType, str] | None = None
     frame: FrameType | None = sys._getframe(2)
     while frame is not None and frame is not outer:
-        name = INIT_CODES.get(frame.f_code)
+        name = _per_code(_INIT_NAMES, frame.f_code, INIT_CODES.get)
         if name is not None:
             found = frame, name
         frame = frame.f_back

@@ -28,10 +28,9 @@ from ..._program.expr import (
     exact_integers,
     in_dtype,
     stored,
-    walk_nodes,
     where,
 )
-from ..._torch_compat import tree_flatten
+from ..._torch_compat import tree_leaves
 from .engine import Engine
 from .frames import user_frame
 from .pointwise import POINTWISE, cast, cast_dtype, no_formula, step_of
@@ -117,8 +116,7 @@ class Steps:
         temps = self.store.followed((args, kwargs))
         if not temps or any(temp.base.device.type != "cpu" for temp in temps):
             return False
-        nodes = (n for temp in temps for n in walk_nodes(self.engine.folded(temp)))
-        return not any(isinstance(n, (Source, Bad, Prior)) for n in nodes)
+        return not any(contains(self.engine.folded(t), (Source, Bad, Prior)) for t in temps)
 
     def cast_temp(self, name: str, func: Any, args: Sequence[Any], kwargs: Any) -> Any:
         """A cast or device move of a followed temporary."""
@@ -169,7 +167,7 @@ class Steps:
         if not temps:
             return
         random = any(contains(self.engine.folded(t), (Source, Bad)) for t in temps)
-        for leaf in tree_flatten(result)[0]:
+        for leaf in tree_leaves(result):
             if not isinstance(leaf, torch.Tensor) or self.store.lookup(leaf) is not None:
                 continue
             if leaf.device.type == "cpu" and not random:

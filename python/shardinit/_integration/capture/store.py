@@ -14,7 +14,7 @@ import torch
 from ..._program.actions import CapturedOp, Opaque, TrackAction
 from ..._program.cannot import Cannot
 from ..._program.regions import Box, view_region, whole
-from ..._torch_compat import tree_flatten
+from ..._torch_compat import tree_leaves
 from ...errors import UnsupportedInitOpError
 from .frames import user_frame
 from .tracks import Track, storage_id
@@ -59,7 +59,7 @@ class RecordStore:
     def followed(self, tree: Any) -> list[Track]:
         """The tracks of the tensors in ``tree`` (nested arguments), each once."""
         found: list[Track] = []
-        for leaf in tree_flatten(tree)[0]:
+        for leaf in tree_leaves(tree):
             track = self.lookup(leaf)
             if track is not None and all(track is not seen for seen in found):
                 found.append(track)

@@ -31,6 +31,7 @@ __all__ = [
     "RANDOM_SOURCES",
     "SCALES",
     "SOURCES",
+    "SWITCHES",
     "VIEWS",
     "Route",
     "is_inplace",
@@ -48,6 +49,10 @@ METADATA = frozenset(
         "__dir__", "__setstate__",
     }
 )  # fmt: skip
+# torch's global switches that take no tensor, write none and draw nothing (``no_grad``'s
+# ``_set_grad_enabled``, at every ``with torch.no_grad()`` of init code): run as they are,
+# as any call without a tensor is (the route of what it does not touch, taken at once).
+SWITCHES = frozenset({"_set_grad_enabled"})
 # Flags of a parameter that init code may set: the stand-in takes them, and the capture
 # carries them over to the parameter (ParamRecord.requires_grad).
 FLAGS = frozenset({"requires_grad_", "requires_grad.__set__"})
@@ -124,7 +129,7 @@ def route_of(name: str) -> Route:
         return "device"
     if name in FLAGS:
         return "flag"
-    if name in METADATA or name.endswith(".__get__"):
+    if name in METADATA or name in SWITCHES or name.endswith(".__get__"):
         return "metadata"
     if name.startswith("_foreach_"):
         return "foreach"

@@ -55,7 +55,7 @@ from ..._torch_compat import (
     make_subclass,
     python_key_excluded,
     torch_function_disabled,
-    tree_flatten,
+    tree_leaves,
 )
 from ...errors import UnsupportedInitOpError
 from .frames import user_frame
@@ -298,10 +298,10 @@ def _views_checked(args: Sequence[Any], result: Any) -> Any:
     (the kernel's outputs lack the Python key)."""
     if isinstance(result, _ThreadChecked):
         return result  # an in-place operation's own operand
-    leaves = [r for r in tree_flatten(result)[0] if isinstance(r, torch.Tensor)]
+    leaves = [r for r in tree_leaves(result) if isinstance(r, torch.Tensor)]
     if not leaves:
         return result
-    checked = {storage_id(a) for a in tree_flatten(args)[0] if isinstance(a, _ThreadChecked)}
+    checked = {storage_id(a) for a in tree_leaves(args) if isinstance(a, _ThreadChecked)}
     checked.discard(None)
     if not any(storage_id(leaf) in checked for leaf in leaves):
         return result

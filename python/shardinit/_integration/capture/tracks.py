@@ -14,7 +14,7 @@ import torch
 from ..._program.actions import CapturedOp, sets_values
 from ..._program.cannot import Cannot
 from ..._program.regions import Box, box_union_covers, intersect, view_region
-from ..._torch_compat import tree_flatten, tree_map
+from ..._torch_compat import tree_leaves, tree_map
 
 __all__ = ["Track", "run_op", "same_view", "storage_id"]
 
@@ -146,7 +146,7 @@ def run_op(func: object, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     that device (``torch.tensor(..., device=p.device)``), which torch refuses to combine
     with a meta tensor. Then the op runs with those on meta too: the capture follows its
     values from the originals, so only the result's shape and dtype are needed."""
-    leaves = [leaf for leaf in tree_flatten((args, kwargs))[0] if isinstance(leaf, torch.Tensor)]
+    leaves = [leaf for leaf in tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
     if any(leaf.is_meta for leaf in leaves) and any(_real_operand(leaf) for leaf in leaves):
         args, kwargs = tree_map(
             lambda v: v.to("meta") if isinstance(v, torch.Tensor) and _real_operand(v) else v,

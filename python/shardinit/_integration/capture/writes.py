@@ -12,7 +12,7 @@ import torch
 
 from ..._program.actions import Fill, Opaque, TrackAction
 from ..._program.cannot import Cannot
-from ..._torch_compat import tree_flatten
+from ..._torch_compat import tree_leaves
 from ...errors import ShardInitError
 from ...init import Constant
 from .backstop import WriteBackstop
@@ -51,7 +51,7 @@ def quietly(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
 
 def tensors_in(tree: Any) -> list[torch.Tensor]:
     """The tensors among the leaves of ``tree``."""
-    return [leaf for leaf in tree_flatten(tree)[0] if isinstance(leaf, torch.Tensor)]
+    return [leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
 
 
 class Writes:
