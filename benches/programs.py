@@ -21,7 +21,11 @@ Two more tables in the same run (issue 40):
   (with the library's own ``_init_weights`` as ``init_fn`` for transformers), against the
   library building the same model on the CPU with its own eager init.
 
-Usage: ``python benches/programs.py [--repeats R] [--only init-code,steps,models]``.
+A fourth, ``--only phases``: per model, the build on meta alone, the build under
+``record_constructors`` (the capture's share is the difference), ``materialize`` and the
+eager build, each best of its runs.
+
+Usage: ``python benches/programs.py [--repeats R] [--only init-code,steps,models,phases]``.
 """
 
 from __future__ import annotations
@@ -248,10 +252,15 @@ MODELS: list[tuple[str, Callable[[], nn.Module], bool]] = [
 
 
 def _materialized(build: Callable[[], nn.Module], hf: bool) -> nn.Module:
-    # Mamba ties lm_head to the embedding: materialize says it keeps the tie source's init.
-    warnings.filterwarnings("ignore", message="capture_init: .* tied parameter")
     with torch.device("meta"), shardinit.record_constructors():
         model = build()
+    return _materialize(model, hf)
+
+
+def _materialize(model: nn.Module, hf: bool) -> nn.Module:
+    """``model`` (built recorded, on meta) materialized with its library's init."""
+    # Mamba ties lm_head to the embedding: materialize says it keeps the tie source's init.
+    warnings.filterwarnings("ignore", message="capture_init: .* tied parameter")
     if hf:
         init_weights = model._init_weights
         shardinit.materialize(model, seed=0, init_fn=lambda: model.apply(init_weights))
@@ -273,6 +282,32 @@ def _models(repeats: int) -> None:
               f"{ours / theirs:6.2f}")  # fmt: skip
 
 
+def _phases(repeats: int) -> None:
+    """Where each model's time goes: its build on meta alone, its build under
+    ``record_constructors`` (the capture's share is the difference), ``materialize``, and
+    the library's eager CPU build with its own init."""
+    print("\nphases: build on meta, build recorded, materialize; the eager build")
+    print(f"{'model':34s} {'meta':>7s} {'recorded':>9s} {'capture':>8s} {'materialize':>12s} "
+          f"{'eager':>7s}")  # fmt: skip
+    for label, build, hf in MODELS:
+        _materialized(build, hf)  # the warm-up
+
+        def on_meta(b: Callable[[], nn.Module] = build) -> nn.Module:
+            with torch.device("meta"):
+                return b()
+
+        def recorded(b: Callable[[], nn.Module] = build) -> nn.Module:
+            with torch.device("meta"), shardinit.record_constructors():
+                return b()
+
+        meta, record = _best(on_meta, repeats), _best(recorded, repeats)
+        models = [recorded() for _ in range(repeats)]
+        fill = min(_best(lambda m=model, h=hf: _materialize(m, h), 1) for model in models)
+        eager = _best(build, repeats)
+        print(f"{label:34s} {meta:6.3f}s {record:8.3f}s {record - meta:7.3f}s {fill:11.3f}s "
+              f"{eager:6.3f}s")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -286,6 +321,8 @@ def main() -> None:
         _steps(args.repeats)
     if "models" in parts:
         _models(max(2, args.repeats // 2))
+    if "phases" in parts:
+        _phases(max(2, args.repeats // 2))
 
 
 if __name__ == "__main__":
