@@ -17,6 +17,7 @@ is folded here.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from typing import Any, cast
 import torch
 
 from .. import _core
-from .._caches import cached
+from .._caches import BoundedMap, cached
 from ..init import BaseInit, Constant
 from .cannot import Cannot
 
@@ -62,6 +63,7 @@ __all__ = [
     "reindex",
     "simplify",
     "stored",
+    "structure",
     "substitute_prior",
 ]
 
@@ -379,8 +381,47 @@ def reindex(
     identity map returns ``expr`` itself unless ``keep`` is False."""
     if keep and repeats is None and all(c == Coord(d) for d, c in enumerate(coords)):
         return expr  # the identity: the same expression
+    key = _rewrite_key(expr, coords, ranges, repeats)
+    if key is None:
+        return _reindexed(expr, coords, ranges, repeats)
+    kept = _REWRITES.get(key)
+    if kept is None:
+        result = _reindexed(expr, coords, ranges, repeats)
+        kept = (result, result is expr)
+        _REWRITES.put(key, kept)
+    return expr if kept[1] else kept[0]
+
+
+def _reindexed(
+    expr: Expr, coords: Sequence[Expr], ranges: Sequence[tuple[int, int]], repeats: str | None
+) -> Expr:
     guards: list[Expr] = []  # tables gathered with positions past them (:func:`_excused`)
     return _Memoized(lambda node, walk: _rebuild(node, walk, coords, ranges, repeats, guards))(expr)
+
+
+#: :func:`reindex`'s results by the structure of the rewrite (:func:`_rewrite_key`): the
+#: result, and whether it was the expression itself (then the caller's own is returned).
+_REWRITES: BoundedMap[tuple[object, ...], tuple[Expr, bool]] = BoundedMap()
+#: The most nodes of an expression whose rewrite is kept (a coordinate table's are tens).
+_KEPT_NODES = 256
+
+
+def _rewrite_key(
+    expr: Expr, coords: Sequence[Expr], ranges: Sequence[tuple[int, int]], repeats: str | None
+) -> tuple[object, ...] | None:
+    """The key under which :func:`reindex` keeps a rewrite: the structures of the
+    expression and the coordinates, the ranges and the reason. A model computes the
+    same coordinate table in each of its layers (Swin's relative positions, one per
+    attention), each a new expression of the same nodes, rewritten at the same places.
+    None (not kept) for random expressions, each a parameter's own (no other has the
+    same sources), and for tables (their values are no field)."""
+    if contains(expr, (Source, Table)):
+        return None
+    shape = structure(expr, _KEPT_NODES)
+    at = tuple(structure(coord, _KEPT_NODES) for coord in coords)
+    if shape is None or any(c is None for c in at):
+        return None
+    return (shape, at, tuple((int(a), int(b)) for a, b in ranges), repeats)
 
 
 class _Memoized:
@@ -659,6 +700,41 @@ def walk_nodes(expr: Expr) -> list[Expr]:
         stack.append((node, True))
         stack.extend((child, False) for child in reversed(node.children()))
     return order
+
+
+def structure(expr: Expr, most: int | None = None) -> tuple[object, ...] | None:
+    """A key equal for two expressions exactly when they are the same computation, with
+    the same sharing: each node's class and fields, children by their place in
+    :func:`walk_nodes`' order, a float by its bits (``-0.0`` is not ``0.0``, a NaN is
+    itself); None when a table lies under it (its values are no field) or it has more
+    than ``most`` nodes."""
+    places: dict[int, int] = {}
+    nodes: list[object] = []
+    for node in walk_nodes(expr):
+        if isinstance(node, Table) or (most is not None and len(nodes) >= most):
+            return None
+        fields = tuple(
+            value.hex() if isinstance(value, float) else value
+            for value in (getattr(node, name) for name in _field_names(cast(type, type(node))))
+            if not _holds_children(value)
+        )
+        children = tuple(places[id(child)] for child in node.children())
+        places[id(node)] = len(nodes)
+        nodes.append((type(node), fields, children))
+    return tuple(nodes)
+
+
+@cached  # dataclasses.fields filters the class's attributes at every call
+def _field_names(cls: type) -> tuple[str, ...]:
+    # Every node class is a dataclass (Expr, the base, has no fields itself).
+    return tuple(field.name for field in dataclasses.fields(cls))
+
+
+def _holds_children(value: object) -> bool:
+    """Whether a node's field holds children (an expression, or a tuple of them)."""
+    if isinstance(value, tuple):
+        return all(isinstance(item, Expr) for item in value)
+    return isinstance(value, Expr)
 
 
 def contains(expr: Expr, kind: type[Expr] | tuple[type[Expr], ...]) -> bool:
