@@ -6,6 +6,7 @@ hands callers values of their own."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import pytest
 import torch
@@ -167,3 +168,26 @@ def test_a_rewrite_is_kept_only_for_the_same_computation() -> None:
     for _ in range(ex._KEPT_NODES):
         big = ex.Binary("add", big, ex.Const(1.0))
     assert ex._rewrite_key(big, at, [(1, 3)], None) is None
+
+
+def test_the_structure_reads_every_field_that_holds_no_children() -> None:
+    samples = [
+        ex.Const(1.5),
+        ex.Coord(2),
+        ex.Source(Normal(0.0, 1.0), torch.float32, 3, (ex.Coord(0), ex.Coord(1))),
+        ex.Table(ex.TableData(torch.zeros(2, dtype=torch.float64)), ex.Coord(0)),
+        ex.Unary("exp", ex.Coord(0)),
+        ex.Binary("add", ex.Coord(0), ex.Const(1.0)),
+        ex.Where(ex.Coord(0), ex.Const(1.0), ex.Const(2.0)),
+        ex.Round(ex.Coord(0), torch.int64),
+        ex.Prior(),
+        ex.Bad("why"),
+    ]
+    assert {type(node) for node in samples} == set(ex.Expr.__subclasses__())
+    for node in samples:  # the fields not read are exactly the children, in order
+        plain = ex._plain_fields(type(node))
+        rest = [getattr(node, f.name) for f in dataclasses.fields(node) if f.name not in plain]
+        flat = [
+            item for value in rest for item in (value if isinstance(value, tuple) else (value,))
+        ]
+        assert tuple(flat) == node.children()

@@ -417,11 +417,18 @@ def _rewrite_key(
     same sources), and for tables (their values are no field)."""
     if contains(expr, (Source, Table)):
         return None
-    shape = structure(expr, _KEPT_NODES)
-    at = tuple(structure(coord, _KEPT_NODES) for coord in coords)
+    shape = _kept_structure(expr)
+    at = tuple(_kept_structure(coord) for coord in coords)
     if shape is None or any(c is None for c in at):
         return None
     return (shape, at, tuple((int(a), int(b)) for a, b in ranges), repeats)
+
+
+def _kept_structure(expr: Expr) -> tuple[object, ...] | None:
+    """:func:`structure` up to :data:`_KEPT_NODES` nodes, kept on the node (a view's
+    coordinates and a track's fold are rewritten many times)."""
+    found = _kept(expr, "_structure", lambda node: structure(node, _KEPT_NODES))
+    return cast("tuple[object, ...] | None", found)
 
 
 class _Memoized:
@@ -713,28 +720,20 @@ def structure(expr: Expr, most: int | None = None) -> tuple[object, ...] | None:
     for node in walk_nodes(expr):
         if isinstance(node, Table) or (most is not None and len(nodes) >= most):
             return None
-        fields = tuple(
-            value.hex() if isinstance(value, float) else value
-            for value in (getattr(node, name) for name in _field_names(cast(type, type(node))))
-            if not _holds_children(value)
-        )
-        children = tuple(places[id(child)] for child in node.children())
+        kind = type(node)
+        values = [getattr(node, name) for name in _plain_fields(cast(type, kind))]
+        fields = tuple([v.hex() if isinstance(v, float) else v for v in values])
+        children = tuple([places[id(child)] for child in node.children()])
         places[id(node)] = len(nodes)
-        nodes.append((type(node), fields, children))
+        nodes.append((kind, fields, children))
     return tuple(nodes)
 
 
 @cached  # dataclasses.fields filters the class's attributes at every call
-def _field_names(cls: type) -> tuple[str, ...]:
-    # Every node class is a dataclass (Expr, the base, has no fields itself).
-    return tuple(field.name for field in dataclasses.fields(cls))
-
-
-def _holds_children(value: object) -> bool:
-    """Whether a node's field holds children (an expression, or a tuple of them)."""
-    if isinstance(value, tuple):
-        return all(isinstance(item, Expr) for item in value)
-    return isinstance(value, Expr)
+def _plain_fields(cls: type) -> tuple[str, ...]:
+    """The names of a node class's fields that hold no children (an ``Expr``, or a
+    tuple of them: :meth:`Expr.children`). Every node class is a dataclass."""
+    return tuple(field.name for field in dataclasses.fields(cls) if "Expr" not in str(field.type))
 
 
 def contains(expr: Expr, kind: type[Expr] | tuple[type[Expr], ...]) -> bool:
