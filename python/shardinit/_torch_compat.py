@@ -253,6 +253,9 @@ def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:
 GRAD_SWITCH: Callable[..., Any] = torch._C._set_grad_enabled
 #: ``torch._C.DisableTorchFunction`` (checked 2.15.0): a ``with`` block in which no
 #: ``__torch_function__`` (mode or subclass) sees the calls: a tensor's own answers.
+#: The capture reads its tensors' layouts in one: under ``torch.device("meta")`` each
+#: ``stride()``, ``shape``, ``storage_offset()`` is otherwise a Python call of the device
+#: mode (about 1.3 us, against 0.1 us; tens of thousands per model).
 torch_function_disabled: Callable[[], Any] = torch._C.DisableTorchFunction
 
 

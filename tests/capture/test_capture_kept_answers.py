@@ -6,6 +6,7 @@ hands callers values of their own."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import pytest
 import torch
@@ -19,6 +20,7 @@ from shardinit._program import expr as ex
 from shardinit._program.cannot import Cannot
 from shardinit._program.regions import view_region
 from shardinit._torch_compat import tree_leaves
+from shardinit.init import Normal
 
 
 def test_a_fold_extended_write_by_write_is_the_fold_afresh() -> None:
@@ -110,3 +112,82 @@ def test_leaves_of_call_arguments_are_torchs_leaves() -> None:
         expected = tree_flatten(tree)[0]
         assert len(leaves) == len(expected)
         assert all(a is b for a, b in zip(leaves, expected, strict=True))
+
+
+def _relative_positions() -> ex.Expr:
+    """A new expression of a coordinate table's nodes (as each Swin attention builds
+    one): where(i < 3, 2*i - j, i + j), with the clamp's where over a shared step."""
+    step = ex.Binary("sub", ex.Binary("mul", ex.Coord(0), ex.Const(2.0)), ex.Coord(1))
+    cond = ex.Binary("lt", ex.Coord(0), ex.Const(3.0))
+    sum_ = ex.Binary("add", ex.Coord(0), ex.Coord(1))
+    return ex.Where(cond, ex.Binary("mul", step, step), sum_)
+
+
+def test_a_rewrite_kept_by_structure_is_the_rewrite_afresh() -> None:
+    ex._REWRITES._entries.clear()
+    shifted = [ex.Binary("add", ex.Coord(0), ex.Const(1.0)), ex.Coord(1)]
+    for ranges in ([(0, 2), (0, 5)], [(3, 6), (0, 5)], [(0, 6), (0, 5)]):
+        afresh = ex._reindexed(_relative_positions(), shifted, ranges, None)
+        first = ex.reindex(_relative_positions(), shifted, ranges)
+        kept = ex.reindex(_relative_positions(), shifted, ranges)  # another expression
+        assert kept is first and kept == afresh
+        assert ex.simplify(_relative_positions(), ranges) == ex._reindexed(
+            _relative_positions(), [ex.Coord(0), ex.Coord(1)], ranges, None
+        )
+    # Below 3 the where folds to its first branch, from 3 to its second, else it stays.
+    assert isinstance(ex.simplify(_relative_positions(), [(0, 2), (0, 5)]), ex.Binary)
+    assert isinstance(ex.simplify(_relative_positions(), [(0, 6), (0, 5)]), ex.Where)
+    # Nothing is rewritten: the caller's own expression comes back, not the one kept.
+    plain = ex.Unary("exp", ex.Const(2.0))
+    assert ex._reindexed(plain, [ex.Coord(0)], [(0, 4)], None) is plain
+    assert ex.reindex(plain, [ex.Coord(0)], [(0, 4)], keep=False) is plain
+    again = ex.Unary("exp", ex.Const(2.0))
+    assert ex.reindex(again, [ex.Coord(0)], [(0, 4)], keep=False) is again
+
+
+def test_a_rewrite_is_kept_only_for_the_same_computation() -> None:
+    def scaled(by: float) -> ex.Expr:
+        return ex.Binary("div", ex.Const(1.0), ex.Binary("mul", ex.Coord(0), ex.Const(by)))
+
+    at = [ex.Binary("sub", ex.Coord(0), ex.Const(1.0))]
+    assert ex.reindex(scaled(0.0), at, [(1, 3)]) == ex._reindexed(scaled(0.0), at, [(1, 3)], None)
+    negative = ex.reindex(scaled(-0.0), at, [(1, 3)])  # -0.0 == 0.0: not the same key
+    assert negative == ex._reindexed(scaled(-0.0), at, [(1, 3)], None)
+    assert ex.structure(scaled(0.0)) != ex.structure(scaled(-0.0))
+    # Shared and unshared copies of a step are different computations (different keys).
+    step = ex.Binary("add", ex.Coord(0), ex.Const(1.0))
+    shared = ex.Binary("mul", step, step)
+    unshared = ex.Binary("mul", step, ex.Binary("add", ex.Coord(0), ex.Const(1.0)))
+    assert shared == unshared and ex.structure(shared) != ex.structure(unshared)
+    # Random values are each a parameter's own, tables hold values no field holds: never kept.
+    source = ex.Source(Normal(0.0, 1.0), torch.float32, 7, (ex.Coord(0),))
+    assert ex._rewrite_key(ex.Binary("mul", source, ex.Const(2.0)), at, [(1, 3)], None) is None
+    table = ex.Table(ex.TableData(torch.arange(4.0, dtype=torch.float64)), ex.Coord(0))
+    assert ex._rewrite_key(table, at, [(1, 3)], None) is None
+    big = ex.Coord(0)
+    for _ in range(ex._KEPT_NODES):
+        big = ex.Binary("add", big, ex.Const(1.0))
+    assert ex._rewrite_key(big, at, [(1, 3)], None) is None
+
+
+def test_the_structure_reads_every_field_that_holds_no_children() -> None:
+    samples = [
+        ex.Const(1.5),
+        ex.Coord(2),
+        ex.Source(Normal(0.0, 1.0), torch.float32, 3, (ex.Coord(0), ex.Coord(1))),
+        ex.Table(ex.TableData(torch.zeros(2, dtype=torch.float64)), ex.Coord(0)),
+        ex.Unary("exp", ex.Coord(0)),
+        ex.Binary("add", ex.Coord(0), ex.Const(1.0)),
+        ex.Where(ex.Coord(0), ex.Const(1.0), ex.Const(2.0)),
+        ex.Round(ex.Coord(0), torch.int64),
+        ex.Prior(),
+        ex.Bad("why"),
+    ]
+    assert {type(node) for node in samples} == set(ex.Expr.__subclasses__())
+    for node in samples:  # the fields not read are exactly the children, in order
+        plain = ex._plain_fields(type(node))
+        rest = [getattr(node, f.name) for f in dataclasses.fields(node) if f.name not in plain]
+        flat = [
+            item for value in rest for item in (value if isinstance(value, tuple) else (value,))
+        ]
+        assert tuple(flat) == node.children()

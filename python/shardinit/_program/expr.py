@@ -17,6 +17,7 @@ is folded here.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from typing import Any, cast
 import torch
 
 from .. import _core
-from .._caches import cached
+from .._caches import BoundedMap, cached
 from ..init import BaseInit, Constant
 from .cannot import Cannot
 
@@ -62,6 +63,7 @@ __all__ = [
     "reindex",
     "simplify",
     "stored",
+    "structure",
     "substitute_prior",
 ]
 
@@ -379,8 +381,54 @@ def reindex(
     identity map returns ``expr`` itself unless ``keep`` is False."""
     if keep and repeats is None and all(c == Coord(d) for d, c in enumerate(coords)):
         return expr  # the identity: the same expression
+    key = _rewrite_key(expr, coords, ranges, repeats)
+    if key is None:
+        return _reindexed(expr, coords, ranges, repeats)
+    kept = _REWRITES.get(key)
+    if kept is None:
+        result = _reindexed(expr, coords, ranges, repeats)
+        kept = (result, result is expr)
+        _REWRITES.put(key, kept)
+    return expr if kept[1] else kept[0]
+
+
+def _reindexed(
+    expr: Expr, coords: Sequence[Expr], ranges: Sequence[tuple[int, int]], repeats: str | None
+) -> Expr:
     guards: list[Expr] = []  # tables gathered with positions past them (:func:`_excused`)
     return _Memoized(lambda node, walk: _rebuild(node, walk, coords, ranges, repeats, guards))(expr)
+
+
+#: :func:`reindex`'s results by the structure of the rewrite (:func:`_rewrite_key`): the
+#: result, and whether it was the expression itself (then the caller's own is returned).
+_REWRITES: BoundedMap[tuple[object, ...], tuple[Expr, bool]] = BoundedMap()
+#: The most nodes of an expression whose rewrite is kept (a coordinate table's are tens).
+_KEPT_NODES = 256
+
+
+def _rewrite_key(
+    expr: Expr, coords: Sequence[Expr], ranges: Sequence[tuple[int, int]], repeats: str | None
+) -> tuple[object, ...] | None:
+    """The key under which :func:`reindex` keeps a rewrite: the structures of the
+    expression and the coordinates, the ranges and the reason. A model computes the
+    same coordinate table in each of its layers (Swin's relative positions, one per
+    attention), each a new expression of the same nodes, rewritten at the same places.
+    None (not kept) for random expressions, each a parameter's own (no other has the
+    same sources), and for tables (their values are no field)."""
+    if contains(expr, (Source, Table)):
+        return None
+    shape = _kept_structure(expr)
+    at = tuple(_kept_structure(coord) for coord in coords)
+    if shape is None or any(c is None for c in at):
+        return None
+    return (shape, at, tuple((int(a), int(b)) for a, b in ranges), repeats)
+
+
+def _kept_structure(expr: Expr) -> tuple[object, ...] | None:
+    """:func:`structure` up to :data:`_KEPT_NODES` nodes, kept on the node (a view's
+    coordinates and a track's fold are rewritten many times)."""
+    found = _kept(expr, "_structure", lambda node: structure(node, _KEPT_NODES))
+    return cast("tuple[object, ...] | None", found)
 
 
 class _Memoized:
@@ -659,6 +707,33 @@ def walk_nodes(expr: Expr) -> list[Expr]:
         stack.append((node, True))
         stack.extend((child, False) for child in reversed(node.children()))
     return order
+
+
+def structure(expr: Expr, most: int | None = None) -> tuple[object, ...] | None:
+    """A key equal for two expressions exactly when they are the same computation, with
+    the same sharing: each node's class and fields, children by their place in
+    :func:`walk_nodes`' order, a float by its bits (``-0.0`` is not ``0.0``, a NaN is
+    itself); None when a table lies under it (its values are no field) or it has more
+    than ``most`` nodes."""
+    places: dict[int, int] = {}
+    nodes: list[object] = []
+    for node in walk_nodes(expr):
+        if isinstance(node, Table) or (most is not None and len(nodes) >= most):
+            return None
+        kind = type(node)
+        values = [getattr(node, name) for name in _plain_fields(cast(type, kind))]
+        fields = tuple([v.hex() if isinstance(v, float) else v for v in values])
+        children = tuple([places[id(child)] for child in node.children()])
+        places[id(node)] = len(nodes)
+        nodes.append((kind, fields, children))
+    return tuple(nodes)
+
+
+@cached  # dataclasses.fields filters the class's attributes at every call
+def _plain_fields(cls: type) -> tuple[str, ...]:
+    """The names of a node class's fields that hold no children (an ``Expr``, or a
+    tuple of them: :meth:`Expr.children`). Every node class is a dataclass."""
+    return tuple(field.name for field in dataclasses.fields(cls) if "Expr" not in str(field.type))
 
 
 def contains(expr: Expr, kind: type[Expr] | tuple[type[Expr], ...]) -> bool:

@@ -16,6 +16,7 @@ import torch
 
 from .._caches import BoundedMap, cached
 from .._layout import Box
+from .._torch_compat import torch_function_disabled
 from .cannot import Cannot
 
 __all__ = [
@@ -115,6 +116,13 @@ def view_region(
         Cannot: the view's elements are not a box of the base (a strided slice, an
             expanded view, overlapping dims).
     """
+    with torch_function_disabled():  # the tensors' own layouts (see the function below)
+        return _view_region(view, base)
+
+
+def _view_region(
+    view: torch.Tensor, base: torch.Tensor
+) -> tuple[Box, tuple[int | None, ...]] | None:
     if view.numel() == 0:
         return None
     shape = tuple(base.shape)
@@ -292,11 +300,14 @@ def view_runs(view: torch.Tensor, base: torch.Tensor) -> list[FlatRun]:
         >>> view_runs(base[1:3, 2:5], base), view_runs(base.view(-1)[::8], base)
         ([(8, 11), (14, 17)], [(0, 1), (8, 9), (16, 17)])
     """
-    if view.numel() == 0:
-        return []
-    rel = int(view.storage_offset() - base.storage_offset())
-    dims = tuple((int(n), int(s)) for n, s in zip(view.shape, view.stride(), strict=True) if n != 1)
-    return list(_view_runs(rel, dims, base.numel()))
+    with torch_function_disabled():  # the tensors' own layouts (see torch_function_disabled)
+        if view.numel() == 0:
+            return []
+        rel = int(view.storage_offset() - base.storage_offset())
+        pairs = zip(view.shape, view.stride(), strict=True)
+        dims = tuple((int(n), int(s)) for n, s in pairs if n != 1)
+        numel = base.numel()
+    return list(_view_runs(rel, dims, numel))
 
 
 @cached  # a model's layers write views of the same few shapes

@@ -70,7 +70,7 @@ from ..._program.regions import (
     view_runs,
     whole,
 )
-from ..._torch_compat import tree_leaves
+from ..._torch_compat import torch_function_disabled, tree_leaves
 from ...errors import ShardInitError
 from ...init import Constant
 from ...spec import ParamSpec
@@ -166,12 +166,14 @@ class Engine:
         track = self.store.lookup(value)
         if track is None or track.kind == "buffer":
             return self.table_of(value)
-        if value.dtype != track.base.dtype:
-            return Bad(f"a view of {track.label} as another dtype")
-        offset = int(value.storage_offset() - track.base.storage_offset())
-        coords, repeats = strided_coords(value.shape, value.stride(), offset, track.shape)
+        with torch_function_disabled():  # its own layout (see torch_function_disabled)
+            if value.dtype != track.base.dtype:
+                return Bad(f"a view of {track.label} as another dtype")
+            offset = int(value.storage_offset() - track.base.storage_offset())
+            shape, stride = value.shape, value.stride()
+        coords, repeats = strided_coords(shape, stride, offset, track.shape)
         repeat = None if repeats is None else self.repeat_reason(op)
-        read = reindex(self.folded(track), coords, whole(value.shape), repeat)
+        read = reindex(self.folded(track), coords, whole(shape), repeat)
         if track.kind == "param" and (
             bad_reasons(read) or (not _box_read(coords) and _reads_before(read))
         ):  # values before init_fn are read at their own positions only: .before
@@ -436,8 +438,9 @@ def box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr,
     """The box ``view`` covers and its coordinates as expressions of the base's, when
     each of its dims runs along one base dim; else None. Kept per layout (the answer is
     a function of the two layouts alone: a model writes views of a few)."""
-    offset = view.storage_offset() - base.storage_offset()
-    key = (tuple(view.shape), view.stride(), offset, tuple(base.shape), base.stride())
+    with torch_function_disabled():  # their own layouts (see torch_function_disabled)
+        offset = view.storage_offset() - base.storage_offset()
+        key = (tuple(view.shape), view.stride(), offset, tuple(base.shape), base.stride())
     kept = _BOX_COORDS.get(key)
     if kept is None:
         kept = (_box_coords(view, base),)

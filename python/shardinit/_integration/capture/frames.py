@@ -109,11 +109,19 @@ def init_frame(outer: FrameType | None = None) -> tuple[FrameType, str] | None:
     found: tuple[FrameType, str] | None = None
     frame: FrameType | None = sys._getframe(2)
     while frame is not None and frame is not outer:
-        name = _per_code(_INIT_NAMES, frame.f_code, INIT_CODES.get)
-        if name is not None:
-            found = frame, name
+        code = frame.f_code
+        # A code object equals only one of its own name (compared first, as torch's are
+        # looked up by equality): most frames are ruled out without a lookup.
+        if code.co_name in _INIT_CODE_NAMES:
+            name = _per_code(_INIT_NAMES, code, INIT_CODES.get)
+            if name is not None:
+                found = frame, name
         frame = frame.f_back
     return found
+
+
+#: The function names of :data:`INIT_CODES`' code objects.
+_INIT_CODE_NAMES = frozenset(code.co_name for code in INIT_CODES)
 
 
 def frame_arguments(frame: FrameType) -> dict[str, Any]:

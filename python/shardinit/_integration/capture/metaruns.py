@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ..._caches import BoundedMap
+from ..._torch_compat import torch_function_disabled
 
 __all__ = ["run_meta_inplace"]
 
@@ -36,23 +37,25 @@ _PLAIN = (bool, int, float, type(None))
 
 
 def _metadata(tensor: torch.Tensor) -> tuple[Any, ...]:
-    return (tensor.dtype, tuple(tensor.shape), tensor.stride(), tensor.storage_offset())
+    with torch_function_disabled():  # its own metadata (see torch_function_disabled)
+        return (tensor.dtype, tuple(tensor.shape), tensor.stride(), tensor.storage_offset())
 
 
 def _key(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any, ...] | None:
     """The call's key, or None when it is not a plain call on a meta tensor."""
-    tensor = args[0] if args else None
-    if not isinstance(tensor, torch.Tensor) or not tensor.is_meta:
-        return None
-    if (tensor.requires_grad and torch.is_grad_enabled()) or tensor.is_inference():
-        return None  # autograd records the step; an inference tensor has no version
-    rest = (*args[1:], *kwargs.values())
-    if not all(type(value) in _PLAIN for value in rest):
-        return None
-    # The types with the values: 1 and 1.0 and True are equal keys but not equal calls.
-    plain = tuple((type(value), value) for value in args[1:])
-    named = tuple(sorted((name, type(value), value) for name, value in kwargs.items()))
-    return (func, type(tensor), _metadata(tensor), tensor.requires_grad, plain, named)
+    with torch_function_disabled():  # its own metadata (see torch_function_disabled)
+        tensor = args[0] if args else None
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_meta:
+            return None
+        if (tensor.requires_grad and torch.is_grad_enabled()) or tensor.is_inference():
+            return None  # autograd records the step; an inference tensor has no version
+        rest = (*args[1:], *kwargs.values())
+        if not all(type(value) in _PLAIN for value in rest):
+            return None
+        # The types with the values: 1 and 1.0 and True are equal keys but not equal calls.
+        plain = tuple((type(value), value) for value in args[1:])
+        named = tuple(sorted((name, type(value), value) for name, value in kwargs.items()))
+        return (func, type(tensor), _metadata(tensor), tensor.requires_grad, plain, named)
 
 
 def run_meta_inplace(

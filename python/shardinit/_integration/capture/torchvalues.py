@@ -12,14 +12,13 @@ the parts of composite steps) in float64, rounded where the program rounds.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import torch
 
-from ..._caches import BoundedMap, cached
+from ..._caches import BoundedMap
 from ..._program.expr import (
     INTEGER_DTYPES,
     Binary,
@@ -30,6 +29,7 @@ from ..._program.expr import (
     Table,
     Unary,
     Where,
+    structure,
     walk_nodes,
 )
 
@@ -79,7 +79,7 @@ def eager_values(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torc
     positions, one per attention), each a new expression of the same nodes."""
     if math.prod(shape) == 0:
         return torch.empty(shape, dtype=dtype, device=_CPU)
-    key = _structure(expr) if math.prod(shape) <= _KEPT_NUMEL else None
+    key = structure(expr) if math.prod(shape) <= _KEPT_NUMEL else None
     if key is None:
         return exactly(torch_values(expr, shape), dtype)
     kept = _EAGER.get((key, shape, dtype))
@@ -93,40 +93,6 @@ def eager_values(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torc
 _KEPT_NUMEL = 1 << 16
 #: :func:`eager_values` by the expression's structure, shape and dtype.
 _EAGER: BoundedMap[tuple[object, ...], tuple[torch.Tensor | None]] = BoundedMap()
-
-
-def _structure(expr: Expr) -> tuple[object, ...] | None:
-    """A key equal for two expressions exactly when they are the same computation: each
-    node's class and fields, children by their place in :func:`walk_nodes`' order, a
-    float by its bits (``-0.0`` is not ``0.0``, a NaN is itself); None when a table lies
-    under it (its values are no field)."""
-    places: dict[int, int] = {}
-    nodes: list[object] = []
-    for node in walk_nodes(expr):
-        if isinstance(node, Table):
-            return None
-        fields = tuple(
-            value.hex() if isinstance(value, float) else value
-            for value in (getattr(node, name) for name in _field_names(cast(type, type(node))))
-            if not _child(value)
-        )
-        children = tuple(places[id(child)] for child in node.children())
-        places[id(node)] = len(nodes)
-        nodes.append((type(node), fields, children))
-    return tuple(nodes)
-
-
-@cached  # dataclasses.fields filters the class's attributes at every call
-def _field_names(cls: type) -> tuple[str, ...]:
-    # Every node class is a dataclass (Expr, the base, has no fields itself).
-    return tuple(field.name for field in dataclasses.fields(cls))
-
-
-def _child(value: object) -> bool:
-    """Whether a node's field holds children (an expression, or a tuple of them)."""
-    if isinstance(value, tuple):
-        return all(isinstance(item, Expr) for item in value)
-    return isinstance(value, Expr)
 
 
 def exactly(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:

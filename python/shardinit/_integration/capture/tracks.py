@@ -14,7 +14,7 @@ import torch
 from ..._program.actions import CapturedOp, sets_values
 from ..._program.cannot import Cannot
 from ..._program.regions import Box, box_union_covers, intersect, view_region
-from ..._torch_compat import tree_leaves, tree_map
+from ..._torch_compat import torch_function_disabled, tree_leaves, tree_map
 
 __all__ = ["Track", "run_op", "same_view", "storage_id"]
 
@@ -25,21 +25,23 @@ _LAYOUT_PARTS = ("class", "shape", "strides", "storage offset", "dtype", "storag
 
 
 def _layout(tensor: torch.Tensor) -> tuple[object, ...]:
-    return (
-        type(tensor).__name__,
-        tuple(tensor.shape),
-        tuple(tensor.stride()),
-        tensor.storage_offset(),
-        tensor.dtype,
-        storage_id(tensor),
-    )
+    with torch_function_disabled():  # the tensor's own layout (see torch_function_disabled)
+        return (
+            type(tensor).__name__,
+            tuple(tensor.shape),
+            tuple(tensor.stride()),
+            tensor.storage_offset(),
+            tensor.dtype,
+            storage_id(tensor),
+        )
 
 
 def storage_id(tensor: torch.Tensor) -> int | None:
     """The identity of ``tensor``'s storage (stable while the storage object lives: a
     :class:`Track` keeps it alive), or None for tensors without one."""
     try:
-        return id(tensor.untyped_storage())
+        with torch_function_disabled():  # its own storage, not an outer mode's answer
+            return id(tensor.untyped_storage())
     except (RuntimeError, NotImplementedError):
         return None
 
@@ -83,7 +85,8 @@ class Track:
 
     def __post_init__(self) -> None:
         # Holding the storage object keeps its id() from being reused during the capture.
-        self.storage = self.base.untyped_storage()
+        with torch_function_disabled():
+            self.storage = self.base.untyped_storage()
         self.layout = _layout(self.base)
         self._whole: tuple[torch.Size, tuple[Box, tuple[int | None, ...]] | None] | None = None
 
@@ -102,7 +105,8 @@ class Track:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self.base.shape)
+        with torch_function_disabled():  # asked at every write and read
+            return tuple(self.base.shape)
 
     def whole(self) -> tuple[Box, tuple[int | None, ...]] | None:
         """The region of all of ``base`` (:func:`shardinit._program.regions.view_region`
