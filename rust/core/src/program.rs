@@ -1187,15 +1187,9 @@ fn select(c: &[f64], a: &[f64], b: &[f64], dst: &mut [f64]) {
 #[inline(always)]
 fn clamp(op: BinaryOp, x: &[f64], bound: &[f64], dst: &mut [f64]) {
     // One loop per comparison, so that each vectorizes.
-    #[inline(always)]
-    fn map(x: &[f64], bound: &[f64], dst: &mut [f64], holds: impl Fn(f64, f64) -> bool) {
-        for ((slot, &x), &b) in dst.iter_mut().zip(x).zip(bound) {
-            *slot = if holds(x, b) { b } else { x };
-        }
-    }
     match op {
-        BinaryOp::Lt => map(x, bound, dst, |x, b| x < b),
-        BinaryOp::Gt => map(x, bound, dst, |x, b| x > b),
+        BinaryOp::Lt => map2(x, bound, dst, |x, b| if x < b { b } else { x }),
+        BinaryOp::Gt => map2(x, bound, dst, |x, b| if x > b { b } else { x }),
         _ => unreachable!("a clamp compares by lt or gt (`clamps`)"),
     }
 }
@@ -1231,20 +1225,14 @@ fn clamp_pair(ops: [BinaryOp; 2], x: &[f64], bounds: [&[f64]; 2], dst: &mut [f64
 /// [`Step::RoundedBinary`] of each element: `a op b`, then [`round_to`] `dtype`.
 #[inline(always)]
 fn rounded_binary(op: BinaryOp, dtype: Dtype, a: &[f64], b: &[f64], dst: &mut [f64]) {
-    #[inline(always)]
-    fn map(a: &[f64], b: &[f64], dst: &mut [f64], f: impl Fn(f64, f64) -> f64) {
-        for ((slot, &x), &y) in dst.iter_mut().zip(a).zip(b) {
-            *slot = f(x, y);
-        }
-    }
     // One loop per operation and dtype, so that each vectorizes.
     #[inline(always)]
     fn rounded(op: BinaryOp, a: &[f64], b: &[f64], dst: &mut [f64], round: impl Fn(f64) -> f64) {
         match op {
-            BinaryOp::Add => map(a, b, dst, |x, y| round(x + y)),
-            BinaryOp::Sub => map(a, b, dst, |x, y| round(x - y)),
-            BinaryOp::Mul => map(a, b, dst, |x, y| round(x * y)),
-            BinaryOp::Div => map(a, b, dst, |x, y| round(x / y)),
+            BinaryOp::Add => map2(a, b, dst, |x, y| round(x + y)),
+            BinaryOp::Sub => map2(a, b, dst, |x, y| round(x - y)),
+            BinaryOp::Mul => map2(a, b, dst, |x, y| round(x * y)),
+            BinaryOp::Div => map2(a, b, dst, |x, y| round(x / y)),
             _ => unreachable!("only + - * / are fused with a round (`fuse_pairs`)"),
         }
     }
@@ -1259,17 +1247,11 @@ fn rounded_binary(op: BinaryOp, dtype: Dtype, a: &[f64], b: &[f64], dst: &mut [f
 /// [`round_to`] of each element, the dtype chosen once per block.
 #[inline(always)]
 fn round_lanes(dtype: Dtype, x: &[f64], dst: &mut [f64]) {
-    #[inline(always)]
-    fn map(x: &[f64], dst: &mut [f64], f: impl Fn(f64) -> f64) {
-        for (slot, &v) in dst.iter_mut().zip(x) {
-            *slot = f(v);
-        }
-    }
     match dtype {
         Dtype::F64 => dst.copy_from_slice(x),
-        Dtype::F32 => map(x, dst, |v| round_to(Dtype::F32, v)),
-        Dtype::BF16 => map(x, dst, |v| round_to(Dtype::BF16, v)),
-        Dtype::F16 => map(x, dst, |v| round_to(Dtype::F16, v)),
+        Dtype::F32 => map1(x, dst, |v| round_to(Dtype::F32, v)),
+        Dtype::BF16 => map1(x, dst, |v| round_to(Dtype::BF16, v)),
+        Dtype::F16 => map1(x, dst, |v| round_to(Dtype::F16, v)),
     }
 }
 
@@ -1293,20 +1275,12 @@ fn unary(backend: Backend, op: UnaryOp, x: &[f64], dst: &mut [f64]) {
     let lanes = |function, x: &[f64], dst: &mut [f64]| {
         math::lanes_slice_with(backend, function, x, dst);
     };
-    // Generic over the function (not a `fn` pointer), so that each loop is compiled with
-    // its operation inlined.
-    #[inline(always)]
-    fn map(x: &[f64], dst: &mut [f64], f: impl Fn(f64) -> f64) {
-        for (slot, &v) in dst.iter_mut().zip(x) {
-            *slot = f(v);
-        }
-    }
     match op {
-        UnaryOp::Neg => map(x, dst, |v| -v),
-        UnaryOp::Abs => map(x, dst, f64::abs),
-        UnaryOp::Reciprocal => map(x, dst, |v| 1.0 / v),
-        UnaryOp::Sqrt => map(x, dst, f64::sqrt),
-        UnaryOp::Rsqrt => map(x, dst, math::rsqrt),
+        UnaryOp::Neg => map1(x, dst, |v| -v),
+        UnaryOp::Abs => map1(x, dst, f64::abs),
+        UnaryOp::Reciprocal => map1(x, dst, |v| 1.0 / v),
+        UnaryOp::Sqrt => map1(x, dst, f64::sqrt),
+        UnaryOp::Rsqrt => map1(x, dst, math::rsqrt),
         UnaryOp::Exp => lanes(math::LaneFunction::Exp, x, dst),
         UnaryOp::Expm1 => lanes(math::LaneFunction::Expm1, x, dst),
         UnaryOp::Log => lanes(math::LaneFunction::Log, x, dst),
@@ -1314,10 +1288,10 @@ fn unary(backend: Backend, op: UnaryOp, x: &[f64], dst: &mut [f64]) {
         UnaryOp::Tanh => lanes(math::LaneFunction::Tanh, x, dst),
         UnaryOp::Sigmoid => lanes(math::LaneFunction::Sigmoid, x, dst),
         UnaryOp::Softplus => lanes(math::LaneFunction::Softplus, x, dst),
-        UnaryOp::Floor => map(x, dst, f64::floor),
+        UnaryOp::Floor => map1(x, dst, f64::floor),
         UnaryOp::Erf => lanes(math::LaneFunction::Erf, x, dst),
         UnaryOp::Erfinv => math::erfinv_slice_with(backend, x, dst),
-        UnaryOp::RoundHalfEven => map(x, dst, round_half_even),
+        UnaryOp::RoundHalfEven => map1(x, dst, round_half_even),
         // `math::sin`/`cos` give NaN beyond TRIG_MAX themselves.
         UnaryOp::Sin => lanes(math::LaneFunction::Sin, x, dst),
         UnaryOp::Cos => lanes(math::LaneFunction::Cos, x, dst),
@@ -1468,30 +1442,40 @@ fn flag(holds: bool) -> f64 {
 
 #[inline(always)]
 fn binary(op: BinaryOp, a: &[f64], b: &[f64], dst: &mut [f64]) {
-    // Generic over the function, as in `unary`.
-    #[inline(always)]
-    fn map(a: &[f64], b: &[f64], dst: &mut [f64], f: impl Fn(f64, f64) -> f64) {
-        for ((slot, &x), &y) in dst.iter_mut().zip(a).zip(b) {
-            *slot = f(x, y);
-        }
-    }
     match op {
-        BinaryOp::Add => map(a, b, dst, |x, y| x + y),
-        BinaryOp::Sub => map(a, b, dst, |x, y| x - y),
-        BinaryOp::Mul => map(a, b, dst, |x, y| x * y),
-        BinaryOp::Div => map(a, b, dst, |x, y| x / y),
-        BinaryOp::Pow => map(a, b, dst, math::pow),
-        BinaryOp::Min => map(a, b, dst, minimum),
-        BinaryOp::Max => map(a, b, dst, maximum),
-        BinaryOp::FloorDiv => map(a, b, dst, floor_divide),
-        BinaryOp::Mod => map(a, b, dst, modulo),
+        BinaryOp::Add => map2(a, b, dst, |x, y| x + y),
+        BinaryOp::Sub => map2(a, b, dst, |x, y| x - y),
+        BinaryOp::Mul => map2(a, b, dst, |x, y| x * y),
+        BinaryOp::Div => map2(a, b, dst, |x, y| x / y),
+        BinaryOp::Pow => map2(a, b, dst, math::pow),
+        BinaryOp::Min => map2(a, b, dst, minimum),
+        BinaryOp::Max => map2(a, b, dst, maximum),
+        BinaryOp::FloorDiv => map2(a, b, dst, floor_divide),
+        BinaryOp::Mod => map2(a, b, dst, modulo),
         // One loop per comparison (not `compare` per element), so that each vectorizes.
-        BinaryOp::Lt => map(a, b, dst, |x, y| flag(x < y)),
-        BinaryOp::Le => map(a, b, dst, |x, y| flag(x <= y)),
-        BinaryOp::Gt => map(a, b, dst, |x, y| flag(x > y)),
-        BinaryOp::Ge => map(a, b, dst, |x, y| flag(x >= y)),
-        BinaryOp::Eq => map(a, b, dst, |x, y| flag(x == y)),
-        BinaryOp::Ne => map(a, b, dst, |x, y| flag(x != y)),
+        BinaryOp::Lt => map2(a, b, dst, |x, y| flag(x < y)),
+        BinaryOp::Le => map2(a, b, dst, |x, y| flag(x <= y)),
+        BinaryOp::Gt => map2(a, b, dst, |x, y| flag(x > y)),
+        BinaryOp::Ge => map2(a, b, dst, |x, y| flag(x >= y)),
+        BinaryOp::Eq => map2(a, b, dst, |x, y| flag(x == y)),
+        BinaryOp::Ne => map2(a, b, dst, |x, y| flag(x != y)),
+    }
+}
+
+/// `f` of each element of `x` into `dst`. Generic over the function (not a `fn`
+/// pointer), so that each loop is compiled with its operation inlined and vectorizes.
+#[inline(always)]
+fn map1(x: &[f64], dst: &mut [f64], f: impl Fn(f64) -> f64) {
+    for (slot, &v) in dst.iter_mut().zip(x) {
+        *slot = f(v);
+    }
+}
+
+/// `f` of each pair of elements of `a` and `b` into `dst`, as [`map1`].
+#[inline(always)]
+fn map2(a: &[f64], b: &[f64], dst: &mut [f64], f: impl Fn(f64, f64) -> f64) {
+    for ((slot, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+        *slot = f(x, y);
     }
 }
 
