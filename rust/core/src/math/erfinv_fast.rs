@@ -286,25 +286,20 @@ const LANES: usize = 64;
 /// # Panics
 /// If `x` and `out` differ in length, or this CPU cannot run `backend`.
 pub fn erfinv_slice_with(backend: Backend, x: &[f64], out: &mut [f64]) {
-    assert_eq!(x.len(), out.len(), "erfinv_slice: input and output lengths");
-    assert!(
-        backend.is_available(),
-        "backend {backend:?} is not supported by this CPU"
-    );
-    match backend {
-        Backend::Scalar => {
-            for (slot, &v) in out.iter_mut().zip(x) {
-                *slot = super::erfinv(v);
-            }
-        }
-        // SAFETY: AVX2 support was just checked.
-        #[cfg(target_arch = "x86_64")]
-        Backend::Avx2 => unsafe { x86::avx2(x, out) },
-        // SAFETY: AVX-512F support was just checked (`is_available` is false for this
-        // backend in builds without the cfg, so the assert has already panicked there).
-        #[cfg(all(target_arch = "x86_64", shardinit_avx512))]
-        Backend::Avx2PhiloxAvx512Lanes => unsafe { x86::avx512(x, out) },
-        _ => erfinv_lanes::<LANES>(x, out),
+    super::lanes::slice_with(backend, &Erfinv, x, out);
+}
+
+/// [`super::erfinv`] as a slice function: its lanes are [`erfinv_lanes`].
+struct Erfinv;
+
+impl super::lanes::SliceFunction for Erfinv {
+    const NAME: &'static str = "erfinv_slice";
+    fn definition(&self) -> fn(f64) -> f64 {
+        super::erfinv
+    }
+    #[inline(always)]
+    fn lanes(&self, x: &[f64], out: &mut [f64]) {
+        erfinv_lanes::<LANES>(x, out);
     }
 }
 
@@ -315,30 +310,6 @@ pub fn erfinv_slice_with(backend: Backend, x: &[f64], out: &mut [f64]) {
 /// If `x` and `out` differ in length.
 pub fn erfinv_slice(x: &[f64], out: &mut [f64]) {
     erfinv_slice_with(Backend::detect(), x, out);
-}
-
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use super::{erfinv_lanes, LANES};
-
-    /// [`erfinv_lanes`] compiled for AVX2.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn avx2(x: &[f64], out: &mut [f64]) {
-        erfinv_lanes::<LANES>(x, out);
-    }
-
-    /// [`erfinv_lanes`] compiled for AVX-512F.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F.
-    #[cfg(shardinit_avx512)] // Rust >= 1.89: see build.rs
-    #[target_feature(enable = "avx512f,avx2")]
-    pub(super) unsafe fn avx512(x: &[f64], out: &mut [f64]) {
-        erfinv_lanes::<LANES>(x, out);
-    }
 }
 
 #[cfg(test)]

@@ -76,20 +76,40 @@ pub(in crate::math) const LANES: usize = 16;
 /// low mantissa bits are that integer (two's complement), exactly.
 pub(in crate::math) const SHIFTER: f64 = 6_755_399_441_055_744.0;
 
+/// A function of binary64s computed a slice at a time: its scalar definition, and lane
+/// code that gives the definition's bits for every element ([`slice_with`] compiles the
+/// lane code once more for each backend).
+pub(in crate::math) trait SliceFunction {
+    /// The name its slice function's panics give.
+    const NAME: &'static str;
+    /// The function of one value (the definition, and the scalar backend).
+    fn definition(&self) -> fn(f64) -> f64;
+    /// The lane code over a whole slice: `#[inline(always)]` in every impl, so that it is
+    /// compiled into each backend's copy with that backend's target features.
+    fn lanes(&self, x: &[f64], out: &mut [f64]);
+}
+
 /// `function` of every `x[i]` into `out[i]`, with the lane code of `backend` (every
-/// backend gives the scalar function's bits).
+/// backend gives the definition's bits): the one backend dispatch of [`lanes_slice`],
+/// `erfinv_slice` and `erfinv_f32_slice`.
 ///
 /// # Panics
 /// If `x` and `out` differ in length, or this CPU cannot run `backend`.
-pub fn lanes_slice_with(backend: Backend, function: LaneFunction, x: &[f64], out: &mut [f64]) {
-    assert_eq!(x.len(), out.len(), "lanes_slice: input and output lengths");
+#[inline(always)]
+pub(in crate::math) fn slice_with<F: SliceFunction>(
+    backend: Backend,
+    function: &F,
+    x: &[f64],
+    out: &mut [f64],
+) {
+    assert_eq!(x.len(), out.len(), "{}: input and output lengths", F::NAME);
     assert!(
         backend.is_available(),
         "backend {backend:?} is not supported by this CPU"
     );
     match backend {
         Backend::Scalar => {
-            let f = function.scalar();
+            let f = function.definition();
             for (slot, &v) in out.iter_mut().zip(x) {
                 *slot = f(v);
             }
@@ -101,8 +121,28 @@ pub fn lanes_slice_with(backend: Backend, function: LaneFunction, x: &[f64], out
         // backend in builds without the cfg, so the assert has already panicked there).
         #[cfg(all(target_arch = "x86_64", shardinit_avx512))]
         Backend::Avx2PhiloxAvx512Lanes => unsafe { x86::avx512(function, x, out) },
-        _ => run(function, x, out),
+        _ => function.lanes(x, out),
     }
+}
+
+impl SliceFunction for LaneFunction {
+    const NAME: &'static str = "lanes_slice";
+    fn definition(&self) -> fn(f64) -> f64 {
+        self.scalar()
+    }
+    #[inline(always)]
+    fn lanes(&self, x: &[f64], out: &mut [f64]) {
+        run(*self, x, out);
+    }
+}
+
+/// `function` of every `x[i]` into `out[i]`, with the lane code of `backend` (every
+/// backend gives the scalar function's bits).
+///
+/// # Panics
+/// If `x` and `out` differ in length, or this CPU cannot run `backend`.
+pub fn lanes_slice_with(backend: Backend, function: LaneFunction, x: &[f64], out: &mut [f64]) {
+    slice_with(backend, &function, x, out);
 }
 
 /// `function` of every `x[i]` into `out[i]` with this CPU's fastest lane code
@@ -434,25 +474,25 @@ fn log_lanes(x: &[f64; LANES], out: &mut [f64; LANES]) -> [bool; LANES] {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{run, LaneFunction};
+    use super::SliceFunction;
 
-    /// [`run`] compiled for AVX2.
+    /// `function`'s lane code compiled for AVX2.
     ///
     /// # Safety
     /// The CPU must support AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn avx2(function: LaneFunction, x: &[f64], out: &mut [f64]) {
-        run(function, x, out);
+    pub(super) unsafe fn avx2<F: SliceFunction>(function: &F, x: &[f64], out: &mut [f64]) {
+        function.lanes(x, out);
     }
 
-    /// [`run`] compiled for AVX-512F.
+    /// `function`'s lane code compiled for AVX-512F.
     ///
     /// # Safety
     /// The CPU must support AVX-512F.
     #[cfg(shardinit_avx512)] // Rust >= 1.89: see build.rs
     #[target_feature(enable = "avx512f,avx2")]
-    pub(super) unsafe fn avx512(function: LaneFunction, x: &[f64], out: &mut [f64]) {
-        run(function, x, out);
+    pub(super) unsafe fn avx512<F: SliceFunction>(function: &F, x: &[f64], out: &mut [f64]) {
+        function.lanes(x, out);
     }
 }
 
