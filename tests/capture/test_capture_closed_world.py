@@ -254,7 +254,8 @@ def test_a_refused_copy_between_temporaries_leaves_the_capture_usable() -> None:
 
 
 def test_the_dispatch_holds_a_store_and_an_engine_and_catches_no_refusal() -> None:
-    from shardinit._integration.capture import engine, mode
+    from shardinit._integration.capture.dispatch import mode
+    from shardinit._integration.capture.trace import engine
 
     dispatch = mode.CaptureMode([], {})
     assert not isinstance(dispatch, engine.Engine)
@@ -301,7 +302,7 @@ def test_inside_the_capture_cannot_is_said_one_way() -> None:
     # refusal); no function returns a reason string in its place.
     import re
 
-    from shardinit._integration.capture import mode
+    from shardinit._integration.capture.dispatch import mode
     from shardinit._program import cannot
 
     returns_reason = re.compile(r"->[^:]*\|\s*str\b|->\s*str\s*\|")

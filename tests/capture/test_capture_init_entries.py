@@ -1,4 +1,4 @@
-"""``torch.nn.init`` functions entered directly during a capture (capture/initcalls.py):
+"""``torch.nn.init`` functions entered directly during a capture (capture/session/initcalls.py):
 the module attributes that hold torch's own functions hold the capture's entry for the
 span of a capture, which records a call on a parameter's stand-in as the call's first
 tensor operation would. Everything else reaches torch's function: the records are the
@@ -17,7 +17,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 import shardinit
-from shardinit._integration.capture.translations import INIT_FUNCTIONS
+from shardinit._integration.capture.ops.translations import INIT_FUNCTIONS
 
 PUBLIC = {name: func for name, func in INIT_FUNCTIONS.items() if not name.startswith("_")}
 #: (function name, arguments after the tensor) for a 2-D parameter, every public kind.

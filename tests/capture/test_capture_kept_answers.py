@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch.utils._pytree import tree_flatten
 
-from shardinit._integration.capture import torchvalues
-from shardinit._integration.capture.engine import op_value
-from shardinit._integration.capture.folds import Folds
-from shardinit._integration.capture.mode import CaptureMode
+from shardinit._integration.capture.dispatch.mode import CaptureMode
+from shardinit._integration.capture.ops import torchvalues
+from shardinit._integration.capture.trace.engine import op_value
+from shardinit._integration.capture.trace.folds import Folds
 from shardinit._program import expr as ex
 from shardinit._program.cannot import Cannot
 from shardinit._program.regions import view_region

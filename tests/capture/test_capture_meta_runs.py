@@ -1,5 +1,5 @@
 """The capture skips an in-place step on a meta temporary that torch already ran with the
-same key (:mod:`shardinit._integration.capture.metaruns`): the values materialized are
+same key (:mod:`shardinit._integration.capture.dispatch.metaruns`): the values materialized are
 the same bytes as with every step run, parameters of one shape still get their own
 values, and only calls whose outcome the key fixes are skipped."""
 
@@ -14,7 +14,7 @@ from test_capture_trunc_normal import timm_style_trunc_normal_
 from torch import nn
 
 import shardinit
-from shardinit._integration.capture import metaruns
+from shardinit._integration.capture.dispatch import metaruns
 
 
 class _Blocks(nn.Module):

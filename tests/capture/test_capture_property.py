@@ -1289,6 +1289,6 @@ def test_capture_equals_eager_or_refuses(program: Program) -> None:
     step marked ``refusable``) must be one of ``DOCUMENTED_LIMITS`` that it can meet.
 
     Shown to fail (2026-12-04) with ``ones_`` turned into a refusal
-    (``"ones_": Translation("refuse")`` in capture/translations.py): 13 of the
+    (``"ones_": Translation("refuse")`` in capture/ops/translations.py): 13 of the
     ``@example``s fail; the old version of this test counted any refusal as a pass."""
     check(program)

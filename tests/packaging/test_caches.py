@@ -42,7 +42,7 @@ def test_a_bounded_map_forgets_the_least_recently_used() -> None:
 
 
 def test_user_code_objects_are_let_go_past_the_bound() -> None:
-    from shardinit._integration.capture import frames
+    from shardinit._integration.capture.trace import frames
 
     def code_of(index: int) -> object:
         namespace: dict[str, object] = {}

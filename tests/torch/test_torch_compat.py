@@ -31,7 +31,7 @@ def test_the_running_torch_is_the_checked_one_here() -> None:
 def test_capture_translates_every_fill_a_zero3_build_skips() -> None:
     """One list of torch.nn.init's fills: what capture translates is what ZeRO-3's build
     context makes no-ops."""
-    from shardinit._integration.capture.translations import INIT_TRANSLATIONS
+    from shardinit._integration.capture.ops.translations import INIT_TRANSLATIONS
     from shardinit._torch_compat import NN_INIT_FILLS
 
     assert tuple(INIT_TRANSLATIONS) == NN_INIT_FILLS

@@ -53,7 +53,7 @@ class NewSubmodules:
             return  # a module outside the model, a removal, or one the model holds
         if next(_tensors_of(value), None) is None:
             return  # no values to get wrong: an activation, a container of such
-        from .capture.frames import user_frame  # the capture imports this module
+        from .capture.trace.frames import user_frame  # the capture imports this module
 
         target = f"{path}.{name}" if path else name
         old = parent._modules.get(name)

@@ -8,36 +8,18 @@ parameter is allocated and no parameter value is computed: capture produces reco
 (:class:`shardinit._program.ParamRecord`), and writing them shard-locally from stream v1
 is the one writer's job (:class:`shardinit._program.Writer`).
 
-The modules, bottom up (over :mod:`shardinit._program`'s regions, expressions and
-actions):
+Four wings, each importing only the wings below it (``tests/packaging/test_layers.py``):
 
-* :mod:`.records`: what a capture returns (:class:`CapturedInit`) and the writing of
-  the buffer values it computed;
-* :mod:`.translations` / :mod:`.pointwise`: the tables that turn torch calls into
-  records (fills) and program steps (elementwise operations);
-* :mod:`.tables`: the dispatch's one table (which route each torch name takes);
-* :mod:`.tracks` / :mod:`.store` / :mod:`.engine` / :mod:`.claims` / :mod:`.structured`:
-  the followed tensors, the record store (the one writer of records), the expression
-  engine (reading values, writing records), where random values land, and fills'
-  actions; :mod:`.steps` (sources and elementwise steps) and :mod:`.copies`, components
-  the mode calls;
-* :mod:`.mode` / :mod:`.backstop` / :mod:`.frames`: the ``TorchFunctionMode`` that
-  routes each call through tables of handlers (holding a store, an engine and its
-  components), the ``TorchDispatchMode`` below it
-  that refuses every write to a parameter it did not route, and the call sites;
-* :mod:`.coordinates`: writes at positions computed from coordinates (``triu_``,
-  ``fill_diagonal_``, ``masked_fill_``, ...), a component the mode calls;
-* :mod:`.concrete` / :mod:`.torchvalues`: operations no route follows, on meta
-  temporaries of known values, run on the CPU as eager torch runs them (operands
-  evaluated by torch's own kernels), their results tables; a component the mode calls;
-* :mod:`.modulecalls`: ``to_empty`` / ``to`` / ``_apply`` on the model inside init code;
-* :mod:`.standins`: stand-ins for parameters (the tie rule) and buffers;
-* :mod:`.api`: :func:`capture_init`; :mod:`.constructors`: constructor values
-  (parameters and meta buffers).
+* :mod:`.session`: one capture from start to result (the API, stand-ins, threads,
+  created tensors, constructor values, the records returned);
+* :mod:`.dispatch`: the modes every torch call meets, and the routes to handlers;
+* :mod:`.trace`: the followed tensors, the record store and the components the
+  handlers call;
+* :mod:`.ops`: torch's names as fills, program steps and routes.
 """
 
-from .api import capture_init
-from .constructors import (
+from .session.api import capture_init
+from .session.constructors import (
     ConstructorValue,
     buffer_tensor,
     constructor_buffer,
@@ -46,7 +28,7 @@ from .constructors import (
     copy_source,
     record_constructors,
 )
-from .records import CapturedInit, write_buffers
+from .session.records import CapturedInit, write_buffers
 
 __all__ = [
     "CapturedInit",

@@ -1,0 +1,155 @@
+"""The capture's closed world below torch functions: a ``TorchDispatchMode`` that sees
+every aten operation, ``out=`` variants and in-place metadata changes (``set_``,
+``resize_``, ``t_``, ...) included, whatever Python route reached it.
+
+The dispatch (:mod:`.mode`) declares the followed tensors an operation it runs is meant
+to write (:meth:`WriteBackstop.expecting`). A write to any other followed tensor is one
+the capture did not record: on a parameter's stand-in it is refused, naming the
+parameter, the aten operation and the caller's line; a temporary becomes opaque (its
+values are not the recorded ones); a buffer's real stand-in counts as written.
+
+Every write to a buffer's stand-in, expected or not, is also checked for random values:
+torch draws them from its global generator (no function of ``seed``, different on each
+rank, so under FSDP2 each rank would hold another buffer) and no stream draws buffers,
+so an operation that draws (``normal_``, ``uniform_``, ``bernoulli_``: aten's
+``nondeterministic_seeded`` ops) or that writes values of a random temporary
+(``copy_(torch.rand(6))``) is refused, naming the buffer, the operation and the line,
+as the constructor path refuses a random buffer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ...._caches import cached
+from ...._program.actions import Fill, Opaque
+from ...._torch_compat import DispatchMode, tree_leaves
+from ....init import Constant
+from ..trace.store import RecordStore
+from ..trace.tracks import Track
+
+if TYPE_CHECKING:
+    from ..trace.engine import Engine
+
+__all__ = ["WriteBackstop"]
+
+# A write into a buffer's real stand-in: only its region matters (the values are real).
+_ZERO = Constant(0.0)
+
+
+@cached
+def _written_arguments(func: Any) -> tuple[tuple[int, str], ...]:
+    """The positions and names of the arguments the schema of the aten overload ``func``
+    marks as written (``Tensor(a!)``), computed once per overload."""
+    schema = getattr(func, "_schema", None)
+    arguments = [] if schema is None else schema.arguments
+    return tuple(
+        (index, argument.name)
+        for index, argument in enumerate(arguments)
+        if argument.alias_info is not None and argument.alias_info.is_write
+    )
+
+
+def _values_at(
+    written: Sequence[tuple[int, str]], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Iterator[torch.Tensor]:
+    for index, name in written:
+        value = args[index] if index < len(args) else kwargs.get(name)
+        values = value if isinstance(value, (list, tuple)) else (value,)
+        yield from (v for v in values if isinstance(v, torch.Tensor))
+
+
+class WriteBackstop(DispatchMode):  # type: ignore[no-untyped-call]
+    """Refuses (parameters) or records (temporaries, buffers) writes to followed tensors
+    that the dispatch above did not expect."""
+
+    def __init__(self, store: RecordStore, engine: Engine | None = None) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.store = store
+        self.engine = engine  # tells random temporaries (None: buffers are not checked)
+        self.expected: frozenset[int] = frozenset()
+
+    @contextlib.contextmanager
+    def expecting(self, *tracks: Track | None) -> Iterator[None]:
+        """Writes to ``tracks`` are the operation's own while the block runs."""
+        before = self.expected
+        self.expected = before | {id(track) for track in tracks if track is not None}
+        try:
+            yield
+        finally:
+            self.expected = before
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        written = _written_arguments(func)
+        if written:
+            for value in _values_at(written, args, kwargs):
+                track = self.store.lookup(value)
+                if track is not None and track.kind == "buffer":
+                    self.refuse_random(track, func, args, kwargs)
+                if track is not None and id(track) not in self.expected:
+                    self.unexpected(track, value, str(func.name()))
+        return func(*args, **kwargs)
+
+    def refuse_random(
+        self, buffer: Track, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> None:
+        """Refuses a write of random values into ``buffer`` (module docstring)."""
+        if self.engine is None:
+            return
+        op = str(func.name()).removeprefix("aten::")
+        if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
+            raise self.store.fail(buffer, op, f"{op} draws {_RANDOM}")
+        for leaf in _tensor_leaves((args, kwargs)):
+            source = self.store.lookup(leaf)
+            if source is not None and source.kind == "temp" and self.engine.random(source):
+                raise self.store.fail(
+                    buffer, op, f"it writes the values of {source.label}: {_RANDOM}"
+                )
+            if source is None and _computed_values(leaf) and not self.engine.rng_untouched():
+                why = f"it writes values computed after init code drew {_RANDOM}"
+                raise self.store.fail(buffer, op, why)
+
+    def unexpected(self, track: Track, value: torch.Tensor, op: str) -> None:
+        """A write capture did not see coming (module docstring).
+
+        Raises:
+            UnsupportedInitOpError: the write is to a parameter's stand-in.
+        """
+        if track.kind == "param":
+            raise self.store.fail(
+                track, op,
+                "this operation writes the parameter (or changes its shape, dtype or "
+                "storage) by a route capture does not follow, so its values would be "
+                "lost; write it with torch.nn.init or tensor methods instead",
+            )  # fmt: skip
+        whole = track.base
+        if track.kind == "temp":
+            why = f"{op} wrote it by a route capture does not follow"
+            self.store.append(track, whole, Opaque(why), op)
+        else:
+            self.store.append(track, whole, Fill(_ZERO), op)
+
+
+#: Why random values may not reach a buffer.
+_RANDOM = (
+    "random values from torch's global generator, no function of seed and different on "
+    "each rank; shardinit draws no stream for buffers, so a buffer must be computed "
+    "deterministically (or be a parameter)"
+)
+
+
+def _tensor_leaves(tree: Any) -> Iterator[torch.Tensor]:
+    return (leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor))
+
+
+def _computed_values(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` holds values an operation computed (not a number torch wrapped
+    as a 0-d tensor, not a meta tensor)."""
+    return tensor.dim() > 0 and not tensor.is_meta

@@ -1,0 +1,330 @@
+"""Stand-ins for a capture: what the model holds while ``init_fn`` runs, and how the
+result is read back.
+
+* Every parameter is replaced by a plain meta tensor of its GLOBAL shape (DTensors of
+  FSDP2 / tensor parallelism included); the originals are put back afterwards.
+* **Ties.** A tied parameter keeps one stand-in for all its holders, so init code writes
+  the shared tensor as eager torch does (the last write wins) -- except the holders a
+  model *declares* as tie targets, as transformers does (``all_tied_weights_keys``:
+  target -> source). transformers builds a model on the CPU untied, initializes it, and
+  ties it afterwards, so the source's init wins; those targets get stand-ins of their own,
+  and the parameter takes what its source holder holds when ``init_fn`` returns (after
+  the model's own ``tie_weights``, or untied). Writes that end up nowhere are reported.
+* Every meta buffer is replaced by a real CPU tensor, so the values init code computes
+  for it exist when ``init_fn`` returns; they are kept, and the meta buffer put back.
+* A buffer that is real already (registered on the CPU in a model built on meta, or
+  computed by its constructor) is followed in place: its stand-in is an alias of its own
+  storage, so init code's deterministic writes change it as in eager torch, while a
+  random one (torch's global generator: another draw on every rank) is refused like a
+  meta buffer's (:mod:`.backstop`); the buffer itself is put back after.
+* What init code does to the modules themselves (``eval()``, plain attributes it sets,
+  changes or deletes, transformers' ``_is_hf_initialized``, hooks it registers) stays as
+  eager torch leaves it: only what the capture swapped is put back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...._names import ParamSlot, canonical_name, param_slots, qualified, refuse_lazy
+from ...._torch_compat import is_flat_param, make_parameter
+from ....errors import ShardInitError, UnsupportedInitOpError
+from ....spec import SUPPORTED_DTYPES
+from ..trace.tracks import Track, storage_id
+from .threads import CheckedParameter, checked_tensor
+
+__all__ = [
+    "BufferStandIn",
+    "ParamGroup",
+    "buffer_standins",
+    "give_memory_formats",
+    "give_parameter_attributes",
+    "param_groups",
+]
+
+Holder = tuple[nn.Module, str]
+
+
+@dataclass
+class ParamGroup:
+    """One distinct parameter: its holders, and the stand-in each was given.
+
+    Attributes:
+        name: canonical name.
+        original: the parameter object the model held.
+        holders: ``(module, attr, path)`` per holder, canonical first.
+        tracks: per holder (same order), its stand-in's track (shared unless declared).
+        primary: index of the holder whose final stand-in gives the values.
+    """
+
+    name: str
+    original: nn.Parameter
+    holders: list[tuple[nn.Module, str, str]]
+    tracks: list[Track] = field(default_factory=list)
+    primary: int = 0
+
+    def install(self) -> None:
+        for (module, attr, _), track in zip(self.holders, self.tracks, strict=True):
+            module._parameters[attr] = track.base  # type: ignore[assignment]
+
+    def restore(self) -> list[str]:
+        """Puts the original back everywhere; returns holders init code replaced with
+        something other than a stand-in of this parameter."""
+        replaced = []
+        for module, attr, path in self.holders:
+            current = module._parameters.get(attr)
+            if not any(current is track.base for track in self.tracks):
+                replaced.append(path)
+            module._parameters[attr] = self.original
+        return replaced
+
+    def distinct_tracks(self) -> list[Track]:
+        """Its stand-ins' tracks, each once (a shared one is every holder's)."""
+        if len(self.tracks) == 1:  # one holder: nothing to deduplicate
+            return self.tracks
+        return list({id(track): track for track in self.tracks}.values())
+
+    def winner(self) -> Track:
+        module, attr, _ = self.holders[self.primary]
+        current = module._parameters.get(attr)
+        return next((t for t in self.tracks if t.base is current), self.tracks[self.primary])
+
+
+def _declared_tie_targets(module: nn.Module) -> Mapping[str, str]:
+    # transformers >= 5: {target path: source path} of the model's ties (post_init).
+    declared = getattr(module, "all_tied_weights_keys", None)
+    if not isinstance(declared, Mapping):
+        return {}
+    return {
+        str(k): str(v) for k, v in declared.items() if isinstance(k, str) and isinstance(v, str)
+    }
+
+
+class DTensorStandIn(CheckedParameter):
+    """The stand-in of a DTensor parameter: a plain meta tensor of the GLOBAL shape, whose
+    DTensor methods refuse (init code that works on a rank's local shard would give
+    values that depend on the layout; shardinit fills each rank's shard of the whole)."""
+
+    def _refuse(self, what: str) -> UnsupportedInitOpError:
+        from ..trace.frames import user_frame
+
+        return UnsupportedInitOpError(
+            f"capture_init: a DTensor parameter of global shape {tuple(self.shape)}: {what} "
+            f"at {user_frame()}: during the capture init code sees each parameter whole, "
+            "as a plain tensor of its global shape, not as a DTensor; initialize the "
+            "parameter itself (shardinit fills each rank's shard of the whole)"
+        )
+
+    def to_local(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        raise self._refuse("to_local()")
+
+    def full_tensor(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        raise self._refuse("full_tensor()")
+
+    def redistribute(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        raise self._refuse("redistribute()")
+
+    @property
+    def placements(self) -> Any:
+        raise self._refuse("placements")
+
+    @property
+    def device_mesh(self) -> Any:
+        raise self._refuse("device_mesh")
+
+
+def _standin(param: torch.Tensor) -> nn.Parameter:
+    cls = DTensorStandIn if hasattr(param, "device_mesh") else CheckedParameter
+    meta = torch.empty(tuple(param.shape), dtype=param.dtype, device="meta")
+    return make_parameter(cls, meta, param.requires_grad)
+
+
+def param_groups(module: nn.Module) -> list[ParamGroup]:
+    """One group per distinct parameter, with stand-ins made (not yet installed).
+
+    Raises:
+        ShardInitError: FSDP1 flat parameters, or dtypes outside stream format v1.
+    """
+    declared = _declared_tie_targets(module)
+    sources = set(declared.values())
+    paths: dict[int, str] | None = None  # module -> its first path, for tied holders
+    groups = []
+    slots = param_slots(module)
+    refuse_lazy(slots, "capture_init")
+    for slot in slots:
+        if is_flat_param(slot.param):
+            raise ShardInitError(
+                "capture_init: FSDP1 flat parameters are not supported; capture the "
+                "model's init code before wrapping it in FullyShardedDataParallel"
+            )
+        if slot.param.dtype not in SUPPORTED_DTYPES:
+            raise ShardInitError(f"capture_init: parameter {slot.name} has dtype "
+                                 f"{slot.param.dtype}, not one of stream format v1")  # fmt: skip
+        if len(slot.owners) == 1:  # its one holder's path is the canonical name
+            (owner, attr), path = slot.owners[0], slot.name
+            group = ParamGroup(slot.name, slot.param, [(owner, attr, path)])
+            group.tracks.append(_param_track(slot.param, slot.name, path))
+            group.primary = 0
+        else:
+            if paths is None:
+                walk = module.named_modules(remove_duplicate=False)
+                paths = {id(m): p for p, m in reversed(list(walk))}
+            group = _tied_group(slot, paths, declared, sources)
+        groups.append(group)
+    return groups
+
+
+def _param_track(param: nn.Parameter, name: str, holder: str, label: str = "") -> Track:
+    return Track("param", _standin(param), label or f"parameter {name!r}", name, holder)
+
+
+def _tied_group(
+    slot: ParamSlot, paths: Mapping[int, str], declared: Mapping[str, str], sources: set[str]
+) -> ParamGroup:
+    """The group of a parameter several modules hold: one stand-in shared by all, but a
+    stand-in of its own for each declared tie target (see the module docstring)."""
+    holders = [(m, a, canonical_name(qualified(paths[id(m)], a))) for m, a in slot.owners]
+    group = ParamGroup(slot.name, slot.param, holders)
+    shared = _param_track(slot.param, slot.name, slot.name)
+    for _, _, path in holders:
+        if path in declared:
+            label = f"parameter {slot.name!r} (tied holder {path!r})"
+            group.tracks.append(_param_track(slot.param, slot.name, path, label))
+        else:
+            group.tracks.append(shared)
+    primary = [i for i, (_, _, path) in enumerate(holders) if path in sources]
+    group.primary = primary[0] if primary else 0
+    return group
+
+
+@dataclass
+class BufferStandIn:
+    """A meta buffer's real stand-in, per holder."""
+
+    name: str
+    module: nn.Module
+    attr: str
+    original: torch.Tensor
+    track: Track
+    real: bool = False  # a real buffer followed in place: its values are its own
+
+
+def _real_like(buffer: torch.Tensor) -> torch.Tensor:
+    # NaN where init code never writes (floating types): a read of it shows.
+    fill = float("nan") if buffer.is_floating_point() or buffer.is_complex() else 0
+    return checked_tensor(torch.full(tuple(buffer.shape), fill, dtype=buffer.dtype))
+
+
+def _followed_in_place(buffer: torch.Tensor) -> bool:
+    """Whether a real buffer is followed through an alias of its own storage: a plain
+    tensor with one (a subclass, such as a DTensor, keeps its own dispatch)."""
+    return type(buffer) is torch.Tensor and not buffer.requires_grad and not buffer.is_sparse
+
+
+def buffer_standins(module: nn.Module) -> list[BufferStandIn]:
+    """Real CPU stand-ins for every meta buffer, and checked aliases of every real one
+    (one per buffer object, and per storage for real ones: two real buffers viewing one
+    storage are one followed tensor)."""
+    made: dict[int, Track] = {}
+    storages: set[int | None] = set()
+    found = []
+    for path, owner in module.named_modules():
+        for attr, buffer in owner._buffers.items():
+            if buffer is None or not (buffer.is_meta or _followed_in_place(buffer)):
+                continue
+            name = canonical_name(qualified(path, attr))
+            track = made.get(id(buffer))
+            if track is None and not buffer.is_meta:
+                if storage_id(buffer) in storages:
+                    continue  # an alias of a real buffer followed already: its storage is
+                storages.add(storage_id(buffer))
+            if track is None:
+                stand_in = _real_like(buffer) if buffer.is_meta else checked_tensor(buffer)
+                track = made[id(buffer)] = Track("buffer", stand_in, f"buffer {name!r}", name)
+            found.append(BufferStandIn(name, owner, attr, buffer, track, not buffer.is_meta))
+    return found
+
+
+def read_buffers(
+    standins: list[BufferStandIn],
+) -> tuple[dict[str, torch.Tensor], ShardInitError | None]:
+    """The values init code computed, per buffer name, and the error for the buffers
+    that cannot be used (returned, not raised: this runs while an error init code
+    raised may be on its way out, which it must not hide); puts the meta buffers back.
+    The error names buffers written only in part, assigned a meta tensor, or emptied
+    by ``to_empty`` and not computed again."""
+    values: dict[str, torch.Tensor] = {}
+    problems = []
+    for standin in standins:
+        current = standin.module._buffers.get(standin.attr)
+        if standin.real:  # its values are its own; a tensor init code assigned stays
+            if current is standin.track.base:
+                standin.module._buffers[standin.attr] = standin.original
+            continue
+        standin.module._buffers[standin.attr] = standin.original
+        if current is standin.track.base:
+            whole = tuple((0, size) for size in standin.track.shape)
+            if standin.track.written(whole) and standin.track.ops:
+                values[standin.name] = current
+            elif standin.track.ops:
+                problems.append(f"{standin.name} (init_fn wrote only part of it)")
+            elif standin.track.emptied:
+                problems.append(f"{standin.name} (init_fn emptied it with to_empty)")
+        elif current is not None and current is not standin.original:
+            if current.is_meta:
+                problems.append(f"{standin.name} (init_fn computed it on the meta device)")
+            else:
+                values[standin.name] = current.detach()
+    if not problems:
+        return values, None
+    return values, ShardInitError(
+        f"capture_init: buffer(s) {', '.join(problems)} cannot be computed; compute "
+        "them on a real device (e.g. from the buffer's own device, which is the CPU "
+        "during the capture), or leave them to buffer_init"
+    )
+
+
+def give_parameter_attributes(groups: list[ParamGroup]) -> None:
+    """Gives each parameter the Python attributes init code set on its stand-in
+    (``p._no_weight_decay = True``), as eager torch leaves them on the parameter."""
+    for group in groups:
+        for track in group.distinct_tracks():
+            if vars(track.base):
+                group.original.__dict__.update(vars(track.base))
+
+
+def give_memory_formats(groups: list[ParamGroup], buffers: list[BufferStandIn]) -> None:
+    """Gives each meta parameter and buffer the memory format init code gave its stand-in
+    (``module.to(memory_format=torch.channels_last)``), as torch's ``Module._apply``
+    does: a parameter's ``.data`` is replaced, a buffer is a new tensor. ``materialize``
+    allocates meta tensors in their own format (and a DTensor's stand-in refused it)."""
+    for group in groups:
+        formats = [t.memory_format for t in group.distinct_tracks() if t.memory_format]
+        if formats and group.original.is_meta:
+            group.original.data = group.original.data.to(memory_format=formats[-1])
+    for standin in buffers:
+        fmt = standin.track.memory_format
+        current = standin.module._buffers.get(standin.attr)
+        if fmt is not None and current is standin.original and current.is_meta:
+            standin.module._buffers[standin.attr] = current.to(memory_format=fmt)
+
+
+def iter_tracks(groups: list[ParamGroup]) -> Iterator[Track]:
+    seen: set[int] = set()
+    for group in groups:
+        for track in group.tracks:
+            if id(track) not in seen:
+                seen.add(id(track))
+                yield track
+
+
+def replaced_error(replaced: list[str]) -> UnsupportedInitOpError:
+    return UnsupportedInitOpError(
+        f"capture_init: init_fn replaced parameter(s) {sorted(set(replaced))} with new "
+        "objects; initialize them in place (e.g. with torch.nn.init) instead"
+    )

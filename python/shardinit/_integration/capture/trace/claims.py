@@ -1,0 +1,204 @@
+"""Where random values land (:class:`RandomPlaces`): a random value is drawn at its
+destination element's own index (docs/stream-format.md §7), so one value copied into two
+places (two parameters, two boxes, a parameter's value moved within it) would become two
+independent values where torch has equal ones. Each random op's values may land in one
+place only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...._program.actions import CapturedOp, Fill, TrackAction
+from ...._program.expr import Const, Coord, Expr, Source, as_lin, contains, reindex, walk_nodes
+from ...._program.regions import Box, FlatRun, box_runs
+from ....init import Constant
+from .store import RecordStore
+from .tracks import Track
+
+__all__ = ["RandomPlaces", "drawn"]
+
+Folded = Callable[[Track], Expr]
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """Where one write put values of one random op: ``runs`` (flat) of the temporary
+    ``space`` that op drew them in, or anywhere (``space`` None: not known exactly)."""
+
+    write: int
+    space: int | None
+    runs: tuple[FlatRun, ...]
+    where: str
+
+    def disjoint(self, other: _Claim) -> bool:
+        if self.space is None or self.space != other.space:
+            return False
+        return all(b <= c or d <= a for a, b in self.runs for c, d in other.runs)
+
+
+def drawn(action: TrackAction) -> bool:
+    """Whether ``action`` draws random values (a fill by a random initializer)."""
+    return isinstance(action, Fill) and not isinstance(action.init, Constant)
+
+
+class RandomPlaces:
+    """Per random op, the places its values went; each write to a parameter is numbered
+    (:attr:`writes`), so the parts of one write never conflict with each other."""
+
+    def __init__(self, store: RecordStore) -> None:
+        self.store = store
+        self.claims: dict[int, list[_Claim]] = {}
+        self.roots: dict[int, int] = {}  # a fill copied op by op -> the op it copies
+        self.spaces: dict[int, Track] = {}  # a random fill of a temporary -> that temporary
+        self.writes = 0
+
+    def recorded(self, track: Track, op: CapturedOp, name: str) -> None:
+        """``op`` was just recorded on ``track`` (the operation ``name``): a random fill
+        of a temporary draws in its coordinates; of a parameter, its values are where it
+        drew them."""
+        if not drawn(op.action):
+            return
+        if track.kind == "temp":
+            self.spaces[id(op)] = track
+        elif track.kind == "param":
+            self.writes += 1
+            self.claims[id(op)] = [_Claim(self.writes, None, (), f"{name} at {op.where}")]
+
+    def new_write(self) -> None:
+        """A new write to a parameter starts: its parts never conflict with each other."""
+        self.writes += 1
+
+    def copied_from(self, copy: CapturedOp, entry: CapturedOp) -> None:
+        """``copy`` holds the values of ``entry`` (copied op by op): its random op's."""
+        self.roots[id(copy)] = self.root(id(entry))
+
+    def root(self, origin: int) -> int:
+        """The random op whose values ``origin`` (a fill copied op by op) holds."""
+        return self.roots.get(origin, origin)
+
+    def land(self, track: Track, box: Box, expr: Expr, op: str, where: str, folded: Folded) -> None:
+        """Checks that the random values in ``expr``, written to ``box`` of the parameter
+        ``track`` (whose values are ``folded(track)``), land in no other place. (The
+        engine's ``folded`` comes per call: held here, it would make a reference cycle
+        that keeps the capture's records alive until the garbage collector runs.)
+
+        Raises:
+            UnsupportedInitOpError: values of one random op land in two places.
+        """
+        if not contains(expr, Source):
+            return  # nothing random (tables, constants): no need to rebuild the program
+        fresh = _random_ats(_pinned(expr, box), self.root)
+        held = _random_ats(_pinned(folded(track), box), self.root)
+        for origin, ats in fresh.items():
+            if ats <= held.get(origin, set()):
+                continue  # the values already there, at the same places (a step of them)
+            space = self.spaces.get(origin)
+            runs = None if space is None else _image_runs(ats, box, space.shape)
+            exact = None if runs is None else id(space)  # None: all of the op's values
+            self.claim(track, origin, _Claim(self.writes, exact, runs or (), where), op)
+
+    def claim(self, track: Track, origin: int, new: _Claim, op: str) -> None:
+        """Records that write ``new.write`` puts values of the random op ``origin`` in
+        ``track``; refuses it where an earlier write put some of them elsewhere."""
+        claims = self.claims.setdefault(origin, [])
+        for old in claims:
+            if old.write != new.write and not new.disjoint(old):
+                raise self.store.fail(
+                    track, op,
+                    f"random values that {old.where} already put in a parameter would "
+                    "land in a second place: shardinit draws each random value at its "
+                    "destination element's own index, so the copy would not equal the "
+                    "first, as it does in torch; give each destination its own fill, or "
+                    "copy disjoint parts of a temporary op by op",
+                )  # fmt: skip
+        claims.append(new)
+
+    def copied(
+        self, source: Track, entry: CapturedOp, target: Track, run: FlatRun, op: str, where: str
+    ) -> None:
+        """Elements ``run`` (flat) of the temporary ``source``, written by ``entry``,
+        copied op by op into a parameter (:meth:`land`): exact positions when ``entry``
+        drew them itself."""
+        if target.kind != "param" or not drawn(entry.action):
+            return
+        origin = self.root(id(entry))
+        space = id(source) if origin == id(entry) else None
+        self.claim(target, origin, _Claim(self.writes, space, (run,), where), op)
+
+
+def _pinned(expr: Expr, box: Box) -> Expr:
+    """``expr`` over ``box``, with the coordinates of its one-element dims as constants
+    (so a place reads the same however a view wrote it: ``Coord(d)`` or ``0``)."""
+    coords = [Const(float(a)) if b - a == 1 else Coord(d) for d, (a, b) in enumerate(box)]
+    return reindex(expr, coords, list(box), keep=False)
+
+
+def _image_runs(
+    ats: set[tuple[Expr, ...]], box: Box, shape: tuple[int, ...]
+) -> tuple[FlatRun, ...] | None:
+    """The flat runs of a temporary of ``shape`` that the places ``ats`` read over
+    ``box``, when each is a shift of the box (every coordinate a constant or one of the
+    box's dims plus a constant, each dim used once); else None."""
+    runs: list[FlatRun] = []
+    for at in ats:
+        block = _flat_block(at, box, shape)
+        if block is not None:
+            runs.append(block)
+            continue
+        image: list[tuple[int, int]] = []
+        used: set[int] = set()
+        for coordinate in at:
+            lin = as_lin(coordinate)
+            if lin is None or len(lin.coefs) > 1:
+                return None
+            if not lin.coefs:
+                image.append((lin.offset, lin.offset + 1))
+                continue
+            ((dim, coef),) = lin.coefs
+            if coef != 1 or dim in used:
+                return None
+            used.add(dim)
+            image.append((box[dim][0] + lin.offset, box[dim][1] + lin.offset))
+        if len(image) != len(shape) or any(
+            stop - start > 1 and dim not in used for dim, (start, stop) in enumerate(box)
+        ):
+            return None
+        runs += box_runs(tuple(image), shape)
+    return tuple(runs)
+
+
+def _flat_block(at: tuple[Expr, ...], box: Box, shape: tuple[int, ...]) -> FlatRun | None:
+    """The one flat run of a temporary of ``shape`` that the place ``at`` reads over
+    ``box``, when its flat index is the box's own row-major index plus a constant (a
+    reshaped view of a contiguous part: ``vec[n:n + k].view(r, c)``, as
+    ``vector_to_parameters`` copies); else None."""
+    if len(at) != len(shape):
+        return None
+    offset, coefs = 0, [0] * len(box)
+    stride = 1
+    for coordinate, size in zip(reversed(at), reversed(shape), strict=True):
+        lin = as_lin(coordinate)
+        if lin is None:
+            return None
+        offset += stride * lin.offset
+        for dim, coef in lin.coefs:
+            coefs[dim] += stride * coef
+        stride *= size
+    step = 1
+    for dim in reversed(range(len(box))):
+        start, stop = box[dim]
+        offset += coefs[dim] * start
+        if stop - start > 1 and coefs[dim] != step:
+            return None
+        step *= stop - start
+    return (offset, offset + step) if offset >= 0 and offset + step <= stride else None
+
+
+def _random_ats(expr: Expr, root: Callable[[int], int]) -> dict[int, set[tuple[Expr, ...]]]:
+    """Per random op whose values ``expr`` holds, the places it reads them at."""
+    found: dict[int, set[tuple[Expr, ...]]] = {}
+    for node in walk_nodes(expr):
+        if isinstance(node, Source):
+            found.setdefault(root(node.origin), set()).add(node.at)
+    return found

@@ -1,0 +1,473 @@
+"""The expression engine of a capture: reading values and writing records, over a
+:class:`.store.RecordStore`, as init programs (:mod:`shardinit._program.expr`). The
+components the dispatch calls build on it: :mod:`.steps` (sources and elementwise
+steps), :mod:`.copies`, :mod:`.coordinates`, :mod:`.concrete`.
+
+* **Values of tensors.** A followed temporary's value is the fold of what was written
+  to it (its ops, last one wins, as ``where`` of their boxes); a view of it reads that
+  fold at the view's positions; a CPU tensor init code computed otherwise is a table
+  of its values (refused when torch's random generator was used: those values would
+  not be the stream's); a parameter's values are unknown: steps of them are computed
+  as far as their shape goes (``ones_like(p * 2)``), and the read is refused, naming
+  the parameter and the read, where their values reach a parameter, a buffer or any
+  operation but an elementwise step (:attr:`.tracks.Track.reads`).
+* **Writes**: a fill (:mod:`.translations`) lands on the box its view covers; an
+  expression over a view's coordinates lands on the boxes of its base the view covers,
+  read back at each element's own coordinates; random values land in one place only
+  (:mod:`.claims`).
+
+A write the engine cannot describe refuses (``store.fail``) when its target is a
+parameter and makes a temporary opaque otherwise: no refusal is caught to choose a route.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from ...._caches import BoundedMap
+from ...._program.actions import (
+    CapturedOp,
+    ComputedOnPrior,
+    Fill,
+    Opaque,
+    TrackAction,
+    program_of,
+)
+from ...._program.cannot import Cannot
+from ...._program.expr import (
+    Bad,
+    Const,
+    Coord,
+    Expr,
+    Prior,
+    Source,
+    Table,
+    TableData,
+    Where,
+    as_lin,
+    bad_reasons,
+    broadcast_coords,
+    combine,
+    contains,
+    contiguous_index,
+    flat_of_box,
+    reindex,
+    simplify,
+    strided_coords,
+    substitute_prior,
+    unravel,
+)
+from ...._program.regions import (
+    Box,
+    FlatRun,
+    cut_by,
+    flat_range_boxes,
+    map_runs_from,
+    view_region,
+    view_runs,
+    whole,
+)
+from ...._torch_compat import torch_function_disabled, tree_leaves
+from ....errors import ShardInitError
+from ....init import Constant
+from ....spec import ParamSpec
+from ..ops.translations import Translation
+from .before import Before, on_before
+from .claims import RandomPlaces
+from .folds import Folds
+from .frames import user_frame
+from .store import RecordStore
+from .structured import fill_action
+from .tracks import Track
+
+__all__ = ["Engine", "read_reason"]
+
+# A write into a buffer's real stand-in: only its region matters (the values are real).
+BUFFER_WRITE = Constant(0.0)
+
+
+def op_value(op: CapturedOp, track: Track, prior: Expr) -> Expr:
+    """What ``op`` leaves in the elements it covers, given their value before."""
+    if isinstance(op.action, Opaque):
+        return Bad(op.action.why)
+    return op.action.after(track.base.dtype, len(track.shape), id(op), prior)
+
+
+class Engine:
+    """Values and writes, over a :class:`.store.RecordStore` (module docstring)."""
+
+    def __init__(self, store: RecordStore) -> None:
+        self.store = store
+        self.rng_start = torch.default_generator.get_state()
+        self.folds: dict[int, tuple[int, CapturedOp | None, Expr]] = {}
+        self.left_folds = Folds(op_value)
+        self.places = RandomPlaces(store)
+
+    # ----------------------------------------------------------------- values
+
+    def rng_untouched(self) -> bool:
+        return bool(torch.equal(torch.default_generator.get_state(), self.rng_start))
+
+    def table_of(self, value: torch.Tensor) -> Expr:
+        """The values of a tensor shardinit did not follow (a CPU tensor init code
+        computed), over its own coordinates."""
+        if value.device.type != "cpu":
+            return Bad(
+                f"the values of a {value.device.type} tensor computed by operations "
+                "shardinit does not follow (not elementwise, or not recorded)"
+            )
+        if value.is_complex():
+            return Bad("complex values")
+        if _inexact_integers(value):
+            return Bad("integer values beyond 2**53, which binary64 tables do not hold exactly")
+        if not self.rng_untouched():
+            return Bad(
+                "values computed after init code drew from torch's random generator "
+                "(only the stream gives random values; use torch.rand/randn or fills)"
+            )
+        flat = value.detach().to(torch.float64).contiguous().view(-1).clone()
+        if value.dim() == 0:
+            return Const(float(flat[0]))
+        return Table(TableData(flat), contiguous_index(tuple(value.shape)))
+
+    def folded(self, track: Track) -> Expr:
+        """The value of every element of ``track``'s base, over its coordinates (the same
+        expression object while nothing is written to it)."""
+        last = track.ops[-1] if track.ops else None
+        cached = self.folds.get(id(track))
+        if cached is not None and cached[0] == len(track.ops) and cached[1] is last:
+            return cached[2]
+        value = self.fold(track)
+        self.folds[id(track)] = (len(track.ops), last, value)
+        return value
+
+    def fold(self, track: Track) -> Expr:
+        value, never, random = self.left_folds.fold(track)
+        if track.written(tuple((0, size) for size in track.shape)):
+            value = _drop_branch(value, never)  # every element written: never selected
+        computed_on_cpu = track.base.device.type == "cpu" and track.kind == "temp"
+        if computed_on_cpu and not (random or track.from_random) and bad_reasons(value):
+            return self.table_of(track.base)
+        return value
+
+    def value_of(self, value: Any, op: str) -> Expr:
+        """The value of an operand at each of its own coordinates. (A view of) a
+        parameter has the values ``init_fn`` wrote to it so far (they may go back into
+        the same parameter only, :meth:`carry_read`); where it wrote none, a
+        :class:`Bad` naming the parameter and the read (refused where it reaches a
+        parameter; its shape alone may be used, as ``ones_like(p * 0.5)`` does)."""
+        if isinstance(value, (bool, int, float)):
+            return Const(float(value))
+        if not isinstance(value, torch.Tensor):
+            return Bad(f"an operand of type {type(value).__name__}")
+        track = self.store.lookup(value)
+        if track is None or track.kind == "buffer":
+            return self.table_of(value)
+        with torch_function_disabled():  # its own layout (see torch_function_disabled)
+            if value.dtype != track.base.dtype:
+                return Bad(f"a view of {track.label} as another dtype")
+            offset = int(value.storage_offset() - track.base.storage_offset())
+            shape, stride = value.shape, value.stride()
+        coords, repeats = strided_coords(shape, stride, offset, track.shape)
+        repeat = None if repeats is None else self.repeat_reason(op)
+        read = reindex(self.folded(track), coords, whole(shape), repeat)
+        if track.kind == "param" and (
+            bad_reasons(read) or (not _box_read(coords) and _reads_before(read))
+        ):  # values before init_fn are read at their own positions only: .before
+            return Bad(read_reason((track, f"{op} at {user_frame()}")))
+        return read
+
+    def read_in(self, tree: Any, op: str) -> list[tuple[Track, str]]:
+        """The parameters whose values the tensors in ``tree`` carry, read by ``op`` now
+        or into a temporary before (:attr:`.tracks.Track.reads`), each with its read."""
+        reads: list[tuple[Track, str]] = []
+        for leaf in tree_leaves(tree):
+            track = self.store.lookup(leaf)
+            if track is not None and track.kind == "param":
+                _merge_reads(reads, [(track, f"{op} at {user_frame()}")])
+            elif track is not None:
+                _merge_reads(reads, track.reads)
+        return reads
+
+    def carry_read(self, target: Track, tree: Any, op: str) -> None:
+        """``target`` takes values from the tensors in ``tree``: a temporary carries the
+        parameter reads they carry; a parameter takes only its own values (random ones
+        are drawn from the destination's own stream, so another parameter's would not
+        be the values read); a buffer (a real tensor) takes none.
+
+        Raises:
+            UnsupportedInitOpError: a buffer, or another parameter, takes values read
+                from a parameter.
+        """
+        reads = self.read_in(tree, op)
+        if target.kind == "temp":
+            _merge_reads(target.reads, reads)
+            if any(self.random(track) for track in self.store.followed(tree)):
+                # Its CPU values (if any) were computed from torch's draws, which the
+                # capture does not keep apart: never a table (random values that met
+                # in one element stay refused however many steps follow).
+                target.from_random = True
+            return
+        for read in reads:
+            if read[0] is not target:
+                raise self.store.fail(target, op, read_reason(read))
+
+    def random(self, track: Track) -> bool:
+        """Whether a followed temporary's values depend on random values."""
+        if track.kind != "temp":
+            return False
+        return track.from_random or contains(self.folded(track), Source)
+
+    def repeat_reason(self, op: str) -> str:
+        return (
+            f"a broadcast or expand ({op} at {user_frame()}) repeats random values, which "
+            "are drawn at each destination element's own index and cannot repeat"
+        )
+
+    def operand(self, value: Any, shape: Sequence[int], op: str) -> Expr:
+        """An operand's value broadcast to ``shape``."""
+        expr = self.value_of(value, op)
+        if not isinstance(value, torch.Tensor) or value.dim() == 0:
+            return expr
+        coords, stretched = broadcast_coords(tuple(value.shape), tuple(shape))
+        why = self.repeat_reason(op) if stretched else None
+        return reindex(expr, coords, whole(shape), why)
+
+    # ----------------------------------------------------------------- writes
+
+    def action_of(self, track: Track, expr: Expr, op: str) -> TrackAction:
+        """The action of writing ``expr``; :class:`Bad` values are refused for a
+        parameter and make a temporary opaque."""
+        reasons = bad_reasons(expr)
+        if reasons:
+            if track.kind == "param":
+                raise self.store.fail(track, op, reasons[0])
+            return Opaque(reasons[0])
+        if contains(expr, Prior):
+            return ComputedOnPrior(expr)  # reads the values before init_fn: .before
+        return program_of(expr)
+
+    def record(self, track: Track, view: torch.Tensor, action: TrackAction, op: str) -> None:
+        """Records ``action`` on the box ``view`` covers (:meth:`.store.RecordStore.append`);
+        a fill of a parameter must make a valid stream-v1 parameter.
+
+        Raises:
+            UnsupportedInitOpError: a parameter's region is no box, or its fill is invalid
+                for it (a constant that overflows its dtype, ...).
+        """
+        if track.kind == "param" and isinstance(action, Fill):
+            with self.store.refusing(track, op):
+                _check_fill(track, action)
+        recorded = self.store.append(track, view, action, op)
+        if recorded is not None and recorded.action is action:
+            self.places.recorded(track, recorded, op)
+            if isinstance(action, Fill) and recorded.region == whole(track.shape):
+                track.reads.clear()  # a fill of all of it: no value read before is left
+
+    def cannot(self, track: Track, view: torch.Tensor, cannot: Cannot, op: str) -> None:
+        """What ``op`` cannot give on ``view`` of ``track``: refused on a parameter (the
+        capture's edge), on a temporary its values there become opaque."""
+        if track.kind == "param":
+            raise self.store.fail(track, op, cannot.reason)
+        self.record(track, view, Opaque(cannot.reason), op)
+
+    def write(
+        self, track: Track, view: torch.Tensor, entry: Translation, values: list[Any], op: str
+    ) -> None:
+        """Records one translated fill (``entry`` with argument ``values``); an invalid
+        one is refused on a parameter and opaque on a temporary."""
+        if track.kind == "buffer":
+            self.record(track, view, Fill(BUFFER_WRITE), op)
+            return
+        aligned = entry.kind in ("eye", "dirac")
+        region = self.store.region(track, view, op) if aligned else None
+        try:
+            made = fill_action(track, view, entry.kind, values, op, region)
+        except Cannot as cannot:
+            if track.kind == "param":
+                raise self.store.fail(track, op, cannot.reason) from None
+            self.record(track, view, Opaque(f"{op}: {cannot}"), op)
+            return
+        self.record(track, view, made, op)
+
+    def append(self, track: Track, box: Box, expr: Expr, op: str, where_: str) -> None:
+        """Appends the write of ``expr`` on ``box``. An in-place step reads the values
+        before it as the fold of what was written (so a recorded program never reads
+        memory: it is one computation from sources, rounded once at the end)."""
+        parts = [(box, expr)]
+        if contains(expr, Prior):
+            parts = self.on_prior(track, box, expr)
+        for part, value in parts:
+            if track.kind == "param":
+                value, kept = on_before(self.store, track, part, expr, value, op)
+                self.places.land(track, part, value, op, f"{op} at {user_frame()}", self.folded)
+                value = kept
+            self.store.add(track, CapturedOp(part, self.action_of(track, value, op), op, where_))
+
+    def on_prior(self, track: Track, box: Box, expr: Expr) -> list[tuple[Box, Expr]]:
+        """``expr`` on ``box`` with the values before it. Where that meets two random
+        values in one element (a step over parts that two fills wrote, ``normal_(w)``,
+        ``normal_(w[0])``, then ``clamp_(w)``), the step on each part the earlier writes
+        cut ``box`` into: each part reads the one fill that wrote it last."""
+        folded = self.folded(track)
+        value = substitute_prior(expr, simplify(folded, box))
+        if not bad_reasons(value):
+            return [(box, value)]
+        cuts = cut_by(box, [op.region for op in track.ops])
+        if cuts is None:
+            return [(box, value)]
+        parts = [(part, substitute_prior(expr, simplify(folded, part))) for part in cuts]
+        return [(box, value)] if any(bad_reasons(v) for _, v in parts) else parts
+
+    def spread(
+        self,
+        expr: Expr,
+        source_shape: Sequence[int],
+        pieces: Iterator[tuple[int, FlatRun]],
+        target: Track,
+    ) -> Iterator[tuple[Box, Expr]]:
+        """``expr`` (over a row-major tensor of ``source_shape``) on the boxes of
+        ``target`` that ``pieces`` (source flat start, target flat run) cover, each read
+        at the box's own coordinates."""
+        for source_start, (start, stop) in pieces:
+            for _, box in flat_range_boxes(target.shape, start, stop):
+                ranges = [(a, b) for a, b in box]
+                flat = flat_of_box(target.shape, source_start - start)
+                coords = unravel(flat, tuple(source_shape), ranges)
+                yield box, reindex(expr, coords, ranges)
+
+    def write_expr(self, target: Track, view: torch.Tensor, expr: Expr, op: str) -> None:
+        """Writes ``expr`` (over ``view``'s coordinates) into ``view`` of ``target``."""
+        self.places.new_write()
+        if target.kind == "buffer":
+            self.record(target, view, Fill(Constant(0.0)), op)
+            return
+        try:
+            runs = view_runs(view, target.base)
+        except Cannot as cannot:
+            if target.kind == "param":
+                why = f"the view written is not a box ({cannot})"
+                raise self.store.fail(target, op, why) from None
+            self.record(target, view, Opaque(f"{op} wrote a view that is not a box"), op)
+            return
+        where_ = user_frame()
+        boxed = box_coords(view, target.base)
+        if boxed is not None:  # one op on the box, read through the view's axes
+            box, coords = boxed
+            self.append(target, box, reindex(expr, coords, list(box)), op, where_)
+            return
+        pieces = map_runs_from([(0, view.numel())], (0, view.numel()), runs)
+        for box, value in self.spread(expr, tuple(view.shape), pieces, target):
+            self.append(target, box, value, op, where_)
+
+
+def _inexact_integers(value: torch.Tensor) -> bool:
+    """Whether an integer tensor holds a value binary64 does not hold exactly."""
+    if value.dtype.is_floating_point or value.dtype == torch.bool or value.numel() == 0:
+        return False
+    if torch.iinfo(value.dtype).bits < 53:
+        return False
+    return bool(value.detach().abs().max() > 2**53)
+
+
+def _check_fill(track: Track, action: Fill) -> None:
+    """Raises :class:`Cannot` when ``action`` cannot fill the parameter ``track``
+    (ParamSpec's checks). Fills found valid are remembered by what decides it (shape,
+    dtype, initializer): a capture checks every fill it records, mostly the same few."""
+    key = (track.shape, track.base.dtype, action.init)
+    if _VALID_FILLS.get(key):
+        return
+    try:
+        ParamSpec(track.name, track.shape, track.base.dtype, action.init, seed=0)
+    except ShardInitError as why:  # ParamSpec validates its arguments: it refuses nothing
+        raise Cannot(str(why)) from None
+    if getattr(action.init, "elementwise", False):  # orthogonal's cap reads the environment
+        _VALID_FILLS.put(key, True)
+
+
+#: The fills :func:`_check_fill` found valid (the answer for a key never changes).
+_VALID_FILLS: BoundedMap[tuple[object, ...], bool] = BoundedMap()
+
+
+def _merge_reads(reads: list[tuple[Track, str]], more: Sequence[tuple[Track, str]]) -> None:
+    """Adds to ``reads`` the parameter reads of ``more`` of parameters not in it yet."""
+    for read in more:
+        if all(read[0] is not seen for seen, _ in reads):
+            reads.append(read)
+
+
+def read_reason(read: tuple[Track, str]) -> str:
+    """Why values read from a parameter (``read``: it and the read) are refused."""
+    track, where_ = read
+    return (
+        f"it reads the values of {track.label} ({where_}), which do not exist on meta "
+        "(only their shape and dtype may be used, e.g. by ones_like)"
+    )
+
+
+def _box_read(coords: Sequence[Expr]) -> bool:
+    """Whether a view reads its base at ``coords`` as a box: each base coordinate a
+    constant or one view coordinate plus a constant, the view's dims in the base's order
+    (no transpose, stride or repeat)."""
+    dims = []
+    for coord in coords:
+        lin = as_lin(coord)
+        if lin is None or len(lin.coefs) > 1 or any(c != 1 for _, c in lin.coefs):
+            return False
+        dims += [d for d, _ in lin.coefs]
+    return dims == sorted(set(dims))
+
+
+def _reads_before(expr: Expr) -> bool:
+    return contains(expr, Before)
+
+
+def _drop_branch(expr: Expr, never: Expr) -> Expr:
+    """``expr`` with each ``where(c, a, never)`` replaced by ``a``."""
+    if isinstance(expr, Where):
+        if expr.b is never:
+            return _drop_branch(expr.a, never)
+        return Where(expr.cond, expr.a, _drop_branch(expr.b, never))
+    return expr
+
+
+def box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr, ...]] | None:
+    """The box ``view`` covers and its coordinates as expressions of the base's, when
+    each of its dims runs along one base dim; else None. Kept per layout (the answer is
+    a function of the two layouts alone: a model writes views of a few)."""
+    with torch_function_disabled():  # their own layouts (see torch_function_disabled)
+        offset = view.storage_offset() - base.storage_offset()
+        key = (tuple(view.shape), view.stride(), offset, tuple(base.shape), base.stride())
+    kept = _BOX_COORDS.get(key)
+    if kept is None:
+        kept = (_box_coords(view, base),)
+        _BOX_COORDS.put(key, kept)
+    return kept[0]
+
+
+#: :func:`box_coords` by the layouts of the view and the base.
+_BOX_COORDS: BoundedMap[tuple[object, ...], tuple[tuple[Box, tuple[Expr, ...]] | None]] = (
+    BoundedMap()
+)
+
+
+def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr, ...]] | None:
+    try:
+        region = view_region(view, base)
+    except Cannot:  # a view that is no box: the caller writes it by runs
+        return None
+    if region is None:
+        return None
+    box, axes = region
+    coords: list[Expr] = []
+    for size, axis in zip(view.shape, axes, strict=True):
+        if axis is None:
+            if size > 1:
+                return None
+            coords.append(Const(0.0))
+        else:
+            coords.append(combine("sub", Coord(axis), Const(float(box[axis][0]))))
+    return box, tuple(coords)

@@ -1,0 +1,86 @@
+"""A followed tensor's value as the fold of what was written to it, kept per track and
+extended by the operations appended since (:meth:`.engine.Engine.folded`).
+
+The fold is a left fold: ``value = where(in_box(op.region), op_value(op, value), value)``
+over the track's operations, first to last. The store only appends operations (or
+drops them all, :meth:`.store.RecordStore.forget`), so the fold of ``ops[:n]`` is a
+prefix of the fold of ``ops``: kept with ``ops[n - 1]`` (the list holds it alive, so
+its identity is a true witness that the prefix is unchanged), a new write folds in one
+operation where the fold afresh redid every one. The prefix also keeps its nodes: a
+new write's value is built on the very expression objects of the values before it,
+whose :func:`~shardinit._program.expr.random_key` and the like were asked already.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ...._program.actions import CapturedOp
+from ...._program.expr import Bad, Expr, Source, contains, in_box, where
+from .before import before
+from .tracks import Track
+
+__all__ = ["Folds", "never_written"]
+
+#: What an operation leaves in the elements it covers, given their value before
+#: (:func:`.engine.op_value`).
+OpValue = Callable[[CapturedOp, Track, Expr], Expr]
+
+
+@dataclass(frozen=True)
+class _Prefix:
+    """The fold of a track's first ``count`` operations (``last`` the final one), for
+    its shape and dtype then; ``never`` the value of elements no operation wrote;
+    ``random``: some operation wrote random values."""
+
+    count: int
+    last: CapturedOp | None
+    layout: tuple[tuple[int, ...], torch.dtype]
+    never: Expr
+    value: Expr
+    random: bool
+
+
+def never_written(track: Track) -> Expr:
+    """The value of ``track``'s elements nothing wrote: a parameter's values before
+    ``init_fn`` (:mod:`.before`), else the refusal of reading them."""
+    if track.kind == "param":  # the values before init_fn (rule, default): .before
+        return before(id(track), track.base.dtype, len(track.shape))
+    return Bad(f"it copies elements of {track.label} that were never written")
+
+
+class Folds:
+    """The fold of each track's operations so far, extended as operations are appended
+    (module docstring)."""
+
+    def __init__(self, op_value: OpValue) -> None:
+        self.op_value = op_value
+        self.prefixes: dict[int, _Prefix] = {}
+
+    def fold(self, track: Track) -> tuple[Expr, Expr, bool]:
+        """``(value, never, random)``: the fold of all of ``track``'s operations, the
+        value of elements none wrote, and whether some wrote random values."""
+        ops = track.ops
+        layout = (track.shape, track.base.dtype)
+        kept = self.prefixes.get(id(track))
+        if kept is None or not _extends(kept, ops, layout):
+            never = never_written(track)
+            kept = _Prefix(0, None, layout, never, never, False)
+        value, random = kept.value, kept.random
+        for op in ops[kept.count :]:
+            written = self.op_value(op, track, value)
+            random = random or contains(written, Source)
+            value = where(in_box(op.region, track.shape), written, value)
+        last = ops[-1] if ops else None
+        self.prefixes[id(track)] = _Prefix(len(ops), last, layout, kept.never, value, random)
+        return value, kept.never, random
+
+
+def _extends(kept: _Prefix, ops: list[CapturedOp], layout: object) -> bool:
+    """Whether ``ops`` are the kept prefix's operations and more, on the same layout."""
+    if kept.layout != layout or len(ops) < kept.count:
+        return False
+    return kept.count == 0 or ops[kept.count - 1] is kept.last

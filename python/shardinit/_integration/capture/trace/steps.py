@@ -1,0 +1,205 @@
+"""Sources and elementwise steps of a capture: the temporaries init code makes
+(factories of known values, random sources, elementwise operations and casts with a
+followed operand), in-place steps on followed tensors, and the results of operations
+no route follows (opaque, or tables). A component the dispatch (:mod:`.mode`) calls,
+holding the record store and the expression engine (:mod:`.engine`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ...._program.actions import Fill, Opaque
+from ...._program.cannot import Cannot
+from ...._program.expr import (
+    INTEGER_DTYPES,
+    Bad,
+    Binary,
+    Const,
+    Coord,
+    Expr,
+    Prior,
+    Source,
+    check_exact_integers,
+    combine,
+    contains,
+    exact_integers,
+    in_dtype,
+    stored,
+    where,
+)
+from ...._torch_compat import tree_leaves
+from ..ops.pointwise import POINTWISE, cast, cast_dtype, no_formula, step_of
+from ..ops.tables import RANDOM_SOURCES
+from .engine import Engine
+from .frames import user_frame
+from .store import RecordStore
+from .tracks import Track, run_op
+
+__all__ = ["Steps", "unfollowed"]
+
+
+class Steps:
+    """Sources and elementwise steps, recorded through ``engine`` (module docstring)."""
+
+    def __init__(self, store: RecordStore, engine: Engine) -> None:
+        self.store = store
+        self.engine = engine
+
+    def source(self, name: str, func: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """A factory of known values: the result is a new temporary."""
+        state = torch.default_generator.get_state()
+        try:
+            result = run_op(func, args, kwargs)
+        finally:
+            torch.default_generator.set_state(state)
+        if not isinstance(result, torch.Tensor):
+            return result
+        temp = self.store.new_temp(name, result)
+        base = name.removesuffix("_like")
+        if base in RANDOM_SOURCES:
+            self.engine.record(temp, result, Fill(RANDOM_SOURCES[base]), name)
+            return result
+        expr = self.source_value(name, args, kwargs, result)
+        self.store.hold(temp, self.engine.action_of(temp, expr, name), name)
+        return result
+
+    def source_value(
+        self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any], result: torch.Tensor
+    ) -> Expr:
+        if name in ("tensor", "new_tensor"):
+            data = args[1] if name == "new_tensor" else args[0] if args else kwargs["data"]
+            return self.engine.table_of(torch.tensor(data, dtype=result.dtype, device="cpu"))
+        if name == "eye":
+            return Binary("eq", Coord(0), Coord(1))
+        numbers = [float(a) for a in args if isinstance(a, (int, float)) and a is not True]
+        if name == "linspace":
+            start = float(kwargs.get("start", numbers[0]))
+            end = float(kwargs.get("end", numbers[1]))
+            return stored(_linspace(start, end, int(result.shape[0])), result.dtype)
+        start, step = (0.0, 1.0) if len(numbers) < 2 else (numbers[0], 1.0)
+        if len(numbers) >= 3:
+            step = numbers[2]
+        start = float(kwargs.get("start", start))
+        step = float(kwargs.get("step", step))
+        value = combine("add", combine("mul", Coord(0), Const(step)), Const(start))
+        if result.dtype.is_floating_point:
+            return stored(value, result.dtype)
+        return exact_integers(value, result.dtype, _ranges(result))
+
+    def pointwise(
+        self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """An elementwise operation with a followed operand: a new temporary."""
+        step = POINTWISE[name]
+        operands, options = step_of(step, args, kwargs)
+        result = run_op(func, args, kwargs)
+        if not isinstance(result, torch.Tensor):
+            return result
+        if not result.is_contiguous():
+            result = result.contiguous()
+        shape = tuple(result.shape)
+        exprs = [None if v is None else self.engine.operand(v, shape, name) for v in operands]
+        temp = self.store.new_temp(name, result)
+        self.engine.carry_read(temp, operands, name)
+        expr = in_dtype(step.build(exprs, options), result.dtype)
+        expr = exact_integers(expr, result.dtype, _ranges(result))
+        self.store.hold(temp, self.engine.action_of(temp, expr, name), name)
+        return result
+
+    def known_on_cpu(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+        """Whether the followed temporaries among ``args`` are CPU tensors whose values
+        are all known (no random source, nothing opaque): then they hold eager torch's
+        values, and torch's own result of an operation on them is eager's."""
+        temps = self.store.followed((args, kwargs))
+        if not temps or any(temp.base.device.type != "cpu" for temp in temps):
+            return False
+        return not any(contains(self.engine.folded(t), (Source, Bad, Prior)) for t in temps)
+
+    def cast_temp(self, name: str, func: Any, args: Sequence[Any], kwargs: Any) -> Any:
+        """A cast or device move of a followed temporary."""
+        result = run_op(func, args, kwargs)
+        source = args[0]
+        if not isinstance(result, torch.Tensor) or self.store.lookup(result) is not None:
+            return result
+        if not result.is_contiguous():
+            result = result.contiguous()
+        dtype = cast_dtype(name, args, kwargs) or result.dtype
+        expr = cast(self.engine.operand(source, tuple(result.shape), name), source.dtype, dtype)
+        temp = self.store.new_temp(name, result)
+        self.engine.carry_read(temp, source, name)
+        self.store.hold(temp, self.engine.action_of(temp, expr, name), name)
+        return result
+
+    def inplace(
+        self, name: str, base_name: str, target: Track, func: Any, args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+    ) -> None:  # fmt: skip
+        """Records an in-place elementwise step on (a view of) a followed tensor (the
+        dispatch runs it on a temporary's or buffer's real values)."""
+        view = args[0]
+        step = POINTWISE[base_name]
+        operands, options = step_of(step, args, kwargs)
+        shape = tuple(view.shape)
+        exprs: list[Expr | None] = [Prior()]
+        exprs += [None if v is None else self.engine.operand(v, shape, name) for v in operands[1:]]
+        self.engine.carry_read(target, operands[1:], name)
+        self.engine.write_expr(target, view, step.build(exprs, options), name)
+
+    def check_integers(self, target: Track, view: torch.Tensor, name: str) -> None:
+        """After an in-place write into an integer temporary: where one of its integer
+        steps may pass 2**53 (binary64 would round it before the wrap), what was
+        written is opaque, refused with why where it reaches a parameter or buffer."""
+        if target.kind != "temp" or target.base.dtype not in INTEGER_DTYPES:
+            return
+        try:
+            check_exact_integers(self.engine.folded(target), _ranges(target.base))
+        except Cannot as cannot:  # opaque: refused only where it reaches a tensor
+            self.engine.record(target, view, Opaque(f"{name} at {user_frame()}: {cannot}"), name)
+
+    def taint(self, name: str, args: Any, kwargs: Any, result: Any, why: str | None = None) -> None:
+        """Results of an operation shardinit does not follow, on followed temporaries:
+        opaque (unless on the CPU and free of random values, then a table), with ``why``
+        (default: the operation is not followed)."""
+        temps = self.store.followed((args, kwargs))
+        if not temps:
+            return
+        random = any(contains(self.engine.folded(t), (Source, Bad)) for t in temps)
+        for leaf in tree_leaves(result):
+            if not isinstance(leaf, torch.Tensor) or self.store.lookup(leaf) is not None:
+                continue
+            if leaf.device.type == "cpu" and not random:
+                continue  # a CPU tensor of known values: a table if it is copied
+            if leaf.is_contiguous():
+                temp = self.store.new_temp(name, leaf)
+                temp.from_random = True
+                self.engine.carry_read(temp, (args, kwargs), name)
+                why = why or unfollowed(name)
+                self.store.hold(temp, Opaque(why), name)
+
+
+def unfollowed(name: str) -> str:
+    """Why the results of ``name`` (called here) are not a program."""
+    kind = (
+        "an elementwise operation shardinit has no exact formula for"
+        if no_formula(name)
+        else "not an elementwise operation shardinit follows"
+    )
+    return f"{name} at {user_frame()} is {kind}"
+
+
+def _ranges(result: torch.Tensor) -> list[tuple[int, int]]:
+    return [(0, int(size)) for size in result.shape]
+
+
+def _linspace(start: float, end: float, steps: int) -> Expr:
+    """torch's linspace: from ``start`` up to the middle, from ``end`` down after it."""
+    if steps <= 1:
+        return Const(start)
+    step = (end - start) / (steps - 1)
+    up = combine("add", combine("mul", Coord(0), Const(step)), Const(start))
+    back = combine("sub", Const(float(steps - 1)), Coord(0))
+    down = combine("sub", Const(end), combine("mul", back, Const(step)))
+    return where(combine("lt", Coord(0), Const(float(steps // 2))), up, down)

@@ -1,0 +1,139 @@
+"""The record store of a capture: the followed tensors by storage (:mod:`.tracks`), the
+boxes operations write, the operations recorded on each, and the first refusal. The
+store alone writes a track's operations (:meth:`RecordStore.append`,
+:meth:`RecordStore.add`, :meth:`RecordStore.hold`, :meth:`RecordStore.forget`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from ...._program.actions import CapturedOp, Opaque, TrackAction
+from ...._program.cannot import Cannot
+from ...._program.regions import Box, view_region, whole
+from ...._torch_compat import tree_leaves
+from ....errors import UnsupportedInitOpError
+from .frames import user_frame
+from .tracks import Track, storage_id
+
+__all__ = ["HELP", "RecordStore"]
+
+HELP = (
+    "shardinit can replay random fills (torch.nn.init uniform_/normal_/trunc_normal_/"
+    "kaiming_*/xavier_*, tensor normal_/uniform_), constant fills (zero_, fill_, zeros_, "
+    "ones_, constant_, eye_, dirac_), mul_/div_ by a Python scalar on box regions, "
+    "elementwise init programs (arange/linspace/eye/tensor/rand/randn sources, "
+    "arithmetic, exp/log/sin/..., clamp, where, casts, in place too) and copies of "
+    "temporaries computed that way; see docs/capturing-init.md"
+)
+
+
+class RecordStore:
+    """The followed tensors and what was written to them.
+
+    Attributes:
+        error: the first refusal (kept: init code may swallow the exception, and the
+            capture is unusable all the same).
+    """
+
+    def __init__(self, tracks: Sequence[Track], aliases: Mapping[int, Track]) -> None:
+        self.by_storage: dict[int, Track] = dict(aliases)
+        for track in tracks:
+            self.follow(track)
+        self.error: UnsupportedInitOpError | None = None
+
+    def follow(self, track: Track) -> Track:
+        self.by_storage[id(track.storage)] = track
+        return track
+
+    def lookup(self, value: Any) -> Track | None:
+        """The track of the tensor whose storage ``value`` views, if followed."""
+        if not isinstance(value, torch.Tensor):
+            return None
+        sid = storage_id(value)
+        return None if sid is None else self.by_storage.get(sid)
+
+    def followed(self, tree: Any) -> list[Track]:
+        """The tracks of the tensors in ``tree`` (nested arguments), each once."""
+        found: list[Track] = []
+        for leaf in tree_leaves(tree):
+            track = self.lookup(leaf)
+            if track is not None and all(track is not seen for seen in found):
+                found.append(track)
+        return found
+
+    def params_in(self, tree: Any) -> list[Track]:
+        return [track for track in self.followed(tree) if track.kind == "param"]
+
+    def new_temp(self, name: str, result: torch.Tensor) -> Track:
+        label = f"temporary {name}{tuple(result.shape)} at {user_frame()}"
+        return self.follow(Track("temp", result, label))
+
+    def fail(self, track: Track, op: str, why: str) -> UnsupportedInitOpError:
+        """The refusal of ``op`` on ``track`` (kept as :attr:`error` if the first)."""
+        error = UnsupportedInitOpError(
+            f"capture_init: {track.label}: {op} at {user_frame()}: {why}. {HELP}"
+        )
+        if self.error is None:
+            self.error = error
+        return error
+
+    @contextmanager
+    def refusing(self, track: Track, op: str) -> Iterator[None]:
+        """The capture's edge: a :class:`~shardinit._program.cannot.Cannot` raised inside
+        becomes the refusal of ``op`` on ``track`` (:meth:`fail`)."""
+        try:
+            yield
+        except Cannot as cannot:
+            raise self.fail(track, op, cannot.reason) from None
+
+    def region(
+        self, track: Track, view: torch.Tensor, op: str
+    ) -> tuple[Box, Sequence[int | None] | None] | None:
+        """The box of ``track`` that ``view`` covers, with the base dim each view dim
+        runs along (None for all of them when the region is no box: only a temporary
+        may be written so, and becomes opaque there); None when ``view`` is empty.
+
+        Raises:
+            UnsupportedInitOpError: a parameter's region is not a box.
+        """
+        if view is track.base:  # the whole tensor (most init code writes)
+            return track.whole()
+        try:
+            region = view_region(view, track.base)
+        except Cannot as cannot:
+            if track.kind != "param":
+                return (whole(track.shape), None)
+            raise self.fail(track, op, f"the region written is not a box ({cannot})") from None
+        return region
+
+    def append(
+        self, track: Track, view: torch.Tensor, action: TrackAction, op: str
+    ) -> CapturedOp | None:
+        """Appends ``action`` on the box ``view`` covers (for a temporary whose region is
+        no box, the whole temporary becomes opaque); returns the recorded op (None: the
+        view is empty, nothing is written)."""
+        region = self.region(track, view, op)
+        if region is None:
+            return None
+        box, axes = region
+        if axes is None:
+            action = Opaque(f"{op} wrote a region that is not a box")
+        recorded = CapturedOp(box, action, op, user_frame())
+        track.ops.append(recorded)
+        return recorded
+
+    def add(self, track: Track, recorded: CapturedOp) -> None:
+        """Appends ``recorded`` (its box of ``track`` known: a write or a copied op)."""
+        track.ops.append(recorded)
+
+    def hold(self, temp: Track, action: TrackAction, op: str) -> None:
+        """Records that ``op`` made the new temporary ``temp``: ``action`` on all of it."""
+        temp.ops.append(CapturedOp(whole(temp.shape), action, op, user_frame()))
+
+    def forget(self, track: Track) -> None:
+        """Drops every operation recorded on ``track`` (its values are gone)."""
+        track.ops.clear()

@@ -1,0 +1,164 @@
+"""The tensors a capture follows, each with what has been written to it so far: a
+parameter's stand-in, a temporary that init code made (``new_empty``, ``torch.zeros``,
+``cat``, ...), or a buffer's real stand-in."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from ...._program.actions import CapturedOp, sets_values
+from ...._program.cannot import Cannot
+from ...._program.regions import Box, box_union_covers, intersect, view_region
+from ...._torch_compat import torch_function_disabled, tree_leaves, tree_map
+
+__all__ = ["Track", "run_op", "same_view", "storage_id"]
+
+TrackKind = Literal["param", "temp", "buffer"]
+
+
+_LAYOUT_PARTS = ("class", "shape", "strides", "storage offset", "dtype", "storage")
+
+
+def _layout(tensor: torch.Tensor) -> tuple[object, ...]:
+    with torch_function_disabled():  # the tensor's own layout (see torch_function_disabled)
+        return (
+            type(tensor).__name__,
+            tuple(tensor.shape),
+            tuple(tensor.stride()),
+            tensor.storage_offset(),
+            tensor.dtype,
+            storage_id(tensor),
+        )
+
+
+def storage_id(tensor: torch.Tensor) -> int | None:
+    """The identity of ``tensor``'s storage (stable while the storage object lives: a
+    :class:`Track` keeps it alive), or None for tensors without one."""
+    try:
+        with torch_function_disabled():  # its own storage, not an outer mode's answer
+            return id(tensor.untyped_storage())
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+@dataclass(eq=False)
+class Track:
+    """One followed tensor.
+
+    Attributes:
+        kind: ``"param"`` (a parameter's meta stand-in), ``"temp"`` (a temporary) or
+            ``"buffer"`` (a meta buffer's real CPU stand-in).
+        base: the contiguous tensor whose storage is followed; regions are its boxes.
+        label: how messages name it, e.g. ``parameter 'lm_head.weight'``.
+        name: the parameter's or buffer's canonical name ("" for temporaries).
+        holder: for a parameter stand-in, the dotted path of the holder it was made for.
+        ops: what was written, first to last (for buffers: only the regions matter).
+        from_random: a temporary computed (by operations shardinit does not follow) from
+            random values: its CPU values are torch's, never a table.
+        reads: for a temporary computed from parameters' values: each parameter and its
+            read (``"mul at file:line"``). Its shape and dtype may be used
+            (``ones_like``); its values may go back into that parameter only (by
+            elementwise steps); reaching another parameter, a buffer or Python, they are
+            refused, naming them.
+        emptied: for a buffer's stand-in, ``to_empty`` emptied it (:mod:`.modulecalls`):
+            unless init code computes it again, the capture refuses it.
+        memory_format: the memory format init code gave the parameter or buffer
+            (``module.to(memory_format=...)``, :mod:`.modulecalls`); the stand-in itself
+            stays contiguous (its boxes are row-major), the meta tensor takes it after.
+    """
+
+    kind: TrackKind
+    base: torch.Tensor
+    label: str
+    name: str = ""
+    holder: str = ""
+    ops: list[CapturedOp] = field(default_factory=list)
+    from_random: bool = False
+    reads: list[tuple[Track, str]] = field(default_factory=list)
+    emptied: bool = False
+    memory_format: torch.memory_format | None = None
+
+    def __post_init__(self) -> None:
+        # Holding the storage object keeps its id() from being reused during the capture.
+        with torch_function_disabled():
+            self.storage = self.base.untyped_storage()
+        self.layout = _layout(self.base)
+        self._whole: tuple[torch.Size, tuple[Box, tuple[int | None, ...]] | None] | None = None
+
+    def check_unchanged(self) -> None:
+        """Raises :class:`~shardinit._program.cannot.Cannot` saying what became different
+        about the tensor since it was followed (its class, shape, strides, dtype or
+        storage: init code made it another tensor)."""
+        now = _layout(self.base)
+        if now == self.layout:  # the common case, compared at once
+            return
+        if now[-1] != self.layout[-1]:  # a swap changes all: the storage says it best
+            raise Cannot("its storage was replaced by another tensor's")
+        for what, before, after in zip(_LAYOUT_PARTS, self.layout, now, strict=True):
+            if before != after:
+                raise Cannot(f"its {what} changed from {before} to {after}")
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        with torch_function_disabled():  # asked at every write and read
+            return tuple(self.base.shape)
+
+    def whole(self) -> tuple[Box, tuple[int | None, ...]] | None:
+        """The region of all of ``base`` (:func:`shardinit._program.regions.view_region`
+        of it), computed once per shape (init code that resizes a temporary changes it)."""
+        shape = self.base.shape
+        if self._whole is None or self._whole[0] != shape:
+            self._whole = (shape, view_region(self.base, self.base))
+        return self._whole[1]
+
+    def written(self, region: Box) -> bool:
+        """Whether recorded writes (anything but a scale) cover all of ``region``."""
+        if math.prod(stop - start for start, stop in region) == 0:
+            return True
+        pieces = []
+        for op in self.ops:
+            if not sets_values(op.action):
+                continue
+            common = intersect(op.region, region)
+            if common is not None:
+                pieces.append(
+                    tuple((a - r0, b - r0) for (a, b), (r0, _) in zip(common, region, strict=True))
+                )
+        return box_union_covers(pieces, [stop - start for start, stop in region])
+
+
+def same_view(view: torch.Tensor, value: object) -> bool:
+    """Whether ``value`` is a tensor viewing exactly the elements of ``view``, in the same
+    layout (``w[idx] *= 2`` stores the scaled view back into itself)."""
+    return bool(
+        isinstance(value, torch.Tensor)
+        and storage_id(value) == storage_id(view)
+        and value.storage_offset() == view.storage_offset()
+        and value.shape == view.shape
+        and value.stride() == view.stride()
+    )
+
+
+def run_op(func: object, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """``func(*args, **kwargs)`` for the capture, where a parameter's stand-in is a meta
+    tensor that reports its run-time device: init code mixes it with tensors it made on
+    that device (``torch.tensor(..., device=p.device)``), which torch refuses to combine
+    with a meta tensor. Then the op runs with those on meta too: the capture follows its
+    values from the originals, so only the result's shape and dtype are needed."""
+    leaves = [leaf for leaf in tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
+    if any(leaf.is_meta for leaf in leaves) and any(_real_operand(leaf) for leaf in leaves):
+        args, kwargs = tree_map(
+            lambda v: v.to("meta") if isinstance(v, torch.Tensor) and _real_operand(v) else v,
+            (tuple(args), dict(kwargs)),
+        )
+    return func(*args, **kwargs)  # type: ignore[operator]
+
+
+def _real_operand(tensor: torch.Tensor) -> bool:
+    # A 0-d CPU tensor combines with any device (torch treats it as a number).
+    return not tensor.is_meta and (tensor.dim() > 0 or tensor.device.type != "cpu")
