@@ -50,7 +50,9 @@ mod lane_primitives;
 mod lanes;
 pub use compensated::{rsqrt, sigmoid, softplus, tanh};
 pub use elementary::{cos, expm1, log1p, pow, sin, TRIG_MAX};
-pub use erfinv::{erfinv, erfinv_f32_slice, erfinv_f32_slice_with, erfinv_slice, erfinv_slice_with};
+pub use erfinv::{
+    erfinv, erfinv_f32_slice, erfinv_f32_slice_with, erfinv_slice, erfinv_slice_with,
+};
 pub use lanes::{lanes_slice, lanes_slice_with, LaneFunction};
 
 // ---------------------------------------------------------------------------------

@@ -27,7 +27,12 @@ const FUSED_SPAN: usize = 16 * BLOCK;
 
 impl Compiled {
     /// [`Compiled::fill`] of a buffer of any dtype.
-    pub(super) fn fill_buffer(&self, region: &Region, out: OutBuf<'_>, threads: Threads) -> Result<(), Error> {
+    pub(super) fn fill_buffer(
+        &self,
+        region: &Region,
+        out: OutBuf<'_>,
+        threads: Threads,
+    ) -> Result<(), Error> {
         match out {
             OutBuf::F32(s) => self.fill(region, s, threads),
             OutBuf::F64(s) => self.fill(region, s, threads),

@@ -51,10 +51,7 @@ fn dependence(steps: &[Step]) -> Vec<(Varies, bool)> {
             Step::Round(..) | Step::ErfinvToF32(_) => Varies::Never,
             _ => Varies::Otherwise,
         };
-        let trig = matches!(
-            step,
-            Step::Unary(UnaryOp::Sin | UnaryOp::Cos, _)
-        );
+        let trig = matches!(step, Step::Unary(UnaryOp::Sin | UnaryOp::Cos, _));
         let (varies, trig) = step
             .operands()
             .into_iter()

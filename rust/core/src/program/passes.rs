@@ -10,7 +10,13 @@ use crate::math;
 use crate::philox::Backend;
 
 #[inline(always)]
-pub(super) fn source(sampler: &Sampler, dtype: Dtype, two_words: bool, words: &[u32], dst: &mut [f64]) {
+pub(super) fn source(
+    sampler: &Sampler,
+    dtype: Dtype,
+    two_words: bool,
+    words: &[u32],
+    dst: &mut [f64],
+) {
     if let Sampler::Constant { value } = *sampler {
         dst.fill(round_to(dtype, value));
     } else if two_words {

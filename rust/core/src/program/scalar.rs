@@ -17,7 +17,6 @@ pub fn round_to(dtype: Dtype, x: f64) -> f64 {
     }
 }
 
-
 /// `2^52`: from it on every binary64 is an integer.
 const TWO52: f64 = 4_503_599_627_370_496.0;
 

@@ -14,9 +14,9 @@ use crate::fill::{OutBuf, ParamStream};
 use crate::init::{Dtype, Element, Init};
 use crate::math;
 use crate::pool::Threads;
+use crate::pool::CHUNK_ELEMENTS;
 use crate::region::Region;
 use crate::Error;
-use crate::pool::CHUNK_ELEMENTS;
 
 /// A program touching every instruction kind: a source, coordinates, the flat
 /// index, a broadcast table, unary and binary operations, a select and a rounding.
@@ -37,13 +37,7 @@ fn every_kind(init: Init) -> Program {
     p
 }
 
-fn fill_f64(
-    p: &Program,
-    shape: &[u64],
-    region: Region,
-    len: usize,
-    threads: Threads,
-) -> Vec<f64> {
+fn fill_f64(p: &Program, shape: &[u64], region: Region, len: usize, threads: Threads) -> Vec<f64> {
     let mut out = vec![0.0; len];
     p.fill_region(5, shape, &region, OutBuf::F64(&mut out), threads)
         .unwrap();
@@ -76,9 +70,7 @@ fn any_part_of_a_box_or_flat_range_equals_the_full_evaluation() {
         Threads::Count(1),
     );
     let expect: Vec<f64> = (1..3)
-        .flat_map(|i| {
-            (0..3).flat_map(move |j| (2..5).map(move |k| (i * 15 + j * 5 + k) as usize))
-        })
+        .flat_map(|i| (0..3).flat_map(move |j| (2..5).map(move |k| (i * 15 + j * 5 + k) as usize)))
         .map(|index| full[index])
         .collect();
     assert_eq!(whole, expect);
@@ -170,8 +162,7 @@ fn a_single_source_equals_the_evaluator_and_the_fill_for_every_dtype() {
                     param
                         .fill_region(&region, OutBuf::$variant(&mut d), Threads::Count(1))
                         .unwrap();
-                    let bits =
-                        |v: &[$t]| v.iter().map(|x| x.widen().to_bits()).collect::<Vec<_>>();
+                    let bits = |v: &[$t]| v.iter().map(|x| x.widen().to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&a), bits(&d), "{init:?} {dtype:?}");
                     assert_eq!(bits(&b), bits(&d), "{init:?} {dtype:?}");
                     assert_eq!(bits(&c), bits(&d), "{init:?} {dtype:?}");
@@ -228,8 +219,7 @@ fn a_source_with_steps_fused_equals_the_evaluator_for_every_dtype_region_and_thr
         for (region, len) in &regions {
             macro_rules! check {
                 ($t:ty, $variant:ident) => {{
-                    let bits =
-                        |v: &[$t]| v.iter().map(|x| x.widen().to_bits()).collect::<Vec<_>>();
+                    let bits = |v: &[$t]| v.iter().map(|x| x.widen().to_bits()).collect::<Vec<_>>();
                     let mut want = vec![<$t>::from_f64(0.0); *len];
                     p.fill_region_evaluated(
                         9,

@@ -77,9 +77,9 @@
 
 use std::sync::OnceLock;
 
-use crate::math::compensated::{exp_parts, two_sum};
 use super::reference::{central_start, erf_dd, erfinv_series, mul_dd, start};
 use super::reference::{CENTRAL_TO, LINEAR_BELOW, SERIES_BELOW, TWO_OVER_SQRT_PI};
+use crate::math::compensated::{exp_parts, two_sum};
 use crate::math::{two_pow, two_prod};
 use crate::philox::Backend;
 
@@ -251,10 +251,8 @@ fn erfinv_lanes<const N: usize>(x: &[f64], out: &mut [f64]) {
         tail_starts(&a, &mut y0);
         let mut decided = [false; N];
         for i in 0..N {
-            let fast = a[i] >= LINEAR_BELOW
-                && a[i] < 1.0
-                && y0[i] >= FAST_FROM
-                && y0[i] < SERIES_BELOW;
+            let fast =
+                a[i] >= LINEAR_BELOW && a[i] < 1.0 && y0[i] >= FAST_FROM && y0[i] < SERIES_BELOW;
             let (y, ok) = decide(a[i], y0[i], table);
             out[i] = y.copysign(x[i]);
             decided[i] = fast && ok;
