@@ -3,7 +3,7 @@
 //! (stream-format.md §7), [`expm1`], [`log1p`], [`sin`], [`cos`] and [`pow`] (module
 //! `elementary`, ports of FreeBSD msun's fdlibm) and [`tanh`], [`sigmoid`],
 //! [`softplus`] and [`rsqrt`] (module `compensated`: double-double intermediates,
-//! rounded once) and [`erfinv`] (module `erfinv`: AS 241 refined by a Newton step whose
+//! rounded once) and [`erfinv`](fn@erfinv) (module `erfinv`: AS 241 refined by a Newton step whose
 //! residual is a double-double, the reference, with two fast paths proven to give its
 //! bits).
 //!
@@ -738,7 +738,7 @@ pub fn phi_inv_central(p: f64) -> f64 {
     central_of_offset(p - 0.5)
 }
 
-/// [`phi_inv_central`] of `p = 0.5 + d`, from `d` itself (so that [`erfinv`] keeps the
+/// [`phi_inv_central`] of `p = 0.5 + d`, from `d` itself (so that [`erfinv`](fn@erfinv) keeps the
 /// bits of a small `d` that `0.5 + d` would round away).
 #[inline(always)]
 fn central_of_offset(d: f64) -> f64 {

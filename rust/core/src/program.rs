@@ -13,7 +13,7 @@
 //! Each chunk of the output is evaluated in blocks of [`BLOCK`] elements, one binary64
 //! scratch vector per register (reused from block to block), step by step; `erfinv`,
 //! `exp`, `log`, `erf`, `sigmoid` and `tanh` run over a register's block in lanes
-//! ([`math::erfinv_slice`], [`math::lanes_slice`]: the scalar functions' bits), as do
+//! ([`crate::math::erfinv_slice`], [`crate::math::lanes_slice`]: the scalar functions' bits), as do
 //! `softplus`, `sin`, `cos`, `expm1` and `log1p`; the other steps are elementwise passes
 //! over the block, compiled with the whole block's evaluation for the CPU's vector width
 //! (`lanes`: AVX2, AVX-512F, chosen once per block; the scalar backend's bits).
@@ -28,7 +28,7 @@
 //! (`exact`); a `Round` of `+ - * /` and a clamp of a clamp are one pass each (`fuse`);
 //! and registers the result does not read are not evaluated.
 //! A program that is a single `source` of the destination's dtype is the same
-//! computation as [`ParamStream::fill_region`] and is dispatched to its fused kernels.
+//! computation as [`crate::ParamStream::fill_region`] and is dispatched to its fused kernels.
 //! A program with one source of the destination's dtype and further steps (a fill, then
 //! `* gain`, `log`, ...) has that source's values written by the fused kernels into the
 //! destination, `FUSED_SPAN` elements at a time, each span then evaluated while it is

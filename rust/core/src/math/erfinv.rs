@@ -1,11 +1,11 @@
 //! The inverse error function of init programs (stream-format.md §7): one reference and
 //! two fast paths, each fast path proven to give the reference's bits.
 //!
-//! * [`reference`]: **the definition of the bits.** AS 241's start refined by one Newton
+//! * [`reference`](mod@reference): **the definition of the bits.** AS 241's start refined by one Newton
 //!   step whose residual `erf(y0) - a` is a double-double from `erf`'s Maclaurin series
 //!   (`erfc` in the far tail); within 1 ulp. `erfinv_series` is this function, and
 //!   nothing but the fast paths' fallbacks and the tests call it.
-//! * [`fast`]: **[`erfinv`] itself** (the scalar function [`crate::math::erfinv`] and its
+//! * [`fast`]: **[`erfinv`] itself** (the scalar function [`erfinv`](fn@crate::math::erfinv) and its
 //!   slices, `erfinv_slice`): the same Newton step with the residual from a Taylor table,
 //!   taken only where a proven error bound shows that the result rounds to the
 //!   reference's bits (Ziv's strategy), else the reference. The proof is the module

@@ -36,7 +36,7 @@ pub(in crate::math) trait SliceFunction {
 }
 
 /// `function` of every `x[i]` into `out[i]`, with the lane code of `backend` (every
-/// backend gives the definition's bits): the one backend dispatch of [`lanes_slice`],
+/// backend gives the definition's bits): the one backend dispatch of [`super::lanes_slice`],
 /// `erfinv_slice` and `erfinv_f32_slice`.
 ///
 /// # Panics

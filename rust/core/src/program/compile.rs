@@ -17,7 +17,7 @@ use crate::Error;
 /// Each `erfinv` step whose value is seen only rounded to float32 (every step that reads
 /// it is a `Round` to float32, and it is the result only of a float32 fill) made an
 /// [`Step::ErfinvToF32`]: the same values after that rounding, by
-/// [`math::erfinv_f32_slice`]'s proof.
+/// [`crate::math::erfinv_f32_slice`]'s proof.
 fn erfinv_rounded_to_f32(steps: &mut [Step], dtype: Dtype) {
     let last = steps.len() - 1;
     for register in 0..steps.len() {
@@ -41,7 +41,7 @@ pub(super) struct Compiled {
     /// The registers a block evaluates, in order: those the result reads, but for
     /// constants, the destination's and unused ones.
     pub(super) order: Vec<usize>,
-    /// Whose pass code ([`lanes`]) and math lanes evaluate the blocks: always one this
+    /// Whose pass code ([`super::lanes`]) and math lanes evaluate the blocks: always one this
     /// CPU runs ([`Program::compile_using`] checks it).
     pub(super) backend: Backend,
     /// The register read back from the destination, if any.
@@ -51,7 +51,7 @@ pub(super) struct Compiled {
     pub(super) shape: Vec<u64>,
     pub(super) needs_coords: bool,
     pub(super) uses_words: bool,
-    /// Whether a step may refuse an element (`sin`/`cos` beyond [`math::TRIG_MAX`]):
+    /// Whether a step may refuse an element (`sin`/`cos` beyond [`crate::math::TRIG_MAX`]):
     /// then each register carries, per element, the refusal its value depends on.
     pub(super) may_refuse: bool,
     /// The registers the `where` conditions read (with the conditions), in order:

@@ -48,7 +48,7 @@ impl Program {
     /// # Errors
     /// An empty program; a `coord` dim or a `table` that does not fit the global shape;
     /// the errors of [`ParamStream::fill_region`] (shape too large, region); an
-    /// argument of `sin`/`cos` beyond [`math::TRIG_MAX`] ([`Error::TrigArgument`], the
+    /// argument of `sin`/`cos` beyond [`crate::math::TRIG_MAX`] ([`Error::TrigArgument`], the
     /// one of the lowest flat index; `out` is then partly written).
     pub fn fill_region(
         &self,

@@ -305,7 +305,7 @@ impl Compiled {
     }
 
     /// Evaluates every register the result needs at flat indices `[first, first + n)`
-    /// (compiled for each backend by [`lanes`]).
+    /// (compiled for each backend by [`super::lanes`]).
     #[inline(always)]
     pub(super) fn eval_block_passes(&self, first: u64, n: usize, scratch: &mut Scratch) {
         if self.needs_coords {

@@ -38,7 +38,7 @@ pub(super) fn select(c: &[f64], a: &[f64], b: &[f64], dst: &mut [f64]) {
     }
 }
 
-/// [`Step::Clamp`] of each element: `bound` where `x op bound` holds, else `x` (a NaN
+/// [`super::steps::Step::Clamp`] of each element: `bound` where `x op bound` holds, else `x` (a NaN
 /// `x` compares false and is kept, as the `where` keeps it).
 #[inline(always)]
 pub(super) fn clamp(op: BinaryOp, x: &[f64], bound: &[f64], dst: &mut [f64]) {
@@ -50,7 +50,7 @@ pub(super) fn clamp(op: BinaryOp, x: &[f64], bound: &[f64], dst: &mut [f64]) {
     }
 }
 
-/// [`Step::ClampPair`] of each element: [`clamp`] by `ops[0]` and `bounds[0]`, then by
+/// [`super::steps::Step::ClampPair`] of each element: [`clamp`] by `ops[0]` and `bounds[0]`, then by
 /// `ops[1]` and `bounds[1]`.
 #[inline(always)]
 pub(super) fn clamp_pair(ops: [BinaryOp; 2], x: &[f64], bounds: [&[f64]; 2], dst: &mut [f64]) {
@@ -78,7 +78,7 @@ pub(super) fn clamp_pair(ops: [BinaryOp; 2], x: &[f64], bounds: [&[f64]; 2], dst
     }
 }
 
-/// [`Step::RoundedBinary`] of each element: `a op b`, then [`round_to`] `dtype`.
+/// [`super::steps::Step::RoundedBinary`] of each element: `a op b`, then [`round_to`] `dtype`.
 #[inline(always)]
 pub(super) fn rounded_binary(op: BinaryOp, dtype: Dtype, a: &[f64], b: &[f64], dst: &mut [f64]) {
     // One loop per operation and dtype, so that each vectorizes.
@@ -124,7 +124,7 @@ pub(super) fn gather(table: &Table, coords: &[Vec<u64>], dst: &mut [f64]) {
 }
 
 /// `op` over `x` into `dst`, the math functions in `backend`'s lanes. A finite
-/// `sin`/`cos` argument beyond [`math::TRIG_MAX`] gives NaN here; [`refusals`] marks
+/// `sin`/`cos` argument beyond [`crate::math::TRIG_MAX`] gives NaN here; the evaluator's `refusals` marks
 /// the element refused.
 #[inline(always)]
 pub(super) fn unary(backend: Backend, op: UnaryOp, x: &[f64], dst: &mut [f64]) {

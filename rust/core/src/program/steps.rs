@@ -15,7 +15,7 @@ pub(super) enum Step {
         dtype: Dtype,
     },
     /// The source whose values the fused fill already wrote into the destination: read
-    /// back before the block is evaluated ([`Program::fused_source`]).
+    /// back before the block is evaluated ([`super::builder::Program::fused_source`]).
     Destination,
     Constant(f64),
     Coord(usize),
@@ -27,10 +27,10 @@ pub(super) enum Step {
     Round(usize, Dtype),
     /// `erfinv` of a register whose value is seen only rounded to float32 (by `Round`
     /// steps to float32, or as the result of a float32 fill): computed rounded
-    /// ([`math::erfinv_f32_slice`]), which rounding it again leaves as it is.
+    /// ([`crate::math::erfinv_f32_slice`]), which rounding it again leaves as it is.
     ErfinvToF32(usize),
     /// A register of one coordinate, computed ahead for every value of it
-    /// ([`hoist::hoist_columns`]): gathered by the element's coordinate along `dim`.
+    /// ([`super::hoist::hoist_columns`]): gathered by the element's coordinate along `dim`.
     Column {
         dim: usize,
         values: Arc<[f64]>,
@@ -38,13 +38,13 @@ pub(super) enum Step {
     /// A register only hoisted columns read: not evaluated per block.
     Unused,
     /// `where(x op bound, bound, x)`, `op` [`BinaryOp::Lt`] or [`BinaryOp::Gt`]: one
-    /// side of a `clamp` ([`clamps`]), the `where` and its comparison in one pass.
+    /// side of a `clamp` (`compile`'s `clamps`), the `where` and its comparison in one pass.
     Clamp(BinaryOp, usize, usize),
     /// `Round(Binary(op, a, b), dtype)`, `op` one of `+ - * /`, in one pass
-    /// ([`fuse::fuse_pairs`]).
+    /// ([`super::fuse::fuse_pairs`]).
     RoundedBinary(BinaryOp, usize, usize, Dtype),
     /// `Clamp(ops[1], Clamp(ops[0], x, bounds[0]), bounds[1])` in one pass
-    /// ([`fuse::fuse_pairs`]).
+    /// ([`super::fuse::fuse_pairs`]).
     ClampPair([BinaryOp; 2], usize, [usize; 2]),
 }
 

@@ -86,8 +86,8 @@ use crate::philox::Backend;
 /// The inverse error function within 1 ulp (stream-format.md §7): `erfinv(+-0) = +-0`,
 /// `erfinv(+-1) = +-inf`, NaN for `|x| > 1` and NaN (as torch's `erfinv`).
 ///
-/// The bits are the reference's ([`erfinv_series`]): the residual is taken from the table
-/// where the bound of the module docs shows that the result rounds the same ([`newton`]),
+/// The bits are the reference's (`erfinv_series`): the residual is taken from the table
+/// where the bound of the module docs shows that the result rounds the same (`newton`),
 /// else from the series itself.
 pub fn erfinv(x: f64) -> f64 {
     let a = x.abs();

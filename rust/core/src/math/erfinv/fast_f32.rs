@@ -1,4 +1,4 @@
-//! [`crate::math::erfinv`] rounded to float32, for float32 arguments: where a program's
+//! [`erfinv`](fn@crate::math::erfinv) rounded to float32, for float32 arguments: where a program's
 //! `erfinv` is seen only through that rounding (timm's `trunc_normal_`: a float32
 //! uniform, `erfinv_`, each step rounded to the float32 tensor), a start good to
 //! `2^-40` decides the float32 result for nearly every argument, and the Newton step is
@@ -8,7 +8,7 @@
 //!
 //! Write `RN32` for IEEE rounding to float32 (nearest, ties to even: Rust's `as f32`),
 //! `y = erfinv(a)` for the library's binary64 value at `0 < a < 1` (the series' bits,
-//! `erfinv_fast`'s proof) and `y0 = start(a)` for this module's start ([`start`]: a
+//! [`super::fast`]'s proof) and `y0 = start(a)` for this module's start ([`start`]: a
 //! rational function fitted for it up to `a = 0.9`, [`central_start`]; above, AS 241's
 //! tail with a branch-free log, [`tail_start`]).
 //!
@@ -300,7 +300,7 @@ fn erfinv_f32_lanes(x: &[f64], out: &mut [f64]) {
 }
 
 /// `erfinv(x[i])` rounded to float32 (as a binary64) into `out[i]`, with the lane code
-/// of `backend`: the same bits as [`crate::math::erfinv`] then `as f32`, on every backend.
+/// of `backend`: the same bits as [`erfinv`](fn@crate::math::erfinv) then `as f32`, on every backend.
 ///
 /// # Panics
 /// If `x` and `out` differ in length, or this CPU cannot run `backend`.

@@ -46,7 +46,7 @@ const SERIES_END: f64 = f64::from_bits((1023 - 110) << 52);
 const SERIES_TERMS: u32 = 100;
 
 /// The inverse error function with the residual always from the series (or `erfc`): the
-/// definition of [`crate::math::erfinv`]'s bits.
+/// definition of [`erfinv`](fn@crate::math::erfinv)'s bits.
 pub(crate) fn erfinv_series(x: f64) -> f64 {
     let a = x.abs();
     if a == 1.0 {
