@@ -1,4 +1,4 @@
-"""Fits the central start of `rust/core/src/math/erfinv_f32.rs`.
+"""Fits the central start of `rust/core/src/math/erfinv/fast_f32.rs`.
 
 `erfinv(a) / a` as a rational function `N(u) / D(u)` of `u = a^2 - S^2 / 2` on
 `0 <= a <= S` (`D`'s constant term 1), near minimax in relative error: Lawson's

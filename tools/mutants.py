@@ -35,15 +35,19 @@ REPORT = ROOT / "tests" / "mutants" / "REPORT.md"
 TRIAGE = ROOT / "tests" / "mutants" / "TRIAGE.md"
 OUT = ROOT / "target" / "mutants"
 
-#: The Rust core's arithmetic: Philox, the region walk, the fill, the init formulas and
-#: the program evaluator.
+#: The Rust core's arithmetic: Philox, the region walk, the fill and its batches, the
+#: init formulas and the program's builder, compile, dispatch and evaluator.
 RUST_FILES = [
     "rust/core/src/philox.rs",
     "rust/core/src/region.rs",
     "rust/core/src/fill.rs",
+    "rust/core/src/batch.rs",
     "rust/core/src/pool.rs",
     "rust/core/src/init.rs",
-    "rust/core/src/program.rs",
+    *(
+        f"rust/core/src/program/{job}.rs"
+        for job in ("builder", "compile", "dispatch", "eval", "passes", "scalar")
+    ),
 ]
 
 

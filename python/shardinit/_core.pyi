@@ -49,10 +49,10 @@ LOG_CONSTANTS: Final[Mapping[str, float]]
 #: rust/core/src/math.rs ``PHI_INV_CONSTANTS``; the device kernel is built from here.
 PHI_INV_CONSTANTS: Final[Mapping[str, float]]
 #: The names :meth:`RegisterProgram.unary` takes, in the order of its error message. Their one
-#: home is rust/core/src/program.rs ``UnaryOp``.
+#: home is rust/core/src/program/ops.rs ``UnaryOp``.
 UNARY_OPS: Final[tuple[str, ...]]
 #: The names :meth:`RegisterProgram.binary` takes (comparisons give 1.0 or 0.0), in the order of
-#: its error message. Their one home is rust/core/src/program.rs ``BinaryOp``.
+#: its error message. Their one home is rust/core/src/program/ops.rs ``BinaryOp``.
 BINARY_OPS: Final[tuple[str, ...]]
 
 class ShardInitError(ValueError): ...

@@ -416,6 +416,46 @@ fn small_step<T: Element, const N: usize>(
     }
 }
 
+/// One step of a run ([`word_steps`]): `BIG` elements that start a Philox block, or the
+/// elements of a small step from its element `skip` on.
+enum WordStep<'a, T, const BIG: usize> {
+    Big(&'a mut [T; BIG]),
+    Small { dest: &'a mut [T], skip: usize },
+}
+
+/// The one walk of a run, `out` holding elements `[start, start + out.len())`, for a
+/// dtype of `PER_BLOCK` elements per Philox block: a big step of `BIG` elements where the
+/// run is at a block's start with `BIG` elements left, else a small step of at most
+/// `SMALL` (only the first step can start mid-block: after it every step starts one).
+/// `step` is given each step's first block and its elements.
+#[inline(always)]
+fn word_steps<T, const PER_BLOCK: u64, const BIG: usize, const SMALL: usize>(
+    start: u64,
+    out: &mut [T],
+    mut step: impl FnMut(u64, WordStep<'_, T, BIG>),
+) {
+    let mut index = start;
+    let mut done = 0;
+    while done < out.len() {
+        let skip = (index % PER_BLOCK) as usize;
+        let remaining = out.len() - done;
+        let take = if skip == 0 && remaining >= BIG {
+            let dest: &mut [T; BIG] = (&mut out[done..done + BIG])
+                .try_into()
+                .expect("a full step");
+            step(index / PER_BLOCK, WordStep::Big(dest));
+            BIG
+        } else {
+            let take = (SMALL - skip).min(remaining);
+            let dest = &mut out[done..done + take];
+            step(index / PER_BLOCK, WordStep::Small { dest, skip });
+            take
+        };
+        done += take;
+        index += take as u64;
+    }
+}
+
 /// Elements `[start, start + out.len())` of a one-word dtype (element `i` uses word `i`).
 #[inline(always)]
 fn one_word_steps<T: Element, W: WordSource>(
@@ -425,38 +465,22 @@ fn one_word_steps<T: Element, W: WordSource>(
     start: u64,
     out: &mut [T],
 ) {
-    let mut index = start;
-    let mut done = 0;
     // Reused by every step: written in full before each use.
     let mut big_words = [0u32; BIG_STEP];
     let mut small_words = [0u32; SMALL_STEP];
     let mut scratch = Scratch::new();
-    while done < out.len() {
-        // Only the first step can start mid-block; after it `index` is a multiple of 4.
-        let skip = (index & 3) as usize;
-        let remaining = out.len() - done;
-        if skip == 0 && remaining >= BIG_STEP {
-            words_of.step(index >> 2, key, &mut big_words);
-            let dest: &mut [T; BIG_STEP] = (&mut out[done..done + BIG_STEP])
-                .try_into()
-                .expect("a full step");
+    word_steps::<T, 4, BIG_STEP, SMALL_STEP>(start, out, |block, step| match step {
+        WordStep::Big(dest) => {
+            words_of.step(block, key, &mut big_words);
             transform_one_word(sampler, &big_words, dest, &mut scratch);
-            done += BIG_STEP;
-            index += BIG_STEP as u64;
-            continue;
         }
-        words_of.step(index >> 2, key, &mut small_words);
-        let take = (SMALL_STEP - skip).min(remaining);
-        small_step(
-            &mut out[done..done + take],
-            skip,
-            |values: &mut [T; SMALL_STEP]| {
+        WordStep::Small { dest, skip } => {
+            words_of.step(block, key, &mut small_words);
+            small_step(dest, skip, |values: &mut [T; SMALL_STEP]| {
                 transform_one_word(sampler, &small_words, values, &mut scratch);
-            },
-        );
-        done += take;
-        index += take as u64;
-    }
+            });
+        }
+    });
 }
 
 /// Elements `[start, start + out.len())` of float64 (element `i` uses words `2i`,
@@ -471,38 +495,23 @@ fn two_word_steps<T: Element, W: WordSource>(
 ) {
     const BIG: usize = BIG_STEP / 2;
     const SMALL: usize = SMALL_STEP / 2;
-    let mut index = start;
-    let mut done = 0;
     // Reused by every step: written in full before each use. The big one is zeroed on
     // the first big step only: a short run (a box's narrow rows) takes none.
     let mut big_words: Option<[u32; BIG_STEP]> = None;
     let mut small_words = [0u32; SMALL_STEP];
-    while done < out.len() {
-        let skip = (index & 1) as usize;
-        let remaining = out.len() - done;
-        if skip == 0 && remaining >= BIG {
+    word_steps::<T, 2, BIG, SMALL>(start, out, |block, step| match step {
+        WordStep::Big(dest) => {
             let words = big_words.get_or_insert([0u32; BIG_STEP]);
-            words_of.step(index >> 1, key, words);
-            let dest: &mut [T; BIG] = (&mut out[done..done + BIG])
-                .try_into()
-                .expect("a full step");
+            words_of.step(block, key, words);
             transform_two_word(sampler, words, dest);
-            done += BIG;
-            index += BIG as u64;
-            continue;
         }
-        words_of.step(index >> 1, key, &mut small_words);
-        let take = (SMALL - skip).min(remaining);
-        small_step(
-            &mut out[done..done + take],
-            skip,
-            |values: &mut [T; SMALL]| {
+        WordStep::Small { dest, skip } => {
+            words_of.step(block, key, &mut small_words);
+            small_step(dest, skip, |values: &mut [T; SMALL]| {
                 transform_two_word(sampler, &small_words, values);
-            },
-        );
-        done += take;
-        index += take as u64;
-    }
+            });
+        }
+    });
 }
 
 /// [`one_word_steps`] (`TWO_WORDS` false) or [`two_word_steps`] with the word source

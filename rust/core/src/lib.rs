@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+pub mod batch;
 mod error;
 pub mod fill;
 pub mod geometry;
@@ -15,8 +16,9 @@ pub mod program;
 pub mod region;
 mod serial;
 
+pub use batch::{fill_many, FillJob, JobValues};
 pub use error::Error;
-pub use fill::{fill_many, FillJob, JobValues, OutBuf, ParamStream};
+pub use fill::{OutBuf, ParamStream};
 pub use geometry::{box_numel, checked_numel, chunk_range};
 pub use init::{Dtype, Element, Init, Sampler};
 pub use key::{key64, KEY_DOMAIN_V1};

@@ -3,8 +3,9 @@
 //! (stream-format.md §7), [`expm1`], [`log1p`], [`sin`], [`cos`] and [`pow`] (module
 //! `elementary`, ports of FreeBSD msun's fdlibm) and [`tanh`], [`sigmoid`],
 //! [`softplus`] and [`rsqrt`] (module `compensated`: double-double intermediates,
-//! rounded once) and [`erfinv`] (module `erfinv`: AS 241 refined by a Newton step whose
-//! residual is a double-double).
+//! rounded once) and [`erfinv`](fn@erfinv) (module `erfinv`: AS 241 refined by a Newton step whose
+//! residual is a double-double, the reference, with two fast paths proven to give its
+//! bits).
 //!
 //! # Why this crate owns these functions
 //!
@@ -45,14 +46,13 @@
 mod compensated;
 mod elementary;
 mod erfinv;
-mod erfinv_f32;
-mod erfinv_fast;
+mod lane_primitives;
 mod lanes;
 pub use compensated::{rsqrt, sigmoid, softplus, tanh};
 pub use elementary::{cos, expm1, log1p, pow, sin, TRIG_MAX};
-pub use erfinv::erfinv;
-pub use erfinv_f32::{erfinv_f32_slice, erfinv_f32_slice_with};
-pub use erfinv_fast::{erfinv_slice, erfinv_slice_with};
+pub use erfinv::{
+    erfinv, erfinv_f32_slice, erfinv_f32_slice_with, erfinv_slice, erfinv_slice_with,
+};
 pub use lanes::{lanes_slice, lanes_slice_with, LaneFunction};
 
 // ---------------------------------------------------------------------------------
@@ -738,7 +738,7 @@ pub fn phi_inv_central(p: f64) -> f64 {
     central_of_offset(p - 0.5)
 }
 
-/// [`phi_inv_central`] of `p = 0.5 + d`, from `d` itself (so that [`erfinv`] keeps the
+/// [`phi_inv_central`] of `p = 0.5 + d`, from `d` itself (so that [`erfinv`](fn@erfinv) keeps the
 /// bits of a small `d` that `0.5 + d` would round away).
 #[inline(always)]
 fn central_of_offset(d: f64) -> f64 {

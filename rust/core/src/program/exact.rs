@@ -20,7 +20,9 @@
 //! rewrites the operands. The sets are closed upward: a value of bfloat16 or float16 is
 //! a float32 value.
 
-use super::{round_to, BinaryOp, Step, UnaryOp};
+use super::ops::{BinaryOp, UnaryOp};
+use super::scalar::round_to;
+use super::steps::Step;
 use crate::init::Dtype;
 
 /// The dtypes narrower than binary64 a register is exact in (module docs); every
@@ -190,7 +192,7 @@ pub(super) fn alias_exact_rounds(steps: &mut [Step], fill: &Fill) -> usize {
 mod tests {
     use std::sync::Arc;
 
-    use super::super::{Instr, Program};
+    use super::super::builder::{Instr, Program};
     use super::*;
     use crate::fill::{OutBuf, ParamStream};
     use crate::init::{Element, Init};

@@ -7,7 +7,8 @@
 //! round trip through its scratch vector, which stores and loads it unchanged. So the
 //! bits are the same, and the refusals too (those of the operands, in the same order).
 
-use super::{BinaryOp, Step};
+use super::ops::BinaryOp;
+use super::steps::Step;
 use crate::init::Dtype;
 
 /// How many steps read each register (the result counts as read once more).

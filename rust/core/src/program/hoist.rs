@@ -10,7 +10,9 @@
 
 use std::sync::Arc;
 
-use super::{binary, round_lanes, select, unary, Step};
+use super::ops::UnaryOp;
+use super::passes::{binary, round_lanes, select, unary};
+use super::steps::Step;
 use crate::math;
 use crate::philox::Backend;
 
@@ -49,10 +51,7 @@ fn dependence(steps: &[Step]) -> Vec<(Varies, bool)> {
             Step::Round(..) | Step::ErfinvToF32(_) => Varies::Never,
             _ => Varies::Otherwise,
         };
-        let trig = matches!(
-            step,
-            Step::Unary(super::UnaryOp::Sin | super::UnaryOp::Cos, _)
-        );
+        let trig = matches!(step, Step::Unary(UnaryOp::Sin | UnaryOp::Cos, _));
         let (varies, trig) = step
             .operands()
             .into_iter()

@@ -11,7 +11,8 @@
 //! `tests::every_backend_gives_the_scalar_backends_bits` checks a program of every step
 //! kind on each backend this CPU runs against [`Backend::Scalar`].
 
-use super::{read_back_passes, write_result_passes, Compiled, Scratch};
+use super::compile::Compiled;
+use super::eval::{read_back_passes, write_result_passes, Scratch};
 use crate::init::Element;
 use crate::philox::Backend;
 
@@ -65,7 +66,8 @@ impl Compiled {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::super::{read_back_passes, write_result_passes, Compiled, Scratch};
+    use super::super::compile::Compiled;
+    use super::super::eval::{read_back_passes, write_result_passes, Scratch};
     use crate::init::Element;
 
     /// [`Compiled::eval_block_passes`] compiled for AVX2.
@@ -130,7 +132,8 @@ mod x86 {
 mod tests {
     use std::collections::HashSet;
 
-    use super::super::{BinaryOp, Program, UnaryOp};
+    use super::super::builder::Program;
+    use super::super::ops::{BinaryOp, UnaryOp};
     use crate::fill::OutBuf;
     use crate::init::{Dtype, Element, Init};
     use crate::philox::Backend;

@@ -10,7 +10,7 @@
 //! non-finite `x`; `log1p` of `x <= -1`, `x >= 2^53`, non-finite `x`, and the reduced
 //! `|f| < 2^-20`.
 
-use super::super::lanes::{add_to_exponent, LANES, SHIFTER};
+use super::super::lane_primitives::{add_to_exponent, LANES, SHIFTER};
 use super::{hi_word, kernel_cos, INVPIO2, PIO2_1, PIO2_1T, PIO2_2, PIO2_2T, PIO2_3, PIO2_3T};
 use super::{INVLN2, LN2_HI, LN2_LO, LP1, LP2, LP3, LP4, LP5, LP6, LP7, Q1, Q2, Q3, Q4, Q5};
 use super::{S1, S2, S3, S4, S5, S6, TRIG_MAX};

@@ -1,10 +1,11 @@
-//! The fast path of [`super::erfinv`]: the same Newton step, its residual from a table
-//! instead of a series, used only where a proven error bound shows that it rounds to the
-//! bits of the series' result (Ziv's strategy, as correctly rounded libraries use it).
+//! The fast path of [`erfinv`] (and the function itself): the reference's Newton step
+//! ([`super::reference`]), its residual from a table instead of a series, used only where
+//! a proven error bound shows that it rounds to the bits of the series' result (Ziv's
+//! strategy, as correctly rounded libraries use it).
 //!
 //! # What must be reproduced
 //!
-//! For `2^-10 <= y0 < 2.5` the series path ([`super::erfinv::erfinv_series`]) returns
+//! For `2^-10 <= y0 < 2.5` the series path ([`erfinv_series`]) returns
 //! `RN(y0 - d_s)`, with `d_s = RN(r_s / s)`, `s = RN(RN(2/sqrt(pi)) * exp(-y0^2))` and
 //! `r_s = RN(e - a)`, `e` the double-double of `erf(y0)` from the Maclaurin series
 //! (`RN` is IEEE round to nearest even). `r_s` is the costly part (up to 64 terms of
@@ -76,14 +77,31 @@
 
 use std::sync::OnceLock;
 
-use super::compensated::{exp_parts, two_sum};
-use super::erfinv::{central_start, erf_dd, mul_dd, CENTRAL_TO, LINEAR_BELOW, TWO_OVER_SQRT_PI};
-use super::{two_pow, two_prod};
+use super::reference::{central_start, erf_dd, erfinv_series, mul_dd, start};
+use super::reference::{CENTRAL_TO, LINEAR_BELOW, SERIES_BELOW, TWO_OVER_SQRT_PI};
+use crate::math::compensated::{exp_parts, two_sum};
+use crate::math::{two_pow, two_prod};
 use crate::philox::Backend;
+
+/// The inverse error function within 1 ulp (stream-format.md §7): `erfinv(+-0) = +-0`,
+/// `erfinv(+-1) = +-inf`, NaN for `|x| > 1` and NaN (as torch's `erfinv`).
+///
+/// The bits are the reference's (`erfinv_series`): the residual is taken from the table
+/// where the bound of the module docs shows that the result rounds the same (`newton`),
+/// else from the series itself.
+pub fn erfinv(x: f64) -> f64 {
+    let a = x.abs();
+    if (LINEAR_BELOW..1.0).contains(&a) {
+        if let Some(y) = newton(a, start(a)) {
+            return y.copysign(x);
+        }
+    }
+    erfinv_series(x)
+}
 
 /// Grid points per unit of `y0`.
 const PER_UNIT: f64 = 512.0;
-/// The largest grid index: `c = 2.5`, the series' end ([`super::erfinv::SERIES_BELOW`]).
+/// The largest grid index: `c = 2.5`, the series' end ([`SERIES_BELOW`]).
 const LAST: usize = 1280;
 /// The fast path's smallest `y0` (below it the series is short anyway): half a grid
 /// step, where the grid's first point `c = 2^-9` is nearest.
@@ -165,7 +183,7 @@ fn point(j: usize) -> Point {
 /// `[2^-10, 2.5)`, or a result too near a rounding boundary.
 #[inline]
 pub(super) fn newton(a: f64, y0: f64) -> Option<f64> {
-    if !(FAST_FROM..super::erfinv::SERIES_BELOW).contains(&y0) {
+    if !(FAST_FROM..SERIES_BELOW).contains(&y0) {
         return None;
     }
     let (y, decided) = decide(a, y0, points());
@@ -212,10 +230,10 @@ fn decide(a: f64, y0: f64, table: &[Point; LAST]) -> (f64, bool) {
     (low_end, low_end == high_end)
 }
 
-/// [`super::erfinv`] of every `x[i]` into `out[i]` (the same bits), `N` lanes at a time:
+/// [`erfinv`] of every `x[i]` into `out[i]` (the same bits), `N` lanes at a time:
 /// AS 241's central start and the fast path on every lane, the tail start (`|x| > 0.85`,
 /// about one lane in ten for a uniform input) on those lanes gathered
-/// ([`super::phi_inv_tail_slice`], lanes too), the undecided lanes one at a time.
+/// ([`crate::math::phi_inv_tail_slice`], lanes too), the undecided lanes one at a time.
 // Lane loops index several arrays in step: a range loop is the form that vectorizes.
 #[allow(clippy::needless_range_loop)]
 #[inline(always)]
@@ -233,23 +251,21 @@ fn erfinv_lanes<const N: usize>(x: &[f64], out: &mut [f64]) {
         tail_starts(&a, &mut y0);
         let mut decided = [false; N];
         for i in 0..N {
-            let fast = a[i] >= LINEAR_BELOW
-                && a[i] < 1.0
-                && y0[i] >= FAST_FROM
-                && y0[i] < super::erfinv::SERIES_BELOW;
+            let fast =
+                a[i] >= LINEAR_BELOW && a[i] < 1.0 && y0[i] >= FAST_FROM && y0[i] < SERIES_BELOW;
             let (y, ok) = decide(a[i], y0[i], table);
             out[i] = y.copysign(x[i]);
             decided[i] = fast && ok;
         }
         for i in 0..N {
             if !decided[i] {
-                out[i] = super::erfinv::erfinv_series(x[i]);
+                out[i] = erfinv_series(x[i]);
             }
         }
     }
     let rest = x.len() / N * N;
     for (slot, &v) in out[rest..].iter_mut().zip(&x[rest..]) {
-        *slot = super::erfinv(v);
+        *slot = erfinv(v);
     }
 }
 
@@ -270,7 +286,7 @@ fn tail_starts<const N: usize>(a: &[f64; N], y0: &mut [f64; N]) {
         }
     }
     let mut lower = [0.0; N];
-    super::phi_inv_tail_slice(&q[..count], &mut lower[..count]);
+    crate::math::phi_inv_tail_slice(&q[..count], &mut lower[..count]);
     for k in 0..count {
         y0[places[k]] = -lower[k] * std::f64::consts::FRAC_1_SQRT_2;
     }
@@ -280,22 +296,22 @@ fn tail_starts<const N: usize>(a: &[f64; N], y0: &mut [f64; N]) {
 /// enough for the tail lanes (about one in ten) to fill vectors.
 const LANES: usize = 64;
 
-/// [`super::erfinv`] of every `x[i]` into `out[i]`, with the lane code of `backend`
+/// [`erfinv`] of every `x[i]` into `out[i]`, with the lane code of `backend`
 /// (every backend gives the same bits: each lane performs the scalar operations).
 ///
 /// # Panics
 /// If `x` and `out` differ in length, or this CPU cannot run `backend`.
 pub fn erfinv_slice_with(backend: Backend, x: &[f64], out: &mut [f64]) {
-    super::lanes::slice_with(backend, &Erfinv, x, out);
+    crate::math::lane_primitives::slice_with(backend, &Erfinv, x, out);
 }
 
-/// [`super::erfinv`] as a slice function: its lanes are [`erfinv_lanes`].
+/// [`erfinv`] as a slice function: its lanes are [`erfinv_lanes`].
 struct Erfinv;
 
-impl super::lanes::SliceFunction for Erfinv {
+impl crate::math::lane_primitives::SliceFunction for Erfinv {
     const NAME: &'static str = "erfinv_slice";
     fn definition(&self) -> fn(f64) -> f64 {
-        super::erfinv
+        erfinv
     }
     #[inline(always)]
     fn lanes(&self, x: &[f64], out: &mut [f64]) {
@@ -303,7 +319,7 @@ impl super::lanes::SliceFunction for Erfinv {
     }
 }
 
-/// [`super::erfinv`] of every `x[i]` into `out[i]` with this CPU's fastest lane code
+/// [`erfinv`] of every `x[i]` into `out[i]` with this CPU's fastest lane code
 /// ([`Backend::detect`]); the same bits as one value at a time.
 ///
 /// # Panics
@@ -314,7 +330,6 @@ pub fn erfinv_slice(x: &[f64], out: &mut [f64]) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::erfinv::{erfinv, erfinv_series, start};
     use super::*;
     use rayon::prelude::*;
 
@@ -372,6 +387,43 @@ mod tests {
 
     /// A few million inputs (the exhaustive sweep is `exhaustive_*` below): the edges,
     /// uniform binary64s and float32s in (0, 1), and binary64s of every exponent there.
+    #[test]
+    fn known_values_and_special_values() {
+        // mpmath (300 bits) rounded to binary64.
+        let known: [(f64, f64); 6] = [
+            (0.5, 0.4769362762044699),
+            (0.1, 0.08885599049425769),
+            (0.9, 1.1630871536766743),
+            (0.999, 2.3267537655135246),
+            (1.0 - 2f64.powi(-53), 5.8635847487551676),
+            (1e-300, 8.86226925452758e-301),
+        ];
+        for (x, want) in known {
+            let got = erfinv(x);
+            assert!(
+                got.to_bits().abs_diff(want.to_bits()) <= 1,
+                "erfinv({x}) = {got}"
+            );
+            assert_eq!(erfinv(-x), -got);
+        }
+        assert_eq!(erfinv(1.0), f64::INFINITY);
+        assert_eq!(erfinv(-1.0), f64::NEG_INFINITY);
+        assert_eq!(erfinv(-0.0).to_bits(), (-0f64).to_bits());
+        assert_eq!(erfinv(0.0).to_bits(), 0);
+        for bad in [
+            1.0 + f64::EPSILON,
+            -2.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ] {
+            assert!(erfinv(bad).is_nan(), "{bad}");
+        }
+        // Subnormals: linear, one subnormal spacing at most from sqrt(pi)/2 * x.
+        assert_eq!(erfinv(f64::from_bits(1)), f64::from_bits(1));
+        assert_eq!(erfinv(f64::from_bits(1000)), f64::from_bits(886));
+    }
+
     #[test]
     fn the_fast_path_gives_the_series_bits() {
         let mut state = 40;
@@ -491,7 +543,7 @@ mod tests {
         assert_eq!(RESIDUAL_ROUNDING, 2f64.powi(-51));
         assert_eq!(SLOPE_ERROR, 2f64.powi(-32));
         assert_eq!(FAST_FROM, 2f64.powi(-10));
-        assert_eq!(LAST as f64 / PER_UNIT, super::super::erfinv::SERIES_BELOW);
+        assert_eq!(LAST as f64 / PER_UNIT, SERIES_BELOW);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! [`super::erfinv`] rounded to float32, for float32 arguments: where a program's
+//! [`erfinv`](fn@crate::math::erfinv) rounded to float32, for float32 arguments: where a program's
 //! `erfinv` is seen only through that rounding (timm's `trunc_normal_`: a float32
 //! uniform, `erfinv_`, each step rounded to the float32 tensor), a start good to
 //! `2^-40` decides the float32 result for nearly every argument, and the Newton step is
@@ -8,7 +8,7 @@
 //!
 //! Write `RN32` for IEEE rounding to float32 (nearest, ties to even: Rust's `as f32`),
 //! `y = erfinv(a)` for the library's binary64 value at `0 < a < 1` (the series' bits,
-//! `erfinv_fast`'s proof) and `y0 = start(a)` for this module's start ([`start`]: a
+//! [`super::fast`]'s proof) and `y0 = start(a)` for this module's start ([`start`]: a
 //! rational function fitted for it up to `a = 0.9`, [`central_start`]; above, AS 241's
 //! tail with a branch-free log, [`tail_start`]).
 //!
@@ -34,9 +34,9 @@
 //! Arguments that are not float32 values, below `2^-100`, and `|a| >= 1` (and NaN)
 //! take `erfinv`.
 
-use super::erfinv::erfinv;
-use super::{C0, C1, C2, C3, C4, C5, C6, C7, D1, D2, D3, D4, D5, D6, D7};
-use super::{LG1, LG2, LG3, LG4, LG5, LG6, LG7, LN2_HI, LN2_LO};
+use super::fast::erfinv;
+use crate::math::{C0, C1, C2, C3, C4, C5, C6, C7, D1, D2, D3, D4, D5, D6, D7};
+use crate::math::{LG1, LG2, LG3, LG4, LG5, LG6, LG7, LN2_HI, LN2_LO};
 use crate::philox::Backend;
 
 /// The bound of the module docs' step 1: `2^-40`.
@@ -300,18 +300,18 @@ fn erfinv_f32_lanes(x: &[f64], out: &mut [f64]) {
 }
 
 /// `erfinv(x[i])` rounded to float32 (as a binary64) into `out[i]`, with the lane code
-/// of `backend`: the same bits as [`super::erfinv`] then `as f32`, on every backend.
+/// of `backend`: the same bits as [`erfinv`](fn@crate::math::erfinv) then `as f32`, on every backend.
 ///
 /// # Panics
 /// If `x` and `out` differ in length, or this CPU cannot run `backend`.
 pub fn erfinv_f32_slice_with(backend: Backend, x: &[f64], out: &mut [f64]) {
-    super::lanes::slice_with(backend, &ErfinvToF32, x, out);
+    crate::math::lane_primitives::slice_with(backend, &ErfinvToF32, x, out);
 }
 
 /// `RN32(erfinv(x))` as a slice function: [`rounded`], its lanes [`erfinv_f32_lanes`].
 struct ErfinvToF32;
 
-impl super::lanes::SliceFunction for ErfinvToF32 {
+impl crate::math::lane_primitives::SliceFunction for ErfinvToF32 {
     const NAME: &'static str = "erfinv_f32_slice";
     fn definition(&self) -> fn(f64) -> f64 {
         rounded
