@@ -13,6 +13,8 @@ file: a killed run is resumed by calling again with the same arguments.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
@@ -30,6 +32,7 @@ from ..errors import ShardInitError
 from ..shard import writer
 from . import checkpoint_dcp, checkpoint_safetensors
 from .capture import CapturedInit
+from .checkpoint_lock import directory_lock
 from .checkpoint_plan import Entry, plan_entries, split_bytes
 from .collector import collector_paused
 from .fingerprint import FINGERPRINT_FORMAT, digest_of_total, model_digest
@@ -139,10 +142,15 @@ def save_seed_checkpoint(
             who="save_seed_checkpoint",
         )
     job = _Job(directory, entries, format, seed, max_shard_size, buffer_bytes, rank, world)
-    _agreed(world, lambda: job.prepare() if rank == 0 else None)
-    terms = _agreed(world, lambda: job.write(progress))
-    every = _gathered(world, terms)
-    _agreed(world, lambda: job.finish(every) if rank == 0 else None)
+    with contextlib.ExitStack() as held:  # rank 0 holds the directory's lock until the end
+        _agreed(world, lambda: job.prepare(held) if rank == 0 else None)
+        try:
+            terms = _agreed(world, lambda: job.write(progress))
+            every = _gathered(world, terms)
+            _agreed(world, lambda: job.finish(every) if rank == 0 else None)
+        except BaseException:
+            job.remove_partials()  # a failed run leaves only what a rerun keeps
+            raise
     return directory
 
 
@@ -173,10 +181,12 @@ class _Job:
         )
         self.identity = _identity(entries, format, seed, max_shard_size)
 
-    def prepare(self) -> None:
-        """Rank 0: creates the directory, refuses another checkpoint in it, records the
-        plan (or finds the same plan: a resumed run)."""
+    def prepare(self, held: contextlib.ExitStack) -> None:
+        """Rank 0: creates the directory, takes its lock into ``held`` (one run at a
+        time), refuses another checkpoint in it, records the plan (or finds the same
+        plan: a resumed run)."""
         _make_directory(self.directory)
+        held.enter_context(directory_lock(self.directory))
         plan_path = self.state / "plan.json"
         if plan_path.is_file():
             if _read_json(plan_path) != self.identity:
@@ -186,7 +196,14 @@ class _Job:
                     "an empty directory, or remove it"
                 )
             if self.format == "dcp" and not (self.directory / MANIFEST_NAME).is_file():
-                (self.directory / ".metadata").unlink(missing_ok=True)  # rewritten whole
+                # Written again whole: a killed run's files go (another number of writers
+                # would leave some of them beside the new ones).
+                for name in os.listdir(self.directory):
+                    if name == ".metadata" or name.endswith(checkpoint_dcp.FILE_SUFFIX):
+                        (self.directory / name).unlink()
+            for name in os.listdir(self.directory):
+                if name.endswith(".partial"):  # a killed writer's: never kept
+                    (self.directory / name).unlink()
             return
         found = sorted(n for n in os.listdir(self.directory) if _CHECKPOINT_NAME.fullmatch(n))
         if found:
@@ -235,8 +252,21 @@ class _Job:
             fingerprints.update(record["fingerprints"])
         return fingerprints
 
+    def remove_partials(self) -> None:
+        """This writer's unfinished files (safetensors: ``NAME.partial``; dcp: its
+        ``.distcp`` files, written again whole by a rerun)."""
+        if self.format == "safetensors":
+            names = [f"{file.name}.partial" for file in self.files]
+        else:
+            names = checkpoint_dcp.files_of_rank(self.directory, self.rank)
+        for name in names:
+            with contextlib.suppress(OSError):
+                (self.directory / name).unlink()
+
     def finish(self, every: list[dict[str, Any]]) -> None:
-        """Rank 0: the index (safetensors, several files), then the manifest, last."""
+        """Rank 0: checks every file complete, then writes the index (safetensors,
+        several files), then the manifest, last."""
+        self._check_complete()
         fingerprints = self._fingerprints(every)
         if self.format == "safetensors":
             total_parameters = sum(e.numel for e in self.entries if e.values and not e.alias_of)
@@ -255,6 +285,29 @@ class _Job:
             {key: manifest["tensors"][key]["fingerprint"] for key in sorted(params)}
         )
         _write_atomically(self.directory / MANIFEST_NAME, json.dumps(manifest, indent=1) + "\n")
+
+    def _check_complete(self) -> None:
+        """Every file of the checkpoint is on disk as its writer recorded it.
+
+        Raises:
+            ShardInitError: one is missing or of another size (no manifest is written).
+        """
+        if self.format == "safetensors":
+            missing = []
+            for file in self.files:
+                record = _read_json(self.state / "done" / f"{file.name}.json")
+                path = self.directory / file.name
+                size = path.stat().st_size if path.is_file() else None
+                if record is None or size != record.get("size"):
+                    missing.append(file.name)
+        else:
+            missing = checkpoint_dcp.missing_files(self.directory)
+        if missing:
+            raise ShardInitError(
+                f"save_seed_checkpoint: path {self.directory}: {listing(missing)} missing or "
+                "incomplete after every writer finished (removed or changed by another "
+                "process?); no manifest written: run again to resume"
+            )
 
     def _fingerprints(self, every: list[dict[str, Any]]) -> dict[str, str]:
         if self.format == "safetensors":
@@ -386,7 +439,7 @@ def _agreed(world: int, step: Callable[[], _T]) -> _T:
     try:
         result = step()
     except OSError as failure:
-        error = f"save_seed_checkpoint: {failure.strerror or failure} ({failure.filename})"
+        error = f"save_seed_checkpoint: {os_error_text(failure)}"
     except ShardInitError as failure:
         error = str(failure)
     except Exception as failure:  # a peer must not wait for this rank forever
@@ -400,6 +453,13 @@ def _agreed(world: int, step: Callable[[], _T]) -> _T:
     if error is not None:
         raise ShardInitError(error)
     return result  # type: ignore[no-any-return]
+
+
+def os_error_text(failure: OSError) -> str:
+    """``writing PATH: No space left on device (ENOSPC)``: the cause, its errno's name."""
+    name = errno.errorcode.get(failure.errno or 0)
+    cause = (failure.strerror or str(failure)) + (f" ({name})" if name else "")
+    return f"{failure.filename}: {cause}" if failure.filename else cause
 
 
 def _gathered(world: int, value: _T) -> list[_T]:
