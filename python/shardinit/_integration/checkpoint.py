@@ -499,7 +499,8 @@ def make_directory(directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise ShardInitError(
-            f"save_seed_checkpoint: path {directory} cannot be created: {error.strerror}"
+            f"save_seed_checkpoint: path {directory} cannot be created: "
+            + os_error_text(OSError(error.errno, error.strerror))
         ) from None
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ShardInitError(f"save_seed_checkpoint: path {directory} is not writable")

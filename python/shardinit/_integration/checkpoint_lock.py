@@ -7,8 +7,9 @@ message a refused run prints. The holder removes the file when it ends, while st
 holding the lock; a run that locked a file removed meanwhile sees another inode at the
 path and tries again, so two runs never hold locks on two different files.
 
-Within one process the lock is taken once (``shardinit checkpoint`` takes it before
-building the model, then ``save_seed_checkpoint`` finds it held); the writer processes
+Within one thread the lock is taken once (``shardinit checkpoint`` takes it before
+building the model, then ``save_seed_checkpoint`` finds it held; another thread of the
+process is another run, and refused); the writer processes
 of ``--workers N`` inherit the launcher's open file (its descriptor is named by
 :data:`INHERITED_ENV`), and a flock on the same open file is theirs too.
 """
@@ -19,6 +20,7 @@ import contextlib
 import fcntl
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,8 +36,10 @@ INHERITED_ENV = "SHARDINIT_CHECKPOINT_LOCK"
 #: taking the lock).
 _HOLDER_WAIT_S = 0.5
 
-#: Locks this process holds: the lock file's path -> its descriptor.
-_held: dict[Path, int] = {}
+#: Locks this process holds: the lock file's path -> its descriptor and the thread
+#: whose run holds it.
+_held: dict[Path, tuple[int, int]] = {}
+_held_guard = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -46,25 +50,33 @@ def directory_lock(directory: Path) -> Iterator[None]:
         ShardInitError: another live run holds it (one line naming its pid and host).
     """
     path = (directory / LOCK_NAME).absolute()
-    if path in _held or _inherited(path):
-        yield  # this process, or the launcher of this writer, holds it already
+    with _held_guard:
+        holder = _held.get(path)
+        if holder is not None and holder[1] != threading.get_ident():
+            raise _refused(path)  # another thread's run, in this process
+        if holder is not None or _inherited(path):
+            mine = None  # this run, or the launcher of this writer, holds it already
+        else:
+            mine = _acquire(path)
+            _held[path] = (mine, threading.get_ident())
+    if mine is None:
+        yield
         return
-    fd = _acquire(path)
-    _held[path] = fd
     try:
         yield
     finally:
-        del _held[path]
-        with contextlib.suppress(OSError):
-            path.unlink()  # still holding it: a waiting run finds the path gone, retries
-        os.close(fd)
+        with _held_guard:
+            del _held[path]
+            with contextlib.suppress(OSError):
+                path.unlink()  # still holding it: a waiting run finds the path gone, retries
+            os.close(mine)
 
 
 def inheritable_lock_fd(directory: Path) -> tuple[int, str]:
     """The held lock of ``directory`` as ``(fd, value of INHERITED_ENV)`` for writer
     processes (pass the descriptor to them)."""
     path = (directory / LOCK_NAME).absolute()
-    fd = _held[path]
+    fd = _held[path][0]
     return fd, f"{fd}:{path}"
 
 
@@ -81,16 +93,20 @@ def _acquire(path: Path) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise ShardInitError(
-                f"save_seed_checkpoint: path {path.parent} is being written by another run "
-                f"({_holder(path)}); wait for it to end, or choose another directory"
-            ) from None
+            raise _refused(path) from None
         if _same_file(fd, path):
             break
         os.close(fd)  # its holder removed it between our open and our lock: again
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
     return fd
+
+
+def _refused(path: Path) -> ShardInitError:
+    return ShardInitError(
+        f"save_seed_checkpoint: path {path.parent} is being written by another run "
+        f"({_holder(path)}); wait for it to end, or choose another directory"
+    )
 
 
 def _same_file(fd: int, path: Path) -> bool:
