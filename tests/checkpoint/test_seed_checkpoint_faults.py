@@ -64,7 +64,9 @@ def _pair_in_threads(path: Path) -> list[str | None]:
     return outcome
 
 
-@pytest.mark.parametrize("pairs", [pytest.param(15, id="15"), pytest.param(60, id="60", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "pairs", [pytest.param(15, id="15"), pytest.param(60, id="60", marks=pytest.mark.slow)]
+)
 def test_two_runs_together_one_writes_one_is_refused(
     tmp_path: Path, lone: dict[str, str], pairs: int
 ) -> None:
@@ -73,7 +75,9 @@ def test_two_runs_together_one_writes_one_is_refused(
         outcome = _pair_in_threads(path)
         refused = [error for error in outcome if error is not None]
         assert len(refused) == 1, outcome
-        assert f"path {path} is being written by another run (pid {os.getpid()} on host" in refused[0]
+        assert (
+            f"path {path} is being written by another run (pid {os.getpid()} on host" in refused[0]
+        )
         assert "\n" not in refused[0]
         assert file_digests(path) == lone
 
@@ -95,7 +99,9 @@ except shardinit.ShardInitError as error:
 """
 
 
-@pytest.mark.parametrize("pairs", [pytest.param(1, id="1"), pytest.param(10, id="10", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "pairs", [pytest.param(1, id="1"), pytest.param(10, id="10", marks=pytest.mark.slow)]
+)
 def test_two_processes_together_one_writes_one_is_refused(
     tmp_path: Path, lone: dict[str, str], pairs: int
 ) -> None:

@@ -39,11 +39,15 @@ def _save_pretrained(name: str, path: Path, **kwargs: object) -> dict[str, str]:
 
 @pytest.mark.parametrize("name", list(hub_configs()))
 @pytest.mark.parametrize("shard", [None, "20KB"], ids=["default", "split"])
-def test_files_are_save_pretrained_default_output(tmp_path: Path, name: str, shard: str | None) -> None:
+def test_files_are_save_pretrained_default_output(
+    tmp_path: Path, name: str, shard: str | None
+) -> None:
     sizes = {} if shard is None else {"max_shard_size": shard}
     expected = _save_pretrained(name, tmp_path / "hf", **sizes)
     model = _meta(name)
-    shardinit.save_seed_checkpoint(model, tmp_path / "seed", seed=SEED, init_fn=model.init_weights, **sizes)
+    shardinit.save_seed_checkpoint(
+        model, tmp_path / "seed", seed=SEED, init_fn=model.init_weights, **sizes
+    )
     written = file_digests(tmp_path / "seed")
     assert written.pop("shardinit-manifest.json")
     assert written == expected

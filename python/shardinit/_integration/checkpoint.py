@@ -314,7 +314,9 @@ class _Job:
     def _fingerprints(self, every: list[dict[str, Any]]) -> dict[str, str]:
         """Each tensor's fingerprint: the sum of its terms over every writer's pieces
         (a tensor may be split over files and writers)."""
-        if self.format == "dcp" and not any(every):  # a complete checkpoint found: its manifest stands
+        if self.format == "dcp" and not any(
+            every
+        ):  # a complete checkpoint found: its manifest stands
             return {
                 k: t["fingerprint"]
                 for k, t in _read_json(self.directory / MANIFEST_NAME)["tensors"].items()
@@ -356,9 +358,7 @@ class _Reporter:
             self.bar.close()
 
 
-def _identity(
-    entries: list[Entry], format: str, seed: int, max_shard_size: int
-) -> dict[str, Any]:
+def _identity(entries: list[Entry], format: str, seed: int, max_shard_size: int) -> dict[str, Any]:
     """What the checkpoint is: a resumed run must plan the same (and the manifest says it)."""
     tensors: dict[str, Any] = {}
     for entry in entries:

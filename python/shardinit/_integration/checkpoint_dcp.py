@@ -23,7 +23,6 @@ from typing import Any
 import torch
 
 from .._program import Writer
-from ..errors import ShardInitError
 from .checkpoint_plan import Entry, Fingerprinter, PieceTarget, split_bytes
 
 

@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils import _pytree as pytree
 
 from .._layout import Run
+from .._torch_compat import SUBCLASS_FUNCTION_DISABLED, is_alias_of, tree_leaves, tree_map
 from ..errors import ShardInitError
 from .checkpoint_plan import Entry
 
@@ -119,7 +119,7 @@ def _located(key: str, view: torch.Tensor, source: Entry, plain: torch.Tensor) -
     shape = tuple(view.shape)
     if shape == source.shape and view.is_contiguous() and view.storage_offset() == 0:
         return Saved(key, shape, source, storage=storage_id, storage_bytes=storage.nbytes())
-    box, order = _box_of(key, source.shape, view.storage_offset(), view.stride(), shape)
+    box, order = _box_of(key, source.shape, int(view.storage_offset()), view.stride(), shape)
     return Saved(key, shape, source, box, order, storage_id, storage.nbytes())
 
 
@@ -164,9 +164,7 @@ def _check_covered(saved: Sequence[Saved], entries: Sequence[Entry]) -> None:
     counts: dict[str, int] = {}
     for tensor in saved:
         counts[tensor.source.key] = counts.get(tensor.source.key, 0) + tensor.numel
-    wrong = [
-        e.key for e in entries if e.key in counts and counts[e.key] != e.numel
-    ]
+    wrong = [e.key for e in entries if e.key in counts and counts[e.key] != e.numel]
     if wrong:
         raise ShardInitError(
             f"save_seed_checkpoint: transformers' reverse weight conversion saves "
@@ -195,10 +193,10 @@ class _Traced(torch.Tensor):
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        inputs = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, _Traced)]
+        inputs = [t for t in tree_leaves((args, kwargs)) if isinstance(t, _Traced)]
         if func in (torch.Tensor.contiguous, torch.Tensor.clone, torch.clone) and inputs:
             return inputs[0]
-        with torch._C.DisableTorchFunctionSubclass():
+        with SUBCLASS_FUNCTION_DISABLED():
             out = func(*args, **kwargs)
         sources = {t.source_key for t in inputs}
         name = getattr(func, "__name__", str(func))
@@ -207,14 +205,14 @@ class _Traced(torch.Tensor):
             if not isinstance(value, torch.Tensor) or not inputs:
                 return value
             traced = value.as_subclass(_Traced)
-            aliased = any(torch._C._is_alias_of(value, t) for t in inputs)
+            aliased = any(is_alias_of(value, t) for t in inputs)
             if len(sources) == 1 and aliased:
                 traced.source_key = next(iter(sources))
             else:
                 traced.made_by = f"torch.{name}"
             return traced
 
-        return pytree.tree_map(wrap, out)
+        return tree_map(wrap, out)
 
 
 def _meta_state(model: nn.Module, traced: bool) -> dict[str, torch.Tensor]:
@@ -233,14 +231,16 @@ def _meta_state(model: nn.Module, traced: bool) -> dict[str, torch.Tensor]:
     first: dict[int, str] = {}
     for key, tensor in model.state_dict(keep_vars=True).items():
         state[key] = state[first.setdefault(id(tensor), key)]
-    result: dict[str, torch.Tensor] = remove_tied_weights_from_state_dict(state, model)
+    hf_model: Any = model
+    result: dict[str, torch.Tensor] = remove_tied_weights_from_state_dict(state, hf_model)
     return result
 
 
 def _reverted(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     from transformers.core_model_loading import revert_weight_conversion
 
-    reverted: dict[str, torch.Tensor] = revert_weight_conversion(model, state)
+    hf_model: Any = model
+    reverted: dict[str, torch.Tensor] = revert_weight_conversion(hf_model, state)
     return reverted
 
 
@@ -250,9 +250,10 @@ def save_config_as_save_pretrained(model: nn.Module, directory: Path) -> None:
     writes beside the weights (its own steps, in its order). Nothing for other models."""
     if not _is_transformers_model(model):
         return
-    config: Any = model.config
-    config.dtype = str(model.dtype).split(".")[1]  # type: ignore[operator]
+    hf_model: Any = model
+    config = hf_model.config
+    config.dtype = str(hf_model.dtype).split(".")[1]
     config.architectures = [type(model).__name__.removeprefix("FSDP")]
     config.save_pretrained(directory)
-    if model.can_generate():  # type: ignore[operator]
-        model.generation_config.save_pretrained(directory)  # type: ignore[union-attr,operator]
+    if hf_model.can_generate():
+        hf_model.generation_config.save_pretrained(directory)

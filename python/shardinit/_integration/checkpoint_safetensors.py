@@ -219,7 +219,7 @@ class _BackgroundWrites:
             index, data = item
             if self.error is None:
                 try:
-                    _write_all(self.fd, memoryview(data.numpy()), self.path)
+                    _write_all(self.fd, data.numpy().data, self.path)
                 except OSError as error:
                     self.error = error
             self.free.put(index)

@@ -190,7 +190,9 @@ def _launch_once(
         command = [*_command(module), *args, "--out", str(out_dir)]
         procs = _start_ranks(command, world, out_dir, environ, pass_fds)
         try:
-            first_failed = _wait_for_ranks(procs, out_dir, time.monotonic() + timeout, timeout, on_line)
+            first_failed = _wait_for_ranks(
+                procs, out_dir, time.monotonic() + timeout, timeout, on_line
+            )
         finally:
             for proc in procs:
                 if proc.poll() is None:

@@ -15,6 +15,7 @@ model and imports no transformers: the writers do.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -49,9 +50,7 @@ def add_command(commands: argparse._SubParsersAction[Parser]) -> Parser:
     ck.add_argument("--out", required=True, metavar="DIR", help="the checkpoint directory")
     ck.add_argument("--format", choices=("safetensors", "dcp"), default="safetensors")
     ck.add_argument("--seed", type=seed, default=0, help="seed in [0, 2^64), default 0")
-    ck.add_argument(
-        "--workers", type=local_world, default=1, help="writer processes (default 1)"
-    )
+    ck.add_argument("--workers", type=local_world, default=1, help="writer processes (default 1)")
     ck.add_argument(
         "--max-shard-size",
         type=_shard_size,
@@ -141,10 +140,8 @@ def run_checkpoint(args: argparse.Namespace, parser: Parser) -> int:
 
 
 def _remove_if_empty(directory: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):  # not empty: a resumable run's files
         directory.rmdir()
-    except OSError:
-        pass  # not empty (a resumable run's files), or not ours to remove
 
 
 def write_checkpoint(args: argparse.Namespace, out: str, progress: Any) -> None:
