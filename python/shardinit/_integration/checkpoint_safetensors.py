@@ -45,8 +45,9 @@ FILE_METADATA = {"format": "pt"}
 #: ``progress(bytes)``: called with the bytes just written (or found written).
 Advance = Callable[[int], None]
 #: Fills the given uint8 buffer with a piece; returns the piece's bytes (a view of the
-#: buffer's start) and its source key's fingerprint term.
-PieceFill = Callable[[torch.Tensor, Writer], tuple[torch.Tensor, int]]
+#: buffer's start) and how to compute its fingerprint term from them (the thread that
+#: writes the bytes computes it, while the next piece is generated).
+PieceFill = Callable[[torch.Tensor, Writer], tuple[torch.Tensor, Callable[[], int]]]
 
 
 @dataclass(frozen=True)
@@ -149,19 +150,17 @@ def write_file(
     partial = directory / f"{file.name}.partial"
     half = buffer.numel() // 2
     halves = [buffer[:half], buffer[half : 2 * half]]
-    terms: dict[str, int] = {}
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
         with _BackgroundWrites(fd, partial) as background:
             background.write_now(header)
             for tensor in order:
-                key = tensor.source.key
                 for fill in piece_fills(tensor, half):
                     index = background.free_half()
                     data, term = fill(halves[index], writer)
-                    terms[key] = (terms.get(key, 0) + term) & (2**64 - 1)
-                    background.submit(index, data)
+                    background.submit(index, data, tensor.source.key, term)
                     advance(data.numel())
+        terms = background.terms
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -176,13 +175,17 @@ def write_file(
 
 
 class _BackgroundWrites:
-    """A thread that writes the filled halves of a buffer to ``fd`` in order and hands
-    each half back; its first OSError is raised in the caller (at the next half it asks
-    for, or at the end)."""
+    """A thread that writes the filled halves of a buffer to ``fd`` in order, adds up
+    their fingerprint terms per key (:attr:`terms`, read after the ``with`` block) and
+    hands each half back; its first OSError is raised in the caller (at the next half it
+    asks for, or at the end). numpy's hashing, like ``os.write``, releases the GIL: both
+    overlap the generation of the next piece."""
 
     def __init__(self, fd: int, path: Path) -> None:
         self.fd, self.path = fd, path
-        self.todo: queue.Queue[tuple[int, torch.Tensor] | None] = queue.Queue()
+        self.terms: dict[str, int] = {}
+        self.todo: queue.Queue[tuple[int, torch.Tensor, str, Callable[[], int]] | None]
+        self.todo = queue.Queue()
         self.free: queue.Queue[int] = queue.Queue()
         for index in (0, 1):
             self.free.put(index)
@@ -201,8 +204,8 @@ class _BackgroundWrites:
         self._raise()
         return index
 
-    def submit(self, index: int, data: torch.Tensor) -> None:
-        self.todo.put((index, data))
+    def submit(self, index: int, data: torch.Tensor, key: str, term: Callable[[], int]) -> None:
+        self.todo.put((index, data, key, term))
 
     def __exit__(self, *exc: object) -> None:
         self.todo.put(None)
@@ -216,10 +219,11 @@ class _BackgroundWrites:
 
     def _run(self) -> None:
         while (item := self.todo.get()) is not None:
-            index, data = item
+            index, data, key, term = item
             if self.error is None:
                 try:
                     _write_all(self.fd, data.numpy().data, self.path)
+                    self.terms[key] = (self.terms.get(key, 0) + term()) & (2**64 - 1)
                 except OSError as error:
                     self.error = error
             self.free.put(index)
@@ -258,15 +262,15 @@ def piece_fills(tensor: Saved, piece_bytes: int) -> Iterator[PieceFill]:
 
 
 def _flat_fill(entry: Entry, first: int, last: int) -> PieceFill:
-    def fill(buffer: torch.Tensor, writer: Writer) -> tuple[torch.Tensor, int]:
+    def fill(buffer: torch.Tensor, writer: Writer) -> tuple[torch.Tensor, Callable[[], int]]:
         (piece,) = pieces(entry, buffer, buffer.numel(), writer, first, last)
-        return piece.out.view(torch.uint8), flat_range_term(piece.out, first)
+        return piece.out.view(torch.uint8), lambda: flat_range_term(piece.out, first)
 
     return fill
 
 
 def _box_fill(entry: Entry, box: tuple[Run, ...], dims: Sequence[int]) -> PieceFill:
-    def fill(buffer: torch.Tensor, writer: Writer) -> tuple[torch.Tensor, int]:
+    def fill(buffer: torch.Tensor, writer: Writer) -> tuple[torch.Tensor, Callable[[], int]]:
         shape = [b - a for a, b in box]
         count = math.prod(shape)
         out = buffer[: count * entry.dtype.itemsize].view(entry.dtype)
@@ -281,8 +285,8 @@ def _box_fill(entry: Entry, box: tuple[Run, ...], dims: Sequence[int]) -> PieceF
             kept = local.reshape([shape[d] for d in sorted(dims)])
             permutation = [sorted(dims).index(d) for d in dims]
             out.view([shape[d] for d in dims]).copy_(kept.permute(permutation))
-        term = shard_term(local, entry.shape, [[run] for run in box])
-        return out.view(torch.uint8), term
+        runs = [[run] for run in box]
+        return out.view(torch.uint8), lambda: shard_term(local, entry.shape, runs)
 
     return fill
 
