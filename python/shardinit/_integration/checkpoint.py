@@ -80,21 +80,26 @@ def save_seed_checkpoint(
     No process holds the model: each fills one buffer of ``buffer_bytes`` at a time
     (a tensor larger than that is generated and written in pieces).
 
-    * ``"safetensors"``: transformers' layout (``model.safetensors``, or
-      ``model-0000k-of-0000n.safetensors`` files and ``model.safetensors.index.json``),
-      the keys of ``model.state_dict()`` with tied parameters saved once (under their
-      first key), as ``save_pretrained`` saves them; read by ``from_pretrained``. The
-      split into files depends on the sizes and ``max_shard_size`` only; writers divide
-      the files among themselves; the files are byte-identical for any number of writers.
+    * ``"safetensors"``: the files ``save_pretrained`` writes by default for the
+      materialized model, byte for byte (``model.safetensors``, or
+      ``model-0000k-of-0000n.safetensors`` files and ``model.safetensors.index.json``):
+      for a transformers model its tied weights removed and its weight conversions
+      reverted (MoE experts saved per expert, under the Hub's names), with
+      ``config.json`` and ``generation_config.json``; for another model each key of
+      ``model.state_dict()`` once (a tied parameter under its first key). The split
+      into files depends on the sizes and ``max_shard_size`` only; writers divide the
+      files among themselves; the files are byte-identical for any number of writers.
     * ``"dcp"``: ``torch.distributed.checkpoint``'s format, every key of
       ``model.state_dict()``; ``dcp.load`` reads it into any layout (FSDP2, TP).
 
     ``path`` also gets ``shardinit-manifest.json`` (written last: a checkpoint without
     it is not complete), with each tensor's :func:`shardinit.fingerprint` and the
     :func:`shardinit.model_digest`, and ``.shardinit-checkpoint/`` (the plan and a
-    record per finished file). A killed run is resumed by the same call: finished files
-    are checked against their records (size, header, fingerprints read back) and kept,
-    the rest written (dcp: written again whole).
+    record per finished file). One run at a time: the directory is locked for the
+    call's life (a dead run's lock is taken). A failed call removes its partial files;
+    a killed run is resumed by the same call: finished files are checked against their
+    records (size, header, fingerprints read back) and kept, the rest written (dcp:
+    written again whole).
 
     Args:
         model: a model built on the meta device, not wrapped or sharded. Its
@@ -123,7 +128,9 @@ def save_seed_checkpoint(
         ShardInitError: ``format``, ``buffer_bytes`` or ``max_shard_size`` out of
             range, a model that is not a plain meta-device model, everything
             :func:`shardinit.materialize` raises for it, a ``path`` that cannot be
-            created or written, or that holds another checkpoint.
+            created or written, that holds another checkpoint or that another live
+            run is writing, a write that fails (its cause: ``ENOSPC``...), a reverse
+            weight conversion that is not a view of one model tensor.
 
     Example:
         >>> with torch.device("meta"):
