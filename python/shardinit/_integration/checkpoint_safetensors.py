@@ -190,7 +190,9 @@ class _BackgroundWrites:
         for index in (0, 1):
             self.free.put(index)
         self.error: OSError | None = None
-        self.thread = threading.Thread(target=self._run, name="seed-checkpoint-writes")
+        # A daemon: an interrupt anywhere in the caller (Ctrl-C) must never leave the
+        # process waiting at exit for a thread whose queue nobody ends.
+        self.thread = threading.Thread(target=self._run, name="seed-checkpoint-writes", daemon=True)
 
     def __enter__(self) -> _BackgroundWrites:
         self.thread.start()
