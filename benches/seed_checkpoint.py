@@ -1,24 +1,23 @@
-"""How fast is a seed checkpoint written, against the disk and against torchtitan's recipe?
+"""How fast is a seed checkpoint written, against the disk and against transformers?
 
-In one run, on the same disk (``--dir``), for a Llama-shaped model of ``--size-gb`` GB
-of float32 (an embedding, then blocks of four attention and three MLP projections and
-two norms, sized to the flag):
+In one run, on the same disk (``--dir``), for a bfloat16 Llama of about ``--size-gb``
+GB (transformers' ``LlamaConfig``, width 1024, as many layers as the size allows):
 
-* ``disk zeros``: the same number of bytes of zeros written in 64 MiB blocks, then
-  fsync (what the disk itself does);
-* ``torchtitan recipe``: one process builds the model on the CPU with torch's init
-  (torchtitan's ``--checkpoint.create_seed_checkpoint`` recipe) and ``dcp.save`` s it;
-* ``shardinit safetensors`` / ``shardinit dcp``: ``shardinit.save_seed_checkpoint`` of
-  the meta model with ``--workers`` writer processes (1: in this process), including
-  each tensor's fingerprint for the manifest.
+* ``dd zeros``: ``dd if=/dev/zero bs=1M count=N conv=fdatasync`` of the same bytes;
+* ``write phase``: ``shardinit.save_seed_checkpoint`` of the meta model, timed in its
+  own process after the imports and the model's construction (plan, generation,
+  writes, fsync, manifest);
+* ``from_config + save_pretrained``: one process that imports transformers, builds the
+  model on the CPU with its own init and saves it (what a user does without shardinit);
+* ``shardinit checkpoint, N writer(s)``: the whole command, process start to exit.
 
-Each row: seconds, GB/s of checkpoint written, and the ratios of the shardinit rows to
-the disk's and to the recipe's rate, measured in this run. ``--json PATH`` also writes
-the numbers.
+Each row: seconds, GB/s, and its ratio to the row it is compared with, measured in
+this run. The machine's load average is printed with the table (``uptime``): timings
+on a shared machine are only as good as its quiet. ``--json PATH`` also writes them.
 
 Usage:
-    .venv/bin/python benches/seed_checkpoint.py [--size-gb 2] [--workers 1,2] [--dir DIR]
-        [--json benches/results/seed_checkpoint.json]
+    nice .venv/bin/python benches/seed_checkpoint.py [--size-gb 0.5] [--workers 1,2]
+        [--dir DIR] [--json benches/results/seed_checkpoint.json]
 """
 
 from __future__ import annotations
@@ -27,162 +26,137 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
-
-DIM = 2048
-BLOCK = 64 * 2**20
+HIDDEN, INTERMEDIATE, VOCAB = 1024, 4096, 32000
 
 
-class Block(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(DIM, DIM, bias=False) for _ in range(4))
-        self.w1, self.w3 = nn.Linear(DIM, 4 * DIM, bias=False), nn.Linear(DIM, 4 * DIM, bias=False)
-        self.w2 = nn.Linear(4 * DIM, DIM, bias=False)
-        self.attention_norm, self.ffn_norm = nn.LayerNorm(DIM), nn.LayerNorm(DIM)
+def _config(size_gb: float) -> dict[str, Any]:
+    layer = (4 * HIDDEN * HIDDEN + 3 * HIDDEN * INTERMEDIATE + 2 * HIDDEN) * 2
+    embeddings = 2 * VOCAB * HIDDEN * 2 + HIDDEN * 2
+    layers = max(1, round((size_gb * 1e9 - embeddings) / layer))
+    return {
+        "model_type": "llama", "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE,
+        "num_hidden_layers": layers, "num_attention_heads": 16, "num_key_value_heads": 16,
+        "vocab_size": VOCAB, "max_position_embeddings": 2048, "tie_word_embeddings": False,
+        "dtype": "bfloat16",
+    }  # fmt: skip
 
 
-class Model(nn.Module):
-    """An embedding of 32k rows and as many blocks as ``size_gb`` allows (at least one)."""
+_WRITE_PHASE = """
+import sys, time, torch, transformers, shardinit
+config = transformers.AutoConfig.from_pretrained(sys.argv[1])
+with torch.device("meta"):
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+start = time.perf_counter()
+shardinit.save_seed_checkpoint(model, sys.argv[2], seed=0, init_fn=model.init_weights,
+                               progress=False)
+print(time.perf_counter() - start)
+"""
 
-    def __init__(self, size_gb: float) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(32768, DIM)
-        block_bytes = 16 * DIM * DIM * 4
-        count = max(1, round((size_gb * 1e9 - 32768 * DIM * 4) / block_bytes))
-        self.layers = nn.ModuleList(Block() for _ in range(count))
+_SAVE_PRETRAINED = """
+import sys, torch, transformers
+config = transformers.AutoConfig.from_pretrained(sys.argv[1])
+model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+model.save_pretrained(sys.argv[2])
+"""
 
 
-def _nbytes(model: nn.Module) -> int:
-    return sum(t.numel() * t.element_size() for t in model.state_dict().values())
-
-
-def _disk_zeros(path: Path, nbytes: int) -> float:
-    block = bytes(BLOCK)
+def _timed(command: list[str]) -> tuple[float, str]:
     start = time.perf_counter()
-    with path.open("wb") as stream:
-        for offset in range(0, nbytes, BLOCK):
-            stream.write(block[: min(BLOCK, nbytes - offset)])
-        stream.flush()
-        os.fsync(stream.fileno())
-    return time.perf_counter() - start
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{command[:4]} failed:\n{done.stderr[-2000:]}")
+    return seconds, done.stdout
 
 
-def _torchtitan_recipe(path: Path, size_gb: float) -> float:
-    import torch.distributed.checkpoint as dcp
-
-    start = time.perf_counter()
-    torch.manual_seed(0)
-    model = Model(size_gb)  # torch's init, on the CPU, in one process
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "torch.distributed is disabled")
-        dcp.save(model.state_dict(), checkpoint_id=str(path))
-    return time.perf_counter() - start
+def _nbytes(directory: Path) -> int:
+    return sum(p.stat().st_size for p in directory.glob("*.safetensors"))
 
 
-def _shardinit(path: Path, size_gb: float, format: str, workers: int, seed: int) -> float:
-    start = time.perf_counter()
-    if workers == 1:
-        import shardinit
-
-        with torch.device("meta"):
-            model = Model(size_gb)
-        shardinit.save_seed_checkpoint(model, path, seed=seed, format=format, progress=False)
-    else:
-        from shardinit.cli._launch import launch
-
-        args = ["--worker", str(path), "--size-gb", str(size_gb), "--format", format]
-        launch(__file__, workers, [*args, "--seed", str(seed)], timeout=3600)
-    return time.perf_counter() - start
-
-
-def _worker(args: argparse.Namespace) -> None:
-    """One writer of a ``--workers N`` run (started by the launcher)."""
-    import torch.distributed as dist
-
-    import shardinit
-    from shardinit.cli._launch import exit_worker
-
-    rank = int(os.environ["RANK"])
-    dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
-    with torch.device("meta"):
-        model = Model(args.size_gb)
-    shardinit.save_seed_checkpoint(
-        model, args.worker, seed=args.seed, format=args.format, progress=False
-    )
-    Path(args.out, f"rank{rank}.json").write_text("{}")
-    dist.destroy_process_group()
-    exit_worker(0)
-
-
-def _measure(args: argparse.Namespace, root: Path, nbytes: int) -> list[dict[str, Any]]:
-    rows = []
-
-    def row(label: str, seconds: float) -> None:
-        rows.append({"label": label, "seconds": seconds, "gb_per_s": nbytes / seconds / 1e9})
-        print(f"  {label}: {seconds:.2f} s", file=sys.stderr, flush=True)
-        for child in root.iterdir():  # each run starts on an empty disk directory
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-
-    row("disk zeros", _disk_zeros(root / "zeros", nbytes))
-    row(
-        "torchtitan recipe (torch init + dcp.save)",
-        _torchtitan_recipe(root / "titan", args.size_gb),
-    )
-    for workers in args.workers:
-        for format in ("safetensors", "dcp"):
-            seconds = _shardinit(root / format, args.size_gb, format, workers, args.seed)
-            row(f"shardinit {format}, {workers} writer(s)", seconds)
-    return rows
-
-
-def _print(rows: list[dict[str, Any]], nbytes: int, args: argparse.Namespace) -> None:
-    disk, titan = rows[0]["gb_per_s"], rows[1]["gb_per_s"]
-    print(
-        f"seed checkpoint of {nbytes / 1e9:.2f} GB (float32), {os.cpu_count()} CPUs, "
-        f"seed {args.seed}"
-    )
-    print("| run | s | GB/s | vs disk zeros | vs torchtitan recipe |")
-    print("|---|---:|---:|---:|---:|")
-    for row in rows:
-        rate = row["gb_per_s"]
-        print(
-            f"| {row['label']} | {row['seconds']:.2f} | {rate:.3f} | "
-            f"{rate / disk:.2f}x | {rate / titan:.2f}x |"
-        )
+def _load() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-gb", type=float, default=2.0)
-    parser.add_argument("--workers", default="1", help="comma-separated writer counts")
-    parser.add_argument("--dir", help="where to write (default: a temporary directory)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", help="also write the numbers here")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--format", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--size-gb", type=float, default=0.5)
+    parser.add_argument("--workers", default="1,2")
+    parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    if args.worker is not None:
-        _worker(args)
-    args.workers = [int(w) for w in args.workers.split(",")]
-    with torch.device("meta"):
-        nbytes = _nbytes(Model(args.size_gb))
-    with tempfile.TemporaryDirectory(prefix="seed-bench-", dir=args.dir) as tmp:
-        rows = _measure(args, Path(tmp), nbytes)
-    _print(rows, nbytes, args)
-    if args.json:
-        document = {"size_bytes": nbytes, "cpus": os.cpu_count(), "rows": rows}
-        Path(args.json).write_text(json.dumps(document, indent=1) + "\n")
+    root = Path(tempfile.mkdtemp(prefix="seed-bench-", dir=args.dir))
+    python = sys.executable
+    try:
+        config_dir = root / "config"
+        config_dir.mkdir()
+        (config_dir / "config.json").write_text(json.dumps(_config(args.size_gb)))
+        config = str(config_dir / "config.json")
+        rows: list[dict[str, Any]] = []
+        print(f"load before: {_load()}", flush=True)
+
+        write_s = float(_timed([python, "-c", _WRITE_PHASE, config, str(root / "api")])[1])
+        nbytes = _nbytes(root / "api")
+        shutil.rmtree(root / "api")
+        mib = -(-nbytes // 2**20)
+        dd_s = _timed(["dd", "if=/dev/zero", f"of={root / 'zeros'}", "bs=1M", f"count={mib}",
+                       "conv=fdatasync"])[0]  # fmt: skip
+        (root / "zeros").unlink()
+        rows.append({"run": "dd zeros (conv=fdatasync)", "s": dd_s, "bytes": mib * 2**20})
+        rows.append({"run": "write phase, 1 writer", "s": write_s, "bytes": nbytes, "vs": 0})
+
+        hf_s = _timed([python, "-c", _SAVE_PRETRAINED, config, str(root / "hf")])[0]
+        shutil.rmtree(root / "hf")
+        rows.append({"run": "from_config + save_pretrained", "s": hf_s, "bytes": nbytes})
+        hf_row = len(rows) - 1
+        one_row = None
+        for workers in [int(w) for w in args.workers.split(",")]:
+            out = str(root / f"w{workers}")
+            command = [python, "-m", "shardinit", "checkpoint", "--hf-config", config,
+                       "--out", out, "--workers", str(workers), "--no-progress"]  # fmt: skip
+            seconds = _timed(command)[0]
+            shutil.rmtree(root / f"w{workers}")
+            row = {"run": f"shardinit checkpoint, {workers} writer(s)", "s": seconds,
+                   "bytes": nbytes, "vs": hf_row}  # fmt: skip
+            if one_row is not None:
+                row["vs"] = one_row
+            rows.append(row)
+            one_row = one_row if one_row is not None else len(rows) - 1
+        load = _load()
+        print(f"load after: {load}")
+        _print(rows, args.size_gb, nbytes)
+        if args.json:
+            Path(args.json).write_text(
+                json.dumps({"bytes": nbytes, "load_after": load, "rows": rows}, indent=1) + "\n"
+            )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _print(rows: list[dict[str, Any]], size_gb: float, nbytes: int) -> None:
+    print(f"\nbfloat16 Llama of {nbytes / 1e9:.2f} GB (--size-gb {size_gb})\n")
+    print("| run | s | GB/s | ratio | against |")
+    print("|---|---:|---:|---:|---|")
+    for row in rows:
+        rate = row["bytes"] / row["s"] / 1e9
+        if "vs" in row:
+            other = rows[row["vs"]]
+            if row["run"].startswith("write phase"):
+                ratio = f"{(row['bytes'] / row['s']) / (other['bytes'] / other['s']):.2f}x rate"
+            else:
+                ratio = f"{row['s'] / other['s']:.2f}x time"
+            against = other["run"]
+        else:
+            ratio, against = "", ""
+        print(f"| {row['run']} | {row['s']:.2f} | {rate:.3f} | {ratio} | {against} |")
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     main()

@@ -35,6 +35,7 @@ __all__ = [
     "NN_INIT_FILLS",
     "NORM_MODULES",
     "ORIGINAL_KEEPING",
+    "SUBCLASS_FUNCTION_DISABLED",
     "WEIGHT_NORM",
     "DispatchMode",
     "FlatEntry",
@@ -289,6 +290,18 @@ _PYTHON_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
 #: ``torch.nn.Parameter``'s ``__torch_function__``: runs the function without converting
 #: its results to the caller's subclass (checked 2.15.0).
 DISABLED_TORCH_FUNCTION: Callable[..., Any] = torch._C._disabled_torch_function_impl
+
+
+#: ``torch._C.DisableTorchFunctionSubclass`` (checked 2.15.0): a ``with`` block in which
+#: a tensor subclass's ``__torch_function__`` calls torch's own function (the seed
+#: checkpoint's trace of transformers' reverse weight conversions).
+SUBCLASS_FUNCTION_DISABLED: Callable[[], Any] = torch._C.DisableTorchFunctionSubclass
+
+
+def is_alias_of(tensor: torch.Tensor, other: torch.Tensor) -> bool:
+    """``torch._C._is_alias_of`` (checked 2.15.0): whether ``tensor`` views ``other``'s
+    storage (meta tensors included, whose storages have no address to compare)."""
+    return bool(torch._C._is_alias_of(tensor, other))  # type: ignore[attr-defined]
 
 
 def python_key_excluded() -> Any:

@@ -16,8 +16,8 @@ def hf_seed_checkpoint(config: Any, path: str, seed: int) -> None:
 
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
+    # Also writes config.json and generation_config.json, as save_pretrained does.
     shardinit.save_seed_checkpoint(model, path, seed=seed, init_fn=model.init_weights)
-    config.save_pretrained(path)  # from_pretrained reads the config next to the weights
 
 
 def hf_load(path: str) -> nn.Module:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -41,4 +42,23 @@ def file_digests(directory: Path) -> dict[str, str]:
         path.name: hashlib.sha256(path.read_bytes()).hexdigest()
         for path in sorted(directory.iterdir())
         if path.is_file()
+    }
+
+
+def hub_configs() -> dict[str, Any]:
+    """transformers configs the other seed-checkpoint tests do not use: a tied one, an
+    untied one, and two MoE models whose experts transformers 5 fuses in memory (and
+    saves per expert, under the Hub's names: OLMoE's ``mlp.experts.{i}.gate_proj``,
+    Mixtral's ``block_sparse_moe.experts.{i}.w1``)."""
+    import transformers as tf
+
+    shared = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=96,
+                  max_position_embeddings=32, pad_token_id=0, bos_token_id=1,
+                  eos_token_id=2)  # fmt: skip
+    return {
+        "qwen2-tied": tf.Qwen2Config(**shared, tie_word_embeddings=True),
+        "olmo2-untied": tf.Olmo2Config(**shared, tie_word_embeddings=False),
+        "olmoe": tf.OlmoeConfig(**shared, num_experts=4, num_experts_per_tok=2),
+        "mixtral": tf.MixtralConfig(**shared, num_local_experts=3, num_experts_per_tok=2),
     }

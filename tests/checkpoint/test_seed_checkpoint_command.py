@@ -30,5 +30,5 @@ def test_an_unwritable_out_is_one_line(capsys: pytest.CaptureFixture[str]) -> No
     err = capsys.readouterr().err
     assert err == (
         "shardinit checkpoint: save_seed_checkpoint: path /dev/null/ckpt cannot be created: "
-        "Not a directory\n"
+        "Not a directory (ENOTDIR)\n"
     )

@@ -13,6 +13,8 @@ file: a killed run is resumed by calling again with the same arguments.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
@@ -30,6 +32,8 @@ from ..errors import ShardInitError
 from ..shard import writer
 from . import checkpoint_dcp, checkpoint_safetensors
 from .capture import CapturedInit
+from .checkpoint_hub import save_config_as_save_pretrained, saved_tensors
+from .checkpoint_lock import directory_lock
 from .checkpoint_plan import Entry, plan_entries, split_bytes
 from .collector import collector_paused
 from .fingerprint import FINGERPRINT_FORMAT, digest_of_total, model_digest
@@ -64,7 +68,7 @@ def save_seed_checkpoint(
     format: Literal["safetensors", "dcp"] = "safetensors",
     rules: Rules | None = None,
     buffer_init: BufferInit | None = None,
-    max_shard_size: int | str = "5GB",
+    max_shard_size: int | str | None = None,
     buffer_bytes: int = 64 * _MIB,
     progress: bool | ProgressHook | None = None,
 ) -> Path:
@@ -76,21 +80,26 @@ def save_seed_checkpoint(
     No process holds the model: each fills one buffer of ``buffer_bytes`` at a time
     (a tensor larger than that is generated and written in pieces).
 
-    * ``"safetensors"``: transformers' layout (``model.safetensors``, or
-      ``model-0000k-of-0000n.safetensors`` files and ``model.safetensors.index.json``),
-      the keys of ``model.state_dict()`` with tied parameters saved once (under their
-      first key), as ``save_pretrained`` saves them; read by ``from_pretrained``. The
-      split into files depends on the sizes and ``max_shard_size`` only; writers divide
-      the files among themselves; the files are byte-identical for any number of writers.
+    * ``"safetensors"``: the files ``save_pretrained`` writes by default for the
+      materialized model, byte for byte (``model.safetensors``, or
+      ``model-0000k-of-0000n.safetensors`` files and ``model.safetensors.index.json``):
+      for a transformers model its tied weights removed and its weight conversions
+      reverted (MoE experts saved per expert, under the Hub's names), with
+      ``config.json`` and ``generation_config.json``; for another model each key of
+      ``model.state_dict()`` once (a tied parameter under its first key). The split
+      into files depends on the sizes and ``max_shard_size`` only; writers divide the
+      files among themselves; the files are byte-identical for any number of writers.
     * ``"dcp"``: ``torch.distributed.checkpoint``'s format, every key of
       ``model.state_dict()``; ``dcp.load`` reads it into any layout (FSDP2, TP).
 
     ``path`` also gets ``shardinit-manifest.json`` (written last: a checkpoint without
     it is not complete), with each tensor's :func:`shardinit.fingerprint` and the
     :func:`shardinit.model_digest`, and ``.shardinit-checkpoint/`` (the plan and a
-    record per finished file). A killed run is resumed by the same call: finished files
-    are checked against their records (size, header, fingerprints read back) and kept,
-    the rest written (dcp: written again whole).
+    record per finished file). One run at a time: the directory is locked for the
+    call's life (a dead run's lock is taken). A failed call removes its partial files;
+    a killed run is resumed by the same call: finished files are checked against their
+    records (size, header, fingerprints read back) and kept, the rest written (dcp:
+    written again whole).
 
     Args:
         model: a model built on the meta device, not wrapped or sharded. Its
@@ -103,8 +112,9 @@ def save_seed_checkpoint(
             :func:`shardinit.materialize` takes it.
         format: ``"safetensors"`` or ``"dcp"``.
         rules, buffer_init: as :func:`shardinit.materialize` takes them.
-        max_shard_size: safetensors' largest file (bytes or ``"5GB"``), as
-            ``save_pretrained`` takes it.
+        max_shard_size: safetensors' largest file (bytes, or a size such as ``"5GB"``),
+            as ``save_pretrained`` takes it; None: ``save_pretrained``'s default in the
+            installed transformers.
         buffer_bytes: the bound on each writer's piece of a tensor, at least 1 MiB.
         progress: a bar of bytes, rate and ETA on stderr (rank 0): None shows it when
             stderr is a terminal; or ``progress(done_bytes, total_bytes)``, called with
@@ -118,16 +128,17 @@ def save_seed_checkpoint(
         ShardInitError: ``format``, ``buffer_bytes`` or ``max_shard_size`` out of
             range, a model that is not a plain meta-device model, everything
             :func:`shardinit.materialize` raises for it, a ``path`` that cannot be
-            created or written, or that holds another checkpoint.
+            created or written, that holds another checkpoint or that another live
+            run is writing, a write that fails (its cause: ``ENOSPC``...), a reverse
+            weight conversion that is not a view of one model tensor.
 
     Example:
         >>> with torch.device("meta"):
         ...     model = nn.Linear(4, 3)
         >>> out = save_seed_checkpoint(model, tmp_path / "ckpt", seed=0)  # doctest: +SKIP
     """
-    seed, directory = _check_arguments(
-        model, path, seed, format, buffer_bytes, progress, max_shard_size
-    )
+    seed, directory = _check_arguments(model, path, seed, format, buffer_bytes, progress)
+    shard_bytes = shard_size_bytes(max_shard_size) if format == "safetensors" else 0
     rank, world = _group()
     with collector_paused():  # why: collector.py
         entries = plan_entries(
@@ -138,11 +149,23 @@ def save_seed_checkpoint(
             buffer_init=buffer_init,
             who="save_seed_checkpoint",
         )
-    job = _Job(directory, entries, format, seed, max_shard_size, buffer_bytes, rank, world)
-    _agreed(world, lambda: job.prepare() if rank == 0 else None)
-    terms = _agreed(world, lambda: job.write(progress))
-    every = _gathered(world, terms)
-    _agreed(world, lambda: job.finish(every) if rank == 0 else None)
+        files = (
+            checkpoint_safetensors.shard_files(saved_tensors(model, entries), shard_bytes)
+            if format == "safetensors"
+            else []
+        )
+    job = _Job(directory, entries, files, format, seed, shard_bytes, buffer_bytes, rank, world)
+    if format == "safetensors":  # what from_pretrained reads beside the weights
+        job.save_config = lambda: save_config_as_save_pretrained(model, directory)
+    with contextlib.ExitStack() as held:  # rank 0 holds the directory's lock until the end
+        _agreed(world, lambda: job.prepare(held) if rank == 0 else None)
+        try:
+            terms = _agreed(world, lambda: job.write(progress))
+            every = _gathered(world, terms)
+            _agreed(world, lambda: job.finish(every) if rank == 0 else None)
+        except BaseException:
+            job.remove_partials()  # a failed run leaves only what a rerun keeps
+            raise
     return directory
 
 
@@ -153,9 +176,10 @@ class _Job:
         self,
         directory: Path,
         entries: list[Entry],
+        files: list[checkpoint_safetensors.ShardFile],
         format: str,
         seed: int,
-        max_shard_size: int | str,
+        max_shard_size: int,
         buffer_bytes: int,
         rank: int,
         world: int,
@@ -166,17 +190,16 @@ class _Job:
         self.buffer_bytes = buffer_bytes
         self.rank, self.world = rank, world
         self.state = directory / STATE_DIR
-        self.files = (
-            checkpoint_safetensors.shard_files(entries, max_shard_size)
-            if format == "safetensors"
-            else []
-        )
+        self.files = files
+        self.save_config: Callable[[], None] = lambda: None
         self.identity = _identity(entries, format, seed, max_shard_size)
 
-    def prepare(self) -> None:
-        """Rank 0: creates the directory, refuses another checkpoint in it, records the
-        plan (or finds the same plan: a resumed run)."""
-        _make_directory(self.directory)
+    def prepare(self, held: contextlib.ExitStack) -> None:
+        """Rank 0: creates the directory, takes its lock into ``held`` (one run at a
+        time), refuses another checkpoint in it, records the plan (or finds the same
+        plan: a resumed run)."""
+        make_directory(self.directory)
+        held.enter_context(directory_lock(self.directory))
         plan_path = self.state / "plan.json"
         if plan_path.is_file():
             if _read_json(plan_path) != self.identity:
@@ -185,6 +208,7 @@ class _Job:
                     "checkpoint (another model, seed, format or max_shard_size); choose "
                     "an empty directory, or remove it"
                 )
+            remove_unfinished(self.directory, self.format)  # a killed run's: never kept
             if self.format == "dcp" and not (self.directory / MANIFEST_NAME).is_file():
                 (self.directory / ".metadata").unlink(missing_ok=True)  # rewritten whole
             return
@@ -198,8 +222,8 @@ class _Job:
         _write_atomically(plan_path, json.dumps(self.identity, indent=1))
 
     def write(self, progress: bool | ProgressHook | None) -> dict[str, Any]:
-        """Writes this writer's share; returns its fingerprints (safetensors: per key)
-        or fingerprint terms (dcp: per key, this writer's chunks)."""
+        """Writes this writer's share; returns its fingerprint terms per key (of the
+        pieces it wrote or found written)."""
         if self.format == "safetensors":
             owner = split_bytes([file.nbytes for file in self.files], self.world)
             mine = [f for f, rank in zip(self.files, owner, strict=True) if rank == self.rank]
@@ -217,10 +241,10 @@ class _Job:
 
     def _write_files(
         self, mine: list[checkpoint_safetensors.ShardFile], say: Callable[[int], None]
-    ) -> dict[str, Any]:
+    ) -> dict[str, int]:
         buffer = torch.empty(self.buffer_bytes, dtype=torch.uint8)
         fills = writer()  # the one writer of this call, with the settings now
-        fingerprints: dict[str, str] = {}
+        terms: dict[str, int] = {}
         for file in mine:
             done = self.state / "done" / f"{file.name}.json"
             record = _read_json(done) if done.is_file() else None
@@ -232,11 +256,25 @@ class _Job:
                 _write_atomically(done, json.dumps(record, indent=1))
             else:
                 say(file.nbytes)
-            fingerprints.update(record["fingerprints"])
-        return fingerprints
+            for key, term in record["terms"].items():
+                terms[key] = terms.get(key, 0) + int(term)
+        return terms
+
+    def remove_partials(self) -> None:
+        """This writer's unfinished files (safetensors: ``NAME.partial``; dcp: its
+        ``.distcp`` files, written again whole by a rerun)."""
+        if self.format == "safetensors":
+            names = [f"{file.name}.partial" for file in self.files]
+        else:
+            names = checkpoint_dcp.files_of_rank(self.directory, self.rank)
+        for name in names:
+            with contextlib.suppress(OSError):
+                (self.directory / name).unlink()
 
     def finish(self, every: list[dict[str, Any]]) -> None:
-        """Rank 0: the index (safetensors, several files), then the manifest, last."""
+        """Rank 0: checks every file complete, then writes the index (safetensors,
+        several files), then the manifest, last."""
+        self._check_complete()
         fingerprints = self._fingerprints(every)
         if self.format == "safetensors":
             total_parameters = sum(e.numel for e in self.entries if e.values and not e.alias_of)
@@ -244,6 +282,7 @@ class _Job:
             if index is not None:
                 path = self.directory / checkpoint_safetensors.INDEX_NAME
                 _write_atomically(path, index)
+        self.save_config()  # as save_pretrained writes it beside the weights
         manifest = dict(self.identity)
         manifest["fingerprint_format"] = FINGERPRINT_FORMAT
         for key, tensor in manifest["tensors"].items():
@@ -256,10 +295,35 @@ class _Job:
         )
         _write_atomically(self.directory / MANIFEST_NAME, json.dumps(manifest, indent=1) + "\n")
 
-    def _fingerprints(self, every: list[dict[str, Any]]) -> dict[str, str]:
+    def _check_complete(self) -> None:
+        """Every file of the checkpoint is on disk as its writer recorded it.
+
+        Raises:
+            ShardInitError: one is missing or of another size (no manifest is written).
+        """
         if self.format == "safetensors":
-            return {key: fp for part in every for key, fp in part.items()}
-        if not any(every):  # a complete checkpoint found: its manifest stands
+            missing = []
+            for file in self.files:
+                record = _read_json(self.state / "done" / f"{file.name}.json")
+                path = self.directory / file.name
+                size = path.stat().st_size if path.is_file() else None
+                if record is None or size != record.get("size"):
+                    missing.append(file.name)
+        else:
+            missing = checkpoint_dcp.missing_files(self.directory)
+        if missing:
+            raise ShardInitError(
+                f"save_seed_checkpoint: path {self.directory}: {listing(missing)} missing or "
+                "incomplete after every writer finished (removed or changed by another "
+                "process?); no manifest written: run again to resume"
+            )
+
+    def _fingerprints(self, every: list[dict[str, Any]]) -> dict[str, str]:
+        """Each tensor's fingerprint: the sum of its terms over every writer's pieces
+        (a tensor may be split over files and writers)."""
+        if self.format == "dcp" and not any(
+            every
+        ):  # a complete checkpoint found: its manifest stands
             return {
                 k: t["fingerprint"]
                 for k, t in _read_json(self.directory / MANIFEST_NAME)["tensors"].items()
@@ -301,9 +365,7 @@ class _Reporter:
             self.bar.close()
 
 
-def _identity(
-    entries: list[Entry], format: str, seed: int, max_shard_size: int | str
-) -> dict[str, Any]:
+def _identity(entries: list[Entry], format: str, seed: int, max_shard_size: int) -> dict[str, Any]:
     """What the checkpoint is: a resumed run must plan the same (and the manifest says it)."""
     tensors: dict[str, Any] = {}
     for entry in entries:
@@ -315,7 +377,7 @@ def _identity(
         "format": MANIFEST_FORMAT,
         "checkpoint_format": format,
         "seed": seed,
-        "max_shard_size": str(max_shard_size) if format == "safetensors" else None,
+        "max_shard_size": max_shard_size if format == "safetensors" else None,
         "tensors": tensors,
     }
 
@@ -327,7 +389,6 @@ def _check_arguments(
     format: object,
     buffer_bytes: object,
     progress: object,
-    max_shard_size: object,
 ) -> tuple[int, Path]:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -340,33 +401,54 @@ def _check_arguments(
         raise ShardInitError(f"buffer_bytes must be an int >= 1 MiB ({_MIB}), got {buffer_bytes!r}")
     if progress is not None and not isinstance(progress, bool) and not callable(progress):
         raise TypeError(f"progress must be a bool, callable or None, got {type(progress).__name__}")
-    if format == "safetensors":
-        _check_shard_size(max_shard_size)
     return seed, Path(os.fspath(path))
 
 
-def _check_shard_size(max_shard_size: object) -> None:
-    """As save_pretrained reads it: bytes, or a size such as ``"5GB"`` (huggingface_hub's
-    parser)."""
-    from huggingface_hub import split_state_dict_into_shards_factory
+def shard_size_bytes(max_shard_size: object) -> int:
+    """``max_shard_size`` in bytes, as ``save_pretrained`` reads it: an int, or a size
+    such as ``"5GB"`` (huggingface_hub's parser, units KB, MB, GB, TB), or a number of
+    bytes as text (``"1000000"``); None: ``save_pretrained``'s own default.
 
-    valid = False
+    Raises:
+        ShardInitError: not one of these, or not at least one byte.
+    """
+    if max_shard_size is None:
+        max_shard_size = default_max_shard_size()
+    size: int | None = None
     if isinstance(max_shard_size, int) and not isinstance(max_shard_size, bool):
-        valid = max_shard_size >= 1
+        size = max_shard_size
     elif isinstance(max_shard_size, str):
-        try:  # the split of nothing: huggingface_hub parses the size as save_pretrained does
-            split_state_dict_into_shards_factory(
-                {}, get_storage_size=len, filename_pattern="{suffix}", max_shard_size=max_shard_size
-            )
-            valid = True
+        from huggingface_hub.serialization._base import parse_size_to_int
+
+        text = max_shard_size.strip()
+        try:
+            size = int(text) if text.lstrip("+-").isdigit() else parse_size_to_int(text)
         except ValueError:
-            valid = False
-    if not valid:
+            size = None
+    if size is None or size < 1:
         raise ShardInitError(
-            f"max_shard_size must be a positive number of bytes or a size such as '5GB' "
-            "(units KB, MB, GB, TB), "
-            f"got {max_shard_size!r}"
+            "max_shard_size must be a positive number of bytes (1000000) or a size such as "
+            f"'5GB' (units KB, MB, GB, TB), got {max_shard_size!r}"
+            + (f" ({size} bytes)" if size is not None else "")
         )
+    return size
+
+
+def default_max_shard_size() -> int | str:
+    """``save_pretrained``'s default ``max_shard_size`` in the installed transformers
+    (huggingface_hub's, which ``save_pretrained`` calls, without transformers)."""
+    import importlib.util
+    import inspect
+
+    if importlib.util.find_spec("transformers") is not None:
+        from transformers import PreTrainedModel
+
+        default = inspect.signature(PreTrainedModel.save_pretrained).parameters["max_shard_size"]
+        if isinstance(default.default, (int, str)):
+            return default.default
+    from huggingface_hub.serialization._base import MAX_SHARD_SIZE
+
+    return MAX_SHARD_SIZE
 
 
 def _group() -> tuple[int, int]:
@@ -386,7 +468,7 @@ def _agreed(world: int, step: Callable[[], _T]) -> _T:
     try:
         result = step()
     except OSError as failure:
-        error = f"save_seed_checkpoint: {failure.strerror or failure} ({failure.filename})"
+        error = f"save_seed_checkpoint: {os_error_text(failure)}"
     except ShardInitError as failure:
         error = str(failure)
     except Exception as failure:  # a peer must not wait for this rank forever
@@ -402,6 +484,13 @@ def _agreed(world: int, step: Callable[[], _T]) -> _T:
     return result  # type: ignore[no-any-return]
 
 
+def os_error_text(failure: OSError) -> str:
+    """``writing PATH: No space left on device (ENOSPC)``: the cause, its errno's name."""
+    name = errno.errorcode.get(failure.errno or 0)
+    cause = (failure.strerror or str(failure)) + (f" ({name})" if name else "")
+    return f"{failure.filename}: {cause}" if failure.filename else cause
+
+
 def _gathered(world: int, value: _T) -> list[_T]:
     if world == 1:
         return [value]
@@ -412,15 +501,32 @@ def _gathered(world: int, value: _T) -> list[_T]:
     return every
 
 
-def _make_directory(directory: Path) -> None:
+def make_directory(directory: Path) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise ShardInitError(
-            f"save_seed_checkpoint: path {directory} cannot be created: {error.strerror}"
+            f"save_seed_checkpoint: path {directory} cannot be created: "
+            + os_error_text(OSError(error.errno, error.strerror))
         ) from None
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ShardInitError(f"save_seed_checkpoint: path {directory} is not writable")
+
+
+def remove_unfinished(directory: Path, format: str) -> None:
+    """Every writer's unfinished files in ``directory`` (their writers died): safetensors'
+    ``NAME.partial``; dcp's data files while no manifest says the checkpoint is complete.
+    The caller holds the directory's lock."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    complete = MANIFEST_NAME in names
+    for name in names:
+        dcp_file = format == "dcp" and not complete and name.endswith(checkpoint_dcp.FILE_SUFFIX)
+        if name.endswith(".partial") or dcp_file:
+            with contextlib.suppress(OSError):
+                (directory / name).unlink()
 
 
 def _read_json(path: Path) -> Any:

@@ -10,11 +10,15 @@ storage writer calls one item at a time, so no more than a few chunks are held.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import pickle
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -71,24 +75,119 @@ def my_chunks(entries: Sequence[Entry], piece_bytes: int, rank: int, world: int)
     return [chunk for chunk, writer in zip(every, owner, strict=True) if writer == rank]
 
 
+#: dcp's data files: ``__RANK_N.distcp`` (FileSystemWriter's names).
+FILE_SUFFIX = ".distcp"
+
+
+def files_of_rank(directory: Path, rank: int) -> list[str]:
+    """The data files writer ``rank`` writes into ``directory`` (found there now)."""
+    prefix = f"__{rank}_"
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return [n for n in names if n.startswith(prefix) and n.endswith(FILE_SUFFIX)]
+
+
+def missing_files(directory: Path) -> list[str]:
+    """The files ``.metadata`` names that are absent or shorter than it says (all of
+    them, by name, when ``.metadata`` itself is missing)."""
+    try:
+        with (directory / ".metadata").open("rb") as stream:
+            metadata = pickle.load(stream)  # what dcp itself wrote just now
+    except (OSError, pickle.UnpicklingError, EOFError):
+        return [".metadata"]
+    needed: dict[str, int] = {}
+    for info in metadata.storage_data.values():
+        needed[info.relative_path] = max(
+            needed.get(info.relative_path, 0), info.offset + info.length
+        )
+    missing = []
+    for name, size in sorted(needed.items()):
+        path = directory / name
+        if not path.is_file() or path.stat().st_size < size:
+            missing.append(name)
+    return missing
+
+
 def write_dcp(
     directory: Path, mine: Sequence[Chunk], *, advance: Callable[[int], None], writer: Writer
 ) -> dict[str, int]:
     """Saves this writer's chunks ``mine`` with ``dcp.save`` (a collective when a
     process group is initialized), their values by ``writer``; returns this writer's
     fingerprint term per key."""
+    from torch.distributed.checkpoint.api import CheckpointException
     from torch.distributed.checkpoint.filesystem import FileSystemWriter
     from torch.distributed.checkpoint.state_dict_saver import save
 
     planner = _planner_class()(mine, advance, writer)
     storage = FileSystemWriter(str(directory))
-    with warnings.catch_warnings():
-        # One writer without a process group is what this call means: dcp.save warns
-        # that it assumes so.
-        warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-        save({}, storage_writer=storage, planner=planner, no_dist=not _in_group())
+    failures: list[OSError] = []
+    storage.fs = _recording_file_system(failures)
+    try:
+        with warnings.catch_warnings():
+            # One writer without a process group is what this call means: dcp.save warns
+            # that it assumes so.
+            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+            save({}, storage_writer=storage, planner=planner, no_dist=not _in_group())
+    except CheckpointException as error:
+        # torch.save reports a failed write as "unexpected pos": the recorded OSError is
+        # the cause; else the first writer's own exception (dcp wraps it).
+        wrapped = [exc for exc, _ in error.failures.values()]
+        causes = failures or [e for e in wrapped if isinstance(e, OSError)] or wrapped
+        if causes:
+            raise causes[0] from None
+        raise
     terms: dict[str, int] = planner.terms
     return terms
+
+
+def _recording_file_system(failures: list[OSError]) -> Any:
+    """dcp's file system, recording into ``failures`` the OSError a write or sync
+    raised (torch.save turns it into a RuntimeError that names no cause)."""
+    from torch.distributed.checkpoint.filesystem import FileSystem
+
+    class RecordingFileSystem(FileSystem):
+        @contextlib.contextmanager
+        def create_stream(self, path: str | os.PathLike[str], mode: str) -> Iterator[Any]:
+            try:
+                with super().create_stream(path, mode) as stream:
+                    yield _RecordingStream(stream, failures)
+            except OSError as error:
+                failures.append(error)
+                raise
+
+    return RecordingFileSystem()
+
+
+class _RecordingStream:
+    """A stream that records the OSError of a write, flush or fsync before raising it."""
+
+    def __init__(self, stream: Any, failures: list[OSError]) -> None:
+        self._stream = stream
+        self._failures = failures
+
+    def write(self, data: Any) -> int:
+        try:
+            written: int = self._stream.write(data)
+        except OSError as error:
+            if error.filename is None:
+                error.filename = getattr(self._stream, "name", None)
+            self._failures.append(error)
+            raise
+        return written
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as error:
+            if error.filename is None:
+                error.filename = getattr(self._stream, "name", None)
+            self._failures.append(error)
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _in_group() -> bool:

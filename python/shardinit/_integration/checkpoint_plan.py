@@ -98,17 +98,23 @@ class PieceTarget:
 
 
 def pieces(
-    entry: Entry, buffer: torch.Tensor, piece_bytes: int, writer: Writer
+    entry: Entry,
+    buffer: torch.Tensor,
+    piece_bytes: int,
+    writer: Writer,
+    start: int = 0,
+    stop: int | None = None,
 ) -> Iterator[PieceTarget]:
-    """``entry``'s pieces in order, each at most ``piece_bytes`` (one element at least),
-    each filled by ``writer`` into the start of ``buffer`` (a uint8 tensor of at least
-    that size): a caller uses a piece before asking for the next."""
+    """``entry``'s flat elements ``[start, stop)`` (default: all) in order, in pieces of
+    at most ``piece_bytes`` (one element at least), each filled by ``writer`` into the
+    start of ``buffer`` (a uint8 tensor of at least that size): a caller uses a piece
+    before asking for the next."""
     step = max(1, piece_bytes // entry.dtype.itemsize)
-    for start in range(0, entry.numel, step):
-        stop = min(entry.numel, start + step)
-        count = (stop - start) * entry.dtype.itemsize
-        out = buffer[:count].view(entry.dtype)
-        target = PieceTarget(entry, start, stop, out)
+    end = entry.numel if stop is None else stop
+    for first in range(start, end, step):
+        last = min(end, first + step)
+        out = buffer[: (last - first) * entry.dtype.itemsize].view(entry.dtype)
+        target = PieceTarget(entry, first, last, out)
         target.fill(entry.values, writer)
         yield target
 

@@ -2,7 +2,8 @@
 :func:`shardinit.cli._launch.launch`; not a public API).
 
 Joins the gloo group, builds the model on the meta device, and writes its share with
-:func:`shardinit.save_seed_checkpoint` (rank 0 also saves a transformers config). Writes
+:func:`shardinit.save_seed_checkpoint` (which also saves a transformers config). The
+directory's lock is its launcher's, inherited. Writes
 ``rank<r>.json`` into ``--out``: ``{"error": message}`` on a checkpoint error (the same
 on every rank), else ``{"error": null}``; its progress (``done total`` bytes) goes to
 ``--progress-dir/rank<r>``.
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-dir", required=True)
     parser.add_argument("--format", required=True)
     parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--max-shard-size", required=True)
+    parser.add_argument("--max-shard-size", type=int)
     parser.add_argument("--progress-dir", required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     error: str | None = None
     try:
         progress = _progress_file(Path(args.progress_dir, f"rank{rank}"))
-        write_checkpoint(args, args.checkpoint_dir, progress=progress, with_config=rank == 0)
+        write_checkpoint(args, args.checkpoint_dir, progress=progress)
     except ShardInitError as failure:
         error = str(failure)
     finally:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -35,7 +37,8 @@ __all__ = [
 
 
 class LaunchError(RuntimeError):
-    """A worker process failed or timed out (message: its last lines of stderr)."""
+    """A worker process failed or timed out: the first line says which rank and how
+    (its signal or exit status), the next lines are its last lines of stderr."""
 
 
 def exit_worker(code: int) -> NoReturn:
@@ -133,6 +136,7 @@ def launch(
     on_line: Callable[[str], None] | None = None,
     attempts: int = 2,
     env: Mapping[str, str] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> list[dict[str, Any]]:
     """Runs ``python -m module args --out DIR`` (``python module ...`` for a ``.py``
     path) as ``world`` ranks and returns the JSON
@@ -165,7 +169,7 @@ def launch(
     environ = dict(os.environ if env is None else env)
     for attempt in range(attempts):
         try:
-            return _launch_once(module, world, args, timeout, on_line, environ)
+            return _launch_once(module, world, args, timeout, on_line, environ, pass_fds)
         except LaunchError as error:
             if "address already in use" not in str(error).lower() or attempt == attempts - 1:
                 raise
@@ -179,13 +183,16 @@ def _launch_once(
     timeout: float,
     on_line: Callable[[str], None] | None,
     environ: Mapping[str, str],
+    pass_fds: Sequence[int],
 ) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="shardinit-") as tmp:
         out_dir = Path(tmp)
         command = [*_command(module), *args, "--out", str(out_dir)]
-        procs = _start_ranks(command, world, out_dir, environ)
+        procs = _start_ranks(command, world, out_dir, environ, pass_fds)
         try:
-            _wait_for_ranks(procs, out_dir, time.monotonic() + timeout, timeout, on_line)
+            first_failed = _wait_for_ranks(
+                procs, out_dir, time.monotonic() + timeout, timeout, on_line
+            )
         finally:
             for proc in procs:
                 if proc.poll() is None:
@@ -193,11 +200,15 @@ def _launch_once(
                     proc.wait()
                 if proc.stdout is not None:
                     proc.stdout.close()
-        return _collect_results(procs, out_dir)
+        return _collect_results(procs, out_dir, first_failed)
 
 
 def _start_ranks(
-    command: list[str], world: int, out_dir: Path, environ: Mapping[str, str]
+    command: list[str],
+    world: int,
+    out_dir: Path,
+    environ: Mapping[str, str],
+    pass_fds: Sequence[int] = (),
 ) -> list[subprocess.Popen[str]]:
     """Starts ``world`` ranks of ``command`` in ``environ``; rank 0's stdout is piped
     (progress), every rank's stderr goes to ``out_dir/rank<r>.stderr``."""
@@ -218,9 +229,21 @@ def _start_ranks(
         stdout: Any = subprocess.PIPE if rank == 0 else subprocess.DEVNULL
         with (out_dir / f"rank{rank}.stderr").open("w") as stderr:
             procs.append(
-                subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr, text=True)
+                subprocess.Popen(
+                    command,
+                    env=env,
+                    stdout=stdout,
+                    stderr=stderr,
+                    text=True,
+                    pass_fds=tuple(pass_fds),
+                )
             )
     return procs
+
+
+#: Seconds the other ranks get to end by themselves after one failed (they usually fail
+#: at their next collective), before they are killed.
+_GRACE_S = 10.0
 
 
 def _wait_for_ranks(
@@ -229,45 +252,76 @@ def _wait_for_ranks(
     deadline: float,
     timeout: float,
     on_line: Callable[[str], None] | None,
-) -> None:
+) -> int | None:
     """Forwards rank 0's lines to ``on_line`` and waits for every rank until
-    ``deadline`` (``time.monotonic()``).
+    ``deadline`` (``time.monotonic()``); returns the first rank seen failing (None if
+    none did). After one fails the others get :data:`_GRACE_S`, then are killed: a
+    rank waiting on its dead peer must not hold the run until the timeout.
 
     Raises:
         LaunchError: a rank ran past the deadline.
     """
-    first = procs[0]
-    if first.stdout is not None:
-        for line in first.stdout:
-            if on_line is not None:
-                on_line(line.rstrip("\n"))
-            if time.monotonic() > deadline:
-                break
-    for rank, proc in enumerate(procs):
-        remaining = max(0.1, deadline - time.monotonic())
-        try:
-            proc.wait(timeout=remaining)
-        except subprocess.TimeoutExpired:
+    reader = threading.Thread(target=_forward, args=(procs[0], on_line), daemon=True)
+    reader.start()
+    first_failed: int | None = None
+    while True:
+        codes = [proc.poll() for proc in procs]
+        if first_failed is None:
+            failed = [rank for rank, code in enumerate(codes) if code not in (None, 0)]
+            if failed:
+                first_failed = failed[0]
+                deadline = min(deadline, time.monotonic() + _GRACE_S)
+        if all(code is not None for code in codes):
+            break
+        if time.monotonic() > deadline:
+            if first_failed is not None:
+                break  # the rest are killed by the caller
+            rank = next(r for r, code in enumerate(codes) if code is None)
             raise LaunchError(
                 f"rank {rank} of {len(procs)} ran past {timeout:.0f} s\n"
                 + _tail(out_dir / f"rank{rank}.stderr")
-            ) from None
+            )
+        time.sleep(0.05)
+    reader.join(timeout=1.0)
+    return first_failed
 
 
-def _collect_results(procs: list[subprocess.Popen[str]], out_dir: Path) -> list[dict[str, Any]]:
+def _forward(proc: subprocess.Popen[str], on_line: Callable[[str], None] | None) -> None:
+    if proc.stdout is None:
+        return
+    try:
+        for line in proc.stdout:
+            if on_line is not None:
+                on_line(line.rstrip("\n"))
+    except (OSError, ValueError):  # closed when the rank was killed
+        return
+
+
+def exit_text(returncode: int) -> str:
+    """``killed by SIGKILL`` or ``exited with status 3``."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name}"
+    return f"exited with status {returncode}"
+
+
+def _collect_results(
+    procs: list[subprocess.Popen[str]], out_dir: Path, first_failed: int | None
+) -> list[dict[str, Any]]:
     """Each rank's JSON result, by rank.
 
     Raises:
-        LaunchError: a rank exited non-zero or wrote no result.
+        LaunchError: a rank exited non-zero or wrote no result (the first that failed:
+            the others usually just lost their peer).
     """
     world = len(procs)
-    failed = [rank for rank, proc in enumerate(procs) if proc.returncode != 0]
-    if failed:
-        # The first failing rank's stderr usually names the cause; others just lost
-        # their peer.
-        rank = failed[0]
+    if first_failed is not None:
+        rank = first_failed
         raise LaunchError(
-            f"rank {rank} of {world} exited with status {procs[rank].returncode}\n"
+            f"rank {rank} of {world} {exit_text(procs[rank].returncode)}\n"
             + _tail(out_dir / f"rank{rank}.stderr")
         )
     results = []

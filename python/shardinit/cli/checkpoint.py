@@ -3,13 +3,20 @@ model, written by ``--workers`` processes (:mod:`._checkpoint_worker`), each its
 
 With ``--hf-config`` the model is ``AutoModelForCausalLM.from_config`` on the meta
 device, initialized by its own ``init_weights`` (captured, as ``materialize`` does), in
-the config's ``dtype`` (float32 if it names none); the config is saved next to the
-weights, so ``from_pretrained(DIR)`` loads the checkpoint.
+the config's ``dtype`` (float32 if it names none); its config (and generation config)
+is saved next to the weights as ``save_pretrained`` saves it, so ``from_pretrained(DIR)``
+loads the checkpoint.
+
+The directory is locked for the whole command (before the model is built: a second
+run is refused at once); the writer processes inherit the lock. The launcher builds no
+model and imports no transformers: the writers do.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 import tempfile
 import threading
@@ -17,12 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._args import MODELS_HELP, Parser, model_choice, positive, say, seed
+from ._args import MODELS_HELP, Parser, local_world, model_choice, say, seed
 
 __all__ = ["add_command", "build_model", "run_checkpoint"]
 
 #: Seconds between redraws of the workers' combined progress.
 _POLL_S = 0.5
+#: Seconds the writers may run: a seed checkpoint of a large model takes hours.
+_WORKER_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 def add_command(commands: argparse._SubParsersAction[Parser]) -> Parser:
@@ -41,9 +50,13 @@ def add_command(commands: argparse._SubParsersAction[Parser]) -> Parser:
     ck.add_argument("--out", required=True, metavar="DIR", help="the checkpoint directory")
     ck.add_argument("--format", choices=("safetensors", "dcp"), default="safetensors")
     ck.add_argument("--seed", type=seed, default=0, help="seed in [0, 2^64), default 0")
-    ck.add_argument("--workers", type=positive, default=1, help="writer processes (default 1)")
+    ck.add_argument("--workers", type=local_world, default=1, help="writer processes (default 1)")
     ck.add_argument(
-        "--max-shard-size", default="5GB", help="safetensors' largest file (default 5GB)"
+        "--max-shard-size",
+        type=_shard_size,
+        default=None,
+        help="safetensors' largest file: bytes, or a size such as 5GB (default: "
+        "save_pretrained's default in the installed transformers)",
     )
     ck.add_argument(
         "--progress",
@@ -52,6 +65,16 @@ def add_command(commands: argparse._SubParsersAction[Parser]) -> Parser:
         help="show bytes, rate and ETA on stderr (default: when stderr is a terminal)",
     )
     return ck
+
+
+def _shard_size(text: str) -> int:
+    from .._integration.checkpoint import shard_size_bytes
+    from ..errors import ShardInitError
+
+    try:
+        return shard_size_bytes(text)
+    except ShardInitError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def build_model(
@@ -82,9 +105,11 @@ def build_model(
                 config, dtype=dtype
             )
     except Exception as error:  # transformers raises many types for a bad config
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        # Its reason whole, on one line (a validator's name is on the first line, the
+        # reason on the next ones).
+        reason = " ".join(str(error).split()) or type(error).__name__
         raise ShardInitError(
-            f"--hf-config {hf_config}: transformers cannot build it: {first}"
+            f"--hf-config {hf_config}: transformers cannot build it: {reason}"
         ) from None
     return built, built.init_weights
 
@@ -92,28 +117,36 @@ def build_model(
 def run_checkpoint(args: argparse.Namespace, parser: Parser) -> int:
     """``shardinit checkpoint``: exit 0, or 1 with a one-line error."""
     del parser
+    from .._integration.checkpoint import make_directory
+    from .._integration.checkpoint_lock import directory_lock
     from ..errors import ShardInitError
 
+    out = Path(args.out)
+    created = not out.exists()
     try:
-        if args.workers == 1:
-            _in_process(args)
-        else:
-            _from_workers(args)
+        make_directory(out)
+        with directory_lock(out):  # held until every writer has ended
+            if args.workers == 1:
+                write_checkpoint(args, args.out, progress=args.progress)
+            else:
+                _from_workers(args)
     except ShardInitError as error:
+        if created:
+            _remove_if_empty(out)
         print(f"shardinit checkpoint: {error}", file=sys.stderr)
         return 1
     say(f"wrote {args.format} seed checkpoint to {args.out}")
     return 0
 
 
-def _in_process(args: argparse.Namespace) -> None:
-    write_checkpoint(args, args.out, progress=args.progress, with_config=True)
+def _remove_if_empty(directory: Path) -> None:
+    with contextlib.suppress(OSError):  # not empty: a resumable run's files
+        directory.rmdir()
 
 
-def write_checkpoint(args: argparse.Namespace, out: str, progress: Any, with_config: bool) -> None:
+def write_checkpoint(args: argparse.Namespace, out: str, progress: Any) -> None:
     """Builds the model the arguments name and writes this process's part of its seed
-    checkpoint to ``out`` (the one call of both the in-process path and each worker);
-    ``with_config``: also its transformers config (one writer does it)."""
+    checkpoint to ``out`` (the one call of both the in-process path and each worker)."""
     from .. import save_seed_checkpoint
 
     model, init_fn = build_model(args.hf_config, args.model)
@@ -126,32 +159,30 @@ def write_checkpoint(args: argparse.Namespace, out: str, progress: Any, with_con
         max_shard_size=args.max_shard_size,
         progress=progress,
     )
-    if with_config:
-        save_config(model, out)
-
-
-def save_config(model: Any, out: str) -> None:
-    """A transformers model's config, next to its weights (what from_pretrained reads)."""
-    config = getattr(model, "config", None)
-    if config is not None and hasattr(config, "save_pretrained"):
-        config.save_pretrained(out)
 
 
 def _from_workers(args: argparse.Namespace) -> None:
-    """Runs ``--workers`` writer processes; draws their combined progress.
+    """Runs ``--workers`` writer processes (they inherit the directory's lock); draws
+    their combined progress. A writer that dies leaves its partial files: they are
+    removed here, where the lock is still held.
 
     Raises:
-        ShardInitError: a worker's error (the same on every worker), or a failed worker.
+        ShardInitError: a worker's error (the same on every worker), or the first
+            writer that failed, with its signal or exit status.
     """
+    from .._integration.checkpoint import remove_unfinished
+    from .._integration.checkpoint_lock import INHERITED_ENV, inheritable_lock_fd
     from ..errors import ShardInitError
     from ._launch import LaunchError, launch
 
-    build_model(args.hf_config, args.model)  # a bad config: one line here, before any worker
+    lock_fd, lock_env = inheritable_lock_fd(Path(args.out))
+    env = {**os.environ, INHERITED_ENV: lock_env}
     with tempfile.TemporaryDirectory(prefix="shardinit-progress-") as progress_dir:
         forwarded = [
             *(["--hf-config", args.hf_config] if args.hf_config else ["--model", args.model]),
             *["--checkpoint-dir", args.out, "--format", args.format, "--seed", str(args.seed)],
-            *["--max-shard-size", args.max_shard_size, "--progress-dir", progress_dir],
+            *(["--max-shard-size", str(args.max_shard_size)] if args.max_shard_size else []),
+            *["--progress-dir", progress_dir],
         ]
         shown = sys.stderr.isatty() if args.progress is None else args.progress
         stop = threading.Event()
@@ -159,9 +190,22 @@ def _from_workers(args: argparse.Namespace) -> None:
         if shown:
             drawer.start()
         try:
-            results = launch("shardinit.cli._checkpoint_worker", args.workers, forwarded)
+            results = launch(
+                "shardinit.cli._checkpoint_worker",
+                args.workers,
+                forwarded,
+                env=env,
+                pass_fds=(lock_fd,),
+                timeout=_WORKER_TIMEOUT_S,
+            )
         except LaunchError as error:
-            raise ShardInitError(f"a writer failed: {str(error).splitlines()[0]}") from None
+            remove_unfinished(Path(args.out), args.format)
+            lines = str(error).splitlines()
+            detail = next((line for line in reversed(lines[1:]) if line.strip()), "")
+            cause = lines[0].replace("rank", "writer", 1)
+            raise ShardInitError(
+                f"{cause}" + (f" (its last words: {detail.strip()})" if detail else "")
+            ) from None
         finally:
             stop.set()
             if shown:
