@@ -10,8 +10,8 @@ word of its name (``_integration/capture/...`` -> ``tests/capture``, ``_program/
 ``tests/program``, ``cli/checkpoint.py`` -> ``tests/cli`` and ``tests/checkpoint``), else
 its layer's (``_integration`` -> ``tests/materialize``, the package top ->
 ``tests/core``), and the test files named after it, by whole words
-(``placements.py`` -> ``test_materialize_placements.py``). No list of files: a module that moves keeps its
-subject's tests, a new one is mutated from its first run.
+(``placements.py`` -> ``test_materialize_placements.py``). No list of files: a module
+that moves keeps its subject's tests, a new one is mutated from its first run.
 
 Within those tests, each mutant runs only the ones that run its line: the tests are run
 once, traced (tools/mutants_trace.py, cached in ``target/mutants`` until the package or
@@ -437,11 +437,18 @@ def main() -> None:
     parser.add_argument("--python-sample", type=int, default=20, help="mutants per seed")
     parser.add_argument("--seed", type=int, action="append", help="repeatable; default 0")
     parser.add_argument("--only", action="append", default=[], help="a path to narrow to")
-    parser.add_argument("--slowdown", type=float, default=4.0,
-                        help="a mutant's timeout: this times its tests' traced seconds, +120 s")
-    parser.add_argument("--single-process", action="store_true",
-                        help="leave out the multi-rank (gloo) tests: a line only they run "
-                        "counts as run by no test (minutes of CPU less on 2 cores)")
+    parser.add_argument(
+        "--slowdown",
+        type=float,
+        default=4.0,
+        help="a mutant's timeout: this times its tests' traced seconds, +120 s",
+    )
+    parser.add_argument(
+        "--single-process",
+        action="store_true",
+        help="leave out the multi-rank (gloo) tests: a line only they run "
+        "counts as run by no test (minutes of CPU less on 2 cores)",
+    )
     parser.add_argument("--skip-rust", action="store_true")
     parser.add_argument("--skip-python", action="store_true")
     parser.add_argument("--fresh", action="store_true", help="forget the outcomes logged so far")

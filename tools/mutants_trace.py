@@ -45,9 +45,7 @@ class LineTrace:
         known = self._ours.get(filename, "")
         if known != "":
             return known
-        relative = (
-            os.path.relpath(filename, _ROOT) if filename.startswith(self.package) else None
-        )
+        relative = os.path.relpath(filename, _ROOT) if filename.startswith(self.package) else None
         self._ours[filename] = relative
         return relative
 

@@ -153,8 +153,9 @@ def main() -> None:
         result = "uncovered"
         if job["tests"]:
             result = outcome(run_child(job, job["tests"]), job["timeout"])
+        seconds = round(time.monotonic() - began, 1)
         record = {"key": job["key"], "outcome": result, "seed": job["seed"],
-                  "tests": len(job["tests"]), "seconds": round(time.monotonic() - began, 1)}  # fmt: skip
+                  "tests": len(job["tests"]), "seconds": seconds}  # fmt: skip
         with mutants.PYTHON_LOG.open("a") as log:
             log.write(json.dumps(record) + "\n")
         print(f"{result:9} {job['key']} ({len(job['tests'])} tests)", flush=True)
