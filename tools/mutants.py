@@ -298,10 +298,19 @@ def draw(args: argparse.Namespace, everything: list[Mutant]) -> list[tuple[int, 
     return chosen
 
 
+def _cost(unit: str) -> int:
+    """A test folder's or file's rough cost: its size (the cheapest are traced first)."""
+    path = ROOT / unit
+    files = path.rglob("test_*.py") if path.is_dir() else [path]
+    return sum(file.stat().st_size for file in files)
+
+
 def run_python(args: argparse.Namespace, deadline: float) -> None:
     """Samples of the Python mutants, each under the tests that run its line, until
-    ``deadline``: the jobs are handed to a worker in the tree (:func:`work`), which
-    appends each outcome to ``PYTHON_LOG``."""
+    ``deadline``. The subjects' test folders and files are traced one at a time, the
+    cheapest first, and once all of a mutant's are, its job goes to a worker in the tree
+    (tools/mutants_worker.py), which appends each outcome to ``PYTHON_LOG``: a run cut
+    short by its budget has results for the subjects it reached."""
     modules = python_modules(args.only)
     everything = [mutant for module in modules for mutant in python_mutants(module)]
     chosen = draw(args, everything)
@@ -309,9 +318,29 @@ def run_python(args: argparse.Namespace, deadline: float) -> None:
     if not chosen:
         return
     digest = copy_tree()
-    subjects = sorted({test for _, m in chosen for test in subject_tests(m.path)})
     marks = ["-m", "not distributed"] if args.single_process else []
-    traced = trace([*subjects, *marks], digest)
+    wanted = {test for _, m in chosen for test in subject_tests(m.path)}
+    # A file of a folder that is traced anyway is not traced on its own.
+    units = sorted((u for u in wanted if not _under(u, wanted - {u})), key=_cost)
+    traced, done = Trace({}, {}), []
+    for unit in units:
+        if deadline - time.monotonic() < 120:
+            break
+        one = trace([unit, *marks], digest)
+        traced.tests.update(one.tests)
+        for path, lines in one.elsewhere.items():
+            traced.elsewhere[path] = sorted({*traced.elsewhere.get(path, []), *lines})
+        done.append(unit)
+        ready = [(s, m) for s, m in chosen if all(_under(t, done) for t in subject_tests(m.path))]
+        chosen = [pair for pair in chosen if pair not in ready]
+        if ready:
+            _work(ready, traced, args, deadline)
+
+
+def _work(
+    chosen: list[tuple[int, Mutant]], traced: Trace, args: argparse.Namespace, deadline: float
+) -> None:
+    """Runs ``chosen`` in a worker in the tree, until ``deadline``."""
     jobs = []
     for seed, mutant in chosen:
         tests, timeout_s = tests_for(mutant, traced, args.slowdown, args.single_process)
