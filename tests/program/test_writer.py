@@ -132,6 +132,17 @@ def test_a_flat_program_to_cuda_is_staged_in_bounded_buffers(staged: list[int]) 
     assert torch.equal(out.as_subclass(torch.Tensor), expected)
 
 
+@pytest.mark.parametrize("start", [0, 17, 300 * 64 - 1])
+def test_a_region_of_one_element_of_a_program_is_written(start: int) -> None:
+    """A region of one element is written like any other (only an empty one is
+    skipped): its value is the program's."""
+    shape = (300, 64)
+    out = torch.full((1,), float("nan"))
+    Values(scaled_record(shape), SEED).write_flat(shard.writer(), start, start + 1, out)
+    spec = shardinit.ParamSpec("w", shape, torch.float32, init.normal(0.0, 0.02), seed=SEED)
+    assert torch.equal(out, (shardinit.full(spec) * 3.0).reshape(-1)[start : start + 1])
+
+
 def test_orthogonal_to_cuda_stages_its_region_once(staged: list[int], q_count: list[int]) -> None:
     shape = (30, 20)
     out = torch.full((288,), float("nan")).as_subclass(OnCuda)
