@@ -9,8 +9,9 @@ Which tests a module's mutants face is decided here and only here, from the layo
 word of its name (``_integration/capture/...`` -> ``tests/capture``, ``_program/...`` ->
 ``tests/program``, ``cli/checkpoint.py`` -> ``tests/cli`` and ``tests/checkpoint``), else
 its layer's (``_integration`` -> ``tests/materialize``, the package top ->
-``tests/core``), and the test files named after it, by whole words
-(``placements.py`` -> ``test_materialize_placements.py``). No list of files: a module
+``tests/core``), and the test files elsewhere named after that subject or the module, by
+whole words (``_program/expr.py`` -> ``tests/core/test_program_math.py``,
+``placements.py`` -> ``test_materialize_placements.py``). No list of files: a module
 that moves keeps its subject's tests, a new one is mutated from its first run.
 
 Within those tests, each mutant runs only the ones that run its line: the tests are run
@@ -91,12 +92,15 @@ def subject_tests(module: str) -> list[str]:
         layer = Path(module).relative_to(PACKAGE).parts[0]
         folders = [next(tests for top, tests in LAYER_TESTS if top in (layer, ""))]
     found = [f"tests/{folder}" for folder in folders]
-    if len(name) >= MIN_NAME and name != "init":
-        for subject in subjects:
-            for path in sorted((tests_dir / subject).glob("test_*.py")):
-                named = re.search(f"_{name}s?_", f"_{path.stem}_") is not None
-                if named and f"tests/{subject}" not in found:
-                    found.append(path.relative_to(ROOT).as_posix())
+    # The files of other folders named after the subject or the module, by whole words
+    # (``_program/expr.py``: tests/core/test_program_math.py).
+    names = [folder for folder in folders if folder in words]
+    names += [name] if len(name) >= MIN_NAME and name != "init" else []
+    for subject in subjects:
+        for path in sorted((tests_dir / subject).glob("test_*.py")):
+            named = any(re.search(f"_{n}s?_", f"_{path.stem}_") for n in names)
+            if named and f"tests/{subject}" not in found:
+                found.append(path.relative_to(ROOT).as_posix())
     return found
 
 
