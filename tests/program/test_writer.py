@@ -143,6 +143,21 @@ def test_a_region_of_one_element_of_a_program_is_written(start: int) -> None:
     assert torch.equal(out, (shardinit.full(spec) * 3.0).reshape(-1)[start : start + 1])
 
 
+def test_a_box_is_written_into_out_or_a_new_tensor_and_a_wrong_out_is_refused() -> None:
+    shape = (30, 20)
+    record = scaled_record(shape)
+    box = [(3, 8), (0, 20)]
+    spec = shardinit.ParamSpec("w", shape, torch.float32, init.normal(0.0, 0.02), seed=SEED)
+    expected = (shardinit.full(spec) * 3.0)[3:8]
+    out = torch.full((5, 20), float("nan"))
+    assert shard.writer().box(record, SEED, box, out) is out
+    assert torch.equal(out, expected)
+    assert torch.equal(shard.writer().box(record, SEED, box), expected)
+    for wrong in (torch.empty(5, 19), torch.empty(5, 20, dtype=torch.float64)):
+        with pytest.raises(shardinit.ShardInitError, match="out has shape"):
+            shard.writer().box(record, SEED, box, wrong)
+
+
 def test_orthogonal_to_cuda_stages_its_region_once(staged: list[int], q_count: list[int]) -> None:
     shape = (30, 20)
     out = torch.full((288,), float("nan")).as_subclass(OnCuda)
