@@ -15,12 +15,14 @@ from shardinit import _fill, init
 from shardinit._program.compile import compile_program
 from shardinit._program.expr import (
     Binary,
+    Const,
     Coord,
     Lin,
     _decide,
     contiguous_index,
     flat_of_box,
     integer_span,
+    unravel,
 )
 from shardinit.spec import ParamSpec
 
@@ -47,6 +49,20 @@ def test_the_contiguous_index_is_the_row_major_flat_index(shape: tuple[int, ...]
 def test_the_flat_positions_of_a_box_start_at_its_offset(shape: tuple[int, ...]) -> None:
     expected = torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape) + 7
     assert torch.equal(_values(flat_of_box(shape, 7), shape), expected)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_unravelling_the_flat_index_gives_each_coordinate(shape: tuple[int, ...]) -> None:
+    ranges = [(0, size) for size in shape]
+    coords = unravel(contiguous_index(shape), shape, ranges)
+    grid = torch.meshgrid(
+        *(torch.arange(size, dtype=torch.float32) for size in shape), indexing="ij"
+    )
+    for dim, coord in enumerate(coords):
+        if shape[dim] == 1:  # the coordinate along a dim of size 1 is the constant 0
+            assert coord == Const(0.0)
+            continue
+        assert torch.equal(_values(coord, shape), grid[dim]), dim
 
 
 COMPARISONS = {
