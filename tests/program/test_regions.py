@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from shardinit._layout import Box
+from shardinit._program.cannot import Cannot
 from shardinit._program.regions import (
     box_runs,
     flat_range_boxes,
@@ -112,3 +114,13 @@ def test_runs_copied_land_where_their_elements_go(source: list[int], data: st.Da
     assert [run for _, run in pairs] == mapped
     for at, (start, stop) in pairs:
         assert [into[at + k] for k in range(stop - start)] == list(range(start, stop))
+
+
+def test_a_reshaped_whole_tensor_covers_it_and_a_strided_slice_is_refused() -> None:
+    """A view that is every element in order but no box dim by dim (``view(2, 6)`` of a
+    (3, 4) tensor) covers the whole tensor along no dim of it; a strided slice is no
+    box: refused."""
+    base = torch.zeros(3, 4)
+    assert view_region(base.view(2, 6), base) == (((0, 3), (0, 4)), (None, None))
+    with pytest.raises(Cannot, match="runs along no dim"):
+        view_region(base[:, ::2], base)
