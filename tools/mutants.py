@@ -486,6 +486,7 @@ def main() -> None:
     parser.add_argument("--skip-python", action="store_true")
     parser.add_argument("--fresh", action="store_true", help="forget the outcomes logged so far")
     parser.add_argument("--report", action="store_true", help="only rewrite REPORT.md")
+    parser.add_argument("--note", default="", help="a line for REPORT.md's header (the run)")
     args = parser.parse_args()
     args.seed = args.seed or [0]
     OUT.mkdir(parents=True, exist_ok=True)
@@ -500,7 +501,7 @@ def main() -> None:
         if not args.skip_rust:
             left = args.minutes - (time.monotonic() - start) / 60
             run_rust(max(left, 1.0), args.rust_shard, args.only)
-    header = f"Last run: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."
+    header = f"Written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. {args.note}".strip()
     untriaged = write_report(header)
     if untriaged:
         sys.exit(f"{untriaged} surviving mutants without a triage line in {TRIAGE}")
