@@ -155,19 +155,23 @@ bench: setup $(BENCH_TOOLS)
 	cargo bench -p shardinit-bench
 	$(PY) benches/compare_torch.py
 
-# Mutation testing (tools/mutants.py, which lists the files mutated): one shard of
-# cargo-mutants over the core's arithmetic, then a sample of Python mutants of the writer
-# and the capture hub, within MUTANTS_MINUTES in all; the survivors and their triage
-# (tests/mutants/TRIAGE.md) go to tests/mutants/REPORT.md, and an untriaged survivor
-# fails the target. Vary the shard and the seed between runs to cover more.
+# Mutation testing (tools/mutants.py, which maps each module to its subject's tests from
+# the layout): a sample of Python mutants drawn from every module of python/shardinit,
+# each run under the tests that run its line, then one shard of cargo-mutants over every
+# file of rust/core/src, within MUTANTS_MINUTES in all; MUTANTS_ONLY (paths) narrows
+# both. The survivors and their triage (tests/mutants/TRIAGE.md) go to
+# tests/mutants/REPORT.md, and an untriaged survivor fails the target. Vary the shard
+# and the seed between runs to cover more.
 MUTANTS_MINUTES ?= 30
 MUTANTS_SHARD ?= 0/100
 MUTANTS_SEED ?= 0
 MUTANTS_PYTHON_SAMPLE ?= 20
+MUTANTS_ONLY ?=
 mutants: test-deps
 	command -v cargo-mutants >/dev/null || cargo install cargo-mutants --locked
 	$(PY) tools/mutants.py --minutes $(MUTANTS_MINUTES) --rust-shard $(MUTANTS_SHARD) \
-		--seed $(MUTANTS_SEED) --python-sample $(MUTANTS_PYTHON_SAMPLE)
+		--seed $(MUTANTS_SEED) --python-sample $(MUTANTS_PYTHON_SAMPLE) \
+		$(foreach path,$(MUTANTS_ONLY),--only $(path))
 
 wheel: $(CORE)
 	$(VENV)/bin/maturin build --release --out dist

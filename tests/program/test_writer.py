@@ -6,16 +6,16 @@ bounded pinned buffers, ``CUDA_CHUNK_BYTES`` at a time (CUDA runtime mocked: no 
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
+from cuda_standin import OnCuda, stand_in
 
 import shardinit
-from shardinit import _fill, _host, init, shard
+from shardinit import _fill, init, shard
 from shardinit._integration.placements import full_runs
 from shardinit._integration.targets import Values
 from shardinit._program import CapturedOp, ParamRecord, Scale, base_ops
@@ -86,41 +86,14 @@ def test_elementwise_values_never_take_the_whole_matrix_path(q_count: list[int])
     assert torch.equal(out, shardinit.init_flat(spec, 17, 305))
 
 
-class OnCuda(torch.Tensor):
-    """A CPU tensor that says it is on cuda:0 (the dispatch picks its path by device)."""
-
-    @property  # type: ignore[override]
-    def device(self) -> torch.device:
-        return torch.device("cuda", 0)
-
-
-class FakeEvent:
-    def record(self, stream: object) -> None:
-        del stream
-
-    def synchronize(self) -> None:
-        pass
-
-
 @pytest.fixture
-def staged(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """The CUDA runtime mocked for the host path; yields the byte size of every host
-    buffer the fills stage through."""
-    sizes: list[int] = []
-
-    def pinned_empty(numel: int, dtype: torch.dtype) -> torch.Tensor:
-        buffer = torch.empty(numel, dtype=dtype)
-        sizes.append(buffer.numel() * buffer.element_size())
-        return buffer
-
-    monkeypatch.setattr(_host, "pinned_empty", pinned_empty)
-    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda: None)
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+def staged(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The CUDA runtime stood in for the host path (tests/helpers/cuda_standin.py), with
+    staging chunks of 4096 bytes; the byte size of every host buffer the fills stage
+    through."""
+    sizes = stand_in(monkeypatch)
     monkeypatch.setattr(shard, "CUDA_CHUNK_BYTES", 4096)
-    shardinit.set_cuda_backend("host")
-    yield sizes
-    shardinit.set_cuda_backend(None)
+    return sizes
 
 
 def scaled_record(shape: tuple[int, ...]) -> ParamRecord:
@@ -157,6 +130,32 @@ def test_a_flat_program_to_cuda_is_staged_in_bounded_buffers(staged: list[int]) 
     expected = torch.empty(9000)
     Values(record, SEED).write_flat(shard.writer(), 17, 9017, expected)
     assert torch.equal(out.as_subclass(torch.Tensor), expected)
+
+
+@pytest.mark.parametrize("start", [0, 17, 300 * 64 - 1])
+def test_a_region_of_one_element_of_a_program_is_written(start: int) -> None:
+    """A region of one element is written like any other (only an empty one is
+    skipped): its value is the program's."""
+    shape = (300, 64)
+    out = torch.full((1,), float("nan"))
+    Values(scaled_record(shape), SEED).write_flat(shard.writer(), start, start + 1, out)
+    spec = shardinit.ParamSpec("w", shape, torch.float32, init.normal(0.0, 0.02), seed=SEED)
+    assert torch.equal(out, (shardinit.full(spec) * 3.0).reshape(-1)[start : start + 1])
+
+
+def test_a_box_is_written_into_out_or_a_new_tensor_and_a_wrong_out_is_refused() -> None:
+    shape = (30, 20)
+    record = scaled_record(shape)
+    box = [(3, 8), (0, 20)]
+    spec = shardinit.ParamSpec("w", shape, torch.float32, init.normal(0.0, 0.02), seed=SEED)
+    expected = (shardinit.full(spec) * 3.0)[3:8]
+    out = torch.full((5, 20), float("nan"))
+    assert shard.writer().box(record, SEED, box, out) is out
+    assert torch.equal(out, expected)
+    assert torch.equal(shard.writer().box(record, SEED, box), expected)
+    for wrong in (torch.empty(5, 19), torch.empty(5, 20, dtype=torch.float64)):
+        with pytest.raises(shardinit.ShardInitError, match="out has shape"):
+            shard.writer().box(record, SEED, box, wrong)
 
 
 def test_orthogonal_to_cuda_stages_its_region_once(staged: list[int], q_count: list[int]) -> None:

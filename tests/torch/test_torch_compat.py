@@ -35,3 +35,44 @@ def test_capture_translates_every_fill_a_zero3_build_skips() -> None:
     from shardinit._torch_compat import NN_INIT_FILLS
 
     assert tuple(INIT_TRANSLATIONS) == NN_INIT_FILLS
+
+
+def test_assign_parameter_runs_a_class_own_setattr() -> None:
+    """The fast path of ``assign_parameter`` is only for classes that keep
+    ``Module.__setattr__``: one that overrides it gets its own called."""
+    from torch import nn
+
+    calls: list[str] = []
+
+    class Recording(nn.Linear):
+        def __setattr__(self, name: str, value: object) -> None:
+            calls.append(name)
+            super().__setattr__(name, value)
+
+    module = Recording(2, 2)
+    calls.clear()
+    new = nn.Parameter(torch.ones(2, 2))
+    _torch_compat.assign_parameter(module, "weight", new)
+    assert calls == ["weight"]
+    assert module.weight is new
+    plain = nn.Linear(2, 2)
+    _torch_compat.assign_parameter(plain, "weight", new)
+    assert plain.weight is new and plain._parameters["weight"] is new
+
+
+def test_handed_to_mode_is_handle_torch_function_called_from_the_frame() -> None:
+    """True only for a frame named ``handle_torch_function`` called straight from the
+    function's own frame."""
+    import sys
+
+    def handle_torch_function(frame: object) -> bool:
+        return _torch_compat.handed_to_mode(sys._getframe(), frame)  # type: ignore[arg-type]
+
+    def other_name(frame: object) -> bool:
+        return _torch_compat.handed_to_mode(sys._getframe(), frame)  # type: ignore[arg-type]
+
+    def init_function() -> tuple[bool, bool, bool]:
+        here = sys._getframe()
+        return handle_torch_function(here), other_name(here), handle_torch_function(None)
+
+    assert init_function() == (True, False, False)

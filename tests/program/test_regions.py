@@ -1,0 +1,126 @@
+"""Region arithmetic (``_program.regions``) against torch's own indexing: the boxes of a
+flat range tile it in order, and a box's flat runs are its elements in row-major order
+(the writer of a flat range and the capture's copies rest on both)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from shardinit._layout import Box
+from shardinit._program.cannot import Cannot
+from shardinit._program.regions import (
+    box_runs,
+    flat_range_boxes,
+    map_runs,
+    map_runs_from,
+    view_region,
+    view_runs,
+)
+
+shapes = st.lists(st.integers(1, 5), min_size=1, max_size=4).map(tuple)
+
+
+def _indices(shape: tuple[int, ...]) -> torch.Tensor:
+    return torch.arange(math.prod(shape)).reshape(shape)
+
+
+def _runs_of(values: list[int]) -> list[tuple[int, int]]:
+    """``values`` (increasing) as runs ``[start, stop)`` of consecutive integers."""
+    runs: list[tuple[int, int]] = []
+    for value in values:
+        if runs and runs[-1][1] == value:
+            runs[-1] = (runs[-1][0], value + 1)
+        else:
+            runs.append((value, value + 1))
+    return runs
+
+
+@st.composite
+def flat_ranges(draw: st.DrawFn) -> tuple[tuple[int, ...], int, int]:
+    shape = draw(shapes)
+    start = draw(st.integers(0, math.prod(shape)))
+    return shape, start, draw(st.integers(start, math.prod(shape)))
+
+
+@st.composite
+def boxes(draw: st.DrawFn) -> tuple[tuple[int, ...], Box]:
+    shape = draw(shapes)
+    box = []
+    for size in shape:
+        start = draw(st.integers(0, size))
+        box.append((start, draw(st.integers(start, size))))
+    return shape, tuple(box)
+
+
+@settings(max_examples=200)  # cheap: no core, no torch op but indexing
+@given(flat_ranges())
+@example(((3, 4), 2, 9))  # a partial first row, a whole row, a partial last row
+@example(((2, 3, 4), 5, 19))
+def test_the_boxes_of_a_flat_range_tile_it_in_order(case: tuple[tuple[int, ...], int, int]) -> None:
+    shape, start, stop = case
+    indices = _indices(shape)
+    covered: list[int] = []
+    for offset, box in flat_range_boxes(shape, start, stop):
+        assert offset == len(covered)
+        covered += indices[tuple(slice(a, b) for a, b in box)].reshape(-1).tolist()
+    assert covered == list(range(start, stop))
+
+
+@settings(max_examples=200)
+@given(boxes())
+@example(((3, 4), ((0, 2), (1, 3))))  # rows of a partial last dim: one run per row
+@example(((2, 3, 4), ((0, 2), (1, 3), (0, 4))))
+@example(((1,), ((0, 1),)))  # one element
+def test_the_runs_of_a_box_are_its_elements_in_row_major_order(
+    case: tuple[tuple[int, ...], Box],
+) -> None:
+    shape, region = case
+    elements = _indices(shape)[tuple(slice(a, b) for a, b in region)].reshape(-1).tolist()
+    assert box_runs(region, shape) == _runs_of(elements)
+    base = torch.zeros(shape)
+    view = base[tuple(slice(a, b) for a, b in region)]
+    assert view_runs(view, base) == _runs_of(elements)
+    if view.numel():
+        assert view_region(view, base)[0] == region
+
+
+positions = st.lists(st.integers(0, 40), min_size=1, max_size=20, unique=True).map(sorted)
+
+
+@settings(max_examples=200)
+@given(positions, st.data())
+def test_runs_copied_land_where_their_elements_go(source: list[int], data: st.DataObject) -> None:
+    """A copy of the view with runs ``source`` into one with runs ``target`` (element k to
+    element k, in the views' order): ``map_runs`` of a piece of the source's base gives
+    the target positions of the piece's elements, in order; ``map_runs_from`` pairs each
+    with the source position its first element comes from."""
+    target = sorted(
+        data.draw(
+            st.lists(st.integers(0, 40), min_size=len(source), max_size=len(source), unique=True)
+        )
+    )
+    low = data.draw(st.integers(0, 41))
+    piece = (low, data.draw(st.integers(low, 41)))
+    into = dict(zip(source, target, strict=True))
+    expected = [into[k] for k in source if piece[0] <= k < piece[1]]
+    mapped = list(map_runs(_runs_of(source), piece, _runs_of(target)))
+    assert [k for start, stop in mapped for k in range(start, stop)] == expected
+    pairs = list(map_runs_from(_runs_of(source), piece, _runs_of(target)))
+    assert [run for _, run in pairs] == mapped
+    for at, (start, stop) in pairs:
+        assert [into[at + k] for k in range(stop - start)] == list(range(start, stop))
+
+
+def test_a_reshaped_whole_tensor_covers_it_and_a_strided_slice_is_refused() -> None:
+    """A view that is every element in order but no box dim by dim (``view(2, 6)`` of a
+    (3, 4) tensor) covers the whole tensor along no dim of it; a strided slice is no
+    box: refused."""
+    base = torch.zeros(3, 4)
+    assert view_region(base.view(2, 6), base) == (((0, 3), (0, 4)), (None, None))
+    with pytest.raises(Cannot, match="runs along no dim"):
+        view_region(base[:, ::2], base)
