@@ -46,6 +46,7 @@ __all__ = [
     "enter_dispatch_mode",
     "exit_dispatch_mode",
     "fsdp1_unit",
+    "fsdp2_offloaded_params",
     "handed_to_mode",
     "is_flat_param",
     "is_strided_shard",
@@ -469,6 +470,27 @@ def unwrap_fsdp2_classes(module: nn.Module) -> list[tuple[nn.Module, type]]:
                 sub.__class__ = bases[0]
                 swapped.append((sub, cls))
     return swapped
+
+
+def fsdp2_offloaded_params(root: nn.Module) -> dict[int, bool]:
+    """The sharded parameters of ``root`` that FSDP2 offloads to the CPU
+    (``fully_shard(offload_policy=CPUOffloadPolicy(...))``), as ``id(parameter) ->
+    pin_memory``. Read from each ``FSDPModule``'s private state (checked 2.15.0:
+    ``_get_fsdp_state()._fsdp_param_group.fsdp_params``, each ``FSDPParam`` with
+    ``offload_to_cpu``, ``pin_memory`` and ``sharded_param``)."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    wrapper = getattr(fsdp, "FSDPModule", None)
+    offloaded: dict[int, bool] = {}
+    if wrapper is None:
+        return offloaded
+    for sub in root.modules():
+        if not isinstance(sub, wrapper):
+            continue
+        group = sub._get_fsdp_state()._fsdp_param_group
+        for fsdp_param in group.fsdp_params if group is not None else ():
+            if fsdp_param.offload_to_cpu:
+                offloaded[id(fsdp_param.sharded_param)] = bool(fsdp_param.pin_memory)
+    return offloaded
 
 
 def rewrap_fsdp2_classes(swapped: list[tuple[nn.Module, type]]) -> None:
