@@ -245,6 +245,7 @@ def test_demo_report_verdict_resources_and_no_table(
 ) -> None:
     monkeypatch.setattr(_launch, "launch", _fake_worlds(differ_at=None))
     monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("os.getloadavg", lambda: (9.5, 0.0, 0.0))
     code, out, _ = _run(["demo", "--model", "tiny", "--worlds", "1,2,4"], capsys)
     assert code == 0
     lines = out.splitlines()
@@ -267,6 +268,7 @@ def test_demo_report_verdict_resources_and_no_table(
     assert "shardinit's is materialize; torch's is to_empty + manual_seed" in flat
     assert "shardinit is slower at world 4 (2.00 s vs 1.00 s)" in flat
     assert "4 ranks x 1 fill threads share 2 cores" in flat
+    assert "the machine is busy (load average 9.5 on 2 cores)" in flat
     assert "slower at world 1" not in flat and "slower at world 2" not in flat
 
 

@@ -292,6 +292,12 @@ def _print_slower(outcome: _Outcome) -> None:
                 f"; and {world} ranks x {threads} fill threads share {cores} cores, where "
                 "torch's generator runs one thread per rank"
             )
+        load = os.getloadavg()[0]
+        if load > cores:
+            why += (
+                f"; and the machine is busy (load average {load:.1f} on {cores} cores), "
+                "so these times vary from run to run: rerun on a quiet machine"
+            )
         _paragraph(why + ".")
 
 
