@@ -143,8 +143,12 @@ def worker(argv: list[str]) -> None:
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    import deepspeed  # noqa: F401 - imported before the measurement, as megatron below
-    import megatron.core.tensor_parallel  # noqa: F401
+    # Imported before the measurement; only the one the strategy needs, so that a venv
+    # with megatron-core alone (the Python 3.12 lane, docs/megatron-deepspeed.md) runs.
+    if args.strategy.startswith("zero3"):
+        import deepspeed  # noqa: F401
+    else:
+        import megatron.core.tensor_parallel  # noqa: F401
 
     broadcast_bytes = [0]
     original = dist.broadcast

@@ -5,7 +5,9 @@ a GPU machine is available: one run, under 6 minutes, that
 2. checks bits: the kernel against the host path for every dtype x initializer, random
    boxes and flat ranges and one tensor of 2^28 elements; the committed golden SHA-256
    digests (rust/core/tests/golden_digests.rs) computed on the GPU; the PTX rules on the
-   kernels compiled there; the bad-input matrix with ``device="cuda"``;
+   kernels compiled there; the bad-input matrix with ``device="cuda"``; CPU offload
+   (FSDP2 ``CPUOffloadPolicy`` pinned and not on a CUDA mesh, FSDP1 ``CPUOffload``:
+   shards on the CPU, the whole model's bits, a forward and backward);
 3. measures speed on 2^28-element tensors with CUDA events (median of 10 after warm-up)
    against ``fill_`` and torch's own generators in the same run, and writes the table
    (markdown and JSON) to ``--out`` (default ``$OUT``) for docs/performance.md.
@@ -282,6 +284,100 @@ def check_bad_input() -> list[str]:
     return problems
 
 
+# --- CPU offload (docs/how-fsdp-initializes.md, "CPU offload") -------------------------
+
+
+def offload_lm() -> Any:
+    """A tiny LM on meta with torchtitan-style init code (``trunc_normal_``, the output
+    layer's with a 3-std cutoff); torch imported here, so that --dry-run needs none."""
+    import torch
+    from torch import nn
+
+    class Tiny(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tok_embeddings = nn.Embedding(37, 12)
+            self.layers = nn.ModuleList(nn.Linear(12, 12) for _ in range(2))
+            self.output = nn.Linear(12, 37, bias=False)
+
+        def forward(self, tokens: Any) -> Any:
+            x = self.tok_embeddings(tokens)
+            for layer in self.layers:
+                x = torch.tanh(layer(x))
+            return self.output(x)
+
+        def init_weights(self) -> None:
+            for layer in self.layers:
+                nn.init.trunc_normal_(layer.weight, std=0.02, a=-0.04, b=0.04)
+            std = 12**-0.5
+            nn.init.trunc_normal_(self.output.weight, std=std, a=-3 * std, b=3 * std)
+
+    with torch.device("meta"):
+        return Tiny()
+
+
+def _offload_problems(name: str, model: Any, whole: dict[str, Any], pinned: bool) -> list[str]:
+    """Shards on the CPU (pinned if ``pinned``), gathered = the whole model, a forward."""
+    import torch
+
+    problems = []
+    for pname, param in model.named_parameters():
+        local = param.to_local() if hasattr(param, "to_local") else param
+        if local.device.type != "cpu" or (pinned and not local.is_pinned()):
+            problems.append(f"{name}: {pname} on {local.device}, pinned {local.is_pinned()}")
+        full = param.full_tensor() if hasattr(param, "full_tensor") else param.detach()
+        if not torch.equal(full.cpu(), whole[pname]):
+            problems.append(f"{name}: {pname} differs from the whole model")
+    model(torch.arange(8, device="cuda").reshape(2, 4)).float().mean().backward()
+    return problems
+
+
+def check_offload() -> list[str]:
+    """FSDP2 with CPUOffloadPolicy (pinned and not) on a CUDA mesh, and FSDP1 with
+    CPUOffload(offload_params=True), one process: shards on the CPU, the whole model's
+    bits, a forward and backward (what torch 2.15 refuses on a CPU-only machine)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffload, CPUOffloadPolicy, fully_shard
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    import shardinit
+
+    if not dist.is_initialized():
+        store = dist.HashStore()
+        dist.init_process_group("cpu:gloo,cuda:nccl", store=store, rank=0, world_size=1)
+    whole_model = offload_lm()
+    shardinit.materialize(whole_model, seed=4511, init_fn=whole_model.init_weights)
+    whole = {n: p.detach() for n, p in whole_model.named_parameters()}
+    problems = []
+    mesh = init_device_mesh("cuda", (1,))
+    for pinned in (True, False):
+        model = offload_lm()
+        for layer in model.layers:
+            fully_shard(layer, mesh=mesh, offload_policy=CPUOffloadPolicy(pin_memory=pinned))
+        fully_shard(model, mesh=mesh, offload_policy=CPUOffloadPolicy(pin_memory=pinned))
+        shardinit.materialize(model, seed=4511, init_fn=model.init_weights)
+        problems += _offload_problems(f"FSDP2 pin_memory={pinned}", model, whole, pinned)
+    meta = offload_lm()
+    captured = shardinit.capture_init(meta, meta.init_weights)
+    fsdp1 = FSDP(
+        meta,
+        device_id=torch.device("cuda", torch.cuda.current_device()),
+        param_init_fn=shardinit.fsdp1_param_init_fn,
+        cpu_offload=CPUOffload(offload_params=True),
+        use_orig_params=True,
+    )
+    shardinit.materialize(fsdp1, seed=4511, init_fn=captured)
+    with FSDP.summon_full_params(fsdp1):
+        for raw, param in fsdp1.named_parameters():
+            if not torch.equal(param.detach().cpu(), whole[shardinit.canonical_name(raw)]):
+                problems.append(f"FSDP1 offload: {raw} differs from the whole model")
+    fsdp1(torch.arange(8, device="cuda").reshape(2, 4)).float().mean().backward()
+    dist.destroy_process_group()
+    return problems
+
+
 # --- speed ---------------------------------------------------------------------------
 
 
@@ -448,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         print(f"golden table: {len(golden_table())} digests; host digests: {problems or 'ok'}")
         print(
-            "plan: bits (flat, boxes, shards, 2^28, carry), golden on cuda, PTX, bad input, speed"
+            "plan: bits (flat, boxes, shards, 2^28, carry), golden on cuda, PTX, bad input, "
+            "CPU offload (FSDP2 pinned and not, FSDP1), speed"
         )
         return 1 if problems else 0
     import shardinit
@@ -459,6 +556,7 @@ def main(argv: list[str] | None = None) -> int:
         ("bits", lambda: check_bits(args.elements)),
         ("compiled PTX", check_compiled_ptx),
         ("bad input", check_bad_input),
+        ("CPU offload", check_offload),
     ):
         found = check()
         print(f"{name}: {found or 'ok'}  ({time.monotonic() - started:.0f} s)")

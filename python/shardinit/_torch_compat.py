@@ -47,6 +47,7 @@ __all__ = [
     "enter_dispatch_mode",
     "exit_dispatch_mode",
     "fsdp1_unit",
+    "fsdp2_offloaded_params",
     "handed_to_mode",
     "is_flat_param",
     "is_strided_shard",
@@ -55,6 +56,9 @@ __all__ = [
     "python_key_excluded",
     "rewrap_fsdp2_classes",
     "split_factor",
+    "stateless_philox_missing",
+    "stateless_philox_uniform",
+    "stateless_philox_words",
     "strided_shard",
     "torch_function_disabled",
     "tree_leaves",
@@ -481,6 +485,27 @@ def unwrap_fsdp2_classes(module: nn.Module) -> list[tuple[nn.Module, type]]:
     return swapped
 
 
+def fsdp2_offloaded_params(root: nn.Module) -> dict[int, bool]:
+    """The sharded parameters of ``root`` that FSDP2 offloads to the CPU
+    (``fully_shard(offload_policy=CPUOffloadPolicy(...))``), as ``id(parameter) ->
+    pin_memory``. Read from each ``FSDPModule``'s private state (checked 2.15.0:
+    ``_get_fsdp_state()._fsdp_param_group.fsdp_params``, each ``FSDPParam`` with
+    ``offload_to_cpu``, ``pin_memory`` and ``sharded_param``)."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    wrapper = getattr(fsdp, "FSDPModule", None)
+    offloaded: dict[int, bool] = {}
+    if wrapper is None:
+        return offloaded
+    for sub in root.modules():
+        if not isinstance(sub, wrapper):
+            continue
+        group = sub._get_fsdp_state()._fsdp_param_group
+        for fsdp_param in group.fsdp_params if group is not None else ():
+            if fsdp_param.offload_to_cpu:
+                offloaded[id(fsdp_param.sharded_param)] = bool(fsdp_param.pin_memory)
+    return offloaded
+
+
 def rewrap_fsdp2_classes(swapped: list[tuple[nn.Module, type]]) -> None:
     for sub, cls in swapped:
         sub.__class__ = cls
@@ -498,3 +523,45 @@ def aten_packet(func: Any) -> Any:
 #: itself, and those whose ``right_inverse`` returns its input (spectral_norm's).
 WEIGHT_NORM: type[nn.Module] = torch.nn.utils.parametrizations._WeightNorm
 ORIGINAL_KEEPING: tuple[type[nn.Module], ...] = (torch.nn.utils.parametrizations._SpectralNorm,)
+
+
+# --------------------------------------------------------------------------- stateless Philox
+
+#: Where torch's stateless Philox lives (checked 2.15.0, private and "subject to change
+#: without notice"): a key is a uint64 tensor ``(seed, offset)``, the offset counted in
+#: 128-bit Philox blocks. docs/stream-format.md §2 says how stream v1 maps onto it.
+_STATELESS_PHILOX = "torch.func._random"
+
+
+def stateless_philox_missing() -> str | None:
+    """Why torch's stateless Philox (``torch.func._random.bits``, torch >= 2.15) cannot
+    be reached in this torch, or None when it can."""
+    try:
+        from torch.func import _random
+    except ImportError:
+        return f"torch {torch.__version__} has no {_STATELESS_PHILOX} (new in torch 2.15)"
+    if not hasattr(_random, "bits") or not hasattr(_random, "uniform"):
+        return f"torch {torch.__version__}'s {_STATELESS_PHILOX} has no bits() / uniform()"
+    return None
+
+
+def _stateless_key(key64: int, first_block: int) -> torch.Tensor:
+    return torch.tensor([key64, first_block], dtype=torch.uint64)
+
+
+def stateless_philox_words(key64: int, first_block: int, count: int) -> torch.Tensor:
+    """``count`` raw uint32 words of torch's stateless Philox4x32-10 with seed ``key64``,
+    starting at block ``first_block`` (``torch.func._random.bits``, checked 2.15.0)."""
+    from torch.func import _random
+
+    return _random.bits(_stateless_key(key64, first_block), (count,), dtype=torch.uint32)
+
+
+def stateless_philox_uniform(
+    key64: int, first_block: int, count: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """``count`` uniforms in [0, 1) of ``dtype`` from the same key and blocks
+    (``torch.func._random.uniform``, checked 2.15.0)."""
+    from torch.func import _random
+
+    return _random.uniform(_stateless_key(key64, first_block), (count,), dtype=dtype)

@@ -231,6 +231,7 @@ def _fake_worlds(differ_at: int | None) -> Callable[..., list[dict[str, Any]]]:
             "shapes": {"a.weight": [8, 4], "b.weight": [4]},
             "fingerprints": fingerprints,
             "torch_seconds": 1.0,
+            "threads": 1,
             "torch_fingerprints": {"a.weight": f"{world:016x}", "b.weight": "bbbbbbbbbbbbbbbb"},
             "torch_local": {"a.weight": [[8 // world, 4], "same"], "b.weight": [[4], "b"]},
         }
@@ -243,6 +244,8 @@ def test_demo_report_verdict_resources_and_no_table(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr(_launch, "launch", _fake_worlds(differ_at=None))
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.setattr("os.getloadavg", lambda: (9.5, 0.0, 0.0))
     code, out, _ = _run(["demo", "--model", "tiny", "--worlds", "1,2,4"], capsys)
     assert code == 0
     lines = out.splitlines()
@@ -259,6 +262,31 @@ def test_demo_report_verdict_resources_and_no_table(
     assert "a.weight" not in out  # no per-parameter table
     assert "the parameters that agree (1 of 2) are constants such as norms" in out
     assert "world 4: rank shards are exact copies of each other for 1 of 1 randomly" in out
+    # What each time includes, then why shardinit is slower where it is (world 4 only).
+    flat = " ".join(out.split())
+    assert "Both times start from the same sharded model on meta" in flat
+    assert "shardinit's is materialize; torch's is to_empty + manual_seed" in flat
+    assert "shardinit is slower at world 4 (2.00 s vs 1.00 s)" in flat
+    assert "4 ranks x 1 fill threads share 2 cores" in flat
+    assert "the machine is busy (load average 9.5 on 2 cores)" in flat
+    assert "slower at world 1" not in flat and "slower at world 2" not in flat
+
+
+def test_demo_offload_reaches_the_workers(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: list[list[str]] = []
+    fake = _fake_worlds(differ_at=None)
+
+    def launch(module: str, world: int, args: list[str], **kwargs: Any) -> list[dict[str, Any]]:
+        seen.append(args)
+        return fake(module, world, args, **kwargs)
+
+    monkeypatch.setattr(_launch, "launch", launch)
+    code, out, _ = _run(["demo", "--model", "tiny", "--worlds", "1,2", "--offload"], capsys)
+    assert code == 0
+    assert all("--offload" in args for args in seen) and len(seen) == 2
+    assert "FSDP2 fully_shard with CPU offload (CPUOffloadPolicy)" in out
 
 
 def test_demo_verbose_prints_the_table(

@@ -82,7 +82,14 @@ def test_a_climb_from_the_program_floor_is_found(tmp_path: Path) -> None:
 
 #: Spellings of torch's private APIs (a private module or a ``_``-prefixed attribute of a
 #: torch object) that only ``_torch_compat`` may use.
-PRIVATE_TORCH = ("torch._C", "torch.utils._", "._make_subclass", "__deepcopy__.__code__")
+PRIVATE_TORCH = (
+    "torch._C",
+    "torch.utils._",
+    "torch.func._",
+    "func import _random",
+    "._make_subclass",
+    "__deepcopy__.__code__",
+)
 
 
 def test_private_torch_apis_live_in_torch_compat() -> None:

@@ -34,6 +34,7 @@ from .capture import (
     write_buffers,
 )
 from .defaults import DefaultInit, default_buffer_value, parent_overrides
+from .offload import offloaded_devices
 from .placements import full_runs, is_dtensor, local_runs_of
 from .rules import RuleKey, RuleList, choose_init, first_rule
 from .targets import LocalTarget, Target, Values
@@ -208,6 +209,8 @@ class Plan:
         pending = [t for p in self.params if (t := p.target.module_pass_tensor()) is not None]
         if pending:
             mesh_device = _dtensor_device(pending[0], device)
+            # FSDP2's CPU offload: those shards on the CPU (raises before allocating).
+            offloaded = offloaded_devices(root, device)
             # The parameters of planned targets (materialize(only=...) plans some only).
             planned = {id(t) for p in self.params if (t := p.target.planned_tensor()) is not None}
 
@@ -216,7 +219,7 @@ class Plan:
                 unplanned = isinstance(tensor, nn.Parameter) and id(tensor) not in planned
                 if not tensor.is_meta or unplanned:
                     return tensor
-                return torch.empty_like(tensor, device=mesh_device)
+                return torch.empty_like(tensor, device=offloaded.get(id(tensor), mesh_device))
 
             # One pass over the root, not per parameter: FSDP2 re-registers its sharded
             # parameters in its Module._apply override.

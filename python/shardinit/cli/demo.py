@@ -61,6 +61,11 @@ def add_command(commands: argparse._SubParsersAction[Parser]) -> Parser:
     demo.add_argument("--seed", type=seed, default=0, help="seed in [0, 2^64), default 0")
     demo.add_argument("--tp", type=positive, default=1, help="tensor-parallel degree")
     demo.add_argument("--no-torch", action="store_true", help="skip torch's own path")
+    demo.add_argument(
+        "--offload",
+        action="store_true",
+        help="FSDP2 with CPU offload (CPUOffloadPolicy; pinned only where an accelerator is)",
+    )
     demo.add_argument("--timeout", type=positive, default=600, help="seconds per world size")
     demo.add_argument(
         "-v",
@@ -85,7 +90,7 @@ def run_demo(args: argparse.Namespace, parser: Parser) -> int:
         except argparse.ArgumentTypeError as error:
             parser.error(f"argument --tp: {tp} gives the default worlds {worlds}: {error}")
     started = time.perf_counter()
-    _print_intro(args.model, args.seed, tp, worlds)
+    _print_intro(args.model, args.seed, tp, worlds, offload=args.offload)
     per_world: dict[int, RankResults] = {}
     for step, world in enumerate(worlds, 1):
         results = _run_world(args, world, f"[{step}/{len(worlds)}]")
@@ -106,8 +111,9 @@ def run_demo(args: argparse.Namespace, parser: Parser) -> int:
 # ------------------------------------------------------------------------------ running
 
 
-def _print_intro(model: str, seed_value: int, tp: int, worlds: list[int]) -> None:
+def _print_intro(model: str, seed_value: int, tp: int, worlds: list[int], *, offload: bool) -> None:
     layout = "FSDP2 fully_shard" + (f" on top of {tp}-way tensor parallelism" if tp > 1 else "")
+    layout += " with CPU offload (CPUOffloadPolicy)" if offload else ""
     say(f"shardinit demo: {describe(model)}")
     say(f"  seed {seed_value}; {layout}; gloo process groups on CPU; {_worlds_text(worlds)}")
     say("  every rank builds the model on the meta device and fills only its own shards\n")
@@ -121,6 +127,8 @@ def _run_world(args: argparse.Namespace, world: int, step: str) -> RankResults |
     worker_args = ["--model", args.model, "--seed", str(args.seed), "--tp", str(args.tp)]
     if not args.no_torch:
         worker_args.append("--torch-path")
+    if args.offload:
+        worker_args.append("--offload")
     processes = f"{world} process" + ("es" if world > 1 else "")
     verbose: bool = args.verbose
     say(f"{step} world {world}: {processes} ...", end="\n" if verbose else "")
@@ -247,10 +255,50 @@ def _print_resources(outcome: _Outcome) -> None:
     say("Per world (time: slowest rank; memory: largest rank):")
     for line in _table(header, rows, "r" * len(header)):
         say(line)
+    if outcome.torch_path:
+        _paragraph(
+            "Both times start from the same sharded model on meta, after both paths ran "
+            "once on the tiny model, and include allocating and filling the local shards: "
+            "shardinit's is materialize; torch's is to_empty + manual_seed + "
+            "reset_parameters."
+        )
+        _print_slower(outcome)
     if len(set(outcome.digests)) == 1:
         say(f"shardinit's model digest at every world size: {outcome.digests[0]}")
     else:
         say(f"shardinit's model digests: {_per_world(outcome.worlds, outcome.digests)}")
+
+
+def _print_slower(outcome: _Outcome) -> None:
+    """Why shardinit's time is above torch's at the world sizes where it is."""
+    import os
+
+    cores = os.cpu_count() or 1
+    for world, results in outcome.per_world.items():
+        ours = max(r["seconds"] for r in results)
+        theirs = max(r["torch_seconds"] for r in results)
+        if ours <= theirs:
+            continue
+        threads = max(r.get("threads", 1) for r in results)
+        share = human_bytes(max(r["bytes"] for r in results))
+        why = (
+            f"shardinit is slower at world {world} ({ours:.2f} s vs {theirs:.2f} s): its "
+            f"time includes a cost per rank that does not shrink with the world size "
+            f"(planning and checking all {len(outcome.names)} parameters, and starting its "
+            f"fill threads), against a share of {share} per rank to fill"
+        )
+        if world * threads > cores:
+            why += (
+                f"; and {world} ranks x {threads} fill threads share {cores} cores, where "
+                "torch's generator runs one thread per rank"
+            )
+        load = os.getloadavg()[0]
+        if load > cores:
+            why += (
+                f"; and the machine is busy (load average {load:.1f} on {cores} cores), "
+                "so these times vary from run to run: rerun on a quiet machine"
+            )
+        _paragraph(why + ".")
 
 
 def _per_world(worlds: Sequence[int], values: Sequence[str]) -> str:
@@ -277,7 +325,10 @@ def _print_torch_path(outcome: _Outcome) -> None:
     from .. import model_digest
 
     say("\ntorch's own path on the same model:")
-    _paragraph("torch.manual_seed(seed) on every rank, then reset_parameters() on the shards")
+    _paragraph(
+        "to_empty(device='cpu'), torch.manual_seed(seed) on every rank, then "
+        "reset_parameters() on the shards"
+    )
     digests = [model_digest(r[0]["torch_fingerprints"]) for r in outcome.per_world.values()]
     say(f"  model digests: {_per_world(outcome.worlds, digests)}")
     agreeing = len(outcome.names) - len(outcome.torch_differing)
