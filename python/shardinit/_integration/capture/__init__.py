@@ -18,17 +18,18 @@ Four wings, each importing only the wings below it (``tests/packaging/test_layer
 * :mod:`.ops`: torch's names as fills, program steps and routes.
 """
 
-from .session.api import capture_init
-from .session.constructors import (
+from .session import (
+    CapturedInit,
     ConstructorValue,
     buffer_tensor,
+    capture_init,
     constructor_buffer,
     constructor_record,
     copied_any,
     copy_source,
     record_constructors,
+    write_buffers,
 )
-from .session.records import CapturedInit, write_buffers
 
 __all__ = [
     "CapturedInit",

@@ -45,26 +45,40 @@ from ...._torch_compat import (
     handed_to_mode,
 )
 from ....errors import UnsupportedInitOpError
-from ..ops.composites import (
+from ..ops import (
+    CONCATS,
+    COPIES,
+    FACTORIES,
+    INIT_FUNCTIONS,
+    INIT_TRANSLATIONS,
     MOVES,
+    Route,
     dropout_drops,
     foreach_parts,
+    is_inplace,
+    no_formula,
     python_numbers,
     resizes_to_itself,
+    route_of,
     same_device,
     split_device,
 )
-from ..ops.pointwise import no_formula
-from ..ops.tables import CONCATS, COPIES, FACTORIES, Route, is_inplace, route_of
-from ..ops.translations import INIT_FUNCTIONS, INIT_TRANSLATIONS
-from ..trace.concrete import Concrete, Evaluated
-from ..trace.coordinates import Coordinates
-from ..trace.copies import Copies
-from ..trace.engine import Engine, read_reason
-from ..trace.frames import frame_arguments, func_name, init_frame
-from ..trace.steps import Steps
-from ..trace.store import RecordStore
-from ..trace.tracks import Track, run_op, storage_id
+from ..trace import (
+    Concrete,
+    Coordinates,
+    Copies,
+    Engine,
+    Evaluated,
+    RecordStore,
+    Steps,
+    Track,
+    frame_arguments,
+    func_name,
+    init_frame,
+    read_reason,
+    run_op,
+    storage_id,
+)
 from .backstop import WriteBackstop
 from .writes import Writes, quietly, tensors_in
 

@@ -15,16 +15,8 @@ from ...._program.cannot import Cannot
 from ...._torch_compat import tree_leaves
 from ....errors import ShardInitError
 from ....init import Constant
-from ..ops.pointwise import inplace_name
-from ..ops.tables import SCALES, is_inplace
-from ..ops.translations import METHOD_TRANSLATIONS, bind, scalar
-from ..trace.concrete import Concrete
-from ..trace.coordinates import Coordinates
-from ..trace.copies import Copies
-from ..trace.engine import Engine
-from ..trace.steps import Steps
-from ..trace.store import RecordStore
-from ..trace.tracks import Track, same_view
+from ..ops import METHOD_TRANSLATIONS, SCALES, bind, inplace_name, is_inplace, scalar
+from ..trace import Concrete, Coordinates, Copies, Engine, RecordStore, Steps, Track, same_view
 from .backstop import WriteBackstop
 from .metaruns import run_meta_inplace
 

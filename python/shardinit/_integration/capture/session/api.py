@@ -18,8 +18,8 @@ from ....errors import UnsupportedInitOpError
 from ...collector import collector_paused
 from ...exclusive import ThreadExclusive
 from ...new_modules import NewSubmodules
-from ..dispatch.mode import CaptureMode
-from ..trace.tracks import Track
+from ..dispatch import CaptureMode
+from ..trace import Track
 from .created import CreatedTensors
 from .initcalls import install_init_calls
 from .modulecalls import install_module_calls

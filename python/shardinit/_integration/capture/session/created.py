@@ -48,10 +48,8 @@ from ...._program.actions import ParamRecord
 from ...._program.expr import bad_reasons
 from ...._torch_compat import make_parameter
 from ....errors import UnsupportedInitOpError
-from ..dispatch.mode import CaptureMode
-from ..trace.engine import read_reason
-from ..trace.frames import user_frame
-from ..trace.tracks import Track
+from ..dispatch import CaptureMode
+from ..trace import Track, read_reason, user_frame
 from .standins import ParamGroup
 
 __all__ = ["CreatedTensors"]

@@ -37,8 +37,8 @@ import torch
 from torch import nn
 
 from ...._torch_compat import torch_function_disabled
-from ..dispatch.mode import CaptureMode
-from ..trace.tracks import Track
+from ..dispatch import CaptureMode
+from ..trace import Track
 from .standins import DTensorStandIn
 from .threads import give_eager_layout
 

@@ -35,7 +35,7 @@ from ...._names import ParamSlot, canonical_name, param_slots, qualified, refuse
 from ...._torch_compat import is_flat_param, make_parameter
 from ....errors import ShardInitError, UnsupportedInitOpError
 from ....spec import SUPPORTED_DTYPES
-from ..trace.tracks import Track, storage_id
+from ..trace import Track, storage_id
 from .threads import CheckedParameter, checked_tensor
 
 __all__ = [
@@ -111,7 +111,7 @@ class DTensorStandIn(CheckedParameter):
     values that depend on the layout; shardinit fills each rank's shard of the whole)."""
 
     def _refuse(self, what: str) -> UnsupportedInitOpError:
-        from ..trace.frames import user_frame
+        from ..trace import user_frame
 
         return UnsupportedInitOpError(
             f"capture_init: a DTensor parameter of global shape {tuple(self.shape)}: {what} "

@@ -58,11 +58,10 @@ from ...._torch_compat import (
     tree_leaves,
 )
 from ....errors import UnsupportedInitOpError
-from ..trace.frames import user_frame
-from ..trace.tracks import storage_id
+from ..trace import storage_id, user_frame
 
 if TYPE_CHECKING:
-    from ..trace.store import RecordStore
+    from ..trace import RecordStore
 
 __all__ = ["CheckedParameter", "checked_tensor", "plain_tensor", "watching_threads"]
 

@@ -33,7 +33,7 @@ from ...._program.actions import Opaque
 from ...._program.cannot import Cannot
 from ...._program.expr import Bad, Expr, Source, bad_reasons, beyond_table_cap, contains
 from ...._torch_compat import tree_leaves, tree_map
-from ..ops.torchvalues import eager_values
+from ..ops import eager_values
 from .engine import Engine
 from .frames import user_frame
 from .steps import unfollowed

@@ -40,7 +40,7 @@ from ...._program.expr import (
 )
 from ...._program.regions import view_region, whole
 from ....shard import writer
-from ..ops.translations import Translation, scalar
+from ..ops import Translation, scalar
 from .engine import Engine, box_coords
 from .store import RecordStore
 from .tracks import Track, run_op

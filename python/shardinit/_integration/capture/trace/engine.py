@@ -74,7 +74,7 @@ from ...._torch_compat import torch_function_disabled, tree_leaves
 from ....errors import ShardInitError
 from ....init import Constant
 from ....spec import ParamSpec
-from ..ops.translations import Translation
+from ..ops import Translation
 from .before import Before, on_before
 from .claims import RandomPlaces
 from .folds import Folds

@@ -31,8 +31,7 @@ from ...._program.expr import (
     where,
 )
 from ...._torch_compat import tree_leaves
-from ..ops.pointwise import POINTWISE, cast, cast_dtype, no_formula, step_of
-from ..ops.tables import RANDOM_SOURCES
+from ..ops import POINTWISE, RANDOM_SOURCES, cast, cast_dtype, no_formula, step_of
 from .engine import Engine
 from .frames import user_frame
 from .store import RecordStore

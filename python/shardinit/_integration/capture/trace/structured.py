@@ -15,7 +15,7 @@ from ...._program.expr import Const, Coord, Expr, combine
 from ...._program.regions import Box
 from ....errors import ShardInitError
 from ....init import Constant
-from ..ops.translations import build
+from ..ops import build
 from .tracks import Track
 
 __all__ = ["fill_action"]
