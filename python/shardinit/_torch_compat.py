@@ -51,6 +51,7 @@ __all__ = [
     "is_strided_shard",
     "make_parameter",
     "make_subclass",
+    "positional_arguments",
     "python_key_excluded",
     "rewrap_fsdp2_classes",
     "split_factor",
@@ -478,6 +479,15 @@ def aten_packet(func: Any) -> Any:
     ``torch.ops.aten.fill_.Scalar``); any other callable as it is. ``torch._ops.OpOverload``
     is private (checked: torch 2.15)."""
     return func.overloadpacket if isinstance(func, torch._ops.OpOverload) else func
+
+
+def positional_arguments(name: str) -> tuple[str, ...]:
+    """The names of the positional arguments of the aten operator ``name`` (its default
+    overload), in order: as the torch function or method of that name takes them
+    (``torch.full(size, fill_value)``, ``t.new_full(size, fill_value)`` with ``t`` as
+    ``self``). ``OpOverload._schema`` is private (checked: torch 2.15)."""
+    schema = getattr(torch.ops.aten, name).default._schema
+    return tuple(argument.name for argument in schema.arguments if not argument.kwarg_only)
 
 
 #: ``torch.nn.utils.parametrizations``' private parametrization classes (checked: torch

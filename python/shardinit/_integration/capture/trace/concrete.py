@@ -105,6 +105,17 @@ class Concrete:
             )
         return Evaluated(cpu_args, cpu_kwargs, result)
 
+    def attempt(
+        self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> tuple[Evaluated | None, str | None]:
+        """:meth:`evaluate`, its :class:`Cannot` turned into None and why: the one "try
+        the CPU run, else fall through" every caller makes (the values not known at
+        capture, the result is opaque or a program's step)."""
+        try:
+            return self.evaluate(name, func, args, kwargs), None
+        except Cannot as cannot:
+            return None, cannot.reason
+
     def known(self, value: torch.Tensor, op: str) -> torch.Tensor:
         """The values of a meta operand on the CPU.
 
