@@ -17,10 +17,8 @@ MAX_LINES = 80
 PACKAGE = Path(shardinit.__file__).resolve().parent
 
 
-def code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
-    """Lines of ``node`` from ``def`` to its end, less its docstring."""
-    assert node.end_lineno is not None
-    total = node.end_lineno - node.lineno + 1
+def docstring_lines(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> range:
+    """The lines of ``node``'s own docstring (empty when it has none)."""
     first = node.body[0]
     if (
         isinstance(first, ast.Expr)
@@ -28,8 +26,14 @@ def code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
         and isinstance(first.value.value, str)
     ):
         assert first.end_lineno is not None
-        total -= first.end_lineno - first.lineno + 1
-    return total
+        return range(first.lineno, first.end_lineno + 1)
+    return range(0)
+
+
+def code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of ``node`` from ``def`` to its end, less its docstring."""
+    assert node.end_lineno is not None
+    return node.end_lineno - node.lineno + 1 - len(docstring_lines(node))
 
 
 def long_functions(root: Path, limit: int) -> list[str]:
@@ -80,18 +84,12 @@ MAX_CLASS_LINES = 250
 def _docstring_lines(node: ast.AST) -> set[int]:
     """The line numbers of every docstring in ``node`` (its own, its methods', nested
     classes')."""
-    lines: set[int] = set()
-    for sub in ast.walk(node):
-        if isinstance(sub, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            first = sub.body[0]
-            if (
-                isinstance(first, ast.Expr)
-                and isinstance(first.value, ast.Constant)
-                and isinstance(first.value.value, str)
-            ):
-                assert first.end_lineno is not None
-                lines.update(range(first.lineno, first.end_lineno + 1))
-    return lines
+    return {
+        line
+        for sub in ast.walk(node)
+        if isinstance(sub, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        for line in docstring_lines(sub)
+    }
 
 
 def class_code_lines(node: ast.ClassDef, source: list[str]) -> int:
