@@ -58,7 +58,7 @@ from ...._torch_compat import (
     tree_leaves,
 )
 from ....errors import UnsupportedInitOpError
-from ..trace import storage_id, user_frame
+from ..trace import refusal, storage_id
 
 if TYPE_CHECKING:
     from ..trace import RecordStore
@@ -76,13 +76,14 @@ class _Watch:
         """The refusal of ``op`` from this (other) thread, kept as the capture's error."""
         tracks = self.store.followed(args)
         label = tracks[0].label if tracks else "a parameter's or buffer's stand-in"
-        error = UnsupportedInitOpError(
-            f"capture_init: {label}: {op} in thread {threading.current_thread().name!r} "
-            f"at {user_frame()}: the capture records init code in the thread that runs "
-            "init_fn (torch's modes are per thread), so there the operation would not be "
-            "recorded (on a parameter's meta stand-in it does nothing) and the default "
-            "kept; run this init code in init_fn's own thread (call it instead of "
-            "handing it to a thread, a pool or asyncio.to_thread)"
+        error = refusal(
+            label,
+            f"{op} in thread {threading.current_thread().name!r}",
+            "the capture records init code in the thread that runs init_fn (torch's "
+            "modes are per thread), so there the operation would not be recorded (on a "
+            "parameter's meta stand-in it does nothing) and the default kept",
+            "Run this init code in init_fn's own thread (call it instead of handing it "
+            "to a thread, a pool or asyncio.to_thread)",
         )
         if self.store.error is None:
             self.store.error = error
@@ -239,12 +240,14 @@ def _layout_refusal(
     label = track.label if track is not None else "a parameter"
     eager = tensor.__dict__.get("_eager_layout")
     strides = tuple(eager.stride()) if eager is not None else "?"
-    error = UnsupportedInitOpError(
-        f"capture_init: {label}: {op} at {user_frame()}: in eager torch the tensor has "
-        f"strides {strides} (a memory format such as channels_last), where {why}; the "
-        "capture's stand-in is row-major, so the result would differ: initialize the "
-        "parameter through views both layouts share (indexing, slicing, torch.nn.init), "
-        "or set the memory format after init_fn"
+    error = refusal(
+        label,
+        op,
+        f"in eager torch the tensor has strides {strides} (a memory format such as "
+        f"channels_last), where {why}; the capture's stand-in is row-major, so the "
+        "result would differ",
+        "Initialize the parameter through views both layouts share (indexing, slicing, "
+        "torch.nn.init), or set the memory format after init_fn",
     )
     if watch.store.error is None:
         watch.store.error = error

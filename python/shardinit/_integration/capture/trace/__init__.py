@@ -13,11 +13,14 @@ from .coordinates import Coordinates
 from .copies import Copies
 from .engine import Engine, read_reason
 from .frames import frame_arguments, func_name, init_frame, user_frame
+from .refusals import AFTER_INIT_FN, HELP, refusal
 from .steps import Steps
 from .store import RecordStore
 from .tracks import Track, run_op, same_view, storage_id
 
 __all__ = [
+    "AFTER_INIT_FN",
+    "HELP",
     "Concrete",
     "Coordinates",
     "Copies",
@@ -30,6 +33,7 @@ __all__ = [
     "func_name",
     "init_frame",
     "read_reason",
+    "refusal",
     "run_op",
     "same_view",
     "storage_id",
