@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ...._program.actions import Opaque
-from ...._torch_compat import aten_packet, positional_arguments
+from ...._torch_compat import aten_packet, positional_arguments, stored_contiguous
 from ..ops import (
     FACTORIES,
     MOVES,
@@ -194,7 +194,7 @@ def _at(args: Sequence[Any], position: int) -> Any:
 
 def _contiguous(result: Any) -> bool:
     """Whether a factory's, copy's or concatenation's result is a new temporary."""
-    return isinstance(result, torch.Tensor) and result.is_contiguous()
+    return isinstance(result, torch.Tensor) and stored_contiguous(result)
 
 
 def copy(mode: Mode, call: Call) -> Any:

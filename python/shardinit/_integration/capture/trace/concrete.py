@@ -32,7 +32,7 @@ from ...._program import expr as program_ir
 from ...._program.actions import Opaque
 from ...._program.cannot import Cannot
 from ...._program.expr import Bad, Expr, Source, bad_reasons, beyond_table_cap, contains
-from ...._torch_compat import tree_leaves, tree_map
+from ...._torch_compat import stored_contiguous, tree_leaves, tree_map
 from ..ops import eager_values
 from .engine import Engine
 from .frames import user_frame
@@ -156,7 +156,7 @@ class Concrete:
         metas = tree_leaves(result)
         for meta, cpu in zip(metas, tree_leaves(evaluated.result), strict=True):
             fresh = isinstance(meta, torch.Tensor) and self.store.lookup(meta) is None
-            if fresh and meta.is_contiguous():  # (others: opaque, Engine.taint)
+            if fresh and stored_contiguous(meta):  # (others: opaque, Engine.taint)
                 self.hold(name, meta, cpu)
         return result
 
