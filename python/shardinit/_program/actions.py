@@ -15,6 +15,7 @@ import torch
 
 from .._caches import cached
 from ..init import BaseInit, Constant, Initializer
+from .coverage import box_union_covers
 from .expr import (
     Const,
     Coord,
@@ -29,7 +30,7 @@ from .expr import (
     substitute_prior,
     where,
 )
-from .regions import Box, box_union_covers, whole
+from .regions import Box, whole
 
 __all__ = [
     "Action",

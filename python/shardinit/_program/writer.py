@@ -46,8 +46,9 @@ from ..init import Constant, Initializer
 from ..spec import ParamSpec
 from .actions import Action, CapturedOp, ParamRecord, sets_values
 from .compile import Compiled, compile_program, is_elementwise
+from .coverage import Coverage, box_union_covers
 from .expr import Const, Expr, in_box, simplify, where
-from .regions import Box, box_union_covers, contains, flat_range_boxes, intersect, whole
+from .regions import Box, contains, flat_range_boxes, intersect, whole
 
 __all__ = ["Piece", "Writer", "op_programs"]
 
@@ -295,8 +296,11 @@ def _spec(record: ParamRecord, seed: int, init: Initializer, made: ParamSpec | N
 
 
 def _visible_parts(ops: Sequence[CapturedOp], pieces: Sequence[Piece]) -> list[list[Piece]]:
-    """Per operation, the parts of ``pieces`` it is the last to cover (with the views of
-    the pieces' tensors that hold them)."""
+    """Per operation, the parts of ``pieces`` it is the last to cover in part (with the
+    views of the pieces' tensors that hold them): a part that later operations cover
+    all of is overwritten, so nothing is generated there. Swept from the last operation
+    back, with what the later ones cover kept merged (:class:`~.coverage.Coverage`):
+    a parameter written row by row costs one pass, not one per row."""
     visible: list[list[Piece]] = [[] for _ in ops]
     last = ops[-1].region if ops else None
     for box, tensor in pieces:
@@ -305,12 +309,12 @@ def _visible_parts(ops: Sequence[CapturedOp], pieces: Sequence[Piece]) -> list[l
             # every earlier one on this piece, so the piece is all its part.
             visible[-1].append((box, tensor))
             continue
-        covered = [intersect(op.region, box) for op in ops]
-        for index, part in enumerate(covered):
-            if part is None or any(
-                later is not None and contains(later, part) for later in covered[index + 1 :]
-            ):
-                continue  # a later operation overwrites all of it: generate nothing
+        later = Coverage(len(box))
+        for index in range(len(ops) - 1, -1, -1):
+            part = intersect(ops[index].region, box)
+            if part is None or later.covers(part):
+                continue  # later operations overwrite all of it: generate nothing
+            later.add(part)
             held = tensor if part == box else tensor[_local_index(part, box)]
             visible[index].append((part, held))
     return visible

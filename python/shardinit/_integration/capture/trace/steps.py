@@ -166,10 +166,15 @@ class Steps:
         temps = self.store.followed((args, kwargs))
         if not temps:
             return
+        leaves = [
+            leaf
+            for leaf in tree_leaves(result)
+            if isinstance(leaf, torch.Tensor) and self.store.lookup(leaf) is None
+        ]
+        if not leaves:  # views of followed tensors (w[i]): nothing new to follow
+            return
         random = any(contains(self.engine.folded(t), (Source, Bad)) for t in temps)
-        for leaf in tree_leaves(result):
-            if not isinstance(leaf, torch.Tensor) or self.store.lookup(leaf) is not None:
-                continue
+        for leaf in leaves:
             if leaf.device.type == "cpu" and not random:
                 continue  # a CPU tensor of known values: a table if it is copied
             if leaf.is_contiguous():

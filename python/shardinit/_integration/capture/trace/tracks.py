@@ -4,7 +4,6 @@ parameter's stand-in, a temporary that init code made (``new_empty``, ``torch.ze
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -13,7 +12,8 @@ import torch
 
 from ...._program.actions import CapturedOp, sets_values
 from ...._program.cannot import Cannot
-from ...._program.regions import Box, box_union_covers, intersect, view_region
+from ...._program.coverage import Coverage
+from ...._program.regions import Box, view_region
 from ...._torch_compat import torch_function_disabled, tree_leaves, tree_map
 
 __all__ = ["Track", "run_op", "same_view", "storage_id"]
@@ -89,6 +89,7 @@ class Track:
             self.storage = self.base.untyped_storage()
         self.layout = _layout(self.base)
         self._whole: tuple[torch.Size, tuple[Box, tuple[int | None, ...]] | None] | None = None
+        self._written = _Written(0, None, Coverage(self.base.dim()))
 
     def check_unchanged(self) -> None:
         """Raises :class:`~shardinit._program.cannot.Cannot` saying what became different
@@ -117,19 +118,30 @@ class Track:
         return self._whole[1]
 
     def written(self, region: Box) -> bool:
-        """Whether recorded writes (anything but a scale) cover all of ``region``."""
-        if math.prod(stop - start for start, stop in region) == 0:
-            return True
-        pieces = []
-        for op in self.ops:
-            if not sets_values(op.action):
-                continue
-            common = intersect(op.region, region)
-            if common is not None:
-                pieces.append(
-                    tuple((a - r0, b - r0) for (a, b), (r0, _) in zip(common, region, strict=True))
-                )
-        return box_union_covers(pieces, [stop - start for start, stop in region])
+        """Whether recorded writes (anything but a scale) cover all of ``region``. The
+        union of their boxes is kept merged and extended by the writes appended since
+        (the store only appends, or drops all: then it is built again), so a tensor
+        written row by row answers at once however many rows were written."""
+        kept, ops = self._written, self.ops
+        count = kept.count
+        stale = count > len(ops) or (count and ops[count - 1] is not kept.last)
+        if stale or kept.union.ndim != len(self.shape):
+            kept = _Written(0, None, Coverage(len(self.shape)))
+        for op in ops[kept.count :]:
+            if sets_values(op.action):
+                kept.union.add(op.region)
+        self._written = _Written(len(ops), ops[-1] if ops else None, kept.union)
+        return kept.union.covers(region)
+
+
+@dataclass(frozen=True)
+class _Written:
+    """The union of the boxes the first ``count`` operations of a track set (``last``
+    the final one: the list holds it alive, so its identity witnesses the prefix)."""
+
+    count: int
+    last: CapturedOp | None
+    union: Coverage
 
 
 def same_view(view: torch.Tensor, value: object) -> bool:
