@@ -64,6 +64,18 @@ def _covers(level: Level, box: Box, dim: int) -> bool:
     return True
 
 
+def _meets(level: Level, box: Box, dim: int) -> bool:
+    """Whether ``level`` (the union over dims ``dim``...) holds an element of ``box[dim:]``."""
+    start, stop = box[dim]
+    at = max(bisect_right(level, start, key=_start) - 1, 0)
+    while at < len(level) and level[at][0] < stop:
+        _, high, inner = level[at]
+        if high > start and (inner is None or _meets(inner, box, dim + 1)):
+            return True
+        at += 1
+    return False
+
+
 def _add(level: Level, box: Box, dim: int) -> Level:
     """``level`` (the union over dims ``dim``...) with ``box[dim:]`` added, merged."""
     start, stop = box[dim]
@@ -112,7 +124,9 @@ class Coverage:
         >>> for row in range(4):
         ...     union.add(((row, row + 1), (0, 8)))
         >>> union.covers(((0, 4), (0, 8))), union.covers(((0, 5), (2, 3))), union.intervals()
-        (True, False, 1)
+        (True, False, 2)
+        >>> union.meets(((3, 9), (7, 9))), union.meets(((4, 9), (0, 8)))
+        (True, False)
     """
 
     def __init__(self, ndim: int, boxes: Iterable[Box] = ()) -> None:
@@ -150,6 +164,20 @@ class Coverage:
         if self.ndim == 0:
             return self._any
         return _covers(self._level, tuple(box), 0)
+
+    def meets(self, box: Box) -> bool:
+        """Whether some element of ``box`` is in the union (never for an empty box).
+
+        Raises:
+            ValueError: ``box`` has another number of dims than the tensor.
+        """
+        if len(box) != self.ndim:
+            raise ValueError(f"a box of {len(box)} dims asked of a union of {self.ndim}")
+        if any(start >= stop for start, stop in box):
+            return False
+        if self.ndim == 0:
+            return self._any
+        return _meets(self._level, tuple(box), 0)
 
     def intervals(self) -> int:
         """The number of intervals held, over all dims (what a query may walk)."""

@@ -328,22 +328,44 @@ def _local_index(part: Box, box: Box) -> tuple[slice, ...]:
 def op_programs(record: ParamRecord, ops: Sequence[CapturedOp]) -> list[Expr]:
     """Per operation of ``ops`` (a record's, after what came before it), the program of
     the value it leaves, over the parameter's global coordinates. One that reads the
-    values before it reads the program of the operations before it over its box (the
-    last one covering each element wins, as a ``where`` of their boxes)."""
+    values before it reads the programs of the operations before it that reach its box
+    (the last one covering each element wins, as a ``where`` of their boxes)."""
     ndim = len(record.shape)
+    programs: list[Expr] = []
+    for index, op in enumerate(ops):
+        assert isinstance(op.action, Action), op.action  # Opaque is never in a record
+        prior = _UNREAD
+        if op.action.reads_prior:
+            prior = _prior_over(record, ops[:index], programs, op.region)
+        programs.append(op.action.after(record.dtype, ndim, id(op), prior))
+    return programs
+
+
+#: The value before an operation that does not read it.
+_UNREAD = Const(math.nan)
+
+
+def _prior_over(
+    record: ParamRecord, before: Sequence[CapturedOp], programs: Sequence[Expr], box: Box
+) -> Expr:
+    """The value of the elements of ``box`` after the operations ``before`` (whose
+    programs are ``programs``), simplified over it: from the last operation that set
+    all of it on, so a step on a row just written reads that row's write alone, not a
+    fold of every row before it."""
     # Elements no operation set yet. A step may cover some (``w[:2].normal_();
     # w.mul_(2); w[2:].zero_()``), but :func:`_check_ops` has checked that operations
     # setting values cover every element, so a later one sets each of these again: this
     # value never reaches the result.
-    before: Expr = Const(math.nan)
-    # The fold is built only as far as a step reads it.
-    last_step = max((k for k, op in enumerate(ops) if not sets_values(op.action)), default=-1)
-    programs = []
-    for index, op in enumerate(ops):
-        assert isinstance(op.action, Action), op.action  # Opaque is never in a record
-        prior = simplify(before, op.region) if op.action.reads_prior else before
-        value = op.action.after(record.dtype, ndim, id(op), prior)
-        programs.append(value)
-        if index < last_step:
-            before = where(in_box(op.region, record.shape), value, before)
-    return programs
+    value: Expr = Const(math.nan)
+    reaching: list[int] = []
+    for index in range(len(before) - 1, -1, -1):
+        region = before[index].region
+        if intersect(region, box) is None:
+            continue
+        if sets_values(before[index].action) and contains(region, box):
+            value = programs[index]
+            break
+        reaching.append(index)
+    for index in reversed(reaching):
+        value = where(in_box(before[index].region, record.shape), programs[index], value)
+    return simplify(value, box)

@@ -110,6 +110,8 @@ def on_before(
         resolved = resolve_before(value, part)
     except Cannot as cannot:
         raise store.fail(track, op, cannot.reason) from None
+    if resolved is value:  # it reads no value before init_fn: no earlier step matters
+        return resolved, resolved
     earlier = [
         recorded
         for recorded in track.ops

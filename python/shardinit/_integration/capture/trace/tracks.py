@@ -89,7 +89,7 @@ class Track:
             self.storage = self.base.untyped_storage()
         self.layout = _layout(self.base)
         self._whole: tuple[torch.Size, tuple[Box, tuple[int | None, ...]] | None] | None = None
-        self._written = _Written(0, None, Coverage(self.base.dim()))
+        self._kept_unions = _Unions.empty(self.base.dim())
 
     def check_unchanged(self) -> None:
         """Raises :class:`~shardinit._program.cannot.Cannot` saying what became different
@@ -118,30 +118,45 @@ class Track:
         return self._whole[1]
 
     def written(self, region: Box) -> bool:
-        """Whether recorded writes (anything but a scale) cover all of ``region``. The
-        union of their boxes is kept merged and extended by the writes appended since
-        (the store only appends, or drops all: then it is built again), so a tensor
-        written row by row answers at once however many rows were written."""
-        kept, ops = self._written, self.ops
+        """Whether recorded writes (anything but a scale) cover all of ``region``."""
+        return self._unions().written.covers(region)
+
+    def touched(self, region: Box) -> bool:
+        """Whether some recorded operation (a scale too) covers an element of ``region``."""
+        return self._unions().touched.meets(region)
+
+    def _unions(self) -> _Unions:
+        """The unions of the boxes of the recorded operations, kept merged and extended
+        by the operations appended since (the store only appends, or drops all: then
+        they are built again), so a tensor written row by row answers at once however
+        many rows were written."""
+        kept, ops = self._kept_unions, self.ops
         count = kept.count
         stale = count > len(ops) or (count and ops[count - 1] is not kept.last)
-        if stale or kept.union.ndim != len(self.shape):
-            kept = _Written(0, None, Coverage(len(self.shape)))
+        if stale or kept.written.ndim != len(self.shape):
+            kept = _Unions.empty(len(self.shape))
         for op in ops[kept.count :]:
+            kept.touched.add(op.region)
             if sets_values(op.action):
-                kept.union.add(op.region)
-        self._written = _Written(len(ops), ops[-1] if ops else None, kept.union)
-        return kept.union.covers(region)
+                kept.written.add(op.region)
+        self._kept_unions = _Unions(len(ops), ops[-1] if ops else None, kept.written, kept.touched)
+        return self._kept_unions
 
 
 @dataclass(frozen=True)
-class _Written:
-    """The union of the boxes the first ``count`` operations of a track set (``last``
-    the final one: the list holds it alive, so its identity witnesses the prefix)."""
+class _Unions:
+    """The unions of the boxes the first ``count`` operations of a track cover: those
+    that set values (``written``) and all (``touched``); ``last`` the final operation
+    (the list holds it alive, so its identity witnesses the prefix)."""
 
     count: int
     last: CapturedOp | None
-    union: Coverage
+    written: Coverage
+    touched: Coverage
+
+    @staticmethod
+    def empty(ndim: int) -> _Unions:
+        return _Unions(0, None, Coverage(ndim), Coverage(ndim))
 
 
 def same_view(view: torch.Tensor, value: object) -> bool:
