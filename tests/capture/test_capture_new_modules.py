@@ -43,7 +43,7 @@ def _assert_refused_and_unchanged(
         shardinit.materialize(model, seed=SEED, init_fn=init_fn)  # type: ignore[arg-type]
     line = _line_after("# the assignment", init_fn)
     assert re.match(
-        rf"^capture_init: init code {what} at '{re.escape(target)}' with a new {new} at "
+        rf"^capture_init: module '{re.escape(target)}': init code {what} with a new {new} at "
         rf"{re.escape(__file__)}:{line} in ",
         str(refused.value),
     ), refused.value

@@ -18,27 +18,6 @@ Four wings, each importing only the wings below it (``tests/packaging/test_layer
 * :mod:`.ops`: torch's names as fills, program steps and routes.
 """
 
-from .session.api import capture_init
-from .session.constructors import (
-    ConstructorValue,
-    buffer_tensor,
-    constructor_buffer,
-    constructor_record,
-    copied_any,
-    copy_source,
-    record_constructors,
-)
-from .session.records import CapturedInit, write_buffers
-
-__all__ = [
-    "CapturedInit",
-    "ConstructorValue",
-    "buffer_tensor",
-    "capture_init",
-    "constructor_buffer",
-    "constructor_record",
-    "copied_any",
-    "copy_source",
-    "record_constructors",
-    "write_buffers",
-]
+# The capture's face is its session's (:mod:`.session`), name for name.
+from .session import *  # noqa: F403
+from .session import __all__ as __all__

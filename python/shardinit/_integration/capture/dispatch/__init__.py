@@ -5,3 +5,7 @@ its handler, :mod:`.writes` the writes into followed tensors, :mod:`.backstop` t
 ``TorchDispatchMode`` below it that refuses every write to a parameter no route
 followed, and :mod:`.metaruns` the meta runs it keeps.
 """
+
+from .mode import CaptureMode
+
+__all__ = ["CaptureMode"]

@@ -29,11 +29,10 @@ from ...._caches import cached
 from ...._program.actions import Fill, Opaque
 from ...._torch_compat import DispatchMode, tree_leaves
 from ....init import Constant
-from ..trace.store import RecordStore
-from ..trace.tracks import Track
+from ..trace import RecordStore, Track
 
 if TYPE_CHECKING:
-    from ..trace.engine import Engine
+    from ..trace import Engine
 
 __all__ = ["WriteBackstop"]
 
