@@ -1,5 +1,5 @@
 """The expression engine of a capture: reading values and writing records, over a
-:class:`.store.RecordStore`, as init programs (:mod:`shardinit._program.expr`). The
+:class:`.store.RecordStore`, as init programs (:mod:`shardinit._program.nodes`). The
 components the dispatch calls build on it: :mod:`.steps` (sources and elementwise
 steps), :mod:`.copies`, :mod:`.coordinates`, :mod:`.concrete`.
 
@@ -38,7 +38,16 @@ from ...._program.actions import (
     sets_values,
 )
 from ...._program.cannot import Cannot
-from ...._program.expr import (
+from ...._program.index import (
+    as_lin,
+    broadcast_coords,
+    contiguous_index,
+    flat_of_box,
+    in_box,
+    strided_coords,
+    unravel,
+)
+from ...._program.nodes import (
     Bad,
     Const,
     Coord,
@@ -48,20 +57,8 @@ from ...._program.expr import (
     Table,
     TableData,
     Where,
-    as_lin,
     bad_reasons,
-    broadcast_coords,
-    combine,
     contains,
-    contiguous_index,
-    flat_of_box,
-    in_box,
-    reindex,
-    simplify,
-    strided_coords,
-    substitute_prior,
-    unravel,
-    where,
 )
 from ...._program.regions import (
     Box,
@@ -75,6 +72,7 @@ from ...._program.regions import (
     whole,
 )
 from ...._program.regions import contains as region_contains
+from ...._program.rewrite import combine, reindex, simplify, substitute_prior, where
 from ...._torch_compat import stored_strides, torch_function_disabled, tree_leaves
 from ....errors import ShardInitError
 from ....init import Constant
