@@ -8,6 +8,7 @@ known (:mod:`..trace.concrete`) or run as it is, its results opaque."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -306,12 +307,26 @@ def resize(mode: Mode, call: Call) -> Any:
 
 def cast(mode: Mode, call: Call) -> Any:
     """A cast or device move: of a parameter, :func:`_param_cast`; of a temporary, a
-    step of its values; a temporary's move runs on its CPU values where known."""
+    step of its values; a temporary's move runs on its CPU values where known.
+    ``torch.as_tensor(t, dtype, device)`` of a followed tensor is ``t.to(dtype=...,
+    device=...)``, as torch computes it (``t`` itself where nothing changes)."""
+    if call.name == "as_tensor":
+        if call.target is None:
+            return NOT_MINE  # data that is no followed tensor: a table, as before
+        call = _as_tensor_to(call)
     if call.target is not None and call.target.kind == "param":
         return _param_cast(mode, call, call.target)
     if call.target is None or call.target.kind != "temp" or call.name in MOVES:
         return NOT_MINE  # a temporary's move: run on its CPU values where known
     return mode.steps.cast_temp(call.name, call.func, call.args, call.kwargs)
+
+
+def _as_tensor_to(call: Call) -> Call:
+    """``as_tensor(t, dtype=None, device=None)`` as the ``t.to`` call it is."""
+    named = dict(zip(("dtype", "device"), call.args[1:], strict=False))
+    named.update((k, v) for k, v in call.kwargs.items() if k in ("dtype", "device"))
+    kwargs = {k: v for k, v in named.items() if v is not None}
+    return replace(call, name="to", func=torch.Tensor.to, args=call.args[:1], kwargs=kwargs)
 
 
 def _param_cast(mode: Mode, call: Call, target: Track) -> Any:

@@ -41,7 +41,21 @@ from .steps import unfollowed
 from .store import RecordStore
 from .tracks import Track, run_op, storage_id
 
-__all__ = ["Concrete", "Evaluated"]
+__all__ = ["INDEX_CONSTRUCTORS", "Concrete", "Evaluated"]
+
+#: Constructors of integer index tables from Python numbers alone (peft's OFT holds
+#: ``triu_indices`` as a buffer): on meta they are run on the CPU, their results tables.
+INDEX_CONSTRUCTORS = frozenset({"triu_indices", "tril_indices"})
+
+
+def _on_meta(kwargs: Mapping[str, Any]) -> bool:
+    """Whether a factory called with ``kwargs`` makes a meta tensor (its ``device=``, else
+    the default device: ``with torch.device("meta")`` sets it)."""
+    device = kwargs.get("device")
+    if device is None:
+        device = torch.get_default_device()  # ``with torch.device("meta")`` sets it
+    return torch.device(device).type == "meta"
+
 
 _CPU = torch.device("cpu")
 
@@ -80,7 +94,8 @@ class Concrete:
         """
         leaves = [v for v in tree_leaves((args, kwargs)) if isinstance(v, torch.Tensor)]
         metas = [v for v in leaves if v.is_meta]
-        if not any(self.store.lookup(v) is not None for v in metas):
+        constructor = name in INDEX_CONSTRUCTORS and not leaves and _on_meta(kwargs)
+        if not constructor and not any(self.store.lookup(v) is not None for v in metas):
             return None
         if any(not (v.is_meta or v.device.type == "cpu") for v in leaves):
             return None  # real values on an accelerator: not this route's
