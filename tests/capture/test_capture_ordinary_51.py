@@ -75,7 +75,7 @@ def test_as_tensor_of_a_parameter_is_the_parameter_as_in_eager() -> None:
 
 def test_as_tensor_to_another_device_is_still_refused() -> None:
     meta = _sequential("meta")
-    with pytest.raises(shardinit.UnsupportedInitOpError, match="'0.weight'.*cuda.*do not exist"):
+    with pytest.raises(shardinit.UnsupportedInitOpError, match=r"'0.weight'.*cuda.*do not exist"):
         shardinit.materialize(
             meta, seed=SEED, init_fn=lambda: torch.as_tensor(meta[0].weight, device="cuda")
         )
@@ -113,7 +113,7 @@ def test_index_tables_and_zero_size_buffers_as_in_eager() -> None:
 def test_a_zero_size_buffer_needs_no_default() -> None:
     with torch.device("meta"):
         meta = _Tables()  # built without record_constructors: the tables are unknown
-    with pytest.raises(shardinit.ShardInitError, match="lower, upper|upper") as raised:
+    with pytest.raises(shardinit.ShardInitError, match=r"upper") as raised:
         shardinit.materialize(meta, seed=SEED)
     assert "empty" not in str(raised.value)  # a zero-size buffer is never asked for
 
