@@ -349,11 +349,11 @@ def op_programs(record: ParamRecord, ops: Sequence[CapturedOp]) -> list[Expr]:
     (the last one covering each element wins, as a ``where`` of their boxes)."""
     ndim = len(record.shape)
     programs: list[Expr] = []
-    for index, op in enumerate(ops):
+    for op in ops:
         assert isinstance(op.action, Action), op.action  # Opaque is never in a record
-        prior = _UNREAD
+        prior: Expr = _UNREAD
         if op.action.reads_prior:
-            prior = _prior_over(record, ops[:index], programs, op.region)
+            prior = _prior_over(record, ops, programs, op.region)
         programs.append(op.action.after(record.dtype, ndim, id(op), prior))
     return programs
 
@@ -363,10 +363,10 @@ _UNREAD = Const(math.nan)
 
 
 def _prior_over(
-    record: ParamRecord, before: Sequence[CapturedOp], programs: Sequence[Expr], box: Box
+    record: ParamRecord, ops: Sequence[CapturedOp], programs: Sequence[Expr], box: Box
 ) -> Expr:
-    """The value of the elements of ``box`` after the operations ``before`` (whose
-    programs are ``programs``), simplified over it: from the last operation that set
+    """The value of the elements of ``box`` after the operations whose programs are
+    ``programs`` (the first of ``ops``), simplified over it: from the last operation that set
     all of it on, so a step on a row just written reads that row's write alone, not a
     fold of every row before it."""
     # Elements no operation set yet. A step may cover some (``w[:2].normal_();
@@ -375,14 +375,14 @@ def _prior_over(
     # value never reaches the result.
     value: Expr = Const(math.nan)
     reaching: list[int] = []
-    for index in range(len(before) - 1, -1, -1):
-        region = before[index].region
+    for index in range(len(programs) - 1, -1, -1):
+        region = ops[index].region
         if intersect(region, box) is None:
             continue
-        if sets_values(before[index].action) and contains(region, box):
+        if sets_values(ops[index].action) and contains(region, box):
             value = programs[index]
             break
         reaching.append(index)
     for index in reversed(reaching):
-        value = where(in_box(before[index].region, record.shape), programs[index], value)
+        value = where(in_box(ops[index].region, record.shape), programs[index], value)
     return simplify(value, box)
