@@ -153,3 +153,32 @@ def _results(world: int) -> dict[str, list[str]]:
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_as_tensor_under_fsdp2_gives_eager_values(world: int) -> None:
     assert_check_passed(_results(world), "as_tensor")
+
+
+def _rounded_divisions(model: nn.Sequential) -> None:
+    numerators = torch.arange(-16, 16, dtype=torch.float32) * 0.7
+    with torch.no_grad():
+        model[0].bias.copy_(torch.div(numerators, 0.3, rounding_mode="floor"))
+        model[1].bias.copy_(torch.div(numerators[:8], numerators[8:16], rounding_mode="trunc"))
+        model[0].weight.fill_(0.0)
+        model[1].weight.fill_(1.0)
+
+
+def test_div_with_a_rounding_mode_on_known_values_is_eagers() -> None:
+    eager = _sequential("cpu")
+    _rounded_divisions(eager)
+    meta = _sequential("meta")
+    shardinit.materialize(meta, seed=SEED, init_fn=lambda: _rounded_divisions(meta))
+    assert_like_eager(meta, eager)
+    assert float(meta[0].bias.detach()[0]) == float(torch.floor(torch.tensor(-11.2) / 0.3))
+
+
+def test_div_with_a_rounding_mode_of_random_float32_values_is_still_refused() -> None:
+    meta = _sequential("meta")
+
+    def init_fn() -> None:
+        with torch.no_grad():
+            meta[0].bias.copy_(torch.div(torch.randn(32), 0.3, rounding_mode="floor"))
+
+    with pytest.raises(shardinit.UnsupportedInitOpError, match=r"'0.bias'.*float32"):
+        shardinit.materialize(meta, seed=SEED, init_fn=init_fn)

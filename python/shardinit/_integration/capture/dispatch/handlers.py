@@ -251,12 +251,22 @@ _TORCH_STEPS = frozenset(
 )
 
 
+def _rounded_division(call: Call) -> bool:
+    """``torch.div(a, b, rounding_mode="floor")`` (or ``"trunc"``): ``//`` by another
+    name, a step that jumps by a unit where the quotient crosses an integer."""
+    return call.name in _DIVISIONS and call.kwargs.get("rounding_mode") is not None
+
+
+#: Divisions that take a ``rounding_mode``.
+_DIVISIONS = frozenset({"div", "divide", "true_divide"})
+
+
 def pointwise(mode: Mode, call: Call) -> Any:
     """An elementwise step of followed tensors: a program's step (on buffers' real
     values, or none followed: run as it is)."""
     if all(track.kind == "buffer" for track in mode.store.followed((call.args, call.kwargs))):
         return NOT_MINE  # on buffers' real values (or none followed): run as it is
-    if call.name in _TORCH_STEPS:
+    if call.name in _TORCH_STEPS or _rounded_division(call):
         if mode.steps.known_on_cpu(call.args, call.kwargs):
             # followed CPU temporaries of known values: torch's own result, a table
             return run_op(call.func, call.args, call.kwargs)
