@@ -157,7 +157,8 @@ class Engine:
         if track.kind != "param":
             return simplify(self.folded(track), box)
         hits: list[CapturedOp] = []
-        start: Expr = never_written(track)
+        never = never_written(track)
+        start: Expr = never
         if not track.touched(box):  # a part nothing wrote yet (the next row of a loop)
             return simplify(start, box)
         for op in reversed(track.ops):
@@ -171,8 +172,8 @@ class Engine:
         for op in reversed(hits):
             written = op_value(op, track, value)
             value = where(in_box(op.region, track.shape), written, value)
-        if track.written(whole(track.shape)):
-            value = _drop_branch(value, never_written(track))
+        if track.written(whole(track.shape)):  # as fold: never selected, dropped
+            value = _drop_branch(value, never)
         return simplify(value, box)
 
     def fold(self, track: Track) -> Expr:
