@@ -14,14 +14,13 @@ fixes them at ``fully_shard``). A refused model is as it was.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import re
 from collections.abc import Callable
 
 import pytest
 import torch
-from materialize_workers import Checks, assert_check_passed, check, gloo_scenario, run_group
+from materialize_workers import Checks, check, gloo_scenario, scenario_tests
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -343,13 +342,6 @@ def created_tensors_scenario(rank: int, world: int) -> Checks:
     return checks
 
 
-@functools.cache
-def _results(world: int) -> dict[str, list[str]]:
-    return run_group(world, created_tensors_scenario)
-
-
-@pytest.mark.distributed
-@pytest.mark.parametrize("world", [1, 2])
-@pytest.mark.parametrize("name", ["replacement", "refused"])
-def test_fsdp2_created_tensors(world: int, name: str) -> None:
-    assert_check_passed(_results(world), name)
+test_fsdp2_created_tensors = scenario_tests(
+    created_tensors_scenario, ["replacement", "refused"], [1, 2]
+)
