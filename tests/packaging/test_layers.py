@@ -30,7 +30,7 @@ CAPTURE_FACE_ONLY = (
 
 
 #: The program floor's modules, bottom up: each imports only those before it (the IR's
-#: nodes; affine index arithmetic; random and structure keys; gathered tables; rewrites;
+#: nodes; affine index arithmetic; structure keys; gathered tables; rewrites;
 #: integer exactness; then actions, their compiler and the writer).
 FLOOR_ORDER = (
     "cannot",
