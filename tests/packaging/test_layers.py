@@ -38,9 +38,9 @@ CAPTURE_FACE_ONLY = (
 WINGS = ("session", "dispatch", "trace", "ops")
 
 #: The program floor's modules, bottom up: each imports only those before it (boxes and
-#: their merged unions; the IR's nodes; affine index arithmetic; random and structure
-#: keys; gathered tables; rewrites; integer exactness; then actions, their compiler and
-#: the writer).
+#: their merged unions; the IR's nodes; affine index arithmetic; structure keys;
+#: gathered tables; rewrites; integer exactness; then actions, their compiler and the
+#: writer).
 FLOOR_ORDER = (
     "cannot",
     "regions",

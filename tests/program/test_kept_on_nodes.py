@@ -7,7 +7,6 @@ from __future__ import annotations
 import torch
 
 from shardinit._program.index import Lin, as_lin
-from shardinit._program.keys import random_key
 from shardinit._program.nodes import (
     Bad,
     Binary,
@@ -18,6 +17,7 @@ from shardinit._program.nodes import (
     Unary,
     bad_reasons,
     contains,
+    random_key,
     walk_nodes,
 )
 from shardinit._program.regions import view_runs

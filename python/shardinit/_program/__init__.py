@@ -11,7 +11,7 @@ its region once (:mod:`.compile`) and handing it to :func:`shardinit._fill.fill`
 
 The modules, bottom up: :mod:`.regions` (boxes and flat runs); the expression IR by job,
 :mod:`.nodes` (the nodes and their walks), :mod:`.index` (affine index arithmetic),
-:mod:`.keys` (random and structure keys), :mod:`.tables` (tables gathered at capture),
+:mod:`.keys` (structure keys), :mod:`.tables` (tables gathered at capture),
 :mod:`.rewrite` (steps folded, reindexing) and :mod:`.exact` (integer exactness);
 :mod:`.actions` (actions and records), :mod:`.compile` (a program for the fill
 dispatch), :mod:`.writer` (the writer, and :func:`.writer.evaluate_whole` for the values

@@ -152,6 +152,13 @@ def _decide(op: str, low: int, high: int) -> bool | None:
 
 def in_box(box: Sequence[tuple[int, int]], shape: Sequence[int]) -> Expr:
     """1.0 inside ``box`` (of a tensor of ``shape``), else 0.0."""
+    boxed = tuple((int(start), int(stop)) for start, stop in box)
+    return _in_box(boxed, tuple(int(size) for size in shape))
+
+
+@cached  # a fold asks it at each write, of a model's few boxes: one expression each
+def _in_box(box: tuple[tuple[int, int], ...], shape: tuple[int, ...]) -> Expr:
+    """:func:`in_box` of hashable arguments (the expression is immutable, so shared)."""
     cond: Expr = Const(1.0)
     for dim, ((start, stop), size) in enumerate(zip(box, shape, strict=True)):
         for op, bound, trivial in (("ge", start, start <= 0), ("lt", stop, stop >= size)):

@@ -44,6 +44,7 @@ __all__ = [
     "Coord",
     "Expr",
     "Prior",
+    "RandomKey",
     "Round",
     "Source",
     "Table",
@@ -54,6 +55,7 @@ __all__ = [
     "contains",
     "kept",
     "kept_per_key",
+    "random_key",
     "walk_nodes",
 ]
 
@@ -77,6 +79,26 @@ class Expr:
         """This node computed from ``children`` instead (as many as :meth:`children`),
         built as it is (no folding: :func:`combine` and :func:`where` fold)."""
         return self
+
+    def __post_init__(self) -> None:
+        """Keeps on the node what every node is asked (:func:`contains`,
+        :func:`random_key`), computed once, at construction, from its children's (kept
+        at theirs): no answer ever walks the nodes under it. Not fields (eq, hash and
+        repr ignore them), written past the frozen ``__setattr__``, as dataclasses'
+        own ``__init__`` writes its fields."""
+        kept = self.__dict__
+        children = self.children()
+        if len(children) == 2:  # (a Binary: most nodes)
+            a, b = children[0].__dict__, children[1].__dict__
+            key: tuple[object, ...] = (type(self), a["_classes"], b["_classes"])
+        else:
+            key = (type(self), *[child.__dict__["_classes"] for child in children])
+        classes = _CLASS_SETS.get(key)
+        if classes is None:
+            classes = _class_set(key)
+        kept["_classes"] = classes
+        # No source under it (most nodes): no random value, so none meets another.
+        kept["_random_key"] = _random_key_of(self, children) if Source in classes else _NO_SOURCE
 
 
 @dataclass(frozen=True)
@@ -225,35 +247,71 @@ def walk_nodes(expr: Expr) -> list[Expr]:
 
 
 def contains(expr: Expr, kind: type[Expr] | tuple[type[Expr], ...]) -> bool:
-    """Whether ``expr`` or a node under it is a ``kind`` (:class:`Source`, :class:`Bad`).
-
-    Asked of the classes under each node, kept on it, as :func:`random_key` is: capture
-    asks it of every value it folds, each built from values it asked before, so each
-    node is visited once, whatever kinds are asked."""
-    return any(issubclass(found, kind) for found in _classes(expr))
+    """Whether ``expr`` or a node under it is a ``kind`` (:class:`Source`, :class:`Bad`):
+    asked of the classes under the node, kept on it at construction."""
+    classes: frozenset[type[Expr]] = expr.__dict__["_classes"]
+    return any(issubclass(found, kind) for found in classes)
 
 
-def _classes(expr: Expr) -> frozenset[type[Expr]]:
-    """The classes of ``expr`` and of every node under it (kept on each node: not a
-    field, eq and hash ignore it). Children before parents, iteratively (a chain of
-    steps may be deep); a node already known is not entered."""
-    known: frozenset[type[Expr]] | None = expr.__dict__.get("_classes")
-    if known is not None:
-        return known
-    stack: list[tuple[Expr, bool]] = [(expr, False)]
-    while stack:
-        node, ready = stack.pop()
-        if "_classes" in node.__dict__:
-            continue
-        if ready:
-            found = {type(node)}
-            for child in node.children():
-                found |= child.__dict__["_classes"]
-            object.__setattr__(node, "_classes", frozenset(found))
-            continue
-        stack.append((node, True))
-        stack.extend((c, False) for c in node.children() if "_classes" not in c.__dict__)
-    return cast("frozenset[type[Expr]]", expr.__dict__["_classes"])
+#: The classes under a node by its class and its children's class sets (few distinct
+#: ones; one object per set, and frozensets cache their hash: a lookup is a few pointer
+#: compares).
+_CLASS_SETS: dict[tuple[object, ...], frozenset[type[Expr]]] = {}
+
+
+def _class_set(key: tuple[object, ...]) -> frozenset[type[Expr]]:
+    """The classes of a node of class ``key[0]`` whose children have the class sets
+    ``key[1:]``, kept in :data:`_CLASS_SETS` (one object per set)."""
+    kind = cast("type[Expr]", key[0])
+    found = frozenset({kind}).union(*cast("tuple[frozenset[type[Expr]], ...]", key[1:]))
+    found = _CLASS_SETS.setdefault((found,), found)
+    _CLASS_SETS[key] = found
+    return found
+
+
+#: A random key: the ``(origin, at)`` of each random source, as alternatives.
+RandomKey = frozenset[tuple[int, tuple[Expr, ...]]]
+#: The random key of a node under which no random source lies (most nodes).
+_NO_SOURCE: RandomKey = frozenset()
+
+
+def random_key(expr: Expr) -> RandomKey | None:
+    """The random sources an element's value may depend on, as alternatives (the
+    branches of a ``where``); None when two of them would meet in one element.
+
+    Kept on the node at construction, from its children's (:meth:`Expr.__post_init__`):
+    capture asks it of each node it builds, and an expression is a DAG whose shared
+    parts (a coordinate table's) a walk of its tree would visit many times."""
+    key: RandomKey | None = expr.__dict__["_random_key"]
+    return key
+
+
+def _random_key_of(node: Expr, children: tuple[Expr, ...]) -> RandomKey | None:
+    """:func:`random_key` of ``node``, from its ``children``'s."""
+    if isinstance(node, Source):
+        return frozenset({(node.origin, node.at)})
+    keys: list[RandomKey | None] = [child.__dict__["_random_key"] for child in children]
+    if all(key is _NO_SOURCE for key in keys):
+        return _NO_SOURCE  # (no source under it: most nodes, decided at once)
+    if isinstance(node, Where):
+        cond, a, b = keys
+        if cond is None or a is None or b is None:
+            return None
+        if cond:
+            # A random condition (``where(x < 0, 0, x)``: relu, clamp by a number) meets
+            # either branch: both must read that one value, or none.
+            if len(cond) > 1 or (a and a != cond) or (b and b != cond):
+                return None
+            return cond
+        return frozenset().union(*(p for p in (a, b) if p))
+    found: RandomKey = _NO_SOURCE
+    for key in keys:
+        if key is None:
+            return None
+        if key and found and (key != found or len(key) > 1):
+            return None
+        found = found or key
+    return found
 
 
 def bad_reasons(expr: Expr) -> list[str]:

@@ -10,7 +10,7 @@ from typing import cast
 
 from .._caches import BoundedMap
 from .index import as_lin, index_op
-from .keys import random_key, structure
+from .keys import structure
 from .nodes import (
     COMPARE,
     Bad,
@@ -24,6 +24,7 @@ from .nodes import (
     Where,
     contains,
     kept,
+    random_key,
     walk_nodes,
 )
 from .tables import gathered, index_values, unread
