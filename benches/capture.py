@@ -16,12 +16,21 @@ interleaved, best of ``--repeats``, with the garbage collector as the process ha
 The ratio to torch's time is what to read (absolute times move with the machine's load);
 issue 28 asks for at most 10x per parameter for ``both``.
 
-Usage: ``python benches/capture.py [--layers N] [--repeats R]``.
+Then one parameter written piece by piece (issue 51: the capture time must grow linearly
+with the writes, not with their square): ``--rows`` row writes to one weight
+(``w[i].fill_(...)``), the same rows with a step each (``w[i].normal_(); w[i].mul_(s)``,
+``w[i] = torch.randn(d) * s``), and ``--experts`` per-expert ``normal_(w[e], std=...)``
+calls on a 3-d tensor: ``materialize(model, init_fn=loop)`` end to end (capture and
+fill), in seconds, and per write at a quarter of the writes (equal per-write times mean
+linear). Issue 51 asks for 4096 row writes and 1024 per-expert calls in at most 2 s each.
+
+Usage: ``python benches/capture.py [--layers N] [--repeats R] [--rows N] [--experts N]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections.abc import Callable
 
@@ -101,10 +110,77 @@ def _measure(code: Callable[[nn.Module], None], layers: int) -> dict[str, float]
     }
 
 
+def _row_fills(model: nn.Module, count: int) -> None:
+    weight = model.get_parameter("weight")
+    with torch.no_grad():
+        for row in range(count):
+            weight[row].fill_(row * 0.5)
+
+
+def _row_steps(model: nn.Module, count: int) -> None:
+    weight = model.get_parameter("weight")
+    with torch.no_grad():
+        for row in range(count):
+            weight[row].normal_(0.0, 0.02)
+            weight[row].mul_(1.0 / (row + 1))
+
+
+def _row_copies(model: nn.Module, count: int) -> None:
+    weight = model.get_parameter("weight")
+    with torch.no_grad():
+        for row in range(count):
+            weight[row] = torch.randn(weight.shape[1]) * (0.02 / (row + 1))
+
+
+def _experts(model: nn.Module, count: int) -> None:
+    weight = model.get_parameter("weight")
+    for expert in range(count):
+        nn.init.normal_(weight[expert], std=0.02 / (expert + 1))
+
+
+def _piecewise_model(case: str, count: int) -> nn.Module:
+    with torch.device("meta"):
+        model = nn.Module()
+        shape = (count, 8, 16) if case == "experts" else (count, 64)
+        model.weight = nn.Parameter(torch.empty(shape))
+    return model
+
+
+PIECEWISE: list[tuple[str, str, Callable[[nn.Module, int], None]]] = [
+    ("w[i].fill_(c)", "rows", _row_fills),
+    ("w[i].normal_(); .mul_(s)", "rows", _row_steps),
+    ("w[i] = randn(d) * s", "rows", _row_copies),
+    ("normal_(w[e], std)", "experts", _experts),
+]
+
+
+def _timed_piecewise(
+    code: Callable[[nn.Module, int], None], model: nn.Module, writes: int
+) -> float:
+    return _timed(lambda: shardinit.materialize(model, seed=0, init_fn=lambda: code(model, writes)))
+
+
+def _piecewise(rows: int, experts: int, repeats: int) -> None:
+    print(f"\none parameter written piece by piece, materialize end to end, best of {repeats}")
+    print(f"{'case':26s} {'writes':>7s} {'seconds':>8s} {'per write':>10s} {'at 1/4':>10s}")
+    for name, kind, code in PIECEWISE:
+        count = experts if kind == "experts" else rows
+        per = []
+        for writes in (count // 4, count):
+            best = math.inf
+            for _ in range(repeats):
+                best = min(best, _timed_piecewise(code, _piecewise_model(kind, writes), writes))
+            per.append((best, best / writes * 1e6))
+        (_, quarter), (total, full) = per
+        print(f"{name:26s} {count:7d} {total:8.3f} {full:7.0f} us {quarter:7.0f} us")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=2500, help="Linear(64, 64) modules")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rows", type=int, default=4096, help="row writes to one weight")
+    parser.add_argument("--experts", type=int, default=1024, help="per-expert normal_ calls")
     options = parser.parse_args()
     params = 2 * options.layers
     _measure(_normal_zeros, 8)  # warm up: imports, first-call caches
@@ -121,6 +197,7 @@ def main() -> None:
             for k in ("capture", "materialize", "both")
         ]
         print(f"{name:24s} {per['torch']:6.1f} us " + " ".join(f"{c:>16s}" for c in cells))
+    _piecewise(options.rows, options.experts, min(options.repeats, 3))
 
 
 if __name__ == "__main__":

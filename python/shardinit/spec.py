@@ -102,10 +102,18 @@ def _check_fits_dtype(base: BaseInit, dtype: torch.dtype) -> None:
             )
 
 
+#: float16's largest finite value, the smallest of the supported dtypes' largest.
+_FLOAT16_MAX = 65504.0
+
+
 @cached
 def _overflows(value: float, dtype: torch.dtype) -> bool:
     # Round as stream-format.md §4 does: to float32 first, then to the target. (Cached:
-    # capture checks every fill it records, mostly with the same few constants.)
+    # capture checks every fill it records, mostly with the same few constants.) Up to
+    # float16's largest value every dtype here holds it finite, rounded (a row loop
+    # fills each row with its own constant: no torch call per row).
+    if abs(value) <= _FLOAT16_MAX:
+        return False
     rounded = torch.tensor(value, dtype=torch.float64, device="cpu").to(torch.float32).to(dtype)
     return not bool(torch.isfinite(rounded))
 

@@ -100,8 +100,8 @@ class BufferPlan:
 
     def known(self) -> bool:
         """Whether materialize knows the value without ``buffer_init``."""
-        if self.computed:
-            return True
+        if self.computed or self.holder.tensor.numel() == 0:
+            return True  # computed at capture, or no element to fill (``torch.empty(0)``)
         if self.made is not None:
             return self.made.computable
         return self.default is not None
@@ -260,8 +260,8 @@ class Plan:
                 module, attr = buffer.holder.module, buffer.holder.attr
                 value = module._buffers[attr]
                 assert value is not None
-                if buffer.computed:
-                    continue  # written below from the capture
+                if buffer.computed or value.numel() == 0:
+                    continue  # written below from the capture, or nothing to write
                 if buffer.known() and buffer.made is not None:
                     made = buffer_tensor(buffer.made, buffer.holder.name, value.shape, value.dtype)
                     value.copy_(made)

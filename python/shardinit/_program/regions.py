@@ -22,7 +22,6 @@ from .cannot import Cannot
 __all__ = [
     "Box",
     "box_runs",
-    "box_union_covers",
     "contains",
     "cut_by",
     "flat_range_boxes",
@@ -68,26 +67,6 @@ def cut_by(box: Box, regions: Sequence[Box], max_parts: int = 1 << 10) -> list[B
         return None
     spans = [list(itertools.pairwise(c)) for c in cuts]
     return [tuple(part) for part in itertools.product(*spans)]
-
-
-def box_union_covers(boxes: Sequence[Box], shape: Sequence[int], max_cells: int = 1 << 16) -> bool:
-    """Whether the union of ``boxes`` covers every element of ``shape`` (exactly, by
-    coordinate compression; False, conservatively, past ``max_cells`` cells)."""
-    full = tuple((0, size) for size in shape)
-    if math.prod(shape) == 0 or full in boxes:  # `in`: no generator per call
-        return True
-    cuts = []
-    for dim, size in enumerate(shape):
-        points = sorted({0, size, *(b[dim][0] for b in boxes), *(b[dim][1] for b in boxes)})
-        cuts.append([(lo, hi) for lo, hi in itertools.pairwise(points) if lo < hi])
-    if math.prod(len(c) for c in cuts) > max_cells:
-        return False
-    for cell in itertools.product(*cuts):
-        if not any(
-            all(b[d][0] <= lo and hi <= b[d][1] for d, (lo, hi) in enumerate(cell)) for b in boxes
-        ):
-            return False
-    return True
 
 
 def _contiguous_strides(shape: Sequence[int]) -> list[int]:

@@ -4,7 +4,7 @@ region a rank holds, from stream format v1.
 A :class:`~.actions.ParamRecord` lists, in order, the operations applied to a parameter
 (a rule's or default's fill, the constructor's value, ``init_fn``'s captured operations)
 and the box of the GLOBAL tensor each one covers; each leaves an init program
-(:mod:`.expr`). Writing it on a local region (a box of the global tensor) gives every
+(:mod:`.nodes`). Writing it on a local region (a box of the global tensor) gives every
 element the value of the LAST operation that covered it: each program is compiled for
 the intersection of its box with the local box only (:func:`.compile.compile_program`),
 and not at all where a later one covers it. A program that reads the values before it
@@ -44,12 +44,15 @@ from .._validate import DeviceLike, resolve_device
 from ..errors import ShardInitError
 from ..init import Constant, Initializer
 from ..spec import ParamSpec
-from .actions import Action, CapturedOp, ParamRecord, sets_values
+from .actions import Action, CapturedOp, ParamRecord, program_of, sets_values
 from .compile import Compiled, compile_program, is_elementwise
-from .expr import Const, Expr, in_box, simplify, where
-from .regions import Box, box_union_covers, contains, flat_range_boxes, intersect, whole
+from .coverage import Coverage, box_union_covers
+from .index import in_box
+from .nodes import Const, Expr
+from .regions import Box, contains, flat_range_boxes, intersect, whole
+from .rewrite import simplify, where
 
-__all__ = ["Piece", "Writer", "op_programs"]
+__all__ = ["Piece", "Writer", "evaluate_whole", "op_programs"]
 
 CONTIGUOUS = torch.contiguous_format
 
@@ -295,8 +298,11 @@ def _spec(record: ParamRecord, seed: int, init: Initializer, made: ParamSpec | N
 
 
 def _visible_parts(ops: Sequence[CapturedOp], pieces: Sequence[Piece]) -> list[list[Piece]]:
-    """Per operation, the parts of ``pieces`` it is the last to cover (with the views of
-    the pieces' tensors that hold them)."""
+    """Per operation, the parts of ``pieces`` it is the last to cover in part (with the
+    views of the pieces' tensors that hold them): a part that later operations cover
+    all of is overwritten, so nothing is generated there. Swept from the last operation
+    back, with what the later ones cover kept merged (:class:`~.coverage.Coverage`):
+    a parameter written row by row costs one pass, not one per row."""
     visible: list[list[Piece]] = [[] for _ in ops]
     last = ops[-1].region if ops else None
     for box, tensor in pieces:
@@ -305,12 +311,12 @@ def _visible_parts(ops: Sequence[CapturedOp], pieces: Sequence[Piece]) -> list[l
             # every earlier one on this piece, so the piece is all its part.
             visible[-1].append((box, tensor))
             continue
-        covered = [intersect(op.region, box) for op in ops]
-        for index, part in enumerate(covered):
-            if part is None or any(
-                later is not None and contains(later, part) for later in covered[index + 1 :]
-            ):
-                continue  # a later operation overwrites all of it: generate nothing
+        later = Coverage(len(box))
+        for index in range(len(ops) - 1, -1, -1):
+            part = intersect(ops[index].region, box)
+            if part is None or later.covers(part):
+                continue  # later operations overwrite all of it: generate nothing
+            later.add(part)
             held = tensor if part == box else tensor[_local_index(part, box)]
             visible[index].append((part, held))
     return visible
@@ -321,25 +327,62 @@ def _local_index(part: Box, box: Box) -> tuple[slice, ...]:
     return tuple(slice(p0 - b0, p1 - b0) for (p0, p1), (b0, _) in zip(part, box, strict=True))
 
 
+def evaluate_whole(expr: Expr, shape: tuple[int, ...]) -> torch.Tensor:
+    """A deterministic program (no random source) over a tensor of ``shape``, whole, in
+    binary64 on the CPU: values the capture needs at once (the positions an index tensor
+    names). Written on the calling thread: such a table is small, and the values never
+    depend on the threads (a user's settings, :func:`shardinit.shard.writer`, are for
+    the parameters' fills)."""
+    op = CapturedOp(whole(shape), program_of(expr), "value", "<capture>")
+    record = ParamRecord("value", shape, torch.float64, (op,))
+    return Writer(threads=1, chunk_bytes=_CAPTURE_CHUNK_BYTES).full(record, seed=0)
+
+
+#: :func:`evaluate_whole`'s chunk of a copy to a CUDA tensor: none (it writes on the CPU).
+_CAPTURE_CHUNK_BYTES = 1 << 20
+
+
 def op_programs(record: ParamRecord, ops: Sequence[CapturedOp]) -> list[Expr]:
     """Per operation of ``ops`` (a record's, after what came before it), the program of
     the value it leaves, over the parameter's global coordinates. One that reads the
-    values before it reads the program of the operations before it over its box (the
-    last one covering each element wins, as a ``where`` of their boxes)."""
+    values before it reads the programs of the operations before it that reach its box
+    (the last one covering each element wins, as a ``where`` of their boxes)."""
     ndim = len(record.shape)
+    programs: list[Expr] = []
+    for op in ops:
+        assert isinstance(op.action, Action), op.action  # Opaque is never in a record
+        prior: Expr = _UNREAD
+        if op.action.reads_prior:
+            prior = _prior_over(record, ops, programs, op.region)
+        programs.append(op.action.after(record.dtype, ndim, id(op), prior))
+    return programs
+
+
+#: The value before an operation that does not read it.
+_UNREAD = Const(math.nan)
+
+
+def _prior_over(
+    record: ParamRecord, ops: Sequence[CapturedOp], programs: Sequence[Expr], box: Box
+) -> Expr:
+    """The value of the elements of ``box`` after the operations whose programs are
+    ``programs`` (the first of ``ops``), simplified over it: from the last operation that set
+    all of it on, so a step on a row just written reads that row's write alone, not a
+    fold of every row before it."""
     # Elements no operation set yet. A step may cover some (``w[:2].normal_();
     # w.mul_(2); w[2:].zero_()``), but :func:`_check_ops` has checked that operations
     # setting values cover every element, so a later one sets each of these again: this
     # value never reaches the result.
-    before: Expr = Const(math.nan)
-    # The fold is built only as far as a step reads it.
-    last_step = max((k for k, op in enumerate(ops) if not sets_values(op.action)), default=-1)
-    programs = []
-    for index, op in enumerate(ops):
-        assert isinstance(op.action, Action), op.action  # Opaque is never in a record
-        prior = simplify(before, op.region) if op.action.reads_prior else before
-        value = op.action.after(record.dtype, ndim, id(op), prior)
-        programs.append(value)
-        if index < last_step:
-            before = where(in_box(op.region, record.shape), value, before)
-    return programs
+    value: Expr = Const(math.nan)
+    reaching: list[int] = []
+    for index in range(len(programs) - 1, -1, -1):
+        region = ops[index].region
+        if intersect(region, box) is None:
+            continue
+        if sets_values(ops[index].action) and contains(region, box):
+            value = programs[index]
+            break
+        reaching.append(index)
+    for index in reversed(reaching):
+        value = where(in_box(ops[index].region, record.shape), programs[index], value)
+    return simplify(value, box)

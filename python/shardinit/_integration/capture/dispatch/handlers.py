@@ -8,6 +8,7 @@ known (:mod:`..trace.concrete`) or run as it is, its results opaque."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -250,12 +251,22 @@ _TORCH_STEPS = frozenset(
 )
 
 
+def _rounded_division(call: Call) -> bool:
+    """``torch.div(a, b, rounding_mode="floor")`` (or ``"trunc"``): ``//`` by another
+    name, a step that jumps by a unit where the quotient crosses an integer."""
+    return call.name in _DIVISIONS and call.kwargs.get("rounding_mode") is not None
+
+
+#: Divisions that take a ``rounding_mode``.
+_DIVISIONS = frozenset({"div", "divide", "true_divide"})
+
+
 def pointwise(mode: Mode, call: Call) -> Any:
     """An elementwise step of followed tensors: a program's step (on buffers' real
     values, or none followed: run as it is)."""
     if all(track.kind == "buffer" for track in mode.store.followed((call.args, call.kwargs))):
         return NOT_MINE  # on buffers' real values (or none followed): run as it is
-    if call.name in _TORCH_STEPS:
+    if call.name in _TORCH_STEPS or _rounded_division(call):
         if mode.steps.known_on_cpu(call.args, call.kwargs):
             # followed CPU temporaries of known values: torch's own result, a table
             return run_op(call.func, call.args, call.kwargs)
@@ -306,12 +317,26 @@ def resize(mode: Mode, call: Call) -> Any:
 
 def cast(mode: Mode, call: Call) -> Any:
     """A cast or device move: of a parameter, :func:`_param_cast`; of a temporary, a
-    step of its values; a temporary's move runs on its CPU values where known."""
+    step of its values; a temporary's move runs on its CPU values where known.
+    ``torch.as_tensor(t, dtype, device)`` of a followed tensor is ``t.to(dtype=...,
+    device=...)``, as torch computes it (``t`` itself where nothing changes)."""
+    if call.name == "as_tensor":
+        if call.target is None:
+            return NOT_MINE  # data that is no followed tensor: a table, as before
+        call = _as_tensor_to(call)
     if call.target is not None and call.target.kind == "param":
         return _param_cast(mode, call, call.target)
     if call.target is None or call.target.kind != "temp" or call.name in MOVES:
         return NOT_MINE  # a temporary's move: run on its CPU values where known
     return mode.steps.cast_temp(call.name, call.func, call.args, call.kwargs)
+
+
+def _as_tensor_to(call: Call) -> Call:
+    """``as_tensor(t, dtype=None, device=None)`` as the ``t.to`` call it is."""
+    named = dict(zip(("dtype", "device"), call.args[1:], strict=False))
+    named.update((k, v) for k, v in call.kwargs.items() if k in ("dtype", "device"))
+    kwargs = {k: v for k, v in named.items() if v is not None}
+    return replace(call, name="to", func=torch.Tensor.to, args=call.args[:1], kwargs=kwargs)
 
 
 def _param_cast(mode: Mode, call: Call, target: Track) -> Any:

@@ -27,7 +27,7 @@ SOURCES = frozenset(
 #: The random sources among them, by name without ``_like``.
 RANDOM_SOURCES: Mapping[str, BaseInit] = {"rand": Uniform(0.0, 1.0), "randn": Normal(0.0, 1.0)}
 #: Casts: by their dtype's name (:data:`.pointwise.CAST_DTYPES`), or naming it.
-CASTS = frozenset({*CAST_DTYPES, "to", "type", "type_as"})
+CASTS = frozenset({*CAST_DTYPES, "to", "type", "type_as", "as_tensor"})
 # Translations that are a step of the values before them: with a tensor operand (not a
 # 0-d CPU number), or a rounding mode, they are elementwise steps instead.
 SCALES = frozenset({"scale", "divide"})

@@ -10,15 +10,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...._program.actions import CapturedOp, Fill, TrackAction
-from ...._program.expr import Const, Coord, Expr, Source, as_lin, contains, reindex, walk_nodes
+from ...._program.index import as_lin
+from ...._program.nodes import Const, Coord, Expr, Source, contains, walk_nodes
 from ...._program.regions import Box, FlatRun, box_runs
+from ...._program.rewrite import reindex
 from ....init import Constant
 from .store import RecordStore
 from .tracks import Track
 
 __all__ = ["RandomPlaces", "drawn"]
 
-Folded = Callable[[Track], Expr]
+#: The value of a track over a box (:meth:`.engine.Engine.folded_over`).
+Folded = Callable[[Track, Box], Expr]
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ class RandomPlaces:
 
     def land(self, track: Track, box: Box, expr: Expr, op: str, where: str, folded: Folded) -> None:
         """Checks that the random values in ``expr``, written to ``box`` of the parameter
-        ``track`` (whose values are ``folded(track)``), land in no other place. (The
+        ``track`` (whose values over it are ``folded(track, box)``), land in no other place. (The
         engine's ``folded`` comes per call: held here, it would make a reference cycle
         that keeps the capture's records alive until the garbage collector runs.)
 
@@ -89,7 +92,7 @@ class RandomPlaces:
         if not contains(expr, Source):
             return  # nothing random (tables, constants): no need to rebuild the program
         fresh = _random_ats(_pinned(expr, box), self.root)
-        held = _random_ats(_pinned(folded(track), box), self.root)
+        held = _random_ats(_pinned(folded(track, box), box), self.root)
         for origin, ats in fresh.items():
             if ats <= held.get(origin, set()):
                 continue  # the values already there, at the same places (a step of them)

@@ -1,5 +1,5 @@
 """The expression engine of a capture: reading values and writing records, over a
-:class:`.store.RecordStore`, as init programs (:mod:`shardinit._program.expr`). The
+:class:`.store.RecordStore`, as init programs (:mod:`shardinit._program.nodes`). The
 components the dispatch calls build on it: :mod:`.steps` (sources and elementwise
 steps), :mod:`.copies`, :mod:`.coordinates`, :mod:`.concrete`.
 
@@ -35,9 +35,19 @@ from ...._program.actions import (
     Opaque,
     TrackAction,
     program_of,
+    sets_values,
 )
 from ...._program.cannot import Cannot
-from ...._program.expr import (
+from ...._program.index import (
+    as_lin,
+    broadcast_coords,
+    contiguous_index,
+    flat_of_box,
+    in_box,
+    strided_coords,
+    unravel,
+)
+from ...._program.nodes import (
     Bad,
     Const,
     Coord,
@@ -47,29 +57,22 @@ from ...._program.expr import (
     Table,
     TableData,
     Where,
-    as_lin,
     bad_reasons,
-    broadcast_coords,
-    combine,
     contains,
-    contiguous_index,
-    flat_of_box,
-    reindex,
-    simplify,
-    strided_coords,
-    substitute_prior,
-    unravel,
 )
 from ...._program.regions import (
     Box,
     FlatRun,
     cut_by,
     flat_range_boxes,
+    intersect,
     map_runs_from,
     view_region,
     view_runs,
     whole,
 )
+from ...._program.regions import contains as region_contains
+from ...._program.rewrite import combine, reindex, simplify, substitute_prior, where
 from ...._torch_compat import stored_strides, torch_function_disabled, tree_leaves
 from ....errors import ShardInitError
 from ....init import Constant
@@ -77,7 +80,7 @@ from ....spec import ParamSpec
 from ..ops import Translation
 from .before import Before, on_before
 from .claims import RandomPlaces
-from .folds import Folds
+from .folds import Folds, never_written
 from .frames import user_frame
 from .store import RecordStore
 from .structured import fill_action
@@ -143,6 +146,35 @@ class Engine:
         value = self.fold(track)
         self.folds[id(track)] = (len(track.ops), last, value)
         return value
+
+    def folded_over(self, track: Track, box: Box) -> Expr:
+        """The value of ``track`` over ``box``: what :meth:`folded` gives, simplified
+        over the box. For a parameter it is folded from the operations that reach the
+        box alone, from the last one that set all of it on: a step on a row just
+        written (``w[i].normal_(); w[i].mul_(s)`` in a loop) reads that row's write,
+        not a fold of every row before it (one node per row: quadratic, and deeper
+        than Python's recursion limit past a few hundred rows)."""
+        if track.kind != "param":
+            return simplify(self.folded(track), box)
+        hits: list[CapturedOp] = []
+        never = never_written(track)
+        start: Expr = never
+        if not track.touched(box):  # a part nothing wrote yet (the next row of a loop)
+            return simplify(start, box)
+        for op in reversed(track.ops):
+            if intersect(op.region, box) is None:
+                continue
+            if sets_values(op.action) and region_contains(op.region, box):
+                start = op_value(op, track, start)  # it reads nothing before it
+                break
+            hits.append(op)
+        value = start
+        for op in reversed(hits):
+            written = op_value(op, track, value)
+            value = where(in_box(op.region, track.shape), written, value)
+        if track.written(whole(track.shape)):  # as fold: never selected, dropped
+            value = _drop_branch(value, never)
+        return simplify(value, box)
 
     def fold(self, track: Track) -> Expr:
         value, never, random = self.left_folds.fold(track)
@@ -303,7 +335,8 @@ class Engine:
         for part, value in parts:
             if track.kind == "param":
                 value, kept = on_before(self.store, track, part, expr, value, op)
-                self.places.land(track, part, value, op, f"{op} at {user_frame()}", self.folded)
+                where_at = f"{op} at {user_frame()}"
+                self.places.land(track, part, value, op, where_at, self.folded_over)
                 value = kept
             self.store.add(track, CapturedOp(part, self.action_of(track, value, op), op, where_))
 
@@ -312,14 +345,13 @@ class Engine:
         values in one element (a step over parts that two fills wrote, ``normal_(w)``,
         ``normal_(w[0])``, then ``clamp_(w)``), the step on each part the earlier writes
         cut ``box`` into: each part reads the one fill that wrote it last."""
-        folded = self.folded(track)
-        value = substitute_prior(expr, simplify(folded, box))
+        value = substitute_prior(expr, self.folded_over(track, box))
         if not bad_reasons(value):
             return [(box, value)]
         cuts = cut_by(box, [op.region for op in track.ops])
         if cuts is None:
             return [(box, value)]
-        parts = [(part, substitute_prior(expr, simplify(folded, part))) for part in cuts]
+        parts = [(part, substitute_prior(expr, self.folded_over(track, part))) for part in cuts]
         return [(box, value)] if any(bad_reasons(v) for _, v in parts) else parts
 
     def spread(

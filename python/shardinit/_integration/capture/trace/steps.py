@@ -13,23 +13,15 @@ import torch
 
 from ...._program.actions import Fill, Opaque
 from ...._program.cannot import Cannot
-from ...._program.expr import (
+from ...._program.exact import (
     INTEGER_DTYPES,
-    Bad,
-    Binary,
-    Const,
-    Coord,
-    Expr,
-    Prior,
-    Source,
     check_exact_integers,
-    combine,
-    contains,
     exact_integers,
     in_dtype,
     stored,
-    where,
 )
+from ...._program.nodes import Bad, Binary, Const, Coord, Expr, Prior, Source, contains
+from ...._program.rewrite import combine, where
 from ...._torch_compat import stored_contiguous, tree_leaves
 from ..ops import POINTWISE, RANDOM_SOURCES, cast, cast_dtype, no_formula, step_of
 from .engine import Engine
@@ -165,10 +157,15 @@ class Steps:
         temps = self.store.followed((args, kwargs))
         if not temps:
             return
+        leaves = [
+            leaf
+            for leaf in tree_leaves(result)
+            if isinstance(leaf, torch.Tensor) and self.store.lookup(leaf) is None
+        ]
+        if not leaves:  # views of followed tensors (w[i]): nothing new to follow
+            return
         random = any(contains(self.engine.folded(t), (Source, Bad)) for t in temps)
-        for leaf in tree_leaves(result):
-            if not isinstance(leaf, torch.Tensor) or self.store.lookup(leaf) is not None:
-                continue
+        for leaf in leaves:
             if leaf.device.type == "cpu" and not random:
                 continue  # a CPU tensor of known values: a table if it is copied
             if stored_contiguous(leaf):

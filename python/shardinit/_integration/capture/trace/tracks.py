@@ -4,7 +4,6 @@ parameter's stand-in, a temporary that init code made (``new_empty``, ``torch.ze
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -13,7 +12,8 @@ import torch
 
 from ...._program.actions import CapturedOp, sets_values
 from ...._program.cannot import Cannot
-from ...._program.regions import Box, box_union_covers, intersect, view_region
+from ...._program.coverage import Coverage
+from ...._program.regions import Box, view_region
 from ...._torch_compat import stored_strides, torch_function_disabled, tree_leaves, tree_map
 
 __all__ = ["Track", "run_op", "same_view", "storage_id"]
@@ -89,6 +89,7 @@ class Track:
             self.storage = self.base.untyped_storage()
         self.layout = _layout(self.base)
         self._whole: tuple[torch.Size, tuple[Box, tuple[int | None, ...]] | None] | None = None
+        self._kept_unions = _Unions.empty(self.base.dim())
 
     def check_unchanged(self) -> None:
         """Raises :class:`~shardinit._program.cannot.Cannot` saying what became different
@@ -118,18 +119,44 @@ class Track:
 
     def written(self, region: Box) -> bool:
         """Whether recorded writes (anything but a scale) cover all of ``region``."""
-        if math.prod(stop - start for start, stop in region) == 0:
-            return True
-        pieces = []
-        for op in self.ops:
-            if not sets_values(op.action):
-                continue
-            common = intersect(op.region, region)
-            if common is not None:
-                pieces.append(
-                    tuple((a - r0, b - r0) for (a, b), (r0, _) in zip(common, region, strict=True))
-                )
-        return box_union_covers(pieces, [stop - start for start, stop in region])
+        return self._unions().written.covers(region)
+
+    def touched(self, region: Box) -> bool:
+        """Whether some recorded operation (a scale too) covers an element of ``region``."""
+        return self._unions().touched.meets(region)
+
+    def _unions(self) -> _Unions:
+        """The unions of the boxes of the recorded operations, kept merged and extended
+        by the operations appended since (the store only appends, or drops all: then
+        they are built again), so a tensor written row by row answers at once however
+        many rows were written."""
+        kept, ops = self._kept_unions, self.ops
+        count = kept.count
+        stale = count > len(ops) or (count and ops[count - 1] is not kept.last)
+        if stale or kept.written.ndim != len(self.shape):
+            kept = _Unions.empty(len(self.shape))
+        for op in ops[kept.count :]:
+            kept.touched.add(op.region)
+            if sets_values(op.action):
+                kept.written.add(op.region)
+        self._kept_unions = _Unions(len(ops), ops[-1] if ops else None, kept.written, kept.touched)
+        return self._kept_unions
+
+
+@dataclass(frozen=True)
+class _Unions:
+    """The unions of the boxes the first ``count`` operations of a track cover: those
+    that set values (``written``) and all (``touched``); ``last`` the final operation
+    (the list holds it alive, so its identity witnesses the prefix)."""
+
+    count: int
+    last: CapturedOp | None
+    written: Coverage
+    touched: Coverage
+
+    @staticmethod
+    def empty(ndim: int) -> _Unions:
+        return _Unions(0, None, Coverage(ndim), Coverage(ndim))
 
 
 def same_view(view: torch.Tensor, value: object) -> bool:

@@ -1,0 +1,195 @@
+"""The union of the boxes written to a tensor, kept merged (:class:`Coverage`), so that
+"is this box covered?" and "add this box" cost what the union's shape costs, not what
+the number of boxes written before costs.
+
+Init code that writes a parameter row by row (``for i in range(n): w[i].fill_(...)``,
+a per-head or per-expert ``normal_``) wrote n boxes; asked against all of them, every
+new write re-checked every earlier one (quadratic in n, cubic where each write asks
+about the whole tensor). Here the union of the n rows is one interval of dim 0 whose
+rows are all whole: one node, however many rows made it.
+
+The union is held dim by dim: a sorted tuple of disjoint intervals of dim 0, each with
+the union of the remaining dims that every index of the interval holds (the *slice*),
+and adjacent intervals with equal slices merged. Each slice is held the same way, so the
+form of a set is canonical (its intervals are the maximal runs of indices with equal
+slices), and two slices are equal exactly when their tuples are: the merge compares
+tuples, and nested tuples are immutable, so intervals split by a new box share their
+slices without copying them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Sequence
+
+from .._layout import Box
+
+__all__ = ["Coverage", "box_union_covers"]
+
+#: One dim of a union: disjoint intervals ``(start, stop, slice)`` in order, ``slice``
+#: the union of the next dims over each index of the interval (None past the last dim).
+Level = tuple[tuple[int, int, "Level | None"], ...]
+
+
+def _start(interval: tuple[int, int, Level | None]) -> int:
+    return interval[0]
+
+
+def _stop(interval: tuple[int, int, Level | None]) -> int:
+    return interval[1]
+
+
+def _single(box: Box, dim: int) -> Level | None:
+    """The union of one box's dims from ``dim`` on (all non-empty)."""
+    if dim == len(box):
+        return None
+    start, stop = box[dim]
+    return ((start, stop, _single(box, dim + 1)),)
+
+
+def _covers(level: Level, box: Box, dim: int) -> bool:
+    """Whether ``level`` (the union over dims ``dim``...) holds all of ``box[dim:]``."""
+    start, stop = box[dim]
+    at = bisect_right(level, start, key=_start) - 1
+    position = start
+    while position < stop:  # each interval met must go on where the last one stopped
+        if at < 0 or at >= len(level):
+            return False
+        low, high, inner = level[at]
+        if not low <= position < high:
+            return False
+        if inner is not None and not _covers(inner, box, dim + 1):
+            return False
+        position, at = high, at + 1
+    return True
+
+
+def _meets(level: Level, box: Box, dim: int) -> bool:
+    """Whether ``level`` (the union over dims ``dim``...) holds an element of ``box[dim:]``."""
+    start, stop = box[dim]
+    at = max(bisect_right(level, start, key=_start) - 1, 0)
+    while at < len(level) and level[at][0] < stop:
+        _, high, inner = level[at]
+        if high > start and (inner is None or _meets(inner, box, dim + 1)):
+            return True
+        at += 1
+    return False
+
+
+def _add(level: Level, box: Box, dim: int) -> Level:
+    """``level`` (the union over dims ``dim``...) with ``box[dim:]`` added, merged."""
+    start, stop = box[dim]
+    # The intervals the box overlaps or touches: a touching one may merge with it.
+    first = bisect_left(level, start, key=_stop)
+    end = bisect_right(level, stop, key=_start)
+    fresh = _single(box, dim + 1)
+    parts: list[tuple[int, int, Level | None]] = []
+    position = start
+    for low, high, inner in level[first:end]:
+        if high <= start or low >= stop:  # touching only
+            parts.append((low, high, inner))
+            continue
+        if low < start:
+            parts.append((low, start, inner))
+        overlap = (max(low, start), min(high, stop))
+        if position < overlap[0]:  # a gap the box fills alone
+            parts.append((position, overlap[0], fresh))
+        grown = None if inner is None else _add(inner, box, dim + 1)
+        parts.append((overlap[0], overlap[1], grown))
+        if high > stop:
+            parts.append((stop, high, inner))
+        position = overlap[1]
+    if position < stop:
+        parts.append((position, stop, fresh))
+    parts.sort(key=_start)
+    return (*level[:first], *_merged(parts), *level[end:])
+
+
+def _merged(parts: Sequence[tuple[int, int, Level | None]]) -> list[tuple[int, int, Level | None]]:
+    """``parts`` (in order, disjoint) with adjacent intervals of equal slices joined."""
+    out: list[tuple[int, int, Level | None]] = []
+    for low, high, inner in parts:
+        if out and out[-1][1] == low and out[-1][2] == inner:
+            out[-1] = (out[-1][0], high, inner)
+        else:
+            out.append((low, high, inner))
+    return out
+
+
+class Coverage:
+    """The union of boxes of an ``ndim``-dim tensor (module docstring).
+
+    Example:
+        >>> union = Coverage(2)
+        >>> for row in range(4):
+        ...     union.add(((row, row + 1), (0, 8)))
+        >>> union.covers(((0, 4), (0, 8))), union.covers(((0, 5), (2, 3))), union.intervals()
+        (True, False, 2)
+        >>> union.meets(((3, 9), (7, 9))), union.meets(((4, 9), (0, 8)))
+        (True, False)
+    """
+
+    def __init__(self, ndim: int, boxes: Iterable[Box] = ()) -> None:
+        self.ndim = ndim
+        self._level: Level = ()
+        self._any = False  # for a 0-dim tensor: whether its one element was written
+        for box in boxes:
+            self.add(box)
+
+    def add(self, box: Box) -> None:
+        """Adds ``box`` (one ``(start, stop)`` per dim) to the union.
+
+        Raises:
+            ValueError: ``box`` has another number of dims than the tensor.
+        """
+        if len(box) != self.ndim:
+            raise ValueError(f"a box of {len(box)} dims added to a union of {self.ndim}")
+        if any(start >= stop for start, stop in box):
+            return  # no element
+        if self.ndim == 0:
+            self._any = True
+            return
+        self._level = _add(self._level, tuple(box), 0)
+
+    def covers(self, box: Box) -> bool:
+        """Whether every element of ``box`` is in the union (an empty box is).
+
+        Raises:
+            ValueError: ``box`` has another number of dims than the tensor.
+        """
+        if len(box) != self.ndim:
+            raise ValueError(f"a box of {len(box)} dims asked of a union of {self.ndim}")
+        if any(start >= stop for start, stop in box):
+            return True
+        if self.ndim == 0:
+            return self._any
+        return _covers(self._level, tuple(box), 0)
+
+    def meets(self, box: Box) -> bool:
+        """Whether some element of ``box`` is in the union (never for an empty box).
+
+        Raises:
+            ValueError: ``box`` has another number of dims than the tensor.
+        """
+        if len(box) != self.ndim:
+            raise ValueError(f"a box of {len(box)} dims asked of a union of {self.ndim}")
+        if any(start >= stop for start, stop in box):
+            return False
+        if self.ndim == 0:
+            return self._any
+        return _meets(self._level, tuple(box), 0)
+
+    def intervals(self) -> int:
+        """The number of intervals held, over all dims (what a query may walk)."""
+        count, stack = 0, [self._level]
+        while stack:
+            level = stack.pop()
+            count += len(level)
+            stack += [inner for _, _, inner in level if inner is not None]
+        return count
+
+
+def box_union_covers(boxes: Iterable[Box], shape: Sequence[int]) -> bool:
+    """Whether the union of ``boxes`` covers every element of ``shape``."""
+    union = Coverage(len(shape), boxes)
+    return union.covers(tuple((0, int(size)) for size in shape))
