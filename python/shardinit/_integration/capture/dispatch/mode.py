@@ -38,6 +38,7 @@ from torch.overrides import TorchFunctionMode
 from ...._program.actions import Opaque
 from ...._program.cannot import Cannot
 from ...._torch_compat import (
+    tree_leaves,
     GRAD_SWITCH,
     aten_packet,
     enter_dispatch_mode,
@@ -142,6 +143,8 @@ class CaptureMode(TorchFunctionMode):
             return self.inside_init(*found, func, args, kwargs)
         name = func_name(func)
         route = route_of(name)
+        if name in _VALUES_OUT:
+            _refuse_unknown_out(self, name, args, kwargs)
         if route in _UNTOUCHED:
             return func(*args, **kwargs)
         args, kwargs = _with_python_numbers(name, route, args, kwargs)
@@ -191,8 +194,6 @@ class CaptureMode(TorchFunctionMode):
             return self.concrete.results(name, func, args, kwargs, evaluated)
         result = run_op(func, args, kwargs)
         self.steps.taint(name, args, kwargs, result, why)
-        if name in _VALUES_TO_PYTHON:
-            _refuse_random_to_python(self, name, args, kwargs)
         return result
 
     def other_inplace(
@@ -473,31 +474,44 @@ def _refuse_dtype_view(
         )  # fmt: skip
 
 
-#: The operations that hand init code a tensor's values as Python values (not its shape,
-#: dtype or device): refused on torch's random draws (:func:`_refuse_random_to_python`).
-_VALUES_TO_PYTHON = frozenset(
-    {"item", "tolist", "numpy", "__float__", "__int__", "__index__", "__bool__", "__complex__"}
-)
+#: The operations that hand init code a tensor's values as Python values or bytes (not
+#: its shape, dtype or device): ``item()``, ``tolist()``, a comparison's ``bool``, numpy,
+#: and every path by bytes (its storage, pickle and ``torch.save`` read it, a deep
+#: copy): refused on values the capture does not know (:func:`_refuse_unknown_out`).
+_VALUES_OUT = frozenset(
+    {
+        "item", "tolist", "numpy", "__float__", "__int__", "__index__", "__bool__",
+        "__complex__", "__array__", "__dlpack__", "untyped_storage", "storage",
+        "_typed_storage", "__deepcopy__", "__reduce_ex__", "__getstate__",
+    }
+)  # fmt: skip
 
 
-def _refuse_random_to_python(
-    mode: CaptureMode, name: str, args: Sequence[Any], kwargs: Any
-) -> None:
-    """Refuses a Python value (``item()``, ``tolist()``, a comparison's ``bool``) of a
-    temporary whose values torch's global generator drew: a number init code can put
-    in a buffer or branch on, another on every rank (and no function of ``seed``).
+def _refuse_unknown_out(mode: CaptureMode, name: str, args: Sequence[Any], kwargs: Any) -> None:
+    """Refuses a Python value or the bytes of a tensor whose values the capture does not
+    know: a temporary of random values (torch's draw, no function of ``seed`` and
+    another on every rank; the stream draws those at each destination's own index) or a
+    tensor computed from unknown values (:meth:`.store.RecordStore.mark_unknown`).
+    Init code could put them in a weight or buffer by a path no op shows, or branch on
+    them (each rank then records other operations).
 
     Raises:
         UnsupportedInitOpError: such a read.
     """
+    why = (
+        "it hands init code the values (as Python values or bytes) of random values, "
+        "torch's own draw, no function of seed and different on each rank; compute such "
+        "values deterministically, or write the random values into a tensor directly"
+    )
     for track in mode.store.followed((args, kwargs)):
         if track.kind == "temp" and mode.engine.random(track):
+            raise mode.store.fail(track, name, why)
+    for leaf in tree_leaves((args, kwargs)):
+        unknown = mode.store.unknown_why(leaf)
+        if unknown is not None:
             raise mode.store.fail(
-                track, name,
-                "it hands init code a Python value of random values from torch's "
-                "global generator, no function of seed and different on each rank "
-                "(a buffer filled with it, or a branch on it, would differ per rank); "
-                "compute such values deterministically",
+                f"a tensor of shape {tuple(leaf.shape)}", name,
+                f"it hands init code values shardinit does not know ({unknown})",
             )  # fmt: skip
 
 

@@ -30,6 +30,7 @@ import torch
 from ...._caches import BoundedMap
 from ...._program.actions import (
     CapturedOp,
+    Computed,
     ComputedOnPrior,
     Fill,
     Opaque,
@@ -114,6 +115,9 @@ class Engine:
     def table_of(self, value: torch.Tensor) -> Expr:
         """The values of a tensor shardinit did not follow (a CPU tensor init code
         computed), over its own coordinates."""
+        unknown = self.store.unknown_why(value)
+        if unknown is not None:
+            return Bad(unknown)
         if value.device.type != "cpu":
             return Bad(
                 f"the values of a {value.device.type} tensor computed by operations "
@@ -149,7 +153,11 @@ class Engine:
         if track.written(tuple((0, size) for size in track.shape)):
             value = _drop_branch(value, never)  # every element written: never selected
         computed_on_cpu = track.base.device.type == "cpu" and track.kind == "temp"
-        if computed_on_cpu and not (random or track.from_random) and bad_reasons(value):
+        if (
+            computed_on_cpu
+            and not (random or track.from_random or self.store.marked(track))
+            and bad_reasons(value)
+        ):
             return self.table_of(track.base)
         return value
 
@@ -215,6 +223,16 @@ class Engine:
             if read[0] is not target:
                 raise self.store.fail(target, op, read_reason(read))
 
+    def known(self, track: Track) -> bool:
+        """Whether the values of followed ``track`` are all known at capture (a buffer's
+        real ones; a temporary free of random sources, opaque writes and parameter
+        reads), so that torch's result of an operation on them is eager's."""
+        if track.kind == "buffer":
+            return True
+        if track.kind != "temp" or track.from_random or track.reads:
+            return False
+        return not contains(self.folded(track), (Source, Bad, Prior))
+
     def random(self, track: Track) -> bool:
         """Whether a followed temporary's values depend on random values."""
         if track.kind != "temp":
@@ -248,6 +266,10 @@ class Engine:
             return Opaque(reasons[0])
         if contains(expr, Prior):
             return ComputedOnPrior(expr)  # reads the values before init_fn: .before
+        if contains(expr, Before):
+            # A parameter's values before init_fn, carried by a temporary: a program of
+            # them, never the plain fill of Before's stand-in initializer (no value).
+            return Computed(expr)
         return program_of(expr)
 
     def record(self, track: Track, view: torch.Tensor, action: TrackAction, op: str) -> None:

@@ -14,7 +14,7 @@ import torch
 from ...._program.actions import CapturedOp, Opaque, TrackAction
 from ...._program.cannot import Cannot
 from ...._program.regions import Box, view_region, whole
-from ...._torch_compat import tree_leaves
+from ...._torch_compat import torch_function_disabled, tree_leaves
 from ....errors import UnsupportedInitOpError
 from .frames import user_frame
 from .tracks import Track, storage_id
@@ -44,6 +44,10 @@ class RecordStore:
         for track in tracks:
             self.follow(track)
         self.error: UnsupportedInitOpError | None = None
+        # Storages of real tensors computed under the capture from values it does not
+        # know (random, opaque, a parameter's): id -> (the storage, kept alive so that
+        # its id is not reused, and why). Their bytes are torch's, never a table.
+        self.unknown: dict[int, tuple[Any, str]] = {}
 
     def follow(self, track: Track) -> Track:
         self.by_storage[id(track.storage)] = track
@@ -55,6 +59,31 @@ class RecordStore:
             return None
         sid = storage_id(value)
         return None if sid is None else self.by_storage.get(sid)
+
+    def mark_unknown(self, value: torch.Tensor, why: str) -> None:
+        """``value``'s storage holds values the capture does not know (``why``: the op
+        that made them and its line): reaching a parameter or buffer, they are refused
+        (:meth:`unknown_why`). A followed tensor's values are its track's fold; marked,
+        its real values are never taken as a table (:meth:`.engine.Engine.fold`)."""
+        sid = storage_id(value)
+        if sid is None or sid in self.unknown:
+            return
+        with torch_function_disabled():
+            self.unknown[sid] = (value.untyped_storage(), why)
+
+    def unknown_why(self, value: Any) -> str | None:
+        """Why the values of the real tensor ``value`` are unknown to the capture, or None
+        (a tensor made before it, or computed from known values only)."""
+        if not self.unknown or not isinstance(value, torch.Tensor):
+            return None
+        sid = storage_id(value)
+        kept = None if sid is None or sid in self.by_storage else self.unknown.get(sid)
+        return None if kept is None else kept[1]
+
+    def marked(self, track: Track) -> bool:
+        """Whether the real values of followed ``track`` were computed, at some point,
+        from values the capture does not know (:meth:`mark_unknown`)."""
+        return id(track.storage) in self.unknown
 
     def followed(self, tree: Any) -> list[Track]:
         """The tracks of the tensors in ``tree`` (nested arguments), each once."""
@@ -72,10 +101,12 @@ class RecordStore:
         label = f"temporary {name}{tuple(result.shape)} at {user_frame()}"
         return self.follow(Track("temp", result, label))
 
-    def fail(self, track: Track, op: str, why: str) -> UnsupportedInitOpError:
-        """The refusal of ``op`` on ``track`` (kept as :attr:`error` if the first)."""
+    def fail(self, track: Track | str, op: str, why: str) -> UnsupportedInitOpError:
+        """The refusal of ``op`` on ``track`` (or a tensor so described; kept as
+        :attr:`error` if the first)."""
+        label = track if isinstance(track, str) else track.label
         error = UnsupportedInitOpError(
-            f"capture_init: {track.label}: {op} at {user_frame()}: {why}. {HELP}"
+            f"capture_init: {label}: {op} at {user_frame()}: {why}. {HELP}"
         )
         if self.error is None:
             self.error = error
