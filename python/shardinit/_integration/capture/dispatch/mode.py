@@ -499,11 +499,14 @@ def _refuse_unknown_out(mode: CaptureMode, name: str, args: Sequence[Any], kwarg
         UnsupportedInitOpError: such a read.
     """
     why = (
-        "it hands init code the values (as Python values or bytes) of random values, "
-        "torch's own draw, no function of seed and different on each rank; compute such "
-        "values deterministically, or write the random values into a tensor directly"
+        "it hands init code a Python value (or the bytes) of random values from torch's "
+        "global generator, no function of seed and different on each rank (a buffer "
+        "filled with it, or a branch on it, would differ per rank); compute such values "
+        "deterministically, or write the random values into a tensor directly"
     )
     for track in mode.store.followed((args, kwargs)):
+        if track.kind == "temp" and track.reads:  # a parameter's values: named as such
+            raise mode.store.fail(track.reads[0][0], name, read_reason(track.reads[0]))
         if track.kind == "temp" and mode.engine.random(track):
             raise mode.store.fail(track, name, why)
     for leaf in tree_leaves((args, kwargs)):
