@@ -45,7 +45,7 @@ from ...._torch_compat import (
     exit_dispatch_mode,
     handed_to_mode,
 )
-from ....errors import UnsupportedInitOpError
+from ....errors import ShardInitError, UnsupportedInitOpError
 from ..ops.composites import (
     MOVES,
     dropout_drops,
@@ -142,6 +142,9 @@ class CaptureMode(TorchFunctionMode):
         if found is not None:
             return self.inside_init(*found, func, args, kwargs)
         name = func_name(func)
+        if name == "type" and (len(args) > 1 or "dtype" in kwargs):
+            func, args, kwargs = _type_as_to(args, kwargs)  # a cast named by its class
+            name = "to"
         route = route_of(name)
         if name in _VALUES_OUT:
             _refuse_unknown_out(self, name, args, kwargs)
@@ -151,12 +154,34 @@ class CaptureMode(TorchFunctionMode):
         if kwargs.get("out") is not None and self.store.followed(kwargs["out"]):
             return self.into_out(name, route, func, types, args, kwargs)
         call = Call(name, route, self.store.lookup(args[0]) if args else None, func, args, kwargs)
-        for handlers in (_ON_TARGET, _BY_ROUTE):
-            handler = handlers.get(route)
-            result = _NOT_MINE if handler is None else handler(self, call)
-            if result is not _NOT_MINE:
-                return result
-        return self.unrouted(call)
+        try:
+            for handlers in (_ON_TARGET, _BY_ROUTE):
+                handler = handlers.get(route)
+                result = _NOT_MINE if handler is None else handler(self, call)
+                if result is not _NOT_MINE:
+                    return result
+            return self.unrouted(call)
+        except ShardInitError:
+            raise
+        except _TORCH_ERRORS as error:
+            raise self.torch_raised(call, error) from error
+
+    def torch_raised(self, call: Call, error: BaseException) -> BaseException:
+        """What a torch error raised while routing ``call`` becomes: on followed tensors
+        (meta stand-ins, temporaries the capture runs on meta), shardinit's refusal
+        naming the tensor, the op and the line, with torch's message (eager torch, on
+        real values, may not raise at all); else torch's error as it is."""
+        followed = self.store.followed((call.args, call.kwargs))
+        if not followed:
+            return error
+        text = str(error).strip().splitlines()
+        what = f"{type(error).__name__}: {text[0][:300] if text else ''}"
+        return self.store.fail(
+            followed[0], call.name,
+            f"{what} was raised on the capture's stand-ins (meta tensors whose values "
+            "the capture follows), where eager torch on real values may not; shardinit "
+            "does not replay this operation on these tensors",
+        )  # fmt: skip
 
     def unrouted(self, call: Call) -> Any:
         """An operation no route takes: refused where it reads a parameter's values, else
@@ -392,6 +417,9 @@ class Call:
     kwargs: dict[str, Any]
 
 
+#: torch's errors that routing a call on followed tensors may raise where eager torch
+#: would not (meta kernels, meta and CPU operands mixed, deep recursion): refused.
+_TORCH_ERRORS = (RuntimeError, NotImplementedError, ValueError, IndexError, RecursionError)
 #: What a handler returns when the call is not its to take (the next table is asked).
 _NOT_MINE: Any = object()
 #: Routes that run as they are: questions about a tensor's layout, and flags a tensor
@@ -406,6 +434,27 @@ _NUMBER_OPERANDS = frozenset(
     {"translated", "inplace", "pointwise", "coordinate", "factory", "source", "foreach"}
 )
 _DATA = frozenset({"tensor", "new_tensor"})
+
+
+def _type_as_to(
+    args: Sequence[Any], kwargs: dict[str, Any]
+) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """``t.type("torch.FloatTensor")`` (or a tensor class, or ``dtype=``) as the
+    ``t.to(...)`` it is: the same dtype (and a ``torch.cuda`` class's device); an
+    argument that names no tensor type is left to torch, which refuses it."""
+    kind = args[1] if len(args) > 1 else kwargs.get("dtype")
+    cls = kind
+    if isinstance(kind, str):
+        cls = torch.cuda if kind.startswith("torch.cuda.") else torch
+        cls = getattr(cls, kind.rsplit(".", 1)[-1], None)
+    dtype = getattr(cls, "dtype", None)
+    if not isinstance(dtype, torch.dtype):
+        return torch.Tensor.type, tuple(args), kwargs
+    moved: tuple[Any, ...] = (args[0], dtype)
+    if isinstance(kind, str) and kind.startswith("torch.cuda."):
+        moved = (args[0], "cuda", dtype)
+    rest = {k: v for k, v in kwargs.items() if k == "non_blocking"}
+    return torch.Tensor.to, moved, rest
 
 
 def _with_python_numbers(

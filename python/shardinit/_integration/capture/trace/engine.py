@@ -22,6 +22,7 @@ parameter and makes a temporary opaque otherwise: no refusal is caught to choose
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -44,6 +45,7 @@ from ...._program.expr import (
     Coord,
     Expr,
     Prior,
+    Round,
     Source,
     Table,
     TableData,
@@ -266,9 +268,10 @@ class Engine:
             return Opaque(reasons[0])
         if contains(expr, Prior):
             return ComputedOnPrior(expr)  # reads the values before init_fn: .before
-        if contains(expr, Before):
+        if contains(expr, Before) or _nonfinite_constant(expr):
             # A parameter's values before init_fn, carried by a temporary: a program of
-            # them, never the plain fill of Before's stand-in initializer (no value).
+            # them, never the plain fill of Before's stand-in initializer (no value);
+            # an infinite or NaN constant: a program's (stream v1 fills finite ones).
             return Computed(expr)
         return program_of(expr)
 
@@ -384,6 +387,13 @@ class Engine:
         pieces = map_runs_from([(0, view.numel())], (0, view.numel()), runs)
         for box, value in self.spread(expr, tuple(view.shape), pieces, target):
             self.append(target, box, value, op, where_)
+
+
+def _nonfinite_constant(expr: Expr) -> bool:
+    """Whether ``expr`` is a constant (rounded or not) that is infinite or NaN."""
+    while isinstance(expr, Round):
+        expr = expr.x
+    return isinstance(expr, Const) and not math.isfinite(expr.value)
 
 
 def _inexact_integers(value: torch.Tensor) -> bool:
