@@ -35,6 +35,7 @@ shardinit drew, element by element (or as a multiset, for ``distribution``).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import warnings
@@ -63,6 +64,7 @@ class Outcome:
     shape: str
     kind: str
     detail: str = ""
+    family: str = ""
 
     @property
     def defect(self) -> bool:
@@ -75,6 +77,50 @@ def float32_ops() -> list[Any]:
 
     ops = [op for op in op_db if torch.float32 in op.supported_dtypes("cpu")]
     return sorted(ops, key=lambda op: (op.name, op.variant_test_name))
+
+
+_PREFIXES = ("linalg", "fft", "special", "nn.functional", "masked", "signal", "sparse")
+_CLASSES = {
+    "UnaryUfuncInfo": "elementwise, unary",
+    "BinaryUfuncInfo": "elementwise, binary",
+    "ReductionOpInfo": "reductions",
+    "ShapeFuncInfo": "shapes and views",
+    "SpectralFuncInfo": "fft",
+}
+
+
+def family(op: Any) -> str:
+    """The family an op is counted in: its namespace (``linalg``, ``fft``, ...), else
+    its OpInfo class (unary, binary, reduction), else ``other torch functions``."""
+    for prefix in _PREFIXES:
+        if op.name.startswith(prefix + "."):
+            return prefix
+    for cls in type(op).__mro__:
+        if cls.__name__ in _CLASSES:
+            return _CLASSES[cls.__name__]
+    return "other torch functions"
+
+
+def family_table(outcomes: list[Outcome]) -> str:
+    """The results per op family, as a Markdown table (docs/capturing-init.md)."""
+    kinds = ("exact", "close", "distribution", "refused", "skipped", "silent", "crash")
+    rows: dict[str, collections.Counter[str]] = {}
+    ops: dict[str, set[str]] = {}
+    for outcome in outcomes:
+        rows.setdefault(outcome.family, collections.Counter())[outcome.kind] += 1
+        ops.setdefault(outcome.family, set()).add(outcome.op)
+    head = "| family | ops | cases | " + " | ".join(kinds) + " |"
+    lines = [head, "|" + "---|" * (len(kinds) + 3)]
+    total: collections.Counter[str] = collections.Counter()
+    for name in sorted(rows):
+        count = rows[name]
+        total += count
+        cells = " | ".join(str(count[k]) for k in kinds)
+        lines.append(f"| {name} | {len(ops[name])} | {sum(count.values())} | {cells} |")
+    cells = " | ".join(str(total[k]) for k in kinds)
+    every = sum(len(v) for v in ops.values())
+    lines.append(f"| **all** | {every} | {sum(total.values())} | {cells} |")
+    return "\n".join(lines) + "\n"
 
 
 def op_label(op: Any) -> str:
@@ -358,5 +404,5 @@ def run_op(op: Any, limit: int) -> list[Outcome]:
                 kind, detail = runner(op, sample)
             except Exception as error:  # the harness's own step failed: say so
                 kind, detail = "crash", f"harness: {type(error).__name__}: {error}"
-            outcomes.append(Outcome(op_label(op), index, shape, kind, detail))
+            outcomes.append(Outcome(op_label(op), index, shape, kind, detail, family(op)))
     return outcomes
