@@ -62,7 +62,7 @@ from ..trace.concrete import Concrete, Evaluated
 from ..trace.coordinates import Coordinates
 from ..trace.copies import Copies
 from ..trace.engine import Engine, read_reason
-from ..trace.frames import frame_arguments, func_name, init_frame
+from ..trace.frames import frame_arguments, func_name, init_frame, user_frame
 from ..trace.steps import Steps
 from ..trace.store import RecordStore
 from ..trace.tracks import Track, run_op, storage_id
@@ -161,9 +161,9 @@ class CaptureMode(TorchFunctionMode):
                 if result is not _NOT_MINE:
                     return result
             return self.unrouted(call)
-        except ShardInitError:
-            raise
         except _TORCH_ERRORS as error:
+            if isinstance(error, ShardInitError):  # a refusal, or an invalid argument
+                raise
             raise self.torch_raised(call, error) from error
 
     def torch_raised(self, call: Call, error: BaseException) -> BaseException:
@@ -392,6 +392,20 @@ class CaptureMode(TorchFunctionMode):
     ) -> None:
         tensors = list(kwargs.get("tensors", args[0] if args else ()))
         dim = int(kwargs.get("dim", args[1] if len(args) > 1 else 0)) % temp.base.dim()
+        parts = [
+            (self.engine.operand(part, tuple(part.shape), name), tuple(part.shape))
+            for part in tensors
+            if self.store.lookup(part) is not None
+        ]
+        if len(parts) > 1 and self.engine.places.overlap(parts):
+            why = (
+                f"{name} at {user_frame()} puts the same random values in two places, which "
+                "torch repeats and shardinit would draw anew at each (it draws a random "
+                "value at its destination element's own index): compute it once and "
+                "copy it"
+            )
+            self.engine.record(temp, temp.base, Opaque(why), name)
+            return
         offset = 0
         for index, part in enumerate(tensors):
             if name == "stack":

@@ -41,6 +41,7 @@ from ...._program.actions import (
 from ...._program.cannot import Cannot
 from ...._program.expr import (
     Bad,
+    Binary,
     Const,
     Coord,
     Expr,
@@ -86,7 +87,7 @@ from .store import RecordStore
 from .structured import fill_action
 from .tracks import Track
 
-__all__ = ["Engine", "read_reason"]
+__all__ = ["Engine", "narrower", "read_reason"]
 
 # A write into a buffer's real stand-in: only its region matters (the values are real).
 BUFFER_WRITE = Constant(0.0)
@@ -268,6 +269,8 @@ class Engine:
             return Opaque(reasons[0])
         if contains(expr, Prior):
             return ComputedOnPrior(expr)  # reads the values before init_fn: .before
+        if _narrower(expr, track):
+            return Computed(_kept_rounding(expr))
         if contains(expr, Before) or _nonfinite_constant(expr):
             # A parameter's values before init_fn, carried by a temporary: a program of
             # them, never the plain fill of Before's stand-in initializer (no value);
@@ -387,6 +390,39 @@ class Engine:
         pieces = map_runs_from([(0, view.numel())], (0, view.numel()), runs)
         for box, value in self.spread(expr, tuple(view.shape), pieces, target):
             self.append(target, box, value, op, where_)
+
+
+def _narrower(expr: Expr, track: Track) -> bool:
+    """Whether ``expr`` rounds its value to a float dtype narrower than ``track``'s
+    (a bfloat16 ``randn`` copied into a float32 parameter holds bfloat16's values)."""
+    while isinstance(expr, Round):
+        if narrower(expr.dtype, track.base.dtype):
+            return True
+        expr = expr.x
+    return isinstance(expr, Source) and narrower(expr.dtype, track.base.dtype)
+
+
+def _kept_rounding(expr: Expr) -> Expr:
+    """A bare source rounded to a narrower dtype (:func:`_narrower`) as a program that
+    rounds it there: a source times one (exact for every value), so that it is no bare
+    source, which the writer would fill as stream v1 in the parameter's dtype."""
+    dtypes = []
+    while isinstance(expr, Round):
+        dtypes.append(expr.dtype)
+        expr = expr.x
+    if isinstance(expr, Source):
+        dtypes.append(expr.dtype)
+    value: Expr = Binary("mul", expr, Const(1.0))
+    for dtype in reversed(dtypes):
+        value = Round(value, dtype)
+    return value
+
+
+def narrower(dtype: torch.dtype, than: torch.dtype) -> bool:
+    """Whether the float ``dtype`` holds fewer values than the float ``than``."""
+    if not (dtype.is_floating_point and than.is_floating_point):
+        return False
+    return torch.finfo(dtype).eps > torch.finfo(than).eps
 
 
 def _nonfinite_constant(expr: Expr) -> bool:
