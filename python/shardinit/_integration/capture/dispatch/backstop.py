@@ -155,6 +155,10 @@ class WriteBackstop(DispatchMode):  # type: ignore[no-untyped-call]
                 raise self.store.fail(
                     buffer, op, f"it writes the values of {source.label}: {_RANDOM}"
                 )
+            unknown = None if source is not None else self.store.unknown_why(leaf)
+            if unknown is not None:
+                why = f"it writes values shardinit does not know ({unknown})"
+                raise self.store.fail(buffer, op, why)
             if source is None and _computed_values(leaf) and not self.engine.rng_untouched():
                 why = f"it writes values computed after init code drew {_RANDOM}"
                 raise self.store.fail(buffer, op, why)

@@ -271,10 +271,11 @@ class Engine:
             return ComputedOnPrior(expr)  # reads the values before init_fn: .before
         if _narrower(expr, track):
             return Computed(_kept_rounding(expr))
-        if contains(expr, Before) or _nonfinite_constant(expr):
+        if _nonfinite_constant(expr):  # a program's (stream v1 fills finite constants)
+            return Computed(Binary("mul", expr, Const(1.0)))
+        if contains(expr, Before):
             # A parameter's values before init_fn, carried by a temporary: a program of
-            # them, never the plain fill of Before's stand-in initializer (no value);
-            # an infinite or NaN constant: a program's (stream v1 fills finite ones).
+            # them, never the plain fill of Before's stand-in initializer (no value).
             return Computed(expr)
         return program_of(expr)
 
