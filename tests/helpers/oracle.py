@@ -259,10 +259,12 @@ def _same_distribution(
         with _quiet():
             shardinit.materialize(holder, seed=seed, init_fn=lambda h=holder: code(h))
         ours.append(holder.w.detach().flatten())
-    theirs = []
+    theirs: list[torch.Tensor] = []
     for seed in range(8):
         torch.manual_seed(seed)
-        theirs.append(_eager(call).flatten())
+        draw = _eager(call).flatten()
+        if not any(torch.equal(draw, seen) for seen in theirs):  # OpInfo may seed it
+            theirs.append(draw)
     a, b = torch.cat(ours).double().numpy(), torch.cat(theirs).double().numpy()
     if a.size < 48:
         return "skipped", "too few values for a distribution test"
@@ -319,7 +321,12 @@ def run_random(op: Any, sample: Any) -> tuple[str, str]:
         return "skipped", "eager gives no float32 tensor"
     out_shape = tuple(result.shape)
     want = torch.full(out_shape, math.nan)  # no draw to compare with: refusal only
-    if math.prod(out_shape) == math.prod(shape):
+    tags = torch.arange(math.prod(shape), dtype=torch.float32).view(shape)
+    on_tags, on_zeros = _eager(lambda: call(tags)), _eager(lambda: call(torch.zeros(shape)))
+    if isinstance(on_tags, torch.Tensor) and isinstance(on_zeros, torch.Tensor):
+        if torch.equal(on_tags, on_zeros) and not _draws(lambda: call(tags)):
+            want = on_tags  # the values do not matter (new_ones, zeros_like, shape ops)
+    if math.prod(out_shape) == math.prod(shape) and bool(want.isnan().all()):
         draw = _stream_normal(out_shape).view(shape)
         computed = _single_tensor(_eager(lambda: call(draw)))
         want = want if computed is None else computed
