@@ -51,9 +51,12 @@ __all__ = [
     "is_strided_shard",
     "make_parameter",
     "make_subclass",
+    "positional_arguments",
     "python_key_excluded",
     "rewrap_fsdp2_classes",
     "split_factor",
+    "stored_contiguous",
+    "stored_strides",
     "strided_shard",
     "torch_function_disabled",
     "tree_leaves",
@@ -478,6 +481,29 @@ def aten_packet(func: Any) -> Any:
     ``torch.ops.aten.fill_.Scalar``); any other callable as it is. ``torch._ops.OpOverload``
     is private (checked: torch 2.15)."""
     return func.overloadpacket if isinstance(func, torch._ops.OpOverload) else func
+
+
+def stored_strides(tensor: torch.Tensor) -> tuple[int, ...]:
+    """The strides of ``tensor`` as its storage holds it: ``torch.Tensor``'s own answer,
+    never a subclass's. A capture's stand-in is row-major (its boxes are) but answers
+    init code with eager's layout (a ``channels_last`` parameter's strides); shardinit's
+    own region arithmetic reads the stand-in's real layout here, wherever it is called
+    from. Public API, kept here as the one place such reads go."""
+    return tuple(torch.Tensor.stride(tensor))
+
+
+def stored_contiguous(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is row-major in its storage (:func:`stored_strides`)."""
+    return bool(torch.Tensor.is_contiguous(tensor))
+
+
+def positional_arguments(name: str) -> tuple[str, ...]:
+    """The names of the positional arguments of the aten operator ``name`` (its default
+    overload), in order: as the torch function or method of that name takes them
+    (``torch.full(size, fill_value)``, ``t.new_full(size, fill_value)`` with ``t`` as
+    ``self``). ``OpOverload._schema`` is private (checked: torch 2.15)."""
+    schema = getattr(torch.ops.aten, name).default._schema
+    return tuple(argument.name for argument in schema.arguments if not argument.kwarg_only)
 
 
 #: ``torch.nn.utils.parametrizations``' private parametrization classes (checked: torch

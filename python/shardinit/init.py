@@ -433,23 +433,45 @@ def _of_std(std: float | None, uniform: bool, arg: str) -> BaseInit:
 
 
 @dataclass(frozen=True)
-class _Kaiming(Initializer):
+class _FanBased(Initializer):
+    """What the Kaiming and Xavier initializers share: a std from the fans of the global
+    shape (``std``), drawn as ``U(-sqrt(3) std, sqrt(3) std)`` (``UNIFORM``) or
+    ``N(0, std)`` (:func:`_of_std`), named ``<FAMILY>_uniform`` / ``<FAMILY>_normal``."""
+
+    FAMILY: ClassVar[str]
+    UNIFORM: ClassVar[bool]
+
+    def std(self, global_shape: Sequence[int], name: str) -> float | None:
+        raise NotImplementedError
+
+    def shown(self, name: str) -> str:
+        """The argument a refusal of a non-finite std names."""
+        raise NotImplementedError
+
+    def resolve(self, global_shape: Sequence[int]) -> BaseInit:
+        name = f"{self.FAMILY}_{'uniform' if self.UNIFORM else 'normal'}"
+        return _of_std(self.std(global_shape, name), self.UNIFORM, self.shown(name))
+
+
+@dataclass(frozen=True)
+class _Kaiming(_FanBased):
     """The arguments and checks of both Kaiming initializers (``UNIFORM``: which one)."""
 
     a: float = 0.0
     mode: FanMode = "fan_in"
     nonlinearity: str = "leaky_relu"
-    UNIFORM: ClassVar[bool]
+    FAMILY: ClassVar[str] = "kaiming"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "a", check_real("a", self.a))
         _check_mode(self.mode)
         _check_nonlinearity(self.nonlinearity, self.a)
 
-    def resolve(self, global_shape: Sequence[int]) -> BaseInit:
-        name = "kaiming_uniform" if self.UNIFORM else "kaiming_normal"
-        std = _kaiming_std(self, global_shape, name)
-        return _of_std(std, self.UNIFORM, f"{name}(a={self.a})")
+    def std(self, global_shape: Sequence[int], name: str) -> float | None:
+        return _kaiming_std(self, global_shape, name)
+
+    def shown(self, name: str) -> str:
+        return f"{name}(a={self.a})"
 
 
 @dataclass(frozen=True)
@@ -467,19 +489,20 @@ class KaimingNormal(_Kaiming):
 
 
 @dataclass(frozen=True)
-class _Xavier(Initializer):
+class _Xavier(_FanBased):
     """The argument and check of both Xavier initializers (``UNIFORM``: which one)."""
 
     gain: float = 1.0
-    UNIFORM: ClassVar[bool]
+    FAMILY: ClassVar[str] = "xavier"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gain", _check_gain(self.gain))
 
-    def resolve(self, global_shape: Sequence[int]) -> BaseInit:
-        name = "xavier_uniform" if self.UNIFORM else "xavier_normal"
-        std = _xavier_std(self.gain, global_shape, name)
-        return _of_std(std, self.UNIFORM, f"gain={self.gain}")
+    def std(self, global_shape: Sequence[int], name: str) -> float | None:
+        return _xavier_std(self.gain, global_shape, name)
+
+    def shown(self, name: str) -> str:
+        return f"gain={self.gain}"
 
 
 @dataclass(frozen=True)

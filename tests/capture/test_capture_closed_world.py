@@ -253,6 +253,16 @@ def test_a_refused_copy_between_temporaries_leaves_the_capture_usable() -> None:
     assert torch.equal(_materialized(code).weight.detach(), torch.zeros(32, 16))
 
 
+def _sources(directory: str) -> list[str]:
+    """The Python files under ``directory``, relative to it (the capture's wings too)."""
+    return sorted(
+        os.path.relpath(os.path.join(root, name), directory)
+        for root, _, names in os.walk(directory)
+        for name in names
+        if name.endswith(".py")
+    )
+
+
 def test_the_dispatch_holds_a_store_and_an_engine_and_catches_no_refusal() -> None:
     from shardinit._integration.capture.dispatch import mode
     from shardinit._integration.capture.trace import engine
@@ -260,8 +270,8 @@ def test_the_dispatch_holds_a_store_and_an_engine_and_catches_no_refusal() -> No
     dispatch = mode.CaptureMode([], {})
     assert not isinstance(dispatch, engine.Engine)
     assert isinstance(dispatch.engine, engine.Engine) and dispatch.engine.store is dispatch.store
-    capture_dir = os.path.dirname(mode.__file__)
-    for name in os.listdir(capture_dir):
+    capture_dir = os.path.dirname(os.path.dirname(mode.__file__))  # all four wings
+    for name in _sources(capture_dir):
         if name.endswith(".py"):
             with open(os.path.join(capture_dir, name), encoding="utf-8") as source:
                 for number, line in enumerate(source, 1):
@@ -307,8 +317,9 @@ def test_inside_the_capture_cannot_is_said_one_way() -> None:
 
     returns_reason = re.compile(r"->[^:]*\|\s*str\b|->\s*str\s*\|")
     names = ("inplace_name",)  # a name looked up, or None: no reason
-    for directory in (os.path.dirname(mode.__file__), os.path.dirname(cannot.__file__)):
-        for name in sorted(os.listdir(directory)):
+    capture_dir = os.path.dirname(os.path.dirname(mode.__file__))  # all four wings
+    for directory in (capture_dir, os.path.dirname(cannot.__file__)):
+        for name in _sources(directory):
             if name.endswith(".py"):
                 with open(os.path.join(directory, name), encoding="utf-8") as source:
                     text = source.read()

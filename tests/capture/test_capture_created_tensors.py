@@ -14,14 +14,13 @@ fixes them at ``fully_shard``). A refused model is as it was.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import re
 from collections.abc import Callable
 
 import pytest
 import torch
-from materialize_workers import Checks, assert_check_passed, check, gloo_scenario, run_group
+from materialize_workers import Checks, check, gloo_scenario, scenario_tests
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -224,8 +223,8 @@ def test_random_buffers_init_code_assigns_are_refused_naming_the_line() -> None:
     for init_fn, name, owner in cases:
         _assert_refused(
             model, init_fn,
-            rf"^capture_init: buffer '{re.escape(name)}' \({owner}\) at LINE.*: init code "
-            r"assigns it \(\d,\) float32 random values: they come from torch's global generator",
+            rf"^capture_init: buffer '{re.escape(name)}' \({owner}\): init code assigns it "
+            r"\(\d,\) float32 random values at LINE.*: they come from torch's global generator",
         )  # fmt: skip
 
 
@@ -246,7 +245,8 @@ def test_random_tensors_init_code_keeps_as_attributes_are_refused() -> None:
         _assert_refused(
             model, init_fn,
             rf"^capture_init: attribute '{attr}' \(Linear\): init code sets it to temporary "
-            r"\w+\(\d,\) at LINE.*: random values: they come from torch's global generator",
+            r"\w+\(\d,\) at LINE.*, random values \(found when init_fn returned\): they come "
+            r"from torch's global generator",
         )  # fmt: skip
     shardinit.materialize(model, seed=SEED, init_fn=kept)
     assert torch.equal(model.table, torch.arange(3.0) * 2)
@@ -270,12 +270,14 @@ def test_ties_and_tensors_the_capture_did_not_see_are_refused() -> None:
         model[1].bias = nn.Parameter(torch.empty(4))  # refused
         model[1].bias[:2].zero_()
 
-    head = r"^capture_init: parameter '1\.(weight|bias)' \(Linear\) at LINE.*: init code "
-    _assert_refused(model, tie, head + r"ties it to parameter '0\.weight'")
-    _assert_refused(model, from_before, head + r"replaces it with a new Parameter: its values "
-                    r"were not computed by init code that the capture follows")  # fmt: skip
-    _assert_refused(model, reads, head + r".*it reads the values of parameter '0\.weight'")
-    _assert_refused(model, partial, head + r".*wrote only part of temporary empty\(4,\)")
+    head = r"^capture_init: parameter '1\.(weight|bias)' \(Linear\): init code "
+    _assert_refused(model, tie, head + r"ties it to parameter '0\.weight' at LINE")
+    _assert_refused(model, from_before, head + r"replaces it with a new Parameter at LINE.*: its "
+                    r"values were not computed by init code that the capture follows")  # fmt: skip
+    _assert_refused(
+        model, reads, head + r".* at LINE.*it reads the values of parameter '0\.weight'"
+    )
+    _assert_refused(model, partial, head + r".* at LINE.*wrote only part of temporary empty\(4,\)")
 
 
 # --------------------------------------------------------------------------- FSDP2
@@ -324,7 +326,9 @@ def _check_fsdp2_changes_refused(world: int) -> None:
     fixed = r"the parameters of a model FSDP2 or tensor parallelism sharded are fixed"
     held = r"FSDP2 and tensor parallelism hold the parameters they shard"
     _assert_refused(model, added, rf"^capture_init: parameter '0\.extra' .*adds a new .*{fixed}")
-    _assert_refused(model, removed, rf"^capture_init: parameter '0\.bias' .*removes it: {held}")
+    _assert_refused(
+        model, removed, rf"^capture_init: parameter '0\.bias' .*removes it at .*: {held}"
+    )
     _assert_refused(model, reshaped, rf"^capture_init: parameter '2\.weight' .*: {held}")
     _assert_refused(model, jitter, r"^capture_init: buffer '1\.running_var': normal_ at LINE")
     assert all(isinstance(p, DTensor) for p in model.parameters())
@@ -338,13 +342,6 @@ def created_tensors_scenario(rank: int, world: int) -> Checks:
     return checks
 
 
-@functools.cache
-def _results(world: int) -> dict[str, list[str]]:
-    return run_group(world, created_tensors_scenario)
-
-
-@pytest.mark.distributed
-@pytest.mark.parametrize("world", [1, 2])
-@pytest.mark.parametrize("name", ["replacement", "refused"])
-def test_fsdp2_created_tensors(world: int, name: str) -> None:
-    assert_check_passed(_results(world), name)
+test_fsdp2_created_tensors = scenario_tests(
+    created_tensors_scenario, ["replacement", "refused"], [1, 2]
+)

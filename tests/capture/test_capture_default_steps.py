@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 
 import pytest
 import torch
-from materialize_workers import Checks, assert_check_passed, check, gloo_scenario, run_group
+from materialize_workers import Checks, check, gloo_scenario, scenario_tests
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -152,13 +152,6 @@ def default_steps_scenario(rank: int, world: int) -> Checks:
     return checks
 
 
-@functools.cache
-def _results(world: int) -> dict[str, list[str]]:
-    return run_group(world, default_steps_scenario)
-
-
-@pytest.mark.distributed
-@pytest.mark.parametrize("world", [1, 2])
-@pytest.mark.parametrize("name", ["clamp_", "fill_then_step", "cast_times_two"])
-def test_steps_on_the_default_under_fsdp2(world: int, name: str) -> None:
-    assert_check_passed(_results(world), name)
+test_steps_on_the_default_under_fsdp2 = scenario_tests(
+    default_steps_scenario, ["clamp_", "fill_then_step", "cast_times_two"], [1, 2]
+)

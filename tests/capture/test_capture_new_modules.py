@@ -7,13 +7,12 @@ model holds are kept as eager torch leaves them."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import re
 
 import pytest
 import torch
-from materialize_workers import Checks, assert_check_passed, check, gloo_scenario, run_group
+from materialize_workers import Checks, check, gloo_scenario, scenario_tests
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -43,7 +42,7 @@ def _assert_refused_and_unchanged(
         shardinit.materialize(model, seed=SEED, init_fn=init_fn)  # type: ignore[arg-type]
     line = _line_after("# the assignment", init_fn)
     assert re.match(
-        rf"^capture_init: init code {what} at '{re.escape(target)}' with a new {new} at "
+        rf"^capture_init: module '{re.escape(target)}': init code {what} with a new {new} at "
         rf"{re.escape(__file__)}:{line} in ",
         str(refused.value),
     ), refused.value
@@ -137,12 +136,6 @@ def new_modules_scenario(rank: int, world: int) -> Checks:
     return checks
 
 
-@functools.cache
-def _results(world: int) -> dict[str, list[str]]:
-    return run_group(world, new_modules_scenario)
-
-
-@pytest.mark.distributed
-@pytest.mark.parametrize("world", [1, 2])
-def test_fsdp2_replacing_a_submodule_is_refused_before_allocation(world: int) -> None:
-    assert_check_passed(_results(world), "fsdp2_replacement")
+test_fsdp2_replacing_a_submodule_is_refused_before_allocation = scenario_tests(
+    new_modules_scenario, ["fsdp2_replacement"], [1, 2]
+)

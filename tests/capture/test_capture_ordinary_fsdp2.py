@@ -11,9 +11,8 @@ import functools
 import math
 from collections.abc import Callable
 
-import pytest
 import torch
-from materialize_workers import Checks, assert_check_passed, check, gloo_scenario, run_group
+from materialize_workers import Checks, check, gloo_scenario, scenario_tests
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -127,13 +126,6 @@ def ordinary_scenario(rank: int, world: int) -> Checks:
     return checks
 
 
-@functools.cache
-def _results(world: int) -> dict[str, list[str]]:
-    return run_group(world, ordinary_scenario)
-
-
-@pytest.mark.distributed
-@pytest.mark.parametrize("world", [1, 2])
-@pytest.mark.parametrize("name", [*sorted(INITS), "parametrized", "legacy_parameter"])
-def test_ordinary_init_code_is_layout_invariant_under_fsdp2(world: int, name: str) -> None:
-    assert_check_passed(_results(world), name)
+test_ordinary_init_code_is_layout_invariant_under_fsdp2 = scenario_tests(
+    ordinary_scenario, [*sorted(INITS), "parametrized", "legacy_parameter"], [1, 2]
+)

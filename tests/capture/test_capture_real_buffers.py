@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from materialize_workers import Checks, assert_check_passed, check, gloo_scenario, run_group
+from materialize_workers import Checks, check, gloo_scenario, scenario_tests
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
@@ -127,13 +127,6 @@ def real_buffers_scenario(rank: int, world: int) -> Checks:
     return checks
 
 
-@functools.cache
-def _results(world: int) -> dict[str, list[str]]:
-    return run_group(world, real_buffers_scenario)
-
-
-@pytest.mark.distributed
-@pytest.mark.parametrize("world", [1, 2])
-@pytest.mark.parametrize("name", ["fill_then_mul", "add_arange", "random"])
-def test_real_buffers_under_fsdp2(world: int, name: str) -> None:
-    assert_check_passed(_results(world), name)
+test_real_buffers_under_fsdp2 = scenario_tests(
+    real_buffers_scenario, ["fill_then_mul", "add_arange", "random"], [1, 2]
+)

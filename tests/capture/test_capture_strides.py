@@ -261,3 +261,36 @@ def test_orthogonal_on_a_channels_last_1x1_kernel_is_replayed_as_eager() -> None
     matrix = conv.weight.detach().reshape(4, 3)
     torch.testing.assert_close(matrix.T @ matrix, torch.eye(3), atol=1e-5, rtol=0)
     assert conv.weight.stride() == nn.Conv2d(3, 4, 1).to(memory_format=CL).weight.stride()
+
+
+def _asked_from(module: str) -> Callable[[torch.Tensor], tuple[object, ...]]:
+    """:func:`_layout_answers` as a function of the module ``module`` (its globals say
+    so), for the stand-in to see that module as the caller."""
+    namespace: dict[str, object] = {"__name__": module, "CL": CL}
+    exec(  # the same questions, asked from another module's code
+        "def ask(w):\n"
+        "    return (w.stride(), w.stride(1), w.is_contiguous(),\n"
+        "            w.is_contiguous(memory_format=CL), w.data.stride(), w[1].stride(),\n"
+        "            w.data.transpose(0, 1).is_contiguous())\n",
+        namespace,
+    )
+    ask = namespace["ask"]
+    assert callable(ask)
+    return ask  # type: ignore[no-any-return]
+
+
+def test_a_stand_in_answers_the_same_whoever_asks() -> None:
+    # Issue 46: an answer never depends on the caller's module (a helper moved into
+    # shardinit, or a torch internal asking, gets eager's layout too); shardinit's own
+    # region arithmetic reads the stand-in's layout through _torch_compat.stored_strides.
+    conv = _channels_last_conv("before")
+    answers: dict[str, tuple[object, ...]] = {}
+
+    def init_fn() -> None:
+        for module in ("tests.user_code", "shardinit._integration.helper", "torch.nn.init"):
+            answers[module] = _asked_from(module)(conv.weight)
+        nn.init.constant_(conv.weight, 0.5)
+
+    shardinit.materialize(conv, seed=SEED, init_fn=init_fn)
+    assert set(answers.values()) == {_layout_answers(conv.weight)}, answers
+    assert answers["shardinit._integration.helper"][0] == (27, 1, 9, 3)

@@ -31,6 +31,7 @@ from materialize_workers import (
     expect_equal,
     gloo_scenario,
     run_group,
+    scenario_tests,
 )
 from torch import nn
 
@@ -251,16 +252,7 @@ def _expect_gathered_equal_unsharded(name: str, sharded: nn.Module) -> None:
         expect_equal(param_name, full, plain[param_name].detach())
 
 
-@functools.cache
-def _results(world: int) -> dict[str, list[str]]:
-    return run_group(world, clients_scenario)
-
-
-@pytest.mark.distributed
-@pytest.mark.parametrize("world", [1, 2, 3])
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_fsdp2_worlds_give_identical_bytes(name: str, world: int) -> None:
-    assert_check_passed(_results(world), name)
+test_fsdp2_worlds_give_identical_bytes = scenario_tests(clients_scenario, sorted(MODELS), [1, 2, 3])
 
 
 # --------------------------------------------------------------------------- FSDP2 + TP

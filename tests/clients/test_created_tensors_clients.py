@@ -67,8 +67,8 @@ def test_adding_an_adapter_in_init_code_is_refused_at_peft_line() -> None:
     second = peft.LoraConfig(r=2, target_modules=["q"])
     with pytest.raises(
         shardinit.UnsupportedInitOpError,
-        match=r"^capture_init: init code adds a module at 'base_model\.model\.q\.lora_A\.second' "
-        r"with a new Linear at .*peft/tuners/lora/layer\.py:\d+ in update_layer",
+        match=r"^capture_init: module 'base_model\.model\.q\.lora_A\.second': init code adds "
+        r"a module with a new Linear at .*peft/tuners/lora/layer\.py:\d+ in update_layer",
     ):
         shardinit.materialize(model, seed=SEED, init_fn=lambda: model.add_adapter("second", second))
     assert [(n, tuple(p.shape)) for n, p in model.named_parameters()] == before

@@ -22,14 +22,7 @@ from typing import Any
 import finetune_recipes
 import pytest
 import torch
-from materialize_workers import (
-    Checks,
-    assert_check_passed,
-    check,
-    expect_equal,
-    gloo_scenario,
-    run_group,
-)
+from materialize_workers import Checks, check, expect_equal, gloo_scenario, scenario_tests
 from torch import nn
 
 import shardinit
@@ -163,14 +156,6 @@ def finetune_scenario(rank: int, world: int) -> Checks:
     return checks
 
 
-@functools.cache
-def _results(world: int) -> dict[str, list[str]]:
-    return run_group(world, finetune_scenario)
-
-
-@pytest.mark.distributed
-@pytest.mark.parametrize("world", [1, 2, 3])
-def test_peft_lora_from_checkpoint_gives_checkpoint_bytes_and_whole_model_adapters(
-    world: int,
-) -> None:
-    assert_check_passed(_results(world), "peft_lora_from_checkpoint")
+test_peft_lora_from_checkpoint_gives_checkpoint_bytes_and_whole_model_adapters = scenario_tests(
+    finetune_scenario, ["peft_lora_from_checkpoint"], [1, 2, 3]
+)

@@ -14,19 +14,11 @@ as ``init_fn`` is tested with the other clients (test_clients.py).
 
 from __future__ import annotations
 
-import functools
 import math
 
 import pytest
 import torch
-from materialize_workers import (
-    Checks,
-    assert_check_passed,
-    check,
-    expect_equal,
-    gloo_scenario,
-    run_group,
-)
+from materialize_workers import Checks, check, expect_equal, gloo_scenario, scenario_tests
 from torch import nn
 
 import shardinit
@@ -121,12 +113,4 @@ def rwkv_scenario(rank: int, world: int) -> Checks:
     return checks
 
 
-@functools.cache
-def _results(world: int) -> dict[str, list[str]]:
-    return run_group(world, rwkv_scenario)
-
-
-@pytest.mark.distributed
-@pytest.mark.parametrize("world", [1, 2])
-def test_fsdp2_worlds_give_identical_bytes(world: int) -> None:
-    assert_check_passed(_results(world), "rwkv")
+test_fsdp2_worlds_give_identical_bytes = scenario_tests(rwkv_scenario, ["rwkv"], [1, 2])

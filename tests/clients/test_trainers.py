@@ -35,14 +35,7 @@ from typing import Any
 import pytest
 import torch
 import trainer_recipes
-from materialize_workers import (
-    Checks,
-    assert_check_passed,
-    check,
-    expect_equal,
-    gloo_scenario,
-    run_group,
-)
+from materialize_workers import Checks, check, expect_equal, gloo_scenario, scenario_tests
 from torch import nn
 
 import shardinit
@@ -288,13 +281,6 @@ def trainers_scenario(rank: int, world: int) -> Checks:
     return checks
 
 
-@functools.cache
-def _results(world: int) -> dict[str, list[str]]:
-    return run_group(world, trainers_scenario)
-
-
-@pytest.mark.distributed
-@pytest.mark.parametrize("world", [1, 2])
-@pytest.mark.parametrize("name", SCENARIOS)
-def test_trainer_step0_weights_equal_materialize_on_meta(name: str, world: int) -> None:
-    assert_check_passed(_results(world), name)
+test_trainer_step0_weights_equal_materialize_on_meta = scenario_tests(
+    trainers_scenario, SCENARIOS, [1, 2]
+)

@@ -7,10 +7,22 @@ this file.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
+import pytest
 import torch
-from gloo_groups import Checks, assert_check_passed, check, gloo_scenario, rank_results, run_group
+from gloo_groups import (
+    Checks,
+    Scenario,
+    assert_check_passed,
+    check,
+    gloo_scenario,
+    rank_results,
+    run_group,
+)
 from torch import nn
 
 import shardinit
@@ -31,6 +43,7 @@ __all__ = [
     "kaiming_a5",
     "rank_results",
     "run_group",
+    "scenario_tests",
     "tinylm_expected_defaults",
 ]
 
@@ -141,3 +154,23 @@ def expected_full(
     for row in zero_rows:
         full[row] = 0
     return full
+
+
+def scenario_tests(
+    scenario: Scenario, names: Sequence[Any], worlds: Sequence[int]
+) -> Callable[[str, int], None]:
+    """The test of a gloo scenario: each check of ``names`` on each world size of
+    ``worlds``, the scenario run once per world size (:func:`gloo_groups.run_group`).
+    Bind it to a module-level ``test_...`` name::
+
+        test_bits_under_fsdp2 = scenario_tests(my_scenario, ["bits"], [1, 2])
+    """
+    results = functools.cache(lambda world: run_group(world, scenario))
+
+    @pytest.mark.distributed
+    @pytest.mark.parametrize("world", worlds)
+    @pytest.mark.parametrize("name", names)
+    def test(name: str, world: int) -> None:
+        assert_check_passed(results(world), name)
+
+    return test

@@ -16,15 +16,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from materialize_workers import (
-    Checks,
-    TinyLM,
-    assert_check_passed,
-    check,
-    expect_equal,
-    gloo_scenario,
-    run_group,
-)
+from materialize_workers import Checks, TinyLM, check, expect_equal, gloo_scenario, scenario_tests
 from torch import nn
 
 import shardinit
@@ -294,12 +286,6 @@ def only_scenario(rank: int, world: int) -> Checks:
     return checks
 
 
-@functools.cache
-def _results(world: int) -> dict[str, list[str]]:
-    return run_group(world, only_scenario)
-
-
-@pytest.mark.distributed
-@pytest.mark.parametrize("world", [1, 2, 3])
-def test_fsdp2_only_missing_keys_gives_whole_model_values_and_checkpoint_bytes(world: int) -> None:
-    assert_check_passed(_results(world), "fsdp2_only_missing")
+test_fsdp2_only_missing_keys_gives_whole_model_values_and_checkpoint_bytes = scenario_tests(
+    only_scenario, ["fsdp2_only_missing"], [1, 2, 3]
+)

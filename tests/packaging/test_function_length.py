@@ -17,10 +17,8 @@ MAX_LINES = 80
 PACKAGE = Path(shardinit.__file__).resolve().parent
 
 
-def code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
-    """Lines of ``node`` from ``def`` to its end, less its docstring."""
-    assert node.end_lineno is not None
-    total = node.end_lineno - node.lineno + 1
+def docstring_lines(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> range:
+    """The lines of ``node``'s own docstring (empty when it has none)."""
     first = node.body[0]
     if (
         isinstance(first, ast.Expr)
@@ -28,8 +26,14 @@ def code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
         and isinstance(first.value.value, str)
     ):
         assert first.end_lineno is not None
-        total -= first.end_lineno - first.lineno + 1
-    return total
+        return range(first.lineno, first.end_lineno + 1)
+    return range(0)
+
+
+def code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of ``node`` from ``def`` to its end, less its docstring."""
+    assert node.end_lineno is not None
+    return node.end_lineno - node.lineno + 1 - len(docstring_lines(node))
 
 
 def long_functions(root: Path, limit: int) -> list[str]:
@@ -70,21 +74,49 @@ def test_no_function_in_the_package_is_longer_than_80_lines() -> None:
     )
 
 
-#: No class in the package is longer than this (issue 36): a longer one holds several
-#: jobs that want components of their own (the capture's mode, engine, steps, copies).
-MAX_CLASS_LINES = 300
+#: No class in the package has more lines of code than this (issues 36 and 46): a longer
+#: one holds several jobs that want components of their own (the capture's mode, engine,
+#: steps, copies). Its docstrings, comments and blank lines are not counted, so that
+#: documentation is never what a class gives up to stay under it.
+MAX_CLASS_LINES = 250
+
+
+def _docstring_lines(node: ast.AST) -> set[int]:
+    """The line numbers of every docstring in ``node`` (its own, its methods', nested
+    classes')."""
+    return {
+        line
+        for sub in ast.walk(node)
+        if isinstance(sub, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        for line in docstring_lines(sub)
+    }
+
+
+def class_code_lines(node: ast.ClassDef, source: list[str]) -> int:
+    """Lines of code of ``node``, from ``class`` to its end: without its docstrings,
+    comment lines and blank lines."""
+    assert node.end_lineno is not None
+    documented = _docstring_lines(node)
+    return sum(
+        1
+        for number in range(node.lineno, node.end_lineno + 1)
+        if number not in documented
+        and (text := source[number - 1].strip())
+        and not text.startswith("#")
+    )
 
 
 def long_classes(root: Path, limit: int) -> list[str]:
-    """``path:line name (N lines)`` for every class under ``root`` over ``limit`` lines
-    (from ``class`` to its end, docstrings included)."""
+    """``path:line name (N lines)`` for every class under ``root`` over ``limit`` lines of
+    code (:func:`class_code_lines`)."""
     found = []
     for path in sorted(root.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text, filename=str(path))
+        source = text.splitlines()
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
-                assert node.end_lineno is not None
-                lines = node.end_lineno - node.lineno + 1
+                lines = class_code_lines(node, source)
                 if lines > limit:
                     where = path.relative_to(root.parent)
                     found.append(f"{where}:{node.lineno} {node.name} ({lines} lines)")
@@ -92,12 +124,22 @@ def long_classes(root: Path, limit: int) -> list[str]:
 
 
 def test_counter_sees_long_classes(tmp_path: Path) -> None:
+    """A class over the limit in code is found; one over it only in docstrings, comments
+    and blank lines is not."""
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_CLASS_LINES))
-    (tmp_path / "module.py").write_text(f"class Long:\n{body}\n\nclass Short:\n    x = 1\n")
+    doc = '        """' + "\n" * 200 + '        """'
+    comments = "\n".join(f"    # why {i}\n" for i in range(100))
+    (tmp_path / "module.py").write_text(
+        f"class Long:\n{body}\n\nclass Short:\n    x = 1\n\n"
+        f'class Documented:\n    """Doc.\n\n    More.\n    """\n{comments}\n'
+        f"    def method(self):\n{doc}\n        return 1\n"
+        + "\n".join(f"    y{i} = {i}" for i in range(MAX_CLASS_LINES - 3))
+        + "\n"
+    )
     found = long_classes(tmp_path, MAX_CLASS_LINES)
     assert found == [f"{tmp_path.name}/module.py:1 Long ({MAX_CLASS_LINES + 1} lines)"], found
 
 
-def test_no_class_in_the_package_is_longer_than_300_lines() -> None:
+def test_no_class_in_the_package_is_longer_than_250_lines_of_code() -> None:
     offenders = long_classes(PACKAGE, MAX_CLASS_LINES)
-    assert not offenders, "classes over 300 lines:\n" + "\n".join(offenders)
+    assert not offenders, "classes over 250 lines of code:\n" + "\n".join(offenders)

@@ -2,13 +2,18 @@
 one writer (``shardinit._program``) sit between the fill dispatch and the integrations
 and import nothing above them, and the integrations that write values do it through
 ``_program``, never through the capture of init code, which only produces programs.
-Read from the import graph (``ast``), as the import-cycle test reads it."""
+The capture itself is four wings (``session`` > ``dispatch`` > ``trace`` > ``ops``): a
+wing imports only the wings below it, and only through their faces (the names their
+``__init__`` re-exports), never their modules. Read from the import graph (``ast``), as
+the import-cycle test reads it."""
 
 from __future__ import annotations
 
+import ast
+import itertools
 from pathlib import Path
 
-from test_import_cycles import PACKAGE, Graph, import_graph
+from test_import_cycles import PACKAGE, Graph, import_graph, module_names
 
 PROGRAM = "shardinit._program"
 CAPTURE = "shardinit._integration.capture"
@@ -27,6 +32,10 @@ CAPTURE_FACE_ONLY = (
     "shardinit._integration.megatron",
     "shardinit._integration.checkpoint_plan",
 )
+
+
+#: The capture's wings, highest first: each imports only the wings after it.
+WINGS = ("session", "dispatch", "trace", "ops")
 
 
 def _inside(module: str, package: str) -> bool:
@@ -78,6 +87,92 @@ def test_a_climb_from_the_program_floor_is_found(tmp_path: Path) -> None:
     (package / "_integration" / "plan.py").write_text("")
     graph = import_graph(package)
     assert "shardinit._integration.plan" in reachable(graph, "shardinit._program.writer")
+
+
+def wing_of(module: str, capture: str = CAPTURE) -> int | None:
+    """The rank of ``module``'s wing in :data:`WINGS` (0 the highest), or None outside
+    the wings (the capture's own face, or no capture module)."""
+    for rank, wing in enumerate(WINGS):
+        if _inside(module, f"{capture}.{wing}"):
+            return rank
+    return None
+
+
+def upward_imports(graph: Graph, capture: str = CAPTURE) -> list[str]:
+    """``a -> b`` for every import of a capture module ``a`` from a higher wing ``b``, and
+    of a module outside the capture's wings by a wing (the capture's face excepted)."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        rank = wing_of(module, capture)
+        if rank is None:
+            continue
+        for target in sorted(targets):
+            other = wing_of(target, capture)
+            if other is not None and other < rank:
+                found.append(f"{module} -> {target}")
+    return found
+
+
+def through_faces(root: Path, capture: str = CAPTURE) -> list[str]:
+    """``module: from X import ...`` for every import of one wing from another that names
+    the other wing's modules rather than its face (its package)."""
+    found = []
+    for name, (path, is_package) in module_names(root).items():
+        rank = wing_of(name, capture)
+        if rank is None:
+            continue
+        here = name.split(".") if is_package else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            base = here[: len(here) - node.level + 1]
+            source = ".".join([*base, *([node.module] if node.module else [])])
+            other = wing_of(source, capture)
+            if other is not None and other != rank and source != f"{capture}.{WINGS[other]}":
+                found.append(f"{name}: from {source} import ...")
+    return found
+
+
+def test_the_capture_wings_import_one_way() -> None:
+    graph = import_graph(PACKAGE)
+    for wing in WINGS:
+        assert f"{CAPTURE}.{wing}" in graph, wing
+    # Each wing below the session is used by the wing above it: the order is real.
+    for upper, lower in itertools.pairwise(WINGS):
+        modules = [m for m in graph if _inside(m, f"{CAPTURE}.{upper}")]
+        assert any(_inside(t, f"{CAPTURE}.{lower}") for m in modules for t in graph[m])
+    assert not upward_imports(graph), "\n".join(upward_imports(graph))
+    faces = through_faces(PACKAGE)
+    assert not faces, "import a wing through its face:\n" + "\n".join(faces)
+    # The capture's face is the session's; the program floor never reaches the capture.
+    assert all(_inside(t, f"{CAPTURE}.session") for t in graph[CAPTURE]), graph[CAPTURE]
+    for module in (m for m in graph if _inside(m, PROGRAM)):
+        assert not any(_inside(t, CAPTURE) for t in reachable(graph, module)), module
+
+
+def test_an_upward_import_between_wings_is_found(tmp_path: Path) -> None:
+    """The negative control: the trace importing the dispatch (at function level), and a
+    session module naming a trace module instead of the trace's face, are both found."""
+    capture = tmp_path / "pkg" / "capture"
+    for wing in WINGS:
+        (capture / wing).mkdir(parents=True)
+        (capture / wing / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (capture / "__init__.py").write_text("from .session import api\n")
+    (capture / "session" / "api.py").write_text("from ..trace.store import Store\n")
+    (capture / "dispatch" / "mode.py").write_text("from ..trace import Store\n")
+    (capture / "trace" / "__init__.py").write_text("from .store import Store\n")
+    (capture / "trace" / "store.py").write_text(
+        "class Store:\n    def f(self):\n        from ..dispatch.mode import x\n"
+    )
+    graph = import_graph(tmp_path / "pkg")
+    assert upward_imports(graph, "pkg.capture") == [
+        "pkg.capture.trace.store -> pkg.capture.dispatch.mode"
+    ]
+    assert sorted(through_faces(tmp_path / "pkg", "pkg.capture")) == [
+        "pkg.capture.session.api: from pkg.capture.trace.store import ...",
+        "pkg.capture.trace.store: from pkg.capture.dispatch.mode import ...",
+    ]
 
 
 #: Spellings of torch's private APIs (a private module or a ``_``-prefixed attribute of a

@@ -53,18 +53,19 @@ class NewSubmodules:
             return  # a module outside the model, a removal, or one the model holds
         if next(_tensors_of(value), None) is None:
             return  # no values to get wrong: an activation, a container of such
-        from .capture.trace.frames import user_frame  # the capture imports this module
+        from .capture.trace import refusal  # the capture imports this module
 
         target = f"{path}.{name}" if path else name
         old = parent._modules.get(name)
         what = f"replaces the {type(old).__name__}" if old is not None else "adds a module"
-        self.error = UnsupportedInitOpError(
-            f"capture_init: init code {what} at {target!r} with a new "
-            f"{type(value).__name__} at {user_frame()}: its parameters and buffers hold "
-            "what its constructor drew from torch's global generator (no function of "
-            "seed, different on each rank; under FSDP2 a plain module inside a sharded "
-            "model). Build the model with that module in place, then initialize it in "
-            "place (torch.nn.init on its parameters)"
+        self.error = refusal(
+            f"module {target!r}",
+            f"init code {what} with a new {type(value).__name__}",
+            "its parameters and buffers hold what its constructor drew from torch's global "
+            "generator (no function of seed, different on each rank; under FSDP2 a plain "
+            "module inside a sharded model)",
+            "Build the model with that module in place, then initialize it in place "
+            "(torch.nn.init on its parameters)",
         )
         raise self.error
 

@@ -16,7 +16,7 @@ import torch
 
 from .._caches import BoundedMap, cached
 from .._layout import Box
-from .._torch_compat import torch_function_disabled
+from .._torch_compat import stored_contiguous, stored_strides, torch_function_disabled
 from .cannot import Cannot
 
 __all__ = [
@@ -132,7 +132,7 @@ def _view_region(
         )
     # The answer is a function of the two layouts alone (a model writes views of a few).
     offset = view.storage_offset() - base.storage_offset()
-    key = (tuple(view.shape), view.stride(), offset, shape, base.stride())
+    key = (tuple(view.shape), stored_strides(view), offset, shape, stored_strides(base))
     kept = _REGIONS.get(key)
     if kept is None:
         try:
@@ -163,7 +163,7 @@ def _region_of(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[int |
 def _all_in_order(view: torch.Tensor, base: torch.Tensor) -> bool:
     """Whether ``view`` holds every element of ``base`` (contiguous) in row-major order."""
     return bool(
-        view.is_contiguous()
+        stored_contiguous(view)
         and view.storage_offset() == base.storage_offset()
         and view.numel() == base.numel()
     )
@@ -183,7 +183,7 @@ def _box_of(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[int | No
     count = [1] * len(shape)
     used = [False] * len(shape)
     axes: list[int | None] = []
-    for size, stride in zip(view.shape, view.stride(), strict=True):
+    for size, stride in zip(view.shape, stored_strides(view), strict=True):
         if size == 1:
             axes.append(None)
             continue
@@ -304,7 +304,7 @@ def view_runs(view: torch.Tensor, base: torch.Tensor) -> list[FlatRun]:
         if view.numel() == 0:
             return []
         rel = int(view.storage_offset() - base.storage_offset())
-        pairs = zip(view.shape, view.stride(), strict=True)
+        pairs = zip(view.shape, stored_strides(view), strict=True)
         dims = tuple((int(n), int(s)) for n, s in pairs if n != 1)
         numel = base.numel()
     return list(_view_runs(rel, dims, numel))

@@ -8,37 +8,20 @@ parameter is allocated and no parameter value is computed: capture produces reco
 (:class:`shardinit._program.ParamRecord`), and writing them shard-locally from stream v1
 is the one writer's job (:class:`shardinit._program.Writer`).
 
-Four wings, each importing only the wings below it (``tests/packaging/test_layers.py``):
+Four wings, each importing only the wings below it, through their faces (the names
+each wing's ``__init__`` re-exports; ``tests/packaging/test_layers.py``):
 
 * :mod:`.session`: one capture from start to result (the API, stand-ins, threads,
-  created tensors, constructor values, the records returned);
-* :mod:`.dispatch`: the modes every torch call meets, and the routes to handlers;
-* :mod:`.trace`: the followed tensors, the record store and the components the
-  handlers call;
-* :mod:`.ops`: torch's names as fills, program steps and routes.
+  created tensors, constructor values, the records returned); its face is the
+  capture's;
+* :mod:`.dispatch`: the modes every torch call meets, and the op families, each
+  registered once with its names, route and handlers (:mod:`.dispatch.families`);
+* :mod:`.trace`: the followed tensors, the record store (the only writer of records),
+  the one shape of a refusal (:mod:`.trace.refusals`) and the components the handlers
+  call;
+* :mod:`.ops`: torch's names as data: fills, program steps, casts, factories.
 """
 
-from .session.api import capture_init
-from .session.constructors import (
-    ConstructorValue,
-    buffer_tensor,
-    constructor_buffer,
-    constructor_record,
-    copied_any,
-    copy_source,
-    record_constructors,
-)
-from .session.records import CapturedInit, write_buffers
-
-__all__ = [
-    "CapturedInit",
-    "ConstructorValue",
-    "buffer_tensor",
-    "capture_init",
-    "constructor_buffer",
-    "constructor_record",
-    "copied_any",
-    "copy_source",
-    "record_constructors",
-    "write_buffers",
-]
+# The capture's face is its session's (:mod:`.session`), name for name.
+from .session import *  # noqa: F403
+from .session import __all__ as __all__

@@ -30,12 +30,10 @@ from ...._program.actions import Fill, Opaque
 from ...._program.cannot import Cannot
 from ...._torch_compat import DispatchMode, tree_leaves
 from ....init import Constant
-from ..trace.frames import user_frame
-from ..trace.store import RecordStore
-from ..trace.tracks import Track
+from ..trace import RecordStore, Track, user_frame
 
 if TYPE_CHECKING:
-    from ..trace.engine import Engine
+    from ..trace import Engine
 
 __all__ = ["WriteBackstop"]
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from ...._caches import BoundedMap
-from ...._torch_compat import torch_function_disabled
+from ...._torch_compat import stored_strides, torch_function_disabled
 
 __all__ = ["run_meta_inplace"]
 
@@ -38,7 +38,7 @@ _PLAIN = (bool, int, float, type(None))
 
 def _metadata(tensor: torch.Tensor) -> tuple[Any, ...]:
     with torch_function_disabled():  # its own metadata (see torch_function_disabled)
-        return (tensor.dtype, tuple(tensor.shape), tensor.stride(), tensor.storage_offset())
+        return (tensor.dtype, tuple(tensor.shape), stored_strides(tensor), tensor.storage_offset())
 
 
 def _key(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any, ...] | None:

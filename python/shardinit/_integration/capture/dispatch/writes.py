@@ -1,6 +1,6 @@
-"""Writes into followed tensors by name (a translated fill, ``copy_``, an in-place
-step, ``.data =``, ``__setitem__``, a coordinate operation), recorded, then run on a
-temporary's or buffer's real values. A component the dispatch (:mod:`.mode`) calls,
+"""Writes into followed tensors that take more than one step (``.data =``,
+``__setitem__``), a number's fill, and the run of a recorded write on a temporary's or
+buffer's real values. A component the dispatch's write handlers (:mod:`.targets`) call,
 holding the store, the engine and the other components."""
 
 from __future__ import annotations
@@ -15,28 +15,12 @@ from ...._program.cannot import Cannot
 from ...._torch_compat import tree_leaves
 from ....errors import ShardInitError
 from ....init import Constant
-from ..ops.pointwise import inplace_name
-from ..ops.tables import SCALES, is_inplace
-from ..ops.translations import METHOD_TRANSLATIONS, bind, scalar
-from ..trace.concrete import Concrete
-from ..trace.coordinates import Coordinates
-from ..trace.copies import Copies
-from ..trace.engine import Engine
-from ..trace.steps import Steps
-from ..trace.store import RecordStore
-from ..trace.tracks import Track, same_view
+from ..ops import scalar
+from ..trace import Concrete, Coordinates, Copies, Engine, RecordStore, Steps, Track, same_view
 from .backstop import WriteBackstop
 from .metaruns import run_meta_inplace
 
 __all__ = ["Writes", "quietly", "tensors_in"]
-
-
-def _tensor_operand(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
-    """Whether a mul_/div_ has a tensor operand (not a 0-d CPU number) or a rounding."""
-    if kwargs.get("rounding_mode") is not None:
-        return True
-    other = args[1] if len(args) > 1 else kwargs.get("other")
-    return isinstance(other, torch.Tensor) and (other.dim() > 0 or other.device.type != "cpu")
 
 
 def quietly(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -55,7 +39,7 @@ def tensors_in(tree: Any) -> list[torch.Tensor]:
 
 
 class Writes:
-    """Writes into followed tensors by name (module docstring)."""
+    """Writes into followed tensors (module docstring)."""
 
     def __init__(
         self,
@@ -81,48 +65,6 @@ class Writes:
     def _run(self, target: Track, func: Any, args: Sequence[Any], kwargs: Any) -> Any:
         with self.backstop.expecting(target):
             return quietly(func, args, kwargs)
-
-    def on_target(
-        self, name: str, target: Track, func: Any, args: Sequence[Any], kwargs: dict[str, Any]
-    ) -> tuple[bool, Any]:
-        """Writes into a followed tensor; ``(False, None)`` when ``name`` is none."""
-        view = args[0]
-        if name == "data.__set__":
-            self.set_data(target, view, args[1])
-            return True, None
-        entry = METHOD_TRANSLATIONS.get(name)
-        if entry is not None and entry.kind in SCALES and _tensor_operand(args, kwargs):
-            entry = None  # arithmetic with a tensor: an elementwise step
-        if entry is not None:
-            values = bind(
-                args[1:], {k: v for k, v in kwargs.items() if k != "rounding_mode"}, entry
-            )
-            shown = ", ".join(f"{n}={v!r}" for n, v in zip(entry.names, values, strict=True))
-            self.coordinates.write(target, view, entry, values, f"{name.strip('_')}_({shown})")
-        elif name == "copy_":
-            self.copies.copy_into(target, view, args[1], "copy_")
-        elif name == "pad" and not any(args[1] if len(args) > 1 else kwargs.get("pad", ())):
-            # Zero padding is the identity: transformers' _adjust_bias stores it back.
-            return True, view
-        elif name == "__setitem__":
-            self.setitem(target, view, args[1], args[2])
-            return True, None
-        elif (base := inplace_name(name)) is not None:
-            self.steps.inplace(name, base, target, func, args, kwargs)
-        else:
-            return False, None
-        self.steps.check_integers(target, view, name)
-        return True, self.run_on(target, func, args, kwargs)
-
-    def coordinate_op(
-        self, name: str, target: Track, func: Any, args: Sequence[Any], kwargs: dict[str, Any]
-    ) -> Any:
-        """One of :data:`.tables.COORDINATE_OPS` on the followed tensor ``target``
-        (:mod:`.coordinates`): in place, recorded then run; else a new temporary."""
-        if is_inplace(name):
-            self.coordinates.write_at(name, target, args, kwargs)
-            return self.run_on(target, func, args, kwargs)
-        return self.coordinates.new_value(name, func, args, kwargs)
 
     def set_data(self, target: Track, view: torch.Tensor, value: Any) -> None:
         """``tensor.data = value``: a copy when ``value`` has the tensor's shape and dtype;
@@ -159,15 +101,11 @@ class Writes:
         with a known index the write runs on the CPU values (:mod:`.concrete`); else it is
         refused (a parameter) or the temporary's values become opaque."""
         args = (tensor, index, value)
-        why = "an index by tensors is no box"
-        try:
-            evaluated = self.concrete.evaluate("__setitem__", torch.Tensor.__setitem__, args, {})
-        except Cannot as cannot:
-            evaluated, why = None, cannot.reason
+        evaluated, why = self.concrete.attempt("__setitem__", torch.Tensor.__setitem__, args, {})
         if evaluated is not None and target.kind == "temp" and target.base.is_meta:
             self.concrete.write_inplace("__setitem__", target, tensor, evaluated)
             return
-        self.engine.cannot(target, tensor, Cannot(why), op)
+        self.engine.cannot(target, tensor, Cannot(why or "an index by tensors is no box"), op)
 
     def setitem(self, target: Track, tensor: torch.Tensor, index: Any, value: Any) -> None:
         op = f"[{index!r}] = {value!r}"

@@ -3,7 +3,76 @@
 The lowest wing of the capture. It knows torch's names, never a tracked tensor:
 :mod:`.translations` turns init calls into fills, :mod:`.pointwise` and
 :mod:`.composites` turn elementwise and composite ops into program steps,
-:mod:`.tables` says which route each name takes, and :mod:`.torchvalues` computes
-the values of temporaries torch's own kernels would give. Imports nothing of the
-other wings.
+:mod:`.tables` says what factories, sources and casts make, and :mod:`.torchvalues`
+computes the values of temporaries torch's own kernels would give. Which route a name
+takes, and what handles it, is registered once per op family in
+:mod:`..dispatch.families`. Imports nothing of the other wings.
 """
+
+from .composites import (
+    DROPOUTS,
+    MOVES,
+    RESIZES,
+    dropout_drops,
+    foreach_parts,
+    python_numbers,
+    resizes_to_itself,
+    same_device,
+    split_device,
+)
+from .pointwise import (
+    CAST_DTYPES,
+    POINTWISE,
+    cast,
+    cast_dtype,
+    inplace_name,
+    is_inplace,
+    no_formula,
+    step_of,
+)
+from .tables import CASTS, FACTORIES, RANDOM_SOURCES, SCALES, SOURCES
+from .torchvalues import eager_values
+from .translations import (
+    INIT_CODES,
+    INIT_FUNCTIONS,
+    INIT_TRANSLATIONS,
+    METHOD_TRANSLATIONS,
+    Translation,
+    bind,
+    build,
+    scalar,
+)
+
+__all__ = [
+    "CASTS",
+    "CAST_DTYPES",
+    "DROPOUTS",
+    "FACTORIES",
+    "INIT_CODES",
+    "INIT_FUNCTIONS",
+    "INIT_TRANSLATIONS",
+    "METHOD_TRANSLATIONS",
+    "MOVES",
+    "POINTWISE",
+    "RANDOM_SOURCES",
+    "RESIZES",
+    "SCALES",
+    "SOURCES",
+    "Translation",
+    "bind",
+    "build",
+    "cast",
+    "cast_dtype",
+    "dropout_drops",
+    "eager_values",
+    "foreach_parts",
+    "inplace_name",
+    "is_inplace",
+    "no_formula",
+    "python_numbers",
+    "resizes_to_itself",
+    "same_device",
+    "scalar",
+    "split_device",
+    "step_of",
+]

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...._torch_compat import stored_contiguous
+
 __all__ = [
     "DROPOUTS",
     "MOVES",
@@ -88,7 +90,7 @@ def resizes_to_itself(name: str, args: Sequence[Any], kwargs: Mapping[str, Any])
     """Whether ``resize_`` / ``resize_as_`` keeps a contiguous tensor as it is: the same
     shape, and no memory format that would restride it (torch then changes nothing)."""
     tensor = args[0] if args else None
-    if not isinstance(tensor, torch.Tensor) or not tensor.is_contiguous():
+    if not isinstance(tensor, torch.Tensor) or not stored_contiguous(tensor):
         return False
     if kwargs.get("memory_format") not in (None, torch.contiguous_format):
         return False

@@ -19,7 +19,17 @@ import torch
 
 from ...._program.expr import BINARY, UNARY, Bad, Const, Expr, Round, Unary, combine, where
 
-__all__ = ["POINTWISE", "Step", "cast_dtype", "inplace_name", "no_formula", "step_of"]
+__all__ = [
+    "CAST_DTYPES",
+    "INPLACE_DUNDERS",
+    "POINTWISE",
+    "Step",
+    "cast_dtype",
+    "inplace_name",
+    "is_inplace",
+    "no_formula",
+    "step_of",
+]
 
 Build = Callable[[list[Any], dict[str, Any]], Expr]
 
@@ -287,16 +297,28 @@ def no_formula(name: str) -> bool:
     return name in _NO_FORMULA or (name.endswith("_") and name[:-1] in _NO_FORMULA)
 
 
-_INPLACE_DUNDERS = {
+#: torch's in-place operator dunders (and ``__setitem__``), each with the out-of-place
+#: step it is (None: no elementwise step; the operator is refused or routed elsewhere).
+INPLACE_DUNDERS: Mapping[str, str | None] = {
     "__iadd__": "add", "__isub__": "sub", "__imul__": "mul", "__itruediv__": "div",
     "__ipow__": "pow", "__ifloordiv__": "floor_divide", "__imod__": "remainder",
+    "__iand__": None, "__ior__": None, "__ixor__": None, "__ilshift__": None,
+    "__irshift__": None, "__imatmul__": None, "__setitem__": None,
 }  # fmt: skip
+
+
+def is_inplace(name: str) -> bool:
+    """Whether ``name`` writes its first argument, by torch's naming convention (a
+    trailing underscore; the in-place operators; property setters)."""
+    if name.endswith("__"):
+        return name in INPLACE_DUNDERS or name.endswith(".__set__")
+    return name.endswith("_")
 
 
 def inplace_name(name: str) -> str | None:
     """The out-of-place operation of an in-place one (``log_`` -> ``log``), or None."""
-    if name in _INPLACE_DUNDERS:
-        return _INPLACE_DUNDERS[name]
+    if name in INPLACE_DUNDERS:
+        return INPLACE_DUNDERS[name]
     if name.endswith("_") and not name.startswith("_") and name[:-1] in POINTWISE:
         return name[:-1]
     return None
@@ -320,7 +342,9 @@ def step_of(
     return operands, {n: values.get(n) for n, _ in step.options}
 
 
-_CASTS: Mapping[str, torch.dtype] = {
+#: The casts named by their dtype (``w.float()``); ``to``, ``type`` and ``type_as`` name
+#: theirs in their arguments (:func:`cast_dtype`).
+CAST_DTYPES: Mapping[str, torch.dtype] = {
     "float": torch.float32, "double": torch.float64, "half": torch.float16,
     "bfloat16": torch.bfloat16, "long": torch.int64, "int": torch.int32,
 }  # fmt: skip
@@ -329,8 +353,8 @@ _CASTS: Mapping[str, torch.dtype] = {
 def cast_dtype(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> torch.dtype | None:
     """The dtype a cast (``float``, ``to``, ``type``, ``type_as``) converts to, or None
     when the call is no cast (``to(device)`` keeps the dtype: None too)."""
-    if name in _CASTS:
-        return _CASTS[name]
+    if name in CAST_DTYPES:
+        return CAST_DTYPES[name]
     if name in ("to", "type"):
         for value in [*args[1:], *kwargs.values()]:
             if isinstance(value, torch.dtype):

@@ -6,3 +6,28 @@ The top wing. :mod:`.api` (:func:`capture_init`), :mod:`.standins` and
 :mod:`.initcalls` (calls on the model), :mod:`.constructors` (constructor values) and
 :mod:`.records` (what a capture returns).
 """
+
+from .api import capture_init
+from .constructors import (
+    ConstructorValue,
+    buffer_tensor,
+    constructor_buffer,
+    constructor_record,
+    copied_any,
+    copy_source,
+    record_constructors,
+)
+from .records import CapturedInit, write_buffers
+
+__all__ = [
+    "CapturedInit",
+    "ConstructorValue",
+    "buffer_tensor",
+    "capture_init",
+    "constructor_buffer",
+    "constructor_record",
+    "copied_any",
+    "copy_source",
+    "record_constructors",
+    "write_buffers",
+]

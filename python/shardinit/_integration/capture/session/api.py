@@ -14,12 +14,11 @@ from ...._program.actions import ParamRecord
 from ...._program.cannot import Cannot
 from ...._torch_compat import rewrap_fsdp2_classes, unwrap_fsdp2_classes
 from ...._validate import DeviceLike, resolve_device
-from ....errors import UnsupportedInitOpError
 from ...collector import collector_paused
 from ...exclusive import ThreadExclusive
 from ...new_modules import NewSubmodules
-from ..dispatch.mode import CaptureMode
-from ..trace.tracks import Track
+from ..dispatch import CaptureMode
+from ..trace import AFTER_INIT_FN, Track, refusal
 from .created import CreatedTensors
 from .initcalls import install_init_calls
 from .modulecalls import install_module_calls
@@ -229,10 +228,12 @@ def _check_unchanged(groups: list[ParamGroup]) -> None:
             try:
                 track.check_unchanged()
             except Cannot as why:  # the capture's edge
-                raise UnsupportedInitOpError(
-                    f"capture_init: {track.label}: init_fn made it another tensor: {why}; "
-                    "shardinit allocates each parameter with its own shape and dtype, so "
-                    "init code may only write its values (torch.nn.init, tensor methods)"
+                raise refusal(
+                    track.label,
+                    "init_fn made it another tensor",
+                    f"{why}; shardinit allocates each parameter with its own shape and dtype",
+                    "Init code may only write its values (torch.nn.init, tensor methods)",
+                    where=AFTER_INIT_FN,
                 ) from None
 
 

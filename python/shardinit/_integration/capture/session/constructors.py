@@ -45,9 +45,9 @@ from ...._program.expr import Bad, Expr, Source, bad_reasons, contains
 from ...._torch_compat import deepcopy_memo, torch_function_disabled
 from ....errors import ShardInitError
 from ...exclusive import ThreadExclusive
-from ..dispatch.mode import CaptureMode
-from ..ops.torchvalues import eager_values
-from ..trace.frames import user_frame
+from ..dispatch import CaptureMode
+from ..ops import eager_values
+from ..trace import user_frame
 from .modulecalls import constructor_moves
 
 __all__ = [

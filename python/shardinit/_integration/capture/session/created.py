@@ -48,10 +48,8 @@ from ...._program.actions import ParamRecord
 from ...._program.expr import bad_reasons
 from ...._torch_compat import make_parameter
 from ....errors import UnsupportedInitOpError
-from ..dispatch.mode import CaptureMode
-from ..trace.engine import read_reason
-from ..trace.frames import user_frame
-from ..trace.tracks import Track
+from ..dispatch import CaptureMode
+from ..trace import AFTER_INIT_FN, HELP, Track, read_reason, refusal, user_frame
 from .standins import ParamGroup
 
 __all__ = ["CreatedTensors"]
@@ -199,7 +197,7 @@ class CreatedTensors:
             return
         source = recorder.store.lookup(current)
         if source is not None and source.kind == "param":
-            raise _refused(where, f"ties it to {source.label}", _TIES)
+            raise _refused(where, f"ties it to {source.label}", *_TIES)
         old = group.tracks[0].base
         if (current.shape, current.dtype) != (old.shape, old.dtype):
             self._refuse_layout_change(group, where, f"gives it a new {_shown(current)} Parameter")
@@ -207,7 +205,7 @@ class CreatedTensors:
             self._new_param(recorder, module, path, attr, current, replaced=True)
             return
         if len(group.holders) > 1:
-            raise _refused(where, "replaces one holder of a tied parameter", _TIES)
+            raise _refused(where, "replaces one holder of a tied parameter", *_TIES)
         track = group.tracks[0]
         self._take_values(recorder, track, current, where, "replaces it with a new Parameter")
         track.base.requires_grad_(current.requires_grad)
@@ -227,12 +225,15 @@ class CreatedTensors:
             raise _refused(
                 where, what,
                 "the parameters of a model FSDP2 or tensor parallelism sharded are fixed "
-                "when it is sharded, so a new one would be a plain tensor inside it; add "
-                "it to the model before sharding it (built on meta), then initialize it",
+                "when it is sharded, so a new one would be a plain tensor inside it",
+                "Add it to the model before sharding it (built on meta), then initialize it",
             )  # fmt: skip
         name = canonical_name(qualified(path, attr))
         if name in self.outcome.added:
-            raise _refused(where, what, "the same new tensor is already another parameter")
+            raise _refused(
+                where, what, "the same new tensor is already another parameter",
+                "Give each parameter a tensor of its own",
+            )  # fmt: skip
         self.outcome.added.add(name)
         meta = torch.empty(tuple(current.shape), dtype=current.dtype, device="meta")
         standin = make_parameter(nn.Parameter, meta, current.requires_grad)
@@ -246,7 +247,7 @@ class CreatedTensors:
         self.outcome.apply.append((module, attr, standin))
 
     def _take_values(
-        self, recorder: CaptureMode, track: Track, current: torch.Tensor, where: str, what: str
+        self, recorder: CaptureMode, track: Track, current: torch.Tensor, where: Place, what: str
     ) -> None:
         """``track`` (a parameter's stand-in) takes the values init code wrote to the new
         tensor ``current``: a copy of it, whole; none when it is a meta tensor init code
@@ -256,44 +257,48 @@ class CreatedTensors:
             raise _refused(
                 where, what,
                 "its values were not computed by init code that the capture follows "
-                "(a tensor made before init_fn ran); create it inside init_fn, on meta, "
-                "and initialize it with torch.nn.init or tensor methods",
+                "(a tensor made before init_fn ran)",
+                "Create it inside init_fn, on meta, and initialize it with torch.nn.init "
+                "or tensor methods",
             )  # fmt: skip
         if source is track:
             return  # a new Parameter object of the stand-in itself: its values
         if not source.ops and source.base.is_meta:
-            track.ops.clear()  # a meta tensor init code never wrote: as eager, no values
+            recorder.store.forget(track)  # a meta tensor init code never wrote: as eager, no values
             return
         if not source.ops:
             raise _refused(
                 where, what,
                 f"init code never wrote {source.label} (eager torch leaves the memory "
-                "torch.empty found); initialize it, or make it on meta",
+                "torch.empty found)",
+                "Initialize it, or make it on meta",
             )  # fmt: skip
         if not source.written(tuple((0, size) for size in source.shape)):
             raise _refused(
                 where, what,
                 f"init code wrote only part of {source.label} (eager torch leaves the "
-                "rest as the memory torch.empty found); write all of it",
+                "rest as the memory torch.empty found)",
+                "Write all of it",
             )  # fmt: skip
         reasons = bad_reasons(recorder.engine.value_of(current, "the new Parameter"))
         # Another parameter's values before init_fn (its default: .before) are not this one's.
         reasons += [read_reason(read) for read in source.reads if read[0] is not track]
         if reasons:
-            raise _refused(where, what, f"its values cannot be replayed: {reasons[0]}")
-        track.ops.clear()  # the new tensor's values replace what was written before
+            raise _refused(where, what, f"its values cannot be replayed: {reasons[0]}", HELP)
+        recorder.store.forget(track)  # the new tensor's values replace what was written before
         with torch.no_grad():
-            recorder.copies.copy_into(track, track.base, current, f"{what} ({where})")
+            recorder.copies.copy_into(track, track.base, current, f"{what} ({' '.join(where)})")
 
-    def _refuse_layout_change(self, group: ParamGroup, where: str, what: str) -> None:
+    def _refuse_layout_change(self, group: ParamGroup, where: Place, what: str) -> None:
         if self.sharded:
             raise _refused(
                 where, what,
                 "FSDP2 and tensor parallelism hold the parameters they shard, so a "
-                "model they sharded keeps each one; initialize it in place instead",
+                "model they sharded keeps each one",
+                "Initialize it in place instead",
             )  # fmt: skip
         if len(group.holders) > 1:
-            raise _refused(where, what, _TIES)
+            raise _refused(where, what, *_TIES)
 
     # ----------------------------------------------------------------- buffers
 
@@ -305,7 +310,7 @@ class CreatedTensors:
                 continue
             if _random(recorder, current):
                 where = self._where(module, path, attr, "buffer")
-                raise _refused(where, f"assigns it {_shown(current)} random values", _NO_STREAM)
+                raise _refused(where, f"assigns it {_shown(current)} random values", *_NO_STREAM)
 
     def _check_attributes(self, recorder: CaptureMode, module: nn.Module, path: str) -> None:
         """Refuses a tensor init code sets as a plain attribute (or in a list, tuple or
@@ -320,8 +325,9 @@ class CreatedTensors:
                 ):
                     source = recorder.store.lookup(tensor)
                     made = source.label if source is not None else "a tensor"
-                    where = f"attribute {qualified(path, attr)!r} ({type(module).__name__})"
-                    raise _refused(where, f"sets it to {made}: random values", _NO_STREAM)
+                    who = f"attribute {qualified(path, attr)!r} ({type(module).__name__})"
+                    what = f"sets it to {made}, random values"
+                    raise _refused((who, AFTER_INIT_FN), what, *_NO_STREAM)
 
     # ----------------------------------------------------------------- helpers
 
@@ -350,26 +356,26 @@ class CreatedTensors:
             return {}  # a module init code added
         return dict(saved[1] if table == "_parameters" else saved[2])
 
-    def _where(self, module: nn.Module, path: str, attr: str, kind: str = "parameter") -> str:
+    def _where(self, module: nn.Module, path: str, attr: str, kind: str = "parameter") -> Place:
         line = self.lines.get((id(module), attr), "an unknown line (deleted by init code)")
-        return (
-            f"{kind} {canonical_name(qualified(path, attr))!r} ({type(module).__name__}) at {line}"
-        )
+        who = f"{kind} {canonical_name(qualified(path, attr))!r} ({type(module).__name__})"
+        return who, f"at {line}"
 
 
 #: A parameter slot init code deleted (``del m.bias``): gone from the module.
 _DELETED: Any = object()
+#: Why a tie init code makes is refused, and what to do.
 _TIES = (
-    "shardinit names and fills each parameter as the model held it before init_fn; tie "
-    "parameters before materialize (or with the model's own declared ties)"
+    "shardinit names and fills each parameter as the model held it before init_fn",
+    "Tie parameters before materialize (or with the model's own declared ties)",
 )
 
 
 #: Why random values may not reach a buffer or a tensor attribute.
 _NO_STREAM = (
     "they come from torch's global generator, no function of seed and different on each "
-    "rank; shardinit draws no stream for buffers and attributes, so compute them "
-    "deterministically (or make them parameters)"
+    "rank; shardinit draws no stream for buffers and attributes",
+    "Compute them deterministically (or make them parameters)",
 )
 #: ``nn.Module``'s own tables: parameters, buffers and submodules are not attributes.
 _MODULE_TABLES = frozenset({"_parameters", "_buffers", "_modules"})
@@ -395,8 +401,13 @@ def _held_tensors(value: object) -> Iterator[torch.Tensor]:
         yield from (item for item in value.values() if isinstance(item, torch.Tensor))
 
 
-def _refused(where: str, what: str, why: str) -> UnsupportedInitOpError:
-    return UnsupportedInitOpError(f"capture_init: {where}: init code {what}: {why}")
+#: Who a refusal names (a parameter, buffer or attribute) and where init code did it.
+Place = tuple[str, str]
+
+
+def _refused(place: Place, what: str, why: str, todo: str) -> UnsupportedInitOpError:
+    who, where = place
+    return refusal(who, f"init code {what}", why, todo, where=where)
 
 
 def _shown(tensor: torch.Tensor) -> str:

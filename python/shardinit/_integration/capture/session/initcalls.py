@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from ...._torch_compat import innermost_function_mode, mode_popped
-from ..dispatch.mode import CaptureMode
-from ..ops.translations import INIT_FUNCTIONS
+from ..dispatch import CaptureMode
+from ..ops import INIT_FUNCTIONS
 
 __all__ = ["install_init_calls"]
 

@@ -37,20 +37,17 @@ import torch
 from torch import nn
 
 from ...._torch_compat import torch_function_disabled
-from ..dispatch.mode import CaptureMode
-from ..trace.tracks import Track
+from ..dispatch import CaptureMode
+from ..ops import CAST_DTYPES
+from ..trace import Track
 from .standins import DTensorStandIn
 from .threads import give_eager_layout
 
 __all__ = ["constructor_moves", "install_module_calls"]
 
 _DEVICE_MOVES = ("cuda", "cpu", "xpu", "ipu", "mtia", "to_empty")
-_DTYPE_CASTS = {
-    "half": torch.float16,
-    "float": torch.float32,
-    "double": torch.float64,
-    "bfloat16": torch.bfloat16,
-}
+#: The casts nn.Module has (``module.half()``): those of tensors it names.
+_DTYPE_CASTS = {name: dtype for name, dtype in CAST_DTYPES.items() if hasattr(nn.Module, name)}
 _KIND = {"param": "parameter", "buffer": "buffer", "temp": "temporary"}
 #: The code of each nn.Module method that calls ``self._apply``, by name.
 _CALLERS: dict[CodeType, str] = {

@@ -35,7 +35,7 @@ from ...._names import ParamSlot, canonical_name, param_slots, qualified, refuse
 from ...._torch_compat import is_flat_param, make_parameter
 from ....errors import ShardInitError, UnsupportedInitOpError
 from ....spec import SUPPORTED_DTYPES
-from ..trace.tracks import Track, storage_id
+from ..trace import AFTER_INIT_FN, Track, refusal, storage_id
 from .threads import CheckedParameter, checked_tensor
 
 __all__ = [
@@ -111,13 +111,12 @@ class DTensorStandIn(CheckedParameter):
     values that depend on the layout; shardinit fills each rank's shard of the whole)."""
 
     def _refuse(self, what: str) -> UnsupportedInitOpError:
-        from ..trace.frames import user_frame
-
-        return UnsupportedInitOpError(
-            f"capture_init: a DTensor parameter of global shape {tuple(self.shape)}: {what} "
-            f"at {user_frame()}: during the capture init code sees each parameter whole, "
-            "as a plain tensor of its global shape, not as a DTensor; initialize the "
-            "parameter itself (shardinit fills each rank's shard of the whole)"
+        return refusal(
+            f"a DTensor parameter of global shape {tuple(self.shape)}",
+            what,
+            "during the capture init code sees each parameter whole, as a plain tensor "
+            "of its global shape, not as a DTensor",
+            "Initialize the parameter itself (shardinit fills each rank's shard of the whole)",
         )
 
     def to_local(self, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -324,7 +323,10 @@ def iter_tracks(groups: list[ParamGroup]) -> Iterator[Track]:
 
 
 def replaced_error(replaced: list[str]) -> UnsupportedInitOpError:
-    return UnsupportedInitOpError(
-        f"capture_init: init_fn replaced parameter(s) {sorted(set(replaced))} with new "
-        "objects; initialize them in place (e.g. with torch.nn.init) instead"
+    return refusal(
+        f"parameter(s) {sorted(set(replaced))}",
+        "init_fn replaced them with new objects",
+        "shardinit fills the parameters the model holds, and the new objects are not theirs",
+        "Initialize them in place (e.g. with torch.nn.init) instead",
+        where=AFTER_INIT_FN,
     )

@@ -34,13 +34,13 @@ parameter may be ``channels_last`` (on meta before the capture, or by init code'
 eager's layout (:func:`give_eager_layout`); a view that eager torch cannot make there
 (``view`` raises, ``reshape``/``flatten`` copy) and ``contiguous()``, which copies there,
 are refused, naming the parameter and the line. ``stride()`` and ``is_contiguous()``
-answer eager's layout to init code (which may branch on it) and the row-major one to
-shardinit's own code (its region arithmetic), told apart by the caller's module.
+always answer eager's layout (init code may branch on it), whoever asks: shardinit's
+own region arithmetic reads the stand-in's row-major layout through
+:func:`shardinit._torch_compat.stored_strides`, never by asking the stand-in.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -54,15 +54,16 @@ from ...._torch_compat import (
     DISABLED_TORCH_FUNCTION,
     make_subclass,
     python_key_excluded,
+    stored_contiguous,
+    stored_strides,
     torch_function_disabled,
     tree_leaves,
 )
 from ....errors import UnsupportedInitOpError
-from ..trace.frames import user_frame
-from ..trace.tracks import storage_id
+from ..trace import refusal, storage_id
 
 if TYPE_CHECKING:
-    from ..trace.store import RecordStore
+    from ..trace import RecordStore
 
 __all__ = ["CheckedParameter", "checked_tensor", "plain_tensor", "watching_threads"]
 
@@ -77,13 +78,14 @@ class _Watch:
         """The refusal of ``op`` from this (other) thread, kept as the capture's error."""
         tracks = self.store.followed(args)
         label = tracks[0].label if tracks else "a parameter's or buffer's stand-in"
-        error = UnsupportedInitOpError(
-            f"capture_init: {label}: {op} in thread {threading.current_thread().name!r} "
-            f"at {user_frame()}: the capture records init code in the thread that runs "
-            "init_fn (torch's modes are per thread), so there the operation would not be "
-            "recorded (on a parameter's meta stand-in it does nothing) and the default "
-            "kept; run this init code in init_fn's own thread (call it instead of "
-            "handing it to a thread, a pool or asyncio.to_thread)"
+        error = refusal(
+            label,
+            f"{op} in thread {threading.current_thread().name!r}",
+            "the capture records init code in the thread that runs init_fn (torch's "
+            "modes are per thread), so there the operation would not be recorded (on a "
+            "parameter's meta stand-in it does nothing) and the default kept",
+            "Run this init code in init_fn's own thread (call it instead of handing it "
+            "to a thread, a pool or asyncio.to_thread)",
         )
         if self.store.error is None:
             self.store.error = error
@@ -186,14 +188,16 @@ class _ThreadChecked(torch.Tensor):
         return checked
 
     def stride(self, *args: Any, **kwargs: Any) -> Any:
+        """Eager's strides (module docstring)."""
         eager = self.__dict__.get("_eager_layout")
-        if eager is not None and _asked_by_init_code():
+        if eager is not None:
             return eager.stride(*args, **kwargs)
         return torch.Tensor.stride(self, *args, **kwargs)
 
     def is_contiguous(self, *args: Any, **kwargs: Any) -> bool:
+        """Whether eager's layout is contiguous (module docstring)."""
         eager = self.__dict__.get("_eager_layout")
-        if eager is not None and _asked_by_init_code():
+        if eager is not None:
             return bool(eager.is_contiguous(*args, **kwargs))
         return bool(torch.Tensor.is_contiguous(self, *args, **kwargs))
 
@@ -204,13 +208,6 @@ class _ThreadChecked(torch.Tensor):
         if copies and _WATCH is not None:
             raise _layout_refusal(_WATCH, self, "contiguous", "eager torch copies it there")
         return torch.Tensor.contiguous(self, *args, **kwargs)
-
-
-def _asked_by_init_code() -> bool:
-    """Whether the caller two frames up (past the stand-in's method) is init code, not
-    shardinit's own region arithmetic, which reads the stand-in's row-major strides."""
-    caller = sys._getframe(2).f_globals.get("__name__", "")
-    return not (caller == "shardinit" or caller.startswith("shardinit."))
 
 
 class CheckedParameter(_ThreadChecked, nn.Parameter):
@@ -225,11 +222,11 @@ def give_eager_layout(standin: torch.Tensor, layout: torch.Tensor) -> None:
     """Notes on ``standin`` (row-major) the layout its parameter has in eager torch
     (``layout``'s strides), where that is not row-major (module docstring)."""
     with torch_function_disabled():  # the capture's own tensors, inside its mode too
-        if layout.is_contiguous():
+        if stored_contiguous(layout):
             standin.__dict__.pop("_eager_layout", None)
             return
         eager = torch.empty_like(layout, device="meta")  # dense layouts keep their strides
-        if eager.stride() == layout.stride():
+        if eager.stride() == stored_strides(layout):
             standin.__dict__["_eager_layout"] = eager
 
 
@@ -240,12 +237,14 @@ def _layout_refusal(
     label = track.label if track is not None else "a parameter"
     eager = tensor.__dict__.get("_eager_layout")
     strides = tuple(eager.stride()) if eager is not None else "?"
-    error = UnsupportedInitOpError(
-        f"capture_init: {label}: {op} at {user_frame()}: in eager torch the tensor has "
-        f"strides {strides} (a memory format such as channels_last), where {why}; the "
-        "capture's stand-in is row-major, so the result would differ: initialize the "
-        "parameter through views both layouts share (indexing, slicing, torch.nn.init), "
-        "or set the memory format after init_fn"
+    error = refusal(
+        label,
+        op,
+        f"in eager torch the tensor has strides {strides} (a memory format such as "
+        f"channels_last), where {why}; the capture's stand-in is row-major, so the "
+        "result would differ",
+        "Initialize the parameter through views both layouts share (indexing, slicing, "
+        "torch.nn.init), or set the memory format after init_fn",
     )
     if watch.store.error is None:
         watch.store.error = error
@@ -276,7 +275,7 @@ def _follow_eager_layout(
     eagers = eager if isinstance(eager, (list, tuple)) else [eager]
     with torch_function_disabled():
         for view, eager_view in zip(views, eagers, strict=False):
-            if isinstance(view, _ThreadChecked) and not eager_view.is_contiguous():
+            if isinstance(view, _ThreadChecked) and not stored_contiguous(eager_view):
                 view.__dict__["_eager_layout"] = eager_view
 
 

@@ -7,3 +7,35 @@ values, writing records), :mod:`.claims` (where random values land),
 :mod:`.coordinates`, :mod:`.concrete`, :mod:`.before` and :mod:`.folds`: the
 components the dispatch calls, and :mod:`.frames` (the user's line).
 """
+
+from .concrete import Concrete, Evaluated
+from .coordinates import Coordinates
+from .copies import Copies
+from .engine import Engine, read_reason
+from .frames import frame_arguments, func_name, init_frame, user_frame
+from .refusals import AFTER_INIT_FN, HELP, refusal
+from .steps import Steps
+from .store import RecordStore
+from .tracks import Track, run_op, same_view, storage_id
+
+__all__ = [
+    "AFTER_INIT_FN",
+    "HELP",
+    "Concrete",
+    "Coordinates",
+    "Copies",
+    "Engine",
+    "Evaluated",
+    "RecordStore",
+    "Steps",
+    "Track",
+    "frame_arguments",
+    "func_name",
+    "init_frame",
+    "read_reason",
+    "refusal",
+    "run_op",
+    "same_view",
+    "storage_id",
+    "user_frame",
+]

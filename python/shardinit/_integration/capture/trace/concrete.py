@@ -32,8 +32,8 @@ from ...._program import expr as program_ir
 from ...._program.actions import Opaque
 from ...._program.cannot import Cannot
 from ...._program.expr import Bad, Expr, Source, bad_reasons, beyond_table_cap, contains
-from ...._torch_compat import tree_leaves, tree_map
-from ..ops.torchvalues import eager_values
+from ...._torch_compat import stored_contiguous, tree_leaves, tree_map
+from ..ops import eager_values
 from .engine import Engine
 from .frames import user_frame
 from .steps import unfollowed
@@ -105,6 +105,17 @@ class Concrete:
             )
         return Evaluated(cpu_args, cpu_kwargs, result)
 
+    def attempt(
+        self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> tuple[Evaluated | None, str | None]:
+        """:meth:`evaluate`, its :class:`Cannot` turned into None and why: the one "try
+        the CPU run, else fall through" every caller makes (the values not known at
+        capture, the result is opaque or a program's step)."""
+        try:
+            return self.evaluate(name, func, args, kwargs), None
+        except Cannot as cannot:
+            return None, cannot.reason
+
     def known(self, value: torch.Tensor, op: str) -> torch.Tensor:
         """The values of a meta operand on the CPU.
 
@@ -145,7 +156,7 @@ class Concrete:
         metas = tree_leaves(result)
         for meta, cpu in zip(metas, tree_leaves(evaluated.result), strict=True):
             fresh = isinstance(meta, torch.Tensor) and self.store.lookup(meta) is None
-            if fresh and meta.is_contiguous():  # (others: opaque, Engine.taint)
+            if fresh and stored_contiguous(meta):  # (others: opaque, Engine.taint)
                 self.hold(name, meta, cpu)
         return result
 

@@ -39,8 +39,9 @@ from ...._program.expr import (
     where,
 )
 from ...._program.regions import view_region, whole
+from ...._torch_compat import stored_contiguous, stored_strides
 from ....shard import writer
-from ..ops.translations import Translation, scalar
+from ..ops import Translation, scalar
 from .engine import Engine, box_coords
 from .store import RecordStore
 from .tracks import Track, run_op
@@ -306,9 +307,9 @@ def _to_base(view: torch.Tensor, base: torch.Tensor, cond: Expr) -> Expr | None:
 def _strided_positions(view: torch.Tensor, base: torch.Tensor) -> Expr | None:
     """Where a 1-D view that is no box of ``base`` (a diagonal, ``w.view(-1)[::k]``)
     lies, over the base's coordinates: flat indices ``offset + i * stride``."""
-    if view is base or view.dim() != 1 or view.numel() < 2 or view.stride(0) <= 0:
+    if view is base or view.dim() != 1 or view.numel() < 2 or stored_strides(view)[0] <= 0:
         return None  # (the whole parameter: most init code)
-    if not base.is_contiguous():
+    if not stored_contiguous(base):
         return None
     try:
         view_region(view, base)
@@ -316,7 +317,7 @@ def _strided_positions(view: torch.Tensor, base: torch.Tensor) -> Expr | None:
     except Cannot:  # no box: the positions below
         pass
     ranges = whole(base.shape)
-    step = int(view.stride(0))
+    step = int(stored_strides(view)[0])
     delta = combine(
         "sub", contiguous_index(tuple(base.shape)),
         Const(float(view.storage_offset() - base.storage_offset())), ranges,

@@ -74,11 +74,11 @@ from ...._program.regions import (
     view_runs,
     whole,
 )
-from ...._torch_compat import torch_function_disabled, tree_leaves
+from ...._torch_compat import stored_strides, torch_function_disabled, tree_leaves
 from ....errors import ShardInitError
 from ....init import Constant
 from ....spec import ParamSpec
-from ..ops.translations import Translation
+from ..ops import Translation
 from .before import Before, on_before
 from .claims import RandomPlaces
 from .folds import Folds
@@ -181,7 +181,7 @@ class Engine:
             if value.dtype != track.base.dtype:
                 return Bad(f"a view of {track.label} as another dtype")
             offset = int(value.storage_offset() - track.base.storage_offset())
-            shape, stride = value.shape, value.stride()
+            shape, stride = value.shape, stored_strides(value)
         coords, repeats = strided_coords(shape, stride, offset, track.shape)
         repeat = None if repeats is None else self.repeat_reason(op)
         read = reindex(self.folded(track), coords, whole(shape), repeat)
@@ -509,7 +509,13 @@ def box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr,
     a function of the two layouts alone: a model writes views of a few)."""
     with torch_function_disabled():  # their own layouts (see torch_function_disabled)
         offset = view.storage_offset() - base.storage_offset()
-        key = (tuple(view.shape), view.stride(), offset, tuple(base.shape), base.stride())
+        key = (
+            tuple(view.shape),
+            stored_strides(view),
+            offset,
+            tuple(base.shape),
+            stored_strides(base),
+        )
     kept = _BOX_COORDS.get(key)
     if kept is None:
         kept = (_box_coords(view, base),)

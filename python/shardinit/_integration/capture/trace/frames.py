@@ -13,7 +13,7 @@ import torch
 
 from ...._caches import BoundedMap, cached
 from ...._torch_compat import aten_packet
-from ..ops.translations import INIT_CODES
+from ..ops import INIT_CODES
 
 __all__ = ["frame_arguments", "func_name", "init_frame", "user_frame"]
 

@@ -30,9 +30,8 @@ from ...._program.expr import (
     stored,
     where,
 )
-from ...._torch_compat import tree_leaves
-from ..ops.pointwise import POINTWISE, cast, cast_dtype, no_formula, step_of
-from ..ops.tables import RANDOM_SOURCES
+from ...._torch_compat import stored_contiguous, tree_leaves
+from ..ops import POINTWISE, RANDOM_SOURCES, cast, cast_dtype, no_formula, step_of
 from .engine import Engine
 from .frames import user_frame
 from .store import RecordStore
@@ -99,7 +98,7 @@ class Steps:
         if not isinstance(result, torch.Tensor):
             return result
         operands = numbers_as_torch_takes(operands)
-        if not result.is_contiguous():
+        if not stored_contiguous(result):
             result = result.contiguous()
         shape = tuple(result.shape)
         exprs = [None if v is None else self.engine.operand(v, shape, name) for v in operands]
@@ -125,7 +124,7 @@ class Steps:
         source = args[0]
         if not isinstance(result, torch.Tensor) or self.store.lookup(result) is not None:
             return result
-        if not result.is_contiguous():
+        if not stored_contiguous(result):
             result = result.contiguous()
         dtype = cast_dtype(name, args, kwargs) or result.dtype
         expr = cast(self.engine.operand(source, tuple(result.shape), name), source.dtype, dtype)
@@ -174,7 +173,7 @@ class Steps:
                 continue
             if leaf.device.type == "cpu" and not random:
                 continue  # a CPU tensor of known values: a table if it is copied
-            if leaf.is_contiguous():
+            if stored_contiguous(leaf):
                 temp = self.store.new_temp(name, leaf)
                 temp.from_random = True
                 self.engine.carry_read(temp, (args, kwargs), name)

@@ -17,18 +17,10 @@ from ...._program.regions import Box, view_region, whole
 from ...._torch_compat import torch_function_disabled, tree_leaves
 from ....errors import UnsupportedInitOpError
 from .frames import user_frame
+from .refusals import HELP, refusal
 from .tracks import Track, storage_id
 
-__all__ = ["HELP", "RecordStore"]
-
-HELP = (
-    "shardinit can replay random fills (torch.nn.init uniform_/normal_/trunc_normal_/"
-    "kaiming_*/xavier_*, tensor normal_/uniform_), constant fills (zero_, fill_, zeros_, "
-    "ones_, constant_, eye_, dirac_), mul_/div_ by a Python scalar on box regions, "
-    "elementwise init programs (arange/linspace/eye/tensor/rand/randn sources, "
-    "arithmetic, exp/log/sin/..., clamp, where, casts, in place too) and copies of "
-    "temporaries computed that way; see docs/capturing-init.md"
-)
+__all__ = ["RecordStore"]
 
 
 class RecordStore:
@@ -105,9 +97,7 @@ class RecordStore:
         """The refusal of ``op`` on ``track`` (or a tensor so described; kept as
         :attr:`error` if the first)."""
         label = track if isinstance(track, str) else track.label
-        error = UnsupportedInitOpError(
-            f"capture_init: {label}: {op} at {user_frame()}: {why}. {HELP}"
-        )
+        error = refusal(label, op, why, HELP)
         if self.error is None:
             self.error = error
         return error

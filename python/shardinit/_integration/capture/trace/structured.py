@@ -13,9 +13,10 @@ from ...._program.actions import Computed, Fill, TrackAction
 from ...._program.cannot import Cannot
 from ...._program.expr import Const, Coord, Expr, combine
 from ...._program.regions import Box
+from ...._torch_compat import stored_contiguous
 from ....errors import ShardInitError
 from ....init import Constant
-from ..ops.translations import build
+from ..ops import build
 from .tracks import Track
 
 __all__ = ["fill_action"]
@@ -69,7 +70,7 @@ def _check_whole(track: Track, view: torch.Tensor) -> None:
     whole = (
         view.dim() == track.base.dim()
         and tuple(view.shape) == track.shape
-        and view.is_contiguous()
+        and stored_contiguous(view)
         and view.storage_offset() == track.base.storage_offset()
     )
     if not whole:

@@ -14,7 +14,7 @@ import torch
 from ...._program.actions import CapturedOp, sets_values
 from ...._program.cannot import Cannot
 from ...._program.regions import Box, box_union_covers, intersect, view_region
-from ...._torch_compat import torch_function_disabled, tree_leaves, tree_map
+from ...._torch_compat import stored_strides, torch_function_disabled, tree_leaves, tree_map
 
 __all__ = ["Track", "run_op", "same_view", "storage_id"]
 
@@ -29,7 +29,7 @@ def _layout(tensor: torch.Tensor) -> tuple[object, ...]:
         return (
             type(tensor).__name__,
             tuple(tensor.shape),
-            tuple(tensor.stride()),
+            tuple(stored_strides(tensor)),
             tensor.storage_offset(),
             tensor.dtype,
             storage_id(tensor),
@@ -140,7 +140,7 @@ def same_view(view: torch.Tensor, value: object) -> bool:
         and storage_id(value) == storage_id(view)
         and value.storage_offset() == view.storage_offset()
         and value.shape == view.shape
-        and value.stride() == view.stride()
+        and stored_strides(value) == stored_strides(view)
     )
 
 
