@@ -12,17 +12,9 @@ import torch
 from torch import nn
 
 import shardinit
-from shardinit._program.expr import (
-    Binary,
-    Const,
-    Coord,
-    Table,
-    TableData,
-    bad_reasons,
-    contiguous_index,
-    reindex,
-    where,
-)
+from shardinit._program.index import contiguous_index
+from shardinit._program.nodes import Binary, Const, Coord, Table, TableData, bad_reasons
+from shardinit._program.rewrite import reindex, where
 
 
 class _Tables(nn.Module):

@@ -16,9 +16,26 @@ from shardinit._integration.capture.dispatch.mode import CaptureMode
 from shardinit._integration.capture.ops import torchvalues
 from shardinit._integration.capture.trace.engine import op_value
 from shardinit._integration.capture.trace.folds import Folds
-from shardinit._program import expr as ex
+from shardinit._program import keys, rewrite
 from shardinit._program.cannot import Cannot
+from shardinit._program.exact import check_exact_integers, integer_span
+from shardinit._program.keys import structure
+from shardinit._program.nodes import (
+    Bad,
+    Binary,
+    Const,
+    Coord,
+    Expr,
+    Prior,
+    Round,
+    Source,
+    Table,
+    TableData,
+    Unary,
+    Where,
+)
 from shardinit._program.regions import view_region
+from shardinit._program.rewrite import reindex, simplify
 from shardinit._torch_compat import tree_leaves
 from shardinit.init import Normal
 
@@ -36,7 +53,7 @@ def test_a_fold_extended_write_by_write_is_the_fold_afresh() -> None:
             afresh, _, random = Folds(op_value).fold(track)
             assert not random
             assert mode.engine.fold(track) == kept  # the one kept, every write since
-            assert ex.simplify(afresh, ((0, 6), (0, 8))) == ex.simplify(kept, ((0, 6), (0, 8)))
+            assert simplify(afresh, ((0, 6), (0, 8))) == simplify(kept, ((0, 6), (0, 8)))
         values = torchvalues.eager_values(kept, (6, 8), torch.int64)
     eager = torch.zeros(6, 8, dtype=torch.int64)
     for step in range(5):
@@ -46,7 +63,7 @@ def test_a_fold_extended_write_by_write_is_the_fold_afresh() -> None:
 
 
 def test_eager_values_kept_by_structure_are_the_callers_own_and_tell_signed_zeros() -> None:
-    index = ex.Binary("add", ex.Binary("mul", ex.Coord(0), ex.Const(3.0)), ex.Coord(1))
+    index = Binary("add", Binary("mul", Coord(0), Const(3.0)), Coord(1))
     first = torchvalues.eager_values(index, (2, 3), torch.int64)
     assert first is not None and first.tolist() == [[0, 1, 2], [3, 4, 5]]
     first.add_(100)  # the caller's: an in-place op run on it writes it
@@ -55,7 +72,7 @@ def test_eager_values_kept_by_structure_are_the_callers_own_and_tell_signed_zero
 
     def reciprocal(zero: float) -> torch.Tensor:
         values = torchvalues.eager_values(
-            ex.Binary("div", ex.Binary("add", ex.Coord(0), ex.Const(1.0)), ex.Const(zero)),
+            Binary("div", Binary("add", Coord(0), Const(1.0)), Const(zero)),
             (1,),
             torch.float64,
         )
@@ -67,20 +84,20 @@ def test_eager_values_kept_by_structure_are_the_callers_own_and_tell_signed_zero
 
 
 def test_integer_spans_kept_per_ranges_equal_the_spans_afresh() -> None:
-    node: ex.Expr = ex.Binary("sub", ex.Coord(0), ex.Const(3.0))
+    node: Expr = Binary("sub", Coord(0), Const(3.0))
     for _ in range(12):  # each level reads the one before twice (a DAG)
-        node = ex.Binary("add", node, ex.Binary("mul", node, ex.Const(1.0)))
+        node = Binary("add", node, Binary("mul", node, Const(1.0)))
     small, large = [(0, 4)], [(0, 10)]
-    assert ex.integer_span(node, small) == (-3.0 * 2**12, 0.0)
-    assert ex.integer_span(node, large) == (-3.0 * 2**12, 6.0 * 2**12)
-    assert ex.integer_span(node, small) == (-3.0 * 2**12, 0.0)  # kept for both
-    exact = ex.Round(ex.Binary("mul", node, ex.Const(2.0**20)), torch.int64)
-    ex.check_exact_integers(exact, large)  # within 2**53: passes, kept
-    ex.check_exact_integers(exact, large)
-    beyond = ex.Round(ex.Binary("mul", node, ex.Const(2.0**45)), torch.int64)
+    assert integer_span(node, small) == (-3.0 * 2**12, 0.0)
+    assert integer_span(node, large) == (-3.0 * 2**12, 6.0 * 2**12)
+    assert integer_span(node, small) == (-3.0 * 2**12, 0.0)  # kept for both
+    exact = Round(Binary("mul", node, Const(2.0**20)), torch.int64)
+    check_exact_integers(exact, large)  # within 2**53: passes, kept
+    check_exact_integers(exact, large)
+    beyond = Round(Binary("mul", node, Const(2.0**45)), torch.int64)
     for _ in range(2):  # refused each time, with the reach of the first such step
         with pytest.raises(Cannot, match=r"int64 values in \[-\d+, \d+\]: .*beyond 2\*\*53"):
-            ex.check_exact_integers(ex.Binary("add", beyond, exact), large)
+            check_exact_integers(Binary("add", beyond, exact), large)
 
 
 def test_a_views_region_kept_per_layout_is_its_own_and_refusals_stay_refusals() -> None:
@@ -114,78 +131,78 @@ def test_leaves_of_call_arguments_are_torchs_leaves() -> None:
         assert all(a is b for a, b in zip(leaves, expected, strict=True))
 
 
-def _relative_positions() -> ex.Expr:
+def _relative_positions() -> Expr:
     """A new expression of a coordinate table's nodes (as each Swin attention builds
     one): where(i < 3, 2*i - j, i + j), with the clamp's where over a shared step."""
-    step = ex.Binary("sub", ex.Binary("mul", ex.Coord(0), ex.Const(2.0)), ex.Coord(1))
-    cond = ex.Binary("lt", ex.Coord(0), ex.Const(3.0))
-    sum_ = ex.Binary("add", ex.Coord(0), ex.Coord(1))
-    return ex.Where(cond, ex.Binary("mul", step, step), sum_)
+    step = Binary("sub", Binary("mul", Coord(0), Const(2.0)), Coord(1))
+    cond = Binary("lt", Coord(0), Const(3.0))
+    sum_ = Binary("add", Coord(0), Coord(1))
+    return Where(cond, Binary("mul", step, step), sum_)
 
 
 def test_a_rewrite_kept_by_structure_is_the_rewrite_afresh() -> None:
-    ex._REWRITES._entries.clear()
-    shifted = [ex.Binary("add", ex.Coord(0), ex.Const(1.0)), ex.Coord(1)]
+    rewrite._REWRITES._entries.clear()
+    shifted = [Binary("add", Coord(0), Const(1.0)), Coord(1)]
     for ranges in ([(0, 2), (0, 5)], [(3, 6), (0, 5)], [(0, 6), (0, 5)]):
-        afresh = ex._reindexed(_relative_positions(), shifted, ranges, None)
-        first = ex.reindex(_relative_positions(), shifted, ranges)
-        kept = ex.reindex(_relative_positions(), shifted, ranges)  # another expression
+        afresh = rewrite._reindexed(_relative_positions(), shifted, ranges, None)
+        first = reindex(_relative_positions(), shifted, ranges)
+        kept = reindex(_relative_positions(), shifted, ranges)  # another expression
         assert kept is first and kept == afresh
-        assert ex.simplify(_relative_positions(), ranges) == ex._reindexed(
-            _relative_positions(), [ex.Coord(0), ex.Coord(1)], ranges, None
+        assert simplify(_relative_positions(), ranges) == rewrite._reindexed(
+            _relative_positions(), [Coord(0), Coord(1)], ranges, None
         )
     # Below 3 the where folds to its first branch, from 3 to its second, else it stays.
-    assert isinstance(ex.simplify(_relative_positions(), [(0, 2), (0, 5)]), ex.Binary)
-    assert isinstance(ex.simplify(_relative_positions(), [(0, 6), (0, 5)]), ex.Where)
+    assert isinstance(simplify(_relative_positions(), [(0, 2), (0, 5)]), Binary)
+    assert isinstance(simplify(_relative_positions(), [(0, 6), (0, 5)]), Where)
     # Nothing is rewritten: the caller's own expression comes back, not the one kept.
-    plain = ex.Unary("exp", ex.Const(2.0))
-    assert ex._reindexed(plain, [ex.Coord(0)], [(0, 4)], None) is plain
-    assert ex.reindex(plain, [ex.Coord(0)], [(0, 4)], keep=False) is plain
-    again = ex.Unary("exp", ex.Const(2.0))
-    assert ex.reindex(again, [ex.Coord(0)], [(0, 4)], keep=False) is again
+    plain = Unary("exp", Const(2.0))
+    assert rewrite._reindexed(plain, [Coord(0)], [(0, 4)], None) is plain
+    assert reindex(plain, [Coord(0)], [(0, 4)], keep=False) is plain
+    again = Unary("exp", Const(2.0))
+    assert reindex(again, [Coord(0)], [(0, 4)], keep=False) is again
 
 
 def test_a_rewrite_is_kept_only_for_the_same_computation() -> None:
-    def scaled(by: float) -> ex.Expr:
-        return ex.Binary("div", ex.Const(1.0), ex.Binary("mul", ex.Coord(0), ex.Const(by)))
+    def scaled(by: float) -> Expr:
+        return Binary("div", Const(1.0), Binary("mul", Coord(0), Const(by)))
 
-    at = [ex.Binary("sub", ex.Coord(0), ex.Const(1.0))]
-    assert ex.reindex(scaled(0.0), at, [(1, 3)]) == ex._reindexed(scaled(0.0), at, [(1, 3)], None)
-    negative = ex.reindex(scaled(-0.0), at, [(1, 3)])  # -0.0 == 0.0: not the same key
-    assert negative == ex._reindexed(scaled(-0.0), at, [(1, 3)], None)
-    assert ex.structure(scaled(0.0)) != ex.structure(scaled(-0.0))
+    at = [Binary("sub", Coord(0), Const(1.0))]
+    assert reindex(scaled(0.0), at, [(1, 3)]) == rewrite._reindexed(scaled(0.0), at, [(1, 3)], None)
+    negative = reindex(scaled(-0.0), at, [(1, 3)])  # -0.0 == 0.0: not the same key
+    assert negative == rewrite._reindexed(scaled(-0.0), at, [(1, 3)], None)
+    assert structure(scaled(0.0)) != structure(scaled(-0.0))
     # Shared and unshared copies of a step are different computations (different keys).
-    step = ex.Binary("add", ex.Coord(0), ex.Const(1.0))
-    shared = ex.Binary("mul", step, step)
-    unshared = ex.Binary("mul", step, ex.Binary("add", ex.Coord(0), ex.Const(1.0)))
-    assert shared == unshared and ex.structure(shared) != ex.structure(unshared)
+    step = Binary("add", Coord(0), Const(1.0))
+    shared = Binary("mul", step, step)
+    unshared = Binary("mul", step, Binary("add", Coord(0), Const(1.0)))
+    assert shared == unshared and structure(shared) != structure(unshared)
     # Random values are each a parameter's own, tables hold values no field holds: never kept.
-    source = ex.Source(Normal(0.0, 1.0), torch.float32, 7, (ex.Coord(0),))
-    assert ex._rewrite_key(ex.Binary("mul", source, ex.Const(2.0)), at, [(1, 3)], None) is None
-    table = ex.Table(ex.TableData(torch.arange(4.0, dtype=torch.float64)), ex.Coord(0))
-    assert ex._rewrite_key(table, at, [(1, 3)], None) is None
-    big = ex.Coord(0)
-    for _ in range(ex._KEPT_NODES):
-        big = ex.Binary("add", big, ex.Const(1.0))
-    assert ex._rewrite_key(big, at, [(1, 3)], None) is None
+    source = Source(Normal(0.0, 1.0), torch.float32, 7, (Coord(0),))
+    assert rewrite._rewrite_key(Binary("mul", source, Const(2.0)), at, [(1, 3)], None) is None
+    table = Table(TableData(torch.arange(4.0, dtype=torch.float64)), Coord(0))
+    assert rewrite._rewrite_key(table, at, [(1, 3)], None) is None
+    big = Coord(0)
+    for _ in range(rewrite._KEPT_NODES):
+        big = Binary("add", big, Const(1.0))
+    assert rewrite._rewrite_key(big, at, [(1, 3)], None) is None
 
 
 def test_the_structure_reads_every_field_that_holds_no_children() -> None:
     samples = [
-        ex.Const(1.5),
-        ex.Coord(2),
-        ex.Source(Normal(0.0, 1.0), torch.float32, 3, (ex.Coord(0), ex.Coord(1))),
-        ex.Table(ex.TableData(torch.zeros(2, dtype=torch.float64)), ex.Coord(0)),
-        ex.Unary("exp", ex.Coord(0)),
-        ex.Binary("add", ex.Coord(0), ex.Const(1.0)),
-        ex.Where(ex.Coord(0), ex.Const(1.0), ex.Const(2.0)),
-        ex.Round(ex.Coord(0), torch.int64),
-        ex.Prior(),
-        ex.Bad("why"),
+        Const(1.5),
+        Coord(2),
+        Source(Normal(0.0, 1.0), torch.float32, 3, (Coord(0), Coord(1))),
+        Table(TableData(torch.zeros(2, dtype=torch.float64)), Coord(0)),
+        Unary("exp", Coord(0)),
+        Binary("add", Coord(0), Const(1.0)),
+        Where(Coord(0), Const(1.0), Const(2.0)),
+        Round(Coord(0), torch.int64),
+        Prior(),
+        Bad("why"),
     ]
-    assert {type(node) for node in samples} == set(ex.Expr.__subclasses__())
+    assert {type(node) for node in samples} == set(Expr.__subclasses__())
     for node in samples:  # the fields not read are exactly the children, in order
-        plain = ex._plain_fields(type(node))
+        plain = keys._plain_fields(type(node))
         rest = [getattr(node, f.name) for f in dataclasses.fields(node) if f.name not in plain]
         flat = [
             item for value in rest for item in (value if isinstance(value, tuple) else (value,))

@@ -645,7 +645,8 @@ def test_a_fill_is_handed_to_the_core_as_its_program_would_be(
 ) -> None:
     # The writer takes a fill's initializer without building its program: the same
     # initializer bare_source finds in that program, or none (then it is evaluated).
-    from shardinit._program.expr import Const, bare_source
+    from shardinit._program.exact import bare_source
+    from shardinit._program.nodes import Const
 
     fill = Fill(initializer)
     assert fill.plain_init(dtype) == bare_source(fill.after(dtype, 2, 0, Const(math.nan)))

@@ -263,7 +263,7 @@ def test_a_device_move_inside_a_constructor_keeps_meta_and_values() -> None:
 
 
 def test_a_table_beyond_the_cap_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shardinit._program import expr as program
+    from shardinit._program import tables as program
 
     monkeypatch.setattr(program, "TABLE_CAP", 4)
     with torch.device("meta"), shardinit.record_constructors():

@@ -36,6 +36,22 @@ CAPTURE_FACE_ONLY = (
 
 #: The capture's wings, highest first: each imports only the wings after it.
 WINGS = ("session", "dispatch", "trace", "ops")
+#: The program floor's modules, bottom up: each imports only those before it (the IR's
+#: nodes; affine index arithmetic; structure keys; gathered tables; rewrites;
+#: integer exactness; then actions, their compiler and the writer).
+FLOOR_ORDER = (
+    "cannot",
+    "regions",
+    "nodes",
+    "index",
+    "keys",
+    "tables",
+    "rewrite",
+    "exact",
+    "actions",
+    "compile",
+    "writer",
+)
 
 
 def _inside(module: str, package: str) -> bool:
@@ -57,10 +73,41 @@ def reachable(graph: Graph, start: str) -> set[str]:
 def test_the_program_floor_imports_nothing_above_it() -> None:
     graph = import_graph(PACKAGE)
     floor = [name for name in graph if _inside(name, PROGRAM)]
-    assert {f"{PROGRAM}.writer", f"{PROGRAM}.expr", f"{PROGRAM}.actions"} <= set(floor)
+    assert {f"{PROGRAM}.{name}" for name in FLOOR_ORDER} == set(floor) - {PROGRAM}
     for module in floor:
         above = sorted(m for m in reachable(graph, module) if m.startswith(ABOVE_PROGRAM))
         assert not above, f"{module} reaches {above}"
+
+
+def floor_climbs(graph: Graph) -> list[str]:
+    """Imports inside the program floor that go up :data:`FLOOR_ORDER` (or sideways)."""
+    rank = {f"{PROGRAM}.{name}": place for place, name in enumerate(FLOOR_ORDER)}
+    return [
+        f"{module} imports {target}"
+        for module, place in rank.items()
+        for target in sorted(graph.get(module, ()))
+        if target in rank and rank[target] >= place
+    ]
+
+
+def test_the_program_floor_runs_bottom_up() -> None:
+    assert not floor_climbs(import_graph(PACKAGE))
+
+
+def test_a_climb_inside_the_floor_is_found() -> None:
+    """The negative control: the IR's nodes importing the rewrites is a climb."""
+    graph = {f"{PROGRAM}.nodes": {f"{PROGRAM}.rewrite"}, f"{PROGRAM}.rewrite": set[str]()}
+    assert floor_climbs(graph) == [f"{PROGRAM}.nodes imports {PROGRAM}.rewrite"]
+
+
+def test_the_capture_evaluates_on_the_floor_not_through_the_public_api() -> None:
+    """The capture computes values it needs at once (an index's positions) with the
+    floor's evaluator, never through ``shardinit.shard``'s public writer."""
+    graph = import_graph(PACKAGE)
+    capture = [name for name in graph if _inside(name, CAPTURE)]
+    assert capture
+    for module in capture:
+        assert "shardinit.shard" not in reachable(graph, module), module
 
 
 def test_the_writers_clients_write_through_the_program_floor() -> None:

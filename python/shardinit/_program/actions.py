@@ -1,5 +1,5 @@
 """What a parameter's record holds: per operation, the region (a box of the GLOBAL
-tensor) it covers and its action, the init program (:mod:`.expr`) of the value it leaves
+tensor) it covers and its action, the init program (:mod:`.nodes`) of the value it leaves
 there. Rules, torch.nn defaults and constructor values are records of one or two
 :class:`Fill` actions; a capture (:mod:`shardinit._integration.capture`) records any of
 the four kinds. The writer (:mod:`.writer`) writes them."""
@@ -15,21 +15,10 @@ import torch
 
 from .._caches import cached
 from ..init import BaseInit, Constant, Initializer
-from .expr import (
-    Const,
-    Coord,
-    Expr,
-    Prior,
-    Round,
-    Source,
-    bare_source,
-    combine,
-    holds_exactly,
-    stored,
-    substitute_prior,
-    where,
-)
+from .exact import bare_source, holds_exactly, stored
+from .nodes import Const, Coord, Expr, Prior, Round, Source
 from .regions import Box, box_union_covers, whole
+from .rewrite import combine, substitute_prior, where
 
 __all__ = [
     "Action",
@@ -50,7 +39,7 @@ __all__ = [
 
 class Action:
     """What an operation leaves in the elements it covers: an init program (sources,
-    then elementwise steps, :mod:`.expr`) over the parameter's GLOBAL coordinates,
+    then elementwise steps, :mod:`.nodes`) over the parameter's GLOBAL coordinates,
     evaluated by the core in binary64 and rounded once to the parameter's dtype
     (docs/stream-format.md §7), then copied into the operation's region. Random sources
     are the parameter's own stream at the element's own global index, so the values do
@@ -69,7 +58,7 @@ class Action:
       value before (``triu_``, ``masked_fill_``, ...).
     """
 
-    #: Whether the program reads the element's value before it (:class:`.expr.Prior`).
+    #: Whether the program reads the element's value before it (:class:`.nodes.Prior`).
     reads_prior: ClassVar[bool] = False
 
     def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
@@ -79,7 +68,7 @@ class Action:
 
     def plain_init(self, dtype: torch.dtype) -> BaseInit | None:
         """The initializer when this program, in a parameter of ``dtype``, is nothing but
-        one stream-v1 fill (:func:`.expr.bare_source`): the writer hands it to the
+        one stream-v1 fill (:func:`.exact.bare_source`): the writer hands it to the
         core as is, without building the program. None for any other."""
         return None
 
@@ -164,7 +153,7 @@ class Computed(Action):
 
 @dataclass(frozen=True)
 class ComputedOnPrior(Computed):
-    """A program of the element's value before it (:class:`.expr.Prior`), as an in-place
+    """A program of the element's value before it (:class:`.nodes.Prior`), as an in-place
     step on values ``init_fn`` did not write leaves it (``w.clamp_(-0.1, 0.1)`` on the
     torch.nn default): like :class:`Scale`, it reads what the parameter held before
     ``init_fn``, its rule's, constructor's or default's values, put in front of it."""

@@ -7,7 +7,7 @@ values of an operand capture did not follow, a table past the cap) raises
 and the caller's line); a caller that can go on without the value (a temporary whose
 values become opaque, another route for a copy) keeps the reason instead.
 
-An element value that cannot be computed is an IR node, :class:`~shardinit._program.expr.Bad`,
+An element value that cannot be computed is an IR node, :class:`~shardinit._program.nodes.Bad`,
 not a raise: expressions are built before anyone knows whether they are written, and a
 value that is never written refuses nothing (as eager torch computes it harmlessly).
 """

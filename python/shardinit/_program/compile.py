@@ -1,4 +1,4 @@
-"""Compiling an init program (:mod:`.expr`) for the one fill dispatch
+"""Compiling an init program (:mod:`.nodes`) for the one fill dispatch
 (:func:`shardinit._fill.fill`), once per program and region: a program that is one
 source is that initializer (the stream-v1 fill, the Triton kernel on CUDA), any other the
 core's registers (``_core.RegisterProgram``, its deterministic binary64 evaluator:
@@ -19,22 +19,9 @@ from .. import _core
 from .._fill import Registers
 from ..init import BaseInit, core_init
 from ..spec import SUPPORTED_DTYPES
-from .expr import (
-    INTEGER_DTYPES,
-    Bad,
-    Binary,
-    Const,
-    Coord,
-    Expr,
-    Round,
-    Source,
-    Table,
-    Unary,
-    Where,
-    as_lin,
-    bare_source,
-    walk_nodes,
-)
+from .exact import INTEGER_DTYPES, bare_source
+from .index import as_lin
+from .nodes import Bad, Binary, Const, Coord, Expr, Round, Source, Table, Unary, Where, walk_nodes
 
 __all__ = ["Compiled", "compile_program", "is_elementwise"]
 
@@ -80,7 +67,7 @@ class _Emitter:
 
     def wrap(self, x: Any, dtype: torch.dtype) -> Any:
         """An exact integer ``x`` (capture checked it is within 2**53:
-        :func:`.expr.exact_integers`) as ``dtype`` holds it: two's complement wraps it
+        :func:`.exact.exact_integers`) as ``dtype`` holds it: two's complement wraps it
         into ``[min, min + 2**bits)``, as ``x - 2**bits * floor((x - min) / 2**bits)``,
         every step exact in binary64. int64 holds every such integer as it is."""
         if dtype == torch.int64:

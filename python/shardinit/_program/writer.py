@@ -4,7 +4,7 @@ region a rank holds, from stream format v1.
 A :class:`~.actions.ParamRecord` lists, in order, the operations applied to a parameter
 (a rule's or default's fill, the constructor's value, ``init_fn``'s captured operations)
 and the box of the GLOBAL tensor each one covers; each leaves an init program
-(:mod:`.expr`). Writing it on a local region (a box of the global tensor) gives every
+(:mod:`.nodes`). Writing it on a local region (a box of the global tensor) gives every
 element the value of the LAST operation that covered it: each program is compiled for
 the intersection of its box with the local box only (:func:`.compile.compile_program`),
 and not at all where a later one covers it. A program that reads the values before it
@@ -44,12 +44,14 @@ from .._validate import DeviceLike, resolve_device
 from ..errors import ShardInitError
 from ..init import Constant, Initializer
 from ..spec import ParamSpec
-from .actions import Action, CapturedOp, ParamRecord, sets_values
+from .actions import Action, CapturedOp, ParamRecord, program_of, sets_values
 from .compile import Compiled, compile_program, is_elementwise
-from .expr import Const, Expr, in_box, simplify, where
+from .index import in_box
+from .nodes import Const, Expr
 from .regions import Box, box_union_covers, contains, flat_range_boxes, intersect, whole
+from .rewrite import simplify, where
 
-__all__ = ["Piece", "Writer", "op_programs"]
+__all__ = ["Piece", "Writer", "evaluate_whole", "op_programs"]
 
 CONTIGUOUS = torch.contiguous_format
 
@@ -319,6 +321,21 @@ def _visible_parts(ops: Sequence[CapturedOp], pieces: Sequence[Piece]) -> list[l
 def _local_index(part: Box, box: Box) -> tuple[slice, ...]:
     """Where ``part`` lies in a tensor holding ``box``."""
     return tuple(slice(p0 - b0, p1 - b0) for (p0, p1), (b0, _) in zip(part, box, strict=True))
+
+
+def evaluate_whole(expr: Expr, shape: tuple[int, ...]) -> torch.Tensor:
+    """A deterministic program (no random source) over a tensor of ``shape``, whole, in
+    binary64 on the CPU: values the capture needs at once (the positions an index tensor
+    names). Written on the calling thread: such a table is small, and the values never
+    depend on the threads (a user's settings, :func:`shardinit.shard.writer`, are for
+    the parameters' fills)."""
+    op = CapturedOp(whole(shape), program_of(expr), "value", "<capture>")
+    record = ParamRecord("value", shape, torch.float64, (op,))
+    return Writer(threads=1, chunk_bytes=_CAPTURE_CHUNK_BYTES).full(record, seed=0)
+
+
+#: :func:`evaluate_whole`'s chunk of a copy to a CUDA tensor: none (it writes on the CPU).
+_CAPTURE_CHUNK_BYTES = 1 << 20
 
 
 def op_programs(record: ParamRecord, ops: Sequence[CapturedOp]) -> list[Expr]:

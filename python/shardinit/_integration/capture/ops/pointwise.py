@@ -4,7 +4,7 @@ shared by the out-of-place form (``torch.log(x)``, ``x + y``), the method
 where the result goes.
 
 Each entry says which arguments are tensors or numbers (the operands, in order) and
-builds the step from their expressions (:mod:`shardinit._program.expr`); torch's broadcasting and
+builds the step from their expressions (:mod:`shardinit._program.nodes`); torch's broadcasting and
 argument names are followed. A cast (``.float()``, ``.to(dtype)``) is a rounding.
 """
 
@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from ...._program.expr import BINARY, UNARY, Bad, Const, Expr, Round, Unary, combine, where
+from ...._program.nodes import BINARY, UNARY, Bad, Const, Expr, Round, Unary
+from ...._program.rewrite import combine, where
 
 __all__ = [
     "CAST_DTYPES",

@@ -1,4 +1,4 @@
-"""An init program (:mod:`shardinit._program.expr`) evaluated whole by torch's own CPU kernels: the
+"""An init program (:mod:`shardinit._program.nodes`) evaluated whole by torch's own CPU kernels: the
 values eager torch holds for a temporary capture followed, for :mod:`.concrete`.
 
 The core's binary64 evaluator (what replay uses) rounds once per stored temporary; eager
@@ -19,19 +19,9 @@ from typing import Any
 import torch
 
 from ...._caches import BoundedMap
-from ...._program.expr import (
-    INTEGER_DTYPES,
-    Binary,
-    Const,
-    Coord,
-    Expr,
-    Round,
-    Table,
-    Unary,
-    Where,
-    structure,
-    walk_nodes,
-)
+from ...._program.exact import INTEGER_DTYPES
+from ...._program.keys import structure
+from ...._program.nodes import Binary, Const, Coord, Expr, Round, Table, Unary, Where, walk_nodes
 
 __all__ = ["eager_values", "exactly", "torch_values"]
 

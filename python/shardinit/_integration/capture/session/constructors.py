@@ -41,7 +41,7 @@ from torch.nn.modules.module import (
 from torch.overrides import TorchFunctionMode
 
 from ...._program.actions import CapturedOp, ParamRecord, program_of
-from ...._program.expr import Bad, Expr, Source, bad_reasons, contains
+from ...._program.nodes import Bad, Expr, Source, bad_reasons, contains
 from ...._torch_compat import deepcopy_memo, torch_function_disabled
 from ....errors import ShardInitError
 from ...exclusive import ThreadExclusive
@@ -64,7 +64,7 @@ __all__ = [
 @dataclass(frozen=True)
 class ConstructorValue:
     """What a constructor computed for one parameter (over its GLOBAL coordinates), or
-    why it cannot be replayed (``expr`` is then a :class:`~shardinit._program.expr.Bad`)."""
+    why it cannot be replayed (``expr`` is then a :class:`~shardinit._program.nodes.Bad`)."""
 
     expr: Expr
     where: str

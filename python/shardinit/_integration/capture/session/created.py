@@ -45,7 +45,7 @@ from torch.nn.modules.module import (
 
 from ...._names import canonical_name, qualified
 from ...._program.actions import ParamRecord
-from ...._program.expr import bad_reasons
+from ...._program.nodes import bad_reasons
 from ...._torch_compat import make_parameter
 from ....errors import UnsupportedInitOpError
 from ..dispatch import CaptureMode

@@ -3,11 +3,11 @@ yet: what ``materialize`` puts in front of a record that does not cover the para
 (its rule's, constructor's or torch.nn default's fill). eager torch's in-place steps on
 the default (``w.data.clamp_(-0.1, 0.1)``, ``w.add_(t)``, ``p.data = p.float() * 2``)
 read those values; capture folds them as :class:`Before`, and a write back into the
-parameter turns each into :class:`~shardinit._program.expr.Prior` (the element's own
+parameter turns each into :class:`~shardinit._program.nodes.Prior` (the element's own
 value before the operation), so the record is a program of that fill, replayed
 shard-locally as :class:`~shardinit._program.actions.Scale` already was.
 
-A :class:`Before` is a :class:`~shardinit._program.expr.Source` to everything that
+A :class:`Before` is a :class:`~shardinit._program.nodes.Source` to everything that
 follows random values: the default is, in general, a random fill drawn at each element's
 own index, so it may not meet another random value in one element, be repeated by a
 broadcast, nor land at another position of the parameter than its own (a write of it
@@ -23,7 +23,8 @@ import torch
 
 from ...._program.actions import Opaque
 from ...._program.cannot import Cannot
-from ...._program.expr import Coord, Expr, Prior, Source, as_lin, contains, walk_nodes
+from ...._program.index import as_lin
+from ...._program.nodes import Coord, Expr, Prior, Source, contains, walk_nodes
 from ...._program.regions import Box, intersect
 from ....init import Constant
 from .store import RecordStore

@@ -10,8 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...._program.actions import CapturedOp, Fill, TrackAction
-from ...._program.expr import Const, Coord, Expr, Source, as_lin, contains, reindex, walk_nodes
+from ...._program.index import as_lin
+from ...._program.nodes import Const, Coord, Expr, Source, contains, walk_nodes
 from ...._program.regions import Box, FlatRun, box_runs
+from ...._program.rewrite import reindex
 from ....init import Constant
 from .store import RecordStore
 from .tracks import Track

@@ -16,7 +16,7 @@ Closed world: an operand with random values (the stream draws those at each
 destination's own index, so no table of them exists), values read from a parameter,
 values no op describes, or an operation that draws from torch's generator itself is not
 evaluated: its results stay opaque, refused with the reason where they reach a
-parameter or a buffer. Memory is bounded by :data:`shardinit._program.expr.TABLE_CAP`, the most
+parameter or a buffer. Memory is bounded by :data:`shardinit._program.tables.TABLE_CAP`, the most
 elements one evaluated operand or result may hold.
 """
 
@@ -28,10 +28,11 @@ from typing import Any
 
 import torch
 
-from ...._program import expr as program_ir
+from ...._program import tables
 from ...._program.actions import Opaque
 from ...._program.cannot import Cannot
-from ...._program.expr import Bad, Expr, Source, bad_reasons, beyond_table_cap, contains
+from ...._program.nodes import Bad, Expr, Source, bad_reasons, contains
+from ...._program.tables import beyond_table_cap
 from ...._torch_compat import stored_contiguous, tree_leaves, tree_map
 from ..ops import eager_values
 from .engine import Engine
@@ -125,7 +126,7 @@ class Concrete:
         track = self.store.lookup(value)
         if track is None or track.kind != "temp":
             raise Cannot("its operand is a meta tensor whose values capture did not follow")
-        if value.numel() > program_ir.TABLE_CAP:
+        if value.numel() > tables.TABLE_CAP:
             raise Cannot(beyond_table_cap(value.numel(), "an operand"))
         expr = self.engine.value_of(value, op)
         reasons = bad_reasons(expr)
@@ -168,7 +169,7 @@ class Concrete:
         return temp
 
     def table(self, values: torch.Tensor) -> Expr:
-        if values.numel() > program_ir.TABLE_CAP:
+        if values.numel() > tables.TABLE_CAP:
             return Bad(beyond_table_cap(values.numel(), "a result"))
         return self.engine.table_of(values)
 

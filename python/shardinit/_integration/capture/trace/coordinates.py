@@ -20,9 +20,10 @@ from typing import Any
 
 import torch
 
-from ...._program.actions import CapturedOp, Computed, Masked, ParamRecord, program_of
+from ...._program.actions import Computed, Masked
 from ...._program.cannot import Cannot
-from ...._program.expr import (
+from ...._program.index import contiguous_index
+from ...._program.nodes import (
     Bad,
     Const,
     Coord,
@@ -32,21 +33,18 @@ from ...._program.expr import (
     Table,
     TableData,
     bad_reasons,
-    combine,
     contains,
-    contiguous_index,
-    reindex,
-    where,
 )
 from ...._program.regions import view_region, whole
+from ...._program.rewrite import combine, reindex, where
+from ...._program.writer import evaluate_whole
 from ...._torch_compat import stored_contiguous, stored_strides
-from ....shard import writer
 from ..ops import Translation, scalar
 from .engine import Engine, box_coords
 from .store import RecordStore
 from .tracks import Track, run_op
 
-__all__ = ["Coordinates", "evaluate_whole"]
+__all__ = ["Coordinates"]
 
 _CONSTANTS = {"constant": 0.0, "zeros": 0.0, "ones": 1.0}
 
@@ -327,10 +325,3 @@ def _strided_positions(view: torch.Tensor, base: torch.Tensor) -> Expr | None:
                      ranges)  # fmt: skip
     on_step = combine("eq", combine("mod", delta, Const(float(step)), ranges), Const(0.0), ranges)
     return combine("mul", inside, on_step, ranges)
-
-
-def evaluate_whole(expr: Expr, shape: tuple[int, ...]) -> torch.Tensor:
-    """A deterministic program over a tensor of ``shape``, whole, in binary64."""
-    whole_box = whole(shape)
-    op = CapturedOp(whole_box, program_of(expr), "value", "<capture>")
-    return writer().full(ParamRecord("value", shape, torch.float64, (op,)), seed=0)

@@ -1,5 +1,5 @@
 """The expression engine of a capture: reading values and writing records, over a
-:class:`.store.RecordStore`, as init programs (:mod:`shardinit._program.expr`). The
+:class:`.store.RecordStore`, as init programs (:mod:`shardinit._program.nodes`). The
 components the dispatch calls build on it: :mod:`.steps` (sources and elementwise
 steps), :mod:`.copies`, :mod:`.coordinates`, :mod:`.concrete`.
 
@@ -39,7 +39,15 @@ from ...._program.actions import (
     program_of,
 )
 from ...._program.cannot import Cannot
-from ...._program.expr import (
+from ...._program.index import (
+    as_lin,
+    broadcast_coords,
+    contiguous_index,
+    flat_of_box,
+    strided_coords,
+    unravel,
+)
+from ...._program.nodes import (
     Bad,
     Binary,
     Const,
@@ -51,18 +59,8 @@ from ...._program.expr import (
     Table,
     TableData,
     Where,
-    as_lin,
     bad_reasons,
-    broadcast_coords,
-    combine,
     contains,
-    contiguous_index,
-    flat_of_box,
-    reindex,
-    simplify,
-    strided_coords,
-    substitute_prior,
-    unravel,
 )
 from ...._program.regions import (
     Box,
@@ -74,6 +72,7 @@ from ...._program.regions import (
     view_runs,
     whole,
 )
+from ...._program.rewrite import combine, reindex, simplify, substitute_prior
 from ...._torch_compat import stored_strides, torch_function_disabled, tree_leaves
 from ....errors import ShardInitError
 from ....init import Constant

@@ -8,7 +8,7 @@ prefix of the fold of ``ops``: kept with ``ops[n - 1]`` (the list holds it alive
 its identity is a true witness that the prefix is unchanged), a new write folds in one
 operation where the fold afresh redid every one. The prefix also keeps its nodes: a
 new write's value is built on the very expression objects of the values before it,
-whose :func:`~shardinit._program.expr.random_key` and the like were asked already.
+whose :func:`~shardinit._program.nodes.random_key` and the like were asked already.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from ...._program.actions import CapturedOp
-from ...._program.expr import Bad, Expr, Source, contains, in_box, where
+from ...._program.index import in_box
+from ...._program.nodes import Bad, Expr, Source, contains
+from ...._program.rewrite import where
 from .before import before
 from .tracks import Track
 

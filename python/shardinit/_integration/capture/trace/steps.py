@@ -13,23 +13,15 @@ import torch
 
 from ...._program.actions import Fill, Opaque
 from ...._program.cannot import Cannot
-from ...._program.expr import (
+from ...._program.exact import (
     INTEGER_DTYPES,
-    Bad,
-    Binary,
-    Const,
-    Coord,
-    Expr,
-    Prior,
-    Source,
     check_exact_integers,
-    combine,
-    contains,
     exact_integers,
     in_dtype,
     stored,
-    where,
 )
+from ...._program.nodes import Bad, Binary, Const, Coord, Expr, Prior, Source, contains
+from ...._program.rewrite import combine, where
 from ...._torch_compat import stored_contiguous, tree_leaves
 from ..ops import POINTWISE, RANDOM_SOURCES, cast, cast_dtype, no_formula, step_of
 from .engine import Engine

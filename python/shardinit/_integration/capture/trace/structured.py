@@ -11,8 +11,9 @@ import torch
 
 from ...._program.actions import Computed, Fill, TrackAction
 from ...._program.cannot import Cannot
-from ...._program.expr import Const, Coord, Expr, combine
+from ...._program.nodes import Const, Coord, Expr
 from ...._program.regions import Box
+from ...._program.rewrite import combine
 from ...._torch_compat import stored_contiguous
 from ....errors import ShardInitError
 from ....init import Constant
