@@ -132,9 +132,9 @@ class WriteBackstop(DispatchMode):  # type: ignore[no-untyped-call]
         for leaf in _tensor_leaves((args, kwargs)):
             track = self.store.lookup(leaf)
             if track is None:
-                why = self.store.unknown_why(leaf)
-                if why is not None:
-                    raise Cannot(why)
+                unknown = self.store.unknown_of(leaf)
+                if unknown is not None:
+                    raise Cannot(unknown.why)
             elif not self.engine.known(track):
                 raise Cannot(f"{op} at {user_frame()} computed it from {track.label}, {_UNKNOWN}")
 
@@ -153,9 +153,9 @@ class WriteBackstop(DispatchMode):  # type: ignore[no-untyped-call]
                 raise self.store.fail(
                     buffer, op, f"it writes the values of {source.label}: {_RANDOM}"
                 )
-            unknown = None if source is not None else self.store.unknown_why(leaf)
+            unknown = None if source is not None else self.store.unknown_of(leaf)
             if unknown is not None:
-                why = f"it writes values shardinit does not know ({unknown})"
+                why = f"it writes values shardinit does not know ({unknown.why})"
                 raise self.store.fail(buffer, op, why)
             if source is None and _computed_values(leaf) and not self.engine.rng_untouched():
                 why = f"it writes values computed after init code drew {_RANDOM}"

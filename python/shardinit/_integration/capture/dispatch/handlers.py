@@ -400,11 +400,11 @@ def refuse_unknown_out(mode: Mode, name: str, args: Sequence[Any], kwargs: Any) 
         if track.kind == "temp" and mode.engine.random(track):
             raise mode.store.fail(track, name, why)
     for leaf in tree_leaves((args, kwargs)):
-        unknown = mode.store.unknown_why(leaf)
+        unknown = mode.store.unknown_of(leaf)
         if unknown is not None:
             raise mode.store.fail(
                 f"a tensor of shape {tuple(leaf.shape)}", name,
-                f"it hands init code values shardinit does not know ({unknown})",
+                f"it hands init code values shardinit does not know ({unknown.why})",
             )  # fmt: skip
 
 

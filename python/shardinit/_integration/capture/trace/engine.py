@@ -117,9 +117,9 @@ class Engine:
     def table_of(self, value: torch.Tensor) -> Expr:
         """The values of a tensor shardinit did not follow (a CPU tensor init code
         computed), over its own coordinates."""
-        unknown = self.store.unknown_why(value)
+        unknown = self.store.unknown_of(value)
         if unknown is not None:
-            return Bad(unknown)
+            return Bad(unknown.why)
         if value.device.type != "cpu":
             return Bad(
                 f"the values of a {value.device.type} tensor computed by operations "

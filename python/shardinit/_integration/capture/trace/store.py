@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,7 +21,15 @@ from .frames import user_frame
 from .refusals import HELP, refusal
 from .tracks import Track, storage_id
 
-__all__ = ["RecordStore"]
+__all__ = ["RecordStore", "Unknown"]
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """The mark of a real tensor whose values the capture does not know: ``why`` names
+    the op that made them and its line (:meth:`RecordStore.mark_unknown`)."""
+
+    why: str
 
 
 class RecordStore:
@@ -55,7 +64,7 @@ class RecordStore:
     def mark_unknown(self, value: torch.Tensor, why: str) -> None:
         """``value``'s storage holds values the capture does not know (``why``: the op
         that made them and its line): reaching a parameter or buffer, they are refused
-        (:meth:`unknown_why`). A followed tensor's values are its track's fold; marked,
+        (:meth:`unknown_of`). A followed tensor's values are its track's fold; marked,
         its real values are never taken as a table (:meth:`.engine.Engine.fold`)."""
         sid = storage_id(value)
         if sid is None or sid in self.unknown:
@@ -63,14 +72,14 @@ class RecordStore:
         with torch_function_disabled():
             self.unknown[sid] = (value.untyped_storage(), why)
 
-    def unknown_why(self, value: Any) -> str | None:
-        """Why the values of the real tensor ``value`` are unknown to the capture, or None
-        (a tensor made before it, or computed from known values only)."""
+    def unknown_of(self, value: Any) -> Unknown | None:
+        """The mark of the real tensor ``value`` when its values are unknown to the
+        capture, or None (a tensor made before it, or computed from known values only)."""
         if not self.unknown or not isinstance(value, torch.Tensor):
             return None
         sid = storage_id(value)
         kept = None if sid is None or sid in self.by_storage else self.unknown.get(sid)
-        return None if kept is None else kept[1]
+        return None if kept is None else Unknown(kept[1])
 
     def marked(self, track: Track) -> bool:
         """Whether the real values of followed ``track`` were computed, at some point,
