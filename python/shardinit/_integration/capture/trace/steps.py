@@ -6,6 +6,8 @@ holding the record store and the expression engine (:mod:`.engine`)."""
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -190,7 +192,13 @@ def numbers_as_torch_takes(operands: list[Any]) -> list[Any]:
 
 
 def _float32(value: float) -> float:
-    return float(torch.tensor(value, dtype=torch.float64).to(torch.float32))
+    """``value`` rounded to float32 (to nearest, as a C cast; beyond float32's range, an
+    infinity, as torch's cast), with no tensor made (init code may run under a
+    ``torch.device("meta")`` context)."""
+    try:
+        return float(struct.unpack("f", struct.pack("f", value))[0])
+    except OverflowError:
+        return math.copysign(math.inf, value)
 
 
 def unfollowed(name: str) -> str:
