@@ -323,7 +323,8 @@ def run_random(op: Any, sample: Any) -> tuple[str, str]:
     want = torch.full(out_shape, math.nan)  # no draw to compare with: refusal only
     tags = torch.arange(math.prod(shape), dtype=torch.float32).view(shape)
     on_tags, on_zeros = _eager(lambda: call(tags)), _eager(lambda: call(torch.zeros(shape)))
-    if isinstance(on_tags, torch.Tensor) and isinstance(on_zeros, torch.Tensor):
+    strided = [v for v in (on_tags, on_zeros) if isinstance(v, torch.Tensor) and v.layout == torch.strided]
+    if len(strided) == 2:
         if torch.equal(on_tags, on_zeros) and not _draws(lambda: call(tags)):
             want = on_tags  # the values do not matter (new_ones, zeros_like, shape ops)
     if math.prod(out_shape) == math.prod(shape) and bool(want.isnan().all()):
