@@ -321,11 +321,13 @@ def run_random(op: Any, sample: Any) -> tuple[str, str]:
         return "skipped", "eager gives no float32 tensor"
     out_shape = tuple(result.shape)
     want = torch.full(out_shape, math.nan)  # no draw to compare with: refusal only
-    tags = torch.arange(math.prod(shape), dtype=torch.float32).view(shape)
-    on_tags, on_zeros = _eager(lambda: call(tags)), _eager(lambda: call(torch.zeros(shape)))
-    strided = [v for v in (on_tags, on_zeros) if isinstance(v, torch.Tensor) and v.layout == torch.strided]
+    probes = torch.randn((2, *shape), generator=torch.Generator().manual_seed(3))
+    on_tags, on_zeros = _eager(lambda: call(probes[0])), _eager(lambda: call(probes[1]))
+    strided = [
+        v for v in (on_tags, on_zeros) if isinstance(v, torch.Tensor) and v.layout == torch.strided
+    ]
     if len(strided) == 2:
-        if torch.equal(on_tags, on_zeros) and not _draws(lambda: call(tags)):
+        if torch.equal(on_tags, on_zeros) and not _draws(lambda: call(probes[0])):
             want = on_tags  # the values do not matter (new_ones, zeros_like, shape ops)
     if math.prod(out_shape) == math.prod(shape) and bool(want.isnan().all()):
         draw = _stream_normal(out_shape).view(shape)
