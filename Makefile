@@ -1,6 +1,7 @@
 # shardinit developer entry points. Every target sets up what it needs (idempotent):
 #   make demo   - the main job (creates .venv, installs deps, builds, runs the demo)
 #   make test   - cargo test + pytest (fast profile)
+#   make test-oracle - torch's whole OpInfo database through the capture
 #   make lint   - fmt, clippy, ruff, mypy, stubtest
 #   make bench  - benchmarks against torch (prints ratios measured in the same run)
 #   make mutants - mutation testing within MUTANTS_MINUTES (slow; tests/mutants/REPORT.md)
@@ -48,7 +49,7 @@ export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 unexport PYTHONDONTWRITEBYTECODE
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-deps test-rust test-python test-slow test-wheel test-zoo test-ecosystem msrv fuzz quality lint bench mutants wheel clean
+.PHONY: setup demo test test-deps test-rust test-python test-slow test-oracle test-wheel test-zoo test-ecosystem msrv fuzz quality lint bench mutants wheel clean
 
 setup: $(BUILD_STAMP)
 
@@ -126,6 +127,12 @@ test-wheel: setup
 # at worlds 1-3): each rank imports the libraries, minutes on 2 cores.
 test-ecosystem: test-deps
 	$(PY) -m pytest -q --runeco -m ecosystem
+
+# torch's whole OpInfo database through the capture, three shapes of init code per sample
+# (tests/capture/test_capture_oracle.py; make test runs a fixed sample). With
+# SHARDINIT_ORACLE_TABLE=path it writes the table of docs/capturing-init.md.
+test-oracle: test-deps
+	$(PY) -m pytest -q --runoracle -m oracle tests/capture/test_capture_oracle.py
 
 # Megatron-core and DeepSpeed ZeRO-3 on gloo CPU (DeepSpeed builds one CPU op with g++ and
 # ninja on first use, cached in ~/.cache/torch_extensions).

@@ -10,6 +10,8 @@ pulls in a slow test by accident):
 * ``--runzoo`` (its own CI step, ``make test-zoo``): Megatron-core and DeepSpeed ZeRO-3 on
   gloo, minutes of runs plus DeepSpeed's one-time op build, kept out of ``make test``
   (which does not even install them: the zoo layer of requirements is ``make test-zoo``'s);
+* ``--runoracle`` (``make test-oracle``): torch's whole OpInfo database through the
+  capture (tests/capture/test_capture_oracle.py; ``make test`` runs a fixed sample);
 * ``--runeco`` (its own CI step, ``make test-ecosystem``): every ecosystem setup of
   tests/clients/test_ecosystem.py at world 1 and at worlds 1-3 under FSDP2 (each rank
   imports timm, diffusers, ...: minutes); ``make test`` checks one model per library.
@@ -56,6 +58,11 @@ OPT_IN_MARKERS = {
     "slow": ("--runslow", "run tests marked slow (make test-slow)"),
     "wheel": ("--runwheel", "run tests marked wheel: build and install the release wheel"),
     "zoo": ("--runzoo", "run tests marked zoo: real Megatron-core and DeepSpeed (make test-zoo)"),
+    "oracle": (
+        "--runoracle",
+        "run tests marked oracle: torch's whole OpInfo database through the capture "
+        "(make test-oracle)",
+    ),
     "ecosystem": (
         "--runeco",
         "run tests marked ecosystem: every timm/diffusers/peft/OLMo-core/open_clip/litgpt "

@@ -3,7 +3,8 @@ calls ``capture_init`` or ``materialize(..., init_fn=...)``) or run inside
 ``record_constructors()`` is refused at once, and the section is usable afterwards (it
 used to deadlock, and every later capture in the process with it); a plain
 ``materialize`` inside init code and nested ``record_constructors()`` work; another
-thread's capture waits its turn instead of failing."""
+thread's capture started while one runs is refused at once too (waiting deadlocked init
+code that captures in a thread and joins it)."""
 
 from __future__ import annotations
 
@@ -143,29 +144,23 @@ def test_a_plain_materialize_inside_init_code_works() -> None:
         assert torch.equal(filled.bias.detach(), reference.bias.detach())
 
 
-def test_a_capture_in_another_thread_waits_for_the_running_one() -> None:
-    """Thread B's capture starts while thread A's init code holds the capture: B waits
-    (no nesting error, its init code not started, B still running after a second), then
-    both get their own values, B's init code having run after A's ended.
+def test_a_capture_in_another_thread_is_refused_at_once() -> None:
+    """Thread B's capture starts while thread A's init code holds the capture: B is
+    refused at once with shardinit's error naming the running capture (waiting could
+    deadlock, next test), its init code never run; A is not disturbed and gets its
+    values, and a capture after A's works.
 
-    Shown to fail (2026-12-04) with the lock of ``ThreadExclusive.hold`` replaced by
-    ``contextlib.nullcontext()``: B's init code runs while A holds the capture; the old
-    version of this test (no errors after ``b.join(0.5)``) passed under that breakage."""
-    entered, release, b_entered = threading.Event(), threading.Event(), threading.Event()
-    first, second = _meta_linear(), _meta_linear()
+    Shown to fail (2026-12-05) with ``wait=False`` taken off the capture's section: B
+    waits, and ``b.join(10)`` leaves it alive."""
+    entered, release = threading.Event(), threading.Event()
+    first, second, third = _meta_linear(), _meta_linear(), _meta_linear()
     errors: list[BaseException] = []
-    order: list[str] = []
+    ran: list[str] = []
 
     def holding() -> None:
         entered.set()
         assert release.wait(60)
         nn.init.constant_(first.weight, 1.5)
-        order.append("A ends")
-
-    def waiting() -> None:
-        b_entered.set()
-        order.append("B starts")
-        nn.init.ones_(second.weight)
 
     def run(call: Callable[[], object]) -> None:
         try:
@@ -173,7 +168,6 @@ def test_a_capture_in_another_thread_waits_for_the_running_one() -> None:
         except BaseException as error:  # reported below
             errors.append(error)
 
-    rules = {"bias": init.zeros()}
     a = threading.Thread(
         target=run, args=(lambda: shardinit.materialize(first, seed=SEED, init_fn=holding),)
     )
@@ -181,20 +175,43 @@ def test_a_capture_in_another_thread_waits_for_the_running_one() -> None:
     assert entered.wait(60)
     b = threading.Thread(
         target=run,
-        args=(lambda: shardinit.materialize(second, seed=SEED, rules=rules, init_fn=waiting),),
+        args=(lambda: shardinit.materialize(second, seed=SEED, init_fn=lambda: ran.append("B")),),
     )
     b.start()
-    # B's init code must not start while A holds the capture (a second is ample for an
-    # unlocked B to reach it: the modules are imported and A's capture is set up).
-    assert not b_entered.wait(1.0), "B's init code ran while A held the capture"
-    assert b.is_alive() and not errors, errors  # B waits, and has not failed
-    assert second.weight.is_meta
+    b.join(10)
+    assert not b.is_alive(), "B waited for A's capture"
+    assert len(errors) == 1 and isinstance(errors[0], shardinit.ShardInitError), errors
+    assert "already running in thread" in str(errors[0]), errors[0]
+    assert ran == [] and second.weight.is_meta
     release.set()
     a.join(60)
-    b.join(60)
-    assert not a.is_alive() and not b.is_alive()
-    assert not errors, errors
-    assert order == ["A ends", "B starts"]
+    assert not a.is_alive() and len(errors) == 1, errors
     assert torch.equal(first.weight.detach(), torch.full((3, 4), 1.5))
-    assert torch.equal(second.weight.detach(), torch.ones(3, 4))
-    assert torch.equal(second.bias.detach(), torch.zeros(3))
+    shardinit.materialize(third, seed=SEED, init_fn=lambda: nn.init.ones_(third.weight))
+    assert torch.equal(third.weight.detach(), torch.ones(3, 4))
+
+
+def test_init_code_that_captures_in_a_thread_and_joins_it_is_refused() -> None:
+    """init_fn starts a capture in another thread and joins it: the inner capture is
+    refused at once (it used to wait for the outer one forever), the outer one ends."""
+    outer, inner = _meta_linear(), _meta_linear()
+    raised: list[BaseException] = []
+
+    def inner_capture() -> None:
+        try:
+            shardinit.materialize(inner, seed=SEED, init_fn=lambda: nn.init.ones_(inner.weight))
+        except BaseException as error:  # checked below
+            raised.append(error)
+
+    def init_code() -> None:
+        worker = threading.Thread(target=inner_capture)
+        worker.start()
+        worker.join(30)
+        assert not worker.is_alive(), "the inner capture waited"
+        nn.init.zeros_(outer.weight)
+
+    error = _without_deadlock(lambda: shardinit.materialize(outer, seed=SEED, init_fn=init_code))
+    assert error is None, error
+    assert len(raised) == 1 and "already running in thread" in str(raised[0]), raised
+    assert torch.equal(outer.weight.detach(), torch.zeros(3, 4))
+    assert inner.weight.is_meta

@@ -1,7 +1,9 @@
 """Sections of shardinit that one thread holds at a time (a capture, a patch of a
-library's module attributes): another thread waits its turn, and the holding thread
-entering again is refused at once with a clear error, where a plain lock would deadlock
-(init code that calls ``capture_init``, a nested ``deferred_init()``)."""
+library's module attributes): the holding thread entering again is refused at once with a
+clear error, where a plain lock would deadlock (init code that calls ``capture_init``, a
+nested ``deferred_init()``). Another thread either waits its turn or, for a section
+that says so (``wait=False``: a capture, whose init code may start a thread that
+captures and join it, which waiting would deadlock), is refused at once too."""
 
 from __future__ import annotations
 
@@ -27,12 +29,17 @@ class ThreadExclusive:
             thread.
         reentrant: whether this thread may enter it again while it holds it (otherwise
             that is refused too).
+        wait: whether another thread waits while one holds it (otherwise it is refused
+            at once, naming the holder).
     """
 
     def __init__(
-        self, name: str, hint: str, clashes_with: tuple[str, ...] = (), reentrant: bool = False
-    ) -> None:
+        self, name: str, hint: str, clashes_with: tuple[str, ...] = (), reentrant: bool = False,
+        wait: bool = True,
+    ) -> None:  # fmt: skip
         self.name = name
+        self._wait = wait
+        self._holder: str | None = None
         self._hint = hint
         self._clashes = set(clashes_with) if reentrant else {name, *clashes_with}
         self._lock = threading.Lock()
@@ -43,7 +50,8 @@ class ThreadExclusive:
 
         Raises:
             ShardInitError: this thread already holds this section (not reentrant), or
-                one it clashes with; raised before waiting, so nothing is left locked.
+                one it clashes with, or (``wait=False``) another thread holds it; raised
+                before waiting, so nothing is left locked.
         """
         held: list[str] = _HELD.__dict__.setdefault("names", [])
         clash = next((name for name in reversed(held) if name in self._clashes), None)
@@ -56,9 +64,30 @@ class ThreadExclusive:
         lock: contextlib.AbstractContextManager[object] = (
             contextlib.nullcontext() if self.name in held else self._lock
         )
+        if self.name not in held and not self._wait:
+            if not self._lock.acquire(blocking=False):
+                raise ShardInitError(
+                    f"{self.name} called while {self.name} is already running in thread "
+                    f"{self._holder!r}: one capture runs at a time in a process (waiting "
+                    "for it could deadlock: init code that starts a capture in another "
+                    "thread and joins it); run the captures one after another"
+                )
+            lock = _Acquired(self._lock)
         with lock:
+            outer, self._holder = self._holder, threading.current_thread().name
             held.append(self.name)
             try:
                 yield
             finally:
                 held.pop()
+                self._holder = outer
+
+
+class _Acquired(contextlib.AbstractContextManager[object]):
+    """A lock this thread acquired already, released at the end of the ``with`` block."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()

@@ -1,5 +1,6 @@
 """Tensors a model holds outside its parameters and buffers: plain module attributes, and
-lists, tuples and dicts of tensors in them (rotary tables kept as ``self.freqs_cis =
+lists, tuples, dicts, ``SimpleNamespace``s, dataclasses and ``functools.partial``s of
+tensors in them (rotary tables kept as ``self.freqs_cis =
 [...]``, frequency tables as ``self.pos_freqs = ...``).
 
 ``materialize`` allocates and fills parameters and buffers only. A meta tensor held
@@ -12,6 +13,9 @@ new tensor that replaced the meta one.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -71,9 +75,10 @@ def check_meta_attributes(root: nn.Module) -> Callable[[], None]:
                 continue
             for steps, tensor in _tensors_in(value, ()):
                 owner = owners.get(id(tensor))
-                if owner is not None:
+                fixed = all(not isinstance(s, _Field) or s.settable for s in steps)
+                if owner is not None and fixed:
                     aliases.append(Alias(module, attr, steps, *owner))
-                elif _is_meta(tensor):
+                elif _is_meta(tensor) or owner is not None:  # (a partial's: not settable)
                     stranded.append(f"{_where(path, attr, steps)} ({type(module).__name__})")
     if stranded:
         raise ShardInitError(
@@ -105,13 +110,39 @@ def _tensor_owners(root: nn.Module) -> dict[int, tuple[nn.Module, str]]:
 
 
 def _tensors_in(value: Any, steps: Steps) -> Iterator[tuple[Steps, torch.Tensor]]:
-    """The tensors in ``value`` (a tensor, or containers of them to depth ``_DEPTH``)."""
+    """The tensors in ``value`` (a tensor, or containers of them to depth ``_DEPTH``:
+    lists, tuples, dicts, and the attributes of a ``SimpleNamespace``, a dataclass or a
+    ``functools.partial``, steps :class:`_Field`)."""
     if isinstance(value, torch.Tensor):
         yield steps, value
-    elif isinstance(value, _CONTAINERS) and len(steps) < _DEPTH:
+    elif len(steps) >= _DEPTH:
+        return
+    elif isinstance(value, _CONTAINERS):
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
             yield from _tensors_in(item, (*steps, key))
+    elif isinstance(value, functools.partial):
+        for index, item in enumerate(value.args):
+            yield from _tensors_in(item, (*steps, _Field(f".args[{index}]", None)))
+        for key, item in value.keywords.items():
+            yield from _tensors_in(item, (*steps, _Field(f".keywords[{key!r}]", None)))
+    elif isinstance(value, types.SimpleNamespace) or (
+        dataclasses.is_dataclass(value) and not isinstance(value, type)
+    ):
+        for key, item in list(vars(value).items()):
+            yield from _tensors_in(item, (*steps, _Field(f".{key}", key)))
+
+
+@dataclass(frozen=True)
+class _Field:
+    """A step to an attribute of an object (``settable`` its name, where it may be set
+    again: not a ``functools.partial``'s arguments)."""
+
+    shown: str
+    settable: str | None
+
+    def __repr__(self) -> str:
+        return self.shown
 
 
 def _is_meta(tensor: torch.Tensor) -> bool:
@@ -122,7 +153,9 @@ def _is_meta(tensor: torch.Tensor) -> bool:
 def _where(path: str, attr: str, steps: Steps) -> str:
     """``rope.freqs_cis[0]``: the attribute and the steps into it, as Python spells them."""
     name = f"{path}.{attr}" if path else attr
-    return name + "".join(f"[{step!r}]" for step in steps)
+    return name + "".join(
+        step.shown if isinstance(step, _Field) else f"[{step!r}]" for step in steps
+    )
 
 
 def _replaced(value: Any, steps: Steps, new: torch.Tensor) -> Any:
@@ -131,6 +164,10 @@ def _replaced(value: Any, steps: Steps, new: torch.Tensor) -> Any:
     if not steps:
         return new
     head, rest = steps[0], steps[1:]
+    if isinstance(head, _Field):
+        assert head.settable is not None  # check_meta_attributes's check
+        setattr(value, head.settable, _replaced(getattr(value, head.settable), rest, new))
+        return value
     if isinstance(value, tuple):
         items = [_replaced(item, rest, new) if i == head else item for i, item in enumerate(value)]
         return tuple(items) if type(value) is tuple else type(value)(*items)  # a namedtuple

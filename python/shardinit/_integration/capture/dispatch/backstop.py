@@ -27,9 +27,10 @@ import torch
 
 from ...._caches import cached
 from ...._program.actions import Fill, Opaque
+from ...._program.cannot import Cannot
 from ...._torch_compat import DispatchMode, tree_leaves
 from ....init import Constant
-from ..trace import RecordStore, Track
+from ..trace import RecordStore, Track, user_frame
 
 if TYPE_CHECKING:
     from ..trace import Engine
@@ -94,7 +95,48 @@ class WriteBackstop(DispatchMode):  # type: ignore[no-untyped-call]
                     self.refuse_random(track, func, args, kwargs)
                 if track is not None and id(track) not in self.expected:
                     self.unexpected(track, value, str(func.name()))
-        return func(*args, **kwargs)
+        result = func(*args, **kwargs)
+        if self.engine is not None:
+            self.derive(func, written, args, kwargs, result)
+        return result
+
+    def derive(
+        self, func: Any, written: Sequence[tuple[int, str]], args: Sequence[Any],
+        kwargs: Mapping[str, Any], result: Any,
+    ) -> None:  # fmt: skip
+        """The one rule at the floor: a real tensor an aten op makes or writes from
+        values the capture does not know (a draw of torch's generator, a random or
+        opaque temporary, a tensor marked so before) holds unknown values, whatever
+        its layout and whoever asked for the op (a route, torch's own Python code, a
+        C++ op's parts): :meth:`.store.RecordStore.mark_unknown`. The routes above
+        follow their results as tracks, which take precedence; anything else read as
+        a table is refused where it reaches a parameter or buffer."""
+        outs = [v for v in tree_leaves(result) if isinstance(v, torch.Tensor) and not v.is_meta]
+        outs += [v for v in _values_at(written, args, kwargs) if not v.is_meta]
+        if not outs:
+            return
+        try:
+            self.check_known(func, args, kwargs)
+        except Cannot as cannot:
+            for out in outs:
+                self.store.mark_unknown(out, cannot.reason)
+
+    def check_known(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """Raises :class:`Cannot` saying why the values ``func`` computes from ``args``
+        are unknown to the capture; returns when they are all known (torch's own result
+        is then eager's)."""
+        assert self.engine is not None  # derive's check
+        op = str(func.name()).removeprefix("aten::")
+        if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
+            raise Cannot(f"{op} at {user_frame()} draws from torch's random generator")
+        for leaf in _tensor_leaves((args, kwargs)):
+            track = self.store.lookup(leaf)
+            if track is None:
+                unknown = self.store.unknown_of(leaf)
+                if unknown is not None:
+                    raise Cannot(unknown.why)
+            elif not self.engine.known(track):
+                raise Cannot(f"{op} at {user_frame()} computed it from {track.label}, {_UNKNOWN}")
 
     def refuse_random(
         self, buffer: Track, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -111,6 +153,10 @@ class WriteBackstop(DispatchMode):  # type: ignore[no-untyped-call]
                 raise self.store.fail(
                     buffer, op, f"it writes the values of {source.label}: {_RANDOM}"
                 )
+            unknown = None if source is not None else self.store.unknown_of(leaf)
+            if unknown is not None:
+                why = f"it writes values shardinit does not know ({unknown.why})"
+                raise self.store.fail(buffer, op, why)
             if source is None and _computed_values(leaf) and not self.engine.rng_untouched():
                 why = f"it writes values computed after init code drew {_RANDOM}"
                 raise self.store.fail(buffer, op, why)
@@ -135,6 +181,13 @@ class WriteBackstop(DispatchMode):  # type: ignore[no-untyped-call]
         else:
             self.store.append(track, whole, Fill(_ZERO), op)
 
+
+#: What a value computed from a tensor whose values the capture does not know is.
+_UNKNOWN = (
+    "whose values shardinit does not know (random values are drawn at each destination "
+    "element's own index at replay; a parameter's do not exist on meta), so torch's "
+    "result of this operation is no value of the capture"
+)
 
 #: Why random values may not reach a buffer.
 _RANDOM = (

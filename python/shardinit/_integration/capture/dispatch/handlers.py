@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from ...._program.actions import Opaque
-from ...._torch_compat import aten_packet, positional_arguments, stored_contiguous
+from ...._torch_compat import aten_packet, positional_arguments, stored_contiguous, tree_leaves
 from ..ops import (
     FACTORIES,
     MOVES,
@@ -26,7 +26,7 @@ from ..ops import (
     same_device,
     split_device,
 )
-from ..trace import Evaluated, Track, read_reason, run_op, storage_id
+from ..trace import Evaluated, Track, read_reason, run_op, storage_id, user_frame
 from .calls import NOT_MINE, Call, Mode
 from .targets import CPU
 from .writes import tensors_in
@@ -79,8 +79,6 @@ def unfollowed(mode: Mode, call: Call) -> Any:
         return mode.concrete.results(name, func, args, kwargs, evaluated)
     result = run_op(func, args, kwargs)
     mode.steps.taint(name, args, kwargs, result, why)
-    if name in _VALUES_TO_PYTHON:
-        _refuse_random_to_python(mode, name, args, kwargs)
     return result
 
 
@@ -226,6 +224,19 @@ def concat(mode: Mode, call: Call) -> Any:
     tensors = list(call.kwargs.get("tensors", call.args[0] if call.args else ()))
     dim = int(call.kwargs.get("dim", call.args[1] if len(call.args) > 1 else 0))
     dim %= temp.base.dim()
+    parts = [
+        (mode.engine.operand(part, tuple(part.shape), call.name), tuple(part.shape))
+        for part in tensors
+        if mode.store.lookup(part) is not None
+    ]
+    if len(parts) > 1 and mode.engine.places.overlap(parts):
+        why = (
+            f"{call.name} at {user_frame()} puts the same random values in two places, "
+            "which torch repeats and shardinit would draw anew at each (it draws a random "
+            "value at its destination element's own index): compute it once and copy it"
+        )
+        mode.engine.record(temp, temp.base, Opaque(why), call.name)
+        return result
     offset = 0
     for index, part in enumerate(tensors):
         if call.name == "stack":
@@ -378,27 +389,66 @@ def _refuse_dtype_view(
         )  # fmt: skip
 
 
-#: The operations that hand init code a tensor's values as Python values (not its shape,
-#: dtype or device): refused on torch's random draws (:func:`_refuse_random_to_python`).
-_VALUES_TO_PYTHON = frozenset(
-    {"item", "tolist", "numpy", "__float__", "__int__", "__index__", "__bool__", "__complex__"}
-)
+#: The operations that hand init code a tensor's values as Python values or bytes (not
+#: its shape, dtype or device): ``item()``, ``tolist()``, a comparison's ``bool``, numpy,
+#: and every path by bytes (its storage, pickle and ``torch.save`` read it, a deep
+#: copy): refused on values the capture does not know (:func:`refuse_unknown_out`).
+VALUES_OUT = frozenset(
+    {
+        "item", "tolist", "numpy", "__float__", "__int__", "__index__", "__bool__",
+        "__complex__", "__array__", "__dlpack__", "untyped_storage", "storage",
+        "_typed_storage", "__deepcopy__", "__reduce_ex__", "__getstate__",
+    }
+)  # fmt: skip
 
 
-def _refuse_random_to_python(mode: Mode, name: str, args: Sequence[Any], kwargs: Any) -> None:
-    """Refuses a Python value (``item()``, ``tolist()``, a comparison's ``bool``) of a
-    temporary whose values torch's global generator drew: a number init code can put
-    in a buffer or branch on, another on every rank (and no function of ``seed``).
+def refuse_unknown_out(mode: Mode, name: str, args: Sequence[Any], kwargs: Any) -> None:
+    """Refuses a Python value or the bytes of a tensor whose values the capture does not
+    know: a temporary of random values (torch's draw, no function of ``seed`` and
+    another on every rank; the stream draws those at each destination's own index) or a
+    tensor computed from unknown values (:meth:`..trace.store.RecordStore.mark_unknown`).
+    Init code could put them in a weight or buffer by a path no op shows, or branch on
+    them (each rank then records other operations).
 
     Raises:
         UnsupportedInitOpError: such a read.
     """
+    why = (
+        "it hands init code a Python value (or the bytes) of random values from torch's "
+        "global generator, no function of seed and different on each rank (a buffer "
+        "filled with it, or a branch on it, would differ per rank); compute such values "
+        "deterministically, or write the random values into a tensor directly"
+    )
     for track in mode.store.followed((args, kwargs)):
+        if track.kind == "temp" and track.reads:  # a parameter's values: named as such
+            raise mode.store.fail(track.reads[0][0], name, read_reason(track.reads[0]))
         if track.kind == "temp" and mode.engine.random(track):
+            raise mode.store.fail(track, name, why)
+    for leaf in tree_leaves((args, kwargs)):
+        unknown = mode.store.unknown_of(leaf)
+        if unknown is not None:
             raise mode.store.fail(
-                track, name,
-                "it hands init code a Python value of random values from torch's "
-                "global generator, no function of seed and different on each rank "
-                "(a buffer filled with it, or a branch on it, would differ per rank); "
-                "compute such values deterministically",
+                f"a tensor of shape {tuple(leaf.shape)}", name,
+                f"it hands init code values shardinit does not know ({unknown.why})",
             )  # fmt: skip
+
+
+def type_as_to(
+    args: Sequence[Any], kwargs: dict[str, Any]
+) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """``t.type("torch.FloatTensor")`` (or a tensor class, or ``dtype=``) as the
+    ``t.to(...)`` it is: the same dtype (and a ``torch.cuda`` class's device); an
+    argument that names no tensor type is left to torch, which refuses it."""
+    kind = args[1] if len(args) > 1 else kwargs.get("dtype")
+    cls = kind
+    if isinstance(kind, str):
+        cls = torch.cuda if kind.startswith("torch.cuda.") else torch
+        cls = getattr(cls, kind.rsplit(".", 1)[-1], None)
+    dtype = getattr(cls, "dtype", None)
+    if not isinstance(dtype, torch.dtype):
+        return torch.Tensor.type, tuple(args), kwargs
+    moved: tuple[Any, ...] = (args[0], dtype)
+    if isinstance(kind, str) and kind.startswith("torch.cuda."):
+        moved = (args[0], "cuda", dtype)
+    rest = {k: v for k, v in kwargs.items() if k == "non_blocking"}
+    return torch.Tensor.to, moved, rest

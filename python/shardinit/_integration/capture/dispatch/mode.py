@@ -40,7 +40,7 @@ from ...._torch_compat import (
     exit_dispatch_mode,
     handed_to_mode,
 )
-from ....errors import UnsupportedInitOpError
+from ....errors import ShardInitError, UnsupportedInitOpError
 from ..ops import INIT_FUNCTIONS, INIT_TRANSLATIONS, is_inplace, python_numbers
 from ..trace import (
     Concrete,
@@ -57,7 +57,7 @@ from ..trace import (
 from .backstop import WriteBackstop
 from .calls import NOT_MINE, Call
 from .families import family_of
-from .handlers import into_out, unrouted
+from .handlers import VALUES_OUT, into_out, refuse_unknown_out, type_as_to, unrouted
 from .writes import Writes, quietly
 
 __all__ = ["CaptureMode"]
@@ -135,6 +135,11 @@ class CaptureMode(TorchFunctionMode):
         if found is not None:
             return self.inside_init(*found, func, args, kwargs)
         name = func_name(func)
+        if name == "type" and (len(args) > 1 or "dtype" in kwargs):
+            func, args, kwargs = type_as_to(args, kwargs)  # a cast named by its class
+            name = "to"
+        if name in VALUES_OUT:
+            refuse_unknown_out(self, name, args, kwargs)
         family = family_of(name)
         if family.as_is:
             return func(*args, **kwargs)
@@ -144,15 +149,37 @@ class CaptureMode(TorchFunctionMode):
             return into_out(self, Call(name, family.route, None, func, args, kwargs), types)
         target = self.store.lookup(args[0]) if args else None
         call = Call(name, family.route, target, func, args, kwargs)
-        if target is not None and family.on_target is not None:
-            result = family.on_target(self, call)
-            if result is not NOT_MINE:
-                return result
-        if family.handler is not None:
-            result = family.handler(self, call)
-            if result is not NOT_MINE:
-                return result
-        return unrouted(self, call)
+        try:
+            if target is not None and family.on_target is not None:
+                result = family.on_target(self, call)
+                if result is not NOT_MINE:
+                    return result
+            if family.handler is not None:
+                result = family.handler(self, call)
+                if result is not NOT_MINE:
+                    return result
+            return unrouted(self, call)
+        except _TORCH_ERRORS as error:
+            if isinstance(error, ShardInitError):  # a refusal, or an invalid argument
+                raise
+            raise self.torch_raised(call, error) from error
+
+    def torch_raised(self, call: Call, error: BaseException) -> BaseException:
+        """What a torch error raised while routing ``call`` becomes: on followed tensors
+        (meta stand-ins, temporaries the capture runs on meta), shardinit's refusal
+        naming the tensor, the op and the line, with torch's message (eager torch, on
+        real values, may not raise at all); else torch's error as it is."""
+        followed = self.store.followed((call.args, call.kwargs))
+        if not followed:
+            return error
+        text = str(error).strip().splitlines()
+        what = f"{type(error).__name__}: {text[0][:300] if text else ''}"
+        return self.store.fail(
+            followed[0], call.name,
+            f"{what} was raised on the capture's stand-ins (meta tensors whose values "
+            "the capture follows), where eager torch on real values may not; shardinit "
+            "does not replay this operation on these tensors",
+        )  # fmt: skip
 
     # ----------------------------------------------------------------- routes
 
@@ -198,3 +225,8 @@ class CaptureMode(TorchFunctionMode):
         values = [arguments.get(n, d) for n, d in zip(entry.names, entry.defaults, strict=True)]
         shown = ", ".join(f"{n}={v!r}" for n, v in zip(entry.names, values, strict=True))
         self.coordinates.write(track, tensor, entry, values, f"torch.nn.init.{init_name}({shown})")
+
+
+#: torch's errors that routing a call on followed tensors may raise where eager torch
+#: would not (meta kernels, meta and CPU operands mixed, deep recursion): refused.
+_TORCH_ERRORS = (RuntimeError, NotImplementedError, ValueError, IndexError, RecursionError)

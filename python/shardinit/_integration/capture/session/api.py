@@ -38,7 +38,7 @@ from .threads import give_eager_layout, plain_tensor, watching_threads
 __all__ = ["capture_init"]
 
 #: One capture at a time: the stand-ins and the recorder are process-wide state.
-#: Another thread waits; a capture nested in this thread's capture is refused.
+#: A capture started while one runs, in this thread or another, is refused at once.
 _CAPTURE = ThreadExclusive(
     "capture_init",
     "init code may not capture again (shardinit.capture_init, or shardinit.materialize "
@@ -46,6 +46,7 @@ _CAPTURE = ThreadExclusive(
     "whole model with one init_fn (or the part before or after), and leave "
     "record_constructors() before capturing",
     clashes_with=("record_constructors()",),
+    wait=False,
 )
 
 

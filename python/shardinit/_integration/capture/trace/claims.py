@@ -117,6 +117,27 @@ class RandomPlaces:
                 )  # fmt: skip
         claims.append(new)
 
+    def overlap(self, parts: list[tuple[Expr, tuple[int, ...]]]) -> bool:
+        """Whether the random values of ``parts`` (each its value over its own shape),
+        put side by side by one ``cat``/``stack``, read some random op's values twice
+        (``torch.cat([r, -r])``): torch repeats those values, shardinit would draw each
+        place anew. A read whose places are not known exactly counts as all of it."""
+        seen: dict[int, list[FlatRun]] = {}
+        for expr, shape in parts:
+            if not contains(expr, Source):
+                continue
+            box = tuple((0, size) for size in shape)
+            for origin, ats in _random_ats(_pinned(expr, box), self.root).items():
+                space = self.spaces.get(origin)
+                runs = None if space is None else _image_runs(ats, box, space.shape)
+                if runs is None:
+                    runs = ((0, 1 << 62),)  # not known exactly: all of it
+                taken = seen.setdefault(origin, [])
+                if any(a < d and c < b for a, b in runs for c, d in taken):
+                    return True
+                taken.extend(runs)
+        return False
+
     def copied(
         self, source: Track, entry: CapturedOp, target: Track, run: FlatRun, op: str, where: str
     ) -> None:

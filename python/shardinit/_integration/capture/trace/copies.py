@@ -14,7 +14,7 @@ import torch
 from ...._program.actions import CapturedOp, Computed, Fill, Opaque
 from ...._program.cannot import Cannot
 from ...._program.regions import FlatRun, box_runs, flat_range_boxes, map_runs_from, view_runs
-from .engine import BUFFER_WRITE, Engine
+from .engine import BUFFER_WRITE, Engine, narrower
 from .frames import user_frame
 from .store import RecordStore
 from .tracks import Track, same_view
@@ -51,6 +51,7 @@ class Copies:
             and source.kind == "temp"
             and value.shape == dst.shape
             and not any(isinstance(o.action, Computed) for o in source.ops)
+            and not narrower(source.base.dtype, target.base.dtype)  # keeps its rounding
         )
         if by_ops and self.translate(source, value, target, dst, op):  # type: ignore[arg-type]
             return

@@ -22,6 +22,7 @@ parameter and makes a temporary opaque otherwise: no refusal is caught to choose
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ import torch
 from ...._caches import BoundedMap
 from ...._program.actions import (
     CapturedOp,
+    Computed,
     ComputedOnPrior,
     Fill,
     Opaque,
@@ -49,10 +51,12 @@ from ...._program.index import (
 )
 from ...._program.nodes import (
     Bad,
+    Binary,
     Const,
     Coord,
     Expr,
     Prior,
+    Round,
     Source,
     Table,
     TableData,
@@ -86,7 +90,7 @@ from .store import RecordStore
 from .structured import fill_action
 from .tracks import Track
 
-__all__ = ["Engine", "read_reason"]
+__all__ = ["Engine", "narrower", "read_reason"]
 
 # A write into a buffer's real stand-in: only its region matters (the values are real).
 BUFFER_WRITE = Constant(0.0)
@@ -117,6 +121,9 @@ class Engine:
     def table_of(self, value: torch.Tensor) -> Expr:
         """The values of a tensor shardinit did not follow (a CPU tensor init code
         computed), over its own coordinates."""
+        unknown = self.store.unknown_of(value)
+        if unknown is not None:
+            return Bad(unknown.why)
         if value.device.type != "cpu":
             return Bad(
                 f"the values of a {value.device.type} tensor computed by operations "
@@ -181,7 +188,11 @@ class Engine:
         if track.written(tuple((0, size) for size in track.shape)):
             value = _drop_branch(value, never)  # every element written: never selected
         computed_on_cpu = track.base.device.type == "cpu" and track.kind == "temp"
-        if computed_on_cpu and not (random or track.from_random) and bad_reasons(value):
+        if (
+            computed_on_cpu
+            and not (random or track.from_random or self.store.marked(track))
+            and bad_reasons(value)
+        ):
             return self.table_of(track.base)
         return value
 
@@ -247,6 +258,16 @@ class Engine:
             if read[0] is not target:
                 raise self.store.fail(target, op, read_reason(read))
 
+    def known(self, track: Track) -> bool:
+        """Whether the values of followed ``track`` are all known at capture (a buffer's
+        real ones; a temporary free of random sources, opaque writes and parameter
+        reads), so that torch's result of an operation on them is eager's."""
+        if track.kind == "buffer":
+            return True
+        if track.kind != "temp" or track.from_random or track.reads:
+            return False
+        return not contains(self.folded(track), (Source, Bad, Prior))
+
     def random(self, track: Track) -> bool:
         """Whether a followed temporary's values depend on random values."""
         if track.kind != "temp":
@@ -280,6 +301,14 @@ class Engine:
             return Opaque(reasons[0])
         if contains(expr, Prior):
             return ComputedOnPrior(expr)  # reads the values before init_fn: .before
+        if _narrower(expr, track):
+            return Computed(_kept_rounding(expr))
+        if _nonfinite_constant(expr):  # a program's (stream v1 fills finite constants)
+            return Computed(Binary("mul", expr, Const(1.0)))
+        if contains(expr, Before):
+            # A parameter's values before init_fn, carried by a temporary: a program of
+            # them, never the plain fill of Before's stand-in initializer (no value).
+            return Computed(expr)
         return program_of(expr)
 
     def record(self, track: Track, view: torch.Tensor, action: TrackAction, op: str) -> None:
@@ -394,6 +423,46 @@ class Engine:
         pieces = map_runs_from([(0, view.numel())], (0, view.numel()), runs)
         for box, value in self.spread(expr, tuple(view.shape), pieces, target):
             self.append(target, box, value, op, where_)
+
+
+def _narrower(expr: Expr, track: Track) -> bool:
+    """Whether ``expr`` rounds its value to a float dtype narrower than ``track``'s
+    (a bfloat16 ``randn`` copied into a float32 parameter holds bfloat16's values)."""
+    while isinstance(expr, Round):
+        if narrower(expr.dtype, track.base.dtype):
+            return True
+        expr = expr.x
+    return isinstance(expr, Source) and narrower(expr.dtype, track.base.dtype)
+
+
+def _kept_rounding(expr: Expr) -> Expr:
+    """A bare source rounded to a narrower dtype (:func:`_narrower`) as a program that
+    rounds it there: a source times one (exact for every value), so that it is no bare
+    source, which the writer would fill as stream v1 in the parameter's dtype."""
+    dtypes = []
+    while isinstance(expr, Round):
+        dtypes.append(expr.dtype)
+        expr = expr.x
+    if isinstance(expr, Source):
+        dtypes.append(expr.dtype)
+    value: Expr = Binary("mul", expr, Const(1.0))
+    for dtype in reversed(dtypes):
+        value = Round(value, dtype)
+    return value
+
+
+def narrower(dtype: torch.dtype, than: torch.dtype) -> bool:
+    """Whether the float ``dtype`` holds fewer values than the float ``than``."""
+    if not (dtype.is_floating_point and than.is_floating_point):
+        return False
+    return torch.finfo(dtype).eps > torch.finfo(than).eps
+
+
+def _nonfinite_constant(expr: Expr) -> bool:
+    """Whether ``expr`` is a constant (rounded or not) that is infinite or NaN."""
+    while isinstance(expr, Round):
+        expr = expr.x
+    return isinstance(expr, Const) and not math.isfinite(expr.value)
 
 
 def _inexact_integers(value: torch.Tensor) -> bool:

@@ -6,6 +6,8 @@ holding the record store and the expression engine (:mod:`.engine`)."""
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -89,6 +91,7 @@ class Steps:
         result = run_op(func, args, kwargs)
         if not isinstance(result, torch.Tensor):
             return result
+        operands = numbers_as_torch_takes(operands)
         if not stored_contiguous(result):
             result = result.contiguous()
         shape = tuple(result.shape)
@@ -133,6 +136,7 @@ class Steps:
         view = args[0]
         step = POINTWISE[base_name]
         operands, options = step_of(step, args, kwargs)
+        operands = numbers_as_torch_takes(operands)
         shape = tuple(view.shape)
         exprs: list[Expr | None] = [Prior()]
         exprs += [None if v is None else self.engine.operand(v, shape, name) for v in operands[1:]]
@@ -174,6 +178,32 @@ class Steps:
                 self.engine.carry_read(temp, (args, kwargs), name)
                 why = why or unfollowed(name)
                 self.store.hold(temp, Opaque(why), name)
+
+
+def numbers_as_torch_takes(operands: list[Any]) -> list[Any]:
+    """The operands of an elementwise step with each Python number as torch's kernel
+    takes it: where the tensors make the step float32 (``torch.result_type``), a
+    float is rounded to float32 first (``torch.arange(400.) * 0.01`` multiplies by
+    float32's 0.01, not binary64's: 117 of those 400 products differ otherwise)."""
+    tensors = [v for v in operands if isinstance(v, torch.Tensor)]
+    if not tensors or not any(isinstance(v, float) for v in operands):
+        return operands
+    common = tensors[0].dtype
+    for value in [*tensors[1:], *(v for v in operands if isinstance(v, (bool, int, float)))]:
+        common = torch.result_type(torch.empty((), dtype=common, device="meta"), value)
+    if common != torch.float32:
+        return operands
+    return [_float32(v) if isinstance(v, float) else v for v in operands]
+
+
+def _float32(value: float) -> float:
+    """``value`` rounded to float32 (to nearest, as a C cast; beyond float32's range, an
+    infinity, as torch's cast), with no tensor made (init code may run under a
+    ``torch.device("meta")`` context)."""
+    try:
+        return float(struct.unpack("f", struct.pack("f", value))[0])
+    except OverflowError:
+        return math.copysign(math.inf, value)
 
 
 def unfollowed(name: str) -> str:

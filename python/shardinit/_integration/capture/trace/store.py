@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -14,13 +15,21 @@ import torch
 from ...._program.actions import CapturedOp, Opaque, TrackAction
 from ...._program.cannot import Cannot
 from ...._program.regions import Box, view_region, whole
-from ...._torch_compat import tree_leaves
+from ...._torch_compat import torch_function_disabled, tree_leaves
 from ....errors import UnsupportedInitOpError
 from .frames import user_frame
 from .refusals import HELP, refusal
 from .tracks import Track, storage_id
 
-__all__ = ["RecordStore"]
+__all__ = ["RecordStore", "Unknown"]
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """The mark of a real tensor whose values the capture does not know: ``why`` names
+    the op that made them and its line (:meth:`RecordStore.mark_unknown`)."""
+
+    why: str
 
 
 class RecordStore:
@@ -36,6 +45,10 @@ class RecordStore:
         for track in tracks:
             self.follow(track)
         self.error: UnsupportedInitOpError | None = None
+        # Storages of real tensors computed under the capture from values it does not
+        # know (random, opaque, a parameter's): id -> (the storage, kept alive so that
+        # its id is not reused, and why). Their bytes are torch's, never a table.
+        self.unknown: dict[int, tuple[Any, str]] = {}
 
     def follow(self, track: Track) -> Track:
         self.by_storage[id(track.storage)] = track
@@ -47,6 +60,31 @@ class RecordStore:
             return None
         sid = storage_id(value)
         return None if sid is None else self.by_storage.get(sid)
+
+    def mark_unknown(self, value: torch.Tensor, why: str) -> None:
+        """``value``'s storage holds values the capture does not know (``why``: the op
+        that made them and its line): reaching a parameter or buffer, they are refused
+        (:meth:`unknown_of`). A followed tensor's values are its track's fold; marked,
+        its real values are never taken as a table (:meth:`.engine.Engine.fold`)."""
+        sid = storage_id(value)
+        if sid is None or sid in self.unknown:
+            return
+        with torch_function_disabled():
+            self.unknown[sid] = (value.untyped_storage(), why)
+
+    def unknown_of(self, value: Any) -> Unknown | None:
+        """The mark of the real tensor ``value`` when its values are unknown to the
+        capture, or None (a tensor made before it, or computed from known values only)."""
+        if not self.unknown or not isinstance(value, torch.Tensor):
+            return None
+        sid = storage_id(value)
+        kept = None if sid is None or sid in self.by_storage else self.unknown.get(sid)
+        return None if kept is None else Unknown(kept[1])
+
+    def marked(self, track: Track) -> bool:
+        """Whether the real values of followed ``track`` were computed, at some point,
+        from values the capture does not know (:meth:`mark_unknown`)."""
+        return id(track.storage) in self.unknown
 
     def followed(self, tree: Any) -> list[Track]:
         """The tracks of the tensors in ``tree`` (nested arguments), each once."""
@@ -64,9 +102,11 @@ class RecordStore:
         label = f"temporary {name}{tuple(result.shape)} at {user_frame()}"
         return self.follow(Track("temp", result, label))
 
-    def fail(self, track: Track, op: str, why: str) -> UnsupportedInitOpError:
-        """The refusal of ``op`` on ``track`` (kept as :attr:`error` if the first)."""
-        error = refusal(track.label, op, why, HELP)
+    def fail(self, track: Track | str, op: str, why: str) -> UnsupportedInitOpError:
+        """The refusal of ``op`` on ``track`` (or a tensor so described; kept as
+        :attr:`error` if the first)."""
+        label = track if isinstance(track, str) else track.label
+        error = refusal(label, op, why, HELP)
         if self.error is None:
             self.error = error
         return error

@@ -178,12 +178,33 @@ def run_op(func: object, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     with a meta tensor. Then the op runs with those on meta too: the capture follows its
     values from the originals, so only the result's shape and dtype are needed."""
     leaves = [leaf for leaf in tree_leaves((args, kwargs)) if isinstance(leaf, torch.Tensor)]
-    if any(leaf.is_meta for leaf in leaves) and any(_real_operand(leaf) for leaf in leaves):
-        args, kwargs = tree_map(
-            lambda v: v.to("meta") if isinstance(v, torch.Tensor) and _real_operand(v) else v,
-            (tuple(args), dict(kwargs)),
-        )
+    if not any(leaf.is_meta for leaf in leaves):
+        return func(*args, **kwargs)  # type: ignore[operator]
+    if any(_real_operand(leaf) for leaf in leaves):
+        args, kwargs = _on_meta(args, kwargs, _real_operand)
+    try:
+        return func(*args, **kwargs)  # type: ignore[operator]
+    except (RuntimeError, NotImplementedError):
+        # Some meta kernels take no 0-d CPU operand either (index_copy's source): all
+        # on meta, or torch's error as it was.
+        if not any(_zero_dim_cpu(leaf) for leaf in tree_leaves((args, kwargs))):
+            raise
+    args, kwargs = _on_meta(args, kwargs, _zero_dim_cpu)
     return func(*args, **kwargs)  # type: ignore[operator]
+
+
+def _on_meta(
+    args: Sequence[Any], kwargs: Mapping[str, Any], which: Any
+) -> tuple[Sequence[Any], Mapping[str, Any]]:
+    moved: tuple[Sequence[Any], Mapping[str, Any]] = tree_map(
+        lambda v: v.to("meta") if isinstance(v, torch.Tensor) and which(v) else v,
+        (tuple(args), dict(kwargs)),
+    )
+    return moved
+
+
+def _zero_dim_cpu(value: object) -> bool:
+    return isinstance(value, torch.Tensor) and not value.is_meta and value.dim() == 0
 
 
 def _real_operand(tensor: torch.Tensor) -> bool:
