@@ -126,11 +126,15 @@ def _tensors_in(value: Any, steps: Steps) -> Iterator[tuple[Steps, torch.Tensor]
             yield from _tensors_in(item, (*steps, _Field(f".args[{index}]", None)))
         for key, item in value.keywords.items():
             yield from _tensors_in(item, (*steps, _Field(f".keywords[{key!r}]", None)))
-    elif isinstance(value, types.SimpleNamespace) or (
-        dataclasses.is_dataclass(value) and not isinstance(value, type)
-    ):
+    elif isinstance(value, types.SimpleNamespace):
         for key, item in list(vars(value).items()):
             yield from _tensors_in(item, (*steps, _Field(f".{key}", key)))
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # By its fields, not vars(): a dataclass with __slots__ (torchtitan's configs)
+        # has no __dict__.
+        for field in dataclasses.fields(value):
+            item = getattr(value, field.name, None)
+            yield from _tensors_in(item, (*steps, _Field(f".{field.name}", field.name)))
 
 
 @dataclass(frozen=True)
