@@ -405,11 +405,11 @@ CASES: list[Case] = [
     Case("save_seed_checkpoint", "model", "None", _seed_checkpoint(model=None), TypeError, r"^model must be a torch.nn.Module, got NoneType$"),
     Case("save_seed_checkpoint", "model", "allocated (cpu)", _seed_checkpoint(model=nn.Linear(3, 2)), E, r"^save_seed_checkpoint: model must be built on the meta device and not sharded or wrapped \(its checkpoint is written from the plan, never from memory\); these parameters are not plain meta parameters: weight, bias$"),
     Case("save_seed_checkpoint", "path", "3", _seed_checkpoint(path=3), TypeError, r"^path must be a str or os.PathLike, got int$"),
-    Case("save_seed_checkpoint", "path", "under a regular file", _seed_checkpoint_under_file, E, r"^save_seed_checkpoint: path /dev/null/ckpt cannot be created: Not a directory$"),
+    Case("save_seed_checkpoint", "path", "under a regular file", _seed_checkpoint_under_file, E, r"^save_seed_checkpoint: path /dev/null/ckpt cannot be created: Not a directory \(ENOTDIR\)$"),
     Case("save_seed_checkpoint", "seed", "-1", _seed_checkpoint(seed=-1), E, r"^seed must be in \[0, 18446744073709551615\], got -1$"),
     Case("save_seed_checkpoint", "format", "'npz'", _seed_checkpoint(format="npz"), E, r"^format must be 'safetensors' or 'dcp', got 'npz'$"),
     Case("save_seed_checkpoint", "buffer_bytes", "4096", _seed_checkpoint(buffer_bytes=4096), E, r"^buffer_bytes must be an int >= 1 MiB \(1048576\), got 4096$"),
-    Case("save_seed_checkpoint", "max_shard_size", "'5 bananas'", _seed_checkpoint(max_shard_size="5 bananas"), E, r"^max_shard_size must be a positive number of bytes or a size such as '5GB' \(units KB, MB, GB, TB\), got '5 bananas'$"),
+    Case("save_seed_checkpoint", "max_shard_size", "'5 bananas'", _seed_checkpoint(max_shard_size="5 bananas"), E, r"^max_shard_size must be a positive number of bytes \(1000000\) or a size such as '5GB' \(units KB, MB, GB, TB\), got '5 bananas'$"),
     Case("save_seed_checkpoint", "progress", "'yes'", _seed_checkpoint(progress="yes"), TypeError, r"^progress must be a bool, callable or None, got str$"),
     # ---- capture_init(module, init_fn) ------------------------------------------------------
     Case("capture_init", "module", "None", lambda: shardinit.capture_init(None, lambda: None), TypeError, r"^module must be a torch.nn.Module, got NoneType$"),
