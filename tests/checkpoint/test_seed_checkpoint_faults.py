@@ -164,7 +164,9 @@ def _unshare_works() -> bool:
     return probe.returncode == 0
 
 
-@pytest.mark.parametrize("format", ["safetensors", "dcp"])
+# DCP in make test; safetensors (a minute: its writer is retried file by file) under
+# --runslow.
+@pytest.mark.parametrize("format", [pytest.param("safetensors", marks=pytest.mark.slow), "dcp"])
 def test_a_full_disk_is_one_line_leaves_nothing_and_a_rerun_finishes(
     tmp_path: Path, format: str
 ) -> None:
