@@ -164,7 +164,7 @@ def _unshare_works() -> bool:
     return probe.returncode == 0
 
 
-# DCP in make test; safetensors (a minute: its writer is retried file by file) under
+# DCP in make test; safetensors (about a minute on 2 cores: a run, the fault, a rerun) under
 # --runslow.
 @pytest.mark.parametrize("format", [pytest.param("safetensors", marks=pytest.mark.slow), "dcp"])
 def test_a_full_disk_is_one_line_leaves_nothing_and_a_rerun_finishes(
