@@ -128,7 +128,9 @@ def test_a_buffer_computed_from_an_unknown_value_is_refused() -> None:
         lin.register_buffer("table", torch.empty(6, 4))
     with pytest.raises(shardinit.UnsupportedInitOpError, match="buffer 'table'"):
         shardinit.materialize(
-            lin, seed=SEED, init_fn=lambda: lin.table.copy_(torch.linalg.inv(torch.randn(6, 6))[:, :4])
+            lin,
+            seed=SEED,
+            init_fn=lambda: lin.table.copy_(torch.linalg.inv(torch.randn(6, 6))[:, :4]),
         )
 
 
@@ -137,7 +139,9 @@ def test_a_buffer_computed_from_an_unknown_value_is_refused() -> None:
 
 def test_one_random_temporary_twice_in_one_cat_is_refused() -> None:
     """A mirrored init: torch repeats r's values, shardinit would draw two halves."""
-    _refused(lambda lin: (lambda r: lin.weight.data.copy_(torch.cat([r, -r])))(torch.randn(3, 4)), "cat")
+    _refused(
+        lambda lin: (lambda r: lin.weight.data.copy_(torch.cat([r, -r])))(torch.randn(3, 4)), "cat"
+    )
     _refused(
         lambda lin: (lambda r: lin.weight.data.copy_(torch.stack([r, r * 2]).view(6, 4)))(
             torch.randn(3, 4)
@@ -173,7 +177,9 @@ def test_a_float32_table_times_a_python_number_is_eager() -> None:
     assert torch.equal(got.bias.detach(), eager.bias.detach())
     table = _meta()
     shardinit.materialize(
-        table, seed=SEED, init_fn=lambda: table.weight.data.copy_((torch.arange(24.0) * 0.01).view(6, 4))
+        table,
+        seed=SEED,
+        init_fn=lambda: table.weight.data.copy_((torch.arange(24.0) * 0.01).view(6, 4)),
     )
     values = torch.arange(400.0) * 0.01
     assert torch.equal(table.weight.detach().flatten(), values[:24])
@@ -235,7 +241,9 @@ def test_a_meta_tensor_anywhere_reachable_is_an_error_naming_it(
     with torch.device("meta"):
         lin = nn.Linear(4, 6)
         lin.extra = holder()
-    with pytest.raises(shardinit.ShardInitError, match=shown.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(
+        shardinit.ShardInitError, match=shown.replace("[", r"\[").replace("]", r"\]")
+    ):
         shardinit.materialize(lin, seed=SEED)
 
 

@@ -176,11 +176,18 @@ FAMILY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+def _f32(value: float) -> float:
+    """``value`` as float32 holds it (how a float32 kernel takes a Python number)."""
+    return float(torch.tensor(value, dtype=torch.float32))
+
+
 #: lerp, addcmul and addcdiv of FAMILY's float32 operands computed in float64 by torch,
 #: rounded once: what shardinit computes (torch's float32 kernels round each step).
 IN_FLOAT64: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "lerp_scalar": lambda x: torch.lerp(x.double(), (x * 3 + 1).double(), 0.3),
-    "lerp_scalar_large": lambda x: torch.lerp(x.double(), (x * 3 + 1).double(), 0.8),
+    # torch's float32 lerp takes a Python weight as float32 (its kernel's scalar_t):
+    # the same operand here is that float32 weight, in binary64.
+    "lerp_scalar": lambda x: torch.lerp(x.double(), (x * 3 + 1).double(), _f32(0.3)),
+    "lerp_scalar_large": lambda x: torch.lerp(x.double(), (x * 3 + 1).double(), _f32(0.8)),
     "lerp_tensor": lambda x: torch.lerp(x.double(), -x.double(), _weights(x.device).double()),
     "lerp_tensor_": lambda x: torch.lerp(x.double(), -x.double(), _weights(x.device).double()),
     "addcmul": lambda x: torch.addcmul(x.double(), (x + 1).double(), (x - 2).double(), value=0.5),

@@ -98,7 +98,10 @@ class Expr:
             classes = _class_set(key)
         kept["_classes"] = classes
         # No source under it (most nodes): no random value, so none meets another.
-        kept["_random_key"] = _random_key_of(self, children) if Source in classes else _NO_SOURCE
+        sourced = _SOURCED.get(classes)
+        if sourced is None:  # (a subclass counts: capture's Before is a Source)
+            sourced = _SOURCED[classes] = any(issubclass(kind, Source) for kind in classes)
+        kept["_random_key"] = _random_key_of(self, children) if sourced else _NO_SOURCE
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,10 @@ def contains(expr: Expr, kind: type[Expr] | tuple[type[Expr], ...]) -> bool:
 #: ones; one object per set, and frozensets cache their hash: a lookup is a few pointer
 #: compares).
 _CLASS_SETS: dict[tuple[object, ...], frozenset[type[Expr]]] = {}
+
+
+#: Whether a class set (of :data:`_CLASS_SETS`) holds :class:`Source` or a subclass.
+_SOURCED: dict[frozenset[type[Expr]], bool] = {}
 
 
 def _class_set(key: tuple[object, ...]) -> frozenset[type[Expr]]:

@@ -118,8 +118,25 @@ class WriteBackstop(DispatchMode):  # type: ignore[no-untyped-call]
         try:
             self.check_known(func, args, kwargs)
         except Cannot as cannot:
+            random = self.drawn(func, args, kwargs)
             for out in outs:
-                self.store.mark_unknown(out, cannot.reason)
+                self.store.mark_unknown(out, cannot.reason, random)
+
+    def drawn(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+        """Whether ``func`` draws from torch's generator or computes from values drawn
+        so (a random temporary, a tensor marked random): a refusal says so."""
+        assert self.engine is not None  # derive's check
+        if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
+            return True
+        for leaf in _tensor_leaves((args, kwargs)):
+            track = self.store.lookup(leaf)
+            if track is None:
+                unknown = self.store.unknown_of(leaf)
+                if unknown is not None and unknown.random:
+                    return True
+            elif track.kind == "temp" and self.engine.random(track):
+                return True
+        return False
 
     def check_known(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """Raises :class:`Cannot` saying why the values ``func`` computes from ``args``
@@ -154,6 +171,9 @@ class WriteBackstop(DispatchMode):  # type: ignore[no-untyped-call]
                     buffer, op, f"it writes the values of {source.label}: {_RANDOM}"
                 )
             unknown = None if source is not None else self.store.unknown_of(leaf)
+            if unknown is not None and unknown.random:
+                why = f"it writes values computed from {_RANDOM} ({unknown.why})"
+                raise self.store.fail(buffer, op, why)
             if unknown is not None:
                 why = f"it writes values shardinit does not know ({unknown.why})"
                 raise self.store.fail(buffer, op, why)

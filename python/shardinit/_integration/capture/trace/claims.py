@@ -15,6 +15,7 @@ from ...._program.nodes import Const, Coord, Expr, Source, contains, walk_nodes
 from ...._program.regions import Box, FlatRun, box_runs
 from ...._program.rewrite import reindex
 from ....init import Constant
+from .before import Before
 from .store import RecordStore
 from .tracks import Track
 
@@ -127,7 +128,7 @@ class RandomPlaces:
             if not contains(expr, Source):
                 continue
             box = tuple((0, size) for size in shape)
-            for origin, ats in _random_ats(_pinned(expr, box), self.root).items():
+            for origin, ats in _random_ats(_pinned(expr, box), self.root, drawn=True).items():
                 space = self.spaces.get(origin)
                 runs = None if space is None else _image_runs(ats, box, space.shape)
                 if runs is None:
@@ -219,10 +220,16 @@ def _flat_block(at: tuple[Expr, ...], box: Box, shape: tuple[int, ...]) -> FlatR
     return (offset, offset + step) if offset >= 0 and offset + step <= stride else None
 
 
-def _random_ats(expr: Expr, root: Callable[[int], int]) -> dict[int, set[tuple[Expr, ...]]]:
-    """Per random op whose values ``expr`` holds, the places it reads them at."""
+def _random_ats(
+    expr: Expr, root: Callable[[int], int], drawn: bool = False
+) -> dict[int, set[tuple[Expr, ...]]]:
+    """Per random op whose values ``expr`` holds, the places it reads them at. With
+    ``drawn``, only values a fill draws: a parameter's values before ``init_fn``
+    (:class:`.before.Before`) are no draw, the same wherever a temporary repeats them
+    (written back anywhere but their own place, :func:`.before.resolve_before` refuses
+    them)."""
     found: dict[int, set[tuple[Expr, ...]]] = {}
     for node in walk_nodes(expr):
-        if isinstance(node, Source):
+        if isinstance(node, Source) and not (drawn and isinstance(node, Before)):
             found.setdefault(root(node.origin), set()).add(node.at)
     return found

@@ -27,9 +27,11 @@ __all__ = ["RecordStore", "Unknown"]
 @dataclass(frozen=True)
 class Unknown:
     """The mark of a real tensor whose values the capture does not know: ``why`` names
-    the op that made them and its line (:meth:`RecordStore.mark_unknown`)."""
+    the op that made them and its line (:meth:`RecordStore.mark_unknown`); ``random``:
+    they were computed from a draw of torch's global generator."""
 
     why: str
+    random: bool = False
 
 
 class RecordStore:
@@ -48,7 +50,7 @@ class RecordStore:
         # Storages of real tensors computed under the capture from values it does not
         # know (random, opaque, a parameter's): id -> (the storage, kept alive so that
         # its id is not reused, and why). Their bytes are torch's, never a table.
-        self.unknown: dict[int, tuple[Any, str]] = {}
+        self.unknown: dict[int, tuple[Any, Unknown]] = {}
 
     def follow(self, track: Track) -> Track:
         self.by_storage[id(track.storage)] = track
@@ -61,16 +63,17 @@ class RecordStore:
         sid = storage_id(value)
         return None if sid is None else self.by_storage.get(sid)
 
-    def mark_unknown(self, value: torch.Tensor, why: str) -> None:
+    def mark_unknown(self, value: torch.Tensor, why: str, random: bool = False) -> None:
         """``value``'s storage holds values the capture does not know (``why``: the op
-        that made them and its line): reaching a parameter or buffer, they are refused
+        that made them and its line; ``random``: computed from a draw of torch's
+        generator, which a refusal says): reaching a parameter or buffer, they are refused
         (:meth:`unknown_of`). A followed tensor's values are its track's fold; marked,
         its real values are never taken as a table (:meth:`.engine.Engine.fold`)."""
         sid = storage_id(value)
         if sid is None or sid in self.unknown:
             return
         with torch_function_disabled():
-            self.unknown[sid] = (value.untyped_storage(), why)
+            self.unknown[sid] = (value.untyped_storage(), Unknown(why, random))
 
     def unknown_of(self, value: Any) -> Unknown | None:
         """The mark of the real tensor ``value`` when its values are unknown to the
@@ -79,7 +82,7 @@ class RecordStore:
             return None
         sid = storage_id(value)
         kept = None if sid is None or sid in self.by_storage else self.unknown.get(sid)
-        return None if kept is None else Unknown(kept[1])
+        return None if kept is None else kept[1]
 
     def marked(self, track: Track) -> bool:
         """Whether the real values of followed ``track`` were computed, at some point,
