@@ -17,7 +17,6 @@ import torch
 from torch import nn
 
 import shardinit
-from shardinit import init
 
 SEED = 5
 NESTED = r"^capture_init called while capture_init is already running in this thread \(nested\)"

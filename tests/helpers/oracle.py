@@ -196,9 +196,10 @@ def _compare(got: torch.Tensor, want: torch.Tensor) -> tuple[str, str]:
         return "silent", f"shape/dtype {tuple(got.shape)} {got.dtype} != {tuple(want.shape)}"
     if not got.is_contiguous():
         return "silent", f"strides {got.stride()}"
-    if torch.equal(got, want) or bool(torch.isnan(got).eq(torch.isnan(want)).all() and (
-        got[~torch.isnan(got)] == want[~torch.isnan(want)]
-    ).all()):
+    if torch.equal(got, want) or bool(
+        torch.isnan(got).eq(torch.isnan(want)).all()
+        and (got[~torch.isnan(got)] == want[~torch.isnan(want)]).all()
+    ):
         return "exact", ""
     if torch.allclose(got, want, rtol=2e-6, atol=1e-6, equal_nan=True):
         return "close", ""
@@ -326,9 +327,8 @@ def run_random(op: Any, sample: Any) -> tuple[str, str]:
     strided = [
         v for v in (on_tags, on_zeros) if isinstance(v, torch.Tensor) and v.layout == torch.strided
     ]
-    if len(strided) == 2:
-        if torch.equal(on_tags, on_zeros) and not _draws(lambda: call(probes[0])):
-            want = on_tags  # the values do not matter (new_ones, zeros_like, shape ops)
+    if len(strided) == 2 and torch.equal(on_tags, on_zeros) and not _draws(lambda: call(probes[0])):
+        want = on_tags  # the values do not matter (new_ones, zeros_like, shape ops)
     if math.prod(out_shape) == math.prod(shape) and bool(want.isnan().all()):
         draw = _stream_normal(out_shape).view(shape)
         computed = _single_tensor(_eager(lambda: call(draw)))
@@ -367,7 +367,9 @@ def run_before(op: Any, sample: Any) -> tuple[str, str]:
 
     kind, detail = _classify(_materialized(shape, True, code), want)
     if kind == "silent" and _draws(lambda: op.op(default.clone(), *args, **kwargs)):
-        return _same_distribution(lambda: op.op(default.clone(), *args, **kwargs), shape, True, code)
+        return _same_distribution(
+            lambda: op.op(default.clone(), *args, **kwargs), shape, True, code
+        )
     return kind, detail
 
 

@@ -1,4 +1,4 @@
-"""Index arithmetic of init programs (``_program.expr``: a row-major flat index, a box's
+"""Index arithmetic of init programs (``_program.index``: a row-major flat index, a box's
 flat positions) run by the core's register machine: the values are the indices torch
 gives, for every dim size (1, whose coordinate is always 0, and 2 among them)."""
 
@@ -13,17 +13,9 @@ import torch
 
 from shardinit import _fill, init
 from shardinit._program.compile import compile_program
-from shardinit._program.expr import (
-    Binary,
-    Const,
-    Coord,
-    Lin,
-    _decide,
-    contiguous_index,
-    flat_of_box,
-    integer_span,
-    unravel,
-)
+from shardinit._program.exact import integer_span
+from shardinit._program.index import Lin, _decide, contiguous_index, flat_of_box, unravel
+from shardinit._program.nodes import Binary, Const, Coord
 from shardinit.spec import ParamSpec
 
 SHAPES = [(2, 3, 2), (1, 2, 1, 3), (2, 2), (5,), (3, 1)]
