@@ -152,6 +152,7 @@ quality: setup
 
 lint: setup $(LINT_TOOLS)
 	cargo fmt --all --check
+	cargo fmt --check --manifest-path fuzz/Cargo.toml  # its own crate, outside the workspace
 	cargo clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python tests benches examples
 	$(VENV)/bin/ruff format --check python tests benches examples
