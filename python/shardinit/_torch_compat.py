@@ -406,12 +406,15 @@ class Fsdp1Unit:
         sharded_now: False while the unit is unsharded (``summon_full_params``, forward).
         entries: its original parameters, in flat order.
         shared: ``(module, attr)`` of the other holders of parameters shared inside it.
+        shard_group: the process group the flat parameter is split over, None for a
+            strategy that does not split it (NO_SHARD: every rank holds all of it).
     """
 
     flat_param: torch.Tensor
     sharded_now: bool
     entries: tuple[FlatEntry, ...]
     shared: tuple[tuple[nn.Module, str], ...]
+    shard_group: Any
 
 
 def fsdp1_unit(wrapper: nn.Module) -> Fsdp1Unit | None:
@@ -420,7 +423,8 @@ def fsdp1_unit(wrapper: nn.Module) -> Fsdp1Unit | None:
     ``FlatParamHandle``: ``flat_param``, ``uses_sharded_strategy``, ``is_sharded``) and
     the ``FlatParameter`` fields ``_fqns``, ``_param_infos``, ``_shapes``,
     ``_shard_param_infos`` (``in_shard``, ``offset_in_shard``, inclusive
-    ``intra_param_start_idx`` / ``intra_param_end_idx``) and ``_shared_param_infos``."""
+    ``intra_param_start_idx`` / ``intra_param_end_idx``) and ``_shared_param_infos``, and
+    the wrapper's ``process_group`` (the shard group; HYBRID_SHARD's intra-node one)."""
     handle = getattr(wrapper, "_handle", None)
     if handle is None:
         return None
@@ -431,6 +435,7 @@ def fsdp1_unit(wrapper: nn.Module) -> Fsdp1Unit | None:
         sharded_now=sharded_now,
         entries=tuple(_flat_entries(flat_param)),
         shared=tuple((info.module, info.param_name) for info in flat_param._shared_param_infos),
+        shard_group=wrapper.process_group if handle.uses_sharded_strategy else None,
     )
 
 

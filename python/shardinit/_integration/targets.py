@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -205,9 +205,17 @@ class LocalTarget(SlotHeld):
 @dataclass(eq=False)
 class FlatShard:
     """A 1-D local tensor holding parts of several parameters, with zero padding between
-    and after them (FSDP1's flat parameter)."""
+    and after them (FSDP1's flat parameter).
+
+    Attributes:
+        tensor: the local flat tensor.
+        group: the process group the flat parameter is split over (the one whose ranks
+            hold the other parts), or None where each rank holds all of it (NO_SHARD).
+        cleared: whether :meth:`clear_once` ran.
+    """
 
     tensor: torch.Tensor
+    group: Any = None
     cleared: bool = False
 
     def clear_once(self) -> None:
