@@ -99,7 +99,8 @@ def main() -> None:
         (config_dir / "config.json").write_text(json.dumps(_config(args.size_gb)))
         config = str(config_dir / "config.json")
         rows: list[dict[str, Any]] = []
-        print(f"load before: {_load()}", flush=True)
+        load_before = _load()
+        print(f"load before: {load_before}", flush=True)
 
         write_s = float(_timed([python, "-c", _WRITE_PHASE, config, str(root / "api")])[1])
         nbytes = _nbytes(root / "api")
@@ -131,12 +132,34 @@ def main() -> None:
         load = _load()
         print(f"load after: {load}")
         _print(rows, args.size_gb, nbytes)
+        goals = _goals(rows)
+        for goal, met in goals.items():
+            print(f"{goal}: {'met' if met else 'NOT met'}")
         if args.json:
-            Path(args.json).write_text(
-                json.dumps({"bytes": nbytes, "load_after": load, "rows": rows}, indent=1) + "\n"
-            )
+            document = {"bytes": nbytes, "load_before": load_before, "load_after": load,
+                        "rows": rows, "goals": goals}  # fmt: skip
+            Path(args.json).write_text(json.dumps(document, indent=1) + "\n")
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _goals(rows: list[dict[str, Any]]) -> dict[str, bool]:
+    """Issue 47's goals, from this run's rows."""
+    by_run = {row["run"]: row for row in rows}
+    rate = {run: row["bytes"] / row["s"] for run, row in by_run.items()}
+    one = by_run.get("shardinit checkpoint, 1 writer(s)")
+    two = by_run.get("shardinit checkpoint, 2 writer(s)")
+    goals = {
+        "write phase >= 0.8x dd's rate": rate["write phase, 1 writer"]
+        >= 0.8 * rate["dd zeros (conv=fdatasync)"],
+    }
+    if one is not None:
+        goals["command <= 0.5x from_config + save_pretrained"] = (
+            one["s"] <= 0.5 * by_run["from_config + save_pretrained"]["s"]
+        )
+    if one is not None and two is not None:
+        goals["2 writers no slower than 1"] = two["s"] <= one["s"]
+    return goals
 
 
 def _print(rows: list[dict[str, Any]], size_gb: float, nbytes: int) -> None:

@@ -14,7 +14,6 @@ file: a killed run is resumed by calling again with the same arguments.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
@@ -32,6 +31,13 @@ from ..errors import ShardInitError
 from ..shard import writer
 from . import checkpoint_dcp, checkpoint_safetensors
 from .capture import CapturedInit
+from .checkpoint_files import (
+    MANIFEST_NAME,
+    make_directory,
+    os_error_text,
+    remove_unfinished,
+    shard_size_bytes,
+)
 from .checkpoint_hub import save_config_as_save_pretrained, saved_tensors
 from .checkpoint_lock import directory_lock
 from .checkpoint_plan import Entry, plan_entries, split_bytes
@@ -43,7 +49,6 @@ from .rules import Rules, check_rules
 
 __all__ = ["save_seed_checkpoint"]
 
-MANIFEST_NAME = "shardinit-manifest.json"
 MANIFEST_FORMAT = "shardinit-seed-checkpoint-v1"
 STATE_DIR = ".shardinit-checkpoint"
 #: Names that belong to a checkpoint: a directory holding one of them and no plan of
@@ -404,53 +409,6 @@ def _check_arguments(
     return seed, Path(os.fspath(path))
 
 
-def shard_size_bytes(max_shard_size: object) -> int:
-    """``max_shard_size`` in bytes, as ``save_pretrained`` reads it: an int, or a size
-    such as ``"5GB"`` (huggingface_hub's parser, units KB, MB, GB, TB), or a number of
-    bytes as text (``"1000000"``); None: ``save_pretrained``'s own default.
-
-    Raises:
-        ShardInitError: not one of these, or not at least one byte.
-    """
-    if max_shard_size is None:
-        max_shard_size = default_max_shard_size()
-    size: int | None = None
-    if isinstance(max_shard_size, int) and not isinstance(max_shard_size, bool):
-        size = max_shard_size
-    elif isinstance(max_shard_size, str):
-        from huggingface_hub.serialization._base import parse_size_to_int
-
-        text = max_shard_size.strip()
-        try:
-            size = int(text) if text.lstrip("+-").isdigit() else parse_size_to_int(text)
-        except ValueError:
-            size = None
-    if size is None or size < 1:
-        raise ShardInitError(
-            "max_shard_size must be a positive number of bytes (1000000) or a size such as "
-            f"'5GB' (units KB, MB, GB, TB), got {max_shard_size!r}"
-            + (f" ({size} bytes)" if size is not None else "")
-        )
-    return size
-
-
-def default_max_shard_size() -> int | str:
-    """``save_pretrained``'s default ``max_shard_size`` in the installed transformers
-    (huggingface_hub's, which ``save_pretrained`` calls, without transformers)."""
-    import importlib.util
-    import inspect
-
-    if importlib.util.find_spec("transformers") is not None:
-        from transformers import PreTrainedModel
-
-        default = inspect.signature(PreTrainedModel.save_pretrained).parameters["max_shard_size"]
-        if isinstance(default.default, (int, str)):
-            return default.default
-    from huggingface_hub.serialization._base import MAX_SHARD_SIZE
-
-    return MAX_SHARD_SIZE
-
-
 def _group() -> tuple[int, int]:
     """(rank, world) of the default process group, or (0, 1) without one."""
     import torch.distributed as dist
@@ -484,13 +442,6 @@ def _agreed(world: int, step: Callable[[], _T]) -> _T:
     return result  # type: ignore[no-any-return]
 
 
-def os_error_text(failure: OSError) -> str:
-    """``writing PATH: No space left on device (ENOSPC)``: the cause, its errno's name."""
-    name = errno.errorcode.get(failure.errno or 0)
-    cause = (failure.strerror or str(failure)) + (f" ({name})" if name else "")
-    return f"{failure.filename}: {cause}" if failure.filename else cause
-
-
 def _gathered(world: int, value: _T) -> list[_T]:
     if world == 1:
         return [value]
@@ -499,34 +450,6 @@ def _gathered(world: int, value: _T) -> list[_T]:
     every: list[Any] = [None] * world
     dist.all_gather_object(every, value)
     return every
-
-
-def make_directory(directory: Path) -> None:
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ShardInitError(
-            f"save_seed_checkpoint: path {directory} cannot be created: "
-            + os_error_text(OSError(error.errno, error.strerror))
-        ) from None
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise ShardInitError(f"save_seed_checkpoint: path {directory} is not writable")
-
-
-def remove_unfinished(directory: Path, format: str) -> None:
-    """Every writer's unfinished files in ``directory`` (their writers died): safetensors'
-    ``NAME.partial``; dcp's data files while no manifest says the checkpoint is complete.
-    The caller holds the directory's lock."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    complete = MANIFEST_NAME in names
-    for name in names:
-        dcp_file = format == "dcp" and not complete and name.endswith(checkpoint_dcp.FILE_SUFFIX)
-        if name.endswith(".partial") or dcp_file:
-            with contextlib.suppress(OSError):
-                (directory / name).unlink()
 
 
 def _read_json(path: Path) -> Any:
