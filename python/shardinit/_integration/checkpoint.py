@@ -14,6 +14,7 @@ file: a killed run is resumed by calling again with the same arguments.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -26,6 +27,7 @@ import torch
 from torch import nn
 
 from .._names import listing
+from .._program import Writer
 from .._validate import check_seed
 from ..errors import ShardInitError
 from ..shard import writer
@@ -83,7 +85,9 @@ def save_seed_checkpoint(
     init_fn=init_fn, rules=rules)`` gives. Call it in every process of the default
     process group (each writes its share; the call is collective) or in one process.
     No process holds the model: each fills one buffer of ``buffer_bytes`` at a time
-    (a tensor larger than that is generated and written in pieces).
+    (a tensor larger than that is generated and written in pieces), with
+    :func:`shardinit.get_num_threads` threads (a writer also takes the threads of
+    writers that have no file to write, up to the CPUs it may use).
 
     * ``"safetensors"``: the files ``save_pretrained`` writes by default for the
       materialized model, byte for byte (``model.safetensors``, or
@@ -232,8 +236,9 @@ class _Job:
         if self.format == "safetensors":
             owner = split_bytes([file.nbytes for file in self.files], self.world)
             mine = [f for f, rank in zip(self.files, owner, strict=True) if rank == self.rank]
+            fills = _sharing_idle_threads(writer(), self.world, busy=len(set(owner)))
             with _Reporter(progress, sum(f.nbytes for f in mine), self.rank, self.world) as say:
-                return self._write_files(mine, say)
+                return self._write_files(mine, say, fills)
         if (self.directory / MANIFEST_NAME).is_file():
             return {}  # a complete dcp checkpoint of the same plan: nothing to write
         piece = self.buffer_bytes
@@ -245,10 +250,12 @@ class _Job:
             )
 
     def _write_files(
-        self, mine: list[checkpoint_safetensors.ShardFile], say: Callable[[int], None]
+        self,
+        mine: list[checkpoint_safetensors.ShardFile],
+        say: Callable[[int], None],
+        fills: Writer,
     ) -> dict[str, int]:
         buffer = torch.empty(self.buffer_bytes, dtype=torch.uint8)
-        fills = writer()  # the one writer of this call, with the settings now
         terms: dict[str, int] = {}
         for file in mine:
             done = self.state / "done" / f"{file.name}.json"
@@ -342,6 +349,19 @@ class _Job:
             key: digest_of_total(by_key[key].dtype, by_key[key].shape, total)
             for key, total in totals.items()
         }
+
+
+def _sharing_idle_threads(fills: Writer, world: int, busy: int) -> Writer:
+    """``fills`` (the call's writer, with the settings now), or, where only ``busy`` of
+    the ``world`` writers have a file to write (fewer files than writers: a model under
+    ``max_shard_size`` is one file), the same with the idle writers' threads too, up to
+    the CPUs this process may use. A launcher gives each of its local writers its share
+    of the cores; a lone busy writer would leave the others' idle. Same bytes."""
+    if not 0 < busy < world:
+        return fills
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = min(cores or 1, fills.threads * world // busy)
+    return dataclasses.replace(fills, threads=max(fills.threads, threads))
 
 
 class _Reporter:

@@ -1,6 +1,7 @@
-"""A writer's peak memory is its buffer above the imports, not the model: a model of
-192 MiB is written through a 4 MiB buffer by a fresh process whose peak RSS grows by
-about the buffer (its two halves), whatever the model's size."""
+"""What a writer holds: its peak memory is its buffer above the imports, not the model
+(a model of 192 MiB is written through a 4 MiB buffer by a fresh process whose peak RSS
+grows by about the buffer); its threads are its share of the cores, and the idle
+writers' share too where there are fewer files than writers."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
+
+from shardinit._integration.checkpoint import _sharing_idle_threads
+from shardinit._program import Writer
 
 MIB = 2**20
 
@@ -60,3 +66,22 @@ def test_a_writers_peak_memory_is_its_buffer_not_the_model(tmp_path: Path) -> No
     assert written > 192 * MIB  # the model really is larger than the bound
     print(f"peak grew by {grown / MIB:.1f} MiB")
     assert grown <= buffer_bytes + 24 * MIB, grown
+
+
+@pytest.mark.parametrize(
+    ("threads", "world", "busy", "cores", "expected"),
+    [
+        (1, 2, 2, 2, 1),  # every writer busy: each keeps its share
+        (1, 2, 1, 2, 2),  # one file, two writers: the busy one takes the idle one's core
+        (2, 8, 2, 16, 8),
+        (2, 8, 2, 6, 6),  # never more than the CPUs this process may use
+        (4, 2, 1, 2, 4),  # nor fewer than it was given
+        (1, 3, 0, 2, 1),  # nothing to write anywhere
+    ],
+)
+def test_a_busy_writer_takes_the_idle_writers_threads(
+    monkeypatch: pytest.MonkeyPatch, threads: int, world: int, busy: int, cores: int, expected: int
+) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
+    given = Writer(threads, 1 << 20)
+    assert _sharing_idle_threads(given, world, busy=busy).threads == expected
