@@ -7,6 +7,9 @@ GB (transformers' ``LlamaConfig``, width 1024, as many layers as the size allows
 * ``write phase``: ``shardinit.save_seed_checkpoint`` of the meta model, timed in its
   own process after the imports and the model's construction (plan, generation,
   writes, fsync, manifest);
+* ``generation only``: the same number of bfloat16 normal values generated into one
+  32 MiB buffer with every thread, nothing hashed or written: the write phase's floor
+  on this CPU (its rate against ``dd``'s says whether the disk can be the bound);
 * ``from_config + save_pretrained``: one process that imports transformers, builds the
   model on the CPU with its own init and saves it (what a user does without shardinit);
 * ``shardinit checkpoint, N writer(s)``: the whole command, process start to exit.
@@ -56,6 +59,21 @@ with torch.device("meta"):
 start = time.perf_counter()
 shardinit.save_seed_checkpoint(model, sys.argv[2], seed=0, init_fn=model.init_weights,
                                progress=False)
+print(time.perf_counter() - start)
+"""
+
+# The floor of the write phase on this CPU: the same number of bfloat16 normal values
+# (what Llama's init draws for nearly every byte), generated a 32 MiB piece at a time
+# into one buffer with every thread, nothing hashed or written.
+_GENERATION = """
+import sys, time, torch, shardinit
+count, piece = int(sys.argv[1]), 16 * 2**20
+spec = shardinit.ParamSpec("w", (count,), torch.bfloat16, shardinit.init.normal(0, 0.02), seed=0)
+buffer = torch.empty(piece, dtype=torch.bfloat16)
+start = time.perf_counter()
+for first in range(0, count, piece):
+    last = min(count, first + piece)
+    shardinit.init_flat(spec, first, last, out=buffer[: last - first])
 print(time.perf_counter() - start)
 """
 
@@ -111,6 +129,9 @@ def main() -> None:
         (root / "zeros").unlink()
         rows.append({"run": "dd zeros (conv=fdatasync)", "s": dd_s, "bytes": mib * 2**20})
         rows.append({"run": "write phase, 1 writer", "s": write_s, "bytes": nbytes, "vs": 0})
+        generate_s = float(_timed([python, "-c", _GENERATION, str(nbytes // 2)])[1])
+        rows.append({"run": "generation only (no hashing, no disk)", "s": generate_s,
+                     "bytes": nbytes, "vs": 0})  # fmt: skip
 
         hf_s = _timed([python, "-c", _SAVE_PRETRAINED, config, str(root / "hf")])[0]
         shutil.rmtree(root / "hf")
@@ -170,7 +191,7 @@ def _print(rows: list[dict[str, Any]], size_gb: float, nbytes: int) -> None:
         rate = row["bytes"] / row["s"] / 1e9
         if "vs" in row:
             other = rows[row["vs"]]
-            if row["run"].startswith("write phase"):
+            if row["run"].startswith(("write phase", "generation")):
                 ratio = f"{(row['bytes'] / row['s']) / (other['bytes'] / other['s']):.2f}x rate"
             else:
                 ratio = f"{row['s'] / other['s']:.2f}x time"
