@@ -1,17 +1,22 @@
 """What a writer holds: its peak memory is its buffer above the imports, not the model
 (a model of 192 MiB is written through a 4 MiB buffer by a fresh process whose peak RSS
 grows by about the buffer); its threads are its share of the cores, and the idle
-writers' share too where there are fewer files than writers."""
+writers' share too where there are fewer files than writers; its hashing releases the
+GIL, so the thread that writes and hashes a piece overlaps the next piece's generation."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from shardinit import _core
 from shardinit._integration.checkpoint import _sharing_idle_threads
 from shardinit._program import Writer
 
@@ -85,3 +90,44 @@ def test_a_busy_writer_takes_the_idle_writers_threads(
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)))
     given = Writer(threads, 1 << 20)
     assert _sharing_idle_threads(given, world, busy=busy).threads == expected
+
+
+def test_the_gil_is_released_while_a_piece_is_hashed() -> None:
+    """While one thread hashes a 32 MiB piece (the core's ``flat_range_term``), another
+    Python thread keeps running: with the GIL held no bytecode could run anywhere, so
+    the ticker could record no time in the middle 80 % of the call (a proof, not a
+    timing heuristic; as tests/core/test_concurrency.py proves it for the fills). Up to
+    3 attempts (a loaded machine may starve the ticker once); 5 ticks needed."""
+    bits = np.arange(1 << 24, dtype=np.uint16)
+    middle_ticks: list[float] = []
+    for _attempt in range(3):
+        ticks: list[float] = []
+        stop = threading.Event()
+
+        def ticker(ticks: list[float] = ticks, stop: threading.Event = stop) -> None:
+            while not stop.is_set():
+                ticks.append(time.perf_counter())
+                sum(range(200))  # a little pure-Python work between ticks
+
+        thread = threading.Thread(target=ticker)
+        thread.start()
+        time.sleep(0.02)
+        start = time.perf_counter()
+        _core.flat_range_term(bits, 0)
+        end = time.perf_counter()
+        stop.set()
+        thread.join()
+        margin = 0.1 * (end - start)
+        middle_ticks = [t for t in ticks if start + margin < t < end - margin]
+        if len(middle_ticks) >= 5:
+            break
+    assert len(middle_ticks) >= 5, (len(middle_ticks), end - start)
+
+
+def test_hashing_refuses_what_is_not_raw_bits() -> None:
+    with pytest.raises(TypeError, match="unsigned 8-, 16-, 32- or 64-bit"):
+        _core.flat_range_term(np.zeros(4, dtype=np.float32), 0)
+    with pytest.raises(TypeError, match="unsigned"):
+        _core.flat_range_term("bits", 0)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _core.flat_range_term(np.zeros(8, dtype=np.uint16)[::2], 0)
