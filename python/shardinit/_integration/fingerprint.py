@@ -36,6 +36,7 @@ import numpy.typing as npt
 import torch
 import torch.distributed as dist
 
+from .. import _core
 from .._names import canonical_name
 from .._torch_compat import is_strided_shard
 from ..errors import ShardInitError
@@ -515,21 +516,12 @@ def digest_of_total(dtype: torch.dtype, global_shape: Sequence[int], total: int)
     return _digest(dtype, global_shape, total & _MASK64)
 
 
-#: Elements hashed per step by :func:`flat_range_term`: its uint64 arrays stay in cache.
-_FLAT_STEP = 1 << 17
-
-
 def flat_range_term(values: torch.Tensor, start: int) -> int:
     """The term of the 1-D contiguous CPU ``values``, flat elements ``[start, start +
     len)`` of their tensor, as :func:`shard_term` gives it for that range (a checkpoint
-    writer's piece), hashed a cache-sized step at a time. The bit patterns are widened
-    by numpy (unsigned: what :func:`_bits_of` gives), without a torch op per step."""
+    writer's piece): hashed by the core (``shardinit_core::fingerprint``, the same
+    ``H``) in one pass over the bytes, with the GIL released, so the thread that writes
+    a piece hashes it while the next piece is generated."""
     size = values.element_size()
     unsigned = values.view(_BITS_DTYPE[size]).numpy().view(f"u{size}")
-    total = 0
-    for offset in range(0, unsigned.size, _FLAT_STEP):
-        bits: U64Array = unsigned[offset : offset + _FLAT_STEP].astype(np.uint64)
-        first = start + offset
-        index = np.arange(first, first + bits.size, dtype=np.uint64)
-        total += _sum_mod64(_element_hash_(index, bits))
-    return total & _MASK64
+    return int(_core.flat_range_term(unsigned, start)) & _MASK64
