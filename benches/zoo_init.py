@@ -10,7 +10,7 @@ partitions are gathered for it after the peak was recorded). Prints a markdown t
 Usage:
     .venv/bin/python benches/zoo_init.py [--out-features 8192] [--in-features 4096] [--worlds 1,2]
         [--strategies megatron_cpu,megatron_shardinit,zero3_stock,zero3_shardinit]
-    .venv-zoo312/bin/python benches/zoo_init.py --model gpt [--layouts tp1,tp2,pp2]
+    .venv-py312/bin/python benches/zoo_init.py --model gpt [--layouts tp1,tp2,pp2]
         [--hidden 1024] [--vocab 8192] [--layers 2]
 
 ``--model gpt`` builds a whole Megatron-core ``GPTModel`` (the local layer spec, untied
