@@ -472,6 +472,12 @@ def _guards() -> None:
         shardinit.megatron.materialize(model, seed=SEED, config=config)
     del fc2.main_param
 
+    qkv = model.decoder.layers[1].self_attention.linear_qkv.weight
+    qkv.partition_sizes = [4, 4]  # as 0.19's Mamba in_proj: blocks split each on its own
+    with expect_refusal(r"linear_qkv.weight: packs blocks .*partition_sizes \[4, 4\]"):
+        shardinit.megatron.materialize(model, seed=SEED, config=config)
+    del qkv.partition_sizes
+
     model.decoder.layers[0].mlp.linear_fc1.weight.data = torch.empty(
         model.decoder.layers[0].mlp.linear_fc1.weight.shape, dtype=torch.float8_e4m3fn
     )
