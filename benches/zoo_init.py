@@ -364,7 +364,9 @@ def _gpt_table(args: argparse.Namespace, script: str) -> None:
         print(f"| {LABELS[strategy]} | {' | '.join(cells)} | {same} |")
         if differ:
             notes.append(f"{LABELS[strategy]}, not as at {layouts[0].upper()}: {', '.join(differ)}")
-    print("\n".join(["", *notes]) if notes else "\nnothing was broadcast")
+    if not any("broadcast" in note for note in notes):
+        notes.append("nothing was broadcast")
+    print("\n".join(["", *notes]))
 
 
 def main() -> int:
