@@ -6,6 +6,7 @@ the four kinds. The writer (:mod:`.writer`) writes them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -33,6 +34,7 @@ __all__ = [
     "Scale",
     "TrackAction",
     "base_ops",
+    "constant_fill",
     "program_of",
     "sets_values",
 ]
@@ -178,6 +180,16 @@ class Masked(Action):
 
     def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
         return where(self.cond, Const(self.value), Prior())
+
+
+def constant_fill(value: float) -> Action:
+    """Every covered element set to ``value``: a :class:`Fill` by a
+    :class:`~shardinit.init.Constant` where ``value`` is finite; NaN and +-inf (a
+    sentinel a later write overwrites, a mask's ``-inf``) are no initializer's value, but
+    a program's constant, written as the core's evaluator writes any program."""
+    if math.isfinite(value):
+        return Fill(Constant(value))
+    return Computed(Const(value))
 
 
 def program_of(expr: Expr) -> Action:
