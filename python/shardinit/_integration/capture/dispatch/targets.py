@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..ops import METHOD_TRANSLATIONS, SCALES, bind, inplace_name, is_inplace
-from ..trace import Track
+from ..trace import Track, give_memory_format, memory_format_of, same_view
 from .calls import NOT_MINE, Call, Mode
 
 __all__ = [
@@ -88,9 +88,49 @@ def write_pad(mode: Mode, call: Call) -> Any:
 
 
 def write_data(mode: Mode, call: Call) -> Any:
-    """``tensor.data = value`` (:meth:`.writes.Writes.set_data`)."""
-    mode.writes.set_data(_target(call), call.args[0], call.args[1])
+    """``tensor.data = value`` (:meth:`.writes.Writes.set_data`); of a whole parameter
+    or buffer, it takes ``value``'s memory format too, as eager's tensor becomes
+    ``value`` (:func:`_layout_taken`)."""
+    target, tensor, value = _target(call), call.args[0], call.args[1]
+    memory_format = _layout_taken(mode, target, tensor, value)
+    mode.writes.set_data(target, tensor, value)
+    if memory_format is not None:
+        give_memory_format(target, memory_format)
     return None
+
+
+def _layout_taken(
+    mode: Mode, target: Track, tensor: torch.Tensor, value: Any
+) -> torch.memory_format | None:
+    """The memory format a whole parameter or buffer takes from ``tensor.data = value``,
+    where it changes: ``value``'s where it is not row-major (``p.data =
+    p.data.contiguous(memory_format=torch.channels_last)``); row-major again where it is
+    and the tensor had another. ``value`` the tensor itself changes nothing (eager's
+    ``contiguous()`` of a contiguous tensor). A sharded (DTensor) parameter's local
+    shards are row-major tensors of their own: refused, named."""
+    if target.kind == "temp" or tensor is not target.base or not isinstance(value, torch.Tensor):
+        return None
+    if same_view(value, tensor):
+        return None
+    memory_format = memory_format_of(value)
+    if memory_format is None or memory_format == _memory_format_now(target):
+        return None
+    if getattr(type(target.base), "sharded", False):
+        raise mode.store.fail(
+            target, f"tensor.data = value (memory_format={memory_format})",
+            "a sharded (DTensor) parameter's local shards are contiguous tensors of "
+            "their own (FSDP2 refuses non-contiguous parameters); keep it row-major",
+        )  # fmt: skip
+    return memory_format
+
+
+def _memory_format_now(target: Track) -> torch.memory_format | None:
+    """The memory format a parameter or buffer has so far: the one init code gave it,
+    else its meta tensor's (noted on the stand-in), else row-major."""
+    if target.memory_format is not None:
+        return target.memory_format
+    eager = target.base.__dict__.get("_eager_layout")
+    return torch.contiguous_format if eager is None else memory_format_of(eager)
 
 
 def write_item(mode: Mode, call: Call) -> Any:

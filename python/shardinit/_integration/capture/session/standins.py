@@ -110,6 +110,10 @@ class DTensorStandIn(CheckedParameter):
     DTensor methods refuse (init code that works on a rank's local shard would give
     values that depend on the layout; shardinit fills each rank's shard of the whole)."""
 
+    #: Asked by the dispatch, which does not import this module: a layout init code
+    #: gives a sharded parameter is refused (:func:`..dispatch.targets.write_data`).
+    sharded = True
+
     def _refuse(self, what: str) -> UnsupportedInitOpError:
         return refusal(
             f"a DTensor parameter of global shape {tuple(self.shape)}",
