@@ -134,9 +134,34 @@ def _memory_format_now(target: Track) -> torch.memory_format | None:
 
 
 def write_item(mode: Mode, call: Call) -> Any:
-    """``tensor[index] = value`` (:meth:`.writes.Writes.setitem`)."""
-    mode.writes.setitem(_target(call), call.args[0], call.args[1], call.args[2])
+    """``tensor[index] = value`` (:meth:`.writes.Writes.setitem`); by a boolean mask of
+    a parameter's whole shape (``w[torch.ones_like(w, dtype=torch.bool).triu()] = 0``),
+    with a number, it is ``masked_fill_``, as torch computes it (:func:`_as_masked_fill`)."""
+    target, tensor, index, value = _target(call), call.args[0], call.args[1], call.args[2]
+    mask = _as_masked_fill(target, tensor, index, value)
+    if mask is not None:
+        mode.coordinates.write_at("masked_fill_", target, (tensor, mask, value), {})
+        return None
+    mode.writes.setitem(target, tensor, index, value)
     return None
+
+
+def _as_masked_fill(target: Track, tensor: torch.Tensor, index: Any, value: Any) -> Any:
+    """The mask of ``tensor[mask] = value`` where that is ``tensor.masked_fill_(mask,
+    value)``: on a parameter (a stand-in: its write is the record), ``mask`` a boolean
+    meta tensor of the tensor's own shape (one whose values the capture follows: a mask
+    on the CPU is a list of positions, :meth:`.writes.Writes.setitem`), ``value`` a
+    number; None for any other index."""
+    if isinstance(index, tuple) and len(index) == 1:
+        index = index[0]
+    if target.kind != "param" or not isinstance(index, torch.Tensor) or not index.is_meta:
+        return None
+    if index.dtype != torch.bool or tuple(index.shape) != tuple(tensor.shape):
+        return None
+    number = isinstance(value, (int, float)) or (
+        isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_meta
+    )
+    return index if number else None
 
 
 def write_at_coordinates(mode: Mode, call: Call) -> Any:
