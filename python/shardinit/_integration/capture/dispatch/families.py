@@ -84,11 +84,13 @@ METADATA = frozenset(
         "size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset",
         "is_contiguous", "element_size", "untyped_storage", "is_floating_point",
         "is_complex", "is_signed", "__len__", "__repr__", "__format__", "__hash__",
-        "retain_grad", "register_hook", "data_ptr", "_is_view",
+        "retain_grad", "data_ptr", "_is_view",
         "has_names", "is_shared", "is_pinned", "is_set_to", "type", "__reduce_ex__",
         "__dir__", "__setstate__", "_set_grad_enabled",
     }
 )  # fmt: skip
+#: Gradient hooks init code registers on a tensor (:func:`.targets.register_grad_hook`).
+GRAD_HOOKS = frozenset({"register_hook", "register_post_accumulate_grad_hook"})
 # Ops whose results alias their input (checked: a result must share the storage).
 VIEWS = frozenset(
     {
@@ -110,6 +112,7 @@ COORDINATE_OPS = frozenset(
 FAMILIES: tuple[Family, ...] = (
     Family("device", DEVICE_QUESTIONS, on_target=targets.answer_device),
     Family("flag", FLAGS, as_is=True),
+    Family("grad_hook", GRAD_HOOKS, on_target=targets.register_grad_hook, handler=handlers.as_is),
     Family("metadata", METADATA, rule=lambda name: name.endswith(".__get__"), as_is=True),
     Family(
         "foreach",

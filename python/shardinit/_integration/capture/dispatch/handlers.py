@@ -39,6 +39,7 @@ from .targets import CPU
 from .writes import tensors_in
 
 __all__ = [
+    "as_is",
     "cast",
     "concat",
     "copy",
@@ -54,6 +55,11 @@ __all__ = [
     "unrouted",
     "view",
 ]
+
+
+def as_is(mode: Mode, call: Call) -> Any:
+    """A call that touches no value the capture follows: run as it is."""
+    return call.func(*call.args, **call.kwargs)
 
 
 def unrouted(mode: Mode, call: Call) -> Any:

@@ -19,6 +19,7 @@ from .calls import NOT_MINE, Call, Mode
 __all__ = [
     "CPU",
     "answer_device",
+    "register_grad_hook",
     "write_at_coordinates",
     "write_copy",
     "write_data",
@@ -131,6 +132,26 @@ def _memory_format_now(target: Track) -> torch.memory_format | None:
         return target.memory_format
     eager = target.base.__dict__.get("_eager_layout")
     return torch.contiguous_format if eager is None else memory_format_of(eager)
+
+
+def register_grad_hook(mode: Mode, call: Call) -> Any:
+    """``p.register_hook(fn)`` / ``p.register_post_accumulate_grad_hook(fn)`` on a
+    parameter's stand-in: registered on the stand-in, whose hooks the parameter takes
+    after the capture (:func:`..session.standins.give_parameter_attributes`) and the
+    allocated parameter after it, as eager's parameter keeps them; the handle init code
+    gets removes them there too (the same dict). A sharded (DTensor) parameter is
+    refused, named: its hooks would be on FSDP's or the tensor-parallel plan's object,
+    which shardinit does not hand them to."""
+    target = _target(call)
+    if target.kind != "param":
+        return NOT_MINE
+    if getattr(type(target.base), "sharded", False):
+        raise mode.store.fail(
+            target, call.name,
+            "a gradient hook on a sharded (DTensor) parameter is not carried to the "
+            "parameter materialize fills; register it after materialize",
+        )  # fmt: skip
+    return call.func(*call.args, **call.kwargs)
 
 
 def write_item(mode: Mode, call: Call) -> Any:
