@@ -34,6 +34,7 @@ from ..ops import (
 )
 from . import handlers, targets
 from .calls import Handler, Route
+from .collectives import COLLECTIVES, follow_collective
 
 __all__ = ["FAMILIES", "Family", "family_of"]
 
@@ -121,6 +122,7 @@ FAMILIES: tuple[Family, ...] = (
         numbers=True,
     ),
     Family("dropout", DROPOUTS, handler=handlers.dropout),
+    Family("collective", COLLECTIVES, handler=follow_collective),
     Family("resize", RESIZES, handler=handlers.resize),
     Family("translated", METHOD_TRANSLATIONS, on_target=targets.write_translated, numbers=True),
     Family("view", VIEWS, handler=handlers.view),
