@@ -92,6 +92,22 @@ def test_a_channels_last_replacement_parameter_as_in_eager() -> None:
     assert_like_eager(meta, eager)
 
 
+def test_a_row_major_replacement_of_a_channels_last_parameter_as_in_eager() -> None:
+    def init(model: nn.Module) -> None:
+        conv = model[0]
+        conv.weight = nn.Parameter(torch.empty(conv.weight.shape, device=conv.weight.device))
+        _known_values(model)
+
+    eager, meta = _model("cpu"), _model("meta")
+    for model in (eager, meta):
+        for conv2d in (model[0], model[2]):
+            conv2d.to(memory_format=torch.channels_last)
+    init(eager)
+    shardinit.materialize(meta, seed=SEED, init_fn=lambda: init(meta))
+    assert_like_eager(meta, eager)
+    assert meta[0].weight.is_contiguous() and meta[2].weight.stride() == (4, 1, 4, 4)
+
+
 def _check_sharded_refusal() -> None:
     sharded = _model("meta")
     fully_shard(sharded, mesh=init_device_mesh("cpu", (1,)))

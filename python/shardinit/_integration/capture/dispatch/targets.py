@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..ops import METHOD_TRANSLATIONS, SCALES, bind, inplace_name, is_inplace
-from ..trace import Track, give_memory_format, memory_format_of, same_view
+from ..trace import Track, give_memory_format, memory_format_now, memory_format_of, same_view
 from .calls import NOT_MINE, Call, Mode
 
 __all__ = [
@@ -114,7 +114,7 @@ def _layout_taken(
     if same_view(value, tensor):
         return None
     memory_format = memory_format_of(value)
-    if memory_format is None or memory_format == _memory_format_now(target):
+    if memory_format is None or memory_format == memory_format_now(target):
         return None
     if getattr(type(target.base), "sharded", False):
         raise mode.store.fail(
@@ -123,15 +123,6 @@ def _layout_taken(
             "their own (FSDP2 refuses non-contiguous parameters); keep it row-major",
         )  # fmt: skip
     return memory_format
-
-
-def _memory_format_now(target: Track) -> torch.memory_format | None:
-    """The memory format a parameter or buffer has so far: the one init code gave it,
-    else its meta tensor's (noted on the stand-in), else row-major."""
-    if target.memory_format is not None:
-        return target.memory_format
-    eager = target.base.__dict__.get("_eager_layout")
-    return torch.contiguous_format if eager is None else memory_format_of(eager)
 
 
 def register_grad_hook(mode: Mode, call: Call) -> Any:

@@ -54,6 +54,7 @@ from ..trace import (
     HELP,
     Track,
     give_memory_format,
+    memory_format_now,
     memory_format_of,
     read_reason,
     refusal,
@@ -225,7 +226,7 @@ class CreatedTensors:
                 "the local shards of a parameter FSDP2 or tensor parallelism sharded are "
                 "row-major tensors of their own", "Keep the sharded model row-major",
             )  # fmt: skip
-        if memory_format != torch.contiguous_format or track.memory_format:
+        if memory_format != memory_format_now(track):
             give_memory_format(track, memory_format)  # eager's parameter is the new tensor
 
     def _new_param(

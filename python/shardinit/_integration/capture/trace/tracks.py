@@ -26,6 +26,7 @@ __all__ = [
     "Track",
     "give_eager_layout",
     "give_memory_format",
+    "memory_format_now",
     "memory_format_of",
     "run_op",
     "same_view",
@@ -271,3 +272,13 @@ def memory_format_of(tensor: torch.Tensor) -> torch.memory_format | None:
             if made.stride() == strides:
                 return memory_format
         return torch.contiguous_format if stored_contiguous(tensor) else None
+
+
+def memory_format_now(track: Track) -> torch.memory_format | None:
+    """The memory format a parameter or buffer has so far: the one init code gave it,
+    else its meta tensor's (noted on the stand-in: :func:`give_eager_layout`), else
+    row-major."""
+    if track.memory_format is not None:
+        return track.memory_format
+    eager = track.base.__dict__.get("_eager_layout")
+    return torch.contiguous_format if eager is None else memory_format_of(eager)
