@@ -238,6 +238,13 @@ def relaid_format(kwargs: Mapping[str, Any]) -> torch.memory_format | None:
     return memory_format if isinstance(memory_format, torch.memory_format) else None
 
 
+def _relays_only(call: Call) -> bool:
+    """Whether a cast asks for a memory format and nothing else (``to(memory_format=)``,
+    no dtype or device: a cast with one is a cast, :func:`cast`)."""
+    rest = {k for k in call.kwargs if k not in ("memory_format", "non_blocking", "copy")}
+    return relaid_format(call.kwargs) is not None and len(call.args) == 1 and not rest
+
+
 def relayout(mode: Mode, call: Call) -> Any:
     """``t.contiguous(memory_format=torch.channels_last)`` (or ``clone`` / ``to`` with
     one) of a followed tensor: a new temporary holding its values in that layout, as
@@ -245,12 +252,9 @@ def relayout(mode: Mode, call: Call) -> Any:
     is row-major in a permutation of its dims (channels_last: NHWC): that permutation
     is the temporary followed, the result a permuted view of it, so its boxes are
     row-major as every temporary's. ``.data =`` of it gives a parameter the layout
-    (:func:`.targets.write_data`). A cast to another dtype or device with it too is
-    refused on a parameter, named (one step at a time: cast, then relay)."""
+    (:func:`.targets.write_data`). A cast to another dtype or device with a format
+    too is followed as a cast is (:func:`_relays_only`)."""
     source, memory_format = call.args[0], relaid_format(call.kwargs)
-    rest = {k: v for k, v in call.kwargs.items() if k not in ("memory_format", "non_blocking")}
-    if call.name == "to" and (len(call.args) > 1 or rest):
-        return NOT_MINE  # a dtype or device too: the cast family's refusal names it
     result = run_op(torch.Tensor.clone, (source,), {"memory_format": memory_format})
     stored = _storage_order(result)
     if stored is None:
@@ -402,7 +406,7 @@ def cast(mode: Mode, call: Call) -> Any:
         if call.target is None:
             return NOT_MINE  # data that is no followed tensor: a table, as before
         call = _as_tensor_to(call)
-    if call.target is not None and relaid_format(call.kwargs) is not None:
+    if call.target is not None and _relays_only(call):
         return relayout(mode, call)
     if call.target is not None and call.target.kind == "param":
         return _param_cast(mode, call, call.target)
