@@ -48,6 +48,7 @@ __all__ = [
     "exit_dispatch_mode",
     "fsdp1_unit",
     "fsdp2_offloaded_params",
+    "give_grad_hooks",
     "handed_to_mode",
     "is_flat_param",
     "is_strided_shard",
@@ -278,6 +279,26 @@ def make_parameter(cls: type[_Param], data: torch.Tensor, requires_grad: bool) -
 
 
 _Tensor = TypeVar("_Tensor", bound=torch.Tensor)
+
+
+#: A tensor's gradient hooks, by the private attributes ``register_hook`` and
+#: ``register_post_accumulate_grad_hook`` keep them in (checked: torch 2.15; setting one
+#: registers its dict with autograd, as the registering call does).
+_GRAD_HOOKS = ("_backward_hooks", "_post_accumulate_grad_hooks")
+
+
+def give_grad_hooks(source: torch.Tensor, dest: torch.Tensor) -> None:
+    """Gives the leaf ``dest`` the gradient hooks registered on ``source`` (the same
+    dicts, so the handles their registration returned remove them from ``dest``)."""
+    for attr in _GRAD_HOOKS:
+        hooks = getattr(source, attr, None)
+        if not hooks:
+            continue
+        held = getattr(dest, attr, None)
+        if held is None:
+            setattr(dest, attr, hooks)
+        elif held is not hooks:
+            held.update(hooks)
 
 
 def make_subclass(cls: type[_Tensor], data: torch.Tensor) -> _Tensor:

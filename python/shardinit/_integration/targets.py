@@ -33,7 +33,7 @@ from torch import nn
 
 from .._names import ParamSlot
 from .._program import ParamRecord, Writer
-from .._torch_compat import assign_parameter, make_parameter
+from .._torch_compat import assign_parameter, give_grad_hooks, make_parameter
 from .placements import Run, is_dtensor, local_of
 
 # --------------------------------------------------------------------------- values
@@ -180,6 +180,7 @@ class LocalTarget(SlotHeld):
             new.__dict__.update(
                 {k: v for k, v in vars(tensor).items() if not k.startswith("_shardinit")}
             )
+            give_grad_hooks(tensor, new)  # registered on the meta parameter, as to_empty keeps
             for owner, attr in self.slot.owners:
                 assign_parameter(owner, attr, new)
 
