@@ -282,6 +282,14 @@ class Engine:
 
     def operand(self, value: Any, shape: Sequence[int], op: str) -> Expr:
         """An operand's value broadcast to ``shape``."""
+        if isinstance(value, torch.Tensor) and not _broadcasts_to(tuple(value.shape), shape):
+            # torch's own error, as eager raises it (the net refuses it, naming the op)
+            torch.broadcast_to(torch.empty(value.shape, device="meta"), tuple(shape))
+            followed = self.store.followed(value)
+            raise self.store.fail(
+                followed[0] if followed else "an operand", op,
+                f"an operand of shape {tuple(value.shape)} does not broadcast to {tuple(shape)}",
+            )  # fmt: skip
         expr = self.value_of(value, op)
         if not isinstance(value, torch.Tensor) or value.dim() == 0:
             return expr
@@ -578,3 +586,11 @@ def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr
         else:
             coords.append(combine("sub", Coord(axis), Const(float(box[axis][0]))))
     return box, tuple(coords)
+
+
+def _broadcasts_to(shape: tuple[int, ...], result: Sequence[int]) -> bool:
+    """Whether an operand of ``shape`` broadcasts to ``result`` (right-aligned, each dim
+    1 or equal), as torch requires of an elementwise operation's operands."""
+    if len(shape) > len(result):
+        return False
+    return all(s in (1, r) for s, r in zip(reversed(shape), reversed(tuple(result)), strict=False))
