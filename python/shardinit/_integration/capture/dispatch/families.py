@@ -84,7 +84,7 @@ METADATA = frozenset(
         "size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset",
         "is_contiguous", "element_size", "untyped_storage", "is_floating_point",
         "is_complex", "is_signed", "__len__", "__repr__", "__format__", "__hash__",
-        "retain_grad", "register_hook", "data_ptr", "_is_view",
+        "retain_grad", "data_ptr", "_is_view",
         "has_names", "is_shared", "is_pinned", "is_set_to", "type", "__reduce_ex__",
         "__dir__", "__setstate__", "_set_grad_enabled",
     }
@@ -107,8 +107,12 @@ COORDINATE_OPS = frozenset(
      "index_fill", "index_fill_", "outer", "ger"}
 )  # fmt: skip
 
+#: Hooks registered on a tensor (:func:`.targets.refuse_hook`).
+HOOKS = frozenset({"register_hook", "register_post_accumulate_grad_hook"})
+
 FAMILIES: tuple[Family, ...] = (
     Family("device", DEVICE_QUESTIONS, on_target=targets.answer_device),
+    Family("hook", HOOKS, on_target=targets.refuse_hook, handler=targets.run_as_is),
     Family("flag", FLAGS, as_is=True),
     Family("metadata", METADATA, rule=lambda name: name.endswith(".__get__"), as_is=True),
     Family(

@@ -19,6 +19,8 @@ from .calls import NOT_MINE, Call, Mode
 __all__ = [
     "CPU",
     "answer_device",
+    "refuse_hook",
+    "run_as_is",
     "write_at_coordinates",
     "write_copy",
     "write_data",
@@ -78,6 +80,25 @@ def write_copy(mode: Mode, call: Call) -> Any:
     """``tensor.copy_(src)``."""
     mode.copies.copy_into(_target(call), call.args[0], call.args[1], "copy_")
     return _written(mode, call)
+
+
+def refuse_hook(mode: Mode, call: Call) -> Any:
+    """A hook registered on a parameter's or buffer's stand-in: in eager torch the tensor
+    keeps it, but the stand-in is not the tensor materialize fills (nor is the handle
+    init code keeps the tensor's): refused. On a temporary, registered as it is."""
+    target = _target(call)
+    if target.kind == "temp":
+        return run_as_is(mode, call)
+    raise mode.store.fail(
+        target, call.name,
+        "the hook would stay on the capture's stand-in, not on the tensor materialize "
+        "fills (eager torch keeps it on the tensor); register it after materialize",
+    )  # fmt: skip
+
+
+def run_as_is(mode: Mode, call: Call) -> Any:
+    """The call itself, as torch runs it."""
+    return call.func(*call.args, **call.kwargs)
 
 
 def write_pad(mode: Mode, call: Call) -> Any:

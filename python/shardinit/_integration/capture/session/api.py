@@ -18,7 +18,7 @@ from ...collector import collector_paused
 from ...exclusive import ThreadExclusive
 from ...new_modules import NewSubmodules
 from ..dispatch import CaptureMode
-from ..trace import AFTER_INIT_FN, Track, refusal
+from ..trace import AFTER_INIT_FN, Track, give_eager_layout, refusal
 from .created import CreatedTensors
 from .initcalls import install_init_calls
 from .modulecalls import install_module_calls
@@ -26,6 +26,7 @@ from .records import CapturedInit
 from .standins import (
     ParamGroup,
     buffer_standins,
+    give_buffer_attributes,
     give_memory_formats,
     give_parameter_attributes,
     iter_tracks,
@@ -33,7 +34,7 @@ from .standins import (
     read_buffers,
     replaced_error,
 )
-from .threads import give_eager_layout, plain_tensor, watching_threads
+from .threads import plain_tensor, watching_threads
 
 __all__ = ["capture_init"]
 
@@ -167,6 +168,7 @@ def capture_init(
             _check_unchanged(groups)
             give_memory_formats(groups, buffers)  # init code's module.to(memory_format=...)
             give_parameter_attributes(groups)  # init code's p.attr = ...
+            give_buffer_attributes(buffers)  # and buffer.attr = ...
     _warn_dropped(groups, winners)
     return _recorded(module, init_fn, groups, winners, created, values)
 

@@ -39,9 +39,8 @@ from torch import nn
 from ...._torch_compat import torch_function_disabled
 from ..dispatch import CaptureMode
 from ..ops import CAST_DTYPES
-from ..trace import Track
+from ..trace import Track, give_eager_layout
 from .standins import DTensorStandIn
-from .threads import give_eager_layout
 
 __all__ = ["constructor_moves", "install_module_calls"]
 

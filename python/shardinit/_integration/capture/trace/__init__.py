@@ -16,10 +16,11 @@ from .frames import frame_arguments, func_name, init_frame, user_frame
 from .refusals import AFTER_INIT_FN, HELP, refusal
 from .steps import Steps
 from .store import RecordStore
-from .tracks import Track, run_op, same_view, storage_id
+from .tracks import EAGER_LAYOUT, Track, give_eager_layout, run_op, same_view, storage_id
 
 __all__ = [
     "AFTER_INIT_FN",
+    "EAGER_LAYOUT",
     "HELP",
     "Concrete",
     "Coordinates",
@@ -31,6 +32,7 @@ __all__ = [
     "Track",
     "frame_arguments",
     "func_name",
+    "give_eager_layout",
     "init_frame",
     "read_reason",
     "refusal",

@@ -150,8 +150,9 @@ class Engine:
         cached = self.folds.get(id(track))
         if cached is not None and cached[0] == len(track.ops) and cached[1] is last:
             return cached[2]
-        value = self.fold(track)
-        self.folds[id(track)] = (len(track.ops), last, value)
+        value, of_memory = self.fold(track)
+        if not of_memory:  # a table of the tensor's memory is read afresh: a write may
+            self.folds[id(track)] = (len(track.ops), last, value)  # be recorded, then run
         return value
 
     def folded_over(self, track: Track, box: Box) -> Expr:
@@ -183,7 +184,9 @@ class Engine:
             value = _drop_branch(value, never)
         return simplify(value, box)
 
-    def fold(self, track: Track) -> Expr:
+    def fold(self, track: Track) -> tuple[Expr, bool]:
+        """The fold of ``track``'s writes, and whether it is instead the table of its
+        CPU memory (a temporary of values torch computed, no program describes)."""
         value, never, random = self.left_folds.fold(track)
         if track.written(tuple((0, size) for size in track.shape)):
             value = _drop_branch(value, never)  # every element written: never selected
@@ -193,8 +196,8 @@ class Engine:
             and not (random or track.from_random or self.store.marked(track))
             and bad_reasons(value)
         ):
-            return self.table_of(track.base)
-        return value
+            return self.table_of(track.base), True
+        return value, False
 
     def value_of(self, value: Any, op: str) -> Expr:
         """The value of an operand at each of its own coordinates. (A view of) a

@@ -121,7 +121,8 @@ class Steps:
         if not stored_contiguous(result):
             result = result.contiguous()
         dtype = cast_dtype(name, args, kwargs) or result.dtype
-        expr = cast(self.engine.operand(source, tuple(result.shape), name), source.dtype, dtype)
+        operand = self.engine.operand(source, tuple(result.shape), name)
+        expr = cast(operand, source.dtype, dtype, _ranges(result))
         temp = self.store.new_temp(name, result)
         self.engine.carry_read(temp, source, name)
         self.store.hold(temp, self.engine.action_of(temp, expr, name), name)

@@ -14,9 +14,15 @@ from ...._program.actions import CapturedOp, sets_values
 from ...._program.cannot import Cannot
 from ...._program.coverage import Coverage
 from ...._program.regions import Box, view_region
-from ...._torch_compat import stored_strides, torch_function_disabled, tree_leaves, tree_map
+from ...._torch_compat import (
+    stored_contiguous,
+    stored_strides,
+    torch_function_disabled,
+    tree_leaves,
+    tree_map,
+)
 
-__all__ = ["Track", "run_op", "same_view", "storage_id"]
+__all__ = ["EAGER_LAYOUT", "Track", "give_eager_layout", "run_op", "same_view", "storage_id"]
 
 TrackKind = Literal["param", "temp", "buffer"]
 
@@ -70,6 +76,9 @@ class Track:
         memory_format: the memory format init code gave the parameter or buffer
             (``module.to(memory_format=...)``, :mod:`.modulecalls`); the stand-in itself
             stays contiguous (its boxes are row-major), the meta tensor takes it after.
+        strides: the strides init code gave a parameter or buffer by ``tensor.data =
+            value`` of a dense ``value`` that is not row-major (eager's tensor takes
+            them); as with ``memory_format``, the meta tensor takes them after.
     """
 
     kind: TrackKind
@@ -82,6 +91,7 @@ class Track:
     reads: list[tuple[Track, str]] = field(default_factory=list)
     emptied: bool = False
     memory_format: torch.memory_format | None = None
+    strides: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         # Holding the storage object keeps its id() from being reused during the capture.
@@ -210,3 +220,20 @@ def _zero_dim_cpu(value: object) -> bool:
 def _real_operand(tensor: torch.Tensor) -> bool:
     # A 0-d CPU tensor combines with any device (torch treats it as a number).
     return not tensor.is_meta and (tensor.dim() > 0 or tensor.device.type != "cpu")
+
+
+#: The attribute of a stand-in (or its view) that holds a meta tensor of eager's layout
+#: where that is not row-major; shardinit's own: never given to a user's tensor.
+EAGER_LAYOUT = "_eager_layout"
+
+
+def give_eager_layout(standin: torch.Tensor, layout: torch.Tensor) -> None:
+    """Notes on ``standin`` (row-major) the layout its parameter has in eager torch
+    (``layout``'s strides), where that is not row-major (:mod:`..session.threads`)."""
+    with torch_function_disabled():  # the capture's own tensors, inside its mode too
+        if stored_contiguous(layout):
+            standin.__dict__.pop(EAGER_LAYOUT, None)
+            return
+        eager = torch.empty_like(layout, device="meta")  # dense layouts keep their strides
+        if eager.stride() == stored_strides(layout):
+            standin.__dict__[EAGER_LAYOUT] = eager
