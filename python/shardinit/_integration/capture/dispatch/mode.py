@@ -135,6 +135,8 @@ class CaptureMode(TorchFunctionMode):
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         kwargs = dict(kwargs or {})
+        if self.store.in_signal is not None:
+            self.store.refuse_in_signal(func_name(func), (args, kwargs))
         found = init_frame(self.outer)
         if found is not None:
             return self.inside_init(*found, func, args, kwargs)

@@ -23,6 +23,7 @@ from .created import CreatedTensors
 from .initcalls import install_init_calls
 from .modulecalls import install_module_calls
 from .records import CapturedInit
+from .signals import signal_handlers_watched
 from .standins import (
     ParamGroup,
     buffer_standins,
@@ -145,7 +146,9 @@ def capture_init(
         new_submodules = NewSubmodules(module)
         try:
             watch = watching_threads(recorder.store)  # why: threads.py
-            with recorder, watch, torch.no_grad(), new_submodules.refused(), created.noted():
+            signals = signal_handlers_watched(recorder.store)  # why: signals.py
+            refused = new_submodules.refused()
+            with recorder, watch, signals, torch.no_grad(), refused, created.noted():
                 init_fn()
             created.settle(recorder)  # puts the stand-ins back where init code replaced them
         finally:
