@@ -49,3 +49,16 @@ def test_an_integer_arange_stays_a_program() -> None:
     (op,) = captured["w"].ops
     expr = op.action.program(torch.float32, 1, 0)
     assert not any(isinstance(node, Table) for node in walk_nodes(expr)), expr
+
+
+def test_a_source_table_after_a_draw_of_torchs_generator_is_still_known() -> None:
+    # A real draw of torch's generator (a CPU tensor init code keeps) does not make a
+    # table of constants unknown.
+    def code(holder: _Holder) -> None:
+        torch.randperm(5)  # a draw no route follows: torch's generator moves
+        holder.w.data.copy_(torch.linspace(0.01, 16.0, 1000))
+
+    with torch.device("meta"):
+        holder = _Holder(1000, torch.float32)
+    shardinit.materialize(holder, seed=52, init_fn=lambda: code(holder))
+    assert torch.equal(holder.w.detach(), torch.linspace(0.01, 16.0, 1000))

@@ -138,10 +138,7 @@ class Engine:
                 "values computed after init code drew from torch's random generator "
                 "(only the stream gives random values; use torch.rand/randn or fills)"
             )
-        flat = value.detach().to(torch.float64).contiguous().view(-1).clone()
-        if value.dim() == 0:
-            return Const(float(flat[0]))
-        return Table(TableData(flat), contiguous_index(tuple(value.shape)))
+        return constants_table(value)
 
     def folded(self, track: Track) -> Expr:
         """The value of every element of ``track``'s base, over its coordinates (the same
@@ -597,3 +594,12 @@ def _broadcasts_to(shape: tuple[int, ...], result: Sequence[int]) -> bool:
     if len(shape) > len(result):
         return False
     return all(s in (1, r) for s, r in zip(reversed(shape), reversed(tuple(result)), strict=False))
+
+
+def constants_table(value: torch.Tensor) -> Expr:
+    """The table of a CPU tensor's values, over its own coordinates: for values known to
+    come from constants (:meth:`Engine.table_of` checks where others came from)."""
+    flat = value.detach().to(torch.float64).contiguous().view(-1).clone()
+    if value.dim() == 0:
+        return Const(float(flat[0]))
+    return Table(TableData(flat), contiguous_index(tuple(value.shape)))

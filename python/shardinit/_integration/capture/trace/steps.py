@@ -26,7 +26,7 @@ from ...._program.nodes import Bad, Binary, Const, Coord, Expr, Prior, Source, c
 from ...._program.rewrite import combine
 from ...._torch_compat import stored_contiguous, tree_leaves
 from ..ops import POINTWISE, RANDOM_SOURCES, cast, cast_dtype, no_formula, step_of
-from .engine import Engine
+from .engine import Engine, constants_table
 from .frames import user_frame
 from .store import RecordStore
 from .tracks import Track, run_op
@@ -82,7 +82,7 @@ class Steps:
             # torch computes start + step * i fused (one rounding), in the dtype's own
             # arithmetic for linspace's step: torch's own values, as a table.
             cpu = {**kwargs, "device": "cpu", "dtype": result.dtype, "requires_grad": False}
-            return self.engine.table_of(run_op(func, args, cpu))
+            return constants_table(run_op(func, args, cpu))  # of constants: no draw
         value = combine("add", combine("mul", Coord(0), Const(step)), Const(start))
         if result.dtype.is_floating_point:
             return stored(value, result.dtype)
