@@ -97,3 +97,15 @@ def test_random_values_cast_in_range_keep_their_distribution() -> None:
 
     got, _ = _bias_after(code)
     assert bool(((got >= 0) & (got <= 9) & (got == got.trunc())).all()), got
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, 3e9], ids=["nan", "inf", "3e9"])
+def test_filling_an_integer_tensor_with_what_it_cannot_hold_is_refused(value: float) -> None:
+    def code(_: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(6, dtype=torch.int32).fill_(value).to(torch.float64)
+
+    with pytest.raises(RuntimeError, match="without overflow"):
+        code(torch.zeros(6))  # eager refuses it
+    # shardinit too, with torch's message (a NaN used to crash shardinit's own int())
+    with pytest.raises(shardinit.UnsupportedInitOpError, match="without overflow"):
+        _bias_after(code)

@@ -66,6 +66,8 @@ def stored(expr: Expr, dtype: torch.dtype) -> Expr:
         if isinstance(expr, Round) and expr.dtype == dtype:
             return expr
         if isinstance(expr, Const) and dtype in INTEGER_DTYPES:
+            if not math.isfinite(expr.value):  # torch refuses it (fill_, full)
+                return Bad(f"{expr.value} stored in {str(dtype).removeprefix('torch.')}")
             return Const(float(_wrapped(int(expr.value), dtype)))
         return Round(expr, dtype)
     return expr
