@@ -18,6 +18,8 @@ from torch import nn
 import shardinit
 
 SEED = 52
+#: The dtypes make test runs (the others under --runslow).
+SAMPLE = ("int8", "uint8", "int64", "bool")
 INTEGERS = {
     "int8": torch.int8, "uint8": torch.uint8, "int16": torch.int16,
     "int32": torch.int32, "int64": torch.int64, "bool": torch.bool,
@@ -57,15 +59,19 @@ ROUTES: dict[str, Callable[[torch.dtype], torch.Tensor]] = {
 }
 
 
+def _dtypes(names: list[str]) -> list[object]:
+    return [n if n in SAMPLE else pytest.param(n, marks=pytest.mark.slow) for n in names]
+
+
 @pytest.mark.parametrize("route", list(ROUTES))
-@pytest.mark.parametrize("dtype", list(INTEGERS))
+@pytest.mark.parametrize("dtype", _dtypes(list(INTEGERS)))
 def test_casts_in_range_give_eagers_values(dtype: str, route: str) -> None:
     got, eager = _bias_after(lambda _: ROUTES[route](INTEGERS[dtype]).to(torch.float64))
     assert torch.equal(got, eager), (got, eager)
 
 
 @pytest.mark.parametrize("value", list(OUT_OF_RANGE))
-@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "int32", "int64"])
+@pytest.mark.parametrize("dtype", _dtypes(["int8", "uint8", "int16", "int32", "int64"]))
 def test_a_program_cast_out_of_range_is_refused(dtype: str, value: str) -> None:
     number = OUT_OF_RANGE[value]
     info = torch.iinfo(INTEGERS[dtype])
