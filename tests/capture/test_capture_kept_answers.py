@@ -52,7 +52,7 @@ def test_a_fold_extended_write_by_write_is_the_fold_afresh() -> None:
             kept = mode.engine.folded(track)
             afresh, _, random = Folds(op_value).fold(track)
             assert not random
-            assert mode.engine.fold(track) == kept  # the one kept, every write since
+            assert mode.engine.fold(track) == (kept, False)  # the one kept, every write since
             assert simplify(afresh, ((0, 6), (0, 8))) == simplify(kept, ((0, 6), (0, 8)))
         values = torchvalues.eager_values(kept, (6, 8), torch.int64)
     eager = torch.zeros(6, 8, dtype=torch.int64)

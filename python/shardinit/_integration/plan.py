@@ -198,6 +198,7 @@ class Plan:
     ) -> None:
         """The phases after planning, for every region source: check (raises before
         anything is allocated), allocate, fill, buffers."""
+        _refuse_shared_storage(root)
         self.check(overwrite=overwrite, buffer_init=buffer_init)
         self.allocate(root, device)
         self.fill()
@@ -234,7 +235,12 @@ class Plan:
             current = module._buffers[attr]
             assert current is not None
             if current.is_meta:
-                module._buffers[attr] = torch.empty_like(current, device=plain_device)
+                allocated = torch.empty_like(current, device=plain_device)
+                # Its attributes, as eager keeps them (shardinit's own notes stay behind).
+                allocated.__dict__.update(
+                    {k: v for k, v in vars(current).items() if not k.startswith("_shardinit")}
+                )
+                module._buffers[attr] = allocated
 
     def fill(self) -> None:
         """Writes every parameter's values into its target."""
@@ -603,3 +609,25 @@ def _raise_uncomputable(unknown: Sequence[BufferPlan]) -> None:
         if buffer.made is not None:
             shape, dtype = tuple(buffer.holder.tensor.shape), buffer.holder.tensor.dtype
             buffer_tensor(buffer.made, buffer.holder.name, shape, dtype)  # raises
+
+
+def _refuse_shared_storage(root: nn.Module) -> None:
+    """Raises when two distinct meta parameters or buffers view one storage (built as
+    views of one tensor, ``p = Parameter(base[:4]); q = Parameter(base[4:])``): in
+    eager torch they share memory, a write to one shows in the other, where
+    materialize gives each its own. A parameter held twice (tied) is one tensor, and
+    fine."""
+    seen: dict[int, tuple[str, torch.Tensor, object]] = {}
+    named = [*root.named_parameters(), *root.named_buffers()]
+    for name, tensor in named:
+        if not tensor.is_meta or is_dtensor(tensor):
+            continue
+        storage = tensor.untyped_storage()  # held in seen: its id is not reused
+        first = seen.setdefault(id(storage), (name, tensor, storage))
+        if first[1] is not tensor:
+            raise ShardInitError(
+                f"materialize: '{first[0]}' and '{name}' are views of one meta storage: "
+                "in eager torch they share memory (a write to one shows in the other), "
+                "which materialize, allocating each on its own, would not keep. Make "
+                "each its own tensor, or tie them as one Parameter"
+            )

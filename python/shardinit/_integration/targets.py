@@ -173,7 +173,9 @@ class LocalTarget(SlotHeld):
             # the meta tensor's memory format (a channels_last Conv2d stays one, as
             # torch's to_empty keeps it); the Writer fills strided tensors by strides.
             empty = torch.empty_like(tensor, device=device, requires_grad=False)
-            new = make_parameter(nn.Parameter, empty, tensor.requires_grad)
+            # Its own class: a Parameter subclass stays one, as in eager construction.
+            cls = type(tensor) if isinstance(tensor, nn.Parameter) else nn.Parameter
+            new = make_parameter(cls, empty, tensor.requires_grad)
             # The attributes code set on the parameter (Mamba's ``_no_weight_decay``,
             # Megatron's tensor-parallel ones), which torch's to_empty keeps on the same
             # object; shardinit's own notes on the meta parameter stay behind.

@@ -54,11 +54,20 @@ EXACT_INTEGERS = float(2**53)
 
 def stored(expr: Expr, dtype: torch.dtype) -> Expr:
     """``expr`` as a tensor of ``dtype`` holds it (integers: wrapped, see
-    :func:`exact_integers` for when that is exact)."""
+    :func:`exact_integers` for when that is exact; bool: whether it is nonzero, NaN
+    included, as torch converts)."""
+    if dtype == torch.bool and not isinstance(expr, Source):
+        if isinstance(expr, Const):
+            return Const(float(expr.value != 0.0))
+        if not (isinstance(expr, Binary) and expr.op in COMPARE):
+            return Binary("ne", expr, Const(0.0))
+        return expr
     if (dtype in _ROUNDED or dtype in INTEGER_DTYPES) and not isinstance(expr, Source):
         if isinstance(expr, Round) and expr.dtype == dtype:
             return expr
         if isinstance(expr, Const) and dtype in INTEGER_DTYPES:
+            if not math.isfinite(expr.value):  # torch refuses it (fill_, full)
+                return Bad(f"{expr.value} stored in {str(dtype).removeprefix('torch.')}")
             return Const(float(_wrapped(int(expr.value), dtype)))
         return Round(expr, dtype)
     return expr

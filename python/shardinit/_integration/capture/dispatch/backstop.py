@@ -87,6 +87,8 @@ class WriteBackstop(DispatchMode):  # type: ignore[no-untyped-call]
         self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Any = None
     ) -> Any:
         kwargs = kwargs or {}
+        if self.store.in_signal is not None:  # arrived while the dispatch above ran
+            self.store.refuse_in_signal(str(func), (args, kwargs))
         written = _written_arguments(func)
         if written:
             for value in _values_at(written, args, kwargs):

@@ -391,9 +391,17 @@ def dropout(mode: Mode, call: Call) -> Any:
 
 def resize(mode: Mode, call: Call) -> Any:
     """``resize_`` of a followed tensor to its own shape changes nothing, as in eager;
-    any other resize is :func:`unrouted` (refused on a parameter)."""
-    if call.target is None or not resizes_to_itself(call.name, call.args, call.kwargs):
+    any other resize of one is refused: the capture follows a tensor's values in the
+    shape it was made with (a resized temporary's values were read in the old shape)."""
+    if call.target is None:
         return NOT_MINE
+    if not resizes_to_itself(call.name, call.args, call.kwargs):
+        raise mode.store.fail(
+            call.target, call.name,
+            "it changes the shape or strides of a tensor whose values the capture follows "
+            "(resize_ to the tensor's own shape is the identity, and is replayed); make "
+            "the tensor in the shape it needs, or view it",
+        )  # fmt: skip
     return call.args[0]
 
 

@@ -26,6 +26,9 @@ The routes:
 
 from __future__ import annotations
 
+import dis
+import os
+import pathlib
 import sys
 from collections.abc import Mapping, Sequence
 from types import FrameType
@@ -40,7 +43,7 @@ from ...._torch_compat import (
     exit_dispatch_mode,
     handed_to_mode,
 )
-from ....errors import ShardInitError, UnsupportedInitOpError
+from ....errors import InternalError, ShardInitError, UnsupportedInitOpError
 from ..ops import INIT_FUNCTIONS, INIT_TRANSLATIONS, is_inplace, python_numbers
 from ..trace import (
     Concrete,
@@ -53,6 +56,7 @@ from ..trace import (
     frame_arguments,
     func_name,
     init_frame,
+    user_frame,
 )
 from .backstop import WriteBackstop
 from .calls import NOT_MINE, Call
@@ -131,6 +135,8 @@ class CaptureMode(TorchFunctionMode):
         kwargs: Mapping[str, Any] | None = None,
     ) -> Any:
         kwargs = dict(kwargs or {})
+        if self.store.in_signal is not None:
+            self.store.refuse_in_signal(func_name(func), (args, kwargs))
         found = init_frame(self.outer)
         if found is not None:
             return self.inside_init(*found, func, args, kwargs)
@@ -162,6 +168,14 @@ class CaptureMode(TorchFunctionMode):
         except _TORCH_ERRORS as error:
             if isinstance(error, ShardInitError):  # a refusal, or an invalid argument
                 raise
+            if isinstance(error, RecursionError):
+                raise self.too_deep(call, error) from error
+            if shardinits_own(error):
+                raise InternalError(
+                    f"shardinit's capture failed on {call.name} at {user_frame()}: "
+                    f"{type(error).__name__}: {error} (a bug in shardinit, not in torch or "
+                    "the init code: please report it)"
+                ) from error
             raise self.torch_raised(call, error) from error
 
     def torch_raised(self, call: Call, error: BaseException) -> BaseException:
@@ -179,6 +193,18 @@ class CaptureMode(TorchFunctionMode):
             f"{what} was raised on the capture's stand-ins (meta tensors whose values "
             "the capture follows), where eager torch on real values may not; shardinit "
             "does not replay this operation on these tensors",
+        )  # fmt: skip
+
+    def too_deep(self, call: Call, error: RecursionError) -> BaseException:
+        """A RecursionError while routing ``call``: the capture's own limit (the values'
+        expression nests past Python's recursion limit), refused as such."""
+        followed = self.store.followed((call.args, call.kwargs))
+        return self.store.fail(
+            followed[0] if followed else "a temporary", call.name,
+            "the capture's expression of these values nests deeper than Python's recursion "
+            f"limit ({sys.getrecursionlimit()}), a limit of shardinit's capture, not of "
+            "torch or the init code (a step over a tensor written in many separate pieces "
+            "reads every piece)",
         )  # fmt: skip
 
     # ----------------------------------------------------------------- routes
@@ -228,5 +254,34 @@ class CaptureMode(TorchFunctionMode):
 
 
 #: torch's errors that routing a call on followed tensors may raise where eager torch
-#: would not (meta kernels, meta and CPU operands mixed, deep recursion): refused.
+#: would not (meta kernels, meta and CPU operands mixed): refused. The same types raised
+#: by shardinit's own code are no torch error (:func:`shardinits_own`).
 _TORCH_ERRORS = (RuntimeError, NotImplementedError, ValueError, IndexError, RecursionError)
+
+#: shardinit's package folder, and its expression floor (which runs no init code's op).
+_PACKAGE = str(pathlib.Path(__file__).resolve().parents[3])  # shardinit/
+_FLOOR = os.path.join(_PACKAGE, "_program") + os.sep
+#: Instructions by which a frame raises an exception itself (not a callee in C).
+_RAISING = frozenset({"RAISE_VARARGS", "RERAISE"})
+
+
+def shardinits_own(error: BaseException) -> bool:
+    """Whether ``error`` came from shardinit's own code rather than from torch: raised
+    where shardinit's expression floor (:mod:`shardinit._program`) runs (a builtin's
+    error there, such as ``zip``'s, is shardinit's), or by a ``raise`` statement of
+    shardinit's package. An error of torch's C++ kernels surfaces in the Python frame
+    that called them, which may be shardinit's: that is a call, not a ``raise``."""
+    innermost = error.__traceback__
+    if innermost is None:
+        return False
+    while innermost.tb_next is not None:
+        innermost = innermost.tb_next
+    code = innermost.tb_frame.f_code
+    if not code.co_filename.startswith(_PACKAGE + os.sep):
+        return False  # torch's own Python (meta kernels, references), or the init code's
+    if code.co_filename.startswith(_FLOOR):
+        return True
+    instruction = next(
+        (i for i in dis.get_instructions(code) if i.offset == innermost.tb_lasti), None
+    )
+    return instruction is not None and instruction.opname in _RAISING

@@ -20,6 +20,7 @@ __all__ = [
     "CPU",
     "answer_device",
     "register_grad_hook",
+    "run_as_is",
     "write_at_coordinates",
     "write_copy",
     "write_data",
@@ -81,6 +82,11 @@ def write_copy(mode: Mode, call: Call) -> Any:
     return _written(mode, call)
 
 
+def run_as_is(mode: Mode, call: Call) -> Any:
+    """The call itself, as torch runs it."""
+    return call.func(*call.args, **call.kwargs)
+
+
 def write_pad(mode: Mode, call: Call) -> Any:
     """Zero padding is the identity (transformers' ``_adjust_bias`` stores it back);
     any other pad is no write of this family's."""
@@ -132,10 +138,17 @@ def register_grad_hook(mode: Mode, call: Call) -> Any:
     allocated parameter after it, as eager's parameter keeps them; the handle init code
     gets removes them there too (the same dict). A sharded (DTensor) parameter is
     refused, named: its hooks would be on FSDP's or the tensor-parallel plan's object,
-    which shardinit does not hand them to."""
+    which shardinit does not hand them to. On a buffer's stand-in, refused: no buffer
+    takes the stand-in's hooks. On a temporary, registered as it is."""
     target = _target(call)
+    if target.kind == "temp":
+        return run_as_is(mode, call)
     if target.kind != "param":
-        return NOT_MINE
+        raise mode.store.fail(
+            target, call.name,
+            "the hook would stay on the capture's stand-in, not on the tensor materialize "
+            "fills (eager torch keeps it on the tensor); register it after materialize",
+        )  # fmt: skip
     if getattr(type(target.base), "sharded", False):
         raise mode.store.fail(
             target, call.name,

@@ -12,10 +12,25 @@ import torch
 
 from ...._program.actions import Opaque, TrackAction, constant_fill
 from ...._program.cannot import Cannot
-from ...._torch_compat import tree_leaves
+from ...._torch_compat import (
+    stored_contiguous,
+    stored_strides,
+    torch_function_disabled,
+    tree_leaves,
+)
 from ....errors import ShardInitError
 from ..ops import scalar
-from ..trace import Concrete, Coordinates, Copies, Engine, RecordStore, Steps, Track, same_view
+from ..trace import (
+    Concrete,
+    Coordinates,
+    Copies,
+    Engine,
+    RecordStore,
+    Steps,
+    Track,
+    give_eager_layout,
+    same_view,
+)
 from .backstop import WriteBackstop
 from .metaruns import run_meta_inplace
 
@@ -73,6 +88,17 @@ class Writes:
         op = "tensor.data = value"
         if same_view(view, value):
             return
+        if view is not target.base and not isinstance(view, torch.nn.Parameter):
+            # A view's .data = rebinds that view alone in eager torch: the tensor it
+            # viewed keeps its values, and later writes through the view go elsewhere
+            # (a parameter's stand-in is a Parameter, a tied holder's too).
+            raise self.store.fail(
+                target, op,
+                "it is set on a view, which eager torch rebinds to the value alone (the "
+                "viewed tensor keeps its values, and later writes through the view miss "
+                "it); shardinit does not follow the rebound view: write through the view "
+                "(view.copy_(value)), or set the tensor's own .data",
+            )  # fmt: skip
         if not isinstance(value, torch.Tensor) or (value.shape, value.dtype) != (
             view.shape,
             view.dtype,
@@ -88,9 +114,36 @@ class Writes:
                 view.data = value
             return
         self.copies.copy_into(target, view, value, op)
+        self.keep_strides(target, view, value, op)
         # ``.data =`` bypasses autograd: a Parameter that requires grad (a constructor's,
         # outside no_grad) takes the copy through its detached self.
         self.run_on(target, torch.Tensor.copy_, (view.detach(), value), {})
+
+    def keep_strides(self, target: Track, view: torch.Tensor, value: torch.Tensor, op: str) -> None:
+        """After ``tensor.data = value``: the tensor takes ``value``'s strides, as in eager
+        torch. A dense layout (a transpose, a permutation) is kept on the track (the meta
+        tensor takes it after the capture, :func:`..session.standins.give_memory_formats`)
+        and on the stand-in (its views follow eager's layout, ``threads.py``); strides
+        with gaps or repeats (``t[:, ::2]``, ``expand``) no allocation makes: refused."""
+        if target.kind == "temp":
+            return
+        with torch_function_disabled():  # the tensors' own layout
+            strides = stored_strides(value)
+            contiguous = stored_contiguous(value)
+            dense = torch.empty_like(value, device="meta").stride() == strides
+        if contiguous:
+            target.strides = None
+            give_eager_layout(view, view)
+            return
+        if not dense:
+            raise self.store.fail(
+                target, op,
+                f"the value has strides {strides}, with gaps or repeats, which eager's "
+                "tensor takes and no allocation gives (copy_ it instead, or make it "
+                "contiguous)",
+            )  # fmt: skip
+        target.strides = strides
+        give_eager_layout(view, value)
 
     def setitem_by_meta(
         self, target: Track, tensor: torch.Tensor, index: Any, value: Any, op: str

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ...._program.exact import EXACT_INTEGERS, integer_span
 from ...._program.nodes import BINARY, UNARY, Bad, Const, Expr, Round, Unary
 from ...._program.rewrite import combine, where
 
@@ -368,8 +369,11 @@ def cast_dtype(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tor
     return None
 
 
-def cast(expr: Expr, source: torch.dtype, dtype: torch.dtype) -> Expr:
-    """A value of dtype ``source`` converted to ``dtype``."""
+def cast(
+    expr: Expr, source: torch.dtype, dtype: torch.dtype, ranges: Sequence[tuple[int, int]]
+) -> Expr:
+    """A value of dtype ``source`` converted to ``dtype``, over the coordinate ``ranges``
+    of the result (:func:`float_to_integer` bounds the values over them)."""
     if dtype.is_floating_point:
         if dtype == torch.float64 or dtype == source:
             return expr
@@ -377,5 +381,31 @@ def cast(expr: Expr, source: torch.dtype, dtype: torch.dtype) -> Expr:
     if dtype == torch.bool:
         return combine("ne", expr, Const(0.0))
     if source.is_floating_point:
-        return _trunc(expr)
+        return float_to_integer(expr, source, dtype, ranges)
     return expr
+
+
+def float_to_integer(
+    expr: Expr, source: torch.dtype, dtype: torch.dtype, ranges: Sequence[tuple[int, int]]
+) -> Expr:
+    """A float value cast to the integer ``dtype``: truncated toward zero, where C++
+    defines the cast (the truncated value lies in ``dtype``'s range; torch casts to
+    uint8 through int64, whose wrap is defined, kept here within 2**53, where binary64
+    is exact). Where some value over ``ranges`` may be NaN, infinite or out of that
+    range (interval bounds), :class:`Bad`: torch's result there is the platform's
+    (x86 gives the lowest integer, others saturate), not a value shardinit can give."""
+    low, high = integer_span(expr, ranges)
+    info = torch.iinfo(dtype)
+    least, most = (
+        (-EXACT_INTEGERS, EXACT_INTEGERS) if dtype == torch.uint8 else (info.min, info.max)
+    )
+    if least - 1 < low and high < most + 1:
+        return _trunc(expr)
+    reach = "not bounded" if math.isinf(low) or math.isinf(high) else f"in [{low}, {high}]"
+    names = [str(d).removeprefix("torch.") for d in (source, dtype)]
+    return Bad(
+        f"a cast of {names[0]} values to {names[1]} where a value may be NaN, infinite or "
+        f"out of {names[1]}'s range (the values are {reach}): C++ leaves that cast "
+        "undefined, and torch's result differs between platforms (clamp the values into "
+        "the range first, or cast values known at capture)"
+    )

@@ -23,9 +23,11 @@ from .created import CreatedTensors
 from .initcalls import install_init_calls
 from .modulecalls import install_module_calls
 from .records import CapturedInit
+from .signals import signal_handlers_watched
 from .standins import (
     ParamGroup,
     buffer_standins,
+    give_buffer_attributes,
     give_memory_formats,
     give_parameter_attributes,
     iter_tracks,
@@ -144,7 +146,9 @@ def capture_init(
         new_submodules = NewSubmodules(module)
         try:
             watch = watching_threads(recorder.store)  # why: threads.py
-            with recorder, watch, torch.no_grad(), new_submodules.refused(), created.noted():
+            signals = signal_handlers_watched(recorder.store)  # why: signals.py
+            refused = new_submodules.refused()
+            with recorder, watch, signals, torch.no_grad(), refused, created.noted():
                 init_fn()
             created.settle(recorder)  # puts the stand-ins back where init code replaced them
         finally:
@@ -167,6 +171,7 @@ def capture_init(
             _check_unchanged(groups)
             give_memory_formats(groups, buffers)  # init code's module.to(memory_format=...)
             give_parameter_attributes(groups)  # init code's p.attr = ...
+            give_buffer_attributes(buffers)  # and buffer.attr = ...
     _warn_dropped(groups, winners)
     return _recorded(module, init_fn, groups, winners, created, values)
 

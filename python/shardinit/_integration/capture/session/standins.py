@@ -35,13 +35,14 @@ from ...._names import ParamSlot, canonical_name, param_slots, qualified, refuse
 from ...._torch_compat import give_grad_hooks, is_flat_param, make_parameter
 from ....errors import ShardInitError, UnsupportedInitOpError
 from ....spec import SUPPORTED_DTYPES
-from ..trace import AFTER_INIT_FN, Track, refusal, storage_id
+from ..trace import AFTER_INIT_FN, EAGER_LAYOUT, Track, refusal, storage_id
 from .threads import CheckedParameter, checked_tensor
 
 __all__ = [
     "BufferStandIn",
     "ParamGroup",
     "buffer_standins",
+    "give_buffer_attributes",
     "give_memory_formats",
     "give_parameter_attributes",
     "param_groups",
@@ -298,9 +299,20 @@ def give_parameter_attributes(groups: list[ParamGroup]) -> None:
     torch leaves them on the parameter."""
     for group in groups:
         for track in group.distinct_tracks():
-            if vars(track.base):
-                group.original.__dict__.update(vars(track.base))
+            given = {k: v for k, v in vars(track.base).items() if k != EAGER_LAYOUT}
+            if given:  # shardinit's own note of eager's layout stays on the stand-in
+                group.original.__dict__.update(given)
             give_grad_hooks(track.base, group.original)
+
+
+def give_buffer_attributes(buffers: list[BufferStandIn]) -> None:
+    """Gives each buffer the Python attributes init code set on its stand-in
+    (``buffer.tag = ...``), as eager torch leaves them on the buffer (the meta buffer
+    holds them; materialize's allocation keeps them)."""
+    for standin in buffers:
+        given = {k: v for k, v in vars(standin.track.base).items() if k != EAGER_LAYOUT}
+        if given and standin.module._buffers.get(standin.attr) is standin.original:
+            standin.original.__dict__.update(given)
 
 
 def give_memory_formats(groups: list[ParamGroup], buffers: list[BufferStandIn]) -> None:
@@ -312,11 +324,37 @@ def give_memory_formats(groups: list[ParamGroup], buffers: list[BufferStandIn]) 
         formats = [t.memory_format for t in group.distinct_tracks() if t.memory_format]
         if formats and group.original.is_meta:
             group.original.data = group.original.data.to(memory_format=formats[-1])
+        strides = [t.strides for t in group.distinct_tracks() if t.strides is not None]
+        if strides:  # init code's tensor.data = value of another dense layout
+            _give_strides(group, strides[-1])
     for standin in buffers:
         fmt = standin.track.memory_format
         current = standin.module._buffers.get(standin.attr)
         if fmt is not None and current is standin.original and current.is_meta:
-            standin.module._buffers[standin.attr] = current.to(memory_format=fmt)
+            standin.module._buffers[standin.attr] = current = current.to(memory_format=fmt)
+        given = standin.track.strides
+        if given is not None and current is not None and current.is_meta:
+            standin.module._buffers[standin.attr] = torch.empty_strided(
+                current.shape, given, dtype=current.dtype, device="meta"
+            )
+
+
+def _give_strides(group: ParamGroup, strides: tuple[int, ...]) -> None:
+    """The meta parameter takes ``strides``, as eager's took its new ``.data``'s; a
+    parameter that is not a plain meta tensor (a DTensor's shard, one already
+    allocated) cannot take them: refused, naming it."""
+    original = group.original
+    if not original.is_meta or type(original) not in (torch.Tensor, nn.Parameter):
+        raise refusal(
+            f"parameter '{group.name}'", "tensor.data = value",
+            f"eager's parameter takes the value's strides {strides}, which a "
+            f"{type(original).__name__} on {original.device} cannot take",
+            "Copy the value in (p.copy_(value)), or make it contiguous first",
+            where="in init code",
+        )  # fmt: skip
+    original.data = torch.empty_strided(
+        original.shape, strides, dtype=original.dtype, device="meta"
+    )
 
 
 def iter_tracks(groups: list[ParamGroup]) -> Iterator[Track]:

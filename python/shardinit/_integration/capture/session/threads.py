@@ -59,7 +59,7 @@ from ...._torch_compat import (
     tree_leaves,
 )
 from ....errors import UnsupportedInitOpError
-from ..trace import refusal, storage_id
+from ..trace import EAGER_LAYOUT, refusal, storage_id
 
 if TYPE_CHECKING:
     from ..trace import RecordStore
@@ -193,20 +193,20 @@ class _ThreadChecked(torch.Tensor):
 
     def stride(self, *args: Any, **kwargs: Any) -> Any:
         """Eager's strides (module docstring)."""
-        eager = self.__dict__.get("_eager_layout")
+        eager = self.__dict__.get(EAGER_LAYOUT)
         if eager is not None:
             return eager.stride(*args, **kwargs)
         return torch.Tensor.stride(self, *args, **kwargs)
 
     def is_contiguous(self, *args: Any, **kwargs: Any) -> bool:
         """Whether eager's layout is contiguous (module docstring)."""
-        eager = self.__dict__.get("_eager_layout")
+        eager = self.__dict__.get(EAGER_LAYOUT)
         if eager is not None:
             return bool(eager.is_contiguous(*args, **kwargs))
         return bool(torch.Tensor.is_contiguous(self, *args, **kwargs))
 
     def contiguous(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        eager = self.__dict__.get("_eager_layout")
+        eager = self.__dict__.get(EAGER_LAYOUT)
         with torch_function_disabled():
             copies = eager is not None and not eager.is_contiguous(*args, **kwargs)
         if copies and _WATCH is not None:
@@ -227,7 +227,7 @@ def _layout_refusal(
 ) -> UnsupportedInitOpError:
     track = watch.store.lookup(tensor)
     label = track.label if track is not None else "a parameter"
-    eager = tensor.__dict__.get("_eager_layout")
+    eager = tensor.__dict__.get(EAGER_LAYOUT)
     strides = tuple(eager.stride()) if eager is not None else "?"
     error = refusal(
         label,
@@ -250,7 +250,7 @@ def _follow_eager_layout(
     eager torch cannot (module docstring); else each view of ``result`` notes its own."""
 
     def eager_of(arg: Any) -> Any:
-        layout = arg.__dict__.get("_eager_layout") if isinstance(arg, torch.Tensor) else None
+        layout = arg.__dict__.get(EAGER_LAYOUT) if isinstance(arg, torch.Tensor) else None
         return arg if layout is None else layout
 
     eager_args = [eager_of(a) for a in args]
@@ -268,7 +268,7 @@ def _follow_eager_layout(
     with torch_function_disabled():
         for view, eager_view in zip(views, eagers, strict=False):
             if isinstance(view, _ThreadChecked) and not stored_contiguous(eager_view):
-                view.__dict__["_eager_layout"] = eager_view
+                view.__dict__[EAGER_LAYOUT] = eager_view
 
 
 def checked_tensor(tensor: torch.Tensor) -> CheckedTensor:

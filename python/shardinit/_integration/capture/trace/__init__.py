@@ -17,6 +17,7 @@ from .refusals import AFTER_INIT_FN, HELP, refusal
 from .steps import Steps
 from .store import RecordStore
 from .tracks import (
+    EAGER_LAYOUT,
     Track,
     give_eager_layout,
     give_memory_format,
@@ -29,6 +30,7 @@ from .tracks import (
 
 __all__ = [
     "AFTER_INIT_FN",
+    "EAGER_LAYOUT",
     "HELP",
     "Concrete",
     "Coordinates",

@@ -14,6 +14,7 @@ import torch
 from ...._program.actions import CapturedOp, Computed, Fill, Opaque
 from ...._program.cannot import Cannot
 from ...._program.regions import FlatRun, box_runs, flat_range_boxes, map_runs_from, view_runs
+from ..ops import cast
 from .engine import BUFFER_WRITE, Engine, narrower
 from .frames import user_frame
 from .store import RecordStore
@@ -56,6 +57,8 @@ class Copies:
         if by_ops and self.translate(source, value, target, dst, op):  # type: ignore[arg-type]
             return
         expr = self.engine.operand(value, tuple(dst.shape), op)
+        if isinstance(value, torch.Tensor) and value.dtype != dst.dtype:  # converted
+            expr = cast(expr, value.dtype, dst.dtype, [(0, int(size)) for size in dst.shape])
         self.engine.write_expr(target, dst, expr, op)
 
     def translate(

@@ -138,10 +138,7 @@ class Engine:
                 "values computed after init code drew from torch's random generator "
                 "(only the stream gives random values; use torch.rand/randn or fills)"
             )
-        flat = value.detach().to(torch.float64).contiguous().view(-1).clone()
-        if value.dim() == 0:
-            return Const(float(flat[0]))
-        return Table(TableData(flat), contiguous_index(tuple(value.shape)))
+        return constants_table(value)
 
     def folded(self, track: Track) -> Expr:
         """The value of every element of ``track``'s base, over its coordinates (the same
@@ -150,8 +147,9 @@ class Engine:
         cached = self.folds.get(id(track))
         if cached is not None and cached[0] == len(track.ops) and cached[1] is last:
             return cached[2]
-        value = self.fold(track)
-        self.folds[id(track)] = (len(track.ops), last, value)
+        value, of_memory = self.fold(track)
+        if not of_memory:  # a table of the tensor's memory is read afresh: a write may
+            self.folds[id(track)] = (len(track.ops), last, value)  # be recorded, then run
         return value
 
     def folded_over(self, track: Track, box: Box) -> Expr:
@@ -183,7 +181,9 @@ class Engine:
             value = _drop_branch(value, never)
         return simplify(value, box)
 
-    def fold(self, track: Track) -> Expr:
+    def fold(self, track: Track) -> tuple[Expr, bool]:
+        """The fold of ``track``'s writes, and whether it is instead the table of its
+        CPU memory (a temporary of values torch computed, no program describes)."""
         value, never, random = self.left_folds.fold(track)
         if track.written(tuple((0, size) for size in track.shape)):
             value = _drop_branch(value, never)  # every element written: never selected
@@ -193,8 +193,8 @@ class Engine:
             and not (random or track.from_random or self.store.marked(track))
             and bad_reasons(value)
         ):
-            return self.table_of(track.base)
-        return value
+            return self.table_of(track.base), True
+        return value, False
 
     def value_of(self, value: Any, op: str) -> Expr:
         """The value of an operand at each of its own coordinates. (A view of) a
@@ -282,6 +282,14 @@ class Engine:
 
     def operand(self, value: Any, shape: Sequence[int], op: str) -> Expr:
         """An operand's value broadcast to ``shape``."""
+        if isinstance(value, torch.Tensor) and not _broadcasts_to(tuple(value.shape), shape):
+            # torch's own error, as eager raises it (the net refuses it, naming the op)
+            torch.broadcast_to(torch.empty(value.shape, device="meta"), tuple(shape))
+            followed = self.store.followed(value)
+            raise self.store.fail(
+                followed[0] if followed else "an operand", op,
+                f"an operand of shape {tuple(value.shape)} does not broadcast to {tuple(shape)}",
+            )  # fmt: skip
         expr = self.value_of(value, op)
         if not isinstance(value, torch.Tensor) or value.dim() == 0:
             return expr
@@ -578,3 +586,20 @@ def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr
         else:
             coords.append(combine("sub", Coord(axis), Const(float(box[axis][0]))))
     return box, tuple(coords)
+
+
+def _broadcasts_to(shape: tuple[int, ...], result: Sequence[int]) -> bool:
+    """Whether an operand of ``shape`` broadcasts to ``result`` (right-aligned, each dim
+    1 or equal), as torch requires of an elementwise operation's operands."""
+    if len(shape) > len(result):
+        return False
+    return all(s in (1, r) for s, r in zip(reversed(shape), reversed(tuple(result)), strict=False))
+
+
+def constants_table(value: torch.Tensor) -> Expr:
+    """The table of a CPU tensor's values, over its own coordinates: for values known to
+    come from constants (:meth:`Engine.table_of` checks where others came from)."""
+    flat = value.detach().to(torch.float64).contiguous().view(-1).clone()
+    if value.dim() == 0:
+        return Const(float(flat[0]))
+    return Table(TableData(flat), contiguous_index(tuple(value.shape)))

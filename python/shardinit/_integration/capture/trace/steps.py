@@ -23,10 +23,10 @@ from ...._program.exact import (
     stored,
 )
 from ...._program.nodes import Bad, Binary, Const, Coord, Expr, Prior, Source, contains
-from ...._program.rewrite import combine, where
+from ...._program.rewrite import combine
 from ...._torch_compat import stored_contiguous, tree_leaves
 from ..ops import POINTWISE, RANDOM_SOURCES, cast, cast_dtype, no_formula, step_of
-from .engine import Engine
+from .engine import Engine, constants_table
 from .frames import user_frame
 from .store import RecordStore
 from .tracks import Track, run_op
@@ -55,12 +55,17 @@ class Steps:
         if base in RANDOM_SOURCES:
             self.engine.record(temp, result, Fill(RANDOM_SOURCES[base]), name)
             return result
-        expr = self.source_value(name, args, kwargs, result)
+        expr = self.source_value(name, func, args, kwargs, result)
         self.store.hold(temp, self.engine.action_of(temp, expr, name), name)
         return result
 
     def source_value(
-        self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any], result: torch.Tensor
+        self,
+        name: str,
+        func: Any,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        result: torch.Tensor,
     ) -> Expr:
         if name in ("tensor", "new_tensor"):
             data = args[1] if name == "new_tensor" else args[0] if args else kwargs["data"]
@@ -68,15 +73,16 @@ class Steps:
         if name == "eye":
             return Binary("eq", Coord(0), Coord(1))
         numbers = [float(a) for a in args if isinstance(a, (int, float)) and a is not True]
-        if name == "linspace":
-            start = float(kwargs.get("start", numbers[0]))
-            end = float(kwargs.get("end", numbers[1]))
-            return stored(_linspace(start, end, int(result.shape[0])), result.dtype)
         start, step = (0.0, 1.0) if len(numbers) < 2 else (numbers[0], 1.0)
         if len(numbers) >= 3:
             step = numbers[2]
         start = float(kwargs.get("start", start))
         step = float(kwargs.get("step", step))
+        if name == "linspace" or not _exact_steps(start, step, result):
+            # torch computes start + step * i fused (one rounding), in the dtype's own
+            # arithmetic for linspace's step: torch's own values, as a table.
+            cpu = {**kwargs, "device": "cpu", "dtype": result.dtype, "requires_grad": False}
+            return constants_table(run_op(func, args, cpu))  # of constants: no draw
         value = combine("add", combine("mul", Coord(0), Const(step)), Const(start))
         if result.dtype.is_floating_point:
             return stored(value, result.dtype)
@@ -121,7 +127,8 @@ class Steps:
         if not stored_contiguous(result):
             result = result.contiguous()
         dtype = cast_dtype(name, args, kwargs) or result.dtype
-        expr = cast(self.engine.operand(source, tuple(result.shape), name), source.dtype, dtype)
+        operand = self.engine.operand(source, tuple(result.shape), name)
+        expr = cast(operand, source.dtype, dtype, _ranges(result))
         temp = self.store.new_temp(name, result)
         self.engine.carry_read(temp, source, name)
         self.store.hold(temp, self.engine.action_of(temp, expr, name), name)
@@ -220,12 +227,14 @@ def _ranges(result: torch.Tensor) -> list[tuple[int, int]]:
     return [(0, int(size)) for size in result.shape]
 
 
-def _linspace(start: float, end: float, steps: int) -> Expr:
-    """torch's linspace: from ``start`` up to the middle, from ``end`` down after it."""
-    if steps <= 1:
-        return Const(start)
-    step = (end - start) / (steps - 1)
-    up = combine("add", combine("mul", Coord(0), Const(step)), Const(start))
-    back = combine("sub", Const(float(steps - 1)), Coord(0))
-    down = combine("sub", Const(end), combine("mul", back, Const(step)))
-    return where(combine("lt", Coord(0), Const(float(steps // 2))), up, down)
+def _exact_steps(start: float, step: float, result: torch.Tensor) -> bool:
+    """Whether ``start + step * i`` is exact at every index of ``result`` in binary64 and
+    in ``result``'s dtype (integers within its significand): then the program, with its
+    one rounding, is torch's value. Integer dtypes are checked by their own rule."""
+    if not result.dtype.is_floating_point:
+        return True
+    if not (start.is_integer() and step.is_integer()):
+        return False
+    digits = {torch.float64: 53, torch.float32: 24, torch.float16: 11, torch.bfloat16: 8}
+    reach = abs(start) + abs(step) * max(int(result.shape[0]) - 1, 0) if result.dim() else 0
+    return reach <= 2.0 ** digits.get(result.dtype, 0)

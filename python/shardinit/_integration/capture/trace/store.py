@@ -51,6 +51,23 @@ class RecordStore:
         # know (random, opaque, a parameter's): id -> (the storage, kept alive so that
         # its id is not reused, and why). Their bytes are torch's, never a table.
         self.unknown: dict[int, tuple[Any, Unknown]] = {}
+        # The signal whose Python handler runs now, if one does (:mod:`..session.signals`).
+        self.in_signal: str | None = None
+
+    def refuse_in_signal(self, op: str, operands: Any) -> None:
+        """Inside a signal handler (:attr:`in_signal`), a call ``op`` on a followed tensor
+        is refused: its order against init code's writes is chance."""
+        if self.in_signal is None:
+            return
+        followed = self.followed(operands)
+        if followed:
+            raise self.fail(
+                followed[0], op,
+                f"it runs in the Python handler of {self.in_signal}, between two steps of "
+                "init code or of the capture itself: its order against init code's writes "
+                "is chance, and cannot be replayed (handle the signal outside "
+                "materialize, or set a flag there and act on it after)",
+            )  # fmt: skip
 
     def follow(self, track: Track) -> Track:
         self.by_storage[id(track.storage)] = track

@@ -18,7 +18,7 @@ from ...._torch_compat import stored_contiguous
 from ....errors import ShardInitError
 from ....init import Constant
 from ..ops import build
-from .tracks import Track
+from .tracks import EAGER_LAYOUT, Track
 
 __all__ = ["fill_action"]
 
@@ -88,7 +88,7 @@ def _check_eager_matrix_view(view: torch.Tensor) -> None:
     matrix ``q``, which raises in eager torch where the parameter's layout cannot be
     viewed so (``channels_last`` with a kernel wider than 1): :class:`Cannot` there, as
     eager refuses it (the stand-in notes eager's layout: :mod:`.threads`)."""
-    eager = view.__dict__.get("_eager_layout")
+    eager = view.__dict__.get(EAGER_LAYOUT)
     if eager is None or view.dim() < 2:
         return
     rows = view.size(0)

@@ -23,6 +23,7 @@ from ...._torch_compat import (
 )
 
 __all__ = [
+    "EAGER_LAYOUT",
     "Track",
     "give_eager_layout",
     "give_memory_format",
@@ -85,6 +86,9 @@ class Track:
         memory_format: the memory format init code gave the parameter or buffer
             (``module.to(memory_format=...)``, :mod:`.modulecalls`); the stand-in itself
             stays contiguous (its boxes are row-major), the meta tensor takes it after.
+        strides: the strides init code gave a parameter or buffer by ``tensor.data =
+            value`` of a dense ``value`` that is not row-major (eager's tensor takes
+            them); as with ``memory_format``, the meta tensor takes them after.
     """
 
     kind: TrackKind
@@ -97,6 +101,7 @@ class Track:
     reads: list[tuple[Track, str]] = field(default_factory=list)
     emptied: bool = False
     memory_format: torch.memory_format | None = None
+    strides: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         # Holding the storage object keeps its id() from being reused during the capture.
@@ -227,16 +232,21 @@ def _real_operand(tensor: torch.Tensor) -> bool:
     return not tensor.is_meta and (tensor.dim() > 0 or tensor.device.type != "cpu")
 
 
+#: The attribute of a stand-in (or its view) that holds a meta tensor of eager's layout
+#: where that is not row-major; shardinit's own: never given to a user's tensor.
+EAGER_LAYOUT = "_eager_layout"
+
+
 def give_eager_layout(standin: torch.Tensor, layout: torch.Tensor) -> None:
     """Notes on ``standin`` (row-major) the layout its parameter has in eager torch
     (``layout``'s strides), where that is not row-major (:mod:`..session.threads`)."""
     with torch_function_disabled():  # the capture's own tensors, inside its mode too
         if stored_contiguous(layout):
-            standin.__dict__.pop("_eager_layout", None)
+            standin.__dict__.pop(EAGER_LAYOUT, None)
             return
         eager = torch.empty_like(layout, device="meta")  # dense layouts keep their strides
         if eager.stride() == stored_strides(layout):
-            standin.__dict__["_eager_layout"] = eager
+            standin.__dict__[EAGER_LAYOUT] = eager
 
 
 def give_memory_format(track: Track, memory_format: torch.memory_format) -> None:
@@ -280,5 +290,5 @@ def memory_format_now(track: Track) -> torch.memory_format | None:
     row-major."""
     if track.memory_format is not None:
         return track.memory_format
-    eager = track.base.__dict__.get("_eager_layout")
+    eager = track.base.__dict__.get(EAGER_LAYOUT)
     return torch.contiguous_format if eager is None else memory_format_of(eager)
