@@ -41,7 +41,7 @@ class BoundedMap(Generic[_K, _V]):
             used go first, and a value heavier than the whole budget is not kept.
     """
 
-    __slots__ = ("_entries", "_weights", "_budget", "_held")
+    __slots__ = ("_budget", "_entries", "_held", "_weights")
 
     def __init__(self, budget: int | None = None) -> None:
         self._entries: OrderedDict[_K, _V] = OrderedDict()

@@ -41,7 +41,7 @@ from ...._torch_compat import (
     handed_to_mode,
 )
 from ....errors import ShardInitError, UnsupportedInitOpError
-from ..ops import INIT_FUNCTIONS, INIT_TRANSLATIONS, is_inplace, python_numbers
+from ..ops import INIT_FUNCTIONS, INIT_TRANSLATIONS, is_inplace, python_numbers, shown
 from ..trace import (
     Concrete,
     Coordinates,
@@ -223,7 +223,7 @@ class CaptureMode(TorchFunctionMode):
         :mod:`.initcalls`)."""
         entry = INIT_TRANSLATIONS[init_name]
         values = [arguments.get(n, d) for n, d in zip(entry.names, entry.defaults, strict=True)]
-        shown = ", ".join(f"{n}={v!r}" for n, v in zip(entry.names, values, strict=True))
+        shown = ", ".join(f"{n}={shown(v)}" for n, v in zip(entry.names, values, strict=True))
         self.coordinates.write(track, tensor, entry, values, f"torch.nn.init.{init_name}({shown})")
 
 

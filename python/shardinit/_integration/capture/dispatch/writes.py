@@ -15,7 +15,7 @@ from ...._program.cannot import Cannot
 from ...._torch_compat import tree_leaves
 from ....errors import ShardInitError
 from ....init import Constant
-from ..ops import scalar
+from ..ops import scalar, shown
 from ..trace import Concrete, Coordinates, Copies, Engine, RecordStore, Steps, Track, same_view
 from .backstop import WriteBackstop
 from .metaruns import run_meta_inplace
@@ -108,7 +108,7 @@ class Writes:
         self.engine.cannot(target, tensor, Cannot(why or "an index by tensors is no box"), op)
 
     def setitem(self, target: Track, tensor: torch.Tensor, index: Any, value: Any) -> None:
-        op = f"[{index!r}] = {value!r}"
+        op = f"[{shown(index)}] = {shown(value)}"
         if any(t.is_meta for t in tensors_in(index)):
             self.setitem_by_meta(target, tensor, index, value, op)
             return
