@@ -59,8 +59,8 @@ def write_translated(mode: Mode, call: Call) -> Any:
         return write_inplace(mode, call)
     options = {k: v for k, v in call.kwargs.items() if k != "rounding_mode"}
     values = bind(call.args[1:], options, entry)
-    shown = ", ".join(f"{n}={shown(v)}" for n, v in zip(entry.names, values, strict=True))
-    op = f"{call.name.strip('_')}_({shown})"
+    arguments = ", ".join(f"{n}={shown(v)}" for n, v in zip(entry.names, values, strict=True))
+    op = f"{call.name.strip('_')}_({arguments})"
     mode.coordinates.write(_target(call), call.args[0], entry, values, op)
     return _written(mode, call)
 

@@ -22,6 +22,7 @@ from ...._caches import BoundedMap
 from ...._program.exact import INTEGER_DTYPES
 from ...._program.keys import structure
 from ...._program.nodes import Binary, Const, Coord, Expr, Round, Table, Unary, Where, walk_nodes
+from ...._torch_compat import kernels_only
 
 __all__ = ["eager_values", "exactly", "torch_values"]
 
@@ -68,6 +69,11 @@ def eager_values(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torc
     budget of bytes: a model computes the same coordinate table in each of its layers
     (Swin's relative positions, BEiT's 196 x 196 x 2 relative coordinates, one per
     attention), each a new expression of the same nodes."""
+    with kernels_only():  # the capture's own computation on CPU values: no mode sees it
+        return _eager_values(expr, shape, dtype)
+
+
+def _eager_values(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
     if math.prod(shape) == 0:
         return torch.empty(shape, dtype=dtype, device=_CPU)
     key = structure(expr)
