@@ -129,3 +129,25 @@ def test_a_refused_call_raises_every_time() -> None:
         with pytest.raises(ValueError, match="both min and max are none"):
             clamp()
     assert metaruns._PASSED.get(metaruns._key(torch.Tensor.clamp_, (tensor,), {})) is None
+
+
+def test_a_repeated_element_write_runs_once_and_a_tensor_value_always() -> None:
+    table = torch.empty(4, 6, dtype=torch.int64, device="meta")
+    write = _counting(torch.Tensor.__setitem__, (table, (1, slice(0, 3)), 7), {})
+    assert [write(), write(), write()] == [1, 1, 1]
+    assert table._version == 3
+    skipped = metaruns.run_meta_inplace(
+        lambda: pytest.fail("ran"), torch.Tensor.__setitem__, (table, (1, slice(0, 3)), 7), {}
+    )
+    assert skipped is None  # as __setitem__ returns
+    # Another index (a slice's bound, an Ellipsis), another value: other keys.
+    assert _counting(torch.Tensor.__setitem__, (table, (1, slice(0, 4)), 7), {})() == 1
+    assert _counting(torch.Tensor.__setitem__, (table, (Ellipsis, 2), 7), {})() == 1
+    assert _counting(torch.Tensor.__setitem__, (table, (1, slice(0, 3)), 8), {})() == 1
+    # A tensor value or a tensor index: run each time.
+    value = torch.ones(3, dtype=torch.int64, device="meta")
+    copy = _counting(torch.Tensor.__setitem__, (table, (1, slice(0, 3)), value), {})
+    assert [copy(), copy()] == [1, 2]
+    rows = torch.tensor([0, 2], device="meta")
+    indexed = _counting(torch.Tensor.__setitem__, (table, rows, 0), {})
+    assert [indexed(), indexed()] == [1, 2]
