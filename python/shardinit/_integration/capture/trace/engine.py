@@ -154,7 +154,8 @@ class Engine:
         cached = self.folds.get(id(track))
         if cached is not None and cached[0] == len(track.ops) and cached[1] is last:
             return cached[2]
-        value = self.fold(track)
+        with torch_function_disabled():  # a fold reads layouts only (no device mode call)
+            value = self.fold(track)
         self.folds[id(track)] = (len(track.ops), last, value)
         return value
 
