@@ -333,12 +333,12 @@ class kernels_only:
     __slots__ = ("_dispatch", "_function")
 
     def __enter__(self) -> None:
-        self._function = torch._C.DisableTorchFunction()
-        self._dispatch = torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEY)
+        self._function: Any = torch._C.DisableTorchFunction()
+        self._dispatch: Any = torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEY)
         self._function.__enter__()
-        self._dispatch.__enter__()
+        self._dispatch.__enter__()  # type: ignore[no-untyped-call]
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self._dispatch.__exit__(*exc)
         self._function.__exit__(*exc)
 
