@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ...._program.actions import Opaque
 from ...._torch_compat import (
     GRAD_SWITCH,
     enter_dispatch_mode,
@@ -204,9 +205,9 @@ class CaptureMode(TorchFunctionMode):
         if handed_to_mode(sys._getframe(2), frame):
             # The function handed itself to the mode before running: run its body now,
             # unless its tensor holds no values to compute (a parameter's stand-in, a
-            # temporary on meta): then its writes are the recorded call's (whose
-            # translation checks the arguments as the body would).
-            if track is not None and (track.kind == "param" or _on_meta(track, tensor)):
+            # temporary on meta whose call was recorded as a fill): then its writes are
+            # the recorded call's.
+            if track is not None and (track.kind == "param" or _valueless(track, tensor)):
                 return tensor
             with self.backstop.expecting(track):
                 return INIT_FUNCTIONS[init_name](**arguments)
@@ -216,7 +217,7 @@ class CaptureMode(TorchFunctionMode):
         if operand is None and track is None:
             return func(*args, **kwargs)
         valueless = operand is not None and (
-            operand.kind == "param" or (operand is track and _on_meta(track, args[0]))
+            operand.kind == "param" or (operand is track and _valueless(track, args[0]))
         )
         if valueless and is_inplace(func_name(func)):
             return args[0]  # a write of the recorded call, on a tensor with no values
@@ -235,9 +236,18 @@ class CaptureMode(TorchFunctionMode):
         self.coordinates.write(track, tensor, entry, values, f"torch.nn.init.{init_name}({listed})")
 
 
-def _on_meta(track: Track, tensor: Any) -> bool:
-    """Whether ``tensor``, a view of ``track``, is a temporary on meta (no values)."""
-    return track.kind == "temp" and isinstance(tensor, torch.Tensor) and tensor.is_meta
+def _valueless(track: Track, tensor: Any) -> bool:
+    """Whether ``tensor``, a view of ``track``, is a temporary on meta (no values) whose
+    last recorded operation, the ``torch.nn.init`` call running, is a fill: its
+    translation took the arguments. A call it refused is opaque there, and runs, so
+    that torch raises where eager raises (``normal_(w, std=-1.0)``)."""
+    return (
+        track.kind == "temp"
+        and isinstance(tensor, torch.Tensor)
+        and tensor.is_meta
+        and bool(track.ops)
+        and not isinstance(track.ops[-1].action, Opaque)
+    )
 
 
 #: torch's errors that routing a call on followed tensors may raise where eager torch
