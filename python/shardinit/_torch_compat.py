@@ -52,6 +52,7 @@ __all__ = [
     "handed_to_mode",
     "is_flat_param",
     "is_strided_shard",
+    "kernels_only",
     "make_parameter",
     "make_subclass",
     "positional_arguments",
@@ -213,10 +214,15 @@ class mode_popped:
 
 
 def handed_to_mode(caller: FrameType, frame: FrameType) -> bool:
-    """Whether ``caller`` is ``torch.overrides.handle_torch_function`` called from
-    ``frame`` (checked 2.15.0): a ``torch.nn.init`` function running in ``frame`` handed
-    its own call to the ``__torch_function__`` mode before running its body."""
-    return caller.f_back is frame and caller.f_code.co_name == "handle_torch_function"
+    """Whether the call ``frame`` made that led to ``caller`` (a frame below it) is
+    ``torch.overrides.handle_torch_function`` (checked 2.15.0): a ``torch.nn.init``
+    function running in ``frame`` handed its own call to the ``__torch_function__``
+    modes before running its body (other modes' frames may lie between: a mode above
+    the capture's passes the call down)."""
+    callee: FrameType | None = caller
+    while callee is not None and callee.f_back is not frame:
+        callee = callee.f_back
+    return callee is not None and callee.f_code.co_name == "handle_torch_function"
 
 
 def tree_leaves(tree: Any) -> list[Any]:
@@ -334,6 +340,28 @@ def is_alias_of(tensor: torch.Tensor, other: torch.Tensor) -> bool:
 
 def python_key_excluded() -> Any:
     return torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEY)
+
+
+class kernels_only:
+    """A ``with`` block of torch's kernels alone: no ``__torch_function__`` (a mode's
+    Python call for every op and every ``shape`` or ``dtype`` read: under
+    ``torch.device("meta")`` about 5 us each) and no Python dispatch (the capture's own
+    dispatch modes). For the capture's own computations on CPU values it holds (a
+    table's checks, an eager evaluation), which no mode has to see; a factory in it
+    names its device (the device mode does not give it one). A class, not a
+    generator: it runs several times per recorded op."""
+
+    __slots__ = ("_dispatch", "_function")
+
+    def __enter__(self) -> None:
+        self._function: Any = torch._C.DisableTorchFunction()
+        self._dispatch: Any = torch._C._ExcludeDispatchKeyGuard(_PYTHON_KEY)
+        self._function.__enter__()
+        self._dispatch.__enter__()  # type: ignore[no-untyped-call]
+
+    def __exit__(self, *exc: Any) -> None:
+        self._dispatch.__exit__(*exc)
+        self._function.__exit__(*exc)
 
 
 #: The code of ``nn.Parameter.__deepcopy__`` (checked 2.15.0), whose local ``memo`` is

@@ -5,6 +5,7 @@ values, and only calls whose outcome the key fixes are skipped."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -129,3 +130,63 @@ def test_a_refused_call_raises_every_time() -> None:
         with pytest.raises(ValueError, match="both min and max are none"):
             clamp()
     assert metaruns._PASSED.get(metaruns._key(torch.Tensor.clamp_, (tensor,), {})) is None
+
+
+def test_a_repeated_element_write_runs_once_and_a_tensor_value_always() -> None:
+    table = torch.empty(4, 6, dtype=torch.int64, device="meta")
+    write = _counting(torch.Tensor.__setitem__, (table, (1, slice(0, 3)), 7), {})
+    assert [write(), write(), write()] == [1, 1, 1]
+    assert table._version == 3
+    skipped = metaruns.run_meta_inplace(
+        lambda: pytest.fail("ran"), torch.Tensor.__setitem__, (table, (1, slice(0, 3)), 7), {}
+    )
+    assert skipped is None  # as __setitem__ returns
+    # Another index (a slice's bound, an Ellipsis), another value: other keys.
+    assert _counting(torch.Tensor.__setitem__, (table, (1, slice(0, 4)), 7), {})() == 1
+    assert _counting(torch.Tensor.__setitem__, (table, (Ellipsis, 2), 7), {})() == 1
+    assert _counting(torch.Tensor.__setitem__, (table, (1, slice(0, 3)), 8), {})() == 1
+    # A tensor value or a tensor index: run each time.
+    value = torch.ones(3, dtype=torch.int64, device="meta")
+    copy = _counting(torch.Tensor.__setitem__, (table, (1, slice(0, 3)), value), {})
+    assert [copy(), copy()] == [1, 2]
+    rows = torch.tensor([0, 2], device="meta")
+    indexed = _counting(torch.Tensor.__setitem__, (table, rows, 0), {})
+    assert [indexed(), indexed()] == [1, 2]
+
+
+class _Constructed(nn.Module):
+    """A constructor's ``torch.nn.init`` call, recorded by ``record_constructors``."""
+
+    def __init__(self, init: Callable[[nn.Parameter], object]) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(4, 6))
+        init(self.weight)
+
+
+@pytest.mark.parametrize(
+    "init",
+    [
+        lambda w: nn.init.normal_(w, 0.0, -1.0),  # the body's aten normal_ refuses it
+        lambda w: nn.init.kaiming_normal_(w, mode="fan_x"),  # the body's own check
+        lambda w: nn.init.xavier_uniform_(w[0]),  # fans of a 1-D tensor
+    ],
+    ids=["negative-std", "mode", "fans"],
+)
+def test_an_init_call_eager_refuses_raises_in_a_recorded_constructor(
+    init: Callable[[nn.Parameter], object],
+) -> None:
+    # A recorded call's body is skipped on a meta temporary only where its translation
+    # took the arguments: else the body runs, and raises what eager raises.
+    with pytest.raises((RuntimeError, ValueError)) as eager:
+        _Constructed(init)
+    expected = pytest.raises(type(eager.value), match=re.escape(str(eager.value)[:40]))
+    with torch.device("meta"), shardinit.record_constructors(), expected:
+        _Constructed(init)
+
+
+def test_a_recorded_constructor_call_gives_its_values() -> None:
+    with torch.device("meta"), shardinit.record_constructors():
+        model = _Constructed(lambda w: nn.init.normal_(w, 0.0, 0.5))
+    shardinit.materialize(model, seed=5)
+    assert model.weight.device.type == "cpu"
+    assert 0.2 < float(model.weight.detach().std()) < 1.0

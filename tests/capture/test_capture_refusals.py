@@ -92,3 +92,14 @@ def test_a_message_of_another_shape_is_not_the_shape() -> None:
     assert not SHAPE.match(
         "capture_init: init code adds a module at 'x' with a new Linear at f.py:3 in g: why"
     )
+
+
+def test_a_tensor_in_a_refused_write_is_shown_by_dtype_and_shape() -> None:
+    # torch's repr of the values (about 2 ms, and no help in a refusal) is not built.
+    def scatter_rows(model: nn.Linear) -> None:
+        with torch.no_grad():
+            model.weight[[0, 2]] = torch.randn(2, 4)
+
+    message = _refusal(scatter_rows)
+    assert "[[0, 2]] = <float32 tensor (2, 4)>" in message, message
+    assert "tensor([[" not in message, message

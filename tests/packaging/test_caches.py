@@ -57,3 +57,17 @@ def test_user_code_objects_are_let_go_past_the_bound() -> None:
         frames._users_code(code_of(index))
     gc.collect()
     assert gone() is None
+
+
+def test_a_bounded_map_with_a_budget_keeps_its_weights_under_it() -> None:
+    kept: BoundedMap[str, int] = BoundedMap(budget=100)
+    kept.put("a", 1, 60)
+    kept.put("b", 2, 30)
+    assert kept.get("a") == 1  # now the most recently used: b goes first
+    kept.put("c", 3, 30)  # 120 > 100: the least recently used (b) is dropped
+    assert kept.get("b") is None and kept.get("a") == 1 and kept.get("c") == 3
+    kept.put("a", 4, 10)  # a replaced value counts its new weight only
+    kept.put("d", 5, 60)
+    assert [kept.get(k) for k in "acd"] == [4, 3, 5]
+    kept.put("e", 6, 101)  # heavier than the whole budget: not kept, nothing dropped
+    assert kept.get("e") is None and len(kept) == 3

@@ -28,7 +28,7 @@ import torch
 from ...._caches import cached
 from ...._program.actions import Fill, Opaque
 from ...._program.cannot import Cannot
-from ...._torch_compat import DispatchMode, tree_leaves
+from ...._torch_compat import DispatchMode, torch_function_disabled, tree_leaves
 from ....init import Constant
 from ..trace import RecordStore, Track, user_frame
 
@@ -113,8 +113,13 @@ class WriteBackstop(DispatchMode):  # type: ignore[no-untyped-call]
         C++ op's parts): :meth:`.store.RecordStore.mark_unknown`. The routes above
         follow their results as tracks, which take precedence; anything else read as
         a table is refused where it reaches a parameter or buffer."""
-        outs = [v for v in tree_leaves(result) if isinstance(v, torch.Tensor) and not v.is_meta]
-        outs += [v for v in _values_at(written, args, kwargs) if not v.is_meta]
+        with torch_function_disabled():  # metadata: no Python call of a device mode each
+            if isinstance(result, torch.Tensor):  # most ops: no tree to walk
+                outs = [] if result.is_meta else [result]
+            else:
+                outs = [v for v in tree_leaves(result) if isinstance(v, torch.Tensor)]
+                outs = [v for v in outs if not v.is_meta]
+            outs += [v for v in _values_at(written, args, kwargs) if not v.is_meta]
         if not outs:
             return
         try:

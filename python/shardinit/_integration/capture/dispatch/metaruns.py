@@ -11,7 +11,8 @@ Such a run is a pure function of the call: the function, the numbers it takes, a
 tensor's type, dtype, shape, strides and autograd state (a meta tensor has no values).
 So once a call of one key has run, returned its tensor and left its shape, strides and
 dtype as they were, another call of the same key would do the same: it is skipped, and
-only its version bump is made. Calls with a tensor argument, calls that change the
+only its version bump is made (``w[i, j] = c`` too: an index of numbers and slices is
+plain). Calls with a tensor argument, calls that change the
 tensor's metadata (``resize_``, ``t_``) or raise, tensors autograd records (a
 grad-requiring tensor with grad enabled: the step would get a ``grad_fn``) and inference
 tensors (whose writes torch refuses outside inference mode) always run.
@@ -29,7 +30,8 @@ from ...._torch_compat import stored_strides, torch_function_disabled
 
 __all__ = ["run_meta_inplace"]
 
-#: Keys of calls that ran on a meta tensor and changed none of its metadata.
+#: Keys of calls that ran on a meta tensor and changed none of its metadata: whether the
+#: call returned its tensor (else None: ``__setitem__``).
 _PASSED: BoundedMap[tuple[Any, ...], bool] = BoundedMap()
 
 #: Argument types whose value the key can hold (a number, a flag, an absent bound).
@@ -49,13 +51,26 @@ def _key(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Any
             return None
         if (tensor.requires_grad and torch.is_grad_enabled()) or tensor.is_inference():
             return None  # autograd records the step; an inference tensor has no version
-        rest = (*args[1:], *kwargs.values())
-        if not all(type(value) in _PLAIN for value in rest):
+        plain = tuple(_plain(value) for value in args[1:])
+        named = tuple(sorted((name, _plain(value)) for name, value in kwargs.items()))
+        if None in plain or any(value is None for _, value in named):
             return None
-        # The types with the values: 1 and 1.0 and True are equal keys but not equal calls.
-        plain = tuple((type(value), value) for value in args[1:])
-        named = tuple(sorted((name, type(value), value) for name, value in kwargs.items()))
         return (func, type(tensor), _metadata(tensor), tensor.requires_grad, plain, named)
+
+
+def _plain(value: Any) -> tuple[Any, ...] | None:
+    """A plain argument as a key: its type with its value (1, 1.0 and True are equal
+    keys but not equal calls), an index (``w[i, :3] = c``) by its parts; None for
+    anything else (a tensor)."""
+    if type(value) in _PLAIN:
+        return (type(value), value)
+    if type(value) is slice:  # not hashable before Python 3.12
+        parts = (_plain(value.start), _plain(value.stop), _plain(value.step))
+        return None if None in parts else (slice, parts)
+    if type(value) is tuple:
+        items = tuple(_plain(item) for item in value)
+        return None if None in items else (tuple, items)
+    return (type(value),) if value is Ellipsis else None
 
 
 def run_meta_inplace(
@@ -68,10 +83,11 @@ def run_meta_inplace(
     if key is None:
         return run()
     tensor = args[0]
-    if _PASSED.get(key):
+    returned = _PASSED.get(key)
+    if returned is not None:
         torch.autograd.graph.increment_version(tensor)
-        return tensor
+        return tensor if returned else None
     result = run()
-    if result is tensor and _metadata(tensor) == key[2]:
-        _PASSED.put(key, True)
+    if (result is tensor or result is None) and _metadata(tensor) == key[2]:
+        _PASSED.put(key, result is tensor)  # its tensor (an in-place op), or None (setitem)
     return result

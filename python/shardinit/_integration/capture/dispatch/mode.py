@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ...._program.actions import Opaque
 from ...._torch_compat import (
     GRAD_SWITCH,
     enter_dispatch_mode,
@@ -44,7 +45,7 @@ from ...._torch_compat import (
     handed_to_mode,
 )
 from ....errors import InternalError, ShardInitError, UnsupportedInitOpError
-from ..ops import INIT_FUNCTIONS, INIT_TRANSLATIONS, is_inplace, python_numbers
+from ..ops import INIT_FUNCTIONS, INIT_TRANSLATIONS, is_inplace, python_numbers, shown
 from ..trace import (
     Concrete,
     Coordinates,
@@ -100,7 +101,8 @@ class CaptureMode(TorchFunctionMode):
         parts = (self.steps, self.copies, self.coordinates, self.concrete)
         self.writes = Writes(self.store, self.engine, parts, self.backstop)
         self.devices = dict(devices or {})
-        self.handled: set[FrameType] = set()
+        #: The frames of torch.nn.init calls recorded, with the arguments each was called with.
+        self.handled: dict[FrameType, dict[str, Any]] = {}
         self.outer: FrameType | None = None  # the frame that entered the mode
 
     @property
@@ -218,16 +220,20 @@ class CaptureMode(TorchFunctionMode):
         switch = func is GRAD_SWITCH and frame in self.handled
         if switch and not handed_to_mode(sys._getframe(2), frame):
             return func(*args, **kwargs)  # as below, without reading the frame again
-        arguments = frame_arguments(frame)
+        arguments = self.handled.get(frame)
+        first = arguments is None
+        if arguments is None:  # the call's arguments, read once (f_locals copies them all)
+            arguments = self.handled[frame] = frame_arguments(frame)
         tensor = arguments.get("tensor")
         track = self.store.lookup(tensor)
-        if frame not in self.handled:
-            self.handled.add(frame)
-            if track is not None and isinstance(tensor, torch.Tensor):
-                self.init_call(init_name, track, tensor, arguments)
+        if first and track is not None and isinstance(tensor, torch.Tensor):
+            self.init_call(init_name, track, tensor, arguments)
         if handed_to_mode(sys._getframe(2), frame):
-            # The function handed itself to the mode before running: run its body now.
-            if track is not None and track.kind == "param":
+            # The function handed itself to the mode before running: run its body now,
+            # unless its tensor holds no values to compute (a parameter's stand-in, a
+            # temporary on meta whose call was recorded as a fill): then its writes are
+            # the recorded call's.
+            if track is not None and (track.kind == "param" or _valueless(track, tensor)):
                 return tensor
             with self.backstop.expecting(track):
                 return INIT_FUNCTIONS[init_name](**arguments)
@@ -236,8 +242,11 @@ class CaptureMode(TorchFunctionMode):
         operand = self.store.lookup(args[0]) if args else None
         if operand is None and track is None:
             return func(*args, **kwargs)
-        if operand is not None and operand.kind == "param" and is_inplace(func_name(func)):
-            return args[0]
+        valueless = operand is not None and (
+            operand.kind == "param" or (operand is track and _valueless(track, args[0]))
+        )
+        if valueless and is_inplace(func_name(func)):
+            return args[0]  # a write of the recorded call, on a tensor with no values
         with self.backstop.expecting(track, operand):  # the recorded call's own writes
             return quietly(func, args, kwargs)
 
@@ -249,8 +258,22 @@ class CaptureMode(TorchFunctionMode):
         :mod:`.initcalls`)."""
         entry = INIT_TRANSLATIONS[init_name]
         values = [arguments.get(n, d) for n, d in zip(entry.names, entry.defaults, strict=True)]
-        shown = ", ".join(f"{n}={v!r}" for n, v in zip(entry.names, values, strict=True))
-        self.coordinates.write(track, tensor, entry, values, f"torch.nn.init.{init_name}({shown})")
+        listed = ", ".join(f"{n}={shown(v)}" for n, v in zip(entry.names, values, strict=True))
+        self.coordinates.write(track, tensor, entry, values, f"torch.nn.init.{init_name}({listed})")
+
+
+def _valueless(track: Track, tensor: Any) -> bool:
+    """Whether ``tensor``, a view of ``track``, is a temporary on meta (no values) whose
+    last recorded operation, the ``torch.nn.init`` call running, is a fill: its
+    translation took the arguments. A call it refused is opaque there, and runs, so
+    that torch raises where eager raises (``normal_(w, std=-1.0)``)."""
+    return (
+        track.kind == "temp"
+        and isinstance(tensor, torch.Tensor)
+        and tensor.is_meta
+        and bool(track.ops)
+        and not isinstance(track.ops[-1].action, Opaque)
+    )
 
 
 #: torch's errors that routing a call on followed tensors may raise where eager torch

@@ -19,7 +19,7 @@ from ...._torch_compat import (
     tree_leaves,
 )
 from ....errors import ShardInitError
-from ..ops import scalar
+from ..ops import scalar, shown
 from ..trace import (
     Concrete,
     Coordinates,
@@ -45,6 +45,17 @@ def quietly(func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         return func(*args, **kwargs)
     finally:
         torch.default_generator.set_state(state)
+
+
+def _plain_index(index: Any) -> bool:
+    """Whether ``index`` holds no tensor: a number, slice, None or Ellipsis, or a tuple
+    of them (most writes: ``w[i] = t``, ``table[i, j] = c``), known without a walk."""
+    parts = index if type(index) is tuple else (index,)
+    return all(type(part) in _PLAIN_INDEX for part in parts)
+
+
+#: The types of a plain index's parts (:func:`_plain_index`).
+_PLAIN_INDEX = (int, slice, type(None), type(Ellipsis), bool)
 
 
 def tensors_in(tree: Any) -> list[torch.Tensor]:
@@ -160,11 +171,12 @@ class Writes:
         self.engine.cannot(target, tensor, Cannot(why or "an index by tensors is no box"), op)
 
     def setitem(self, target: Track, tensor: torch.Tensor, index: Any, value: Any) -> None:
-        op = f"[{index!r}] = {value!r}"
-        if any(t.is_meta for t in tensors_in(index)):
+        op = f"[{shown(index)}] = {shown(value)}"
+        if not _plain_index(index) and any(t.is_meta for t in tensors_in(index)):
             self.setitem_by_meta(target, tensor, index, value, op)
             return
-        view = tensor[index]
+        with torch_function_disabled():  # a view of a followed tensor: no mode's business
+            view = tensor[index]
         if same_view(view, value):
             return  # `w[idx] *= 2`: Python stores the scaled view back into itself
         if self.store.lookup(view) is not target:

@@ -41,6 +41,7 @@ from .translations import (
     bind,
     build,
     scalar,
+    shown,
 )
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "resizes_to_itself",
     "same_device",
     "scalar",
+    "shown",
     "split_device",
     "step_of",
 ]

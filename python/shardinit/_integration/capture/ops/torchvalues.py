@@ -22,6 +22,7 @@ from ...._caches import BoundedMap
 from ...._program.exact import INTEGER_DTYPES
 from ...._program.keys import structure
 from ...._program.nodes import Binary, Const, Coord, Expr, Round, Table, Unary, Where, walk_nodes
+from ...._torch_compat import kernels_only
 
 __all__ = ["eager_values", "exactly", "torch_values"]
 
@@ -64,25 +65,33 @@ def eager_values(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torc
     tensor of ``dtype`` (the caller's own: it may write it); None where ``dtype`` cannot
     hold every value exactly.
 
-    Small results of expressions without tables are kept by the expression's structure:
-    a model computes the same coordinate table in each of its layers (Swin's relative
-    positions, one per attention), each a new expression of the same nodes."""
+    Results of expressions without tables are kept by the expression's structure, to a
+    budget of bytes: a model computes the same coordinate table in each of its layers
+    (Swin's relative positions, BEiT's 196 x 196 x 2 relative coordinates, one per
+    attention), each a new expression of the same nodes."""
+    with kernels_only():  # the capture's own computation on CPU values: no mode sees it
+        return _eager_values(expr, shape, dtype)
+
+
+def _eager_values(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
     if math.prod(shape) == 0:
         return torch.empty(shape, dtype=dtype, device=_CPU)
-    key = structure(expr) if math.prod(shape) <= _KEPT_NUMEL else None
+    key = structure(expr)
     if key is None:
         return exactly(torch_values(expr, shape), dtype)
     kept = _EAGER.get((key, shape, dtype))
     if kept is None:
         kept = (exactly(torch_values(expr, shape), dtype),)
-        _EAGER.put((key, shape, dtype), kept)
+        weight = 0 if kept[0] is None else kept[0].numel() * kept[0].element_size()
+        _EAGER.put((key, shape, dtype), kept, weight)
     return None if kept[0] is None else kept[0].clone()
 
 
-#: The most elements of a result :func:`eager_values` keeps (512 KiB in binary64).
-_KEPT_NUMEL = 1 << 16
+#: The most bytes the results :func:`eager_values` keeps may hold together (a result
+#: larger than this is computed each time).
+_KEPT_BYTES = 64 << 20
 #: :func:`eager_values` by the expression's structure, shape and dtype.
-_EAGER: BoundedMap[tuple[object, ...], tuple[torch.Tensor | None]] = BoundedMap()
+_EAGER: BoundedMap[tuple[object, ...], tuple[torch.Tensor | None]] = BoundedMap(_KEPT_BYTES)
 
 
 def exactly(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:

@@ -138,6 +138,18 @@ def scalar(value: Any) -> float:
     )
 
 
+def shown(value: Any) -> str:
+    """An argument as an operation's name shows it: ``repr``, but a tensor by its dtype
+    and shape (torch's ``repr`` formats its values, about a millisecond even for one
+    element on a CPU tensor: it was most of a row loop's ``w[i] = t``)."""
+    if isinstance(value, torch.Tensor):
+        return f"<{str(value.dtype).removeprefix('torch.')} tensor {tuple(value.shape)}>"
+    if isinstance(value, tuple | list) and any(isinstance(v, torch.Tensor) for v in value):
+        inner = ", ".join(shown(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    return repr(value)
+
+
 def build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> TrackAction:
     """The action of a translation of ``kind`` with argument ``values`` (not ``eye`` /
     ``dirac``, which need the region: the recorder builds those); ``op`` is the call as

@@ -77,7 +77,7 @@ from ...._program.regions import (
 )
 from ...._program.regions import contains as region_contains
 from ...._program.rewrite import combine, reindex, simplify, substitute_prior, where
-from ...._torch_compat import stored_strides, torch_function_disabled, tree_leaves
+from ...._torch_compat import kernels_only, stored_strides, torch_function_disabled, tree_leaves
 from ....errors import ShardInitError
 from ....init import Constant
 from ....spec import ParamSpec
@@ -129,6 +129,10 @@ class Engine:
                 f"the values of a {value.device.type} tensor computed by operations "
                 "shardinit does not follow (not elementwise, or not recorded)"
             )
+        with kernels_only():  # the capture's own reads of a CPU tensor: no mode sees them
+            return self._cpu_table(value)
+
+    def _cpu_table(self, value: torch.Tensor) -> Expr:
         if value.is_complex():
             return Bad("complex values")
         if _inexact_integers(value):
@@ -147,7 +151,8 @@ class Engine:
         cached = self.folds.get(id(track))
         if cached is not None and cached[0] == len(track.ops) and cached[1] is last:
             return cached[2]
-        value, of_memory = self.fold(track)
+        with torch_function_disabled():  # a fold reads layouts only (no device mode call)
+            value, of_memory = self.fold(track)
         if not of_memory:  # a table of the tensor's memory is read afresh: a write may
             self.folds[id(track)] = (len(track.ops), last, value)  # be recorded, then run
         return value
