@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
 import shardinit
 from shardinit._integration.checkpoint_dcp import chunks
 from shardinit._integration.checkpoint_plan import Entry, pieces, plan_entries
+from shardinit._integration.checkpoint_safetensors import _BackgroundWrites, _sub_boxes
 from shardinit._integration.rules import check_rules
 
 SHAPE = (700, 300)  # 840 000 bytes of float32
@@ -56,3 +60,37 @@ def test_dcp_chunks_are_whole_rows_within_the_buffer() -> None:
     assert [(c.start_row, c.stop_row) for c in found][:2] == [(0, 83), (83, 166)]
     assert all(c.nbytes <= 100_000 for c in found)
     assert found[-1].stop_row == SHAPE[0] and found[-1].offsets == (664, 0)
+
+
+def test_sub_boxes_cover_a_box_in_row_major_order_within_the_step() -> None:
+    """The pieces of a saved tensor that is no flat range (safetensors' boxes): each of
+    at most ``step`` elements (one at least), together every element once, in order."""
+    for shape, step in [((4, 6), 5), ((4, 6), 6), ((4, 6), 13), ((3, 2, 5), 4), ((7,), 3),
+                        ((2, 3), 1), ((2, 3), 100), ((), 4)]:  # fmt: skip
+        flat = torch.arange(math.prod(shape)).reshape(shape)
+        seen = []
+        for box in _sub_boxes(shape, step):
+            piece = flat[tuple(slice(a, b) for a, b in box)]
+            assert 1 <= piece.numel() <= max(step, 1), (shape, step, box)
+            seen += piece.flatten().tolist()
+        assert seen == list(range(math.prod(shape))), (shape, step)
+
+
+def test_a_failed_background_write_is_raised_at_the_end_unless_another_error_is(
+    tmp_path: Path,
+) -> None:
+    """A write that fails after the last half was asked for is raised when the writes
+    end; an error already leaving the block is not replaced by it."""
+    path = tmp_path / "file"
+    path.write_bytes(b"")
+    fd = os.open(path, os.O_RDONLY)  # a write fails: EBADF
+    try:
+        with pytest.raises(OSError, match="file"):
+            with _BackgroundWrites(fd, path) as writes:
+                writes.submit(writes.free_half(), torch.zeros(4, dtype=torch.uint8), "w", int)
+        with pytest.raises(KeyError, match="the block's own"):
+            with _BackgroundWrites(fd, path) as writes:
+                writes.submit(writes.free_half(), torch.zeros(4, dtype=torch.uint8), "w", int)
+                raise KeyError("the block's own")
+    finally:
+        os.close(fd)
