@@ -414,6 +414,11 @@ def run_rust(minutes: float, shard: str, only: list[str]) -> None:
         # SIGINT: cargo-mutants stops, its lists of outcomes so far are written.
         process.send_signal(signal.SIGINT)
         process.wait(timeout=300)
+    log_rust_outcomes(out, shard)
+
+
+def log_rust_outcomes(out: Path, shard: str) -> None:
+    """Appends the outcomes cargo-mutants listed in ``out`` to ``RUST_LOG``."""
     with RUST_LOG.open("a") as log:
         for name, outcome in (("caught", "killed"), ("missed", "survived"),
                               ("timeout", "timeout"), ("unviable", "unviable")):  # fmt: skip

@@ -16,7 +16,9 @@ from torch import nn
 import shardinit
 from shardinit._integration.checkpoint_dcp import chunks
 from shardinit._integration.checkpoint_plan import Entry, pieces, plan_entries
-from shardinit._integration.checkpoint_safetensors import _BackgroundWrites, _sub_boxes
+from shardinit._integration.checkpoint import _Reporter
+from shardinit._integration.checkpoint_hub import Saved
+from shardinit._integration.checkpoint_safetensors import _BackgroundWrites, _sub_boxes, piece_fills
 from shardinit._integration.rules import check_rules
 
 SHAPE = (700, 300)  # 840 000 bytes of float32
@@ -94,3 +96,30 @@ def test_a_failed_background_write_is_raised_at_the_end_unless_another_error_is(
                 raise KeyError("the block's own")
     finally:
         os.close(fd)
+
+
+def test_pieces_of_a_saved_box_give_its_values_in_order() -> None:
+    """A saved tensor that is a box of its model tensor (no flat range: a slice of
+    rows and columns, or those transposed) is written in pieces of at most the buffer,
+    which together are the box's values in the saved order."""
+    entry = _entry()
+    expected = shardinit.full(shardinit.ParamSpec("w", SHAPE, torch.float32, NORMAL, seed=7))
+    box = ((100, 130), (50, 90))
+    for order, want in [(None, expected[100:130, 50:90]), ((1, 0), expected[100:130, 50:90].T)]:
+        saved = Saved("w.part", tuple(want.shape), entry, box=box, order=order)
+        buffer = torch.empty(4 * 25, dtype=torch.uint8)  # 25 elements: less than a row
+        written = [
+            data.view(torch.float32).clone()
+            for fill in piece_fills(saved, buffer.numel())
+            for data, _ in [fill(buffer, shardinit.shard.writer())]
+        ]
+        assert all(piece.numel() <= 25 for piece in written)
+        assert torch.equal(torch.cat(written), want.flatten()), order
+
+
+def test_a_progress_hook_sees_the_bytes_from_zero_to_the_total() -> None:
+    calls: list[tuple[int, int]] = []
+    with _Reporter(lambda done, total: calls.append((done, total)), 10, 0, 1) as advance:
+        advance(4)
+        advance(6)
+    assert calls == [(0, 10), (4, 10), (10, 10)]
