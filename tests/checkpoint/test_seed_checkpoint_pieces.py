@@ -14,10 +14,10 @@ import torch
 from torch import nn
 
 import shardinit
-from shardinit._integration.checkpoint_dcp import chunks
-from shardinit._integration.checkpoint_plan import Entry, pieces, plan_entries
 from shardinit._integration.checkpoint import _Reporter
+from shardinit._integration.checkpoint_dcp import chunks
 from shardinit._integration.checkpoint_hub import Saved
+from shardinit._integration.checkpoint_plan import Entry, pieces, plan_entries
 from shardinit._integration.checkpoint_safetensors import _BackgroundWrites, _sub_boxes, piece_fills
 from shardinit._integration.rules import check_rules
 
@@ -87,13 +87,14 @@ def test_a_failed_background_write_is_raised_at_the_end_unless_another_error_is(
     path.write_bytes(b"")
     fd = os.open(path, os.O_RDONLY)  # a write fails: EBADF
     try:
-        with pytest.raises(OSError, match="file"):
-            with _BackgroundWrites(fd, path) as writes:
-                writes.submit(writes.free_half(), torch.zeros(4, dtype=torch.uint8), "w", int)
-        with pytest.raises(KeyError, match="the block's own"):
-            with _BackgroundWrites(fd, path) as writes:
-                writes.submit(writes.free_half(), torch.zeros(4, dtype=torch.uint8), "w", int)
-                raise KeyError("the block's own")
+        with pytest.raises(OSError, match="file"), _BackgroundWrites(fd, path) as writes:
+            writes.submit(writes.free_half(), torch.zeros(4, dtype=torch.uint8), "w", int)
+        with (
+            pytest.raises(KeyError, match="the block's own"),
+            _BackgroundWrites(fd, path) as writes,
+        ):
+            writes.submit(writes.free_half(), torch.zeros(4, dtype=torch.uint8), "w", int)
+            raise KeyError("the block's own")
     finally:
         os.close(fd)
 
