@@ -76,6 +76,7 @@ def test_the_boxes_of_a_flat_range_tile_it_in_order(case: tuple[tuple[int, ...],
 @example(((3, 4), ((0, 2), (1, 3))))  # rows of a partial last dim: one run per row
 @example(((2, 3, 4), ((0, 2), (1, 3), (0, 4))))
 @example(((1,), ((0, 1),)))  # one element
+@example(((), ()))  # a 0-d tensor: one run of its one element
 def test_the_runs_of_a_box_are_its_elements_in_row_major_order(
     case: tuple[tuple[int, ...], Box],
 ) -> None:
