@@ -4,6 +4,7 @@ exactly the values ``shardinit.full`` gives the whole tensor."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 import os
@@ -18,7 +19,12 @@ from shardinit._integration.checkpoint import _Reporter
 from shardinit._integration.checkpoint_dcp import chunks
 from shardinit._integration.checkpoint_hub import Saved
 from shardinit._integration.checkpoint_plan import Entry, pieces, plan_entries
-from shardinit._integration.checkpoint_safetensors import _BackgroundWrites, _sub_boxes, piece_fills
+from shardinit._integration.checkpoint_safetensors import (
+    _BackgroundWrites,
+    _read_terms,
+    _sub_boxes,
+    piece_fills,
+)
 from shardinit._integration.rules import check_rules
 
 SHAPE = (700, 300)  # 840 000 bytes of float32
@@ -109,13 +115,17 @@ def test_pieces_of_a_saved_box_give_its_values_in_order() -> None:
     for order, want in [(None, expected[100:130, 50:90]), ((1, 0), expected[100:130, 50:90].T)]:
         saved = Saved("w.part", tuple(want.shape), entry, box=box, order=order)
         buffer = torch.empty(4 * 25, dtype=torch.uint8)  # 25 elements: less than a row
-        written = [
-            data.view(torch.float32).clone()
-            for fill in piece_fills(saved, buffer.numel())
-            for data, _ in [fill(buffer, shardinit.shard.writer())]
-        ]
+        written, terms = [], 0
+        for fill in piece_fills(saved, buffer.numel()):
+            data, term = fill(buffer, shardinit.shard.writer())
+            written.append(data.view(torch.float32).clone())
+            terms += term()
         assert all(piece.numel() <= 25 for piece in written)
         assert torch.equal(torch.cat(written), want.flatten()), order
+        # A resumed file's check reads the box back whole: the same fingerprint.
+        stream = io.BytesIO(torch.cat(written).numpy().tobytes())
+        read = sum(_read_terms(stream, saved, buffer))
+        assert read % 2**64 == terms % 2**64, order
 
 
 def test_a_progress_hook_sees_the_bytes_from_zero_to_the_total() -> None:
