@@ -132,3 +132,6 @@ def test_the_span_of_a_floor_division_is_the_dividends_reach_and_one() -> None:
     (the floor of a negative quotient): the known bound, not a wider one."""
     assert integer_span(Binary("floordiv", Coord(0), Const(3.0)), [(0, 10)]) == (-10.0, 10.0)
     assert integer_span(Binary("floordiv", Coord(0), Const(-2.0)), [(-4, 3)]) == (-5.0, 5.0)
+    # A divisor that may be 0 (or between -1 and 1): no bound.
+    unbounded = (-math.inf, math.inf)
+    assert integer_span(Binary("floordiv", Const(9.0), Coord(0)), [(0, 3)]) == unbounded

@@ -15,6 +15,7 @@ from shardinit._layout import Box
 from shardinit._program.cannot import Cannot
 from shardinit._program.regions import (
     box_runs,
+    contains,
     cut_by,
     flat_range_boxes,
     map_runs,
@@ -150,3 +151,9 @@ def test_a_box_is_cut_along_the_regions_up_to_the_most_parts() -> None:
     parts = [((0, 1),), ((1, 2),), ((2, 3),), ((3, 4),)]
     assert cut_by(((0, 4),), [((1, 2),), ((3, 9),)], max_parts=4) == parts
     assert cut_by(((0, 4),), [((1, 2),), ((3, 9),)], max_parts=3) is None
+
+
+def test_a_box_contains_the_boxes_inside_it_edges_included() -> None:
+    assert contains(((0, 4), (2, 6)), ((1, 4), (2, 6)))  # sharing the outer's edges
+    assert not contains(((0, 4), (2, 6)), ((1, 5), (2, 6)))
+    assert not contains(((0, 4), (2, 6)), ((0, 4), (1, 6)))
