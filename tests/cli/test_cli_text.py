@@ -27,3 +27,12 @@ def test_the_demo_names_two_way_tensor_parallelism(capsys: pytest.CaptureFixture
     assert "on top of 2-way tensor parallelism" in capsys.readouterr().out
     demo._print_intro("tiny", 5, 1, [2], offload=False)
     assert "tensor parallelism" not in capsys.readouterr().out
+
+
+def test_a_large_plan_marks_the_ranks_left_out_and_names_no_ep_when_there_is_none(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.run(["plan", "--model", "tiny", "--world", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "  FSDP2 fully_shard on 16 rank(s), mesh 16\n" in out  # no EP named
+    assert "      r0 [0:32, :]  r1 [32:64, :]  r2 [64:96, :]  ...  r8 [256:288, :]\n" in out
