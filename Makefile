@@ -2,6 +2,7 @@
 #   make demo   - the main job (creates .venv, installs deps, builds, runs the demo)
 #   make test   - cargo test + pytest (fast profile)
 #   make test-oracle - torch's whole OpInfo database through the capture
+#   make test-zoo312 - megatron-core 0.19.2 on Python 3.12 (skipped, saying why, without one)
 #   make lint   - fmt, clippy, ruff, mypy, stubtest
 #   make bench  - benchmarks against torch (prints ratios measured in the same run)
 #   make mutants - mutation testing within MUTANTS_MINUTES (slow; tests/mutants/REPORT.md)
@@ -21,6 +22,8 @@ RUST_SOURCES := $(shell find rust benches -name '*.rs' -o -name Cargo.toml) Carg
 #   zoo     requirements-zoo*.txt: megatron-core, DeepSpeed                (make test-zoo)
 #   lint    requirements-lint.txt: ruff, mypy                                  (make lint)
 #   bench   requirements-bench.txt: matplotlib                                (make bench)
+#   py312   requirements-py312.txt: megatron-core 0.19.2, in .venv-py312 on Python 3.12,
+#           over the core file                                           (make test-zoo312)
 # A `-nodeps` file holds packages whose declared dependencies would replace pins (see its
 # comments): they go in with --no-deps, and DeepSpeed's sdist without build isolation
 # (its setup.py imports torch). Every later layer is installed with the core file as a
@@ -49,7 +52,7 @@ export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 unexport PYTHONDONTWRITEBYTECODE
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-deps test-rust test-python test-slow test-oracle test-wheel test-zoo test-ecosystem msrv fuzz quality lint bench mutants wheel clean
+.PHONY: setup demo test test-deps test-rust test-python test-slow test-oracle test-wheel test-zoo test-zoo312 zoo312-run test-ecosystem msrv fuzz quality lint bench mutants wheel clean
 
 setup: $(BUILD_STAMP)
 
@@ -139,6 +142,37 @@ test-oracle: test-deps
 test-zoo: setup $(ZOO)
 	DS_ACCELERATOR=cpu $(PY) -m pytest -q --runzoo -m zoo
 
+# megatron-core 0.19.2 (requirements-py312.txt) in a venv of its own on Python 3.12: its
+# only wheel is cp312, and this venv is Debian bookworm's 3.11 (bookworm has no 3.12), which
+# gets 0.16.1. The interpreter: the first that runs of python3.12 on PATH and the 3.12s in
+# pyenv's versions directory, newest first (a pyenv shim on PATH may not run); without one
+# the target says so in one line and succeeds (make test does not depend on it). That venv
+# reads shardinit from python/: the abi3 extension `setup` builds loads on 3.12 as it is.
+# It runs tests/zoo/test_megatron.py (docs/megatron-deepspeed.md).
+PY312_VENV := .venv-py312
+PY312_LAYER := $(PY312_VENV)/.layer-py312
+PYENV_VERSIONS := $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions
+
+test-zoo312:
+	@python312=; \
+	for candidate in $$(command -v python3.12) $$(ls -d $(PYENV_VERSIONS)/3.12.*/bin/python3.12 2>/dev/null | sort -rV); do \
+		python312=$$("$$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12); print(sys.executable)' 2>/dev/null) && break; \
+	done; \
+	if [ -z "$$python312" ]; then \
+		echo "test-zoo312: skipped: no Python 3.12 (python3.12 on PATH, or $(PYENV_VERSIONS)/3.12.*), which megatron-core 0.19.2's only wheel (cp312) needs"; \
+	else \
+		$(MAKE) --no-print-directory PY312_PYTHON=$$python312 zoo312-run; \
+	fi
+
+$(PY312_LAYER): $(UV) requirements-core.txt requirements-py312.txt
+	test -x $(PY312_VENV)/bin/python || $(UV) venv --python $(PY312_PYTHON) $(PY312_VENV)
+	$(UV) pip install --python $(PY312_VENV)/bin/python -r requirements-core.txt
+	$(UV) pip install --python $(PY312_VENV)/bin/python -c requirements-core.txt -r requirements-py312.txt
+	touch $@
+
+zoo312-run: setup $(PY312_LAYER)
+	PYTHONPATH=$(CURDIR)/python $(PY312_VENV)/bin/python -m pytest -q --runzoo -m zoo tests/zoo/test_megatron.py
+
 # The library crates built with the Rust release that Cargo.toml's rust-version names.
 # pyo3's build script needs a Python interpreter, not the venv: the one that makes it.
 msrv:
@@ -152,6 +186,7 @@ quality: setup
 
 lint: setup $(LINT_TOOLS)
 	cargo fmt --all --check
+	cargo fmt --check --manifest-path fuzz/Cargo.toml  # its own crate, outside the workspace
 	cargo clippy --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python tests benches examples
 	$(VENV)/bin/ruff format --check python tests benches examples

@@ -80,9 +80,22 @@ impl InitChoice {
             InitChoice::Valid(which) => [
                 Init::Constant { value: -1.5 },
                 Init::Uniform { a: -0.5, b: 2.0 },
-                Init::Normal { mean: 0.1, std: 0.02 },
-                Init::TruncNormal { mean: 0.0, std: 1.0, a: -2.0, b: 2.0 },
-                Init::TruncNormal { mean: 0.0, std: 1.0, a: 5.0, b: 7.0 },
+                Init::Normal {
+                    mean: 0.1,
+                    std: 0.02,
+                },
+                Init::TruncNormal {
+                    mean: 0.0,
+                    std: 1.0,
+                    a: -2.0,
+                    b: 2.0,
+                },
+                Init::TruncNormal {
+                    mean: 0.0,
+                    std: 1.0,
+                    a: 5.0,
+                    b: 7.0,
+                },
             ][usize::from(which) % 5],
         }
     }
@@ -157,7 +170,10 @@ fn check_chunk_range((size, rank, world): (u64, u64, u64)) {
             let chunk = u128::from(size.div_ceil(world));
             let expected_start = (u128::from(rank) * chunk).min(u128::from(size));
             assert_eq!(u128::from(start), expected_start);
-            assert_eq!(u128::from(stop), (expected_start + chunk).min(u128::from(size)));
+            assert_eq!(
+                u128::from(stop),
+                (expected_start + chunk).min(u128::from(size))
+            );
         }
     }
     // Small sizes: the chunks of every rank tile [0, size) in order.
@@ -177,7 +193,9 @@ fn check_numel(shape: &[u64], raw_region: &[(u64, u8)]) {
     let product = if shape.contains(&0) {
         Some(0)
     } else {
-        shape.iter().try_fold(1u128, |acc, &s| acc.checked_mul(u128::from(s)))
+        shape
+            .iter()
+            .try_fold(1u128, |acc, &s| acc.checked_mul(u128::from(s)))
     };
     for max_numel in [u64::MAX, 1 << 63] {
         match checked_numel(&shape, max_numel) {
@@ -199,7 +217,10 @@ fn check_numel(shape: &[u64], raw_region: &[(u64, u8)]) {
         })
         .collect();
     let valid = region.len() == shape.len()
-        && region.iter().zip(&shape).all(|(&(a, b), &s)| a <= b && b <= s);
+        && region
+            .iter()
+            .zip(&shape)
+            .all(|(&(a, b), &s)| a <= b && b <= s);
     match box_numel(&shape, &region) {
         Ok(numel) => {
             assert!(valid);
@@ -223,11 +244,17 @@ fn check_sampler(init: &Init, words: [u32; 2], x: f64) {
             let one = sampler.one_word(words[0]);
             let two = sampler.two_words(words[0], words[1]);
             if let Init::TruncNormal { a, b, .. } = *init {
-                assert!((a..=b).contains(&one) && (a..=b).contains(&two), "{one} {two}");
+                assert!(
+                    (a..=b).contains(&one) && (a..=b).contains(&two),
+                    "{one} {two}"
+                );
             }
             if let Init::Uniform { a, b } = *init {
                 if (b - a).is_finite() {
-                    assert!((a..=b).contains(&one) && (a..=b).contains(&two), "{one} {two}");
+                    assert!(
+                        (a..=b).contains(&one) && (a..=b).contains(&two),
+                        "{one} {two}"
+                    );
                 }
             }
         }
@@ -258,9 +285,18 @@ fn flat_indices(shape: &[u64], region: &[(u64, u64)]) -> Vec<u128> {
 }
 
 fn check_small<T: Bits>(input: &Input, init: Init) {
-    let shape: Vec<u64> = input.small_shape.iter().take(5).map(|&s| u64::from(s % 8)).collect();
+    let shape: Vec<u64> = input
+        .small_shape
+        .iter()
+        .take(5)
+        .map(|&s| u64::from(s % 8))
+        .collect();
     let numel: u64 = shape.iter().product();
-    let param = ParamStream { key64: input.key64, global_shape: shape.clone(), init };
+    let param = ParamStream {
+        key64: input.key64,
+        global_shape: shape.clone(),
+        init,
+    };
     let threads = Threads::Count(usize::from(input.threads % 4) + 1);
     let init_ok = init.validate().is_ok();
 
@@ -280,12 +316,23 @@ fn check_small<T: Bits>(input: &Input, init: Init) {
         region.extend(shape[region.len()..].iter().map(|&size| (0, size)));
     }
     let region_ok = region.len() == shape.len()
-        && region.iter().zip(&shape).all(|(&(a, b), &s)| a <= b && b <= s);
-    let box_len: u64 = if region_ok { region.iter().map(|&(a, b)| b - a).product() } else { 3 };
+        && region
+            .iter()
+            .zip(&shape)
+            .all(|(&(a, b), &s)| a <= b && b <= s);
+    let box_len: u64 = if region_ok {
+        region.iter().map(|&(a, b)| b - a).product()
+    } else {
+        3
+    };
 
     let mut got = vec![T::default(); box_len as usize];
     let result = param.fill_box(&region, &mut got, threads);
-    assert_eq!(result.is_ok(), init_ok && region_ok, "{result:?} {region:?} {shape:?}");
+    assert_eq!(
+        result.is_ok(),
+        init_ok && region_ok,
+        "{result:?} {region:?} {shape:?}"
+    );
     if init_ok && region_ok {
         let expected: Vec<u64> = flat_indices(&shape, &region)
             .iter()
@@ -301,11 +348,15 @@ fn check_small<T: Bits>(input: &Input, init: Init) {
         let piece = usize::from(input.piece % 13) + 1;
         let mut pieces = vec![T::default(); box_len as usize];
         for (i, chunk) in pieces.chunks_mut(piece).enumerate() {
-            param.fill_box_part(&region, (i * piece) as u64, chunk, threads).unwrap();
+            param
+                .fill_box_part(&region, (i * piece) as u64, chunk, threads)
+                .unwrap();
         }
         assert_eq!(bits(&pieces), expected, "fill_box_part");
         let mut past = vec![T::default(); piece];
-        assert!(param.fill_box_part(&region, box_len, &mut past, threads).is_err());
+        assert!(param
+            .fill_box_part(&region, box_len, &mut past, threads)
+            .is_err());
     }
 
     // A flat range, valid or not.
@@ -316,7 +367,10 @@ fn check_small<T: Bits>(input: &Input, init: Init) {
     let range_ok = start + len <= numel;
     assert_eq!(result.is_ok(), init_ok && range_ok, "{result:?}");
     if init_ok && range_ok {
-        assert_eq!(bits(&range), bits(&whole[start as usize..(start + len) as usize]));
+        assert_eq!(
+            bits(&range),
+            bits(&whole[start as usize..(start + len) as usize])
+        );
     }
 }
 
@@ -327,14 +381,23 @@ fn check_virtual<T: Bits>(input: &Input, init: Init) {
     let shape: Vec<u64> = input.big_shape.iter().take(5).map(|&s| s.max(1)).collect();
     let region: Vec<(u64, u64)> = shape
         .iter()
-        .zip(input.big_region.iter().chain(std::iter::repeat(&(u64::MAX, 0))))
+        .zip(
+            input
+                .big_region
+                .iter()
+                .chain(std::iter::repeat(&(u64::MAX, 0))),
+        )
         .map(|(&size, &(start, len))| {
             let len = (u64::from(len % 3) + 1).min(size);
             let start = start % (size - len + 1);
             (start, start + len)
         })
         .collect();
-    let param = ParamStream { key64: input.key64, global_shape: shape.clone(), init };
+    let param = ParamStream {
+        key64: input.key64,
+        global_shape: shape.clone(),
+        init,
+    };
     let box_len: u64 = region.iter().map(|&(a, b)| b - a).product();
     let mut got = vec![T::default(); box_len as usize];
     let result = param.fill_box(&region, &mut got, Threads::Count(1));
@@ -345,7 +408,13 @@ fn check_virtual<T: Bits>(input: &Input, init: Init) {
     }
     for (position, &index) in flat_indices(&shape, &region).iter().enumerate() {
         let mut one = [T::default()];
-        param.fill_flat(index as u64, &mut one, Threads::Count(1)).unwrap();
-        assert_eq!(one[0].bits(), got[position].bits(), "element {index} of {shape:?}");
+        param
+            .fill_flat(index as u64, &mut one, Threads::Count(1))
+            .unwrap();
+        assert_eq!(
+            one[0].bits(),
+            got[position].bits(),
+            "element {index} of {shape:?}"
+        );
     }
 }

@@ -7,7 +7,10 @@ use shardinit_fuzz::{check, Input};
 
 #[test]
 fn random_inputs_keep_every_invariant() {
-    let cases: u64 = std::env::var("FUZZ_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(3000);
+    let cases: u64 = std::env::var("FUZZ_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3000);
     let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut next = move || {
         state ^= state << 13;

@@ -48,6 +48,7 @@ __all__ = [
     "exit_dispatch_mode",
     "fsdp1_unit",
     "fsdp2_offloaded_params",
+    "give_grad_hooks",
     "handed_to_mode",
     "is_flat_param",
     "is_strided_shard",
@@ -280,6 +281,26 @@ def make_parameter(cls: type[_Param], data: torch.Tensor, requires_grad: bool) -
 _Tensor = TypeVar("_Tensor", bound=torch.Tensor)
 
 
+#: A tensor's gradient hooks, by the private attributes ``register_hook`` and
+#: ``register_post_accumulate_grad_hook`` keep them in (checked: torch 2.15; setting one
+#: registers its dict with autograd, as the registering call does).
+_GRAD_HOOKS = ("_backward_hooks", "_post_accumulate_grad_hooks")
+
+
+def give_grad_hooks(source: torch.Tensor, dest: torch.Tensor) -> None:
+    """Gives the leaf ``dest`` the gradient hooks registered on ``source`` (the same
+    dicts, so the handles their registration returned remove them from ``dest``)."""
+    for attr in _GRAD_HOOKS:
+        hooks = getattr(source, attr, None)
+        if not hooks:
+            continue
+        held = getattr(dest, attr, None)
+        if held is None:
+            setattr(dest, attr, hooks)
+        elif held is not hooks:
+            held.update(hooks)
+
+
 def make_subclass(cls: type[_Tensor], data: torch.Tensor) -> _Tensor:
     """``data``'s alias as ``cls`` (no grad); a ``cls`` that defines
     ``__torch_dispatch__`` gets torch's Python dispatch key, so every aten operation on
@@ -406,12 +427,15 @@ class Fsdp1Unit:
         sharded_now: False while the unit is unsharded (``summon_full_params``, forward).
         entries: its original parameters, in flat order.
         shared: ``(module, attr)`` of the other holders of parameters shared inside it.
+        shard_group: the process group the flat parameter is split over, None for a
+            strategy that does not split it (NO_SHARD: every rank holds all of it).
     """
 
     flat_param: torch.Tensor
     sharded_now: bool
     entries: tuple[FlatEntry, ...]
     shared: tuple[tuple[nn.Module, str], ...]
+    shard_group: Any
 
 
 def fsdp1_unit(wrapper: nn.Module) -> Fsdp1Unit | None:
@@ -420,7 +444,8 @@ def fsdp1_unit(wrapper: nn.Module) -> Fsdp1Unit | None:
     ``FlatParamHandle``: ``flat_param``, ``uses_sharded_strategy``, ``is_sharded``) and
     the ``FlatParameter`` fields ``_fqns``, ``_param_infos``, ``_shapes``,
     ``_shard_param_infos`` (``in_shard``, ``offset_in_shard``, inclusive
-    ``intra_param_start_idx`` / ``intra_param_end_idx``) and ``_shared_param_infos``."""
+    ``intra_param_start_idx`` / ``intra_param_end_idx``) and ``_shared_param_infos``, and
+    the wrapper's ``process_group`` (the shard group; HYBRID_SHARD's intra-node one)."""
     handle = getattr(wrapper, "_handle", None)
     if handle is None:
         return None
@@ -431,6 +456,7 @@ def fsdp1_unit(wrapper: nn.Module) -> Fsdp1Unit | None:
         sharded_now=sharded_now,
         entries=tuple(_flat_entries(flat_param)),
         shared=tuple((info.module, info.param_name) for info in flat_param._shared_param_infos),
+        shard_group=wrapper.process_group if handle.uses_sharded_strategy else None,
     )
 
 

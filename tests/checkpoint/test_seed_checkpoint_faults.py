@@ -21,7 +21,7 @@ from seed_models import BUFFER, SEED, SHARD, file_digests, meta_tiny
 
 import shardinit
 from shardinit import ShardInitError
-from shardinit._integration.checkpoint import shard_size_bytes
+from shardinit._integration.checkpoint_files import shard_size_bytes
 from shardinit.cli import run
 
 #: How long each writer of a concurrent pair holds the directory after taking it: the

@@ -14,7 +14,7 @@ import torch
 from seed_models import SEED, file_digests, hub_configs
 
 import shardinit
-from shardinit._integration.checkpoint import default_max_shard_size
+from shardinit._integration.checkpoint_files import default_max_shard_size
 from shardinit._integration.checkpoint_hub import _box_of
 from shardinit.cli import run
 

@@ -25,6 +25,7 @@ from shardinit._integration.checkpoint_safetensors import (
     _sub_boxes,
     piece_fills,
 )
+from shardinit._integration.fingerprint import flat_range_term, shard_term
 from shardinit._integration.rules import check_rules
 
 SHAPE = (700, 300)  # 840 000 bytes of float32
@@ -134,3 +135,40 @@ def test_a_progress_hook_sees_the_bytes_from_zero_to_the_total() -> None:
         advance(4)
         advance(6)
     assert calls == [(0, 10), (4, 10), (10, 10)]
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.uint8]
+)
+def test_a_pieces_term_is_the_fingerprints_term_of_its_range(dtype: torch.dtype) -> None:
+    """The writer's term of a flat range (the core's hash, over the bytes written) is
+    what the fingerprint's own numpy hash gives those elements at those indices, for
+    every element width, at starts that are not multiples of anything, and the terms of
+    a split add up to the whole's."""
+    shape = (37, 53)
+    generator = torch.Generator().manual_seed(5)
+    if dtype == torch.uint8:
+        values = torch.randint(0, 256, shape, dtype=dtype, generator=generator)
+    else:
+        values = torch.randn(shape, generator=generator).to(dtype)
+    flat = values.reshape(-1)
+    whole = shard_term(values, shape, [[(0, 37)], [(0, 53)]])
+    total = 0
+    for first, last in [(0, 1), (1, 999), (999, 1960), (1960, flat.numel())]:
+        term = flat_range_term(flat[first:last], first)
+        rows = shard_term(
+            flat[first:last].reshape(1, -1), (1, flat.numel()), [[(0, 1)], [(first, last)]]
+        )
+        assert term == rows, (first, last)
+        total += term
+    assert total % 2**64 == whole
+    assert flat_range_term(flat[:0], 3) == 0
+
+
+def test_a_pieces_term_changes_with_one_bit_and_with_its_start() -> None:
+    values = torch.zeros(1000, dtype=torch.bfloat16)
+    base = flat_range_term(values, 0)
+    flipped = values.clone()
+    flipped.view(torch.int16)[999] ^= 1  # the last element's lowest bit
+    assert flat_range_term(flipped, 0) != base
+    assert flat_range_term(values, 1) != base

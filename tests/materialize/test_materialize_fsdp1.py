@@ -75,6 +75,17 @@ def _check_padding_zero(model: FSDP) -> None:
         assert used <= flat.numel()
 
 
+def _check_fingerprints(model: FSDP, dtype: torch.dtype) -> None:
+    # Each rank reads only its flat shard; the sums across the unit's group give the
+    # whole parameters' fingerprints, equal on every rank to those of the unwrapped model.
+    with torch.device("meta"):
+        plain = TinyLM().to(dtype)
+    shardinit.materialize(plain, seed=SEED)
+    want = shardinit.fingerprint_model(plain)
+    got = shardinit.fingerprint_model(model)
+    assert got == want, {name: (got.get(name), digest) for name, digest in want.items()}
+
+
 def _check_refuse(model: FSDP) -> None:
     try:
         shardinit.materialize(model, seed=SEED)
@@ -198,6 +209,7 @@ def fsdp1_scenario(rank: int, world: int) -> Checks:
         expected = tinylm_expected_defaults(model.module, torch.float32)
         check(checks, f"defaults_{tag}", partial(_check_full, model, expected, torch.float32))
         check(checks, f"padding_{tag}", partial(_check_padding_zero, model))
+        check(checks, f"fingerprints_{tag}", partial(_check_fingerprints, model, torch.float32))
         check(checks, f"refuse_{tag}", partial(_check_refuse, model))
     bf16 = _wrap(False, torch.bfloat16)
     rules = {"*norm.weight": init.ones(), "*.bias": init.zeros(), "*": init.normal(0, 0.02)}
@@ -232,7 +244,7 @@ def results(world: int) -> dict[str, list[str]]:
 
 CHECKS = [
     f"{kind}_orig{flag}"
-    for kind in ("defaults", "padding", "refuse", "tie_split", "captured")
+    for kind in ("defaults", "padding", "fingerprints", "refuse", "tie_split", "captured")
     for flag in (True, False)
 ] + ["rules_bf16", "plain_init_fn_refused", "tie_outside_units"]
 
@@ -241,6 +253,12 @@ CHECKS = [
 @pytest.mark.parametrize("name", CHECKS)
 def test_fsdp1(world: int, name: str) -> None:
     assert_check_passed(results(world), name)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_check_of_the_scenario_is_asserted(world: int) -> None:
+    # A check the scenario runs but CHECKS does not list would pass unseen.
+    assert sorted(results(world)) == sorted(CHECKS)
 
 
 def test_ties_of_freed_models_are_forgotten() -> None:

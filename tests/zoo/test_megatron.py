@@ -16,6 +16,7 @@ One process group per world size serves all checks (starting ranks costs seconds
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import warnings
@@ -73,7 +74,9 @@ def _config(**overrides: Any) -> Any:
     return TransformerConfig(**fields)
 
 
-def _gpt(config: Any, moe: bool, tied: bool = False) -> Any:
+def _gpt(config: Any, moe: bool, tied: bool = False, deferred: bool = True) -> Any:
+    """This rank's stage of the GPT, built inside ``deferred_init()`` (else as Megatron
+    builds it: with ``use_cpu_initialization``, its CPU path)."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
@@ -81,7 +84,7 @@ def _gpt(config: Any, moe: bool, tied: bool = False) -> Any:
     spec = get_gpt_layer_local_spec(
         num_experts=EXPERTS if moe else None, moe_grouped_gemm=False if moe else None
     )
-    with shardinit.megatron.deferred_init():
+    with shardinit.megatron.deferred_init() if deferred else contextlib.nullcontext():
         return GPTModel(
             config,
             spec,
@@ -248,6 +251,39 @@ def _gpt_case(
     return run
 
 
+def _megatron_cpu_layouts() -> None:
+    """Megatron's own CPU init of the GPT (``use_cpu_initialization``, every rank seeded
+    alike): at TP2 each partition is Megatron's split of the TP1 tensor (TP-invariant);
+    at PP2 the second stage draws its layers and output layer from the seed again, so
+    they are not TP1's (not PP-invariant; Megatron's training script seeds ``seed + 100 *
+    pp_rank`` on top). shardinit's values at the same layouts: the ``gpt_*`` cases."""
+    ps = _megatron()
+
+    def build(tp: int, pp: int) -> dict[str, torch.Tensor]:
+        _layout(tp, pp)
+        torch.manual_seed(SEED)
+        config = _config(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+        model = _gpt(config, False, deferred=False)
+        names = shardinit.megatron.partition_names(model)
+        return {names[raw]: param.detach() for raw, param in model.named_parameters()}
+
+    # Every layout is built before anything is asserted: a rank that stopped early would
+    # leave the other waiting in the next layout's process groups.
+    reference = build(1, 1)
+    tp2, tp_rank = build(2, 1), ps.get_tensor_model_parallel_rank()
+    pp2, stage = build(1, 2), ps.get_pipeline_model_parallel_rank()
+    assert set(reference) == _gpt_names(False, range(LAYERS), True, True)
+    for name, local in tp2.items():
+        _, _, dim, stride = _expected(name)
+        want = _megatron_split(reference[name], dim, stride, tp_rank, 2)
+        assert torch.equal(local, want), f"TP2 {name}: not Megatron's split of TP1's"
+    differ = {name for name, tensor in pp2.items() if not torch.equal(tensor, reference[name])}
+    drawn_again = set()  # the second stage's random tensors (norms are ones and zeros)
+    if stage == 1:
+        drawn_again = {n for n in pp2 if n.endswith(".weight") and "layernorm" not in n}
+    assert differ == drawn_again, sorted(differ ^ drawn_again)
+
+
 def _preset_equals_recorded() -> None:
     """The config preset gives what Megatron's recorded init methods give; deferred_init
     puts Megatron's own init functions back on exit."""
@@ -258,7 +294,8 @@ def _preset_equals_recorded() -> None:
     originals = (layers._initialize_affine_weight_cpu, layers._initialize_affine_weight_gpu)
     config = _config(tensor_model_parallel_size=2)
     recorded, preset = _gpt(config, False), _gpt(config, False)
-    for holder in (layers, experts):
+    # experts.py imports the two functions by name up to megatron-core 0.16, not in 0.19.
+    for holder in (h for h in (layers, experts) if hasattr(h, "_initialize_affine_weight_cpu")):
         restored = (holder._initialize_affine_weight_cpu, holder._initialize_affine_weight_gpu)
         assert restored == originals, holder.__name__
     for param in preset.parameters():
@@ -398,6 +435,15 @@ def _layout_against_megatron_split(dtype: torch.dtype) -> Callable[[], None]:
     return run
 
 
+def _tags_without_initialization() -> bool:
+    """megatron-core 0.17+ tags its weights with their partition under
+    ``perform_initialization=False``; 0.16 tags only biases (Megatron-Bridge#992)."""
+    from megatron.core import __version__
+    from packaging.version import Version
+
+    return Version(__version__) >= Version("0.17")
+
+
 def _guards() -> None:
     ps = _megatron()
     _layout(2, 1)
@@ -408,11 +454,15 @@ def _guards() -> None:
     untagged = GPTModel(
         config, get_gpt_layer_local_spec(), vocab_size=VOCAB, max_sequence_length=SEQ
     )
-    qkv = untagged.decoder.layers[0].self_attention.linear_qkv.weight
-    before = qkv.detach().clone().view(torch.int32)  # bits: uninitialized memory may be NaN
-    with expect_refusal("without partition attributes"):
+    if _tags_without_initialization():  # the documented route there: no deferred_init
         shardinit.megatron.materialize(untagged, seed=SEED, config=config)
-    assert torch.equal(before, qkv.detach().view(torch.int32)), "refused, yet written"
+        _check_model([untagged], torch.float32, _gpt_names(False, range(LAYERS), True, True))
+    else:
+        qkv = untagged.decoder.layers[0].self_attention.linear_qkv.weight
+        before = qkv.detach().clone().view(torch.int32)  # uninitialized memory may be NaN
+        with expect_refusal("without partition attributes"):
+            shardinit.megatron.materialize(untagged, seed=SEED, config=config)
+        assert torch.equal(before, qkv.detach().view(torch.int32)), "refused, yet written"
 
     config = _config(tensor_model_parallel_size=2)
     model = _gpt(config, False)
@@ -421,6 +471,12 @@ def _guards() -> None:
     with expect_refusal("already copied"):
         shardinit.megatron.materialize(model, seed=SEED, config=config)
     del fc2.main_param
+
+    qkv = model.decoder.layers[1].self_attention.linear_qkv.weight
+    qkv.partition_sizes = [4, 4]  # as 0.19's Mamba in_proj: blocks split each on its own
+    with expect_refusal(r"linear_qkv.weight: packs blocks .*partition_sizes \[4, 4\]"):
+        shardinit.megatron.materialize(model, seed=SEED, config=config)
+    del qkv.partition_sizes
 
     model.decoder.layers[0].mlp.linear_fc1.weight.data = torch.empty(
         model.decoder.layers[0].mlp.linear_fc1.weight.shape, dtype=torch.float8_e4m3fn
@@ -516,6 +572,7 @@ def scenario_world2(rank: int, world: int) -> Checks:
     cases["moe_ep1"] = _gpt_case(1, 1, torch.float32, moe=True)
     cases["moe_ep2"] = _gpt_case(1, 1, torch.float32, moe=True, ep=2)
     cases["preset_equals_recorded"] = _preset_equals_recorded
+    cases["megatron_cpu_layouts"] = _megatron_cpu_layouts
     cases["tied_last_stage"] = _tied_last_stage
     cases["vpp"] = _vpp_chunks
     cases["rules"] = _rules_override
@@ -554,6 +611,7 @@ WORLD2 = [
     "moe_ep1",
     "moe_ep2",
     "preset_equals_recorded",
+    "megatron_cpu_layouts",
     "gpt_tp2_tied",
     "tied_last_stage",
     "vpp",

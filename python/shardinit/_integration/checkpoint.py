@@ -14,7 +14,7 @@ file: a killed run is resumed by calling again with the same arguments.
 from __future__ import annotations
 
 import contextlib
-import errno
+import dataclasses
 import json
 import os
 import re
@@ -27,11 +27,19 @@ import torch
 from torch import nn
 
 from .._names import listing
+from .._program import Writer
 from .._validate import check_seed
 from ..errors import ShardInitError
 from ..shard import writer
 from . import checkpoint_dcp, checkpoint_safetensors
 from .capture import CapturedInit
+from .checkpoint_files import (
+    MANIFEST_NAME,
+    make_directory,
+    os_error_text,
+    remove_unfinished,
+    shard_size_bytes,
+)
 from .checkpoint_hub import save_config_as_save_pretrained, saved_tensors
 from .checkpoint_lock import directory_lock
 from .checkpoint_plan import Entry, plan_entries, split_bytes
@@ -43,7 +51,6 @@ from .rules import Rules, check_rules
 
 __all__ = ["save_seed_checkpoint"]
 
-MANIFEST_NAME = "shardinit-manifest.json"
 MANIFEST_FORMAT = "shardinit-seed-checkpoint-v1"
 STATE_DIR = ".shardinit-checkpoint"
 #: Names that belong to a checkpoint: a directory holding one of them and no plan of
@@ -78,7 +85,9 @@ def save_seed_checkpoint(
     init_fn=init_fn, rules=rules)`` gives. Call it in every process of the default
     process group (each writes its share; the call is collective) or in one process.
     No process holds the model: each fills one buffer of ``buffer_bytes`` at a time
-    (a tensor larger than that is generated and written in pieces).
+    (a tensor larger than that is generated and written in pieces), with
+    :func:`shardinit.get_num_threads` threads (a writer also takes the threads of
+    writers that have no file to write, up to the CPUs it may use).
 
     * ``"safetensors"``: the files ``save_pretrained`` writes by default for the
       materialized model, byte for byte (``model.safetensors``, or
@@ -227,8 +236,9 @@ class _Job:
         if self.format == "safetensors":
             owner = split_bytes([file.nbytes for file in self.files], self.world)
             mine = [f for f, rank in zip(self.files, owner, strict=True) if rank == self.rank]
+            fills = _sharing_idle_threads(writer(), self.world, busy=len(set(owner)))
             with _Reporter(progress, sum(f.nbytes for f in mine), self.rank, self.world) as say:
-                return self._write_files(mine, say)
+                return self._write_files(mine, say, fills)
         if (self.directory / MANIFEST_NAME).is_file():
             return {}  # a complete dcp checkpoint of the same plan: nothing to write
         piece = self.buffer_bytes
@@ -240,10 +250,12 @@ class _Job:
             )
 
     def _write_files(
-        self, mine: list[checkpoint_safetensors.ShardFile], say: Callable[[int], None]
+        self,
+        mine: list[checkpoint_safetensors.ShardFile],
+        say: Callable[[int], None],
+        fills: Writer,
     ) -> dict[str, int]:
         buffer = torch.empty(self.buffer_bytes, dtype=torch.uint8)
-        fills = writer()  # the one writer of this call, with the settings now
         terms: dict[str, int] = {}
         for file in mine:
             done = self.state / "done" / f"{file.name}.json"
@@ -339,6 +351,19 @@ class _Job:
         }
 
 
+def _sharing_idle_threads(fills: Writer, world: int, busy: int) -> Writer:
+    """``fills`` (the call's writer, with the settings now), or, where only ``busy`` of
+    the ``world`` writers have a file to write (fewer files than writers: a model under
+    ``max_shard_size`` is one file), the same with the idle writers' threads too, up to
+    the CPUs this process may use. A launcher gives each of its local writers its share
+    of the cores; a lone busy writer would leave the others' idle. Same bytes."""
+    if not 0 < busy < world:
+        return fills
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = min(cores or 1, fills.threads * world // busy)
+    return dataclasses.replace(fills, threads=max(fills.threads, threads))
+
+
 class _Reporter:
     """This writer's progress: a bar on stderr (rank 0), a caller's hook, or nothing."""
 
@@ -404,53 +429,6 @@ def _check_arguments(
     return seed, Path(os.fspath(path))
 
 
-def shard_size_bytes(max_shard_size: object) -> int:
-    """``max_shard_size`` in bytes, as ``save_pretrained`` reads it: an int, or a size
-    such as ``"5GB"`` (huggingface_hub's parser, units KB, MB, GB, TB), or a number of
-    bytes as text (``"1000000"``); None: ``save_pretrained``'s own default.
-
-    Raises:
-        ShardInitError: not one of these, or not at least one byte.
-    """
-    if max_shard_size is None:
-        max_shard_size = default_max_shard_size()
-    size: int | None = None
-    if isinstance(max_shard_size, int) and not isinstance(max_shard_size, bool):
-        size = max_shard_size
-    elif isinstance(max_shard_size, str):
-        from huggingface_hub.serialization._base import parse_size_to_int
-
-        text = max_shard_size.strip()
-        try:
-            size = int(text) if text.lstrip("+-").isdigit() else parse_size_to_int(text)
-        except ValueError:
-            size = None
-    if size is None or size < 1:
-        raise ShardInitError(
-            "max_shard_size must be a positive number of bytes (1000000) or a size such as "
-            f"'5GB' (units KB, MB, GB, TB), got {max_shard_size!r}"
-            + (f" ({size} bytes)" if size is not None else "")
-        )
-    return size
-
-
-def default_max_shard_size() -> int | str:
-    """``save_pretrained``'s default ``max_shard_size`` in the installed transformers
-    (huggingface_hub's, which ``save_pretrained`` calls, without transformers)."""
-    import importlib.util
-    import inspect
-
-    if importlib.util.find_spec("transformers") is not None:
-        from transformers import PreTrainedModel
-
-        default = inspect.signature(PreTrainedModel.save_pretrained).parameters["max_shard_size"]
-        if isinstance(default.default, (int, str)):
-            return default.default
-    from huggingface_hub.serialization._base import MAX_SHARD_SIZE
-
-    return MAX_SHARD_SIZE
-
-
 def _group() -> tuple[int, int]:
     """(rank, world) of the default process group, or (0, 1) without one."""
     import torch.distributed as dist
@@ -484,13 +462,6 @@ def _agreed(world: int, step: Callable[[], _T]) -> _T:
     return result  # type: ignore[no-any-return]
 
 
-def os_error_text(failure: OSError) -> str:
-    """``writing PATH: No space left on device (ENOSPC)``: the cause, its errno's name."""
-    name = errno.errorcode.get(failure.errno or 0)
-    cause = (failure.strerror or str(failure)) + (f" ({name})" if name else "")
-    return f"{failure.filename}: {cause}" if failure.filename else cause
-
-
 def _gathered(world: int, value: _T) -> list[_T]:
     if world == 1:
         return [value]
@@ -499,34 +470,6 @@ def _gathered(world: int, value: _T) -> list[_T]:
     every: list[Any] = [None] * world
     dist.all_gather_object(every, value)
     return every
-
-
-def make_directory(directory: Path) -> None:
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ShardInitError(
-            f"save_seed_checkpoint: path {directory} cannot be created: "
-            + os_error_text(OSError(error.errno, error.strerror))
-        ) from None
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise ShardInitError(f"save_seed_checkpoint: path {directory} is not writable")
-
-
-def remove_unfinished(directory: Path, format: str) -> None:
-    """Every writer's unfinished files in ``directory`` (their writers died): safetensors'
-    ``NAME.partial``; dcp's data files while no manifest says the checkpoint is complete.
-    The caller holds the directory's lock."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    complete = MANIFEST_NAME in names
-    for name in names:
-        dcp_file = format == "dcp" and not complete and name.endswith(checkpoint_dcp.FILE_SUFFIX)
-        if name.endswith(".partial") or dcp_file:
-            with contextlib.suppress(OSError):
-                (directory / name).unlink()
 
 
 def _read_json(path: Path) -> Any:

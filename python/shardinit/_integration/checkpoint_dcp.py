@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from .._program import Writer
+from .checkpoint_files import DCP_FILE_SUFFIX
 from .checkpoint_plan import Entry, Fingerprinter, PieceTarget, split_bytes
 
 
@@ -75,10 +76,6 @@ def my_chunks(entries: Sequence[Entry], piece_bytes: int, rank: int, world: int)
     return [chunk for chunk, writer in zip(every, owner, strict=True) if writer == rank]
 
 
-#: dcp's data files: ``__RANK_N.distcp`` (FileSystemWriter's names).
-FILE_SUFFIX = ".distcp"
-
-
 def files_of_rank(directory: Path, rank: int) -> list[str]:
     """The data files writer ``rank`` writes into ``directory`` (found there now)."""
     prefix = f"__{rank}_"
@@ -86,7 +83,7 @@ def files_of_rank(directory: Path, rank: int) -> list[str]:
         names = os.listdir(directory)
     except OSError:
         return []
-    return [n for n in names if n.startswith(prefix) and n.endswith(FILE_SUFFIX)]
+    return [n for n in names if n.startswith(prefix) and n.endswith(DCP_FILE_SUFFIX)]
 
 
 def missing_files(directory: Path) -> list[str]:

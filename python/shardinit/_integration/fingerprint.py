@@ -36,10 +36,13 @@ import numpy.typing as npt
 import torch
 import torch.distributed as dist
 
+from .. import _core
 from .._names import canonical_name
 from .._torch_compat import is_strided_shard
 from ..errors import ShardInitError
+from .fsdp1 import fsdp1_targets
 from .placements import Run, is_dtensor, local_runs
+from .targets import FlatTarget
 from .zero3 import flat_partition_of
 
 __all__ = ["fingerprint", "fingerprint_model", "model_digest"]
@@ -257,18 +260,29 @@ def _dense_values(tensor: torch.Tensor, what: str) -> torch.Tensor:
     return tensor.resolve_neg()
 
 
+def _flat_part(tensor: Any) -> tuple[torch.Tensor, int, Any, tuple[int, ...]] | None:
+    """For a flat part of a parameter (an FSDP1 unit's, a ZeRO-3 partition): (the local
+    elements, the flat index of the first, the group holding the other parts or None,
+    the GLOBAL shape); else None."""
+    if isinstance(tensor, FlatTarget):
+        count = tensor.stop - tensor.start
+        local = tensor.shard.tensor.detach()[tensor.offset : tensor.offset + count]
+        return local, tensor.start, tensor.shard.group, tensor.global_shape
+    return flat_partition_of(tensor) if isinstance(tensor, torch.Tensor) else None
+
+
 def _local_part(
     tensor: Any, what: str
 ) -> tuple[int, Any, torch.device, torch.dtype, tuple[int, ...]]:
     """(this rank's partial sum, group to reduce over or None, device, dtype, global shape);
     ``what`` names ``tensor`` in errors."""
-    zero3 = flat_partition_of(tensor) if isinstance(tensor, torch.Tensor) else None
-    if zero3 is not None:  # a ZeRO-3 partition: flat elements [start, start + count)
-        local, start, group, shape = zero3
+    flat_part = _flat_part(tensor)
+    if flat_part is not None:  # flat elements [start, start + count) of the parameter
+        local, start, group, shape = flat_part
         local = _dense_values(local, what)
         flat = [torch.arange(start, start + local.numel(), dtype=torch.int64, device="cpu")]
         partial = _partial_sum(local, (math.prod(shape),), flat)
-        return partial, group, local.device, tensor.dtype, shape
+        return partial, group, local.device, local.dtype, shape
     if is_dtensor(tensor):
         local, dim_indices, contributes, mesh = _dtensor_layout(tensor)
         if local.is_meta:
@@ -369,7 +383,9 @@ def fingerprint_model(
     """Fingerprints of every parameter of ``module`` (collective over its meshes).
 
     Args:
-        module: a plain, FSDP2 (DTensor) or FSDP2 + TP model with materialized weights.
+        module: a plain, FSDP2 (DTensor), FSDP2 + TP, FSDP1 or ZeRO-3 model with
+            materialized weights (an FSDP1 unit's parameters are read from this rank's
+            flat shard, outside ``summon_full_params``).
         group: see :func:`fingerprint`.
         buffers: also fingerprint the module's buffers.
 
@@ -385,9 +401,7 @@ def fingerprint_model(
         raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
     if not isinstance(buffers, bool):
         raise TypeError(f"buffers must be a bool, got {type(buffers).__name__}")
-    named: list[tuple[str, Any]] = [
-        (canonical_name(name), param) for name, param in module.named_parameters()
-    ]
+    named = _named_parameter_parts(module)
     described = [f"parameter {name!r}" for name, _ in named]
     if buffers:
         held = [(canonical_name(name), buf) for name, buf in module.named_buffers()]
@@ -396,6 +410,35 @@ def fingerprint_model(
     tensors = [tensor for _, tensor in named]
     digests = _fingerprint_many(list(zip(described, tensors, strict=True)), group)
     return dict(zip((name for name, _ in named), digests, strict=True))
+
+
+def _named_parameter_parts(module: torch.nn.Module) -> list[tuple[str, Any]]:
+    """(canonical name, what to fingerprint) for every parameter of ``module``, in
+    ``named_parameters()`` order: the tensor itself, or for a parameter an FSDP1 unit
+    holds, this rank's part of it (its :class:`FlatTarget`), at the place of the unit's
+    flat parameter or of the original parameter (``use_orig_params``). A flat parameter
+    read as a whole parameter would give every rank its own, wrong, fingerprint.
+
+    Raises:
+        ShardInitError: an FSDP1 unit unsharded right now (``summon_full_params``).
+    """
+    parts_of: dict[int, list[FlatTarget]] = {}
+    for target in fsdp1_targets(module)[0]:
+        parts_of.setdefault(id(target.shard.tensor), []).append(target)
+        held = getattr(target.owner, target.attr, None)
+        if isinstance(held, torch.Tensor):  # use_orig_params: a view into the flat shard
+            parts_of.setdefault(id(held), []).append(target)
+    named: list[tuple[str, Any]] = []
+    done: set[int] = set()
+    for name, param in module.named_parameters():
+        if id(param) not in parts_of:
+            named.append((canonical_name(name), param))
+            continue
+        for target in parts_of[id(param)]:
+            if id(target) not in done:
+                done.add(id(target))
+                named.append((target.name, target))
+    return named
 
 
 def model_digest(fingerprints: Mapping[str, str] | Iterable[tuple[str, str]]) -> str:
@@ -473,21 +516,12 @@ def digest_of_total(dtype: torch.dtype, global_shape: Sequence[int], total: int)
     return _digest(dtype, global_shape, total & _MASK64)
 
 
-#: Elements hashed per step by :func:`flat_range_term`: its uint64 arrays stay in cache.
-_FLAT_STEP = 1 << 17
-
-
 def flat_range_term(values: torch.Tensor, start: int) -> int:
     """The term of the 1-D contiguous CPU ``values``, flat elements ``[start, start +
     len)`` of their tensor, as :func:`shard_term` gives it for that range (a checkpoint
-    writer's piece), hashed a cache-sized step at a time. The bit patterns are widened
-    by numpy (unsigned: what :func:`_bits_of` gives), without a torch op per step."""
+    writer's piece): hashed by the core (``shardinit_core::fingerprint``, the same
+    ``H``) in one pass over the bytes, with the GIL released, so the thread that writes
+    a piece hashes it while the next piece is generated."""
     size = values.element_size()
     unsigned = values.view(_BITS_DTYPE[size]).numpy().view(f"u{size}")
-    total = 0
-    for offset in range(0, unsigned.size, _FLAT_STEP):
-        bits: U64Array = unsigned[offset : offset + _FLAT_STEP].astype(np.uint64)
-        first = start + offset
-        index = np.arange(first, first + bits.size, dtype=np.uint64)
-        total += _sum_mod64(_element_hash_(index, bits))
-    return total & _MASK64
+    return int(_core.flat_range_term(unsigned, start)) & _MASK64

@@ -168,9 +168,10 @@ def fsdp1_targets(root: nn.Module) -> tuple[list[FlatTarget], set[tuple[int, str
         if not unit.sharded_now:
             raise ShardInitError(
                 f"FSDP unit {path or '<root>'} is not sharded right now (called inside "
-                "summon_full_params or a forward?); call materialize outside of them"
+                "summon_full_params or a forward?); call materialize and fingerprint_model "
+                "outside of them"
             )
-        shard = FlatShard(unit.flat_param)
+        shard = FlatShard(unit.flat_param, unit.shard_group)
         targets += [_flat_target(path, entry, shard) for entry in unit.entries]
     if not targets:
         return [], set()

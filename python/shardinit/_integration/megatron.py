@@ -24,9 +24,10 @@ on the TP, PP, VPP or EP sizes, and fills the local partition from stream format
   ``torch.nn.init`` function) are captured once on a meta tensor of the GLOBAL shape, so
   fan-based ones see global fans, as on Megatron's CPU-initialization path.
 
-Supported: megatron-core 0.16.1 (weights tagged by :func:`deferred_init`) and, for
-models built with ``perform_initialization=False``, the releases that tag weights
-themselves (0.17+; not installable on this project's Python 3.11).
+Supported: megatron-core 0.16.1 (weights tagged by :func:`deferred_init`) and 0.19.2
+(Python 3.12 only; ``make test-zoo312``), which also tags weights built with
+``perform_initialization=False``, so that :func:`materialize` needs no
+:func:`deferred_init` there.
 """
 
 from __future__ import annotations
@@ -328,6 +329,13 @@ def _refusal(slot: ParamSlot) -> str | None:
         )
     if param.is_meta:
         return f"{slot.name}: on the meta device; Megatron partitions must be allocated"
+    sizes = getattr(param, "partition_sizes", None)
+    if sizes is not None and getattr(param, "tensor_model_parallel", False):
+        return (
+            f"{slot.name}: packs blocks that are split over TP each on its own "
+            f"(partition_sizes {list(sizes)}, as megatron-core 0.19's Mamba in_proj and "
+            "conv1d); shardinit places one stride split along partition_dim only"
+        )
     if (
         attr == "weight"
         and isinstance(owner, _tp_module_types())

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
 from .._names import ParamSlot
 from .._program import ParamRecord, Writer
-from .._torch_compat import assign_parameter, make_parameter
+from .._torch_compat import assign_parameter, give_grad_hooks, make_parameter
 from .placements import Run, is_dtensor, local_of
 
 # --------------------------------------------------------------------------- values
@@ -180,6 +180,7 @@ class LocalTarget(SlotHeld):
             new.__dict__.update(
                 {k: v for k, v in vars(tensor).items() if not k.startswith("_shardinit")}
             )
+            give_grad_hooks(tensor, new)  # registered on the meta parameter, as to_empty keeps
             for owner, attr in self.slot.owners:
                 assign_parameter(owner, attr, new)
 
@@ -205,9 +206,17 @@ class LocalTarget(SlotHeld):
 @dataclass(eq=False)
 class FlatShard:
     """A 1-D local tensor holding parts of several parameters, with zero padding between
-    and after them (FSDP1's flat parameter)."""
+    and after them (FSDP1's flat parameter).
+
+    Attributes:
+        tensor: the local flat tensor.
+        group: the process group the flat parameter is split over (the one whose ranks
+            hold the other parts), or None where each rank holds all of it (NO_SHARD).
+        cleared: whether :meth:`clear_once` ran.
+    """
 
     tensor: torch.Tensor
+    group: Any = None
     cleared: bool = False
 
     def clear_once(self) -> None:

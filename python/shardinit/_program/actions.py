@@ -6,6 +6,9 @@ the four kinds. The writer (:mod:`.writer`) writes them."""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -33,6 +36,8 @@ __all__ = [
     "Scale",
     "TrackAction",
     "base_ops",
+    "constant_fill",
+    "ops_digest",
     "program_of",
     "sets_values",
 ]
@@ -180,6 +185,16 @@ class Masked(Action):
         return where(self.cond, Const(self.value), Prior())
 
 
+def constant_fill(value: float) -> Action:
+    """Every covered element set to ``value``: a :class:`Fill` by a
+    :class:`~shardinit.init.Constant` where ``value`` is finite; NaN and +-inf (a
+    sentinel a later write overwrites, a mask's ``-inf``) are no initializer's value, but
+    a program's constant, written as the core's evaluator writes any program."""
+    if math.isfinite(value):
+        return Fill(Constant(value))
+    return Computed(Const(value))
+
+
 def program_of(expr: Expr) -> Action:
     """``expr`` written down as an :class:`Action`: a :class:`Fill` when it is one
     source (or a constant), else :class:`Computed`."""
@@ -266,3 +281,40 @@ def base_ops(
         region = ((row, row + 1), *box[1:])
         ops.append(CapturedOp(region, Fill(Constant(0.0)), "zero row", "<default>"))
     return tuple(ops)
+
+
+def ops_digest(ops: Sequence[CapturedOp]) -> str:
+    """A digest equal for two records exactly when they are the same operations: each
+    one's region, action, op and line, every node's class and fields, floats by their
+    bits, tables by their values (so two processes compare records by it: a record is
+    the same on every rank only where the digests agree). A node met twice (shared) is
+    named by its first place, so shared programs cost their size, not their paths."""
+    digest = hashlib.sha256()
+    places: dict[int, int] = {}
+
+    def put(value: object) -> None:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            if id(value) in places:
+                digest.update(f"@{places[id(value)]};".encode())
+                return
+            places[id(value)] = len(places)
+            digest.update(f"{type(value).__qualname__}(".encode())
+            for field in dataclasses.fields(value):
+                put(getattr(value, field.name))
+            digest.update(b")")
+        elif isinstance(value, (tuple, list)):
+            digest.update(b"[")
+            for item in value:
+                put(item)
+            digest.update(b"]")
+        elif isinstance(value, torch.Tensor):
+            data = value.detach().cpu().contiguous().resolve_conj().resolve_neg()
+            digest.update(f"{data.dtype}{tuple(data.shape)}".encode())
+            digest.update(data.reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(value, float):
+            digest.update(value.hex().encode() + b";")
+        else:
+            digest.update(f"{type(value).__name__}:{value!r};".encode())
+
+    put(tuple(ops))
+    return digest.hexdigest()

@@ -20,7 +20,7 @@ slices without copying them.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from .._layout import Box
 
@@ -157,13 +157,7 @@ class Coverage:
         Raises:
             ValueError: ``box`` has another number of dims than the tensor.
         """
-        if len(box) != self.ndim:
-            raise ValueError(f"a box of {len(box)} dims asked of a union of {self.ndim}")
-        if any(start >= stop for start, stop in box):
-            return True
-        if self.ndim == 0:
-            return self._any
-        return _covers(self._level, tuple(box), 0)
+        return self._query(box, empty_box=True, walk=_covers)
 
     def meets(self, box: Box) -> bool:
         """Whether some element of ``box`` is in the union (never for an empty box).
@@ -171,13 +165,18 @@ class Coverage:
         Raises:
             ValueError: ``box`` has another number of dims than the tensor.
         """
+        return self._query(box, empty_box=False, walk=_meets)
+
+    def _query(self, box: Box, *, empty_box: bool, walk: Callable[[Level, Box, int], bool]) -> bool:
+        """``walk`` over the union for a box of the tensor's dims: the answer for an empty
+        box and for a 0-dim tensor's one element are the same for every question."""
         if len(box) != self.ndim:
             raise ValueError(f"a box of {len(box)} dims asked of a union of {self.ndim}")
         if any(start >= stop for start, stop in box):
-            return False
+            return empty_box
         if self.ndim == 0:
             return self._any
-        return _meets(self._level, tuple(box), 0)
+        return walk(self._level, tuple(box), 0)
 
     def intervals(self) -> int:
         """The number of intervals held, over all dims (what a query may walk)."""

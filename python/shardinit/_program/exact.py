@@ -242,14 +242,15 @@ def _binary_span(op: str, a: tuple[float, float], b: tuple[float, float]) -> tup
 
 def bare_source(expr: Expr) -> BaseInit | None:
     """The initializer when ``expr`` is nothing but a random source or a constant (then
-    the op is a plain fill: stream v1 values, whatever dtype the temporary had)."""
+    the op is a plain fill: stream v1 values, whatever dtype the temporary had). NaN and
+    +-inf are no initializer's constant: a program's (the core's evaluator writes them)."""
     while isinstance(expr, Round) and isinstance(expr.x, Source | Const):
         if isinstance(expr.x, Const) and not holds_exactly(expr.x.value, expr.dtype):
             return None
         expr = expr.x
     if isinstance(expr, Source):
         return expr.init
-    if isinstance(expr, Const):
+    if isinstance(expr, Const) and math.isfinite(expr.value):
         return Constant(float(expr.value))
     return None
 

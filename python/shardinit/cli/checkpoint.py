@@ -68,7 +68,7 @@ def add_command(commands: argparse._SubParsersAction[Parser]) -> Parser:
 
 
 def _shard_size(text: str) -> int:
-    from .._integration.checkpoint import shard_size_bytes
+    from .._integration.checkpoint_files import shard_size_bytes
     from ..errors import ShardInitError
 
     try:
@@ -117,7 +117,7 @@ def build_model(
 def run_checkpoint(args: argparse.Namespace, parser: Parser) -> int:
     """``shardinit checkpoint``: exit 0, or 1 with a one-line error."""
     del parser
-    from .._integration.checkpoint import make_directory
+    from .._integration.checkpoint_files import make_directory
     from .._integration.checkpoint_lock import directory_lock
     from ..errors import ShardInitError
 
@@ -170,7 +170,7 @@ def _from_workers(args: argparse.Namespace) -> None:
         ShardInitError: a worker's error (the same on every worker), or the first
             writer that failed, with its signal or exit status.
     """
-    from .._integration.checkpoint import remove_unfinished
+    from .._integration.checkpoint_files import remove_unfinished
     from .._integration.checkpoint_lock import INHERITED_ENV, inheritable_lock_fd
     from ..errors import ShardInitError
     from ._launch import LaunchError, launch

@@ -4,6 +4,7 @@
 pub mod batch;
 mod error;
 pub mod fill;
+pub mod fingerprint;
 pub mod geometry;
 pub mod init;
 mod kernel;

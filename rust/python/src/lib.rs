@@ -9,6 +9,7 @@
 mod buffers;
 mod errors;
 mod fill;
+mod fingerprint;
 mod inflight;
 mod program;
 mod stream;
@@ -23,6 +24,8 @@ mod _core {
     use crate::errors::{InternalError, ShapeTooLargeError, ShardInitError};
     #[pymodule_export]
     use crate::fill::{fill, start_fills, PyStartedFills};
+    #[pymodule_export]
+    use crate::fingerprint::flat_range_term;
     #[pymodule_export]
     use crate::program::{fill_program, PyProgram};
     #[pymodule_export]

@@ -19,7 +19,8 @@ __all__ = ["NOT_MINE", "Call", "Handler", "Mode", "Route"]
 
 #: The routes of the op families (:data:`.families.FAMILIES`), one per family.
 Route = Literal[
-    "device", "flag", "metadata", "foreach", "dropout", "resize", "translated", "view",
+    "device", "flag", "grad_hook", "metadata", "collective", "foreach", "dropout",
+    "resize", "translated", "view",
     "factory", "concat", "copy", "source", "pointwise", "coordinate", "inplace", "cast",
     "set_data", "copy_into", "pad", "setitem", "other",
 ]  # fmt: skip

@@ -34,6 +34,7 @@ from ..ops import (
 )
 from . import handlers, targets
 from .calls import Handler, Route
+from .collectives import COLLECTIVES, follow_collective
 
 __all__ = ["FAMILIES", "Family", "family_of"]
 
@@ -84,11 +85,13 @@ METADATA = frozenset(
         "size", "dim", "ndimension", "numel", "nelement", "stride", "storage_offset",
         "is_contiguous", "element_size", "untyped_storage", "is_floating_point",
         "is_complex", "is_signed", "__len__", "__repr__", "__format__", "__hash__",
-        "retain_grad", "register_hook", "data_ptr", "_is_view",
+        "retain_grad", "data_ptr", "_is_view",
         "has_names", "is_shared", "is_pinned", "is_set_to", "type", "__reduce_ex__",
         "__dir__", "__setstate__", "_set_grad_enabled",
     }
 )  # fmt: skip
+#: Gradient hooks init code registers on a tensor (:func:`.targets.register_grad_hook`).
+GRAD_HOOKS = frozenset({"register_hook", "register_post_accumulate_grad_hook"})
 # Ops whose results alias their input (checked: a result must share the storage).
 VIEWS = frozenset(
     {
@@ -110,6 +113,7 @@ COORDINATE_OPS = frozenset(
 FAMILIES: tuple[Family, ...] = (
     Family("device", DEVICE_QUESTIONS, on_target=targets.answer_device),
     Family("flag", FLAGS, as_is=True),
+    Family("grad_hook", GRAD_HOOKS, on_target=targets.register_grad_hook, handler=handlers.as_is),
     Family("metadata", METADATA, rule=lambda name: name.endswith(".__get__"), as_is=True),
     Family(
         "foreach",
@@ -118,6 +122,7 @@ FAMILIES: tuple[Family, ...] = (
         numbers=True,
     ),
     Family("dropout", DROPOUTS, handler=handlers.dropout),
+    Family("collective", COLLECTIVES, handler=follow_collective),
     Family("resize", RESIZES, handler=handlers.resize),
     Family("translated", METHOD_TRANSLATIONS, on_target=targets.write_translated, numbers=True),
     Family("view", VIEWS, handler=handlers.view),

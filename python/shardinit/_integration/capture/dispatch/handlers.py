@@ -14,7 +14,14 @@ from typing import Any
 import torch
 
 from ...._program.actions import Opaque
-from ...._torch_compat import aten_packet, positional_arguments, stored_contiguous, tree_leaves
+from ...._torch_compat import (
+    aten_packet,
+    positional_arguments,
+    stored_contiguous,
+    stored_strides,
+    torch_function_disabled,
+    tree_leaves,
+)
 from ..ops import (
     FACTORIES,
     MOVES,
@@ -32,6 +39,7 @@ from .targets import CPU
 from .writes import tensors_in
 
 __all__ = [
+    "as_is",
     "cast",
     "concat",
     "copy",
@@ -40,11 +48,18 @@ __all__ = [
     "foreach",
     "into_out",
     "pointwise",
+    "relaid_format",
+    "relayout",
     "resize",
     "source",
     "unrouted",
     "view",
 ]
+
+
+def as_is(mode: Mode, call: Call) -> Any:
+    """A call that touches no value the capture follows: run as it is."""
+    return call.func(*call.args, **call.kwargs)
 
 
 def unrouted(mode: Mode, call: Call) -> Any:
@@ -166,9 +181,10 @@ def factory(mode: Mode, call: Call) -> Any:
     """A factory (``zeros``, ``full``, ``empty_like``, ...): a new temporary, filled with
     its constant (:data:`..ops.tables.FACTORIES`)."""
     result = run_op(call.func, call.args, call.kwargs)
-    if not _contiguous(result):
+    stored = _storage_order(result)
+    if stored is None:
         return result
-    temp = mode.store.new_temp(call.name, result)
+    temp = mode.store.new_temp(call.name, stored[0])
     value = FACTORIES[call.name]
     if value == "arg":  # its fill_value, bound as the function's signature binds it
         position = _FILL_VALUE_AT[call.name]
@@ -203,12 +219,67 @@ def copy(mode: Mode, call: Call) -> Any:
     eager's copy does)."""
     if call.target is None:
         return NOT_MINE
+    if relaid_format(call.kwargs) is not None:
+        return relayout(mode, call)
     result = run_op(call.func, call.args, call.kwargs)
     if not _contiguous(result) or storage_id(result) == storage_id(call.args[0]):
         return result  # contiguous() of a contiguous tensor: itself
     temp = mode.store.new_temp(call.name, result)
     mode.copies.copy_into(temp, result, call.args[0], call.name)
     return result
+
+
+def relaid_format(kwargs: Mapping[str, Any]) -> torch.memory_format | None:
+    """The memory format a copy or cast is asked to give its result, where it asks for
+    one that is not row-major (``torch.channels_last``, ``channels_last_3d``)."""
+    memory_format = kwargs.get("memory_format")
+    if memory_format in (None, torch.preserve_format, torch.contiguous_format):
+        return None
+    return memory_format if isinstance(memory_format, torch.memory_format) else None
+
+
+def _relays_only(call: Call) -> bool:
+    """Whether a cast asks for a memory format and nothing else (``to(memory_format=)``,
+    no dtype or device: a cast with one is a cast, :func:`cast`)."""
+    rest = {k for k in call.kwargs if k not in ("memory_format", "non_blocking", "copy")}
+    return relaid_format(call.kwargs) is not None and len(call.args) == 1 and not rest
+
+
+def relayout(mode: Mode, call: Call) -> Any:
+    """``t.contiguous(memory_format=torch.channels_last)`` (or ``clone`` / ``to`` with
+    one) of a followed tensor: a new temporary holding its values in that layout, as
+    eager's copy does (a parameter's values carry the read, as a clone's). Its storage
+    is row-major in a permutation of its dims (channels_last: NHWC): that permutation
+    is the temporary followed, the result a permuted view of it, so its boxes are
+    row-major as every temporary's. ``.data =`` of it gives a parameter the layout
+    (:func:`.targets.write_data`). A cast to another dtype or device with a format
+    too is followed as a cast is (:func:`_relays_only`)."""
+    source, memory_format = call.args[0], relaid_format(call.kwargs)
+    result = run_op(torch.Tensor.clone, (source,), {"memory_format": memory_format})
+    stored = _storage_order(result)
+    if stored is None:
+        return NOT_MINE  # no dense layout (torch makes one for every format it has)
+    temp, order = mode.store.new_temp(call.name, stored[0]), stored[1]
+    shown = f"{call.name}(memory_format={memory_format})"
+    with torch_function_disabled():  # the stand-in's own (row-major) view, as torch reads it
+        permuted = source.permute(order)
+    mode.copies.copy_into(temp, temp.base, permuted, shown)
+    return result
+
+
+def _storage_order(result: Any) -> tuple[torch.Tensor, list[int]] | None:
+    """A new dense tensor (a factory's, a copy's) as the temporary to follow, with the
+    order of its dims in storage: itself where row-major, else ``result.permute(order)``,
+    which is (a channels_last tensor's NHWC view), so that every followed temporary's
+    boxes are row-major. None for anything else (no new dense tensor)."""
+    if not isinstance(result, torch.Tensor):
+        return None
+    if stored_contiguous(result):
+        return result, list(range(result.dim()))
+    strides = stored_strides(result)
+    order = sorted(range(result.dim()), key=lambda dim: -strides[dim])
+    stored = result.permute(order)
+    return (stored, order) if stored_contiguous(stored) else None
 
 
 def concat(mode: Mode, call: Call) -> Any:
@@ -335,6 +406,8 @@ def cast(mode: Mode, call: Call) -> Any:
         if call.target is None:
             return NOT_MINE  # data that is no followed tensor: a table, as before
         call = _as_tensor_to(call)
+    if call.target is not None and _relays_only(call):
+        return relayout(mode, call)
     if call.target is not None and call.target.kind == "param":
         return _param_cast(mode, call, call.target)
     if call.target is None or call.target.kind != "temp" or call.name in MOVES:

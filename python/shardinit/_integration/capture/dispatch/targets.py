@@ -13,12 +13,13 @@ from typing import Any
 import torch
 
 from ..ops import METHOD_TRANSLATIONS, SCALES, bind, inplace_name, is_inplace
-from ..trace import Track
+from ..trace import Track, give_memory_format, memory_format_now, memory_format_of, same_view
 from .calls import NOT_MINE, Call, Mode
 
 __all__ = [
     "CPU",
     "answer_device",
+    "register_grad_hook",
     "write_at_coordinates",
     "write_copy",
     "write_data",
@@ -88,15 +89,91 @@ def write_pad(mode: Mode, call: Call) -> Any:
 
 
 def write_data(mode: Mode, call: Call) -> Any:
-    """``tensor.data = value`` (:meth:`.writes.Writes.set_data`)."""
-    mode.writes.set_data(_target(call), call.args[0], call.args[1])
+    """``tensor.data = value`` (:meth:`.writes.Writes.set_data`); of a whole parameter
+    or buffer, it takes ``value``'s memory format too, as eager's tensor becomes
+    ``value`` (:func:`_layout_taken`)."""
+    target, tensor, value = _target(call), call.args[0], call.args[1]
+    memory_format = _layout_taken(mode, target, tensor, value)
+    mode.writes.set_data(target, tensor, value)
+    if memory_format is not None:
+        give_memory_format(target, memory_format)
     return None
+
+
+def _layout_taken(
+    mode: Mode, target: Track, tensor: torch.Tensor, value: Any
+) -> torch.memory_format | None:
+    """The memory format a whole parameter or buffer takes from ``tensor.data = value``,
+    where it changes: ``value``'s where it is not row-major (``p.data =
+    p.data.contiguous(memory_format=torch.channels_last)``); row-major again where it is
+    and the tensor had another. ``value`` the tensor itself changes nothing (eager's
+    ``contiguous()`` of a contiguous tensor). A sharded (DTensor) parameter's local
+    shards are row-major tensors of their own: refused, named."""
+    if target.kind == "temp" or tensor is not target.base or not isinstance(value, torch.Tensor):
+        return None
+    if same_view(value, tensor):
+        return None
+    memory_format = memory_format_of(value)
+    if memory_format is None or memory_format == memory_format_now(target):
+        return None
+    if getattr(type(target.base), "sharded", False):
+        raise mode.store.fail(
+            target, f"tensor.data = value (memory_format={memory_format})",
+            "a sharded (DTensor) parameter's local shards are contiguous tensors of "
+            "their own (FSDP2 refuses non-contiguous parameters); keep it row-major",
+        )  # fmt: skip
+    return memory_format
+
+
+def register_grad_hook(mode: Mode, call: Call) -> Any:
+    """``p.register_hook(fn)`` / ``p.register_post_accumulate_grad_hook(fn)`` on a
+    parameter's stand-in: registered on the stand-in, whose hooks the parameter takes
+    after the capture (:func:`..session.standins.give_parameter_attributes`) and the
+    allocated parameter after it, as eager's parameter keeps them; the handle init code
+    gets removes them there too (the same dict). A sharded (DTensor) parameter is
+    refused, named: its hooks would be on FSDP's or the tensor-parallel plan's object,
+    which shardinit does not hand them to."""
+    target = _target(call)
+    if target.kind != "param":
+        return NOT_MINE
+    if getattr(type(target.base), "sharded", False):
+        raise mode.store.fail(
+            target, call.name,
+            "a gradient hook on a sharded (DTensor) parameter is not carried to the "
+            "parameter materialize fills; register it after materialize",
+        )  # fmt: skip
+    return call.func(*call.args, **call.kwargs)
 
 
 def write_item(mode: Mode, call: Call) -> Any:
-    """``tensor[index] = value`` (:meth:`.writes.Writes.setitem`)."""
-    mode.writes.setitem(_target(call), call.args[0], call.args[1], call.args[2])
+    """``tensor[index] = value`` (:meth:`.writes.Writes.setitem`); by a boolean mask of
+    a parameter's whole shape (``w[torch.ones_like(w, dtype=torch.bool).triu()] = 0``),
+    with a number, it is ``masked_fill_``, as torch computes it (:func:`_as_masked_fill`)."""
+    target, tensor, index, value = _target(call), call.args[0], call.args[1], call.args[2]
+    mask = _as_masked_fill(target, tensor, index, value)
+    if mask is not None:
+        mode.coordinates.write_at("masked_fill_", target, (tensor, mask, value), {})
+        return None
+    mode.writes.setitem(target, tensor, index, value)
     return None
+
+
+def _as_masked_fill(target: Track, tensor: torch.Tensor, index: Any, value: Any) -> Any:
+    """The mask of ``tensor[mask] = value`` where that is ``tensor.masked_fill_(mask,
+    value)``: on a parameter (a stand-in: its write is the record), ``mask`` a boolean
+    meta tensor of the tensor's own shape (one whose values the capture follows: a mask
+    on the CPU is a list of positions, :meth:`.writes.Writes.setitem`), ``value`` a
+    number; None for any other index."""
+    if isinstance(index, tuple) and len(index) == 1:
+        index = index[0]
+    if target.kind != "param" or not isinstance(index, torch.Tensor) or not index.is_meta:
+        return None
+    if index.dtype != torch.bool or tuple(index.shape) != tuple(tensor.shape):
+        return None
+    number = isinstance(value, (int, float)) or (
+        isinstance(value, torch.Tensor) and value.dim() == 0 and not value.is_meta
+    )
+    return index if number else None
 
 
 def write_at_coordinates(mode: Mode, call: Call) -> Any:

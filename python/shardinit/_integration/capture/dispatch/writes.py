@@ -10,11 +10,10 @@ from typing import Any
 
 import torch
 
-from ...._program.actions import Fill, Opaque, TrackAction
+from ...._program.actions import Opaque, TrackAction, constant_fill
 from ...._program.cannot import Cannot
 from ...._torch_compat import tree_leaves
 from ....errors import ShardInitError
-from ....init import Constant
 from ..ops import scalar
 from ..trace import Concrete, Coordinates, Copies, Engine, RecordStore, Steps, Track, same_view
 from .backstop import WriteBackstop
@@ -134,7 +133,7 @@ class Writes:
         """A fill by the number ``value`` (refused on a parameter, opaque on others when
         it is no number)."""
         try:
-            return Fill(Constant(scalar(value)))
+            return constant_fill(scalar(value))
         except ShardInitError as why:  # scalar() checks the operand: it refuses nothing
             if target.kind == "param":
                 raise self.store.fail(target, op, str(why)) from None

@@ -17,8 +17,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...._torch_compat import stored_contiguous
-
 __all__ = [
     "DROPOUTS",
     "MOVES",
@@ -87,12 +85,17 @@ def foreach_parts(
 
 
 def resizes_to_itself(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
-    """Whether ``resize_`` / ``resize_as_`` keeps a contiguous tensor as it is: the same
-    shape, and no memory format that would restride it (torch then changes nothing)."""
+    """Whether ``resize_`` / ``resize_as_`` keeps a dense tensor as it is: the same
+    shape, and no memory format that would restride it (torch then changes nothing):
+    none given and row-major, or the one it has (torch's
+    ``convert_conv2d_weight_memory_format`` resizes its channels_last copy so)."""
     tensor = args[0] if args else None
-    if not isinstance(tensor, torch.Tensor) or not stored_contiguous(tensor):
+    if not isinstance(tensor, torch.Tensor):
         return False
-    if kwargs.get("memory_format") not in (None, torch.contiguous_format):
+    memory_format = kwargs.get("memory_format")
+    if memory_format in (None, torch.preserve_format):
+        memory_format = torch.contiguous_format
+    if not torch.Tensor.is_contiguous(tensor, memory_format=memory_format):  # its own layout
         return False
     if name == "resize_as_":
         other = args[1] if len(args) > 1 else kwargs.get("the_template")

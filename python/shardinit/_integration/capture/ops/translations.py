@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ...._caches import BoundedMap
-from ...._program.actions import Fill, Scale, TrackAction
+from ...._program.actions import Fill, Scale, TrackAction, constant_fill
 from ....errors import ShardInitError
 from ....init import BaseInit, Constant, Normal, Orthogonal, TruncNormal, uniform_or_constant
 
@@ -204,7 +204,7 @@ def _build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> T
         return Fill(TruncNormal(mean, std, a, b))
     if kind in ("constant", "zeros", "ones"):
         value = scalar(values[0]) if kind == "constant" else float(kind == "ones")
-        return Fill(Constant(value))
+        return constant_fill(value)
     if kind in ("scale", "divide"):
         return Scale(scalar(values[0]), divide=kind == "divide")
     if kind == "probe":

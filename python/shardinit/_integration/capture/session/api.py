@@ -18,7 +18,7 @@ from ...collector import collector_paused
 from ...exclusive import ThreadExclusive
 from ...new_modules import NewSubmodules
 from ..dispatch import CaptureMode
-from ..trace import AFTER_INIT_FN, Track, refusal
+from ..trace import AFTER_INIT_FN, Track, give_eager_layout, refusal
 from .created import CreatedTensors
 from .initcalls import install_init_calls
 from .modulecalls import install_module_calls
@@ -33,7 +33,7 @@ from .standins import (
     read_buffers,
     replaced_error,
 )
-from .threads import give_eager_layout, plain_tensor, watching_threads
+from .threads import plain_tensor, watching_threads
 
 __all__ = ["capture_init"]
 

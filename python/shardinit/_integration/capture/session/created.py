@@ -49,7 +49,17 @@ from ...._program.nodes import bad_reasons
 from ...._torch_compat import make_parameter
 from ....errors import UnsupportedInitOpError
 from ..dispatch import CaptureMode
-from ..trace import AFTER_INIT_FN, HELP, Track, read_reason, refusal, user_frame
+from ..trace import (
+    AFTER_INIT_FN,
+    HELP,
+    Track,
+    give_memory_format,
+    memory_format_now,
+    memory_format_of,
+    read_reason,
+    refusal,
+    user_frame,
+)
 from .standins import ParamGroup
 
 __all__ = ["CreatedTensors"]
@@ -209,6 +219,15 @@ class CreatedTensors:
         track = group.tracks[0]
         self._take_values(recorder, track, current, where, "replaces it with a new Parameter")
         track.base.requires_grad_(current.requires_grad)
+        memory_format = memory_format_of(current) or torch.contiguous_format
+        if memory_format != torch.contiguous_format and self.sharded:
+            raise _refused(
+                where, f"replaces it with a new {memory_format} Parameter",
+                "the local shards of a parameter FSDP2 or tensor parallelism sharded are "
+                "row-major tensors of their own", "Keep the sharded model row-major",
+            )  # fmt: skip
+        if memory_format != memory_format_now(track):
+            give_memory_format(track, memory_format)  # eager's parameter is the new tensor
 
     def _new_param(
         self,

@@ -39,9 +39,8 @@ from torch import nn
 from ...._torch_compat import torch_function_disabled
 from ..dispatch import CaptureMode
 from ..ops import CAST_DTYPES
-from ..trace import Track
+from ..trace import Track, give_memory_format
 from .standins import DTensorStandIn
-from .threads import give_eager_layout
 
 __all__ = ["constructor_moves", "install_module_calls"]
 
@@ -174,13 +173,7 @@ def _give_memory_format(
             "their own (FSDP2 refuses non-contiguous parameters, and eager torch fails "
             "here too); keep the sharded model row-major",
         )
-    track.memory_format = memory_format
-    with torch_function_disabled():  # a plain meta tensor of the layout, not a temporary
-        base = track.base
-        layout = torch.empty(
-            tuple(base.shape), dtype=base.dtype, device="meta", memory_format=memory_format
-        )
-    give_eager_layout(base, layout)
+    give_memory_format(track, memory_format)
 
 
 def _apply_to(

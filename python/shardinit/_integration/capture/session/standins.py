@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from ...._names import ParamSlot, canonical_name, param_slots, qualified, refuse_lazy
-from ...._torch_compat import is_flat_param, make_parameter
+from ...._torch_compat import give_grad_hooks, is_flat_param, make_parameter
 from ....errors import ShardInitError, UnsupportedInitOpError
 from ....spec import SUPPORTED_DTYPES
 from ..trace import AFTER_INIT_FN, Track, refusal, storage_id
@@ -109,6 +109,10 @@ class DTensorStandIn(CheckedParameter):
     """The stand-in of a DTensor parameter: a plain meta tensor of the GLOBAL shape, whose
     DTensor methods refuse (init code that works on a rank's local shard would give
     values that depend on the layout; shardinit fills each rank's shard of the whole)."""
+
+    #: Asked by the dispatch, which does not import this module: a layout init code
+    #: gives a sharded parameter is refused (:func:`..dispatch.targets.write_data`).
+    sharded = True
 
     def _refuse(self, what: str) -> UnsupportedInitOpError:
         return refusal(
@@ -290,11 +294,13 @@ def read_buffers(
 
 def give_parameter_attributes(groups: list[ParamGroup]) -> None:
     """Gives each parameter the Python attributes init code set on its stand-in
-    (``p._no_weight_decay = True``), as eager torch leaves them on the parameter."""
+    (``p._no_weight_decay = True``) and the gradient hooks it registered there, as eager
+    torch leaves them on the parameter."""
     for group in groups:
         for track in group.distinct_tracks():
             if vars(track.base):
                 group.original.__dict__.update(vars(track.base))
+            give_grad_hooks(track.base, group.original)
 
 
 def give_memory_formats(groups: list[ParamGroup], buffers: list[BufferStandIn]) -> None:

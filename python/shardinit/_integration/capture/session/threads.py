@@ -31,7 +31,7 @@ them while the routes keep one record order; refusing clearly is the closed answ
 The same check answers for layouts: a stand-in is row-major (its boxes are), but a
 parameter may be ``channels_last`` (on meta before the capture, or by init code's
 ``module.to(memory_format=...)``). Such a stand-in and its views carry a meta tensor of
-eager's layout (:func:`give_eager_layout`); a view that eager torch cannot make there
+eager's layout (:func:`..trace.give_eager_layout`); a view that eager torch cannot make there
 (``view`` raises, ``reshape``/``flatten`` copy) and ``contiguous()``, which copies there,
 are refused, naming the parameter and the line. ``stride()`` and ``is_contiguous()``
 always answer eager's layout (init code may branch on it), whoever asks: shardinit's
@@ -55,7 +55,6 @@ from ...._torch_compat import (
     make_subclass,
     python_key_excluded,
     stored_contiguous,
-    stored_strides,
     torch_function_disabled,
     tree_leaves,
 )
@@ -65,7 +64,12 @@ from ..trace import refusal, storage_id
 if TYPE_CHECKING:
     from ..trace import RecordStore
 
-__all__ = ["CheckedParameter", "checked_tensor", "plain_tensor", "watching_threads"]
+__all__ = [
+    "CheckedParameter",
+    "checked_tensor",
+    "plain_tensor",
+    "watching_threads",
+]
 
 
 @dataclass
@@ -216,18 +220,6 @@ class CheckedParameter(_ThreadChecked, nn.Parameter):
 
 class CheckedTensor(_ThreadChecked):
     """A buffer's stand-in, or a view of any stand-in (see the module docstring)."""
-
-
-def give_eager_layout(standin: torch.Tensor, layout: torch.Tensor) -> None:
-    """Notes on ``standin`` (row-major) the layout its parameter has in eager torch
-    (``layout``'s strides), where that is not row-major (module docstring)."""
-    with torch_function_disabled():  # the capture's own tensors, inside its mode too
-        if stored_contiguous(layout):
-            standin.__dict__.pop("_eager_layout", None)
-            return
-        eager = torch.empty_like(layout, device="meta")  # dense layouts keep their strides
-        if eager.stride() == stored_strides(layout):
-            standin.__dict__["_eager_layout"] = eager
 
 
 def _layout_refusal(

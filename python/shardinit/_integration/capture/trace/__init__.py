@@ -16,7 +16,16 @@ from .frames import frame_arguments, func_name, init_frame, user_frame
 from .refusals import AFTER_INIT_FN, HELP, refusal
 from .steps import Steps
 from .store import RecordStore
-from .tracks import Track, run_op, same_view, storage_id
+from .tracks import (
+    Track,
+    give_eager_layout,
+    give_memory_format,
+    memory_format_now,
+    memory_format_of,
+    run_op,
+    same_view,
+    storage_id,
+)
 
 __all__ = [
     "AFTER_INIT_FN",
@@ -31,7 +40,11 @@ __all__ = [
     "Track",
     "frame_arguments",
     "func_name",
+    "give_eager_layout",
+    "give_memory_format",
     "init_frame",
+    "memory_format_now",
+    "memory_format_of",
     "read_reason",
     "refusal",
     "run_op",

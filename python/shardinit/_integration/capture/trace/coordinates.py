@@ -14,13 +14,12 @@ temporary or buffer stand-in the write is the same ``where``, folded as any step
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
-from ...._program.actions import Computed, Masked
+from ...._program.actions import Masked
 from ...._program.cannot import Cannot
 from ...._program.index import contiguous_index
 from ...._program.nodes import (
@@ -47,13 +46,6 @@ from .tracks import Track, run_op
 __all__ = ["Coordinates"]
 
 _CONSTANTS = {"constant": 0.0, "zeros": 0.0, "ones": 1.0}
-
-
-def _non_finite(value: Any) -> bool:
-    try:
-        return not math.isfinite(scalar(value))
-    except ValueError:  # scalar() checks the operand: it refuses nothing
-        return False
 
 
 def _random(expr: Expr) -> bool:
@@ -111,18 +103,14 @@ class Coordinates:
         self, track: Track, view: torch.Tensor, entry: Translation, values: list[Any], op: str
     ) -> None:
         """A translated fill (:meth:`.engine.Engine.write`), but a constant on a 1-D
-        strided view of a parameter is written where its positions are, and a non-finite
-        constant on a temporary is a program value (no initializer has it)."""
+        strided view of a parameter is written where its positions are (a non-finite
+        constant is a program's value: :func:`..._program.actions.constant_fill`)."""
         if track.kind == "param" and entry.kind in _CONSTANTS:
             cond = _strided_positions(view, track.base)
             if cond is not None:
                 value = scalar(values[0]) if entry.kind == "constant" else _CONSTANTS[entry.kind]
                 self.engine.record(track, track.base, Masked(cond, value), op)
                 return
-        if track.kind == "temp" and entry.kind == "constant" and _non_finite(values[0]):
-            # A mask's -inf (open_clip's causal mask): no initializer, but a program value.
-            self.engine.record(track, view, Computed(Const(float(values[0]))), op)
-            return
         self.engine.write(track, view, entry, values, op)
 
     def write_at(self, name: str, target: Track, args: Sequence[Any], kwargs: Any) -> None:

@@ -14,9 +14,24 @@ from ...._program.actions import CapturedOp, sets_values
 from ...._program.cannot import Cannot
 from ...._program.coverage import Coverage
 from ...._program.regions import Box, view_region
-from ...._torch_compat import stored_strides, torch_function_disabled, tree_leaves, tree_map
+from ...._torch_compat import (
+    stored_contiguous,
+    stored_strides,
+    torch_function_disabled,
+    tree_leaves,
+    tree_map,
+)
 
-__all__ = ["Track", "run_op", "same_view", "storage_id"]
+__all__ = [
+    "Track",
+    "give_eager_layout",
+    "give_memory_format",
+    "memory_format_now",
+    "memory_format_of",
+    "run_op",
+    "same_view",
+    "storage_id",
+]
 
 TrackKind = Literal["param", "temp", "buffer"]
 
@@ -210,3 +225,60 @@ def _zero_dim_cpu(value: object) -> bool:
 def _real_operand(tensor: torch.Tensor) -> bool:
     # A 0-d CPU tensor combines with any device (torch treats it as a number).
     return not tensor.is_meta and (tensor.dim() > 0 or tensor.device.type != "cpu")
+
+
+def give_eager_layout(standin: torch.Tensor, layout: torch.Tensor) -> None:
+    """Notes on ``standin`` (row-major) the layout its parameter has in eager torch
+    (``layout``'s strides), where that is not row-major (:mod:`..session.threads`)."""
+    with torch_function_disabled():  # the capture's own tensors, inside its mode too
+        if stored_contiguous(layout):
+            standin.__dict__.pop("_eager_layout", None)
+            return
+        eager = torch.empty_like(layout, device="meta")  # dense layouts keep their strides
+        if eager.stride() == stored_strides(layout):
+            standin.__dict__["_eager_layout"] = eager
+
+
+def give_memory_format(track: Track, memory_format: torch.memory_format) -> None:
+    """Gives a parameter or buffer the memory format init code gave it
+    (``module.to(memory_format=...)``, ``p.data = p.data.contiguous(memory_format=...)``):
+    kept on the track, which the meta tensor takes after the capture; the stand-in stays
+    row-major (its boxes are) and notes eager's layout (:func:`give_eager_layout`)."""
+    track.memory_format = memory_format
+    with torch_function_disabled():  # a plain meta tensor of the layout, not a temporary
+        base = track.base
+        layout = torch.empty(
+            tuple(base.shape), dtype=base.dtype, device="meta", memory_format=memory_format
+        )
+    give_eager_layout(base, layout)
+
+
+#: The dense layouts a tensor may have: row-major first.
+_FORMATS = (torch.contiguous_format, torch.channels_last, torch.channels_last_3d)
+_DIMS = {torch.contiguous_format: None, torch.channels_last: 4, torch.channels_last_3d: 5}
+
+
+def memory_format_of(tensor: torch.Tensor) -> torch.memory_format | None:
+    """The memory format whose strides ``tensor`` has exactly (those of its size-1
+    dims too, which torch keeps): the layout a parameter takes from it by ``.data =`` or
+    a replacement; else ``torch.contiguous_format`` where it is row-major, else None
+    (a strided view)."""
+    with torch_function_disabled():  # the tensor's own layout
+        strides, shape = tuple(stored_strides(tensor)), tuple(tensor.shape)
+        for memory_format in _FORMATS:
+            if _DIMS[memory_format] not in (None, len(shape)):
+                continue
+            made = torch.empty(shape, device="meta", memory_format=memory_format)
+            if made.stride() == strides:
+                return memory_format
+        return torch.contiguous_format if stored_contiguous(tensor) else None
+
+
+def memory_format_now(track: Track) -> torch.memory_format | None:
+    """The memory format a parameter or buffer has so far: the one init code gave it,
+    else its meta tensor's (noted on the stand-in: :func:`give_eager_layout`), else
+    row-major."""
+    if track.memory_format is not None:
+        return track.memory_format
+    eager = track.base.__dict__.get("_eager_layout")
+    return torch.contiguous_format if eager is None else memory_format_of(eager)
