@@ -15,8 +15,9 @@ whole words (``_program/expr.py`` -> ``tests/core/test_program_math.py``,
 that moves keeps its subject's tests, a new one is mutated from its first run.
 
 Within those tests, each mutant runs only the ones that run its line: the tests are run
-once, traced (tools/mutants_trace.py, cached in ``target/mutants`` until the package or
-the tests change), so a mutant costs one pytest start and its few tests. A line no test
+once, traced (tools/mutants_trace.py: only the functions that hold a drawn mutant's line,
+so the rest runs at full speed; cached in ``target/mutants`` until the package, the tests
+or the draw change), so a mutant costs a fork and its few tests. A line no test
 of its subject runs makes a survivor at once; a line run only in a child process (a gloo
 rank, a CLI subprocess) runs the subject's whole folders. The mutants are applied to a
 copy of the tree (``target/mutants/tree``), never to the working tree.
@@ -52,6 +53,11 @@ REPORT = ROOT / "tests" / "mutants" / "REPORT.md"
 TRIAGE = ROOT / "tests" / "mutants" / "TRIAGE.md"
 OUT = ROOT / "target" / "mutants"
 TREE = OUT / "tree"
+#: The copy cargo-mutants mutates in place, and its build folder, kept between runs: a
+#: mutant rebuilds only the core, incrementally (cargo-mutants' own copy rebuilt every
+#: dependency first, which took over its 20-minute build limit on 2 loaded cores).
+RUST_TREE = OUT / "rust-tree"
+RUST_TARGET = OUT / "rust-target"
 PYTHON_LOG = OUT / "python.jsonl"
 RUST_LOG = OUT / "rust.jsonl"
 PACKAGE = "python/shardinit"
@@ -118,10 +124,11 @@ def _under(path: str, only: Iterable[str]) -> bool:
 # --------------------------------------------------------------------------- tree and trace
 
 
-def copy_tree() -> str:
-    """A fresh copy of the repository's files (and the built ``_core``) at ``TREE``; the
+def copy_tree(tree: Path | None = None) -> str:
+    """A fresh copy of the repository's files (and the built ``_core``) at ``tree``; the
     digest of its package and tests."""
-    shutil.rmtree(TREE, ignore_errors=True)
+    tree = tree or TREE
+    shutil.rmtree(tree, ignore_errors=True)
     listed = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"],
         cwd=ROOT, capture_output=True, check=True,
@@ -130,8 +137,8 @@ def copy_tree() -> str:
     files += [p.relative_to(ROOT).as_posix() for p in (ROOT / PACKAGE).glob("_core*.so")]
     digest = hashlib.sha256()
     for name in sorted(files):
-        (TREE / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / name, TREE / name)
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, tree / name)
         if name.startswith((PACKAGE, "tests/")):
             digest.update(name.encode() + (ROOT / name).read_bytes())
     return digest.hexdigest()[:16]
@@ -166,19 +173,25 @@ class Trace:
         return line in self.elsewhere.get(path, ())
 
 
-def trace(tests: list[str], digest: str) -> Trace:
-    """The traced run of ``tests`` in the tree (cached by ``digest`` and the tests:
-    ``-m EXPR`` among them selects by marker)."""
-    key = hashlib.sha256((digest + " ".join(sorted(tests))).encode()).hexdigest()[:16]
+def trace(tests: list[str], digest: str, lines: dict[str, list[int]]) -> Trace:
+    """The traced run of ``tests`` in the tree, of the package's ``lines`` (by path: the
+    lines of the mutants drawn; only the functions that hold one are traced, the rest
+    run at full speed), cached by ``digest``, the tests (``-m EXPR`` among them selects
+    by marker) and the lines."""
+    wanted = json.dumps(lines, sort_keys=True)
+    key = hashlib.sha256((digest + " ".join(sorted(tests)) + wanted).encode()).hexdigest()[:16]
     cached = OUT / f"trace-{key}.json"
     if not cached.exists():
-        print(f"tracing {len(tests)} test paths (once per change of the tree)", flush=True)
-        out = OUT / "trace-run.json"
+        print(f"tracing {' '.join(tests)} (once per change of the tree)", flush=True)
+        out = TREE.with_name(TREE.name + ".trace-run.json")
+        lines_file = TREE.with_name(TREE.name + ".trace-lines.json")
+        lines_file.write_text(wanted)
         env = tree_env(
             PATHS=str(ROOT / "tools" / "mutants_site"),
             MUTANTS_TRACE_OUT=str(out),
             MUTANTS_TRACE_PACKAGE=str(TREE / PACKAGE),
             MUTANTS_TRACE_ROOT=str(TREE),
+            MUTANTS_TRACE_LINES=str(lines_file),
         )
         shutil.rmtree(str(out) + ".children", ignore_errors=True)
         command = [sys.executable, "-m", "pytest", "-q", "-p", "mutants_trace"]
@@ -309,6 +322,13 @@ def _cost(unit: str) -> int:
     return sum(file.stat().st_size for file in files)
 
 
+def trace_units(wanted: set[str]) -> list[str]:
+    """The test folders and files of ``wanted`` traced one run each, the cheapest first:
+    a file of a folder that is traced anyway is not traced on its own."""
+    inside = [u for u in wanted if any(_under(u, [other]) for other in wanted - {u})]
+    return sorted(wanted - set(inside), key=_cost)
+
+
 def run_python(args: argparse.Namespace, deadline: float) -> None:
     """Samples of the Python mutants, each under the tests that run its line, until
     ``deadline``. The subjects' test folders and files are traced one at a time, the
@@ -323,17 +343,18 @@ def run_python(args: argparse.Namespace, deadline: float) -> None:
         return
     digest = copy_tree()
     marks = ["-m", "not distributed"] if args.single_process else []
-    wanted = {test for _, m in chosen for test in subject_tests(m.path)}
-    # A file of a folder that is traced anyway is not traced on its own.
-    units = sorted((u for u in wanted if not _under(u, wanted - {u})), key=_cost)
+    units = trace_units({test for _, m in chosen for test in subject_tests(m.path)})
+    lines: dict[str, list[int]] = {}
+    for _, mutant in chosen:
+        lines[mutant.path] = sorted({*lines.get(mutant.path, []), mutant.line})
     traced, done = Trace({}, {}), []
     for unit in units:
         if deadline - time.monotonic() < 120:
             break
-        one = trace([unit, *marks], digest)
+        one = trace([unit, *marks], digest, lines)
         traced.tests.update(one.tests)
-        for path, lines in one.elsewhere.items():
-            traced.elsewhere[path] = sorted({*traced.elsewhere.get(path, []), *lines})
+        for path, run in one.elsewhere.items():
+            traced.elsewhere[path] = sorted({*traced.elsewhere.get(path, []), *run})
         done.append(unit)
         ready = [(s, m) for s, m in chosen if all(_under(t, done) for t in subject_tests(m.path))]
         chosen = [pair for pair in chosen if pair not in ready]
@@ -350,7 +371,7 @@ def _work(
         tests, timeout_s = tests_for(mutant, traced, args.slowdown, args.single_process)
         jobs.append({**dataclasses.asdict(mutant), "key": mutant.key, "seed": seed,
                      "tests": tests, "timeout": timeout_s})  # fmt: skip
-    job_file = OUT / "jobs.json"
+    job_file = TREE.with_name(TREE.name + ".jobs.json")
     job_file.write_text(json.dumps({"deadline": time.time() + deadline - time.monotonic(),
                                     "jobs": jobs}))  # fmt: skip
     env = tree_env(SHARDINIT_TEST_PREFETCH="0")
@@ -379,18 +400,25 @@ def run_rust(minutes: float, shard: str, only: list[str]) -> None:
     if shutil.which("cargo-mutants") is None:
         subprocess.run(["cargo", "install", "cargo-mutants", "--locked"], check=True)
     out = OUT / "rust"
+    copy_tree(RUST_TREE)
     selected = [arg for path in files for arg in ("--file", path)] if only else []
     command = ["cargo", "mutants", "-p", "shardinit-core", *selected, "--shard", shard]
-    command += ["--sharding=round-robin", "--baseline=skip", "--timeout=600"]
+    command += ["--sharding=round-robin", "--baseline=skip", "--timeout=600", "--in-place"]
     command += ["--build-timeout=1200", "--output", str(out)]
     print("$", " ".join(command), flush=True)
-    process = subprocess.Popen(command, cwd=ROOT)
+    env = {**os.environ, "CARGO_TARGET_DIR": str(RUST_TARGET)}
+    process = subprocess.Popen(command, cwd=RUST_TREE, env=env)
     try:
         process.wait(timeout=minutes * 60)
     except subprocess.TimeoutExpired:
         # SIGINT: cargo-mutants stops, its lists of outcomes so far are written.
         process.send_signal(signal.SIGINT)
         process.wait(timeout=300)
+    log_rust_outcomes(out, shard)
+
+
+def log_rust_outcomes(out: Path, shard: str) -> None:
+    """Appends the outcomes cargo-mutants listed in ``out`` to ``RUST_LOG``."""
     with RUST_LOG.open("a") as log:
         for name, outcome in (("caught", "killed"), ("missed", "survived"),
                               ("timeout", "timeout"), ("unviable", "unviable")):  # fmt: skip
@@ -464,6 +492,7 @@ SURVIVING = ("survived", "uncovered", "timeout")
 
 
 def main() -> None:
+    global TREE
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0, help="the whole run's budget")
     parser.add_argument("--rust-shard", default="0/100", help="cargo-mutants --shard k/n")
@@ -482,6 +511,12 @@ def main() -> None:
         help="leave out the multi-rank (gloo) tests: a line only they run "
         "counts as run by no test (minutes of CPU less on 2 cores)",
     )
+    parser.add_argument(
+        "--tree",
+        default=TREE.name,
+        help="the folder under target/mutants of this run's copy of the tree "
+        "(runs side by side each need their own)",
+    )
     parser.add_argument("--skip-rust", action="store_true")
     parser.add_argument("--skip-python", action="store_true")
     parser.add_argument("--fresh", action="store_true", help="forget the outcomes logged so far")
@@ -489,6 +524,7 @@ def main() -> None:
     parser.add_argument("--note", default="", help="a line for REPORT.md's header (the run)")
     args = parser.parse_args()
     args.seed = args.seed or [0]
+    TREE = OUT / args.tree
     OUT.mkdir(parents=True, exist_ok=True)
     if args.fresh:
         for log in (PYTHON_LOG, RUST_LOG):

@@ -4,7 +4,9 @@ test runs, so that a mutant is tested by the tests that run its line and no othe
 Loaded with ``-p mutants_trace`` (tools/ on ``PYTHONPATH``) when ``MUTANTS_TRACE_OUT``
 names the JSON file to write: ``{"tests": {nodeid: {"seconds": s, "passed": bool, "lines": {path:
 [line, ...]}}}, "elsewhere": {path: [line, ...]}}``, paths relative to the tree, lines of
-the files under ``MUTANTS_TRACE_PACKAGE``. A child process started by a test (a CLI
+the files under ``MUTANTS_TRACE_PACKAGE`` (or, when ``MUTANTS_TRACE_LINES`` names a JSON
+file ``{path: [line, ...]}``, only those lines: the functions that hold none run untraced,
+which makes the traced run several times cheaper). A child process started by a test (a CLI
 subprocess) counts as that test; a line run outside any one test (at collection, or in a
 gloo rank, which runs the scenarios of several modules) goes to ``elsewhere``: for its
 mutants the runner falls back on the subject's multi-rank tests. ``sys.settrace`` (Python 3.11
@@ -21,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Generator
 from pathlib import Path
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 import pytest
@@ -29,6 +31,7 @@ import pytest
 _PACKAGE = os.environ.get("MUTANTS_TRACE_PACKAGE", "")
 _ROOT = os.environ.get("MUTANTS_TRACE_ROOT", "")
 _OUT = os.environ.get("MUTANTS_TRACE_OUT", "")
+_LINES = os.environ.get("MUTANTS_TRACE_LINES", "")
 
 Tracer = Callable[[FrameType, str, Any], Any]
 
@@ -36,10 +39,12 @@ Tracer = Callable[[FrameType, str, Any], Any]
 class LineTrace:
     """The package's lines run since the last :meth:`take`, by file."""
 
-    def __init__(self, package: str) -> None:
+    def __init__(self, package: str, wanted: dict[str, set[int]] | None) -> None:
         self.package = package
+        self.wanted = wanted  # None: every line of the package
         self.lines: dict[str, set[int]] = {}
         self._ours: dict[str, str | None] = {}  # code's file -> its path in the tree
+        self._traced: dict[CodeType, bool] = {}  # code -> whether it holds a wanted line
 
     def _relative(self, filename: str) -> str | None:
         known = self._ours.get(filename, "")
@@ -49,9 +54,19 @@ class LineTrace:
         self._ours[filename] = relative
         return relative
 
+    def _holds_wanted(self, code: CodeType, relative: str) -> bool:
+        held = self._traced.get(code)
+        if held is None:
+            assert self.wanted is not None
+            lines = {line for _, _, line in code.co_lines() if line is not None}
+            held = self._traced[code] = not lines.isdisjoint(self.wanted.get(relative, ()))
+        return held
+
     def global_tracer(self, frame: FrameType, event: str, arg: Any) -> Tracer | None:
         relative = self._relative(frame.f_code.co_filename)
         if relative is None:
+            return None
+        if self.wanted is not None and not self._holds_wanted(frame.f_code, relative):
             return None
         lines = self.lines.setdefault(relative, set())
 
@@ -69,7 +84,10 @@ class LineTrace:
 
 
 def start() -> LineTrace:
-    trace = LineTrace(_PACKAGE)
+    wanted = None
+    if _LINES:
+        wanted = {path: set(lines) for path, lines in json.loads(Path(_LINES).read_text()).items()}
+    trace = LineTrace(_PACKAGE, wanted)
     sys.settrace(trace.global_tracer)
     threading.settrace(trace.global_tracer)
     return trace

@@ -209,6 +209,14 @@ def test_type_by_name_is_the_cast_it_names() -> None:
         lambda lin: setattr(lin.weight, "data", lin.weight.type("torch.HalfTensor").float())
     )
     assert torch.equal(halved.weight.detach(), default.weight.detach().half().float())
+    # ``dtype=`` names the cast too; no argument is a question, answered as of the meta parameter.
+    keyword = _materialized(
+        lambda lin: setattr(lin.weight, "data", lin.weight.type(dtype=torch.float16).float())
+    )
+    assert torch.equal(keyword.weight.detach(), default.weight.detach().half().float())
+    asked: list[str] = []
+    _materialized(lambda lin: asked.append(lin.weight.type()))
+    assert asked == ["torch.meta.FloatTensor"]  # as the meta parameter answers
 
 
 def test_an_infinite_constant_is_a_program() -> None:

@@ -263,6 +263,11 @@ def test_reading_values_of_a_parameter_is_refused() -> None:
             lin.weight.data.zero_()
 
     _refused(control_flow, "max", "reads the parameter's values")
+    # In place on a tensor made before the capture (not followed), from the parameter:
+    # a read of the parameter, not a write of it.
+    outside = torch.zeros(7, 5)
+    message = _refused(lambda lin: outside.add_(lin.weight), "add_", "reads the parameter's")
+    assert "in-place operation on the parameter" not in message, message
 
 
 def _through_steps(lin: nn.Linear) -> None:  # in a temporary, then copied in

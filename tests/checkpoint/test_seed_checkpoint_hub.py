@@ -15,6 +15,7 @@ from seed_models import SEED, file_digests, hub_configs
 
 import shardinit
 from shardinit._integration.checkpoint_files import default_max_shard_size
+from shardinit._integration.checkpoint_hub import _box_of
 from shardinit.cli import run
 
 pytestmark = [
@@ -82,3 +83,20 @@ def test_default_max_shard_size_is_save_pretrained_default() -> None:
 
     signature = inspect.signature(PreTrainedModel.save_pretrained)
     assert default_max_shard_size() == signature.parameters["max_shard_size"].default
+
+
+def test_a_view_of_a_model_tensor_is_placed_as_its_box_and_dim_order() -> None:
+    """Where a saved tensor (a view the reverse conversion made) lies in its model
+    tensor: a run per dim (dims of length 1 and 2 alike) and the dims' order."""
+    source = torch.empty(4, 6)
+    pair = torch.empty(2, 6)  # a dim of two: its stride names it as well as any
+    for whole, view, box, order in [
+        (source, source[1:3, 2:5], ((1, 3), (2, 5)), None),
+        (source, source[1:2, 2:5], ((1, 2), (2, 5)), None),
+        (source, source[1:3, 2:5].T, ((1, 3), (2, 5)), (1, 0)),
+        (source, source[2:4, 3], ((2, 4), (3, 4)), None),
+        (pair, pair[:, 1:4], ((0, 2), (1, 4)), None),
+    ]:
+        shape = tuple(whole.shape)
+        found = _box_of("w", shape, view.storage_offset(), view.stride(), view.shape)
+        assert found == (box, order), (shape, view.shape)

@@ -4,16 +4,27 @@ exactly the values ``shardinit.full`` gives the whole tensor."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
+import os
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 import shardinit
+from shardinit._integration.checkpoint import _Reporter
 from shardinit._integration.checkpoint_dcp import chunks
+from shardinit._integration.checkpoint_hub import Saved
 from shardinit._integration.checkpoint_plan import Entry, pieces, plan_entries
+from shardinit._integration.checkpoint_safetensors import (
+    _BackgroundWrites,
+    _read_terms,
+    _sub_boxes,
+    piece_fills,
+)
 from shardinit._integration.fingerprint import flat_range_term, shard_term
 from shardinit._integration.rules import check_rules
 
@@ -58,6 +69,72 @@ def test_dcp_chunks_are_whole_rows_within_the_buffer() -> None:
     assert [(c.start_row, c.stop_row) for c in found][:2] == [(0, 83), (83, 166)]
     assert all(c.nbytes <= 100_000 for c in found)
     assert found[-1].stop_row == SHAPE[0] and found[-1].offsets == (664, 0)
+
+
+def test_sub_boxes_cover_a_box_in_row_major_order_within_the_step() -> None:
+    """The pieces of a saved tensor that is no flat range (safetensors' boxes): each of
+    at most ``step`` elements (one at least), together every element once, in order."""
+    for shape, step in [((4, 6), 5), ((4, 6), 6), ((4, 6), 13), ((3, 2, 5), 4), ((7,), 3),
+                        ((2, 3), 1), ((2, 3), 100), ((), 4)]:  # fmt: skip
+        flat = torch.arange(math.prod(shape)).reshape(shape)
+        seen = []
+        for box in _sub_boxes(shape, step):
+            piece = flat[tuple(slice(a, b) for a, b in box)]
+            assert 1 <= piece.numel() <= max(step, 1), (shape, step, box)
+            seen += piece.flatten().tolist()
+        assert seen == list(range(math.prod(shape))), (shape, step)
+
+
+def test_a_failed_background_write_is_raised_at_the_end_unless_another_error_is(
+    tmp_path: Path,
+) -> None:
+    """A write that fails after the last half was asked for is raised when the writes
+    end; an error already leaving the block is not replaced by it."""
+    path = tmp_path / "file"
+    path.write_bytes(b"")
+    fd = os.open(path, os.O_RDONLY)  # a write fails: EBADF
+    try:
+        with pytest.raises(OSError, match="file"), _BackgroundWrites(fd, path) as writes:
+            writes.submit(writes.free_half(), torch.zeros(4, dtype=torch.uint8), "w", int)
+        with (
+            pytest.raises(KeyError, match="the block's own"),
+            _BackgroundWrites(fd, path) as writes,
+        ):
+            writes.submit(writes.free_half(), torch.zeros(4, dtype=torch.uint8), "w", int)
+            raise KeyError("the block's own")
+    finally:
+        os.close(fd)
+
+
+def test_pieces_of_a_saved_box_give_its_values_in_order() -> None:
+    """A saved tensor that is a box of its model tensor (no flat range: a slice of
+    rows and columns, or those transposed) is written in pieces of at most the buffer,
+    which together are the box's values in the saved order."""
+    entry = _entry()
+    expected = shardinit.full(shardinit.ParamSpec("w", SHAPE, torch.float32, NORMAL, seed=7))
+    box = ((100, 130), (50, 90))
+    for order, want in [(None, expected[100:130, 50:90]), ((1, 0), expected[100:130, 50:90].T)]:
+        saved = Saved("w.part", tuple(want.shape), entry, box=box, order=order)
+        buffer = torch.empty(4 * 25, dtype=torch.uint8)  # 25 elements: less than a row
+        written, terms = [], 0
+        for fill in piece_fills(saved, buffer.numel()):
+            data, term = fill(buffer, shardinit.shard.writer())
+            written.append(data.view(torch.float32).clone())
+            terms += term()
+        assert all(piece.numel() <= 25 for piece in written)
+        assert torch.equal(torch.cat(written), want.flatten()), order
+        # A resumed file's check reads the box back whole: the same fingerprint.
+        stream = io.BytesIO(torch.cat(written).numpy().tobytes())
+        read = sum(_read_terms(stream, saved, buffer))
+        assert read % 2**64 == terms % 2**64, order
+
+
+def test_a_progress_hook_sees_the_bytes_from_zero_to_the_total() -> None:
+    calls: list[tuple[int, int]] = []
+    with _Reporter(lambda done, total: calls.append((done, total)), 10, 0, 1) as advance:
+        advance(4)
+        advance(6)
+    assert calls == [(0, 10), (4, 10), (10, 10)]
 
 
 @pytest.mark.parametrize(

@@ -78,6 +78,11 @@ def test_a_damaged_finished_file_is_written_again(tmp_path: Path) -> None:
     data = bytearray(damaged.read_bytes())
     data[-5] ^= 0x40  # a value's bit: size and header stay as they were
     damaged.write_bytes(bytes(data))
+    # A byte of another file's header on disk (its size and values stay as they were).
+    header = path / "model-00002-of-00003.safetensors"
+    data = bytearray(header.read_bytes())
+    data[12] ^= 0x01
+    header.write_bytes(bytes(data))
     _save(path)
     assert file_digests(path) == fresh
 

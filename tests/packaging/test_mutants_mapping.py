@@ -55,3 +55,39 @@ def test_a_subjects_files_in_other_folders_come_along() -> None:
     tests = mutants.subject_tests("python/shardinit/_program/expr.py")
     assert "tests/core/test_program_math.py" in tests
     assert "tests/capture/test_capture_programs.py" in tests
+
+
+def test_each_subject_is_traced_once_even_alone() -> None:
+    """A lone folder is traced (an empty set of other folders holds nothing), and a file
+    of a folder traced anyway is not traced again."""
+    assert mutants.trace_units({"tests/capture"}) == ["tests/capture"]
+    units = mutants.trace_units({"tests/program", "tests/core", "tests/core/test_program.py"})
+    assert sorted(units) == ["tests/core", "tests/program"]
+
+
+def test_the_trace_records_only_the_functions_of_the_drawn_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only a function that holds a drawn mutant's line is traced: the rest of the
+    package runs at full speed while the subject's tests are traced."""
+    import mutants_trace
+
+    def drawn() -> int:
+        total = 1
+        return total + 1
+
+    def other() -> int:
+        total = 2
+        return total + 1
+
+    path = Path(drawn.__code__.co_filename)
+    first = drawn.__code__.co_firstlineno
+    relative = mutants_trace.os.path.relpath(path, path.parent)
+    trace = mutants_trace.LineTrace(str(path), {relative: {first + 2}})
+    monkeypatch.setattr(mutants_trace, "_ROOT", str(path.parent))  # the plugin's tree root
+    sys.settrace(trace.global_tracer)
+    try:
+        drawn(), other()
+    finally:
+        sys.settrace(None)
+    assert trace.take() == {relative: [first + 1, first + 2]}

@@ -56,7 +56,8 @@ def grid_covers(grid: torch.Tensor, box: Box) -> bool:
 
 def check_against_grid(shape: tuple[int, ...], boxes: list[Box], queries: list[Box]) -> None:
     """After each box added, every query, every box so far, every single element and the
-    whole tensor are answered as the grid of the boxes so far answers them."""
+    whole tensor are answered as the grid of the boxes so far answers them (``covers``
+    and ``meets``)."""
     union = Coverage(len(shape))
     whole = tuple((0, size) for size in shape)
     cells = [tuple((i, i + 1) for i in at) for at in itertools.product(*map(range, shape))]
@@ -65,6 +66,9 @@ def check_against_grid(shape: tuple[int, ...], boxes: list[Box], queries: list[B
         grid = grid_of(shape, boxes[:count])
         for query in [whole, *boxes[:count], *queries, *cells]:
             assert union.covers(query) == grid_covers(grid, query), (boxes[:count], query)
+            # ``meets``: some element of the query is in the union, as the grid says.
+            met = bool(grid[tuple(slice(a, b) for a, b in query)].any())
+            assert union.meets(query) == met, ("meets", boxes[:count], query)
     assert box_union_covers(boxes, shape) == grid_covers(grid_of(shape, boxes), whole)
 
 

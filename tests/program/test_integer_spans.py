@@ -125,3 +125,13 @@ def test_integer_steps_past_two_to_the_53_are_refused_naming_the_reach() -> None
     check_exact_integers(Round(square, torch.int64), [(0, limit + 1)])
     with pytest.raises(Cannot, match="beyond 2\\*\\*53"):
         check_exact_integers(Round(square, torch.int64), [(0, limit + 2)])
+
+
+def test_the_span_of_a_floor_division_is_the_dividends_reach_and_one() -> None:
+    """By a divisor of magnitude one at least, ``a // b`` lies within ``|a|`` and one
+    (the floor of a negative quotient): the known bound, not a wider one."""
+    assert integer_span(Binary("floordiv", Coord(0), Const(3.0)), [(0, 10)]) == (-10.0, 10.0)
+    assert integer_span(Binary("floordiv", Coord(0), Const(-2.0)), [(-4, 3)]) == (-5.0, 5.0)
+    # A divisor that may be 0 (or between -1 and 1): no bound.
+    unbounded = (-math.inf, math.inf)
+    assert integer_span(Binary("floordiv", Const(9.0), Coord(0)), [(0, 3)]) == unbounded

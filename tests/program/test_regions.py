@@ -15,6 +15,8 @@ from shardinit._layout import Box
 from shardinit._program.cannot import Cannot
 from shardinit._program.regions import (
     box_runs,
+    contains,
+    cut_by,
     flat_range_boxes,
     map_runs,
     map_runs_from,
@@ -76,6 +78,7 @@ def test_the_boxes_of_a_flat_range_tile_it_in_order(case: tuple[tuple[int, ...],
 @example(((3, 4), ((0, 2), (1, 3))))  # rows of a partial last dim: one run per row
 @example(((2, 3, 4), ((0, 2), (1, 3), (0, 4))))
 @example(((1,), ((0, 1),)))  # one element
+@example(((), ()))  # a 0-d tensor: one run of its one element
 def test_the_runs_of_a_box_are_its_elements_in_row_major_order(
     case: tuple[tuple[int, ...], Box],
 ) -> None:
@@ -124,3 +127,33 @@ def test_a_reshaped_whole_tensor_covers_it_and_a_strided_slice_is_refused() -> N
     assert view_region(base.view(2, 6), base) == (((0, 3), (0, 4)), (None, None))
     with pytest.raises(Cannot, match="runs along no dim"):
         view_region(base[:, ::2], base)
+
+
+def test_a_whole_tensor_is_its_own_region_each_dim_along_itself() -> None:
+    base = torch.zeros(2, 1, 3)
+    assert view_region(base, base) == (((0, 2), (0, 1), (0, 3)), (0, None, 2))
+    # A view dim that runs across whole dims: the flat view, rows of it.
+    assert view_region(base.view(-1), base)[0] == ((0, 2), (0, 1), (0, 3))
+    assert view_region(base[1:].reshape(-1), base)[0] == ((1, 2), (0, 1), (0, 3))
+    rows = torch.zeros(4, 2, 3)
+    assert view_region(rows[1:3].view(2, 6), rows) == (((1, 3), (0, 2), (0, 3)), (0, None))
+
+
+def test_a_view_that_lies_outside_its_tensor_is_refused() -> None:
+    storage = torch.zeros(20)
+    base = storage[5:15]
+    for view in (storage[0:3], storage[12:18]):  # before its first element, past its last
+        with pytest.raises(Cannot, match="outside the tensor"):
+            view_runs(view, base)
+
+
+def test_a_box_is_cut_along_the_regions_up_to_the_most_parts() -> None:
+    parts = [((0, 1),), ((1, 2),), ((2, 3),), ((3, 4),)]
+    assert cut_by(((0, 4),), [((1, 2),), ((3, 9),)], max_parts=4) == parts
+    assert cut_by(((0, 4),), [((1, 2),), ((3, 9),)], max_parts=3) is None
+
+
+def test_a_box_contains_the_boxes_inside_it_edges_included() -> None:
+    assert contains(((0, 4), (2, 6)), ((1, 4), (2, 6)))  # sharing the outer's edges
+    assert not contains(((0, 4), (2, 6)), ((1, 5), (2, 6)))
+    assert not contains(((0, 4), (2, 6)), ((0, 4), (1, 6)))
