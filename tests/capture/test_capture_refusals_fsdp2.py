@@ -35,12 +35,12 @@ CAUSES: dict[str, Init] = {
     "bytes_path": lambda m: m[0].bias.data.copy_(pickle.loads(pickle.dumps(torch.randn(32)))),
     "resize": lambda m: m[0].bias.data.copy_(torch.arange(64.0).clone().resize_(32)),
     "no_broadcast": lambda m: m[0].weight.data.add_(torch.ones(5)),
-    "hook": lambda m: m[0].weight.register_hook(lambda grad: grad),
     "view_data": lambda m: setattr(m[0].weight[0], "data", torch.ones(16)),
 }
 #: Refused only where the parameter is a DTensor (the unsharded model takes it).
 SHARDED_ONLY: dict[str, Init] = {
     "strided_data": lambda m: setattr(m[0].weight, "data", torch.zeros(16, 32).t()),
+    "hook": lambda m: m[0].weight.register_hook(lambda grad: grad),
 }
 
 
