@@ -21,7 +21,19 @@ from shardinit._program.exact import (
     integer_span,
     stored,
 )
-from shardinit._program.nodes import Bad, Binary, Const, Coord, Expr, Round, Table, TableData, Unary
+from shardinit._program.nodes import (
+    Bad,
+    Binary,
+    Const,
+    Coord,
+    Expr,
+    Round,
+    Source,
+    Table,
+    TableData,
+    Unary,
+)
+from shardinit.init import Normal, TruncNormal, Uniform
 
 
 def _values(expr: Expr, ranges: list[tuple[int, int]]) -> torch.Tensor:
@@ -135,3 +147,22 @@ def test_the_span_of_a_floor_division_is_the_dividends_reach_and_one() -> None:
     # A divisor that may be 0 (or between -1 and 1): no bound.
     unbounded = (-math.inf, math.inf)
     assert integer_span(Binary("floordiv", Const(9.0), Coord(0)), [(0, 3)]) == unbounded
+
+
+def test_a_span_holds_the_values_rounded_to_the_dtype() -> None:
+    # 0.1 lies between two float32 values: a draw below 0.1 may round to the one above,
+    # and a float64 table's 0.1 cast to float32 is that one; the span must hold it.
+    above = float(torch.tensor(0.1).float())
+    assert above > 0.1
+    uniform = Source(Uniform(0.0, 0.1), torch.float32, 1, (Coord(0),))
+    assert integer_span(uniform, [(0, 4)]) == (0.0, above)
+    table = Table(TableData(torch.tensor([0.05, 0.1], dtype=torch.float64)), Coord(0))
+    assert integer_span(Round(table, torch.float32), [(0, 2)]) == (0.05000000074505806, above)
+
+
+def test_only_sources_bounded_by_their_stream_have_a_span() -> None:
+    # trunc_normal is clamped to [a, b] (stream-format.md §4); a normal is not bounded.
+    clamped = Source(TruncNormal(0.0, 1.0, -2.0, 2.0), torch.float32, 2, (Coord(0),))
+    assert integer_span(clamped, [(0, 4)]) == (-2.0, 2.0)
+    unbounded = Source(Normal(0.0, 1.0), torch.float32, 3, (Coord(0),))
+    assert integer_span(unbounded, [(0, 4)]) == (-math.inf, math.inf)

@@ -14,7 +14,7 @@ from typing import cast
 import torch
 
 from .._caches import cached
-from ..init import BaseInit, Constant
+from ..init import BaseInit, Constant, TruncNormal, Uniform
 from .cannot import Cannot
 from .nodes import (
     COMPARE,
@@ -186,9 +186,9 @@ def _span(
         start, stop = ranges[node.dim]
         return (float(start), float(max(stop - 1, start)))
     if isinstance(node, Source):
-        a, b = getattr(node.init, "a", None), getattr(node.init, "b", None)
-        bounded = type(node.init).__name__ == "Uniform" and a is not None and b is not None
-        return (float(a), float(b)) if bounded else _UNKNOWN  # type: ignore[arg-type]
+        if isinstance(node.init, (Uniform, TruncNormal)):  # within [a, b] (stream-format.md §4)
+            return _rounded(float(node.init.a), float(node.init.b), node.dtype)
+        return _UNKNOWN
     if isinstance(node, Table):
         values = node.data.values
         if values.numel() == 0 or bool(values.isnan().any()):
@@ -200,7 +200,8 @@ def _span(
             info = torch.iinfo(node.dtype)
             if not (info.min <= low and high <= info.max):
                 return (float(info.min), float(info.max))
-        return (low, high)
+            return (low, high)
+        return _rounded(low, high, node.dtype)
     if isinstance(node, Where):
         (a0, a1), (b0, b1) = spans[id(node.a)], spans[id(node.b)]
         return (min(a0, b0), max(a1, b1))
@@ -209,6 +210,16 @@ def _span(
     if isinstance(node, Binary):
         return _binary_span(node.op, spans[id(node.a)], spans[id(node.b)])
     return _UNKNOWN
+
+
+def _rounded(low: float, high: float, dtype: torch.dtype) -> tuple[float, float]:
+    """The bounds of the values in ``[low, high]`` rounded to ``dtype``: the bounds
+    rounded (rounding is monotone; a bound between two values of a float dtype may round
+    past itself, and so may a value next to it)."""
+    if not dtype.is_floating_point:
+        return (low, high)
+    rounded = torch.tensor([low, high], dtype=torch.float64).to(dtype).tolist()
+    return (float(rounded[0]), float(rounded[1]))
 
 
 def _unary_span(op: str, x: tuple[float, float]) -> tuple[float, float]:
