@@ -622,7 +622,8 @@ fn erfinv_seen_only_rounded_to_float32_gives_the_rounded_erfinv() {
 /// as two [`Step::Clamp`]s in one pass with the comparisons unused, and gives the bits of the
 /// same `where`s whose bound is another register of the same value (not rewritten):
 /// NaN, both zeros at a bound of zero, infinities, values at and beside the bounds,
-/// bounds that vary per element, a comparison another step also reads.
+/// bounds that vary per element, a comparison another step also reads; and each order of
+/// `<` and `>` in the pair (each a loop of its own in `passes::clamp_pair`).
 #[test]
 fn a_clamp_equals_its_where_of_a_comparison_bit_for_bit() {
     let special = [
@@ -646,38 +647,39 @@ fn a_clamp_equals_its_where_of_a_comparison_bit_for_bit() {
         .map(|k| special[k % special.len()] * if k < len / 2 { 1.0 } else { 0.5 })
         .collect();
     let shape = [len as u64];
-    let program = |fused: bool, bounds: (f64, f64), varying: bool, reuse: bool| {
-        let mut p = Program::new();
-        let x = p.table(values.clone().into(), vec![1], 0);
-        let s = p
-            .source(Init::Uniform { a: -3.0, b: 3.0 }, Dtype::F32)
-            .unwrap();
-        let x = p.binary(BinaryOp::Add, x, s).unwrap();
-        let lo = if varying {
-            p.binary(BinaryOp::Mul, s, s).unwrap()
-        } else {
-            p.constant(bounds.0)
+    let program =
+        |fused: bool, bounds: (f64, f64), varying: bool, reuse: bool, ops: [BinaryOp; 2]| {
+            let mut p = Program::new();
+            let x = p.table(values.clone().into(), vec![1], 0);
+            let s = p
+                .source(Init::Uniform { a: -3.0, b: 3.0 }, Dtype::F32)
+                .unwrap();
+            let x = p.binary(BinaryOp::Add, x, s).unwrap();
+            let lo = if varying {
+                p.binary(BinaryOp::Mul, s, s).unwrap()
+            } else {
+                p.constant(bounds.0)
+            };
+            let c = p.binary(ops[0], x, lo).unwrap();
+            // The reference takes `(lo + lo) * 0.5`: the same value (exact), another
+            // register, so its `where` is not rewritten.
+            let lo_taken = if fused {
+                lo
+            } else {
+                let half = p.constant(0.5);
+                let twice = p.binary(BinaryOp::Add, lo, lo).unwrap();
+                p.binary(BinaryOp::Mul, twice, half).unwrap()
+            };
+            let low = p.select(c, lo_taken, x).unwrap();
+            let hi = p.constant(bounds.1);
+            let c2 = p.binary(ops[1], low, hi).unwrap();
+            let hi_taken = if fused { hi } else { p.constant(bounds.1) };
+            let out = p.select(c2, hi_taken, low).unwrap();
+            if reuse {
+                p.binary(BinaryOp::Add, out, c).unwrap();
+            }
+            p
         };
-        let c = p.binary(BinaryOp::Lt, x, lo).unwrap();
-        // The reference takes `(lo + lo) * 0.5`: the same value (exact), another
-        // register, so its `where` is not rewritten.
-        let lo_taken = if fused {
-            lo
-        } else {
-            let half = p.constant(0.5);
-            let twice = p.binary(BinaryOp::Add, lo, lo).unwrap();
-            p.binary(BinaryOp::Mul, twice, half).unwrap()
-        };
-        let low = p.select(c, lo_taken, x).unwrap();
-        let hi = p.constant(bounds.1);
-        let c2 = p.binary(BinaryOp::Gt, low, hi).unwrap();
-        let hi_taken = if fused { hi } else { p.constant(bounds.1) };
-        let out = p.select(c2, hi_taken, low).unwrap();
-        if reuse {
-            p.binary(BinaryOp::Add, out, c).unwrap();
-        }
-        p
-    };
     let fill = |p: &Program| {
         fill_f64(p, &shape, Region::Flat { start: 0 }, len, Threads::Count(2))
             .iter()
@@ -691,16 +693,23 @@ fn a_clamp_equals_its_where_of_a_comparison_bit_for_bit() {
         (-0.0, 1.5),
         (f64::NEG_INFINITY, f64::NAN),
     ] {
-        for (varying, reuse) in [(false, false), (true, false), (false, true)] {
+        for (varying, reuse, ops) in [
+            (false, false, [BinaryOp::Lt, BinaryOp::Gt]),
+            (true, false, [BinaryOp::Lt, BinaryOp::Gt]),
+            (false, true, [BinaryOp::Lt, BinaryOp::Gt]),
+            (false, false, [BinaryOp::Gt, BinaryOp::Lt]),
+            (false, false, [BinaryOp::Lt, BinaryOp::Lt]),
+            (false, false, [BinaryOp::Gt, BinaryOp::Gt]),
+        ] {
             let (fast, reference) = (
-                program(true, bounds, varying, reuse),
-                program(false, bounds, varying, reuse),
+                program(true, bounds, varying, reuse, ops),
+                program(false, bounds, varying, reuse, ops),
             );
             // The two clamps in one pass: the first one unused too.
             let fast_steps = steps(&fast);
             let pairs = fast_steps
                 .iter()
-                .filter(|s| matches!(s, Step::ClampPair([BinaryOp::Lt, BinaryOp::Gt], ..)))
+                .filter(|s| matches!(s, Step::ClampPair(pair, ..) if *pair == ops))
                 .count();
             let unused = fast_steps
                 .iter()
@@ -712,7 +721,7 @@ fn a_clamp_equals_its_where_of_a_comparison_bit_for_bit() {
                 .any(|s| matches!(s, Step::Clamp(..) | Step::ClampPair(..))));
             assert!(
                 fill(&fast) == fill(&reference),
-                "bounds {bounds:?}, varying {varying}, reuse {reuse}"
+                "bounds {bounds:?}, varying {varying}, reuse {reuse}, ops {ops:?}"
             );
         }
     }
