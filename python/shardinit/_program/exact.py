@@ -218,7 +218,7 @@ def _rounded(low: float, high: float, dtype: torch.dtype) -> tuple[float, float]
     past itself, and so may a value next to it)."""
     if not dtype.is_floating_point:
         return (low, high)
-    rounded = torch.tensor([low, high], dtype=torch.float64).to(dtype).tolist()
+    rounded = torch.tensor([low, high], dtype=torch.float64, device="cpu").to(dtype).tolist()
     return (float(rounded[0]), float(rounded[1]))
 
 
