@@ -5,6 +5,9 @@ the build context's class made once, and the base64 form of a config."""
 from __future__ import annotations
 
 import base64
+import enum
+import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -67,3 +70,29 @@ def test_base64_text_is_what_decodes_to_utf8() -> None:
     assert _is_base64_text(base64.urlsafe_b64encode(b'{"train_batch_size": 1}').decode())
     assert not _is_base64_text("ds.json")  # a path: not base64
     assert not _is_base64_text(base64.urlsafe_b64encode(b"\xff\xfe").decode())  # not UTF-8
+
+
+class _Status(enum.Enum):  # deepspeed's ZeroParamStatus (0.19.8)
+    AVAILABLE = 1
+    NOT_AVAILABLE = 2
+
+
+def _partitioned(dtype: torch.dtype) -> nn.Parameter:
+    param = nn.Parameter(torch.zeros(4, dtype=dtype), requires_grad=dtype.is_floating_point)
+    param.ds_tensor = torch.zeros(2, dtype=dtype)  # type: ignore[attr-defined]
+    param.ds_status = _Status.NOT_AVAILABLE  # type: ignore[attr-defined]
+    return param
+
+
+def test_a_partition_of_a_dtype_outside_stream_format_v1_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The two DeepSpeed modules _refusal reads, as the enums it compares with: no import.
+    offload = SimpleNamespace(OffloadDeviceEnum=SimpleNamespace(nvme="nvme"))
+    partition = SimpleNamespace(ZeroParamStatus=_Status)
+    monkeypatch.setitem(sys.modules, "deepspeed.runtime.zero.offload_config", offload)
+    monkeypatch.setitem(sys.modules, "deepspeed.runtime.zero.partition_parameters", partition)
+    owner = nn.Module()
+    assert zero3._refusal("w", _partitioned(torch.float32), owner) is None
+    refusal = zero3._refusal("w", _partitioned(torch.int64), owner)
+    assert refusal == "w: dtype torch.int64 is not one of stream format v1"
