@@ -29,7 +29,7 @@ class _Double(nn.Module):
         return 2 * x  # type: ignore[operator]
 
 
-def _original_defaults(module: nn.Linear) -> dict[str, DefaultInit]:
+def _original_defaults(module: nn.Module) -> dict[str, DefaultInit]:
     found = _parametrized_defaults(module)
     return {attr: d for (owner, attr), d in found.items() if owner != id(module)}
 

@@ -72,7 +72,7 @@ class _Group:
 
 def test_a_tagged_partition_is_its_ranks_rows_of_the_global_shape() -> None:
     owner = nn.Linear(4, 2)  # weight (2, 4): rank 1's half of a (4, 4) weight split on dim 0
-    owner.tp_group = _Group(rank=1, size=2)
+    owner.tp_group = _Group(rank=1, size=2)  # type: ignore[assignment]
     weight = owner.weight
     weight.tensor_model_parallel = True  # type: ignore[attr-defined]
     weight.partition_dim = 0  # type: ignore[attr-defined]
@@ -113,7 +113,7 @@ def test_a_norm_by_its_name_is_ones_and_zeros_and_a_router_takes_init_method() -
 
 def test_materialize_of_one_chunk_keys_streams_by_its_own_names() -> None:
     model = nn.Linear(4, 2)
-    rules = {"weight": init.normal(0.0, 1.0), "bias": init.zeros()}
+    rules: dict[str, init.Initializer] = {"weight": init.normal(0.0, 1.0), "bias": init.zeros()}
     config = SimpleNamespace(**vars(CONFIG))  # no fp8_param: not fp8
     assert megatron.materialize(model, seed=5, config=config, rules=rules) is model
     spec = shardinit.ParamSpec("weight", (2, 4), torch.float32, init.normal(0.0, 1.0), seed=5)
@@ -147,7 +147,8 @@ def test_deferred_init_tags_a_weight_with_stride_one_unless_given(
         set_tensor_model_parallel_attributes=set_tensor_model_parallel_attributes,
     )
     monkeypatch.setattr(megatron, "_layers", lambda: layers)
-    monkeypatch.setattr(megatron.importlib, "import_module", lambda name: SimpleNamespace())
+    # deferred_init imports the experts module by name: a holder of none of the two.
+    monkeypatch.setattr("importlib.import_module", lambda name: SimpleNamespace())
     with megatron.deferred_init():
         layers._initialize_affine_weight_gpu(torch.empty(2), CONFIG.init_method, 0)
         layers._initialize_affine_weight_gpu(torch.empty(3), CONFIG.init_method, 1, stride=3)

@@ -4,6 +4,7 @@ clock: no sleeping, no process."""
 from __future__ import annotations
 
 import io
+from types import SimpleNamespace
 
 import pytest
 
@@ -35,7 +36,7 @@ def test_updates_redraw_at_most_every_redraw_s_with_the_time_since_the_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [100.0]
-    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: now[0]))
     stream = io.StringIO()
     bar = ProgressBar("w", 4 * MIB, stream=stream)
     now[0] = 101.0
