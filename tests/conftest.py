@@ -14,7 +14,8 @@ pulls in a slow test by accident):
   capture (tests/capture/test_capture_oracle.py; ``make test`` runs a fixed sample);
 * ``--runeco`` (its own CI step, ``make test-ecosystem``): every ecosystem setup of
   tests/clients/test_ecosystem.py at world 1 and at worlds 1-3 under FSDP2 (each rank
-  imports timm, diffusers, ...: minutes); ``make test`` checks one model per library.
+  imports timm, diffusers, ...: minutes); ``make test`` checks every other setup at
+  world 1 and one model per library under FSDP2.
 
 Hypothesis profiles, chosen with the environment variable ``HYPOTHESIS_PROFILE``:
 

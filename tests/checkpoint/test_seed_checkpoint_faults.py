@@ -99,8 +99,14 @@ except shardinit.ShardInitError as error:
 """
 
 
+# Processes under --runslow (about 17 s a pair on 2 cores); make test runs the thread
+# pairs above.
 @pytest.mark.parametrize(
-    "pairs", [pytest.param(1, id="1"), pytest.param(10, id="10", marks=pytest.mark.slow)]
+    "pairs",
+    [
+        pytest.param(1, id="1", marks=pytest.mark.slow),
+        pytest.param(10, id="10", marks=pytest.mark.slow),
+    ],
 )
 def test_two_processes_together_one_writes_one_is_refused(
     tmp_path: Path, lone: dict[str, str], pairs: int
