@@ -16,6 +16,7 @@ import functools
 import types
 from typing import Any
 
+import peft  # a test dependency: make test's clients layer installs it
 import pytest
 import torch
 from materialize_workers import Checks, check, gloo_scenario, scenario_tests
@@ -25,7 +26,6 @@ import shardinit
 from shardinit._integration.placements import is_dtensor
 
 pytestmark = pytest.mark.clients
-peft = pytest.importorskip("peft")
 SEED = 52
 
 
