@@ -9,12 +9,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from gil_ticker import ticks_inside
 
 from shardinit import _core
 from shardinit._integration.checkpoint import _sharing_idle_threads
@@ -102,29 +101,8 @@ def test_the_gil_is_released_while_a_piece_is_hashed() -> None:
     without ``py.detach`` passed a window to 90 %; it fails this one). Up to 3
     attempts (a loaded machine may starve the ticker once); 5 ticks needed."""
     bits = np.arange(1 << 25, dtype=np.uint16)
-    middle_ticks: list[float] = []
-    for _attempt in range(3):
-        ticks: list[float] = []
-        stop = threading.Event()
-
-        def ticker(ticks: list[float] = ticks, stop: threading.Event = stop) -> None:
-            while not stop.is_set():
-                ticks.append(time.perf_counter())
-                sum(range(200))  # a little pure-Python work between ticks
-
-        thread = threading.Thread(target=ticker)
-        thread.start()
-        time.sleep(0.02)
-        start = time.perf_counter()
-        _core.flat_range_term(bits, 0)
-        end = time.perf_counter()
-        stop.set()
-        thread.join()
-        span = end - start
-        middle_ticks = [t for t in ticks if start + 0.1 * span < t < start + 0.6 * span]
-        if len(middle_ticks) >= 5:
-            break
-    assert len(middle_ticks) >= 5, (len(middle_ticks), end - start)
+    inside, span = ticks_inside(lambda: _core.flat_range_term(bits, 0), (0.1, 0.6))
+    assert inside >= 5, (inside, span)
 
 
 def test_hashing_refuses_what_is_not_raw_bits() -> None:

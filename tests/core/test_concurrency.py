@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from gil_ticker import ticks_inside
 from stream_reference import bits_equal
 
 import shardinit
@@ -96,29 +97,8 @@ def test_gil_is_released_while_the_core_fills() -> None:
     numel = 1 << 22
     spec = shardinit.ParamSpec("gil", (numel,), torch.float32, init.normal(), seed=0)
     out = torch.empty(numel)
-    middle_ticks: list[float] = []
-    for _attempt in range(3):
-        ticks: list[float] = []
-        stop = threading.Event()
-
-        def ticker(ticks: list[float] = ticks, stop: threading.Event = stop) -> None:
-            while not stop.is_set():
-                ticks.append(time.perf_counter())
-                sum(range(200))  # a little pure-Python work between ticks
-
-        thread = threading.Thread(target=ticker)
-        thread.start()
-        time.sleep(0.02)
-        start = time.perf_counter()
-        shardinit.init_flat(spec, 0, numel, out=out)
-        end = time.perf_counter()
-        stop.set()
-        thread.join()
-        margin = 0.1 * (end - start)
-        middle_ticks = [t for t in ticks if start + margin < t < end - margin]
-        if len(middle_ticks) >= 5:
-            break
-    assert len(middle_ticks) >= 5, (len(middle_ticks), end - start)
+    inside, span = ticks_inside(lambda: shardinit.init_flat(spec, 0, numel, out=out), (0.1, 0.9))
+    assert inside >= 5, (inside, span)
     assert bits_equal(out, shardinit.init_flat(spec, 0, numel))
 
 
