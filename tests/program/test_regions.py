@@ -157,3 +157,25 @@ def test_a_box_contains_the_boxes_inside_it_edges_included() -> None:
     assert contains(((0, 4), (2, 6)), ((1, 4), (2, 6)))  # sharing the outer's edges
     assert not contains(((0, 4), (2, 6)), ((1, 5), (2, 6)))
     assert not contains(((0, 4), (2, 6)), ((0, 4), (1, 6)))
+
+
+def test_a_view_holding_a_box_in_another_order_covers_that_box() -> None:
+    """``unfold`` with its step equal to its size tiles the tensor: each element once, in
+    another order than the base's (a dim split into tiles and their rows, the rows moved
+    last); so does a permuted ``view``. Their region is the box they hold; a view dim
+    runs along a base dim only where it alone spans it. Overlapping windows and expanded
+    views hold elements twice: refused, naming why."""
+    base = torch.zeros(12, 5)
+    assert view_region(base.unfold(0, 3, 3), base) == (((0, 12), (0, 5)), (None, 1, None))
+    assert view_region(base.unfold(1, 5, 5), base) == (((0, 12), (0, 5)), (0, None, 1))
+    assert view_region(base.view(3, 4, 5).permute(1, 0, 2), base) == (
+        ((0, 12), (0, 5)),
+        (None, None, 1),
+    )
+    assert view_region(base[4:8].unfold(0, 2, 2), base) == (((4, 8), (0, 5)), (None, 1, None))
+    with pytest.raises(Cannot, match="more than once"):
+        view_region(base.unfold(0, 4, 2), base)
+    with pytest.raises(Cannot, match="runs along no dim"):  # gaps between the windows
+        view_region(base.unfold(0, 2, 3), base)
+    with pytest.raises(Cannot, match="more than once"):
+        view_region(base[:, :1].expand(12, 3).t(), base)

@@ -134,9 +134,63 @@ def _region_of(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[int |
     try:
         return _box_of(view, base)
     except Cannot:
-        if not _all_in_order(view, base):
+        if _all_in_order(view, base):
+            return tuple((0, size) for size in base.shape), tuple(None for _ in view.shape)
+        reordered = _reordered_box(view, base)
+        if reordered is None:
             raise
-        return tuple((0, size) for size in base.shape), tuple(None for _ in view.shape)
+        return reordered
+
+
+def _reordered_box(
+    view: torch.Tensor, base: torch.Tensor
+) -> tuple[Box, tuple[int | None, ...]] | None:
+    """The box whose elements ``view`` holds each once in another order than the base's
+    (``w.unfold(0, k, k)``: dim 0 split into tiles and their rows, the rows moved last;
+    ``w.view(4, 3, 5).permute(1, 0, 2)``), or None when it holds no box or some element
+    twice (:class:`Cannot`: an ``unfold`` whose windows overlap, an expanded view).
+
+    The view's dims, by stride, merged where one continues the next, are the dims of a
+    view in the base's row-major order that holds the same elements (each once where
+    every stride reaches past the span of the dims below it); that one is a box or not.
+    A view dim runs along a base dim where it alone spans the box's extent there."""
+    dims = sorted(
+        (int(stride), int(size))
+        for size, stride in zip(view.shape, stored_strides(view), strict=True)
+        if size != 1
+    )
+    atoms: list[list[int]] = []
+    for stride, size in dims:
+        if stride <= 0:
+            raise Cannot("the view holds some element more than once (an expanded view)")
+        if atoms and stride < atoms[-1][0] * atoms[-1][1]:  # (an overlap, or a gap)
+            raise Cannot(
+                "the view's dims interleave: it holds some element more than once "
+                "(overlapping windows, as unfold with a step below its size makes) or "
+                "elements that are no box of the tensor"
+            )
+        if atoms and stride == atoms[-1][0] * atoms[-1][1]:
+            atoms[-1][1] *= size  # continues the dim below: one run
+        else:
+            atoms.append([stride, size])
+    atoms.reverse()  # row-major: the largest stride first
+    ordered = base.as_strided(
+        [size for _, size in atoms], [stride for stride, _ in atoms], view.storage_offset()
+    )
+    try:
+        box, _ = _box_of(ordered, base)
+    except Cannot:
+        return None
+    extents = [stop - start for start, stop in box]
+    cstride = _contiguous_strides(tuple(base.shape))
+    axes: list[int | None] = []
+    for size, stride in zip(view.shape, stored_strides(view), strict=True):
+        along = [
+            dim for dim in range(len(extents))
+            if size > 1 and stride == cstride[dim] and size == extents[dim]
+        ]  # fmt: skip
+        axes.append(along[-1] if along else None)
+    return box, tuple(axes)
 
 
 def _all_in_order(view: torch.Tensor, base: torch.Tensor) -> bool:

@@ -46,6 +46,7 @@ from ...._program.index import (
     contiguous_index,
     flat_of_box,
     in_box,
+    index_op,
     strided_coords,
     unravel,
 )
@@ -419,6 +420,11 @@ class Engine:
         if target.kind == "buffer":
             self.record(target, view, Fill(Constant(0.0)), op)
             return
+        boxed = box_coords(view, target.base)
+        if boxed is not None:  # one op on the box, read through the view's axes (in
+            box, coords = boxed  # any order: a transposed or unfolded view too)
+            self.append(target, box, reindex(expr, coords, list(box)), op, user_frame())
+            return
         try:
             runs = view_runs(view, target.base)
         except Cannot as cannot:
@@ -428,11 +434,6 @@ class Engine:
             self.record(target, view, Opaque(f"{op} wrote a view that is not a box"), op)
             return
         where_ = user_frame()
-        boxed = box_coords(view, target.base)
-        if boxed is not None:  # one op on the box, read through the view's axes
-            box, coords = boxed
-            self.append(target, box, reindex(expr, coords, list(box)), op, where_)
-            return
         pieces = map_runs_from([(0, view.numel())], (0, view.numel()), runs)
         for box, value in self.spread(expr, tuple(view.shape), pieces, target):
             self.append(target, box, value, op, where_)
@@ -583,14 +584,39 @@ def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr
         return None
     box, axes = region
     coords: list[Expr] = []
-    for size, axis in zip(view.shape, axes, strict=True):
+    for dim, (size, axis) in enumerate(zip(view.shape, axes, strict=True)):
         if axis is None:
             if size > 1:
-                return None
+                digit = _digit_coord(view, base, dim, box)
+                if digit is None:
+                    return None
+                coords.append(digit)
+                continue
             coords.append(Const(0.0))
         else:
             coords.append(combine("sub", Coord(axis), Const(float(box[axis][0]))))
     return box, tuple(coords)
+
+
+def _digit_coord(view: torch.Tensor, base: torch.Tensor, dim: int, box: Box) -> Expr | None:
+    """The coordinate of view dim ``dim``, which splits a base dim (``w.unfold(0, k, k)``,
+    a permuted ``view``), over the base's coordinates: the digit ``(flat - offset) //
+    stride % size`` of the element's flat position past the view's start. Exact where
+    every larger stride of the view is a multiple of ``stride * size`` (the digits above
+    drop out of ``% size``) and the dims below span less than ``stride`` (the view holds
+    each element once: :func:`~shardinit._program.regions.view_region`); else None."""
+    strides = stored_strides(view)
+    size, stride = int(view.shape[dim]), int(strides[dim])
+    if any(
+        int(n) > 1 and int(s) > stride and int(s) % (stride * size)
+        for n, s in zip(view.shape, strides, strict=True)
+    ):
+        return None
+    ranges = list(box)
+    offset = int(view.storage_offset() - base.storage_offset())
+    rel = index_op("sub", contiguous_index(tuple(base.shape)), Const(float(offset)), ranges)
+    quotient = index_op("floordiv", rel, Const(float(stride)), ranges)
+    return index_op("mod", quotient, Const(float(size)), ranges)
 
 
 def _broadcasts_to(shape: tuple[int, ...], result: Sequence[int]) -> bool:
