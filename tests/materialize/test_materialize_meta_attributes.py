@@ -1,8 +1,10 @@
 """After ``materialize`` no tensor the model holds is on meta (issue 37): a meta tensor
 held as a plain attribute, or in a list, tuple or dict attribute, is refused before
 anything is allocated, naming each; an attribute that is one of the model's parameters or
-buffers ends as that very tensor, as in eager torch. Two diffusers models keep their
-rotary tables this way (Lumina2: a list attribute; QwenImage: two plain attributes)."""
+buffers ends as that very tensor, as in eager torch. A table a constructor computed
+inside record_constructors is computed, as eager torch computes it: two diffusers models
+keep their rotary tables this way (Lumina2: a list attribute; QwenImage: two plain
+attributes, complex both)."""
 
 from __future__ import annotations
 
@@ -117,6 +119,39 @@ QWEN_IMAGE = {
 }  # fmt: skip
 
 
+ROTARY_TABLES = {
+    "lumina2": (
+        "Lumina2Transformer2DModel",
+        LUMINA2,
+        lambda m: list(m.rope_embedder.freqs_cis),  # complex128, in a list
+    ),
+    "qwen_image": (
+        "QwenImageTransformer2DModel",
+        QWEN_IMAGE,
+        lambda m: [m.pos_embed.pos_freqs, m.pos_embed.neg_freqs],  # complex64, cat of polars
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROTARY_TABLES))
+def test_diffusers_rotary_tables_held_as_attributes_are_eagers(name: str) -> None:
+    """Built inside record_constructors, the rotary tables diffusers holds as plain
+    attributes (complex: ``torch.polar`` of position tables, then ``cat``) are computed
+    as eager torch computes them, bit for bit, on the device materialize allocates on."""
+    class_name, config, tables = ROTARY_TABLES[name]
+    model = _diffusers_model(class_name, config)
+    shardinit.materialize(model, seed=0)
+    assert not [held for held, tensor in _held_tensors(model) if tensor.is_meta]
+    diffusers = pytest.importorskip("diffusers")
+    eager = getattr(diffusers, class_name).from_config(config)
+    ours, theirs = tables(model), tables(eager)
+    assert [t.dtype for t in ours] == [t.dtype for t in theirs]
+    assert all(t.is_complex() for t in ours)
+    for got, want in zip(ours, theirs, strict=True):
+        assert got.device == torch.device("cpu")
+        assert torch.equal(got, want)
+
+
 @pytest.mark.parametrize(
     ("class_name", "config", "held"),
     [
@@ -134,12 +169,72 @@ QWEN_IMAGE = {
     ],
     ids=["lumina2", "qwen_image"],
 )
-def test_diffusers_rotary_tables_held_as_attributes_are_refused(
+def test_rotary_tables_built_without_record_constructors_are_refused(
     class_name: str, config: dict[str, Any], held: str
 ) -> None:
-    model = _diffusers_model(class_name, config)
+    """Without record_constructors nothing recorded their values: refused, named."""
+    diffusers = pytest.importorskip("diffusers")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # diffusers' own deprecation notices
+        with torch.device("meta"):
+            model = getattr(diffusers, class_name).from_config(config)
     with pytest.raises(shardinit.ShardInitError, match=rf"^materialize: {re.escape(held)} hold"):
         shardinit.materialize(model, seed=0)
+    assert all(p.is_meta for p in model.parameters())
+
+
+class Tables(nn.Module):
+    """Tables a constructor holds as plain attributes, real and complex."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        position = torch.arange(6.0)[:, None] / 10000 ** (torch.arange(0, 4, 2.0) / 4)
+        self.freqs_cis = [torch.polar(torch.ones_like(position), position), torch.ones(2)]
+        self.pos_freqs = torch.sin(position)  # float32, eager's own sin
+        self.named = Pair(torch.linspace(0, 1, 5), 0.5)
+        self.tables = {"neg": (torch.arange(4).flip(0) * -1 - 1,)}
+
+
+def test_tables_a_constructor_holds_as_attributes_are_eagers() -> None:
+    with torch.device("meta"), shardinit.record_constructors():
+        model = nn.Sequential(Tables())
+    shardinit.materialize(model, seed=0)
+    eager = nn.Sequential(Tables())
+    assert not [name for name, tensor in _held_tensors(model) if tensor.is_meta]
+    ours: Any = model[0]
+    theirs: Any = eager[0]
+    pairs = [
+        *zip(ours.freqs_cis, theirs.freqs_cis, strict=True),
+        (ours.pos_freqs, theirs.pos_freqs),
+        (ours.named.table, theirs.named.table),
+        (ours.tables["neg"][0], theirs.tables["neg"][0]),
+    ]
+    for mine, eagers in pairs:
+        assert mine.dtype == eagers.dtype and torch.equal(mine, eagers)
+    assert isinstance(ours.named, Pair) and ours.named.scale == 0.5
+
+
+class Drawn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.noise = torch.rand(4)
+        table = torch.polar(torch.ones(3), torch.arange(3.0))
+        table[0] = 0  # written after the CPU run: no longer its values
+        self.rotated = table
+
+
+def test_attribute_tables_that_cannot_be_computed_are_refused_naming_why() -> None:
+    with torch.device("meta"), shardinit.record_constructors():
+        model = nn.Sequential(Drawn())
+    with pytest.raises(shardinit.ShardInitError) as refused:
+        shardinit.materialize(model, seed=0)
+    message = str(refused.value)
+    assert message.startswith("materialize: 0.noise (Drawn), whose constructor's value")
+    assert "random values" in message
+    assert "0.rotated (Drawn), whose constructor's value cannot be computed (" in message
+    assert "complex" in message
     assert all(p.is_meta for p in model.parameters())
 
 

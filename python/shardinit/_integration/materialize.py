@@ -208,7 +208,7 @@ def _plan_and_fill(
     )
     flags = _checked_flags(module, captured, hides_params=bool(flat))
     flags = {name: flag for name, flag in flags.items() if any(t.name == name for t in chosen)}
-    rebind_aliases = check_meta_attributes(module)  # no tensor may stay on meta
+    rebind_aliases = check_meta_attributes(module, target_device)  # none stays on meta
     # 2. Check, 3. allocate, 4. fill, 5. buffers.
     plan.carry_out(module, overwrite=overwrite, buffer_init=buffer_init, device=target_device)
     rebind_aliases()

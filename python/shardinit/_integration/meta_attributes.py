@@ -4,8 +4,13 @@ tensors in them (rotary tables kept as ``self.freqs_cis =
 [...]``, frequency tables as ``self.pos_freqs = ...``).
 
 ``materialize`` allocates and fills parameters and buffers only. A meta tensor held
-elsewhere would stay on meta and the model's forward would fail on it, so it is refused
-before anything is allocated, naming each attribute. An attribute that is one of the
+elsewhere that a constructor computed inside :func:`shardinit.record_constructors` (a
+rotary table: ``torch.polar`` of a position table, complex values included) gets the
+values eager torch computed, as a buffer does (:func:`keep_attribute_tables`, then
+:func:`check_meta_attributes` sets it after the fill, on the device the fill allocates
+on). Any other would stay on meta and the model's forward would fail on it, so it is
+refused before anything is allocated, naming each attribute (and why its constructor's
+value cannot be computed, where it has one). An attribute that is one of the
 model's own parameters or buffers (``self.w = self.proj.weight``) is an alias: eager
 torch keeps it the very tensor the model holds, so after the fill it is pointed at the
 new tensor that replaced the meta one.
@@ -16,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import types
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +33,7 @@ from .._names import listing
 from .._torch_compat import torch_function_disabled
 from ..errors import ShardInitError
 
-__all__ = ["Alias", "check_meta_attributes"]
+__all__ = ["Alias", "AttributeTable", "check_meta_attributes", "keep_attribute_tables"]
 
 #: The containers searched for tensors, and how deep (a list of tuples of tensors).
 _CONTAINERS = (list, tuple, dict)
@@ -57,17 +63,75 @@ class Alias:
         vars(self.holder)[self.attr] = _replaced(value, self.steps, new)
 
 
-def check_meta_attributes(root: nn.Module) -> Callable[[], None]:
-    """Refuses meta tensors ``root``'s modules hold as plain attributes; returns what
-    points the aliases of parameters and buffers at their new tensors (call it after
-    the fill).
+@dataclass(frozen=True)
+class AttributeTable:
+    """What a constructor computed for a meta tensor it holds as a plain attribute
+    (``tensor``, weakly): its values as eager torch computed them on the CPU, or why
+    they cannot be computed."""
+
+    tensor: weakref.ref[torch.Tensor]
+    values: torch.Tensor | None
+    why: str = ""
+
+
+#: module -> {(attr, steps): its table}, recorded by :func:`keep_attribute_tables`.
+_TABLES: weakref.WeakKeyDictionary[nn.Module, dict[tuple[str, Steps], AttributeTable]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def keep_attribute_tables(
+    modules: Iterable[nn.Module],
+    values_of: Callable[[torch.Tensor], torch.Tensor | str],
+    skip: Collection[int],
+) -> None:
+    """Records, for each meta tensor ``modules`` hold as plain attributes (not the ids in
+    ``skip``: parameters and buffers), its values by ``values_of`` (a CPU tensor, or why
+    there is none): what :func:`shardinit.record_constructors` computed for it."""
+    done: set[int] = set()
+    for module in modules:
+        if id(module) in done:
+            continue
+        done.add(id(module))
+        for attr, value in vars(module).items():
+            if attr in _MODULE_TABLES:
+                continue
+            for steps, tensor in _tensors_in(value, ()):
+                if id(tensor) in skip or not _is_meta(tensor):
+                    continue
+                got = values_of(tensor)
+                table = (
+                    AttributeTable(weakref.ref(tensor), got)
+                    if isinstance(got, torch.Tensor)
+                    else AttributeTable(weakref.ref(tensor), None, got)
+                )
+                _TABLES.setdefault(module, {})[(attr, steps)] = table
+
+
+def _table_of(
+    module: nn.Module, attr: str, steps: Steps, tensor: torch.Tensor
+) -> AttributeTable | None:
+    """The table recorded for the tensor ``module.<attr>`` holds at ``steps``, if that is
+    still the tensor it was recorded for."""
+    table = _TABLES.get(module, {}).get((attr, steps))
+    return table if table is not None and table.tensor() is tensor else None
+
+
+def check_meta_attributes(
+    root: nn.Module, device: torch.device | None = None
+) -> Callable[[], None]:
+    """Refuses meta tensors ``root``'s modules hold as plain attributes, but those whose
+    constructor's values were recorded (:func:`keep_attribute_tables`); returns what
+    points the aliases of parameters and buffers at their new tensors and sets the
+    recorded tables, on ``device`` (default the CPU) (call it after the fill).
 
     Raises:
-        ShardInitError: a meta tensor that is neither a parameter nor a buffer, naming
-            every such attribute.
+        ShardInitError: a meta tensor that is neither a parameter nor a buffer and has
+            no computed value, naming every such attribute.
     """
     owners = _tensor_owners(root)
     aliases: list[Alias] = []
+    tables: list[tuple[nn.Module, str, Steps, torch.Tensor]] = []
     stranded: list[str] = []
     for path, module in root.named_modules(remove_duplicate=True):
         for attr, value in vars(module).items():
@@ -78,8 +142,19 @@ def check_meta_attributes(root: nn.Module) -> Callable[[], None]:
                 fixed = all(not isinstance(s, _Field) or s.settable for s in steps)
                 if owner is not None and fixed:
                     aliases.append(Alias(module, attr, steps, *owner))
-                elif _is_meta(tensor) or owner is not None:  # (a partial's: not settable)
-                    stranded.append(f"{_where(path, attr, steps)} ({type(module).__name__})")
+                    continue
+                if owner is None and not _is_meta(tensor):
+                    continue
+                where = f"{_where(path, attr, steps)} ({type(module).__name__})"
+                table = _table_of(module, attr, steps, tensor) if fixed else None
+                if table is not None and table.values is not None:
+                    tables.append((module, attr, steps, table.values))
+                elif table is not None:
+                    stranded.append(
+                        f"{where}, whose constructor's value cannot be computed ({table.why})"
+                    )
+                else:  # (a partial's: not settable)
+                    stranded.append(where)
     if stranded:
         raise ShardInitError(
             f"materialize: {listing(stranded)} hold tensors on the meta device that are "
@@ -94,6 +169,9 @@ def check_meta_attributes(root: nn.Module) -> Callable[[], None]:
     def rebind_aliases() -> None:
         for alias in aliases:
             alias.rebind()
+        for module, attr, steps, values in tables:  # the meta tensor, replaced
+            placed = values.to(device) if device is not None else values
+            vars(module)[attr] = _replaced(vars(module)[attr], steps, placed)
 
     return rebind_aliases
 

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 from torch.nn.modules.module import (
     register_module_buffer_registration_hook,
+    register_module_module_registration_hook,
     register_module_parameter_registration_hook,
 )
 from torch.overrides import TorchFunctionMode
@@ -45,6 +46,7 @@ from ...._program.nodes import Bad, Expr, Source, bad_reasons, contains
 from ...._torch_compat import deepcopy_memo, torch_function_disabled
 from ....errors import ShardInitError
 from ...exclusive import ThreadExclusive
+from ...meta_attributes import keep_attribute_tables
 from ..dispatch import CaptureMode
 from ..ops import eager_values
 from ..trace import user_frame
@@ -197,9 +199,16 @@ def record_constructors() -> Iterator[None]:
     seen: list[tuple[weakref.ref[nn.Module], str, nn.Parameter]] = []
     buffers: list[tuple[weakref.ref[nn.Module], str, torch.Tensor, str]] = []
 
+    modules: list[weakref.ref[nn.Module]] = []  # those that may hold attribute tables
+
     def hook(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         if param is not None:
             seen.append((weakref.ref(module), name, param))
+
+    def module_hook(module: nn.Module, name: str, submodule: nn.Module | None) -> None:
+        modules.append(weakref.ref(module))
+        if submodule is not None:
+            modules.append(weakref.ref(submodule))
 
     def buffer_hook(module: nn.Module, name: str, buffer: torch.Tensor | None) -> None:
         if buffer is None:
@@ -213,6 +222,7 @@ def record_constructors() -> Iterator[None]:
         handles = [
             register_module_parameter_registration_hook(hook),
             register_module_buffer_registration_hook(buffer_hook),
+            register_module_module_registration_hook(module_hook),
         ]
         try:
             with mode, copies, constructor_moves():
@@ -230,6 +240,9 @@ def record_constructors() -> Iterator[None]:
             if value is not None:
                 _RECORDS.setdefault(module, {})[name] = value
         _keep_buffers(mode, buffers)
+        held = {id(param) for _, _, param in seen} | {id(buffer) for _, _, buffer, _ in buffers}
+        alive = [m for m in (ref() for ref in modules) if m is not None]
+        keep_attribute_tables(alive, lambda tensor: _attribute_values(mode, tensor), held)
 
 
 def _keep_buffers(
@@ -268,6 +281,30 @@ def _buffer_value(mode: CaptureMode, buffer: torch.Tensor, where: str) -> Constr
         why = "random values (torch's generator in eager torch; no stream draws buffers)"
         return ConstructorValue(Bad(why), where)
     return ConstructorValue(expr, where)
+
+
+def _attribute_values(mode: CaptureMode, tensor: torch.Tensor) -> torch.Tensor | str:
+    """A meta tensor a constructor holds as a plain attribute (a rotary table), computed
+    as a buffer's value is (:func:`buffer_tensor`: eager torch's bits, on the CPU); a
+    complex one as the CPU run of the op that made it gave it (programs hold real
+    values); else why it cannot be computed."""
+    held = mode.concrete.complex_values(tensor)
+    if held is not None:
+        return held
+    if tensor.is_complex():
+        return (
+            "complex values written after the operation that computed them, or computed "
+            "by operations followed as programs, which hold real values"
+        )
+    value = _buffer_value(mode, tensor, "")
+    if value is None:
+        return "it was never written"
+    if isinstance(value.expr, Bad):
+        return value.expr.why
+    converted = eager_values(value.expr, tuple(tensor.shape), tensor.dtype)
+    if converted is None:
+        return f"its values are not exactly representable as {tensor.dtype}"
+    return converted
 
 
 def _value(mode: CaptureMode, param: nn.Parameter) -> ConstructorValue | None:

@@ -33,7 +33,13 @@ from ...._program.actions import Opaque
 from ...._program.cannot import Cannot
 from ...._program.nodes import Bad, Expr, Source, bad_reasons, contains
 from ...._program.tables import beyond_table_cap
-from ...._torch_compat import stored_contiguous, tree_leaves, tree_map
+from ...._torch_compat import (
+    stored_contiguous,
+    stored_strides,
+    torch_function_disabled,
+    tree_leaves,
+    tree_map,
+)
 from ..ops import eager_values
 from .engine import Engine
 from .frames import user_frame
@@ -81,6 +87,26 @@ class Concrete:
     def __init__(self, store: RecordStore, engine: Engine) -> None:
         self.store = store
         self.engine = engine
+        #: id of a temporary -> (it, its op count, its values): complex results, which
+        #: programs (real values) cannot hold, kept as the CPU run gave them while
+        #: nothing else writes the temporary (:meth:`complex_values`).
+        self.complex: dict[int, tuple[Track, int, torch.Tensor]] = {}
+
+    def complex_values(self, value: torch.Tensor) -> torch.Tensor | None:
+        """The values of ``value`` (a meta temporary of a complex dtype, or a view of
+        one) as eager torch holds them, where every one is a CPU run's result that
+        nothing has written since (rotary tables: ``torch.polar``, then ``cat``); else
+        None. The caller's own copy."""
+        track = self.store.lookup(value)
+        kept = None if track is None else self.complex.get(id(track))
+        if kept is None or kept[0] is not track or len(track.ops) != kept[1]:
+            return None
+        with torch_function_disabled():  # its own layout (see torch_function_disabled)
+            if value.dtype != track.base.dtype:
+                return None
+            offset = int(value.storage_offset() - track.base.storage_offset())
+            shape, stride = tuple(value.shape), stored_strides(value)
+        return kept[2].as_strided(shape, stride, offset).clone()
 
     def evaluate(
         self, name: str, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -141,6 +167,9 @@ class Concrete:
         track = self.store.lookup(value)
         if track is None or track.kind != "temp":
             raise Cannot("its operand is a meta tensor whose values capture did not follow")
+        held = self.complex_values(value)
+        if held is not None:
+            return held
         if value.numel() > tables.TABLE_CAP:
             raise Cannot(beyond_table_cap(value.numel(), "an operand"))
         expr = self.engine.value_of(value, op)
@@ -181,6 +210,8 @@ class Concrete:
         temp = self.store.new_temp(name, meta)
         expr = self.table(values)
         self.store.hold(temp, self.engine.action_of(temp, expr, name), name)
+        if values.is_complex() and values.numel() <= tables.TABLE_CAP:
+            self.complex[id(temp)] = (temp, len(temp.ops), values.contiguous())
         return temp
 
     def table(self, values: torch.Tensor) -> Expr:
