@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from .._names import listing
+from .._program.cannot import Cannot
 from .._torch_compat import torch_function_disabled
 from ..errors import ShardInitError
 
@@ -82,12 +83,13 @@ _TABLES: weakref.WeakKeyDictionary[nn.Module, dict[tuple[str, Steps], AttributeT
 
 def keep_attribute_tables(
     modules: Iterable[nn.Module],
-    values_of: Callable[[torch.Tensor], torch.Tensor | str],
+    values_of: Callable[[torch.Tensor], torch.Tensor],
     skip: Collection[int],
 ) -> None:
     """Records, for each meta tensor ``modules`` hold as plain attributes (not the ids in
-    ``skip``: parameters and buffers), its values by ``values_of`` (a CPU tensor, or why
-    there is none): what :func:`shardinit.record_constructors` computed for it."""
+    ``skip``: parameters and buffers), its values by ``values_of`` (a CPU tensor; its
+    :class:`Cannot` says why there is none): what :func:`shardinit.record_constructors`
+    computed for it."""
     done: set[int] = set()
     for module in modules:
         if id(module) in done:
@@ -99,12 +101,10 @@ def keep_attribute_tables(
             for steps, tensor in _tensors_in(value, ()):
                 if id(tensor) in skip or not _is_meta(tensor):
                     continue
-                got = values_of(tensor)
-                table = (
-                    AttributeTable(weakref.ref(tensor), got)
-                    if isinstance(got, torch.Tensor)
-                    else AttributeTable(weakref.ref(tensor), None, got)
-                )
+                try:
+                    table = AttributeTable(weakref.ref(tensor), values_of(tensor))
+                except Cannot as cannot:
+                    table = AttributeTable(weakref.ref(tensor), None, cannot.reason)
                 _TABLES.setdefault(module, {})[(attr, steps)] = table
 
 

@@ -42,6 +42,7 @@ from torch.nn.modules.module import (
 from torch.overrides import TorchFunctionMode
 
 from ...._program.actions import CapturedOp, ParamRecord, program_of
+from ...._program.cannot import Cannot
 from ...._program.nodes import Bad, Expr, Source, bad_reasons, contains
 from ...._torch_compat import deepcopy_memo, torch_function_disabled
 from ....errors import ShardInitError
@@ -283,27 +284,31 @@ def _buffer_value(mode: CaptureMode, buffer: torch.Tensor, where: str) -> Constr
     return ConstructorValue(expr, where)
 
 
-def _attribute_values(mode: CaptureMode, tensor: torch.Tensor) -> torch.Tensor | str:
+def _attribute_values(mode: CaptureMode, tensor: torch.Tensor) -> torch.Tensor:
     """A meta tensor a constructor holds as a plain attribute (a rotary table), computed
     as a buffer's value is (:func:`buffer_tensor`: eager torch's bits, on the CPU); a
     complex one as the CPU run of the op that made it gave it (programs hold real
-    values); else why it cannot be computed."""
+    values).
+
+    Raises:
+        Cannot: why it cannot be computed.
+    """
     held = mode.concrete.complex_values(tensor)
     if held is not None:
         return held
     if tensor.is_complex():
-        return (
+        raise Cannot(
             "complex values written after the operation that computed them, or computed "
             "by operations followed as programs, which hold real values"
         )
     value = _buffer_value(mode, tensor, "")
     if value is None:
-        return "it was never written"
+        raise Cannot("it was never written")
     if isinstance(value.expr, Bad):
-        return value.expr.why
+        raise Cannot(value.expr.why)
     converted = eager_values(value.expr, tuple(tensor.shape), tensor.dtype)
     if converted is None:
-        return f"its values are not exactly representable as {tensor.dtype}"
+        raise Cannot(f"its values are not exactly representable as {tensor.dtype}")
     return converted
 
 
