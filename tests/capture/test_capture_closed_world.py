@@ -187,12 +187,13 @@ def test_data_of_the_same_shape_is_a_copy() -> None:
         (lambda lin: lin.weight.data.as_strided_((16, 32), (1, 16)), "as_strided_"),
         (lambda lin: torch.utils.swap_tensors(lin.weight, nn.Parameter(torch.zeros(32, 16))),
          "storage was replaced"),
-        # (aten's index_fill_ is a coordinate write now, followed as the method is)
-        (lambda lin: torch.ops.aten.index_put_(
-            lin.weight, (torch.tensor([1]),), torch.tensor(0.0)
-        ), "index_put_"),
+        # (aten's index_fill_ is a coordinate write now, followed as the method is, and
+        # index_put_ of values known at capture a scattered write: issue 51)
+        (lambda lin: torch.ops.aten.index_add_(
+            lin.weight, 0, torch.tensor([1]), torch.ones(1, 16)
+        ), "index_add_"),
     ],
-    ids=["set_", "resize_", "t_", "as_strided_", "swap_tensors", "index_put_"],
+    ids=["set_", "resize_", "t_", "as_strided_", "swap_tensors", "index_add_"],
 )  # fmt: skip
 def test_changing_what_a_parameter_is_is_refused(code: InitCode, op: str) -> None:
     lin = _meta_linear()

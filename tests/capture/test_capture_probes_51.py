@@ -3,14 +3,16 @@ against init code that nobody listed"): ordinary things people write in
 ``_init_weights`` / ``reset_parameters``, each run through ``materialize`` and compared
 with the same code run eagerly.
 
-The oracle (``assert_like_eager``): eager torch runs the init code on a model whose
-values before it are shardinit's (``materialize`` without ``init_fn``: its rules and
-defaults, and the constructor's buffers), so deterministic init code must give the same
-bytes, every parameter and buffer. Random fills are drawn by each element's own index
-in its parameter's stream, so a random fill through a view (``unfold``, a permute, a
-transpose, chunks) must give the same bytes as the same fill of the whole parameter
-(``RANDOM``). A few cases run under FSDP2 at worlds 1, 2 and 3 too: gathered, the bytes
-of the unsharded model. What stays refused is listed with the reason it names."""
+The oracle: eager torch runs the init code on a model whose values before it are
+shardinit's (``materialize`` without ``init_fn``: its rules and defaults, and the
+constructor's buffers), so deterministic init code must give the same bytes, every
+parameter and buffer (writes of values known at capture at positions known at capture,
+``index_copy_``, ``scatter_``, ``index_put_``, included). Random fills are drawn by each
+element's own index in its parameter's stream, so a random fill through a view
+(``unfold``, a permute, a transpose, chunks) must give the same bytes as the same fill of
+the whole parameter (``RANDOM``). A few cases run under FSDP2 at worlds 1, 2 and 3 too:
+gathered, the bytes of the unsharded model. What stays refused is listed with the reason
+it names."""
 
 from __future__ import annotations
 
@@ -143,6 +145,19 @@ DETERMINISTIC: dict[str, Init] = {
     "tril_mask_setitem": lambda m: _w(m)[:, :12].__setitem__(
         torch.ones(12, 12, dtype=torch.bool).tril(), 0.0
     ),
+    # Values known at capture written at positions known at capture:
+    "index_copy_": lambda m: _w(m).index_copy_(0, torch.tensor([1, 4, 7]), _table(3, 16)),
+    "scatter_value": lambda m: _w(m).scatter_(1, torch.arange(12).view(12, 1) % 16, 1.0),
+    "scatter_src": lambda m: _w(m).scatter_(1, torch.tensor([[0, 3]] * 12), torch.ones(12, 2) * 7),
+    "index_put_": lambda m: _w(m).index_put_(
+        (torch.tensor([0, 2]), torch.tensor([1, 3])), torch.tensor([5.0, 6.0])
+    ),
+    "setitem_rows_table": lambda m: _w(m).__setitem__([0, 5], _table(2, 16)),
+    "masked_scatter_": lambda m: _w(m).masked_scatter_(torch.arange(16) % 3 == 0, _table(12, 16)),
+    "scatter_through_view": lambda m: _w(m)[2:6].scatter_(
+        1, torch.zeros(4, 1, dtype=torch.long), -2.0
+    ),
+    "put_": lambda m: _w(m).put_(torch.tensor([0, 17]), torch.tensor([0.3, 0.7])),
     # Views in another order than the parameter's (issue 51's unfold tiling included):
     "unfold_fill": lambda m: _w(m).unfold(0, 3, 3).fill_(2.0),
     "unfold_copy": lambda m: _w(m).unfold(0, 3, 3).copy_(_table(4, 16, 3)),
@@ -193,6 +208,10 @@ RANDOM: dict[str, tuple[Init, Init]] = {
         lambda m: nn.init.trunc_normal_(_w(m).view(4, 48), std=0.02),
         lambda m: nn.init.trunc_normal_(_w(m), std=0.02),
     ),
+    "index_copy_over_normal": (
+        lambda m: (_w(m).normal_(), _w(m).index_copy_(1, torch.tensor([2]), torch.zeros(12, 1))),
+        lambda m: (_w(m).normal_(), _w(m)[:, 2].zero_()),
+    ),
     "unfold_conv_normal": (
         lambda m: m.c.weight.unfold(0, 2, 2).normal_(),
         lambda m: m.c.weight.normal_(),
@@ -212,18 +231,20 @@ REFUSED: dict[str, tuple[Init, str]] = {
         lambda m: _w(m).copy_(_w(m).roll(1, 0)),
         "reads the parameter's values",
     ),
-    "index_copy_": (
-        lambda m: _w(m).index_copy_(0, torch.tensor([1, 4, 7]), _table(3, 16)),
-        "not replayable",
+    "index_put_accumulate": (
+        lambda m: _w(m).index_put_((torch.tensor([0, 0]),), torch.ones(2, 16), accumulate=True),
+        "depends on the values it writes over",
     ),
-    "scatter_": (
-        lambda m: _w(m).scatter_(1, torch.arange(12).view(12, 1), 1.0),
-        "not replayable",
+    "scatter_reduce": (
+        lambda m: _w(m).scatter_(1, torch.zeros(12, 1, dtype=torch.long), 2.0, reduce="multiply"),
+        "depends on the values it writes over",
     ),
-    "index_put_": (
-        lambda m: _w(m).index_put_(
-            (torch.tensor([0, 2]), torch.tensor([1, 3])), torch.tensor([5.0, 6.0])
-        ),
+    "index_copy_random_source": (
+        lambda m: _w(m).index_copy_(0, torch.tensor([1]), torch.randn(1, 16)),
+        "holds random values",
+    ),
+    "index_add_": (
+        lambda m: _w(m).index_add_(0, torch.tensor([0, 0, 2]), torch.ones(3, 16)),
         "not replayable",
     ),
     "copy_from_another_parameter": (
@@ -276,7 +297,14 @@ def test_a_float32_sin_table_copied_into_a_parameter_is_within_two_ulp() -> None
     assert bool(((got - want).abs() <= 2 * ulp).all())
 
 
-SHARDED = ("unfold_copy", "unfold_fill", "T_copy", "permute_copy", "unfold_rows_part")
+SHARDED = (
+    "unfold_copy",
+    "unfold_fill",
+    "T_copy",
+    "permute_copy",
+    "unfold_rows_part",
+    "index_copy_",
+)
 
 
 def _check_sharded_equals_unsharded(world: int, name: str) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ...._program.actions import Opaque
+from ...._program.cannot import Cannot
 from ...._torch_compat import (
     aten_packet,
     positional_arguments,
@@ -35,6 +36,7 @@ from ..ops import (
 )
 from ..trace import Evaluated, Track, read_reason, run_op, storage_id, user_frame
 from .calls import NOT_MINE, Call, Mode
+from .scattered import PURE_WRITES, write_scattered
 from .targets import CPU
 from .writes import tensors_in
 
@@ -68,6 +70,8 @@ def unrouted(mode: Mode, call: Call) -> Any:
     name, target, args, kwargs = call.name, call.target, call.args, call.kwargs
     params = mode.store.params_in((args, kwargs))
     if params:
+        if _scattered(mode, call):  # values known at capture, at positions known too
+            return args[0]
         if no_formula(name):
             why = "it is an elementwise operation shardinit has no exact formula for"
         elif is_inplace(name) and (target is not None or mode.store.params_in(args[:1])):
@@ -80,6 +84,25 @@ def unrouted(mode: Mode, call: Call) -> Any:
     if reads:  # values computed from a parameter's, beyond elementwise steps
         raise mode.store.fail(reads[0][0], name, read_reason(reads[0]))
     return unfollowed(mode, call)
+
+
+def _scattered(mode: Mode, call: Call) -> bool:
+    """Whether ``call`` is a write of values known at capture into a parameter
+    (:mod:`.scattered`), now recorded.
+
+    Raises:
+        UnsupportedInitOpError: it is one of those ops, but no such write (why).
+    """
+    target, args, kwargs = call.target, call.args, call.kwargs
+    if target is None or target.kind != "param" or call.name not in PURE_WRITES:
+        return False
+    if mode.store.params_in((args[1:], kwargs)):
+        return False
+    try:
+        write_scattered(mode, call.name, target, call.func, args, kwargs)
+    except Cannot as cannot:
+        raise mode.store.fail(target, call.name, cannot.reason) from None
+    return True
 
 
 def unfollowed(mode: Mode, call: Call) -> Any:

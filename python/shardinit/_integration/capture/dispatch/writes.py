@@ -33,6 +33,7 @@ from ..trace import (
 )
 from .backstop import WriteBackstop
 from .metaruns import run_meta_inplace
+from .scattered import write_scattered
 
 __all__ = ["Writes", "quietly", "tensors_in"]
 
@@ -170,6 +171,18 @@ class Writes:
             return
         self.engine.cannot(target, tensor, Cannot(why or "an index by tensors is no box"), op)
 
+    def scattered_item(
+        self, target: Track, tensor: torch.Tensor, index: Any, value: Any, op: str
+    ) -> None:
+        """``tensor[index] = value`` on a parameter by an advanced index: values known at
+        capture at positions known at capture (:mod:`.scattered`), else refused."""
+        args = (tensor, index, value)
+        try:
+            write_scattered(self, op, target, torch.Tensor.__setitem__, args, {})
+        except Cannot as cannot:
+            why = f"advanced indexing writes a region that is not a box, and {cannot}"
+            raise self.store.fail(target, op, why) from None
+
     def setitem(self, target: Track, tensor: torch.Tensor, index: Any, value: Any) -> None:
         op = f"[{shown(index)}] = {shown(value)}"
         if not _plain_index(index) and any(t.is_meta for t in tensors_in(index)):
@@ -182,10 +195,8 @@ class Writes:
         if self.store.lookup(view) is not target:
             if self.coordinates.indexed_constant(target, tensor, index, value, op):
                 pass  # constants at listed positions or a mask: a program of coordinates
-            elif target.kind == "param":
-                raise self.store.fail(
-                    target, op, "advanced indexing writes a region that is not a box"
-                )
+            elif target.kind == "param":  # a table at positions known at capture, or why not
+                self.scattered_item(target, tensor, index, value, op)
             else:
                 self.engine.record(target, tensor, Opaque(f"{op}: advanced indexing"), op)
         elif isinstance(value, torch.Tensor) and value.dim() > 0:
