@@ -145,6 +145,11 @@ DETERMINISTIC: dict[str, Init] = {
     "tril_mask_setitem": lambda m: _w(m)[:, :12].__setitem__(
         torch.ones(12, 12, dtype=torch.bool).tril(), 0.0
     ),
+    # Constants on strided slices (a grid of positions):
+    "step_slice_rows": lambda m: _w(m)[::2].fill_(1.0),
+    "step_slice_cols": lambda m: _w(m)[:, 1::3].zero_(),
+    "step_slice_both": lambda m: _w(m)[1:10:4, 2::5].fill_(7.0),
+    "step_slice_conv": lambda m: m.c.weight[:, ::2, 1].fill_(3.0),
     # Values known at capture written at positions known at capture:
     "index_copy_": lambda m: _w(m).index_copy_(0, torch.tensor([1, 4, 7]), _table(3, 16)),
     "scatter_value": lambda m: _w(m).scatter_(1, torch.arange(12).view(12, 1) % 16, 1.0),
@@ -225,7 +230,8 @@ REFUSED: dict[str, tuple[Init, str]] = {
         "holds some element more than once",
     ),
     "unfold_with_gaps": (lambda m: _w(m).unfold(0, 2, 3).fill_(1.0), "not a box"),
-    "step_slice_rows": (lambda m: _w(m)[::2].fill_(1.0), "not a box"),
+    "step_slice_mul": (lambda m: _w(m)[::3].mul_(2.0), "not a box"),
+    "step_slice_normal": (lambda m: _w(m)[::2].normal_(), "not a box"),
     "expand_normal": (lambda m: m.a.bias.view(12, 1).expand(12, 3).normal_(), "not a box"),
     "roll_of_defaults": (
         lambda m: _w(m).copy_(_w(m).roll(1, 0)),
