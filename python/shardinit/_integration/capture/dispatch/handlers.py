@@ -131,6 +131,13 @@ def _other_inplace(
     if values is not None and target.kind == "temp" and target.base.is_meta:
         mode.concrete.write_inplace(name, target, args[0], values)
         return args[0]
+    if target.kind == "temp" and name in PURE_WRITES:  # a CPU temporary's (dispatch/scattered.py)
+        try:
+            write_scattered(mode, name, target, call.func, args, call.kwargs)
+        except Cannot:
+            pass  # opaque, as below
+        else:
+            return mode.writes.run_on(target, call.func, args, call.kwargs)
     mode.engine.record(target, args[0], Opaque(why or f"{name} is not a recorded fill"), name)
     with mode.backstop.expecting(target):
         result = run_op(call.func, args, call.kwargs)

@@ -19,6 +19,7 @@ from ...exclusive import ThreadExclusive
 from ...new_modules import NewSubmodules
 from ..dispatch import CaptureMode
 from ..trace import AFTER_INIT_FN, Track, give_eager_layout, refusal
+from .constructors import constructor_seed
 from .created import CreatedTensors
 from .initcalls import install_init_calls
 from .modulecalls import install_module_calls
@@ -122,7 +123,7 @@ def capture_init(
     device = None if device is None else resolve_device(device)
     with _CAPTURE.hold(), collector_paused():  # why: collector.py
         groups = param_groups(module)
-        buffers = buffer_standins(module)
+        buffers = buffer_standins(module, constructor_seed)  # eager's values before
         created = CreatedTensors(module, groups)  # before the stand-ins are installed
         aliases = {
             id(g.original.untyped_storage()): g.tracks[g.primary]

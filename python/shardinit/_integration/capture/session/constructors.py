@@ -58,6 +58,7 @@ __all__ = [
     "buffer_tensor",
     "constructor_buffer",
     "constructor_record",
+    "constructor_seed",
     "copied_any",
     "copy_source",
     "record_constructors",
@@ -357,6 +358,19 @@ def constructor_buffer(module: nn.Module, attr: str) -> ConstructorValue | None:
     if value is None or current is None:
         return None
     return value if value.is_for(current, tuple(current.shape), current.dtype) else None
+
+
+def constructor_seed(
+    owner: nn.Module, attr: str, name: str, buffer: torch.Tensor
+) -> torch.Tensor | None:
+    """The meta buffer ``owner.<attr>``'s constructor value on the CPU, as eager torch
+    holds it before init_fn (a capture's stand-in starts from it), or None: none
+    recorded, or one that cannot be computed (materialize refuses that one where it
+    needs it)."""
+    value = constructor_buffer(owner, attr)
+    if value is None or not value.computable:
+        return None
+    return eager_values(value.expr, tuple(buffer.shape), buffer.dtype)  # (buffer_tensor's)
 
 
 def buffer_tensor(

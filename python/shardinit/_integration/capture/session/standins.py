@@ -24,7 +24,7 @@ result is read back.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -216,12 +216,43 @@ class BufferStandIn:
     original: torch.Tensor
     track: Track
     real: bool = False  # a real buffer followed in place: its values are its own
+    #: It starts from the buffer's constructor value (record_constructors), as eager's
+    #: buffer holds it before init_fn: a write of a part of it, or a step, is eager's.
+    seeded: bool = False
 
 
-def _real_like(buffer: torch.Tensor) -> torch.Tensor:
-    # NaN where init code never writes (floating types): a read of it shows.
+#: A meta buffer's values before init_fn where no constructor value gives them: a NaN of
+#: shardinit's own payload per float dtype (its bits as the same-width integer), which
+#: a write keeps where it writes nothing (``put_``) and arithmetic carries (``add_``), so
+#: init code's result that holds it read values the capture does not know.
+_UNKNOWN_BITS = {
+    torch.float64: (torch.int64, 0x7FF8_0000_5EED_0001),
+    torch.float32: (torch.int32, 0x7FC0_5EED),
+    torch.float16: (torch.int16, 0x7E5D),
+    torch.bfloat16: (torch.int16, 0x7FDD),
+}
+
+
+def _real_like(buffer: torch.Tensor, seed: torch.Tensor | None) -> torch.Tensor:
+    """The stand-in's values: the constructor's ``seed``, else "unknown" (NaN of
+    :data:`_UNKNOWN_BITS` for float dtypes: a read of it shows; 0 for the others)."""
+    if seed is not None:
+        return checked_tensor(seed)
+    shape = tuple(buffer.shape)
+    unknown = _UNKNOWN_BITS.get(buffer.dtype)
+    if unknown is not None:
+        bits = torch.full(shape, unknown[1], dtype=unknown[0])
+        return checked_tensor(bits.view(buffer.dtype))
     fill = float("nan") if buffer.is_floating_point() or buffer.is_complex() else 0
-    return checked_tensor(torch.full(tuple(buffer.shape), fill, dtype=buffer.dtype))
+    return checked_tensor(torch.full(shape, fill, dtype=buffer.dtype))
+
+
+def _holds_unknown(values: torch.Tensor) -> bool:
+    """Whether ``values`` (a stand-in after init_fn) hold a value of :data:`_UNKNOWN_BITS`."""
+    unknown = _UNKNOWN_BITS.get(values.dtype)
+    if unknown is None or values.numel() == 0:
+        return False
+    return bool((values.detach().view(unknown[0]) == unknown[1]).any())
 
 
 def _followed_in_place(buffer: torch.Tensor) -> bool:
@@ -230,10 +261,16 @@ def _followed_in_place(buffer: torch.Tensor) -> bool:
     return type(buffer) is torch.Tensor and not buffer.requires_grad and not buffer.is_sparse
 
 
-def buffer_standins(module: nn.Module) -> list[BufferStandIn]:
-    """Real CPU stand-ins for every meta buffer, and checked aliases of every real one
-    (one per buffer object, and per storage for real ones: two real buffers viewing one
-    storage are one followed tensor)."""
+#: A meta buffer's values before init_fn, ``seed(owner, attr, name, buffer)``: its
+#: constructor value on the CPU, or None (:func:`.constructors.constructor_seed`).
+Seed = Callable[[nn.Module, str, str, torch.Tensor], "torch.Tensor | None"]
+
+
+def buffer_standins(module: nn.Module, seed_of: Seed | None = None) -> list[BufferStandIn]:
+    """Real CPU stand-ins for every meta buffer (its values before init_fn where
+    ``seed_of`` gives them), and checked aliases of every real one (one per buffer
+    object, and per storage for real ones: two real buffers viewing one storage are one
+    followed tensor)."""
     made: dict[int, Track] = {}
     storages: set[int | None] = set()
     found = []
@@ -247,10 +284,14 @@ def buffer_standins(module: nn.Module) -> list[BufferStandIn]:
                 if storage_id(buffer) in storages:
                     continue  # an alias of a real buffer followed already: its storage is
                 storages.add(storage_id(buffer))
+            meta = buffer.is_meta and seed_of is not None
+            seed = seed_of(owner, attr, name, buffer) if meta and seed_of is not None else None
             if track is None:
-                stand_in = _real_like(buffer) if buffer.is_meta else checked_tensor(buffer)
+                stand_in = _real_like(buffer, seed) if buffer.is_meta else checked_tensor(buffer)
                 track = made[id(buffer)] = Track("buffer", stand_in, f"buffer {name!r}", name)
-            found.append(BufferStandIn(name, owner, attr, buffer, track, not buffer.is_meta))
+            standin = BufferStandIn(name, owner, attr, buffer, track, not buffer.is_meta)
+            standin.seeded = seed is not None
+            found.append(standin)
     return found
 
 
@@ -273,7 +314,14 @@ def read_buffers(
         standin.module._buffers[standin.attr] = standin.original
         if current is standin.track.base:
             whole = tuple((0, size) for size in standin.track.shape)
-            if standin.track.written(whole) and standin.track.ops:
+            written = standin.track.written(whole) or standin.seeded
+            if written and standin.track.ops and _holds_unknown(current):
+                problems.append(
+                    f"{standin.name} (init_fn computed it from its values before init_fn, "
+                    "which no constructor value recorded: build the model inside "
+                    "record_constructors())"
+                )
+            elif written and standin.track.ops:
                 values[standin.name] = current
             elif standin.track.ops:
                 problems.append(f"{standin.name} (init_fn wrote only part of it)")
