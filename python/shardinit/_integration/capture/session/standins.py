@@ -318,8 +318,9 @@ def read_buffers(
             if written and standin.track.ops and _holds_unknown(current):
                 problems.append(
                     f"{standin.name} (init_fn computed it from its values before init_fn, "
-                    "which no constructor value recorded: build the model inside "
-                    "record_constructors())"
+                    "which the capture does not know: no constructor value was recorded "
+                    "(build the model inside record_constructors()), or it cannot be "
+                    "computed)"
                 )
             elif written and standin.track.ops:
                 values[standin.name] = current
