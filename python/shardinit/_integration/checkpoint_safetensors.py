@@ -182,28 +182,35 @@ def write_file(
 
 
 class _BackgroundWrites:
-    """A thread that writes the filled halves of a buffer to ``output`` in order, adds
-    up their fingerprint terms per key (:attr:`terms`, read after the ``with`` block)
-    and hands each half back; its first OSError is raised in the caller (at the next
-    half it asks for, or at the end). The hashing (the core's, one pass over the piece's
-    bytes) and the writes both release the GIL: they overlap the generation of the
-    next piece."""
+    """Two threads that take the filled halves of a buffer in order: one writes them to
+    ``output``, the other adds up their fingerprint terms per key (:attr:`terms`, read
+    after the ``with`` block); a half is handed back once both are done with it. The
+    first OSError of a write is raised in the caller (at the next half it asks for, or
+    at the end). The hashing (the core's, one pass over the piece's bytes) and the
+    writes release the GIL: each piece's hashing overlaps its write (on a slow disk the
+    write alone is then the bound, not the write and the hashing in turn), and both
+    overlap the generation of the next piece."""
 
     def __init__(self, output: SequentialFile) -> None:
         self.output = output
         self.terms: dict[str, int] = {}
-        self.todo: queue.Queue[tuple[int, torch.Tensor, int, int, str, Callable[[], int]] | None]
-        self.todo = queue.Queue()
+        self.to_write: queue.Queue[tuple[int, torch.Tensor, int, int] | None] = queue.Queue()
+        self.to_hash: queue.Queue[tuple[str, Callable[[], int]] | None] = queue.Queue()
+        self.hashed: queue.Queue[None] = queue.Queue()  # one per piece hashed, in order
         self.free: queue.Queue[int] = queue.Queue()
         for index in (0, 1):
             self.free.put(index)
-        self.error: OSError | None = None
-        # A daemon: an interrupt anywhere in the caller (Ctrl-C) must never leave the
+        self.error: BaseException | None = None
+        # Daemons: an interrupt anywhere in the caller (Ctrl-C) must never leave the
         # process waiting at exit for a thread whose queue nobody ends.
-        self.thread = threading.Thread(target=self._run, name="seed-checkpoint-writes", daemon=True)
+        self.threads = [
+            threading.Thread(target=self._write, name="seed-checkpoint-writes", daemon=True),
+            threading.Thread(target=self._hash, name="seed-checkpoint-hashes", daemon=True),
+        ]
 
     def __enter__(self) -> _BackgroundWrites:
-        self.thread.start()
+        for thread in self.threads:
+            thread.start()
         return self
 
     def write_now(self, data: bytes) -> None:
@@ -225,11 +232,14 @@ class _BackgroundWrites:
     ) -> None:
         """Queues the piece ``half[lead : lead + nbytes]`` (``half`` is half ``index``
         of the buffer, uint8) and its fingerprint term, a term of tensor ``key``."""
-        self.todo.put((index, half, lead, nbytes, key, term))
+        self.to_hash.put((key, term))
+        self.to_write.put((index, half, lead, nbytes))
 
     def __exit__(self, *exc: object) -> None:
-        self.todo.put(None)
-        self.thread.join()
+        self.to_hash.put(None)
+        self.to_write.put(None)
+        for thread in self.threads:
+            thread.join()
         if exc[0] is None:
             self._raise()
 
@@ -237,16 +247,25 @@ class _BackgroundWrites:
         if self.error is not None:
             raise self.error
 
-    def _run(self) -> None:
-        while (item := self.todo.get()) is not None:
-            index, half, lead, nbytes, key, term = item
+    def _write(self) -> None:
+        while (item := self.to_write.get()) is not None:
+            index, half, lead, nbytes = item
             if self.error is None:
                 try:
-                    self.terms[key] = (self.terms.get(key, 0) + term()) & (2**64 - 1)
                     self.output.put(half.numpy().data, lead, nbytes)
                 except OSError as error:
                     self.error = error
+            self.hashed.get()  # the half is read by the hashing until then
             self.free.put(index)
+
+    def _hash(self) -> None:
+        while (item := self.to_hash.get()) is not None:
+            key, term = item
+            try:
+                self.terms[key] = (self.terms.get(key, 0) + term()) & (2**64 - 1)
+            except BaseException as error:  # raised in the caller, never a hang
+                self.error = self.error or error
+            self.hashed.put(None)
 
 
 def piece_fills(tensor: Saved, piece_bytes: int) -> Iterator[PieceFill]:
