@@ -19,6 +19,10 @@ size allows):
 * ``shardinit checkpoint, N writer(s)``: the whole command, process start to exit, and
   the peak resident memory of its largest process (the launcher or a writer).
 
+Each row also has its CPU seconds (user and system, every thread and process of it):
+less sensitive to the other work on a shared machine than its seconds, and what the
+seconds come to on a quiet one with as many cores.
+
 Each row: seconds, GB/s, and its ratio to the row it is compared with, measured in
 this run. The machine's load average is printed with the table (``uptime``): timings
 on a shared machine are only as good as its quiet (``--repeat N`` runs every row N
@@ -63,7 +67,8 @@ def _config(size_gb: float) -> dict[str, Any]:
 
 
 # Prints: the write phase's seconds, the start-up's seconds (imports, config, model on
-# meta), the peak memory above the start-up (bytes).
+# meta), the peak memory above the start-up (bytes), the write phase's CPU seconds (all
+# threads).
 _WRITE_PHASE = """
 import time
 begin = time.perf_counter()
@@ -79,10 +84,11 @@ def peak_kib():
 
 open("/proc/self/clear_refs", "w").write("5")  # the peak from here on (Linux >= 4.0)
 before = peak_kib()
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 shardinit.save_seed_checkpoint(model, sys.argv[2], seed=0, init_fn=model.init_weights,
                                progress=False)
-print(time.perf_counter() - start, start - begin, (peak_kib() - before) * 1024)
+print(time.perf_counter() - start, start - begin, (peak_kib() - before) * 1024,
+      time.process_time() - cpu)
 """
 
 
@@ -94,11 +100,11 @@ import sys, time, torch, shardinit
 count, piece = int(sys.argv[1]), 16 * 2**20
 spec = shardinit.ParamSpec("w", (count,), torch.bfloat16, shardinit.init.normal(0, 0.02), seed=0)
 buffer = torch.empty(piece, dtype=torch.bfloat16)
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 for first in range(0, count, piece):
     last = min(count, first + piece)
     shardinit.init_flat(spec, first, last, out=buffer[: last - first])
-print(time.perf_counter() - start)
+print(time.perf_counter() - start, time.process_time() - cpu)
 """
 
 _SAVE_PRETRAINED = """
@@ -109,9 +115,10 @@ model.save_pretrained(sys.argv[2])
 """
 
 
-def _timed(command: list[str]) -> tuple[float, str, int]:
-    """Seconds from start to exit, stdout, and the peak resident memory (bytes) of the
-    largest of its processes (wait4's rusage covers the descendants it reaped)."""
+def _timed(command: list[str]) -> tuple[float, str, int, float]:
+    """Seconds from start to exit, stdout, the peak resident memory (bytes) of the
+    largest of its processes and their CPU seconds (user and system: wait4's rusage
+    covers the descendants it reaped)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         start = time.perf_counter()
         proc = subprocess.Popen(command, stdout=out, stderr=err, text=True)
@@ -122,7 +129,8 @@ def _timed(command: list[str]) -> tuple[float, str, int]:
         err.seek(0)
         if proc.returncode != 0:
             raise SystemExit(f"{command[:4]} failed:\n{err.read()[-2000:]}")
-        return seconds, out.read(), usage.ru_maxrss * 1024
+        cpu = usage.ru_utime + usage.ru_stime
+        return seconds, out.read(), usage.ru_maxrss * 1024, cpu
 
 
 def _nbytes(directory: Path) -> int:
@@ -178,33 +186,37 @@ def _round(root: Path, config: str, workers: list[int]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     printed = _timed([python, "-c", _WRITE_PHASE, config, str(root / "api")])[1].split()
     write_s, startup_s, above_startup = float(printed[0]), float(printed[1]), int(printed[2])
+    write_cpu = float(printed[3])
     nbytes = _nbytes(root / "api")
     shutil.rmtree(root / "api")
     mib = -(-nbytes // 2**20)
-    dd_s = _timed(["dd", "if=/dev/zero", f"of={root / 'zeros'}", "bs=1M", f"count={mib}",
-                   "conv=fdatasync"])[0]  # fmt: skip
+    dd_s, _, _, dd_cpu = _timed(["dd", "if=/dev/zero", f"of={root / 'zeros'}", "bs=1M",
+                                 f"count={mib}", "conv=fdatasync"])  # fmt: skip
     (root / "zeros").unlink()
-    rows.append({"run": "dd zeros (conv=fdatasync)", "s": dd_s, "bytes": mib * 2**20})
+    rows.append({"run": "dd zeros (conv=fdatasync)", "s": dd_s, "bytes": mib * 2**20,
+                 "cpu": dd_cpu})  # fmt: skip
     rows.append({"run": "write phase, 1 writer", "s": write_s, "bytes": nbytes, "vs": 0,
-                 "startup_s": startup_s, "peak_above_startup": above_startup})  # fmt: skip
-    generate_s = float(_timed([python, "-c", _GENERATION, str(nbytes // 2)])[1])
-    rows.append({"run": "generation only (no hashing, no disk)", "s": generate_s,
-                 "bytes": nbytes, "vs": 0})  # fmt: skip
-    hf_s, _, hf_peak = _timed([python, "-c", _SAVE_PRETRAINED, config, str(root / "hf")])
+                 "startup_s": startup_s, "peak_above_startup": above_startup,
+                 "cpu": write_cpu})  # fmt: skip
+    generated = _timed([python, "-c", _GENERATION, str(nbytes // 2)])[1].split()
+    rows.append({"run": "generation only (no hashing, no disk)", "s": float(generated[0]),
+                 "bytes": nbytes, "vs": 0, "cpu": float(generated[1])})  # fmt: skip
+    hf_s, _, hf_peak, hf_cpu = _timed([python, "-c", _SAVE_PRETRAINED, config,
+                                       str(root / "hf")])  # fmt: skip
     shutil.rmtree(root / "hf")
     rows.append({"run": "from_config + save_pretrained", "s": hf_s, "bytes": nbytes,
-                 "peak": hf_peak})  # fmt: skip
+                 "peak": hf_peak, "cpu": hf_cpu})  # fmt: skip
     hf_row = len(rows) - 1
     one_row = None
     for count in workers:
         out = str(root / f"w{count}")
         command = [python, "-m", "shardinit", "checkpoint", "--hf-config", config,
                    "--out", out, "--workers", str(count), "--no-progress"]  # fmt: skip
-        seconds, _, peak = _timed(command)
+        seconds, _, peak, cpu = _timed(command)
         shutil.rmtree(root / f"w{count}")
         rows.append({"run": f"shardinit checkpoint, {count} writer(s)", "s": seconds,
                      "bytes": nbytes, "vs": hf_row if one_row is None else one_row,
-                     "peak": peak})  # fmt: skip
+                     "peak": peak, "cpu": cpu})  # fmt: skip
         one_row = one_row if one_row is not None else len(rows) - 1
     return rows
 
@@ -244,8 +256,8 @@ def _goals(rows: list[dict[str, Any]]) -> dict[str, tuple[str, bool]]:
 
 def _print(rows: list[dict[str, Any]], size_gb: float, nbytes: int) -> None:
     print(f"\nbfloat16 Llama of {nbytes / 1e9:.2f} GB (--size-gb {size_gb})\n")
-    print("| run | s | GB/s | ratio | against | peak RSS MiB |")
-    print("|---|---:|---:|---:|---|---:|")
+    print("| run | s | GB/s | ratio | against | CPU s | peak RSS MiB |")
+    print("|---|---:|---:|---:|---|---:|---:|")
     for row in rows:
         rate = row["bytes"] / row["s"] / 1e9
         if "vs" in row:
@@ -258,7 +270,8 @@ def _print(rows: list[dict[str, Any]], size_gb: float, nbytes: int) -> None:
         else:
             ratio, against = "", ""
         peak = f"{row['peak'] / 2**20:.0f}" if "peak" in row else ""
-        print(f"| {row['run']} | {row['s']:.2f} | {rate:.3f} | {ratio} | {against} | {peak} |")
+        cells = f"{row['s']:.2f} | {rate:.3f} | {ratio} | {against} | {row['cpu']:.2f} | {peak}"
+        print(f"| {row['run']} | {cells} |")
     write = next(row for row in rows if row["run"].startswith("write phase"))
     print(f"\nthe write phase's process: start-up (imports, config, model on meta) "
           f"{write['startup_s']:.2f} s; peak memory above it "
