@@ -6,6 +6,7 @@ through the page cache, or both (a direct write refused midway)."""
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import random
 from pathlib import Path
@@ -15,9 +16,10 @@ import torch
 
 from shardinit._integration.checkpoint_output import (
     DIRECT_ALIGN,
+    SLOTS,
     SequentialFile,
     aligned_buffer,
-    aligned_halves,
+    aligned_slots,
 )
 
 BUFFER_BYTES = 1 << 20
@@ -27,17 +29,17 @@ def _write(path: Path, header: bytes, pieces: list[tuple[int, int]], seed: int) 
     """Puts ``header`` then ``pieces`` ((bytes, element size) each, random bytes) as
     a checkpoint writer does, alternating the halves; returns the bytes put."""
     generator = random.Random(seed)
-    halves = aligned_halves(aligned_buffer(BUFFER_BYTES))
+    slots = aligned_slots(aligned_buffer(BUFFER_BYTES))
     output = SequentialFile(path)
     expected = bytearray(header)
     try:
         output.put_bytes(header)
         for number, (nbytes, itemsize) in enumerate(pieces):
-            half = halves[number % 2]
+            slot = slots[number % len(slots)]
             lead = output.lead(len(expected), itemsize)
             data = generator.randbytes(nbytes)
-            half[lead : lead + nbytes] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-            output.put(half.numpy().data, lead, nbytes)
+            slot[lead : lead + nbytes] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            output.put(slot.numpy().data, lead, nbytes)
             expected += data
         output.finish()
     finally:
@@ -47,10 +49,10 @@ def _write(path: Path, header: bytes, pieces: list[tuple[int, int]], seed: int) 
 
 def _pieces(seed: int) -> list[tuple[int, int]]:
     """Pieces of mixed element sizes and lengths: below a block, across blocks, whole
-    halves less the lead's room, odd lengths of 1-byte elements (positions that 2- and
+    slots less the lead's room, odd lengths of 1-byte elements (positions that 2- and
     4-byte elements cannot start at)."""
     generator = random.Random(seed)
-    room = BUFFER_BYTES // 2 - DIRECT_ALIGN
+    room = BUFFER_BYTES // SLOTS - DIRECT_ALIGN
     found = []
     for _ in range(40):
         itemsize = generator.choice([1, 2, 2, 4, 8])
@@ -109,9 +111,12 @@ def test_a_direct_write_refused_midway_goes_on_through_the_page_cache(
     assert path.read_bytes() == expected
 
 
-def test_the_buffer_and_its_halves_are_aligned() -> None:
+def test_the_buffer_and_its_slots_are_aligned_and_apart() -> None:
     buffer = aligned_buffer(BUFFER_BYTES + 123)
-    halves = aligned_halves(buffer)
-    assert all(h.data_ptr() % DIRECT_ALIGN == 0 for h in halves)
-    assert all(h.numel() % DIRECT_ALIGN == 0 for h in halves)
-    assert halves[1].data_ptr() >= halves[0].data_ptr() + halves[0].numel()
+    slots = aligned_slots(buffer)
+    assert len(slots) == SLOTS
+    assert all(s.data_ptr() % DIRECT_ALIGN == 0 for s in slots)
+    assert all(s.numel() % DIRECT_ALIGN == 0 for s in slots)
+    ends = [(s.data_ptr(), s.data_ptr() + s.numel()) for s in slots]
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(ends))
+    assert ends[-1][1] <= buffer.data_ptr() + buffer.numel()

@@ -89,21 +89,21 @@ def test_sub_boxes_cover_a_box_in_row_major_order_within_the_step() -> None:
 def test_a_failed_background_write_is_raised_at_the_end_unless_another_error_is(
     tmp_path: Path,
 ) -> None:
-    """A write that fails after the last half was asked for is raised when the writes
+    """A write that fails after the last slot was asked for is raised when the writes
     end; an error already leaving the block is not replaced by it."""
     path = tmp_path / "file"
     output = SequentialFile(path)
     output.close()
     output.fd, output.direct_fd = os.open(path, os.O_RDONLY), None  # a write fails: EBADF
-    half = torch.zeros(8, dtype=torch.uint8)
+    slot = torch.zeros(8, dtype=torch.uint8)
     try:
         with pytest.raises(OSError, match="file"), _BackgroundWrites(output) as writes:
-            writes.submit(writes.free_half(), half, 0, 4, "w", int)
+            writes.submit(writes.free_slot(), slot, 0, 4, "w", int)
         with (
             pytest.raises(KeyError, match="the block's own"),
             _BackgroundWrites(output) as writes,
         ):
-            writes.submit(writes.free_half(), half, 0, 4, "w", int)
+            writes.submit(writes.free_slot(), slot, 0, 4, "w", int)
             raise KeyError("the block's own")
     finally:
         output.close()

@@ -7,7 +7,7 @@ and the kernel's writeback of it (measured on a 2-core VM: 0.17-0.78 s of system
 per 512 MiB buffered, 0.03 s direct). A direct write goes from the buffer to the disk.
 
 Its rule: the memory address, the length and the file offset of each write are
-multiples of :data:`DIRECT_ALIGN`. The caller fills a piece into an aligned half of
+multiples of :data:`DIRECT_ALIGN`. The caller fills a piece into an aligned slot of
 its buffer at ``lead`` (the file position's remainder modulo the alignment, see
 :meth:`SequentialFile.lead`), and :meth:`SequentialFile.put` puts the file's bytes
 before it in the block (kept in :attr:`SequentialFile.tail`) in front of it, writes the
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["DIRECT_ALIGN", "SequentialFile", "aligned_buffer", "aligned_halves"]
+__all__ = ["DIRECT_ALIGN", "SLOTS", "SequentialFile", "aligned_buffer", "aligned_slots"]
 
 #: The alignment of direct writes: the largest logical block size of common disks
 #: (4 KiB; 512-byte devices accept it too), and the page size.
@@ -40,18 +40,25 @@ def aligned_buffer(nbytes: int) -> torch.Tensor:
     return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=torch.uint8)
 
 
-def aligned_halves(buffer: torch.Tensor) -> list[torch.Tensor]:
-    """Two halves of ``buffer`` (from :func:`aligned_buffer`), each a multiple of
-    :data:`DIRECT_ALIGN` long and starting at an aligned address: one is filled while
-    the other is written."""
-    half = buffer.numel() // 2 // DIRECT_ALIGN * DIRECT_ALIGN
-    assert half > DIRECT_ALIGN, "a buffer of at least 4 blocks"
-    return [buffer[:half], buffer[half : 2 * half]]
+#: Slots of a writer's buffer: one is filled while the others wait to be hashed and
+#: written. More than two, so that the generation runs ahead over a write that takes
+#: longer than the others; not many, so that a piece (a quarter of the default 64 MiB)
+#: stays large for the disk and the first piece's generation and the last one's write,
+#: which overlap nothing, stay short.
+SLOTS = 4
+
+
+def aligned_slots(buffer: torch.Tensor) -> list[torch.Tensor]:
+    """:data:`SLOTS` equal slots of ``buffer`` (from :func:`aligned_buffer`), each a
+    multiple of :data:`DIRECT_ALIGN` long and starting at an aligned address."""
+    size = buffer.numel() // SLOTS // DIRECT_ALIGN * DIRECT_ALIGN
+    assert size > DIRECT_ALIGN, "a buffer of at least 2 blocks a slot"
+    return [buffer[size * k : size * (k + 1)] for k in range(SLOTS)]
 
 
 class SequentialFile:
     """A new file at ``path``, written in order: :meth:`put` pieces filled into aligned
-    halves, or :meth:`put_bytes`; :meth:`finish` writes the last bytes and syncs.
+    slots, or :meth:`put_bytes`; :meth:`finish` writes the last bytes and syncs.
 
     Attributes:
         position: the file's size once every byte put so far is written.
@@ -76,7 +83,7 @@ class SequentialFile:
         return self.direct_fd is not None
 
     def lead(self, position: int, itemsize: int) -> int:
-        """Where in an aligned half a piece that goes at ``position`` in the file goes
+        """Where in an aligned slot a piece that goes at ``position`` in the file goes
         (elements of ``itemsize`` bytes) for :meth:`put` to write it directly: the
         position's remainder modulo the alignment, or 0 where the piece's elements
         could not start there (a mixed-dtype file; that piece is written through the
@@ -85,18 +92,18 @@ class SequentialFile:
         lead = position % DIRECT_ALIGN
         return lead if self.direct and lead % itemsize == 0 else 0
 
-    def put(self, half: memoryview, lead: int, nbytes: int) -> None:
-        """Writes the piece ``half[lead : lead + nbytes]``, the file's next bytes;
-        ``half`` starts at an aligned address and its first ``lead`` bytes are free."""
+    def put(self, slot: memoryview, lead: int, nbytes: int) -> None:
+        """Writes the piece ``slot[lead : lead + nbytes]``, the file's next bytes;
+        ``slot`` starts at an aligned address and its first ``lead`` bytes are free."""
         if not (self.direct and lead == len(self.tail)):
-            self.put_bytes(half[lead : lead + nbytes])
+            self.put_bytes(slot[lead : lead + nbytes])
             return
-        half[:lead] = self.tail
+        slot[:lead] = self.tail
         end = lead + nbytes
         whole = end - end % DIRECT_ALIGN
         if whole:
-            self._write_direct(half[:whole], self.position - lead)
-        self.tail = bytes(half[whole:end])
+            self._write_direct(slot[:whole], self.position - lead)
+        self.tail = bytes(slot[whole:end])
         self.position += nbytes
         if not self.direct and self.tail:  # direct writes refused just now: the rest
             self._write_cached(memoryview(self.tail), self.position - len(self.tail))

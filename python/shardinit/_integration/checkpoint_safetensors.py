@@ -7,8 +7,8 @@ is the one safetensors writes: safetensors itself serializes the same names, dty
 and ranks with no data, which gives the order it stores the tensors in and its header's
 exact form (checked: the header of that empty file, rebuilt here, is byte for byte the
 one safetensors wrote); the real shapes and offsets then go into that form. The data
-follows in that order, generated a piece at a time into one half of the writer's buffer
-while a thread hashes and writes the other half (both release the GIL; the writes go
+follows in that order, generated a piece at a time into one slot of the writer's buffer
+while threads hash and write the slots filled before (both release the GIL; the writes go
 straight from the buffer to the disk where the file system allows it:
 :mod:`.checkpoint_output`), each piece's fingerprint terms taken from the bytes as
 generated (no second read). A file is written under ``NAME.partial`` and renamed when
@@ -36,7 +36,7 @@ from .._layout import Run
 from .._program import Writer
 from ..errors import ShardInitError
 from .checkpoint_hub import Saved
-from .checkpoint_output import DIRECT_ALIGN, SequentialFile, aligned_halves
+from .checkpoint_output import DIRECT_ALIGN, SLOTS, SequentialFile, aligned_slots
 from .checkpoint_plan import Entry, pieces
 from .fingerprint import flat_range_term, shard_term
 
@@ -146,14 +146,14 @@ def write_file(
     directory: Path, file: ShardFile, buffer: torch.Tensor, advance: Advance, writer: Writer
 ) -> dict[str, Any]:
     """Writes ``file`` into ``directory`` through ``buffer`` (uint8, from
-    :func:`~.checkpoint_output.aligned_buffer`: the bound on what is held, two halves,
-    one filled while the other is written), its values by ``writer``; returns its
+    :func:`~.checkpoint_output.aligned_buffer`: the bound on what is held, in slots,
+    one filled while those before are hashed and written), its values by ``writer``; returns its
     record: size, header digest, and the fingerprint terms of the model tensors it
     holds (per key: a tensor may be split over files)."""
     header, order = file_header(file)
     partial = directory / f"{file.name}.partial"
-    halves = aligned_halves(buffer)
-    piece_bytes = halves[0].numel() - DIRECT_ALIGN  # room for the lead of a direct write
+    slots = aligned_slots(buffer)
+    piece_bytes = slots[0].numel() - DIRECT_ALIGN  # room for the lead of a direct write
     output = SequentialFile(partial)
     try:
         with _BackgroundWrites(output) as background:
@@ -161,11 +161,11 @@ def write_file(
             position = len(header)  # of the next piece in the file
             for tensor in order:
                 for fill in piece_fills(tensor, piece_bytes):
-                    index = background.free_half()
+                    index = background.free_slot()
                     lead = output.lead(position, tensor.source.dtype.itemsize)
-                    data, term = fill(halves[index][lead:], writer)
+                    data, term = fill(slots[index][lead:], writer)
                     key = tensor.source.key
-                    background.submit(index, halves[index], lead, data.numel(), key, term)
+                    background.submit(index, slots[index], lead, data.numel(), key, term)
                     position += data.numel()
                     advance(data.numel())
         output.finish()
@@ -182,10 +182,10 @@ def write_file(
 
 
 class _BackgroundWrites:
-    """Two threads that take the filled halves of a buffer in order: one writes them to
+    """Two threads that take the filled slots of a buffer in order: one writes them to
     ``output``, the other adds up their fingerprint terms per key (:attr:`terms`, read
-    after the ``with`` block); a half is handed back once both are done with it. The
-    first OSError of a write is raised in the caller (at the next half it asks for, or
+    after the ``with`` block); a slot is handed back once both are done with it. The
+    first OSError of a write is raised in the caller (at the next slot it asks for, or
     at the end). The hashing (the core's, one pass over the piece's bytes) and the
     writes release the GIL: each piece's hashing overlaps its write (on a slow disk the
     write alone is then the bound, not the write and the hashing in turn), and both
@@ -198,7 +198,7 @@ class _BackgroundWrites:
         self.to_hash: queue.Queue[tuple[str, Callable[[], int]] | None] = queue.Queue()
         self.hashed: queue.Queue[None] = queue.Queue()  # one per piece hashed, in order
         self.free: queue.Queue[int] = queue.Queue()
-        for index in (0, 1):
+        for index in range(SLOTS):
             self.free.put(index)
         self.error: BaseException | None = None
         # Daemons: an interrupt anywhere in the caller (Ctrl-C) must never leave the
@@ -216,7 +216,7 @@ class _BackgroundWrites:
     def write_now(self, data: bytes) -> None:
         self.output.put_bytes(data)
 
-    def free_half(self) -> int:
+    def free_slot(self) -> int:
         index = self.free.get()
         self._raise()
         return index
@@ -224,16 +224,16 @@ class _BackgroundWrites:
     def submit(
         self,
         index: int,
-        half: torch.Tensor,
+        slot: torch.Tensor,
         lead: int,
         nbytes: int,
         key: str,
         term: Callable[[], int],
     ) -> None:
-        """Queues the piece ``half[lead : lead + nbytes]`` (``half`` is half ``index``
+        """Queues the piece ``slot[lead : lead + nbytes]`` (``slot`` is slot ``index``
         of the buffer, uint8) and its fingerprint term, a term of tensor ``key``."""
         self.to_hash.put((key, term))
-        self.to_write.put((index, half, lead, nbytes))
+        self.to_write.put((index, slot, lead, nbytes))
 
     def __exit__(self, *exc: object) -> None:
         self.to_hash.put(None)
@@ -249,13 +249,13 @@ class _BackgroundWrites:
 
     def _write(self) -> None:
         while (item := self.to_write.get()) is not None:
-            index, half, lead, nbytes = item
+            index, slot, lead, nbytes = item
             if self.error is None:
                 try:
-                    self.output.put(half.numpy().data, lead, nbytes)
+                    self.output.put(slot.numpy().data, lead, nbytes)
                 except OSError as error:
                     self.error = error
-            self.hashed.get()  # the half is read by the hashing until then
+            self.hashed.get()  # the slot is read by the hashing until then
             self.free.put(index)
 
     def _hash(self) -> None:
