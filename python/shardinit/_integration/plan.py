@@ -37,7 +37,7 @@ from .defaults import DefaultInit, default_buffer_value, parent_overrides
 from .offload import offloaded_devices
 from .placements import full_runs, is_dtensor, local_runs_of
 from .rules import RuleKey, RuleList, choose_init, first_rule
-from .targets import LocalTarget, Target, Values
+from .targets import LocalTarget, Target, Values, empty_like_on
 
 #: ``buffer_init(module, name, tensor)`` fills ``tensor`` (already allocated) in place.
 BufferInit = Callable[[nn.Module, str, torch.Tensor], None]
@@ -235,7 +235,7 @@ class Plan:
             current = module._buffers[attr]
             assert current is not None
             if current.is_meta:
-                allocated = torch.empty_like(current, device=plain_device)
+                allocated = empty_like_on(current, plain_device)
                 # Its attributes, as eager keeps them (shardinit's own notes stay behind).
                 allocated.__dict__.update(
                     {k: v for k, v in vars(current).items() if not k.startswith("_shardinit")}

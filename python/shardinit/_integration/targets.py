@@ -64,6 +64,18 @@ class Values:
 # --------------------------------------------------------------------------- targets
 
 
+def empty_like_on(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``torch.empty_like(tensor, device=device)`` of a meta ``tensor``, in its memory
+    format. A contiguous one (most) is made by ``torch.empty``: ``empty_like`` of a meta
+    tensor runs torch's Python reference of it (tens of microseconds, more than the fill
+    of a small parameter); the others keep ``empty_like``'s strides rules."""
+    if tensor.layout is torch.strided and tensor.is_contiguous():
+        return torch.empty(tensor.shape, dtype=tensor.dtype, device=device)
+    return torch.empty_like(tensor, device=device)
+
+
+
+
 class Target(Protocol):
     """The part of one parameter that this rank holds.
 
@@ -172,7 +184,7 @@ class LocalTarget(SlotHeld):
             # Without nn.Parameter's __new__: materialize allocates every parameter, in
             # the meta tensor's memory format (a channels_last Conv2d stays one, as
             # torch's to_empty keeps it); the Writer fills strided tensors by strides.
-            empty = torch.empty_like(tensor, device=device, requires_grad=False)
+            empty = empty_like_on(tensor, device)
             # Its own class: a Parameter subclass stays one, as in eager construction.
             cls = type(tensor) if isinstance(tensor, nn.Parameter) else nn.Parameter
             new = make_parameter(cls, empty, tensor.requires_grad)

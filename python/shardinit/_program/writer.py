@@ -142,6 +142,8 @@ class Writer:
         one operation writes every piece; where several do, a later one overwrites part
         of an earlier one's, in order, at once."""
         ops = _check_ops(record, prior)
+        if len(pieces) == 1 and self._write_last_plain(record, seed, ops[-1], *pieces[0]):
+            return
         visible = _visible_parts(ops, pieces)
         # The fills of several operations are written at once: their order matters.
         at_once = self.at_once()
@@ -164,6 +166,23 @@ class Writer:
                 if programs is None:
                     programs = op_programs(record, ops)
                 fills._write_program(programs[index], spec, parts)
+
+    def _write_last_plain(
+        self, record: ParamRecord, seed: int, last: CapturedOp, box: Box, target: torch.Tensor
+    ) -> bool:
+        """The common case of :meth:`write_pieces` (most parameters: one whole-tensor
+        ``normal_``, ``zeros_``, default or rule, last): one piece that the last operation
+        covers all of with one stream-v1 fill. Writes it and answers True; else writes
+        nothing and answers False. (The general sweep gives the same: every earlier
+        operation is overwritten there.)"""
+        assert isinstance(last.action, Action), last.action  # Opaque is never in a record
+        if not contains(last.region, box) or not all(a < b for a, b in box):
+            return False
+        init = last.action.plain_init(record.dtype)
+        if init is None:
+            return False
+        self.write_compiled(_spec(record, seed, init, None), box, target, init)
+        return True
 
     def _write_program(self, program: Expr, spec: ParamSpec, parts: Sequence[Piece]) -> None:
         """Writes ``program`` on each of ``parts``: per part when it is elementwise, else
