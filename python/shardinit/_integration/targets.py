@@ -74,8 +74,6 @@ def empty_like_on(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return torch.empty_like(tensor, device=device)
 
 
-
-
 class Target(Protocol):
     """The part of one parameter that this rank holds.
 
