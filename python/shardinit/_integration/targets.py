@@ -66,11 +66,14 @@ class Values:
 
 def empty_like_on(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     """``torch.empty_like(tensor, device=device)`` of a meta ``tensor``, in its memory
-    format. A contiguous one (most) is made by ``torch.empty``: ``empty_like`` of a meta
-    tensor runs torch's Python reference of it (tens of microseconds, more than the fill
-    of a small parameter); the others keep ``empty_like``'s strides rules."""
+    format. ``empty_like`` of a meta tensor runs torch's Python reference of it (tens of
+    microseconds, more than the fill of a small parameter); of a contiguous one (most,
+    and so dense without overlaps) it comes to ``empty_strided`` with the tensor's own
+    strides (those of its size-1 dims too: a channels_last weight of one channel), made
+    here at once. The others keep ``empty_like``'s rules."""
     if tensor.layout is torch.strided and tensor.is_contiguous():
-        return torch.empty(tensor.shape, dtype=tensor.dtype, device=device)
+        strides = tensor.stride()
+        return torch.empty_strided(tensor.shape, strides, dtype=tensor.dtype, device=device)
     return torch.empty_like(tensor, device=device)
 
 
