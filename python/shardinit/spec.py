@@ -191,6 +191,23 @@ class ParamSpec:
         _set_fields(spec, self.name, self.shape, self.dtype, _check_init(init), self.seed)
         return spec
 
+    def _renamed(self, name: str) -> ParamSpec:
+        """This spec for the parameter ``name`` (checked): the shape, dtype, initializer
+        and seed are this spec's, checked already with it (a name appears in errors
+        only). The writer makes one per parameter from one of each shape and default."""
+        spec = object.__new__(ParamSpec)
+        name = check_name("name", name)
+        vars(spec).update(
+            name=name,
+            shape=self.shape,
+            dtype=self.dtype,
+            init=self.init,
+            seed=self.seed,
+            base_init=self.base_init,
+            key64=int(_core.key64(self.seed, name)),  # filled here: no cache lock per spec
+        )
+        return spec
+
     @cached_property
     def base_init(self) -> BaseInit:
         """The stream-v1 initializer after resolving fans from the global shape."""

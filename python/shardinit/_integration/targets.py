@@ -167,10 +167,11 @@ class LocalTarget(SlotHeld):
 
     slot: ParamSlot
     runs: list[list[Run]]
+    #: The whole parameter's shape (asked at every phase: read once).
+    global_shape: tuple[int, ...] = field(init=False)
 
-    @property
-    def global_shape(self) -> tuple[int, ...]:
-        return tuple(self.slot.param.shape)
+    def __post_init__(self) -> None:
+        self.global_shape = tuple(self.slot.param.shape)
 
     def local(self) -> torch.Tensor:
         return local_of(self.slot.current())

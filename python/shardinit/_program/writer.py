@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .._caches import BoundedMap
 from .._fill import DeferredFills, Region, Registers, fill
 from .._layout import Run, local_boxes
 from .._validate import DeviceLike, resolve_device
@@ -310,10 +311,25 @@ def _check_ops(record: ParamRecord, extra: Sequence[CapturedOp]) -> list[Capture
 
 
 def _spec(record: ParamRecord, seed: int, init: Initializer, made: ParamSpec | None) -> ParamSpec:
-    """``record``'s spec with ``init``: ``made`` (checked already) with it, or a new one."""
-    if made is None:
+    """``record``'s spec with ``init``: ``made`` (checked already) with it, or a new one:
+    renamed from one checked for another parameter of the same shape, dtype, initializer
+    and seed (a model's many layers of one shape), else made and checked."""
+    if made is not None:
+        return made if made.init is init else made.with_init(init)
+    try:
+        key = (record.shape, record.dtype, init, seed)
+        like = _SPECS.get(key)
+    except TypeError:  # an initializer of unhashable fields: made and checked each time
         return ParamSpec(record.name, record.shape, record.dtype, init, seed=seed)
-    return made if made.init is init else made.with_init(init)
+    if like is not None:
+        return like._renamed(record.name)
+    spec = ParamSpec(record.name, record.shape, record.dtype, init, seed=seed)
+    _SPECS.put(key, spec)
+    return spec
+
+
+#: A checked spec per shape, dtype, initializer and seed, that :func:`_spec` renames.
+_SPECS: BoundedMap[tuple[object, ...], ParamSpec] = BoundedMap()
 
 
 def _visible_parts(ops: Sequence[CapturedOp], pieces: Sequence[Piece]) -> list[list[Piece]]:
