@@ -235,7 +235,9 @@ def _keep_values(
     buffers: list[tuple[weakref.ref[nn.Module], str, torch.Tensor, str]],
 ) -> None:
     """Records the value of each parameter and meta buffer its module still holds."""
-    with torch.device("cpu"):  # folding makes CPU constants; the model's device is meta
+    # Folding makes CPU constants (the model's device is meta), and reads the tensors'
+    # layouts: with no mode (not even the device's), both go straight to torch's kernels.
+    with torch_function_disabled():
         for ref, name, param in params:
             module = ref()
             if module is None or module._parameters.get(name) is not param:
