@@ -143,7 +143,7 @@ class Writer:
         one operation writes every piece; where several do, a later one overwrites part
         of an earlier one's, in order, at once."""
         ops = _check_ops(record, prior)
-        if len(pieces) == 1 and self._write_last_plain(record, seed, ops[-1], *pieces[0]):
+        if ops and len(pieces) == 1 and self._write_last_plain(record, seed, ops[-1], *pieces[0]):
             return
         visible = _visible_parts(ops, pieces)
         # The fills of several operations are written at once: their order matters.
@@ -182,7 +182,10 @@ class Writer:
         init = last.action.plain_init(record.dtype)
         if init is None:
             return False
-        self.write_compiled(_spec(record, seed, init, None), box, target, init)
+        spec = _spec(record, seed, init, None)
+        # Materialize writes every parameter under one no_grad already: no switch per call.
+        with torch.no_grad() if torch.is_grad_enabled() else contextlib.nullcontext():
+            self.write_compiled(spec, box, target, init)
         return True
 
     def _write_program(self, program: Expr, spec: ParamSpec, parts: Sequence[Piece]) -> None:
