@@ -325,7 +325,7 @@ def _spec(record: ParamRecord, seed: int, init: Initializer, made: ParamSpec | N
     except TypeError:  # an initializer of unhashable fields: made and checked each time
         return ParamSpec(record.name, record.shape, record.dtype, init, seed=seed)
     if like is not None:
-        return like._renamed(record.name)
+        return like._renamed(record.name, init)
     spec = ParamSpec(record.name, record.shape, record.dtype, init, seed=seed)
     _SPECS.put(key, spec)
     return spec
