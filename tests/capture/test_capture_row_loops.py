@@ -5,7 +5,6 @@ few hundred rows where a fold of every earlier write hit Python's recursion limi
 
 from __future__ import annotations
 
-import pytest
 import torch
 from torch import nn
 
@@ -44,13 +43,6 @@ def test_row_loops_with_steps_give_eagers_values() -> None:
         assert torch.equal(meta.get_parameter(name).detach(), want.detach()), name
 
 
-@pytest.mark.xfail(
-    raises=shardinit.UnsupportedInitOpError,
-    reason="issue 51, left open: a step over all of a parameter after hundreds of row "
-    "writes reads a where of every row (one node per row), past Python's recursion "
-    "limit (a RecursionError, which the capture's net on torch errors refuses); it "
-    "needs the track's values kept as pieces (a box map with one shallow value per piece)",
-)
 def test_a_step_over_all_rows_after_a_long_row_loop() -> None:
     def init(model: _Custom) -> None:
         _rows_with_steps(model)

@@ -4,7 +4,7 @@ parameter's stand-in, a temporary that init code made (``new_empty``, ``torch.ze
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -12,7 +12,7 @@ import torch
 
 from ...._program.actions import CapturedOp, sets_values
 from ...._program.cannot import Cannot
-from ...._program.coverage import Coverage
+from ...._program.coverage import BoxMap, Coverage
 from ...._program.regions import Box, view_region
 from ...._torch_compat import (
     stored_contiguous,
@@ -25,6 +25,7 @@ from ...._torch_compat import (
 __all__ = [
     "EAGER_LAYOUT",
     "Track",
+    "Written",
     "give_eager_layout",
     "give_memory_format",
     "memory_format_now",
@@ -35,6 +36,10 @@ __all__ = [
 ]
 
 TrackKind = Literal["param", "temp", "buffer"]
+
+#: The operations that reach a piece of a track, newest first: ``(op, earlier)``, with
+#: ``earlier`` None past the one that set all of the piece (:meth:`Track.pieces`).
+Written = tuple[CapturedOp, "Written | None"] | None
 
 
 _LAYOUT_PARTS = ("class", "shape", "strides", "storage offset", "dtype", "storage")
@@ -110,6 +115,7 @@ class Track:
         self.layout = _layout(self.base)
         self._whole: tuple[torch.Size, tuple[Box, tuple[int | None, ...]] | None] | None = None
         self._kept_unions = _Unions.empty(self.base.dim())
+        self._kept_pieces: tuple[int, CapturedOp | None, BoxMap] | None = None
 
     def check_unchanged(self) -> None:
         """Raises :class:`~shardinit._program.cannot.Cannot` saying what became different
@@ -145,6 +151,27 @@ class Track:
         """Whether some recorded operation (a scale too) covers an element of ``region``."""
         return self._unions().touched.meets(region)
 
+    def pieces(self, box: Box) -> list[tuple[Box, Written]]:
+        """The pieces of the tensor that meet ``box`` (clipped to it), each with the
+        operations that reach it: the last one that set all of the piece first, then
+        the later ones (steps, scales), as a chain newest first (:data:`Written`); None
+        where nothing was written. Kept as :attr:`_unions` is: a bisection per piece,
+        however many pieces were written."""
+        ops, shape = self.ops, self.shape
+        kept = self._kept_pieces
+        if (
+            kept is None
+            or kept[0] > len(ops)
+            or kept[2].shape != shape
+            or (kept[0] and ops[kept[0] - 1] is not kept[1])
+        ):
+            kept = (0, None, BoxMap(shape, None))
+        pieces = kept[2]
+        for op in ops[kept[0] :]:
+            pieces.update(op.region, _written_by(op))
+        self._kept_pieces = (len(ops), ops[-1] if ops else None, pieces)
+        return pieces.pieces(box)  # type: ignore[return-value]
+
     def _unions(self) -> _Unions:
         """The unions of the boxes of the recorded operations, kept merged and extended
         by the operations appended since (the store only appends, or drops all: then
@@ -161,6 +188,13 @@ class Track:
                 kept.written.add(op.region)
         self._kept_unions = _Unions(len(ops), ops[-1] if ops else None, kept.written, kept.touched)
         return self._kept_unions
+
+
+def _written_by(op: CapturedOp) -> Callable[[object], object]:
+    """How ``op`` changes the chain of a piece it covers (:data:`Written`)."""
+    if sets_values(op.action):
+        return lambda before: (op, None)
+    return lambda before: (op, before)
 
 
 @dataclass(frozen=True)
