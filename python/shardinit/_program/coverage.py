@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
 from .._layout import Box
@@ -32,12 +33,10 @@ __all__ = ["BoxMap", "Coverage", "box_union_covers"]
 Level = tuple[tuple[int, int, "Level | None"], ...]
 
 
-def _start(interval: tuple[int, int, object]) -> int:
-    return interval[0]
-
-
-def _stop(interval: tuple[int, int, Level | None]) -> int:
-    return interval[1]
+#: An interval's start and stop, as bisection keys: C-level getters (a key is called at
+#: every probe of every bisection, and an interval's union asks several per box).
+_start: Callable[[tuple[int, int, object]], int] = itemgetter(0)
+_stop: Callable[[tuple[int, int, object]], int] = itemgetter(1)
 
 
 def _single(box: Box, dim: int) -> Level | None:
@@ -151,6 +150,15 @@ class Coverage:
             self._any = True
             return
         self._level = _add(self._level, tuple(box), 0)
+
+    def same_as(self, other: Coverage) -> bool:
+        """Whether ``other`` holds the very same union (not merely an equal one: the
+        answer costs nothing)."""
+        return self._level is other._level and self._any == other._any and self.ndim == other.ndim
+
+    def take(self, other: Coverage) -> None:
+        """Makes this union the same as ``other`` (its levels are immutable: shared)."""
+        self.ndim, self._level, self._any = other.ndim, other._level, other._any
 
     def covers(self, box: Box) -> bool:
         """Whether every element of ``box`` is in the union (an empty box is).

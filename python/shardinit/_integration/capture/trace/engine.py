@@ -332,8 +332,10 @@ class Engine:
                 for it (a constant that overflows its dtype, ...).
         """
         if track.kind == "param" and isinstance(action, Fill):
-            with self.store.refusing(track, op):
+            try:  # the capture's edge (store.refusing, without its context manager)
                 _check_fill(track, action)
+            except Cannot as cannot:
+                raise self.store.fail(track, op, cannot.reason) from None
         recorded = self.store.append(track, view, action, op)
         if recorded is not None and recorded.action is action:
             self.places.recorded(track, recorded, op)

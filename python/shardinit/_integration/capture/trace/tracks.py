@@ -47,13 +47,17 @@ _LAYOUT_PARTS = ("class", "shape", "strides", "storage offset", "dtype", "storag
 
 def _layout(tensor: torch.Tensor) -> tuple[object, ...]:
     with torch_function_disabled():  # the tensor's own layout (see torch_function_disabled)
+        try:
+            storage: int | None = id(tensor.untyped_storage())  # storage_id, inline
+        except (RuntimeError, NotImplementedError):
+            storage = None
         return (
             type(tensor).__name__,
             tuple(tensor.shape),
-            tuple(stored_strides(tensor)),
+            stored_strides(tensor),
             tensor.storage_offset(),
             tensor.dtype,
-            storage_id(tensor),
+            storage,
         )
 
 
@@ -114,7 +118,7 @@ class Track:
             self.storage = self.base.untyped_storage()
         self.layout = _layout(self.base)
         self._whole: tuple[torch.Size, tuple[Box, tuple[int | None, ...]] | None] | None = None
-        self._kept_unions = _Unions.empty(self.base.dim())
+        self._kept_unions: _Unions | None = None  # made at the first question
         self._kept_pieces: tuple[int, CapturedOp | None, BoxMap] | None = None
 
     def check_unchanged(self) -> None:
@@ -177,15 +181,19 @@ class Track:
         by the operations appended since (the store only appends, or drops all: then
         they are built again), so a tensor written row by row answers at once however
         many rows were written."""
-        kept, ops = self._kept_unions, self.ops
-        count = kept.count
-        stale = count > len(ops) or (count and ops[count - 1] is not kept.last)
-        if stale or kept.written.ndim != len(self.shape):
-            kept = _Unions.empty(len(self.shape))
+        kept, ops, ndim = self._kept_unions, self.ops, len(self.shape)
+        if kept is None or not kept.prefix_of(ops, ndim):
+            kept = _Unions.empty(ndim)
+        elif kept.count == len(ops):
+            return kept  # nothing appended since
         for op in ops[kept.count :]:
+            same = kept.written.same_as(kept.touched)  # (all ops so far set values)
             kept.touched.add(op.region)
             if sets_values(op.action):
-                kept.written.add(op.region)
+                if same:  # one union to grow, not two
+                    kept.written.take(kept.touched)
+                else:
+                    kept.written.add(op.region)
         self._kept_unions = _Unions(len(ops), ops[-1] if ops else None, kept.written, kept.touched)
         return self._kept_unions
 
@@ -207,6 +215,12 @@ class _Unions:
     last: CapturedOp | None
     written: Coverage
     touched: Coverage
+
+    def prefix_of(self, ops: list[CapturedOp], ndim: int) -> bool:
+        """Whether these are the unions of a prefix of ``ops``, of a tensor of ``ndim``."""
+        if self.written.ndim != ndim or self.count > len(ops):
+            return False
+        return self.count == 0 or ops[self.count - 1] is self.last
 
     @staticmethod
     def empty(ndim: int) -> _Unions:
