@@ -44,6 +44,7 @@ from ...._program.actions import CapturedOp, ParamRecord, program_of
 from ...._program.nodes import Bad, Expr, Source, bad_reasons, contains
 from ...._torch_compat import deepcopy_memo, torch_function_disabled
 from ....errors import ShardInitError
+from ...collector import collector_paused
 from ...exclusive import ThreadExclusive
 from ..dispatch import CaptureMode
 from ..ops import eager_values
@@ -209,7 +210,9 @@ def record_constructors() -> Iterator[None]:
         if meta:
             buffers.append((weakref.ref(module), name, buffer, user_frame()))
 
-    with _RECORDING.hold():
+    # The collector paused (collector.py): the capture's own nodes, records and stand-ins,
+    # allocated per operation, would trigger its passes over every object of the process.
+    with _RECORDING.hold(), collector_paused():
         handles = [
             register_module_parameter_registration_hook(hook),
             register_module_buffer_registration_hook(buffer_hook),
@@ -220,16 +223,16 @@ def record_constructors() -> Iterator[None]:
         finally:
             for handle in handles:
                 handle.remove()
-    copies.record()
-    with torch.device("cpu"):  # folding makes CPU constants; the model's device is meta
-        for ref, name, param in seen:
-            module = ref()
-            if module is None or module._parameters.get(name) is not param:
-                continue
-            value = _value(mode, param)
-            if value is not None:
-                _RECORDS.setdefault(module, {})[name] = value
-        _keep_buffers(mode, buffers)
+        copies.record()
+        with torch.device("cpu"):  # folding makes CPU constants; the model's device is meta
+            for ref, name, param in seen:
+                module = ref()
+                if module is None or module._parameters.get(name) is not param:
+                    continue
+                value = _value(mode, param)
+                if value is not None:
+                    _RECORDS.setdefault(module, {})[name] = value
+            _keep_buffers(mode, buffers)
 
 
 def _keep_buffers(
