@@ -149,6 +149,9 @@ class Coverage:
         if self.ndim == 0:
             self._any = True
             return
+        if _covers(self._level, tuple(box), 0):
+            return  # nothing new (a write over a whole tensor written before: a walk,
+            # where an add rebuilds the intervals it meets)
         self._level = _add(self._level, tuple(box), 0)
 
     def same_as(self, other: Coverage) -> bool:
