@@ -176,9 +176,9 @@ class Writes:
         if not _plain_index(index) and any(t.is_meta for t in tensors_in(index)):
             self.setitem_by_meta(target, tensor, index, value, op)
             return
-        if target.kind == "temp":  # the capture's own view of its own temporary: torch's
-            with kernels_only():  # kernels alone (a dispatch per index otherwise)
-                view = tensor[index]
+        if target.kind == "temp" and type(tensor) is torch.Tensor:  # the capture's own
+            with kernels_only():  # view of a plain temporary: torch's kernels alone (a
+                view = tensor[index]  # Python dispatch per index otherwise)
         else:  # a stand-in's views are checked views (session/threads.py)
             with torch_function_disabled():  # a view of a followed tensor: no mode's business
                 view = tensor[index]
