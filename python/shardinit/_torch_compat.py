@@ -64,6 +64,7 @@ __all__ = [
     "stateless_philox_uniform",
     "stateless_philox_words",
     "stored_contiguous",
+    "stored_order",
     "stored_strides",
     "strided_shard",
     "torch_function_disabled",
@@ -601,6 +602,17 @@ def stored_strides(tensor: torch.Tensor) -> tuple[int, ...]:
 def stored_contiguous(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is row-major in its storage (:func:`stored_strides`)."""
     return bool(torch.Tensor.is_contiguous(tensor))
+
+
+def stored_order(tensor: torch.Tensor) -> list[int] | None:
+    """The order of ``tensor``'s dims in its storage, outermost first, where it is dense
+    (``tensor.permute(order)`` is row-major: a ``channels_last`` tensor's NHWC, a
+    transposed copy's reversed dims); None where it has gaps or overlaps (a strided view).
+    Used where shardinit follows a new dense tensor by row-major boxes but must hand init
+    code eager's layout."""
+    strides = stored_strides(tensor)
+    order = sorted(range(tensor.dim()), key=lambda dim: -strides[dim])
+    return order if stored_contiguous(tensor.permute(order)) else None
 
 
 def positional_arguments(name: str) -> tuple[str, ...]:

@@ -191,6 +191,25 @@ class ParamSpec:
         _set_fields(spec, self.name, self.shape, self.dtype, _check_init(init), self.seed)
         return spec
 
+    def _renamed(self, name: str, init: Initializer) -> ParamSpec:
+        """This spec for the parameter ``name`` (checked) with ``init``, an initializer
+        equal to this spec's (``==``: so the same checks pass, checked already with this
+        one; a name appears in errors only), kept as given: equal initializers may differ
+        in a zero's sign (``constant(-0.0) == constant(0.0)``), which the values keep.
+        The writer makes one per parameter from one of each shape and default."""
+        spec = object.__new__(ParamSpec)
+        name = check_name("name", name)
+        vars(spec).update(
+            name=name,
+            shape=self.shape,
+            dtype=self.dtype,
+            init=init,
+            seed=self.seed,
+            base_init=init.resolve(self.shape),
+            key64=int(_core.key64(self.seed, name)),  # filled here: no cache lock per spec
+        )
+        return spec
+
     @cached_property
     def base_init(self) -> BaseInit:
         """The stream-v1 initializer after resolving fans from the global shape."""

@@ -208,3 +208,30 @@ def test_the_structure_reads_every_field_that_holds_no_children() -> None:
             item for value in rest for item in (value if isinstance(value, tuple) else (value,))
         ]
         assert tuple(flat) == node.children()
+
+
+def test_tree_keys_tell_computations_apart_by_every_field_and_child() -> None:
+    def table(shift: float) -> Expr:  # a new expression of the same nodes each call
+        row = Binary("mul", Coord(0), Const(3.0))
+        return Binary("add", Binary("add", row, Coord(1)), Const(shift))
+
+    first = keys.tree_key(table(1.0))
+    assert first is not None and keys.tree_key(table(1.0)) == first  # equal trees, new nodes
+    assert keys.tree_key(table(-1.0)) != first
+    assert keys.tree_key(table(0.0)) != keys.tree_key(table(-0.0))  # equal, not the same bits
+    shared = Binary("mul", Coord(0), Const(2.0))
+    apart = Binary("add", Binary("mul", Coord(0), Const(2.0)), Binary("mul", Coord(0), Const(2.0)))
+    assert keys.tree_key(Binary("add", shared, shared)) == keys.tree_key(apart)  # same values
+    assert keys.tree_key(Binary("sub", shared, shared)) != keys.tree_key(apart)  # the op
+    assert keys.tree_key(Binary("add", Coord(1), Coord(0))) != keys.tree_key(
+        Binary("add", Coord(0), Coord(1))
+    )  # the children's order
+    assert keys.tree_key(Round(Coord(0), torch.int64)) != keys.tree_key(
+        Round(Coord(0), torch.int32)
+    )  # a field that is no float
+    read = Table(TableData(torch.zeros(2, dtype=torch.float64)), Coord(0))
+    assert keys.tree_key(Binary("add", read, Const(1.0))) is None  # a table's values: no field
+    values = torchvalues.eager_values(Binary("add", shared, shared), (3, 1), torch.int64)
+    assert values is not None and values.flatten().tolist() == [0, 4, 8]
+    again = torchvalues.eager_values(apart, (3, 1), torch.int64)  # kept under the same key
+    assert again is not None and torch.equal(again, values)

@@ -76,6 +76,34 @@ def test_data_replaced_by_a_relaid_copy_as_in_eager() -> None:
     assert meta[0].weight.stride() == (18, 1, 6, 3)
 
 
+CASTS_WITH_A_LAYOUT = {
+    "same dtype": lambda w: w.data.to(torch.float32, memory_format=torch.channels_last),
+    "dtype keyword": lambda w: w.data.to(dtype=torch.float32, memory_format=torch.channels_last),
+    "to float64 and back": lambda w: (
+        w.data.double().to(memory_format=torch.channels_last).to(torch.float32)
+    ),
+    "a cast of a channels_last copy": lambda w: (
+        w.data.contiguous(memory_format=torch.channels_last).double().float()
+    ),
+    "a transposed cast": lambda w: w.data.transpose(0, 1).double().transpose(0, 1).float(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASTS_WITH_A_LAYOUT))
+def test_a_cast_keeps_eagers_layout_for_data_replaced(case: str) -> None:
+    # A cast's result has the layout eager's has (preserve_format, or the format asked);
+    # a parameter given it by ``.data =`` takes those strides, as in eager.
+    def init(model: nn.Module) -> None:
+        _known_values(model)
+        w0 = model[0].weight
+        w0.data = CASTS_WITH_A_LAYOUT[case](w0)
+        with torch.no_grad():
+            w0[:, 1].mul_(-2.0)  # a write after: through eager's layout
+
+    meta, eager = _run(init)
+    assert_like_eager(meta, eager)
+
+
 def test_a_channels_last_replacement_parameter_as_in_eager() -> None:
     def init(model: nn.Module) -> None:
         conv = model[0]

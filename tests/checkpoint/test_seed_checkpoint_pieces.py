@@ -18,6 +18,7 @@ import shardinit
 from shardinit._integration.checkpoint import _Reporter
 from shardinit._integration.checkpoint_dcp import chunks
 from shardinit._integration.checkpoint_hub import Saved
+from shardinit._integration.checkpoint_output import SequentialFile
 from shardinit._integration.checkpoint_plan import Entry, pieces, plan_entries
 from shardinit._integration.checkpoint_safetensors import (
     _BackgroundWrites,
@@ -88,22 +89,24 @@ def test_sub_boxes_cover_a_box_in_row_major_order_within_the_step() -> None:
 def test_a_failed_background_write_is_raised_at_the_end_unless_another_error_is(
     tmp_path: Path,
 ) -> None:
-    """A write that fails after the last half was asked for is raised when the writes
+    """A write that fails after the last slot was asked for is raised when the writes
     end; an error already leaving the block is not replaced by it."""
     path = tmp_path / "file"
-    path.write_bytes(b"")
-    fd = os.open(path, os.O_RDONLY)  # a write fails: EBADF
+    output = SequentialFile(path)
+    output.close()
+    output.fd, output.direct_fd = os.open(path, os.O_RDONLY), None  # a write fails: EBADF
+    slot = torch.zeros(8, dtype=torch.uint8)
     try:
-        with pytest.raises(OSError, match="file"), _BackgroundWrites(fd, path) as writes:
-            writes.submit(writes.free_half(), torch.zeros(4, dtype=torch.uint8), "w", int)
+        with pytest.raises(OSError, match="file"), _BackgroundWrites(output) as writes:
+            writes.submit(writes.free_slot(), slot, 0, 4, "w", int)
         with (
             pytest.raises(KeyError, match="the block's own"),
-            _BackgroundWrites(fd, path) as writes,
+            _BackgroundWrites(output) as writes,
         ):
-            writes.submit(writes.free_half(), torch.zeros(4, dtype=torch.uint8), "w", int)
+            writes.submit(writes.free_slot(), slot, 0, 4, "w", int)
             raise KeyError("the block's own")
     finally:
-        os.close(fd)
+        output.close()
 
 
 def test_pieces_of_a_saved_box_give_its_values_in_order() -> None:

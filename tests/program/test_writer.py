@@ -369,3 +369,32 @@ def test_a_program_to_cuda_never_takes_the_stream_kernel(
     Values(record, SEED).write_runs(shard.writer(), full_runs(shape), expected)
     assert torch.equal(local.as_subclass(torch.Tensor), expected)
     assert staged
+
+
+def test_specs_renamed_from_one_checked_are_the_specs_made_for_each_name() -> None:
+    from shardinit._program import writer as writer_module
+
+    normal = init.normal(0.0, 0.02)
+    for dtype in (torch.float32, torch.bfloat16):
+        for name in ("blocks.0.weight", "blocks.1.weight", "blocks.0.weight"):
+            record = ParamRecord(name, (8, 4), dtype, base_ops(normal, (8, 4)))
+            made = writer_module._spec(record, 7, normal, None)
+            fresh = shardinit.ParamSpec(name, (8, 4), dtype, normal, seed=7)
+            assert made == fresh and made.base_init == fresh.base_init
+            assert made.key64 == fresh.key64  # the name's own key, not the first one's
+    record = ParamRecord("", (8, 4), torch.float32, base_ops(normal, (8, 4)))
+    with pytest.raises(shardinit.ShardInitError, match="non-empty"):
+        writer_module._spec(record, 7, normal, None)  # a name is checked each time
+
+
+def test_a_spec_renamed_keeps_its_own_zeros_sign() -> None:
+    from shardinit._program import writer as writer_module
+
+    for value in (0.0, -0.0, 0.0):  # equal initializers, not the same bits
+        constant = init.constant(value)
+        record = ParamRecord("w", (3,), torch.float32, base_ops(constant, (3,)))
+        spec = writer_module._spec(record, 0, constant, None)
+        assert isinstance(spec.base_init, init.Constant)
+        assert math.copysign(1.0, spec.base_init.value) == math.copysign(1.0, value)
+        full = shard.writer().full(record, seed=0)
+        assert [math.copysign(1.0, x) for x in full.tolist()] == [math.copysign(1.0, value)] * 3

@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import torch
 from torch import nn
 
 from .._names import listing
@@ -42,6 +41,7 @@ from .checkpoint_files import (
 )
 from .checkpoint_hub import save_config_as_save_pretrained, saved_tensors
 from .checkpoint_lock import directory_lock
+from .checkpoint_output import aligned_buffer
 from .checkpoint_plan import Entry, plan_entries, split_bytes
 from .collector import collector_paused
 from .fingerprint import FINGERPRINT_FORMAT, digest_of_total, model_digest
@@ -255,7 +255,7 @@ class _Job:
         say: Callable[[int], None],
         fills: Writer,
     ) -> dict[str, int]:
-        buffer = torch.empty(self.buffer_bytes, dtype=torch.uint8)
+        buffer = aligned_buffer(self.buffer_bytes)  # direct writes go from it to the disk
         terms: dict[str, int] = {}
         for file in mine:
             done = self.state / "done" / f"{file.name}.json"

@@ -7,15 +7,16 @@ is the one safetensors writes: safetensors itself serializes the same names, dty
 and ranks with no data, which gives the order it stores the tensors in and its header's
 exact form (checked: the header of that empty file, rebuilt here, is byte for byte the
 one safetensors wrote); the real shapes and offsets then go into that form. The data
-follows in that order, generated a piece at a time into one half of the writer's buffer
-while a thread writes the other half (``os.write`` releases the GIL), each piece's
-fingerprint terms taken from the bytes written. A file is written under
-``NAME.partial`` and renamed when complete.
+follows in that order, generated a piece at a time into one slot of the writer's buffer
+while threads hash and write the slots filled before (both release the GIL; the writes go
+straight from the buffer to the disk where the file system allows it:
+:mod:`.checkpoint_output`), each piece's fingerprint terms taken from the bytes as
+generated (no second read). A file is written under ``NAME.partial`` and renamed when
+complete.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import itertools
 import json
@@ -35,6 +36,7 @@ from .._layout import Run
 from .._program import Writer
 from ..errors import ShardInitError
 from .checkpoint_hub import Saved
+from .checkpoint_output import DIRECT_ALIGN, SLOTS, SequentialFile, aligned_slots
 from .checkpoint_plan import Entry, pieces
 from .fingerprint import flat_range_term, shard_term
 
@@ -143,77 +145,101 @@ def _header_bytes(layout: dict[str, Any]) -> bytes:
 def write_file(
     directory: Path, file: ShardFile, buffer: torch.Tensor, advance: Advance, writer: Writer
 ) -> dict[str, Any]:
-    """Writes ``file`` into ``directory`` through ``buffer`` (uint8, the bound on what
-    is held: two halves, one filled while the other is written), its values by
-    ``writer``; returns its record: size, header digest, and the fingerprint terms of
-    the model tensors it holds (per key: a tensor may be split over files)."""
+    """Writes ``file`` into ``directory`` through ``buffer`` (uint8, from
+    :func:`~.checkpoint_output.aligned_buffer`: the bound on what is held, in slots,
+    one filled while those before are hashed and written), its values by ``writer``; returns its
+    record: size, header digest, and the fingerprint terms of the model tensors it
+    holds (per key: a tensor may be split over files)."""
     header, order = file_header(file)
     partial = directory / f"{file.name}.partial"
-    half = buffer.numel() // 2
-    halves = [buffer[:half], buffer[half : 2 * half]]
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    slots = aligned_slots(buffer)
+    piece_bytes = slots[0].numel() - DIRECT_ALIGN  # room for the lead of a direct write
+    output = SequentialFile(partial)
     try:
-        with _BackgroundWrites(fd, partial) as background:
+        with _BackgroundWrites(output) as background:
             background.write_now(header)
+            position = len(header)  # of the next piece in the file
             for tensor in order:
-                for fill in piece_fills(tensor, half):
-                    index = background.free_half()
-                    data, term = fill(halves[index], writer)
-                    background.submit(index, data, tensor.source.key, term)
+                for fill in piece_fills(tensor, piece_bytes):
+                    index = background.free_slot()
+                    lead = output.lead(position, tensor.source.dtype.itemsize)
+                    data, term = fill(slots[index][lead:], writer)
+                    key = tensor.source.key
+                    background.submit(index, slots[index], lead, data.numel(), key, term)
+                    position += data.numel()
                     advance(data.numel())
-        terms = background.terms
-        os.fsync(fd)
+        output.finish()
     finally:
-        os.close(fd)
+        output.close()
     record = {
         "file": file.name,
         "size": partial.stat().st_size,
         "header_sha256": hashlib.sha256(header[8:]).hexdigest(),
-        "terms": {key: str(value) for key, value in terms.items()},
+        "terms": {key: str(value) for key, value in background.terms.items()},
     }
     os.replace(partial, directory / file.name)
     return record
 
 
 class _BackgroundWrites:
-    """A thread that writes the filled halves of a buffer to ``fd`` in order, adds up
-    their fingerprint terms per key (:attr:`terms`, read after the ``with`` block) and
-    hands each half back; its first OSError is raised in the caller (at the next half it
-    asks for, or at the end). The hashing (the core's, one pass over the piece's bytes)
-    and ``os.write`` both release the GIL: they overlap the generation of the next
-    piece."""
+    """Two threads that take the filled slots of a buffer in order: one writes them to
+    ``output``, the other adds up their fingerprint terms per key (:attr:`terms`, read
+    after the ``with`` block); a slot is handed back once both are done with it. The
+    first OSError of a write is raised in the caller (at the next slot it asks for, or
+    at the end). The hashing (the core's, one pass over the piece's bytes) and the
+    writes release the GIL: each piece's hashing overlaps its write (on a slow disk the
+    write alone is then the bound, not the write and the hashing in turn), and both
+    overlap the generation of the next piece."""
 
-    def __init__(self, fd: int, path: Path) -> None:
-        self.fd, self.path = fd, path
+    def __init__(self, output: SequentialFile) -> None:
+        self.output = output
         self.terms: dict[str, int] = {}
-        self.todo: queue.Queue[tuple[int, torch.Tensor, str, Callable[[], int]] | None]
-        self.todo = queue.Queue()
+        self.to_write: queue.Queue[tuple[int, torch.Tensor, int, int] | None] = queue.Queue()
+        self.to_hash: queue.Queue[tuple[str, Callable[[], int]] | None] = queue.Queue()
+        self.hashed: queue.Queue[None] = queue.Queue()  # one per piece hashed, in order
         self.free: queue.Queue[int] = queue.Queue()
-        for index in (0, 1):
+        for index in range(SLOTS):
             self.free.put(index)
-        self.error: OSError | None = None
-        # A daemon: an interrupt anywhere in the caller (Ctrl-C) must never leave the
+        self.error: BaseException | None = None
+        # Daemons: an interrupt anywhere in the caller (Ctrl-C) must never leave the
         # process waiting at exit for a thread whose queue nobody ends.
-        self.thread = threading.Thread(target=self._run, name="seed-checkpoint-writes", daemon=True)
+        self.threads = [
+            threading.Thread(target=self._write, name="seed-checkpoint-writes", daemon=True),
+            threading.Thread(target=self._hash, name="seed-checkpoint-hashes", daemon=True),
+        ]
 
     def __enter__(self) -> _BackgroundWrites:
-        self.thread.start()
+        for thread in self.threads:
+            thread.start()
         return self
 
     def write_now(self, data: bytes) -> None:
-        _write_all(self.fd, memoryview(data), self.path)
+        self.output.put_bytes(data)
 
-    def free_half(self) -> int:
+    def free_slot(self) -> int:
         index = self.free.get()
         self._raise()
         return index
 
-    def submit(self, index: int, data: torch.Tensor, key: str, term: Callable[[], int]) -> None:
-        self.todo.put((index, data, key, term))
+    def submit(
+        self,
+        index: int,
+        slot: torch.Tensor,
+        lead: int,
+        nbytes: int,
+        key: str,
+        term: Callable[[], int],
+    ) -> None:
+        """Queues the piece ``slot[lead : lead + nbytes]`` (``slot`` is slot ``index``
+        of the buffer, uint8) and its fingerprint term, a term of tensor ``key``."""
+        self.to_hash.put((key, term))
+        self.to_write.put((index, slot, lead, nbytes))
 
     def __exit__(self, *exc: object) -> None:
-        self.todo.put(None)
-        self.thread.join()
+        self.to_hash.put(None)
+        self.to_write.put(None)
+        for thread in self.threads:
+            thread.join()
         if exc[0] is None:
             self._raise()
 
@@ -221,42 +247,25 @@ class _BackgroundWrites:
         if self.error is not None:
             raise self.error
 
-    def _run(self) -> None:
-        last_start = 0  # where the last piece written starts
-        while (item := self.todo.get()) is not None:
-            index, data, key, term = item
+    def _write(self) -> None:
+        while (item := self.to_write.get()) is not None:
+            index, slot, lead, nbytes = item
             if self.error is None:
                 try:
-                    start = os.lseek(self.fd, 0, os.SEEK_CUR)
-                    _write_all(self.fd, data.numpy().data, self.path)
-                    self.terms[key] = (self.terms.get(key, 0) + term()) & (2**64 - 1)
-                    _start_writeback(self.fd, last_start, start + data.numel())
-                    last_start = start
+                    self.output.put(slot.numpy().data, lead, nbytes)
                 except OSError as error:
                     self.error = error
+            self.hashed.get()  # the slot is read by the hashing until then
             self.free.put(index)
 
-
-def _start_writeback(fd: int, start: int, end: int) -> None:
-    """Starts the disk writes of bytes ``[start, end)`` now, without waiting for them,
-    and drops those already on disk from the page cache (``POSIX_FADV_DONTNEED``: Linux
-    starts the writeback of the range's dirty pages, then frees its clean ones). The
-    disk then writes while the next pieces are generated, instead of all at the final
-    ``fsync`` (measured: a 0.2 s fsync tail per 0.5 GB became 0.02 s), and a checkpoint
-    larger than the memory does not fill the page cache. Only advice: a system without
-    it, or a refusal, changes nothing but the speed."""
-    if hasattr(os, "posix_fadvise"):
-        with contextlib.suppress(OSError):
-            os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
-
-
-def _write_all(fd: int, view: memoryview, path: Path) -> None:
-    try:
-        while view.nbytes:
-            view = view[os.write(fd, view) :]
-    except OSError as error:
-        error.filename = str(path)
-        raise
+    def _hash(self) -> None:
+        while (item := self.to_hash.get()) is not None:
+            key, term = item
+            try:
+                self.terms[key] = (self.terms.get(key, 0) + term()) & (2**64 - 1)
+            except BaseException as error:  # raised in the caller, never a hang
+                self.error = self.error or error
+            self.hashed.put(None)
 
 
 def piece_fills(tensor: Saved, piece_bytes: int) -> Iterator[PieceFill]:

@@ -13,6 +13,7 @@ new tensor that replaced the meta one.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import types
@@ -71,7 +72,7 @@ def check_meta_attributes(root: nn.Module) -> Callable[[], None]:
     stranded: list[str] = []
     for path, module in root.named_modules(remove_duplicate=True):
         for attr, value in vars(module).items():
-            if attr in _MODULE_TABLES:
+            if attr in _MODULE_TABLES or _holds_no_tensor(value):
                 continue
             for steps, tensor in _tensors_in(value, ()):
                 owner = owners.get(id(tensor))
@@ -109,6 +110,18 @@ def _tensor_owners(root: nn.Module) -> dict[int, tuple[nn.Module, str]]:
     return owners
 
 
+#: Attribute types that hold no tensor (most of a module's attributes: flags, sizes,
+#: names), and containers that hold none when empty (its hook tables): skipped before
+#: the search, which a model's every module and attribute would otherwise enter.
+_LEAVES = frozenset({bool, int, float, str, type(None), set, frozenset})
+_EMPTY_WHEN_FALSE = frozenset({dict, collections.OrderedDict, list, tuple})
+
+
+def _holds_no_tensor(value: Any) -> bool:
+    kind = type(value)
+    return kind in _LEAVES or (kind in _EMPTY_WHEN_FALSE and not value)
+
+
 def _tensors_in(value: Any, steps: Steps) -> Iterator[tuple[Steps, torch.Tensor]]:
     """The tensors in ``value`` (a tensor, or containers of them to depth ``_DEPTH``:
     lists, tuples, dicts, and the attributes of a ``SimpleNamespace``, a dataclass or a
@@ -120,7 +133,8 @@ def _tensors_in(value: Any, steps: Steps) -> Iterator[tuple[Steps, torch.Tensor]
     elif isinstance(value, _CONTAINERS):
         items = value.items() if isinstance(value, dict) else enumerate(value)
         for key, item in items:
-            yield from _tensors_in(item, (*steps, key))
+            if not _holds_no_tensor(item):
+                yield from _tensors_in(item, (*steps, key))
     elif isinstance(value, functools.partial):
         for index, item in enumerate(value.args):
             yield from _tensors_in(item, (*steps, _Field(f".args[{index}]", None)))

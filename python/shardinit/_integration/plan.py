@@ -8,18 +8,20 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 from torch import nn
 
+from .._caches import BoundedMap
 from .._fill import DeferredFills
 from .._names import BufferHolder, buffer_holders, holder_names, listing, param_slots, refuse_lazy
 from .._program import CapturedOp, ParamRecord, base_ops
 from .._torch_compat import apply_to_tensors, is_flat_param
+from .._validate import check_name
 from ..errors import ShardInitError
-from ..init import zeros
+from ..init import Initializer, zeros
 from ..shard import writer
 from ..spec import ParamSpec
 from . import fsdp1, zero3
@@ -37,7 +39,7 @@ from .defaults import DefaultInit, default_buffer_value, parent_overrides
 from .offload import offloaded_devices
 from .placements import full_runs, is_dtensor, local_runs_of
 from .rules import RuleKey, RuleList, choose_init, first_rule
-from .targets import LocalTarget, Target, Values
+from .targets import LocalTarget, Target, Values, empty_like_on
 
 #: ``buffer_init(module, name, tensor)`` fills ``tensor`` (already allocated) in place.
 BufferInit = Callable[[nn.Module, str, torch.Tensor], None]
@@ -235,7 +237,7 @@ class Plan:
             current = module._buffers[attr]
             assert current is not None
             if current.is_meta:
-                allocated = torch.empty_like(current, device=plain_device)
+                allocated = empty_like_on(current, plain_device)
                 # Its attributes, as eager keeps them (shardinit's own notes stay behind).
                 allocated.__dict__.update(
                     {k: v for k, v in vars(current).items() if not k.startswith("_shardinit")}
@@ -561,20 +563,48 @@ def _constructed(target: Target, record: ParamRecord | None, seed: int) -> Value
 def _values(target: Target, choice: DefaultInit, record: ParamRecord | None, seed: int) -> Values:
     """The rule's or default's one-source program (then its zero rows), with init_fn's
     record after it where init_fn covers part of the parameter."""
-    try:
-        spec = ParamSpec(target.name, target.global_shape, target.dtype, choice.init, seed=seed)
-    except ShardInitError as error:
-        raise ShardInitError(f"parameter {target.name}: {error}") from None
-    start = base_ops(choice.init, spec.shape, choice.zero_rows)
+    shape = target.global_shape
+    _check_fits(target.name, shape, target.dtype, choice.init, seed)
+    start = base_ops(choice.init, shape, choice.zero_rows)
     if record is None:
-        record = ParamRecord(target.name, target.global_shape, target.dtype, ())
+        return Values(ParamRecord(target.name, shape, target.dtype, start), seed)
     return Values(_after(start, record), seed)
+
+
+def _check_fits(
+    name: str, shape: tuple[int, ...], dtype: torch.dtype, init: Initializer, seed: int
+) -> None:
+    """Raises where ``init`` does not fit the parameter (:class:`~shardinit.ParamSpec`'s
+    checks). What passed is remembered by all but the name (checked on its own), which
+    the other checks read for their messages only: a model's many parameters of one
+    shape and default cost one check."""
+    key: tuple[object, ...] | None = None
+    try:
+        known = _FITTING.get((shape, dtype, init, seed)) is not None
+        key = (shape, dtype, init, seed)
+    except TypeError:  # an initializer of unhashable fields: checked each time
+        known = False
+    try:
+        if known:
+            check_name("name", name)
+        else:
+            ParamSpec(name, shape, dtype, init, seed=seed)
+    except ShardInitError as error:
+        raise ShardInitError(f"parameter {name}: {error}") from None
+    if key is not None and not known:
+        _FITTING.put(key, True)
+
+
+#: ``(shape, dtype, initializer, seed)`` that :func:`_check_fits` saw fit.
+_FITTING: BoundedMap[tuple[object, ...], bool] = BoundedMap()
 
 
 def _after(start: tuple[CapturedOp, ...], record: ParamRecord) -> ParamRecord:
     """``record`` with the operations ``start`` in front of its own (what the parameter
     held before them)."""
-    return replace(record, ops=(*start, *record.ops)) if start else record
+    if not start:
+        return record
+    return ParamRecord(record.name, record.shape, record.dtype, (*start, *record.ops))
 
 
 def _check_record(record: ParamRecord, target: Target) -> None:

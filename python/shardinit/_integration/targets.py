@@ -64,6 +64,19 @@ class Values:
 # --------------------------------------------------------------------------- targets
 
 
+def empty_like_on(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``torch.empty_like(tensor, device=device)`` of a meta ``tensor``, in its memory
+    format. ``empty_like`` of a meta tensor runs torch's Python reference of it (tens of
+    microseconds, more than the fill of a small parameter); of a contiguous one (most,
+    and so dense without overlaps) it comes to ``empty_strided`` with the tensor's own
+    strides (those of its size-1 dims too: a channels_last weight of one channel), made
+    here at once. The others keep ``empty_like``'s rules."""
+    if tensor.layout is torch.strided and tensor.is_contiguous():
+        strides = tensor.stride()
+        return torch.empty_strided(tensor.shape, strides, dtype=tensor.dtype, device=device)
+    return torch.empty_like(tensor, device=device)
+
+
 class Target(Protocol):
     """The part of one parameter that this rank holds.
 
@@ -154,10 +167,11 @@ class LocalTarget(SlotHeld):
 
     slot: ParamSlot
     runs: list[list[Run]]
+    #: The whole parameter's shape (asked at every phase: read once).
+    global_shape: tuple[int, ...] = field(init=False)
 
-    @property
-    def global_shape(self) -> tuple[int, ...]:
-        return tuple(self.slot.param.shape)
+    def __post_init__(self) -> None:
+        self.global_shape = tuple(self.slot.param.shape)
 
     def local(self) -> torch.Tensor:
         return local_of(self.slot.current())
@@ -172,7 +186,7 @@ class LocalTarget(SlotHeld):
             # Without nn.Parameter's __new__: materialize allocates every parameter, in
             # the meta tensor's memory format (a channels_last Conv2d stays one, as
             # torch's to_empty keeps it); the Writer fills strided tensors by strides.
-            empty = torch.empty_like(tensor, device=device, requires_grad=False)
+            empty = empty_like_on(tensor, device)
             # Its own class: a Parameter subclass stays one, as in eager construction.
             cls = type(tensor) if isinstance(tensor, nn.Parameter) else nn.Parameter
             new = make_parameter(cls, empty, tensor.requires_grad)

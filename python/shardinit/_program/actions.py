@@ -261,9 +261,10 @@ class ParamRecord:
     @cached_property
     def _covers_all(self) -> bool:
         # Asked when planning and again when writing: the fields are frozen, so once.
-        return box_union_covers(
-            [op.region for op in self.ops if sets_values(op.action)], self.shape
-        )
+        regions = [op.region for op in self.ops if sets_values(op.action)]
+        if regions and regions[0] == whole(self.shape):  # a rule's or default's first fill
+            return True
+        return box_union_covers(regions, self.shape)
 
 
 def base_ops(

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .._caches import BoundedMap
 from .._fill import DeferredFills, Region, Registers, fill
 from .._layout import Run, local_boxes
 from .._validate import DeviceLike, resolve_device
@@ -142,6 +143,8 @@ class Writer:
         one operation writes every piece; where several do, a later one overwrites part
         of an earlier one's, in order, at once."""
         ops = _check_ops(record, prior)
+        if ops and len(pieces) == 1 and self._write_last_plain(record, seed, ops[-1], *pieces[0]):
+            return
         visible = _visible_parts(ops, pieces)
         # The fills of several operations are written at once: their order matters.
         at_once = self.at_once()
@@ -164,6 +167,26 @@ class Writer:
                 if programs is None:
                     programs = op_programs(record, ops)
                 fills._write_program(programs[index], spec, parts)
+
+    def _write_last_plain(
+        self, record: ParamRecord, seed: int, last: CapturedOp, box: Box, target: torch.Tensor
+    ) -> bool:
+        """The common case of :meth:`write_pieces` (most parameters: one whole-tensor
+        ``normal_``, ``zeros_``, default or rule, last): one piece that the last operation
+        covers all of with one stream-v1 fill. Writes it and answers True; else writes
+        nothing and answers False. (The general sweep gives the same: every earlier
+        operation is overwritten there.)"""
+        assert isinstance(last.action, Action), last.action  # Opaque is never in a record
+        if not contains(last.region, box) or not all(a < b for a, b in box):
+            return False
+        init = last.action.plain_init(record.dtype)
+        if init is None:
+            return False
+        spec = _spec(record, seed, init, None)
+        # Materialize writes every parameter under one no_grad already: no switch per call.
+        with torch.no_grad() if torch.is_grad_enabled() else contextlib.nullcontext():
+            self.write_compiled(spec, box, target, init)
+        return True
 
     def _write_program(self, program: Expr, spec: ParamSpec, parts: Sequence[Piece]) -> None:
         """Writes ``program`` on each of ``parts``: per part when it is elementwise, else
@@ -291,10 +314,25 @@ def _check_ops(record: ParamRecord, extra: Sequence[CapturedOp]) -> list[Capture
 
 
 def _spec(record: ParamRecord, seed: int, init: Initializer, made: ParamSpec | None) -> ParamSpec:
-    """``record``'s spec with ``init``: ``made`` (checked already) with it, or a new one."""
-    if made is None:
+    """``record``'s spec with ``init``: ``made`` (checked already) with it, or a new one:
+    renamed from one checked for another parameter of the same shape, dtype, initializer
+    and seed (a model's many layers of one shape), else made and checked."""
+    if made is not None:
+        return made if made.init is init else made.with_init(init)
+    try:
+        key = (record.shape, record.dtype, init, seed)
+        like = _SPECS.get(key)
+    except TypeError:  # an initializer of unhashable fields: made and checked each time
         return ParamSpec(record.name, record.shape, record.dtype, init, seed=seed)
-    return made if made.init is init else made.with_init(init)
+    if like is not None:
+        return like._renamed(record.name, init)
+    spec = ParamSpec(record.name, record.shape, record.dtype, init, seed=seed)
+    _SPECS.put(key, spec)
+    return spec
+
+
+#: A checked spec per shape, dtype, initializer and seed, that :func:`_spec` renames.
+_SPECS: BoundedMap[tuple[object, ...], ParamSpec] = BoundedMap()
 
 
 def _visible_parts(ops: Sequence[CapturedOp], pieces: Sequence[Piece]) -> list[list[Piece]]:

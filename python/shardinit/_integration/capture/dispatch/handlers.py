@@ -18,6 +18,7 @@ from ...._torch_compat import (
     aten_packet,
     positional_arguments,
     stored_contiguous,
+    stored_order,
     stored_strides,
     torch_function_disabled,
     tree_leaves,
@@ -270,17 +271,13 @@ def relayout(mode: Mode, call: Call) -> Any:
 
 def _storage_order(result: Any) -> tuple[torch.Tensor, list[int]] | None:
     """A new dense tensor (a factory's, a copy's) as the temporary to follow, with the
-    order of its dims in storage: itself where row-major, else ``result.permute(order)``,
-    which is (a channels_last tensor's NHWC view), so that every followed temporary's
-    boxes are row-major. None for anything else (no new dense tensor)."""
+    order of its dims in storage (:func:`stored_order`): ``result.permute(order)`` is
+    row-major, so that every followed temporary's boxes are. None for anything else (no
+    new dense tensor)."""
     if not isinstance(result, torch.Tensor):
         return None
-    if stored_contiguous(result):
-        return result, list(range(result.dim()))
-    strides = stored_strides(result)
-    order = sorted(range(result.dim()), key=lambda dim: -strides[dim])
-    stored = result.permute(order)
-    return (stored, order) if stored_contiguous(stored) else None
+    order = stored_order(result)
+    return None if order is None else (result.permute(order), order)
 
 
 def concat(mode: Mode, call: Call) -> Any:

@@ -20,7 +20,7 @@ import torch
 
 from ...._caches import BoundedMap
 from ...._program.exact import INTEGER_DTYPES
-from ...._program.keys import structure
+from ...._program.keys import tree_key
 from ...._program.nodes import Binary, Const, Coord, Expr, Round, Table, Unary, Where, walk_nodes
 from ...._torch_compat import kernels_only
 
@@ -65,10 +65,11 @@ def eager_values(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torc
     tensor of ``dtype`` (the caller's own: it may write it); None where ``dtype`` cannot
     hold every value exactly.
 
-    Results of expressions without tables are kept by the expression's structure, to a
-    budget of bytes: a model computes the same coordinate table in each of its layers
-    (Swin's relative positions, BEiT's 196 x 196 x 2 relative coordinates, one per
-    attention), each a new expression of the same nodes."""
+    Results of expressions without tables are kept by the expression's tree key
+    (:func:`~shardinit._program.keys.tree_key`), to a budget of bytes: a model computes
+    the same coordinate table in each of its layers (Swin's relative positions, BEiT's
+    196 x 196 x 2 relative coordinates, MaxViT's, one per attention), each a new
+    expression of the same nodes."""
     with kernels_only():  # the capture's own computation on CPU values: no mode sees it
         return _eager_values(expr, shape, dtype)
 
@@ -76,7 +77,7 @@ def eager_values(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torc
 def _eager_values(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
     if math.prod(shape) == 0:
         return torch.empty(shape, dtype=dtype, device=_CPU)
-    key = structure(expr)
+    key = tree_key(expr)
     if key is None:
         return exactly(torch_values(expr, shape), dtype)
     kept = _EAGER.get((key, shape, dtype))
@@ -90,7 +91,7 @@ def _eager_values(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> tor
 #: The most bytes the results :func:`eager_values` keeps may hold together (a result
 #: larger than this is computed each time).
 _KEPT_BYTES = 64 << 20
-#: :func:`eager_values` by the expression's structure, shape and dtype.
+#: :func:`eager_values` by the expression's tree key, shape and dtype.
 _EAGER: BoundedMap[tuple[object, ...], tuple[torch.Tensor | None]] = BoundedMap(_KEPT_BYTES)
 
 

@@ -16,7 +16,7 @@ for DTensors but keeps the modules).
 
 Copies: ``copy.deepcopy`` of a module (peft's ``modules_to_save`` wrapper) starts each
 copied parameter bit-equal to its source in eager torch. ``Parameter.__deepcopy__``
-clones ``self.data`` under the active mode; :class:`_DeepCopies` notes the ``memo`` of
+clones ``self.data`` under the active mode; :class:`_ConstructorCapture` notes the ``memo`` of
 that deep copy, and at exit every copied parameter is recorded as a copy of its source
 (``memo`` maps each original to its copy), by module and attribute like the values.
 ``materialize`` then names the copy's values by the source's canonical name
@@ -38,7 +38,6 @@ from torch.nn.modules.module import (
     register_module_buffer_registration_hook,
     register_module_parameter_registration_hook,
 )
-from torch.overrides import TorchFunctionMode
 
 from ...._program.actions import CapturedOp, ParamRecord, program_of
 from ...._program.nodes import Bad, Expr, Source, bad_reasons, contains
@@ -115,12 +114,14 @@ _COPIES: weakref.WeakKeyDictionary[nn.Module, dict[str, tuple[weakref.ref[nn.Mod
 _NEVER = "that were never written"
 
 
-class _DeepCopies(TorchFunctionMode):
-    """Notes the ``memo`` of every deep copy that copies a Parameter while it is active
-    (``Parameter.__deepcopy__`` clones ``self.data``); everything else passes through."""
+class _ConstructorCapture(CaptureMode):
+    """The capture of a model's construction (:class:`CaptureMode`, followed from no
+    tensor), which notes besides the ``memo`` of every deep copy that copies a Parameter
+    (``Parameter.__deepcopy__`` clones ``self.data``): one mode, not a second one every
+    torch call of the constructor passes through."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__([], {})
         self.memos: dict[int, dict[int, Any]] = {}
 
     def __torch_function__(
@@ -134,9 +135,9 @@ class _DeepCopies(TorchFunctionMode):
             memo = deepcopy_memo(sys._getframe(1))
             if memo is not None:
                 self.memos[id(memo)] = memo
-        return func(*args, **(kwargs or {}))
+        return super().__torch_function__(func, types, args, kwargs)
 
-    def record(self) -> None:
+    def record_copies(self) -> None:
         """Records each deep-copied parameter of a module as a copy of its source."""
         for memo in self.memos.values():
             for original in memo.get(id(memo), ()):  # deepcopy keeps the originals alive there
@@ -147,6 +148,7 @@ class _DeepCopies(TorchFunctionMode):
                     copied = copy._parameters.get(attr)
                     if param is not None and copied is not None and memo.get(id(param)) is copied:
                         _COPIES.setdefault(copy, {})[attr] = (weakref.ref(original), attr)
+        self.memos.clear()
 
 
 def copied_any() -> bool:
@@ -193,8 +195,7 @@ def record_constructors() -> Iterator[None]:
     operations shardinit does not follow is refused there (naming the buffer and the
     line that registered it) unless ``buffer_init`` fills it.
     """
-    mode = CaptureMode([], {})
-    copies = _DeepCopies()
+    mode = _ConstructorCapture()
     seen: list[tuple[weakref.ref[nn.Module], str, nn.Parameter]] = []
     buffers: list[tuple[weakref.ref[nn.Module], str, torch.Tensor, str]] = []
 
@@ -210,29 +211,41 @@ def record_constructors() -> Iterator[None]:
         if meta:
             buffers.append((weakref.ref(module), name, buffer, user_frame()))
 
-    # The collector paused (collector.py): the capture's own nodes, records and stand-ins,
-    # allocated per operation, would trigger its passes over every object of the process.
-    with _RECORDING.hold(), collector_paused():
-        handles = [
-            register_module_parameter_registration_hook(hook),
-            register_module_buffer_registration_hook(buffer_hook),
-        ]
-        try:
-            with mode, copies, constructor_moves():
-                yield
-        finally:
-            for handle in handles:
-                handle.remove()
-        copies.record()
-        with torch.device("cpu"):  # folding makes CPU constants; the model's device is meta
-            for ref, name, param in seen:
-                module = ref()
-                if module is None or module._parameters.get(name) is not param:
-                    continue
-                value = _value(mode, param)
-                if value is not None:
-                    _RECORDS.setdefault(module, {})[name] = value
-            _keep_buffers(mode, buffers)
+    # The collector paused (why: collector.py) while the capture follows every tensor
+    # the constructors make, and while their values are folded at the end.
+    with collector_paused():
+        with _RECORDING.hold():
+            handles = [
+                register_module_parameter_registration_hook(hook),
+                register_module_buffer_registration_hook(buffer_hook),
+            ]
+            try:
+                with mode, constructor_moves():
+                    yield
+            finally:
+                for handle in handles:
+                    handle.remove()
+        mode.record_copies()
+        _keep_values(mode, seen, buffers)
+
+
+def _keep_values(
+    mode: CaptureMode,
+    params: list[tuple[weakref.ref[nn.Module], str, nn.Parameter]],
+    buffers: list[tuple[weakref.ref[nn.Module], str, torch.Tensor, str]],
+) -> None:
+    """Records the value of each parameter and meta buffer its module still holds."""
+    # Folding makes CPU constants (the model's device is meta), and reads the tensors'
+    # layouts: with no mode (not even the device's), both go straight to torch's kernels.
+    with torch_function_disabled():
+        for ref, name, param in params:
+            module = ref()
+            if module is None or module._parameters.get(name) is not param:
+                continue
+            value = _value(mode, param)
+            if value is not None:
+                _RECORDS.setdefault(module, {})[name] = value
+        _keep_buffers(mode, buffers)
 
 
 def _keep_buffers(

@@ -25,7 +25,7 @@ from ...._program.exact import (
 )
 from ...._program.nodes import Bad, Binary, Const, Coord, Expr, Prior, Source, contains
 from ...._program.rewrite import combine
-from ...._torch_compat import stored_contiguous, torch_function_disabled, tree_leaves
+from ...._torch_compat import stored_contiguous, stored_order, torch_function_disabled, tree_leaves
 from ..ops import POINTWISE, RANDOM_SOURCES, cast, cast_dtype, no_formula, step_of
 from .engine import Engine, constants_table
 from .frames import user_frame
@@ -120,17 +120,24 @@ class Steps:
         return not any(contains(self.engine.folded(t), (Source, Bad, Prior)) for t in temps)
 
     def cast_temp(self, name: str, func: Any, args: Sequence[Any], kwargs: Any) -> Any:
-        """A cast or device move of a followed temporary."""
+        """A cast or device move of a followed temporary. Its result keeps the layout
+        eager's has (``t.T.float()`` is transposed, ``to(dtype, memory_format=
+        torch.channels_last)`` NHWC): the temporary followed is its storage's row-major
+        view, whose values are the source's dims in that order."""
         result = run_op(func, args, kwargs)
         source = args[0]
         if not isinstance(result, torch.Tensor) or self.store.lookup(result) is not None:
             return result
-        if not stored_contiguous(result):
-            result = result.contiguous()
+        order = stored_order(result)
+        if order is None:  # a cast gives a dense tensor; made one where it would not
+            result, order = result.contiguous(), list(range(result.dim()))
+        stored = result.permute(order)
+        with torch_function_disabled():  # the source's own view, as torch reads it
+            permuted = source.permute(order)
         dtype = cast_dtype(name, args, kwargs) or result.dtype
-        operand = self.engine.operand(source, tuple(result.shape), name)
-        expr = cast(operand, source.dtype, dtype, _ranges(result))
-        temp = self.store.new_temp(name, result)
+        operand = self.engine.operand(permuted, tuple(stored.shape), name)
+        expr = cast(operand, source.dtype, dtype, _ranges(stored))
+        temp = self.store.new_temp(name, stored)
         self.engine.carry_read(temp, source, name)
         self.store.hold(temp, self.engine.action_of(temp, expr, name), name)
         return result
