@@ -19,7 +19,6 @@ from ...._torch_compat import (
     positional_arguments,
     stored_contiguous,
     stored_order,
-    stored_strides,
     torch_function_disabled,
     tree_leaves,
 )
