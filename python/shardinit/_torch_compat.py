@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
 import torch
 from torch import nn
+from torch.utils import _pytree
 from torch.utils._python_dispatch import TorchDispatchMode as DispatchMode
 
 if TYPE_CHECKING:
@@ -229,31 +230,44 @@ def handed_to_mode(caller: FrameType, frame: FrameType) -> bool:
 def tree_leaves(tree: Any) -> list[Any]:
     """The leaves of ``torch.utils._pytree.tree_flatten`` (checked 2.15.0): those of
     nested arguments, as torch's dispatch sees them. Plain tuples, lists and dicts are
-    walked here (every call the capture sees, a few microseconds less each than
-    torch's walk, which builds a spec of the tree too); a tree holding any other type
-    torch's pytree registers (``torch.Size``, a namedtuple, an ``OrderedDict``) is
-    torch's to flatten."""
-    from torch.utils._pytree import tree_flatten as flatten
-
+    walked here (every call the capture sees, several times: a few microseconds less
+    each than torch's walk, which builds a spec of the tree too); a tree holding any
+    other type torch's pytree registers (``torch.Size``, a namedtuple, an
+    ``OrderedDict``) is torch's to flatten."""
     leaves: list[Any] = []
-    return leaves if _plain_leaves(tree, leaves) else flatten(tree)[0]
+    return leaves if _plain_leaves(tree, leaves) else _pytree.tree_flatten(tree)[0]
 
 
 def _plain_leaves(tree: Any, leaves: list[Any]) -> bool:
     """Appends the leaves of ``tree`` to ``leaves``; False (some appended) where it holds
     a pytree node other than a plain tuple, list or dict (values in insertion order,
     as torch's dict flatten gives them)."""
-    from torch.utils._pytree import SUPPORTED_NODES, is_namedtuple_class
-
     kind = type(tree)
-    if kind is tuple or kind is list:
-        return all(_plain_leaves(item, leaves) for item in tree)
     if kind is dict:
-        return all(_plain_leaves(item, leaves) for item in tree.values())
-    if kind in SUPPORTED_NODES or is_namedtuple_class(kind):
-        return False
-    leaves.append(tree)
+        tree = tree.values()
+    elif kind is not tuple and kind is not list:
+        if _pytree_node(kind):
+            return False
+        leaves.append(tree)
+        return True
+    for item in tree:  # one level inline: most arguments are flat
+        kind = type(item)
+        if kind is tuple or kind is list or kind is dict:
+            if not _plain_leaves(item, leaves):
+                return False
+        elif _pytree_node(kind):
+            return False
+        else:
+            leaves.append(item)
     return True
+
+
+def _pytree_node(kind: type) -> bool:
+    """Whether torch's pytree flattens values of ``kind`` (other than plain tuples,
+    lists and dicts): registered, or a namedtuple (a subclass of tuple, asked last)."""
+    return kind in _pytree.SUPPORTED_NODES or (
+        issubclass(kind, tuple) and _pytree.is_namedtuple_class(kind)
+    )
 
 
 def tree_map(fn: Callable[[Any], Any], tree: Any) -> Any:

@@ -5,7 +5,6 @@ few hundred rows where a fold of every earlier write hit Python's recursion limi
 
 from __future__ import annotations
 
-import pytest
 import torch
 from torch import nn
 
@@ -44,13 +43,6 @@ def test_row_loops_with_steps_give_eagers_values() -> None:
         assert torch.equal(meta.get_parameter(name).detach(), want.detach()), name
 
 
-@pytest.mark.xfail(
-    raises=shardinit.UnsupportedInitOpError,
-    reason="issue 51, left open: a step over all of a parameter after hundreds of row "
-    "writes reads a where of every row (one node per row), past Python's recursion "
-    "limit (a RecursionError, which the capture's net on torch errors refuses); it "
-    "needs the track's values kept as pieces (a box map with one shallow value per piece)",
-)
 def test_a_step_over_all_rows_after_a_long_row_loop() -> None:
     def init(model: _Custom) -> None:
         _rows_with_steps(model)
@@ -103,3 +95,25 @@ def test_random_rows_then_a_step_keep_their_draws() -> None:
     plain, scaled_values = values
     assert torch.equal(scaled_values, plain * 2.0)
     assert float(plain[0].std()) > 10 * float(plain[-1].std()) > 0.0
+
+
+def test_a_step_over_all_rows_after_random_rows_reads_each_rows_draw() -> None:
+    # The step over all of it is recorded piece by piece (one piece per row, past
+    # engine.PIECEWISE_PAST): each row's clamp reads that row's own draw.
+    def init(model: _Custom, clamped: bool) -> None:
+        with torch.no_grad():
+            for row in range(ROWS):
+                model.weight[row].normal_(0.0, 1.0 / (row + 1))
+            if clamped:
+                model.weight.clamp_(-0.01, 0.01)
+            model.experts.zero_()
+
+    values = []
+    for clamped in (False, True):
+        with torch.device("meta"):
+            meta = _Custom()
+        shardinit.materialize(meta, seed=51, init_fn=lambda m=meta, c=clamped: init(m, c))
+        values.append(meta.weight.detach())
+    plain, clamped_values = values
+    assert torch.equal(clamped_values, plain.clamp(-0.01, 0.01))
+    assert 0 < int((plain.abs() > 0.01).sum()) < plain.numel()  # the clamp changes some

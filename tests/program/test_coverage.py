@@ -1,7 +1,8 @@
 """The merged union of written boxes (``_program.coverage.Coverage``) against the plain
 truth, a boolean grid with each box set in it, on random boxes; its merged form (rows
 written one by one are one interval, in any order); and the writer, which sweeps the
-operations of a record back with it, against the last write of each element."""
+operations of a record back with it, against the last write of each element. The map of
+a value per piece (``BoxMap``) against a grid holding each element's value."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from shardinit import init, shard
 from shardinit._program import CapturedOp, ParamRecord
 from shardinit._program.actions import Fill
-from shardinit._program.coverage import Coverage, box_union_covers
+from shardinit._program.coverage import BoxMap, Coverage, box_union_covers
 
 Box = tuple[tuple[int, int], ...]
 
@@ -165,3 +166,38 @@ def test_writer_gives_each_element_its_last_write(
     for query in [whole, *(q for q in queries if all(a < z for a, z in q))]:
         got = writer.box(record, seed, query)
         assert torch.equal(got, expected[tuple(slice(a, b) for a, b in query)]), query
+
+
+def _elements(box: Box) -> list[tuple[int, ...]]:
+    return list(itertools.product(*(range(a, b) for a, b in box)))
+
+
+@given(union_case())
+def test_box_map_is_the_grid(case: tuple[tuple[int, ...], list[Box], list[Box]]) -> None:
+    # Each box appends its number to the value of the elements it covers; after each,
+    # the pieces met by every query (and the whole tensor) tile it, once each element,
+    # with the grid's value of each element.
+    shape, boxes, queries = case
+    pieces = BoxMap(shape, ())
+    grid = {at: () for at in _elements(tuple((0, size) for size in shape))}
+    for number, box in enumerate(boxes):
+        pieces.update(box, lambda old, number=number: (*old, number))
+        for at in _elements(box):
+            grid[at] = (*grid[at], number)
+        for query in [*queries, tuple((0, size) for size in shape)]:
+            seen: dict[tuple[int, ...], object] = {}
+            for piece, value in pieces.pieces(query):
+                for at in _elements(piece):
+                    assert at not in seen
+                    seen[at] = value
+            assert seen == {at: grid[at] for at in _elements(query)}
+
+
+def test_box_map_rows_are_one_piece_each_and_join() -> None:
+    pieces = BoxMap((4096, 64), "never")
+    for row in range(4096):
+        pieces.update(((row, row + 1), (0, 64)), lambda old, row=row: row)
+    assert len(pieces.pieces(((0, 4096), (0, 64)))) == 4096
+    assert pieces.pieces(((7, 8), (3, 9))) == [(((7, 8), (3, 9)), 7)]
+    pieces.update(((0, 4096), (0, 64)), lambda old: "all")
+    assert pieces.pieces(((0, 4096), (0, 64))) == [(((0, 4096), (0, 64)), "all")]

@@ -199,10 +199,11 @@ def view(mode: Mode, call: Call) -> Any:
         if result is not NOT_MINE:
             return result
     result = call.func(*call.args, **call.kwargs)
-    if params:
+    if params:  # every result a view the stand-in follows: nothing for taint to make
         for leaf in tensors_in(result):
             if mode.store.lookup(leaf) is None:
                 raise mode.store.fail(params[0], call.name, "it copies the values (a read)")
+        return result
     mode.steps.taint(call.name, call.args, call.kwargs, result, why)  # advanced indexing copies
     return result
 

@@ -13,6 +13,7 @@ import torch
 from ...._program.actions import Opaque, TrackAction, constant_fill
 from ...._program.cannot import Cannot
 from ...._torch_compat import (
+    kernels_only,
     stored_contiguous,
     stored_strides,
     torch_function_disabled,
@@ -188,8 +189,12 @@ class Writes:
         if not _plain_index(index) and any(t.is_meta for t in tensors_in(index)):
             self.setitem_by_meta(target, tensor, index, value, op)
             return
-        with torch_function_disabled():  # a view of a followed tensor: no mode's business
-            view = tensor[index]
+        if target.kind == "temp" and type(tensor) is torch.Tensor:  # the capture's own
+            with kernels_only():  # view of a plain temporary: torch's kernels alone (a
+                view = tensor[index]  # Python dispatch per index otherwise)
+        else:  # a stand-in's views are checked views (session/threads.py)
+            with torch_function_disabled():  # a view of a followed tensor: no mode's business
+                view = tensor[index]
         if same_view(view, value):
             return  # `w[idx] *= 2`: Python stores the scaled view back into itself
         if self.store.lookup(view) is not target:

@@ -173,8 +173,9 @@ def capture_init(
             give_memory_formats(groups, buffers)  # init code's module.to(memory_format=...)
             give_parameter_attributes(groups)  # init code's p.attr = ...
             give_buffer_attributes(buffers)  # and buffer.attr = ...
-    _warn_dropped(groups, winners)
-    return _recorded(module, init_fn, groups, winners, created, values)
+        _warn_dropped(groups, winners)
+        # The records too are built with the collector paused (collector.py).
+        return _recorded(module, init_fn, groups, winners, created, values)
 
 
 def _recorded(

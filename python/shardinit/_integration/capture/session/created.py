@@ -32,7 +32,7 @@ was.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -357,7 +357,7 @@ class CreatedTensors:
             id(module): {
                 attr: tensors
                 for attr, value in vars(module).items()
-                if attr not in _MODULE_TABLES and (tensors := tuple(_held_tensors(value)))
+                if attr not in _MODULE_TABLES and (tensors := _held_tensors(value))
             }
             for module in root.modules()
         }
@@ -410,14 +410,19 @@ def _random(recorder: CaptureMode, tensor: torch.Tensor) -> bool:
     return computed and not recorder.engine.rng_untouched()
 
 
-def _held_tensors(value: object) -> Iterator[torch.Tensor]:
-    """The tensors ``value`` is or holds directly (a list, tuple or dict of them)."""
+def _held_tensors(value: object) -> tuple[torch.Tensor, ...]:
+    """The tensors ``value`` is or holds directly (a list, tuple or dict of them). A
+    tuple, not a generator: it is asked of every attribute of every module, twice per
+    capture, and most hold none."""
     if isinstance(value, torch.Tensor):
-        yield value
+        return (value,)
+    if isinstance(value, dict):
+        items: Iterable[object] = value.values()
     elif isinstance(value, (list, tuple)):
-        yield from (item for item in value if isinstance(item, torch.Tensor))
-    elif isinstance(value, dict):
-        yield from (item for item in value.values() if isinstance(item, torch.Tensor))
+        items = value
+    else:
+        return ()
+    return tuple(item for item in items if isinstance(item, torch.Tensor)) if value else ()
 
 
 #: Who a refusal names (a parameter, buffer or attribute) and where init code did it.

@@ -89,9 +89,13 @@ from .folds import Folds, never_written
 from .frames import user_frame
 from .store import RecordStore
 from .structured import fill_action
-from .tracks import Track
+from .tracks import Track, Written
 
 __all__ = ["Engine", "narrower", "read_reason"]
+
+#: The pieces of a parameter past which a step over them is recorded piece by piece
+#: (:meth:`Engine.on_prior`): below, one value with a ``where`` per write reaching it.
+PIECEWISE_PAST = 64
 
 # A write into a buffer's real stand-in: only its region matters (the values are real).
 BUFFER_WRITE = Constant(0.0)
@@ -164,23 +168,18 @@ class Engine:
         box alone, from the last one that set all of it on: a step on a row just
         written (``w[i].normal_(); w[i].mul_(s)`` in a loop) reads that row's write,
         not a fold of every row before it (one node per row: quadratic, and deeper
-        than Python's recursion limit past a few hundred rows)."""
+        than Python's recursion limit past a few hundred rows): :func:`_reaching`."""
         if track.kind != "param":
             return simplify(self.folded(track), box)
-        hits: list[CapturedOp] = []
         never = never_written(track)
-        start: Expr = never
         if not track.touched(box):  # a part nothing wrote yet (the next row of a loop)
-            return simplify(start, box)
-        for op in reversed(track.ops):
-            if intersect(op.region, box) is None:
-                continue
-            if sets_values(op.action) and region_contains(op.region, box):
-                start = op_value(op, track, start)  # it reads nothing before it
-                break
-            hits.append(op)
-        value = start
-        for op in reversed(hits):
+            return simplify(never, box)
+        hits = _reaching(track, box)
+        value = never
+        if hits and sets_values(hits[0].action) and region_contains(hits[0].region, box):
+            value = op_value(hits[0], track, never)  # it reads nothing before it
+            hits = hits[1:]
+        for op in hits:
             written = op_value(op, track, value)
             value = where(in_box(op.region, track.shape), written, value)
         if track.written(whole(track.shape)):  # as fold: never selected, dropped
@@ -334,8 +333,10 @@ class Engine:
                 for it (a constant that overflows its dtype, ...).
         """
         if track.kind == "param" and isinstance(action, Fill):
-            with self.store.refusing(track, op):
+            try:  # the capture's edge (store.refusing, without its context manager)
                 _check_fill(track, action)
+            except Cannot as cannot:
+                raise self.store.fail(track, op, cannot.reason) from None
         recorded = self.store.append(track, view, action, op)
         if recorded is not None and recorded.action is action:
             self.places.recorded(track, recorded, op)
@@ -387,7 +388,17 @@ class Engine:
         """``expr`` on ``box`` with the values before it. Where that meets two random
         values in one element (a step over parts that two fills wrote, ``normal_(w)``,
         ``normal_(w[0])``, then ``clamp_(w)``), the step on each part the earlier writes
-        cut ``box`` into: each part reads the one fill that wrote it last."""
+        cut ``box`` into: each part reads the one fill that wrote it last. A step
+        over more than :data:`PIECEWISE_PAST` pieces of a parameter (``clamp_(w)`` after
+        a loop over its rows) is recorded on each piece, each reading its own writes: a
+        value over all of them would nest a ``where`` per piece."""
+        if track.kind == "param":
+            pieces = track.pieces(box)
+            if len(pieces) > PIECEWISE_PAST:
+                return [
+                    (part, substitute_prior(expr, self.folded_over(track, part)))
+                    for part, _ in pieces
+                ]
         value = substitute_prior(expr, self.folded_over(track, box))
         if not bad_reasons(value):
             return [(box, value)]
@@ -538,6 +549,29 @@ def _box_read(coords: Sequence[Expr]) -> bool:
 
 def _reads_before(expr: Expr) -> bool:
     return contains(expr, Before)
+
+
+def _reaching(track: Track, box: Box) -> list[CapturedOp]:
+    """The operations of ``track`` that reach ``box``, oldest first, from the last one
+    that set all of it on (:meth:`Engine.folded_over`): a box inside one piece the
+    writes cut the track into, by its chain (:meth:`.tracks.Track.pieces`), a box over
+    several by a walk of the operations back."""
+    pieces = track.pieces(box)
+    ops: list[CapturedOp] = []
+    if len(pieces) == 1:
+        chain: Written = pieces[0][1]
+        while chain is not None:
+            op, chain = chain
+            ops.append(op)
+    else:
+        for op in reversed(track.ops):
+            if intersect(op.region, box) is None:
+                continue
+            ops.append(op)
+            if sets_values(op.action) and region_contains(op.region, box):
+                break
+    ops.reverse()
+    return ops
 
 
 def _drop_branch(expr: Expr, never: Expr) -> Expr:

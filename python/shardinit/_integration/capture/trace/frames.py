@@ -45,13 +45,10 @@ def _file_kind(filename: str) -> str:
 
 
 def _users_code(code: CodeType) -> bool:
-    """Whether the frames of ``code`` are user (or library) code (see above), decided
-    once per code object while it is among the recent ones: each frame of the stack is
-    asked at every recorded operation."""
-    return _per_code(_USERS, code, _is_users_code)
-
-
-def _is_users_code(code: CodeType) -> bool:
+    """Whether the frames of ``code`` are user (or library) code (see above). Asked of
+    each frame of the stack at every recorded operation: by the file's name (a string
+    keeps its hash, so the cached kind is one lookup; a code object hashes its bytecode
+    and constants at every lookup) and the function's."""
     kind = _file_kind(code.co_filename)
     return kind == "user" or (kind == "torch.nn" and code.co_name in _TORCH_INIT_CODE)
 
@@ -71,8 +68,7 @@ def _per_code(
 
 
 _A = TypeVar("_A")
-#: :func:`_users_code` and the ``torch.nn.init`` function a code object runs, by its id.
-_USERS: BoundedMap[int, tuple[CodeType, bool]] = BoundedMap()
+#: The ``torch.nn.init`` function a code object runs, by its id.
 _INIT_NAMES: BoundedMap[int, tuple[CodeType, str | None]] = BoundedMap()
 
 
@@ -83,7 +79,8 @@ def user_frame() -> str:
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
-        if _users_code(code):
+        kind = _file_kind(code.co_filename)  # _users_code, inline: tens of frames a call
+        if kind == "user" or (kind == "torch.nn" and code.co_name in _TORCH_INIT_CODE):
             return f"{code.co_filename}:{frame.f_lineno} in {code.co_name}"
         frame = frame.f_back
     return "<unknown>"

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from ...._caches import BoundedMap
 from ...._program.actions import Fill, Opaque
 from ...._program.cannot import Cannot
 from ...._program.exact import (
@@ -202,12 +203,32 @@ def numbers_as_torch_takes(operands: list[Any]) -> list[Any]:
     tensors = [v for v in operands if isinstance(v, torch.Tensor)]
     if not tensors or not any(isinstance(v, float) for v in operands):
         return operands
-    common = tensors[0].dtype
-    for value in [*tensors[1:], *(v for v in operands if isinstance(v, (bool, int, float)))]:
-        common = torch.result_type(torch.empty((), dtype=common, device="meta"), value)
+    with torch_function_disabled():  # the operands' own dtypes and ranks
+        common = tensors[0].dtype
+        for value in [*tensors[1:], *(v for v in operands if isinstance(v, (bool, int, float)))]:
+            common = _result_type(common, value)
     if common != torch.float32:
         return operands
     return [_float32(v) if isinstance(v, float) else v for v in operands]
+
+
+def _result_type(common: torch.dtype, value: Any) -> torch.dtype:
+    """``torch.result_type`` of a 0-d tensor of ``common`` and ``value``: a function of
+    ``common`` and the kind of ``value`` alone (a number's type; a tensor's dtype and
+    whether it is 0-d: torch promotes by category, never by value), kept by those."""
+    if isinstance(value, torch.Tensor):
+        key: tuple[object, ...] = (common, value.dtype, value.dim() == 0)
+    else:
+        key = (common, type(value))
+    found = _RESULT_TYPES.get(key)
+    if found is None:
+        found = torch.result_type(torch.empty((), dtype=common, device="meta"), value)
+        _RESULT_TYPES.put(key, found)
+    return found
+
+
+#: :func:`_result_type` by the dtype and the operand's kind.
+_RESULT_TYPES: BoundedMap[tuple[object, ...], torch.dtype] = BoundedMap()
 
 
 def _float32(value: float) -> float:

@@ -4,7 +4,7 @@ parameter's stand-in, a temporary that init code made (``new_empty``, ``torch.ze
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -12,7 +12,7 @@ import torch
 
 from ...._program.actions import CapturedOp, sets_values
 from ...._program.cannot import Cannot
-from ...._program.coverage import Coverage
+from ...._program.coverage import BoxMap, Coverage
 from ...._program.regions import Box, view_region
 from ...._torch_compat import (
     stored_contiguous,
@@ -25,6 +25,7 @@ from ...._torch_compat import (
 __all__ = [
     "EAGER_LAYOUT",
     "Track",
+    "Written",
     "give_eager_layout",
     "give_memory_format",
     "memory_format_now",
@@ -36,19 +37,27 @@ __all__ = [
 
 TrackKind = Literal["param", "temp", "buffer"]
 
+#: The operations that reach a piece of a track, newest first: ``(op, earlier)``, with
+#: ``earlier`` None past the one that set all of the piece (:meth:`Track.pieces`).
+Written = tuple[CapturedOp, "Written | None"] | None
+
 
 _LAYOUT_PARTS = ("class", "shape", "strides", "storage offset", "dtype", "storage")
 
 
 def _layout(tensor: torch.Tensor) -> tuple[object, ...]:
     with torch_function_disabled():  # the tensor's own layout (see torch_function_disabled)
+        try:
+            storage: int | None = id(tensor.untyped_storage())  # storage_id, inline
+        except (RuntimeError, NotImplementedError):
+            storage = None
         return (
             type(tensor).__name__,
             tuple(tensor.shape),
-            tuple(stored_strides(tensor)),
+            stored_strides(tensor),
             tensor.storage_offset(),
             tensor.dtype,
-            storage_id(tensor),
+            storage,
         )
 
 
@@ -109,7 +118,8 @@ class Track:
             self.storage = self.base.untyped_storage()
         self.layout = _layout(self.base)
         self._whole: tuple[torch.Size, tuple[Box, tuple[int | None, ...]] | None] | None = None
-        self._kept_unions = _Unions.empty(self.base.dim())
+        self._kept_unions: _Unions | None = None  # made at the first question
+        self._kept_pieces: tuple[int, CapturedOp | None, BoxMap] | None = None
 
     def check_unchanged(self) -> None:
         """Raises :class:`~shardinit._program.cannot.Cannot` saying what became different
@@ -145,22 +155,54 @@ class Track:
         """Whether some recorded operation (a scale too) covers an element of ``region``."""
         return self._unions().touched.meets(region)
 
+    def pieces(self, box: Box) -> list[tuple[Box, Written]]:
+        """The pieces of the tensor that meet ``box`` (clipped to it), each with the
+        operations that reach it: the last one that set all of the piece first, then
+        the later ones (steps, scales), as a chain newest first (:data:`Written`); None
+        where nothing was written. Kept as :attr:`_unions` is: a bisection per piece,
+        however many pieces were written."""
+        ops, shape = self.ops, self.shape
+        kept = self._kept_pieces
+        if (
+            kept is None
+            or kept[0] > len(ops)
+            or kept[2].shape != shape
+            or (kept[0] and ops[kept[0] - 1] is not kept[1])
+        ):
+            kept = (0, None, BoxMap(shape, None))
+        pieces = kept[2]
+        for op in ops[kept[0] :]:
+            pieces.update(op.region, _written_by(op))
+        self._kept_pieces = (len(ops), ops[-1] if ops else None, pieces)
+        return pieces.pieces(box)  # type: ignore[return-value]
+
     def _unions(self) -> _Unions:
         """The unions of the boxes of the recorded operations, kept merged and extended
         by the operations appended since (the store only appends, or drops all: then
         they are built again), so a tensor written row by row answers at once however
         many rows were written."""
-        kept, ops = self._kept_unions, self.ops
-        count = kept.count
-        stale = count > len(ops) or (count and ops[count - 1] is not kept.last)
-        if stale or kept.written.ndim != len(self.shape):
-            kept = _Unions.empty(len(self.shape))
+        kept, ops, ndim = self._kept_unions, self.ops, len(self.shape)
+        if kept is None or not kept.prefix_of(ops, ndim):
+            kept = _Unions.empty(ndim)
+        elif kept.count == len(ops):
+            return kept  # nothing appended since
         for op in ops[kept.count :]:
+            same = kept.written.same_as(kept.touched)  # (all ops so far set values)
             kept.touched.add(op.region)
             if sets_values(op.action):
-                kept.written.add(op.region)
+                if same:  # one union to grow, not two
+                    kept.written.take(kept.touched)
+                else:
+                    kept.written.add(op.region)
         self._kept_unions = _Unions(len(ops), ops[-1] if ops else None, kept.written, kept.touched)
         return self._kept_unions
+
+
+def _written_by(op: CapturedOp) -> Callable[[object], object]:
+    """How ``op`` changes the chain of a piece it covers (:data:`Written`)."""
+    if sets_values(op.action):
+        return lambda before: (op, None)
+    return lambda before: (op, before)
 
 
 @dataclass(frozen=True)
@@ -173,6 +215,12 @@ class _Unions:
     last: CapturedOp | None
     written: Coverage
     touched: Coverage
+
+    def prefix_of(self, ops: list[CapturedOp], ndim: int) -> bool:
+        """Whether these are the unions of a prefix of ``ops``, of a tensor of ``ndim``."""
+        if self.written.ndim != ndim or self.count > len(ops):
+            return False
+        return self.count == 0 or ops[self.count - 1] is self.last
 
     @staticmethod
     def empty(ndim: int) -> _Unions:
