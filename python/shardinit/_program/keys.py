@@ -63,18 +63,7 @@ def tree_key(expr: Expr) -> TreeKey | None:
 def _unkeyed(expr: Expr) -> list[Expr]:
     """The nodes under ``expr`` (itself included) with no tree key yet, children before
     parents, each once; the walk stops at keyed nodes."""
-    seen: set[int] = set()
-    order: list[Expr] = []
-    stack: list[tuple[Expr, bool]] = [(expr, False)]
-    while stack:
-        node, ready = stack.pop()
-        if ready:
-            order.append(node)
-        elif id(node) not in seen and "_tree_key" not in node.__dict__:
-            seen.add(id(node))
-            stack.append((node, True))
-            stack.extend((child, False) for child in reversed(node.children()))
-    return order
+    return walk_nodes(expr, lambda node: "_tree_key" not in node.__dict__)
 
 
 def _tree_key_of(node: Expr) -> TreeKey | None:

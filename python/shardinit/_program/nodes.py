@@ -231,8 +231,9 @@ class Bad(Expr):
     why: str
 
 
-def walk_nodes(expr: Expr) -> list[Expr]:
-    """Every distinct node, children before parents."""
+def walk_nodes(expr: Expr, enter: Callable[[Expr], bool] | None = None) -> list[Expr]:
+    """Every distinct node, children before parents; with ``enter``, only the nodes it
+    lets in (the walk does not go under a node it refuses)."""
     seen: set[int] = set()
     order: list[Expr] = []
     stack: list[tuple[Expr, bool]] = [(expr, False)]
@@ -241,7 +242,7 @@ def walk_nodes(expr: Expr) -> list[Expr]:
         if ready:
             order.append(node)
             continue
-        if id(node) in seen:
+        if id(node) in seen or (enter is not None and not enter(node)):
             continue
         seen.add(id(node))
         stack.append((node, True))
