@@ -34,6 +34,7 @@ machine).
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import time
 import warnings
@@ -103,6 +104,10 @@ def _best(fn: Callable[[], object], repeats: int) -> float:
     times = []
     clock = _CLOCK[0]
     for _ in range(repeats):
+        # A full collection of the process (~0.1-0.2 s with torch and timm loaded, some
+        # seven per run) would otherwise land in whichever timed call the allocation
+        # counts reach it in, and move that figure by its whole cost (issue 51).
+        gc.collect()
         start = clock()
         fn()
         times.append(clock() - start)

@@ -611,7 +611,9 @@ def stored_order(tensor: torch.Tensor) -> list[int] | None:
     Used where shardinit follows a new dense tensor by row-major boxes but must hand init
     code eager's layout."""
     strides = stored_strides(tensor)
-    order = sorted(range(tensor.dim()), key=lambda dim: -strides[dim])
+    order = sorted(range(len(strides)), key=lambda dim: -strides[dim])
+    if order == list(range(len(strides))):  # most: no permuted view to make (one op each)
+        return order if stored_contiguous(tensor) else None
     return order if stored_contiguous(tensor.permute(order)) else None
 
 

@@ -97,7 +97,7 @@ def keep_attribute_tables(
             continue
         done.add(id(module))
         for attr, value in vars(module).items():
-            if attr in _MODULE_TABLES:
+            if attr in _MODULE_TABLES or _holds_no_tensor(value):
                 continue
             for steps, tensor in _tensors_in(value, ()):
                 if id(tensor) in skip or not _is_meta(tensor):

@@ -306,7 +306,11 @@ def _storage_order(result: Any) -> tuple[torch.Tensor, list[int]] | None:
     if not isinstance(result, torch.Tensor):
         return None
     order = stored_order(result)
-    return None if order is None else (result.permute(order), order)
+    if order is None:
+        return None
+    # Row-major already (most factories): the result itself, which its writes then name.
+    identity = order == list(range(len(order)))
+    return (result if identity else result.permute(order)), order
 
 
 def concat(mode: Mode, call: Call) -> Any:
