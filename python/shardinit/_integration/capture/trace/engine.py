@@ -627,6 +627,8 @@ def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr
                 coords.append(digit)
                 continue
             coords.append(Const(0.0))
+        elif box[axis][0] == 0:  # x - 0 is x: no fold asked (a row's columns, each row)
+            coords.append(Coord(axis))
         else:
             coords.append(combine("sub", Coord(axis), Const(float(box[axis][0]))))
     return box, tuple(coords)
