@@ -93,7 +93,12 @@ class RandomPlaces:
         if not contains(expr, Source):
             return  # nothing random (tables, constants): no need to rebuild the program
         fresh = _random_ats(_pinned(expr, box), self.root)
-        held = _random_ats(_pinned(folded(track, box), box), self.root)
+        held: dict[int, set[tuple[Expr, ...]]] = {}
+        if track.touched(box) or contains(expr, Before):
+            # (a box nothing touched holds the values before init_fn alone, whose
+            # sources are Before's: no value of a fresh draw is there; the next row of
+            # a loop is asked no fold)
+            held = _random_ats(_pinned(folded(track, box), box), self.root)
         for origin, ats in fresh.items():
             if ats <= held.get(origin, set()):
                 continue  # the values already there, at the same places (a step of them)

@@ -23,7 +23,7 @@ parameter and makes a temporary opaque otherwise: no refusal is caught to choose
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -374,17 +374,22 @@ class Engine:
         before it as the fold of what was written (so a recorded program never reads
         memory: it is one computation from sources, rounded once at the end)."""
         parts = [(box, expr)]
+        folded: Callable[[Track, Box], Expr] = self.folded_over
         if contains(expr, Prior):
-            parts = self.on_prior(track, box, expr)
+            if track.kind == "param" and track.written(whole(track.shape)):
+                folded = _PerBox(self.folded_over)  # (asked again by land: _PerBox)
+            parts = self.on_prior(track, box, expr, folded)
+        where_at = f"{op} at {user_frame()}" if track.kind == "param" else ""
         for part, value in parts:
             if track.kind == "param":
                 value, kept = on_before(self.store, track, part, expr, value, op)
-                where_at = f"{op} at {user_frame()}"
-                self.places.land(track, part, value, op, where_at, self.folded_over)
+                self.places.land(track, part, value, op, where_at, folded)
                 value = kept
             self.store.add(track, CapturedOp(part, self.action_of(track, value, op), op, where_))
 
-    def on_prior(self, track: Track, box: Box, expr: Expr) -> list[tuple[Box, Expr]]:
+    def on_prior(
+        self, track: Track, box: Box, expr: Expr, folded: Callable[[Track, Box], Expr]
+    ) -> list[tuple[Box, Expr]]:
         """``expr`` on ``box`` with the values before it. Where that meets two random
         values in one element (a step over parts that two fills wrote, ``normal_(w)``,
         ``normal_(w[0])``, then ``clamp_(w)``), the step on each part the earlier writes
@@ -395,17 +400,14 @@ class Engine:
         if track.kind == "param":
             pieces = track.pieces(box)
             if len(pieces) > PIECEWISE_PAST:
-                return [
-                    (part, substitute_prior(expr, self.folded_over(track, part)))
-                    for part, _ in pieces
-                ]
-        value = substitute_prior(expr, self.folded_over(track, box))
+                return [(part, substitute_prior(expr, folded(track, part))) for part, _ in pieces]
+        value = substitute_prior(expr, folded(track, box))
         if not bad_reasons(value):
             return [(box, value)]
         cuts = cut_by(box, [op.region for op in track.ops])
         if cuts is None:
             return [(box, value)]
-        parts = [(part, substitute_prior(expr, self.folded_over(track, part))) for part in cuts]
+        parts = [(part, substitute_prior(expr, folded(track, part))) for part in cuts]
         return [(box, value)] if any(bad_reasons(v) for _, v in parts) else parts
 
     def spread(
@@ -448,6 +450,25 @@ class Engine:
         pieces = map_runs_from([(0, view.numel())], (0, view.numel()), runs)
         for box, value in self.spread(expr, tuple(view.shape), pieces, target):
             self.append(target, box, value, op, where_)
+
+
+class _PerBox:
+    """:meth:`Engine.folded_over` of a parameter kept per box for one write's parts,
+    which :meth:`Engine.on_prior` and then the claim of each part's random values ask
+    (a step over each of thousands of rows: the fold of each asked twice). The parts
+    are disjoint, so the ops appended for earlier ones reach no later one; and the
+    parameter was all written before (its never-written branch dropped already), so
+    no append changes the fold of a part that it does not reach."""
+
+    def __init__(self, folded_over: Callable[[Track, Box], Expr]) -> None:
+        self.folded_over = folded_over
+        self.kept: dict[Box, Expr] = {}
+
+    def __call__(self, track: Track, box: Box) -> Expr:
+        value = self.kept.get(box)
+        if value is None:
+            value = self.kept[box] = self.folded_over(track, box)
+        return value
 
 
 def _narrower(expr: Expr, track: Track) -> bool:
@@ -627,6 +648,8 @@ def _box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr
                 coords.append(digit)
                 continue
             coords.append(Const(0.0))
+        elif box[axis][0] == 0:  # x - 0 is x: no fold asked (a row's columns, each row)
+            coords.append(Coord(axis))
         else:
             coords.append(combine("sub", Coord(axis), Const(float(box[axis][0]))))
     return box, tuple(coords)

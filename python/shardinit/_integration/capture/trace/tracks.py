@@ -14,6 +14,7 @@ from ...._program.actions import CapturedOp, sets_values
 from ...._program.cannot import Cannot
 from ...._program.coverage import BoxMap, Coverage
 from ...._program.regions import Box, view_region
+from ...._program.regions import contains as region_contains
 from ...._torch_compat import (
     stored_contiguous,
     stored_strides,
@@ -148,7 +149,17 @@ class Track:
         return self._whole[1]
 
     def written(self, region: Box) -> bool:
-        """Whether recorded writes (anything but a scale) cover all of ``region``."""
+        """Whether recorded writes (anything but a scale) cover all of ``region``. The
+        last operation alone answers when it set all of it (a temporary a source or a
+        step made whole, asked at each fold): no union built for it."""
+        last = self.ops[-1] if self.ops else None
+        if (
+            last is not None
+            and sets_values(last.action)
+            and len(last.region) == len(region)
+            and region_contains(last.region, region)
+        ):
+            return True
         return self._unions().written.covers(region)
 
     def touched(self, region: Box) -> bool:
