@@ -99,7 +99,8 @@ def test_aliases_of_parameters_and_buffers_end_as_those_tensors() -> None:
 
 
 def _diffusers_model(class_name: str, config: dict[str, Any]) -> nn.Module:
-    diffusers = pytest.importorskip("diffusers")
+    import diffusers  # a test dependency (requirements-clients.txt), installed by make test
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # diffusers' own deprecation notices
         with torch.device("meta"), shardinit.record_constructors():
@@ -142,7 +143,8 @@ def test_diffusers_rotary_tables_held_as_attributes_are_eagers(name: str) -> Non
     model = _diffusers_model(class_name, config)
     shardinit.materialize(model, seed=0)
     assert not [held for held, tensor in _held_tensors(model) if tensor.is_meta]
-    diffusers = pytest.importorskip("diffusers")
+    import diffusers  # a test dependency (requirements-clients.txt), installed by make test
+
     eager = getattr(diffusers, class_name).from_config(config)
     ours, theirs = tables(model), tables(eager)
     assert [t.dtype for t in ours] == [t.dtype for t in theirs]
@@ -173,7 +175,8 @@ def test_rotary_tables_built_without_record_constructors_are_refused(
     class_name: str, config: dict[str, Any], held: str
 ) -> None:
     """Without record_constructors nothing recorded their values: refused, named."""
-    diffusers = pytest.importorskip("diffusers")
+    import diffusers  # a test dependency (requirements-clients.txt), installed by make test
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # diffusers' own deprecation notices
         with torch.device("meta"):
@@ -248,7 +251,8 @@ def test_lumina2_with_its_rotary_module_built_on_the_cpu_has_nothing_on_meta() -
     )
     shardinit.materialize(model, seed=0)
     assert not [name for name, tensor in _held_tensors(model) if tensor.is_meta]
-    diffusers = pytest.importorskip("diffusers")
+    import diffusers  # a test dependency (requirements-clients.txt), installed by make test
+
     eager = diffusers.Lumina2Transformer2DModel.from_config(LUMINA2)
     for ours, theirs in zip(
         model.rope_embedder.freqs_cis, eager.rope_embedder.freqs_cis, strict=True
