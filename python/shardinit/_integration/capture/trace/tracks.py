@@ -166,6 +166,12 @@ class Track:
         """Whether some recorded operation (a scale too) covers an element of ``region``."""
         return self._unions().touched.meets(region)
 
+    def stepped(self, region: Box) -> bool:
+        """Whether some recorded operation that reads the values before it (a step, a
+        scale) covers an element of ``region``: kept as the other unions, so a step
+        on each of thousands of rows asks no walk of the rows before it."""
+        return self._unions().stepped.meets(region)
+
     def pieces(self, box: Box) -> list[tuple[Box, Written]]:
         """The pieces of the tensor that meet ``box`` (clipped to it), each with the
         operations that reach it: the last one that set all of the piece first, then
@@ -205,7 +211,11 @@ class Track:
                     kept.written.take(kept.touched)
                 else:
                     kept.written.add(op.region)
-        self._kept_unions = _Unions(len(ops), ops[-1] if ops else None, kept.written, kept.touched)
+            else:
+                kept.stepped.add(op.region)
+        self._kept_unions = _Unions(
+            len(ops), ops[-1] if ops else None, kept.written, kept.touched, kept.stepped
+        )
         return self._kept_unions
 
 
@@ -219,13 +229,15 @@ def _written_by(op: CapturedOp) -> Callable[[object], object]:
 @dataclass(frozen=True)
 class _Unions:
     """The unions of the boxes the first ``count`` operations of a track cover: those
-    that set values (``written``) and all (``touched``); ``last`` the final operation
-    (the list holds it alive, so its identity witnesses the prefix)."""
+    that set values (``written``), all (``touched``) and those that read the values
+    before them (``stepped``); ``last`` the final operation (the list holds it alive,
+    so its identity witnesses the prefix)."""
 
     count: int
     last: CapturedOp | None
     written: Coverage
     touched: Coverage
+    stepped: Coverage
 
     def prefix_of(self, ops: list[CapturedOp], ndim: int) -> bool:
         """Whether these are the unions of a prefix of ``ops``, of a tensor of ``ndim``."""
@@ -235,7 +247,7 @@ class _Unions:
 
     @staticmethod
     def empty(ndim: int) -> _Unions:
-        return _Unions(0, None, Coverage(ndim), Coverage(ndim))
+        return _Unions(0, None, Coverage(ndim), Coverage(ndim), Coverage(ndim))
 
 
 def same_view(view: torch.Tensor, value: object) -> bool:
