@@ -117,7 +117,9 @@ class Track:
         # Holding the storage object keeps its id() from being reused during the capture.
         with torch_function_disabled():
             self.storage = self.base.untyped_storage()
-        self.layout = _layout(self.base)
+        # What check_unchanged compares against: asked of the parameters' and buffers'
+        # stand-ins only (a temporary made per operation need not pay for it).
+        self.layout = None if self.kind == "temp" else _layout(self.base)
         self._whole: tuple[torch.Size, tuple[Box, tuple[int | None, ...]] | None] | None = None
         self._kept_unions: _Unions | None = None  # made at the first question
         self._kept_pieces: tuple[int, CapturedOp | None, BoxMap] | None = None
@@ -127,7 +129,7 @@ class Track:
         about the tensor since it was followed (its class, shape, strides, dtype or
         storage: init code made it another tensor)."""
         now = _layout(self.base)
-        if now == self.layout:  # the common case, compared at once
+        if self.layout is None or now == self.layout:  # (a temporary: nothing to compare)
             return
         if now[-1] != self.layout[-1]:  # a swap changes all: the storage says it best
             raise Cannot("its storage was replaced by another tensor's")
