@@ -190,9 +190,21 @@ def plan_seed_checkpoint(
     max_shard_size: int | str | None = None,
     buffer_bytes: int = 64 * _MIB,
 ) -> SeedPlan:
-    """The plan of :func:`save_seed_checkpoint` (same arguments, same errors), without
-    writing: every process of a group may plan, or one plans and hands the plan (it
-    pickles) to writers that never built the model."""
+    """The plan of :func:`save_seed_checkpoint`, without writing: every process of a
+    group may plan, or one plans and hands the plan (it pickles) to writers that never
+    built the model.
+
+    Args:
+        model, seed, init_fn, format, rules, buffer_init, max_shard_size, buffer_bytes:
+            as :func:`save_seed_checkpoint` takes them.
+
+    Returns:
+        The plan; ``model`` is not needed after it (its config files are in it).
+
+    Raises:
+        TypeError, ShardInitError: what :func:`save_seed_checkpoint` raises for these
+            arguments and this model before it writes.
+    """
     from .checkpoint_hub import config_files_as_save_pretrained, saved_tensors
     from .checkpoint_plan import plan_entries
     from .collector import collector_paused
@@ -228,7 +240,19 @@ def write_seed_checkpoint(
 ) -> Path:
     """Writes ``plan``'s checkpoint into ``path``: :func:`save_seed_checkpoint` after
     its plan (collective the same way: every process of the default group calls it
-    with the same plan, each writes its share)."""
+    with the same plan, each writes its share).
+
+    Args:
+        plan: from :func:`plan_seed_checkpoint` (in this process or, unpickled, another).
+        path, progress: as :func:`save_seed_checkpoint` takes them.
+
+    Returns:
+        ``path`` as a ``Path``.
+
+    Raises:
+        TypeError, ShardInitError: what :func:`save_seed_checkpoint` raises while it
+            writes (the directory, its lock, a write that fails).
+    """
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
     if progress is not None and not isinstance(progress, bool) and not callable(progress):
