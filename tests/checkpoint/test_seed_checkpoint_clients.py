@@ -128,8 +128,8 @@ def test_files_are_what_save_pretrained_writes(tmp_path: Path, tied: bool) -> No
         assert written[name] == expected[name], name
 
 
-#: Runs one writer of ``shardinit checkpoint --workers N`` and adds to its result
-#: whether it imported transformers (the launcher returns each writer's result).
+#: Runs one writer of ``shardinit checkpoint --workers N`` and adds to its result which
+#: of the planning's modules it imported (the launcher returns each writer's result).
 _WRITER_REPORTING_IMPORTS = """
 import json, os, sys
 from pathlib import Path
@@ -137,7 +137,8 @@ from shardinit.cli._checkpoint_worker import main
 code = main(sys.argv[1:])
 result = Path(sys.argv[sys.argv.index("--out") + 1], f"rank{os.environ['RANK']}.json")
 report = json.loads(result.read_text())
-report["transformers"] = "transformers" in sys.modules
+planning = ("transformers", "shardinit._integration.capture", "shardinit._integration.materialize")
+report["imported"] = [name for name in planning if name in sys.modules]
 result.write_text(json.dumps(report))
 sys.stdout.flush()
 os._exit(code)
@@ -160,10 +161,12 @@ def test_only_writer_0_builds_the_model_and_the_others_write_its_plan(tmp_path: 
     forwarded = ["--hf-config", config_path, "--checkpoint-dir", str(tmp_path / "two")]
     forwarded += ["--format", "safetensors", "--seed", str(SEED), "--max-shard-size", "100000"]
     results = launch(str(script), 2, [*forwarded, "--progress-dir", str(tmp_path / "progress")])
-    assert results == [
-        {"error": None, "transformers": True},
-        {"error": None, "transformers": False},
+    planning = [
+        "transformers",
+        "shardinit._integration.capture",
+        "shardinit._integration.materialize",
     ]
+    assert results == [{"error": None, "imported": planning}, {"error": None, "imported": []}]
     digests = file_digests(tmp_path / "one")
     assert len(digests) > 4  # several files: both writers wrote some
     assert file_digests(tmp_path / "two") == digests
