@@ -51,6 +51,7 @@ from ...meta_attributes import keep_attribute_tables
 from ..dispatch import CaptureMode
 from ..ops import eager_values
 from ..trace import user_frame
+from .knownmodules import install_known_constructors
 from .modulecalls import constructor_moves
 
 __all__ = [
@@ -231,10 +232,12 @@ def record_constructors() -> Iterator[None]:
                 register_module_buffer_registration_hook(buffer_hook),
                 register_module_module_registration_hook(module_hook),
             ]
+            undo_known = install_known_constructors(mode, (hook, buffer_hook, module_hook))
             try:
                 with mode, constructor_moves():
                     yield
             finally:
+                undo_known()
                 for handle in handles:
                     handle.remove()
         mode.record_copies()
