@@ -186,6 +186,17 @@ def assign_parameter(module: nn.Module, attr: str, param: nn.Parameter) -> None:
 _PARAMETER_HOOKS: dict[Any, Any] = nn.modules.module._global_parameter_registration_hooks
 
 
+#: torch.nn's normalization layers' base class (checked 2.15.0: BatchNorm, InstanceNorm
+#: and SyncBatchNorm build their tensors in its constructor).
+NORM_BASE: Any = nn.modules.batchnorm._NormBase
+
+
+def torchs_own_function(name: str) -> object:
+    """torch's own builtin ``torch.<name>`` (checked 2.15.0: ``torch._C._VariableFunctions``),
+    whatever the ``torch`` module's attribute holds now."""
+    return getattr(torch._C._VariableFunctions, name)
+
+
 def default_device_type() -> str:
     """The type of device torch's factories make tensors on now when given none, read as
     ``torch.get_default_device`` reads it (checked 2.15.0: the innermost

@@ -35,12 +35,15 @@ from torch import nn
 from torch.nn.modules import batchnorm
 
 from ...._torch_compat import (
+    NORM_BASE,
     default_device_type,
     dispatch_mode_popped,
     innermost_dispatch_mode,
     innermost_function_mode,
     mode_popped,
     registration_hooks,
+    torch_function_disabled,
+    torchs_own_function,
 )
 from ....errors import InternalError
 from ...parents import shardinits_hooks
@@ -49,7 +52,7 @@ from ..ops import INIT_FUNCTIONS
 
 __all__ = ["install_known_constructors"]
 
-_NormBase: Any = batchnorm._NormBase  # (its constructor is swapped: typed loosely)
+_NormBase = NORM_BASE
 #: torch's own constructor and the methods it calls on the module (checked 2.15.0).
 _TORCH_INIT: Callable[..., None] = _NormBase.__dict__["__init__"]
 _TORCH_METHODS = {
@@ -61,10 +64,7 @@ _TORCH_METHODS = {
 }  # fmt: skip
 #: torch's functions the constructor calls, as torch defines them.
 _TORCH_FUNCTIONS = (
-    (torch, "empty", torch._C._VariableFunctions.empty),
-    (torch, "zeros", torch._C._VariableFunctions.zeros),
-    (torch, "ones", torch._C._VariableFunctions.ones),
-    (torch, "tensor", torch._C._VariableFunctions.tensor),
+    *((torch, name, torchs_own_function(name)) for name in ("empty", "zeros", "ones", "tensor")),
     (torch.nn.init, "ones_", INIT_FUNCTIONS["ones_"]),
     (torch.nn.init, "zeros_", INIT_FUNCTIONS["zeros_"]),
     (batchnorm, "Parameter", nn.Parameter),
@@ -152,7 +152,7 @@ def _follow(recorder: CaptureMode, module: nn.Module) -> None:
         tensor = getattr(module, table).get(attr)
         if tensor is None:
             continue
-        with torch._C.DisableTorchFunction():
+        with torch_function_disabled():
             meta = tensor.is_meta
             base = tensor.detach()  # the factory's tensor: a plain one, as followed
         if not meta:
