@@ -10,7 +10,11 @@ size allows):
   own process after the imports and the model's construction (plan, generation,
   writes, fsync, manifest); the same process reports its start-up (imports, config,
   the model on meta: what the command pays before its write phase) and its peak
-  memory above that start-up (Linux ``VmHWM``: the writer's bound is its buffer);
+  memory above that start-up (Linux ``VmHWM``: the writer's bound is its buffer),
+  and the start-up's split: the planning (that start-up and the plan: what writer 0
+  of ``--workers N``, or the one writer, does before the others can write) and another
+  writer's start-up (a process that imports torch and shardinit's writer and unpickles
+  the plan, as the command's other writers do while writer 0 plans);
 * ``generation only``: the same number of bfloat16 normal values generated into one
   32 MiB buffer with every thread, nothing hashed or written: the write phase's floor
   on this CPU (its rate against ``dd``'s says whether the disk can be the bound);
@@ -68,11 +72,14 @@ def _config(size_gb: float) -> dict[str, Any]:
 
 # Prints: the write phase's seconds, the start-up's seconds (imports, config, model on
 # meta), the peak memory above the start-up (bytes), the write phase's CPU seconds (all
-# threads).
+# threads), and the plan's seconds (the write phase's first part: what writer 0 of the
+# command does before the other writers can start writing). Pickles the plan to
+# argv[3], for the writer start-up's row.
 _WRITE_PHASE = """
 import time
 begin = time.perf_counter()
-import sys, torch, transformers, shardinit
+import pickle, sys, torch, transformers, shardinit
+from shardinit._integration.checkpoint import plan_seed_checkpoint, write_seed_checkpoint
 config = transformers.AutoConfig.from_pretrained(sys.argv[1])
 with torch.device("meta"):
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
@@ -85,10 +92,26 @@ def peak_kib():
 open("/proc/self/clear_refs", "w").write("5")  # the peak from here on (Linux >= 4.0)
 before = peak_kib()
 start, cpu = time.perf_counter(), time.process_time()
-shardinit.save_seed_checkpoint(model, sys.argv[2], seed=0, init_fn=model.init_weights,
-                               progress=False)
+plan = plan_seed_checkpoint(model, seed=0, init_fn=model.init_weights)
+planned = time.perf_counter()
+write_seed_checkpoint(plan, sys.argv[2], progress=False)
 print(time.perf_counter() - start, start - begin, (peak_kib() - before) * 1024,
-      time.process_time() - cpu)
+      time.process_time() - cpu, planned - start)
+with open(sys.argv[3], "wb") as out:
+    pickle.dump(plan, out)
+"""
+
+# A writer of ``--workers N`` other than writer 0, up to the plan in hand: the process,
+# its imports (torch, shardinit's writer: no transformers) and the plan unpickled. The
+# command's writers do this while writer 0 plans.
+_WRITER_STARTUP = """
+import pickle, sys
+import torch.distributed
+from shardinit.cli import _checkpoint_worker
+from shardinit._integration.checkpoint import write_seed_checkpoint
+with open(sys.argv[1], "rb") as handed:
+    pickle.load(handed)
+assert "transformers" not in sys.modules
 """
 
 
@@ -184,9 +207,12 @@ def _round(root: Path, config: str, workers: list[int]) -> list[dict[str, Any]]:
     """One run of every row, in the table's order."""
     python = sys.executable
     rows: list[dict[str, Any]] = []
-    printed = _timed([python, "-c", _WRITE_PHASE, config, str(root / "api")])[1].split()
-    write_s, startup_s, above_startup = float(printed[0]), float(printed[1]), int(printed[2])
-    write_cpu = float(printed[3])
+    plan_file = str(root / "plan.pickle")
+    printed = _timed([python, "-c", _WRITE_PHASE, config, str(root / "api"), plan_file])[1]
+    write_s, startup_s, above, write_cpu, plan_s = printed.split()
+    writer_s, _, _, writer_cpu = _timed([python, "-c", _WRITER_STARTUP, plan_file])
+    startup = {"startup_s": float(startup_s), "plan_s": float(plan_s),
+               "writer_startup_s": writer_s, "writer_startup_cpu": writer_cpu}  # fmt: skip
     nbytes = _nbytes(root / "api")
     shutil.rmtree(root / "api")
     mib = -(-nbytes // 2**20)
@@ -195,9 +221,8 @@ def _round(root: Path, config: str, workers: list[int]) -> list[dict[str, Any]]:
     (root / "zeros").unlink()
     rows.append({"run": "dd zeros (conv=fdatasync)", "s": dd_s, "bytes": mib * 2**20,
                  "cpu": dd_cpu})  # fmt: skip
-    rows.append({"run": "write phase, 1 writer", "s": write_s, "bytes": nbytes, "vs": 0,
-                 "startup_s": startup_s, "peak_above_startup": above_startup,
-                 "cpu": write_cpu})  # fmt: skip
+    rows.append({"run": "write phase, 1 writer", "s": float(write_s), "bytes": nbytes, "vs": 0,
+                 **startup, "peak_above_startup": int(above), "cpu": float(write_cpu)})  # fmt: skip
     generated = _timed([python, "-c", _GENERATION, str(nbytes // 2)])[1].split()
     rows.append({"run": "generation only (no hashing, no disk)", "s": float(generated[0]),
                  "bytes": nbytes, "vs": 0, "cpu": float(generated[1])})  # fmt: skip
@@ -276,6 +301,12 @@ def _print(rows: list[dict[str, Any]], size_gb: float, nbytes: int) -> None:
     print(f"\nthe write phase's process: start-up (imports, config, model on meta) "
           f"{write['startup_s']:.2f} s; peak memory above it "
           f"{write['peak_above_startup'] / 2**20:.0f} MiB")  # fmt: skip
+    planning = write["startup_s"] + write["plan_s"]
+    print(f"the start-up's split: planning (writer 0, or the one writer: start-up "
+          f"{write['startup_s']:.2f} s + plan {write['plan_s']:.2f} s) {planning:.2f} s; "
+          f"another writer's start-up (process start to the plan unpickled, no "
+          f"transformers, overlapping the planning) {write['writer_startup_s']:.2f} s, "
+          f"{write['writer_startup_cpu']:.2f} CPU s")  # fmt: skip
 
 
 if __name__ == "__main__":

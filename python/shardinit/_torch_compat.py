@@ -186,6 +186,47 @@ def assign_parameter(module: nn.Module, attr: str, param: nn.Parameter) -> None:
 _PARAMETER_HOOKS: dict[Any, Any] = nn.modules.module._global_parameter_registration_hooks
 
 
+#: torch.nn's normalization layers' base class (checked 2.15.0: BatchNorm, InstanceNorm
+#: and SyncBatchNorm build their tensors in its constructor).
+NORM_BASE: Any = nn.modules.batchnorm._NormBase
+
+
+def torchs_own_function(name: str) -> object:
+    """torch's own builtin ``torch.<name>`` (checked 2.15.0: ``torch._C._VariableFunctions``),
+    whatever the ``torch`` module's attribute holds now."""
+    return getattr(torch._C._VariableFunctions, name)
+
+
+def default_device_type() -> str:
+    """The type of device torch's factories make tensors on now when given none, read as
+    ``torch.get_default_device`` reads it (checked 2.15.0: the innermost
+    ``torch.device`` mode, else the global default's), without the tensor it makes to
+    read an index (a torch call every mode above would see)."""
+    from torch.utils._device import DeviceContext
+
+    for mode in reversed(torch.overrides._get_current_function_mode_stack()):  # type: ignore[no-untyped-call]
+        if isinstance(mode, DeviceContext):
+            return _device_type(mode.device)
+    context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    return "cpu" if context is None else _device_type(context.device)
+
+
+def _device_type(device: torch.device | str | int) -> str:
+    # A mode's device is a torch.device already (making one is a torch call the modes see).
+    return device.type if isinstance(device, torch.device) else torch.device(device).type
+
+
+def registration_hooks() -> list[object]:
+    """Every global registration hook of parameters, buffers and submodules that torch
+    runs now (checked 2.15.0: ``torch.nn.modules.module``'s three dicts)."""
+    module = nn.modules.module
+    return [
+        *_PARAMETER_HOOKS.values(),
+        *module._global_buffer_registration_hooks.values(),
+        *module._global_module_registration_hooks.values(),
+    ]
+
+
 def innermost_function_mode() -> object | None:
     """The ``TorchFunctionMode`` torch hands a call to now in this thread (checked
     2.15.0): the top of the mode stack; None when there is none, or torch functions are
@@ -213,6 +254,31 @@ class mode_popped:
 
     def __exit__(self, *exc: object) -> None:
         torch._C._push_on_torch_function_stack(self.mode)
+
+
+def innermost_dispatch_mode() -> object | None:
+    """The ``TorchDispatchMode`` on top of this thread's (user) dispatch mode stack, or
+    None (checked 2.15.0)."""
+    depth = torch._C._len_torch_dispatch_stack()
+    return torch._C._get_dispatch_stack_at(depth - 1) if depth else None
+
+
+class dispatch_mode_popped:
+    """The ``with`` block with ``mode`` (the innermost, see
+    :func:`innermost_dispatch_mode`) off this thread's dispatch mode stack (checked
+    2.15.0: ``torch.utils._python_dispatch._pop_mode`` of a mode with no key)."""
+
+    def __init__(self, mode: DispatchMode) -> None:
+        self.mode = mode
+
+    def __enter__(self) -> None:
+        popped = torch._C._pop_torch_dispatch_stack(None)
+        if popped is not self.mode:
+            torch._C._push_on_torch_dispatch_stack(popped)
+            raise AssertionError("dispatch_mode_popped: not the innermost mode")
+
+    def __exit__(self, *exc: object) -> None:
+        torch._C._push_on_torch_dispatch_stack(self.mode)
 
 
 def handed_to_mode(caller: FrameType, frame: FrameType) -> bool:

@@ -10,10 +10,14 @@ import dataclasses
 
 import pytest
 import torch
+from torch import nn
 from torch.utils._pytree import tree_flatten
 
+import shardinit
 from shardinit._integration.capture.dispatch.mode import CaptureMode
 from shardinit._integration.capture.ops import torchvalues
+from shardinit._integration.capture.session import constructors
+from shardinit._integration.capture.session.constructors import constructor_buffer
 from shardinit._integration.capture.trace.engine import op_value
 from shardinit._integration.capture.trace.folds import Folds
 from shardinit._program import keys, rewrite
@@ -279,3 +283,39 @@ def test_the_random_places_read_from_the_kept_key_are_the_places_a_walk_finds() 
         assert claims._random_ats(expr, lambda origin: origin) == walked(expr), expr
     # A root maps copies to the op they copy, on either path.
     assert claims._random_ats(cases[1], lambda origin: 5) == {5: {first.at, second.at}}
+
+
+class _Block(nn.Module):
+    """A module a model builds many times: a lookup table written element by element,
+    ones and zeros, and a random parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        table = torch.zeros(3, 3)
+        for i in range(3):
+            table[i, (i + 1) % 3] = 1.0
+        self.register_buffer("table", table)
+        self.scale = nn.Parameter(torch.ones(3))
+        self.noise = nn.Parameter(torch.empty(3).normal_(0.0, 0.02))
+
+
+def test_constructor_values_kept_by_what_made_them_are_the_values_afresh() -> None:
+    """The values a build folds once for the same writes on the same layout
+    (:class:`...constructors._Values`) are the programs folded per tensor, and
+    materialize gives eager's values; a random value is folded per tensor (its source
+    names its own operation)."""
+    with torch.device("meta"), shardinit.record_constructors():
+        blocks = nn.Sequential(_Block(), _Block())
+    first, second = blocks[0], blocks[1]
+    table = constructor_buffer(first, "table")
+    assert table is not None and constructor_buffer(second, "table") is not None
+    assert constructor_buffer(second, "table").expr is table.expr  # folded once
+    records = constructors._RECORDS
+    assert records[second]["scale"].expr is records[first]["scale"].expr
+    noise = (records[first]["noise"].expr, records[second]["noise"].expr)
+    assert noise[0] != noise[1]  # each its own operation's source
+    shardinit.materialize(blocks, seed=0)
+    expected = torch.zeros(3, 3)
+    expected[[0, 1, 2], [1, 2, 0]] = 1.0
+    for block in blocks:
+        assert torch.equal(block.table, expected) and torch.equal(block.scale, torch.ones(3))

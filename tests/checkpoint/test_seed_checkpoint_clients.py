@@ -126,3 +126,61 @@ def test_files_are_what_save_pretrained_writes(tmp_path: Path, tied: bool) -> No
     assert len(weights) > 2, weights  # split into several files
     for name in [*weights, "model.safetensors.index.json"]:
         assert written[name] == expected[name], name
+
+
+#: Runs one writer of ``shardinit checkpoint --workers N`` and adds to its result which
+#: of the planning's modules it imported (the launcher returns each writer's result).
+_WRITER_REPORTING_IMPORTS = """
+import json, os, sys
+from pathlib import Path
+from shardinit.cli._checkpoint_worker import main
+code = main(sys.argv[1:])
+result = Path(sys.argv[sys.argv.index("--out") + 1], f"rank{os.environ['RANK']}.json")
+report = json.loads(result.read_text())
+planning = ("transformers", "shardinit._integration.capture", "shardinit._integration.materialize")
+report["imported"] = [name for name in planning if name in sys.modules]
+result.write_text(json.dumps(report))
+sys.stdout.flush()
+os._exit(code)
+"""
+
+
+@pytest.mark.slow  # starts two writer processes, one of which imports transformers
+def test_only_writer_0_builds_the_model_and_the_others_write_its_plan(tmp_path: Path) -> None:
+    from shardinit.cli._launch import launch
+
+    config = hf_llama_config(tied=False)
+    config.save_pretrained(tmp_path / "config")
+    config_path = str(tmp_path / "config" / "config.json")
+    argv = ["checkpoint", "--hf-config", config_path, "--seed", str(SEED)]
+    argv += ["--max-shard-size", "100KB", "--no-progress", "--out", str(tmp_path / "one")]
+    assert run(argv) == 0
+    script = tmp_path / "writer.py"
+    script.write_text(_WRITER_REPORTING_IMPORTS)
+    (tmp_path / "progress").mkdir()
+    forwarded = ["--hf-config", config_path, "--checkpoint-dir", str(tmp_path / "two")]
+    forwarded += ["--format", "safetensors", "--seed", str(SEED), "--max-shard-size", "100000"]
+    results = launch(str(script), 2, [*forwarded, "--progress-dir", str(tmp_path / "progress")])
+    planning = [
+        "transformers",
+        "shardinit._integration.capture",
+        "shardinit._integration.materialize",
+    ]
+    assert results == [{"error": None, "imported": planning}, {"error": None, "imported": []}]
+    digests = file_digests(tmp_path / "one")
+    assert len(digests) > 4  # several files: both writers wrote some
+    assert file_digests(tmp_path / "two") == digests
+
+
+@pytest.mark.slow  # starts two writer processes
+def test_writer_0s_planning_error_is_every_writers_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({"model_type": "no-such-model"}))
+    argv = ["checkpoint", "--hf-config", str(bad), "--out", str(tmp_path / "out")]
+    assert run([*argv, "--workers", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"shardinit checkpoint: --hf-config {bad}: transformers cannot")
+    assert err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()

@@ -20,8 +20,9 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from torch import nn
 
@@ -31,7 +32,6 @@ from .._validate import check_seed
 from ..errors import ShardInitError
 from ..shard import writer
 from . import checkpoint_dcp, checkpoint_safetensors
-from .capture import CapturedInit
 from .checkpoint_files import (
     MANIFEST_NAME,
     make_directory,
@@ -39,17 +39,18 @@ from .checkpoint_files import (
     remove_unfinished,
     shard_size_bytes,
 )
-from .checkpoint_hub import save_config_as_save_pretrained, saved_tensors
 from .checkpoint_lock import directory_lock
 from .checkpoint_output import aligned_buffer
-from .checkpoint_plan import Entry, plan_entries, split_bytes
-from .collector import collector_paused
+from .checkpoint_plan import Entry, split_bytes
 from .fingerprint import FINGERPRINT_FORMAT, digest_of_total, model_digest
-from .plan import BufferInit
 from .progress import ProgressBar
-from .rules import Rules, check_rules
 
-__all__ = ["save_seed_checkpoint"]
+if TYPE_CHECKING:  # the planning's types: a writer given a plan never imports them
+    from .capture import CapturedInit
+    from .plan import BufferInit
+    from .rules import Rules
+
+__all__ = ["SeedPlan", "plan_seed_checkpoint", "save_seed_checkpoint", "write_seed_checkpoint"]
 
 MANIFEST_FORMAT = "shardinit-seed-checkpoint-v1"
 STATE_DIR = ".shardinit-checkpoint"
@@ -147,8 +148,70 @@ def save_seed_checkpoint(
         >>> out = save_seed_checkpoint(model, tmp_path / "ckpt", seed=0)  # doctest: +SKIP
     """
     seed, directory = _check_arguments(model, path, seed, format, buffer_bytes, progress)
+    plan = plan_seed_checkpoint(
+        model,
+        seed=seed,
+        init_fn=init_fn,
+        format=format,
+        rules=rules,
+        buffer_init=buffer_init,
+        max_shard_size=max_shard_size,
+        buffer_bytes=buffer_bytes,
+    )
+    return write_seed_checkpoint(plan, directory, progress=progress)
+
+
+@dataclass(frozen=True)
+class SeedPlan:
+    """What a seed checkpoint holds, planned once from the model: its entries (each
+    tensor's values as init programs, its buffers' values), its files, and the config
+    files ``save_pretrained`` writes beside them. It holds no model and pickles, so
+    writer processes that never built the model (nor imported transformers) write
+    from it: :func:`write_seed_checkpoint`."""
+
+    entries: list[Entry]
+    files: list[checkpoint_safetensors.ShardFile]
+    format: str
+    seed: int
+    max_shard_size: int
+    buffer_bytes: int
+    #: File name -> bytes: transformers' ``config.json`` (and generation config).
+    config_files: dict[str, bytes]
+
+
+def plan_seed_checkpoint(
+    model: nn.Module,
+    *,
+    seed: int,
+    init_fn: Callable[[], object] | CapturedInit | None = None,
+    format: Literal["safetensors", "dcp"] = "safetensors",
+    rules: Rules | None = None,
+    buffer_init: BufferInit | None = None,
+    max_shard_size: int | str | None = None,
+    buffer_bytes: int = 64 * _MIB,
+) -> SeedPlan:
+    """The plan of :func:`save_seed_checkpoint`, without writing: every process of a
+    group may plan, or one plans and hands the plan (it pickles) to writers that never
+    built the model.
+
+    Args:
+        model, seed, init_fn, format, rules, buffer_init, max_shard_size, buffer_bytes:
+            as :func:`save_seed_checkpoint` takes them.
+
+    Returns:
+        The plan; ``model`` is not needed after it (its config files are in it).
+
+    Raises:
+        TypeError, ShardInitError: what :func:`save_seed_checkpoint` raises for these
+            arguments and this model before it writes.
+    """
+    from .checkpoint_hub import config_files_as_save_pretrained, saved_tensors
+    from .checkpoint_plan import plan_entries
+    from .collector import collector_paused
+    from .rules import check_rules
+
+    seed, _ = _check_arguments(model, ".", seed, format, buffer_bytes, None)
     shard_bytes = shard_size_bytes(max_shard_size) if format == "safetensors" else 0
-    rank, world = _group()
     with collector_paused():  # why: collector.py
         entries = plan_entries(
             model,
@@ -163,9 +226,40 @@ def save_seed_checkpoint(
             if format == "safetensors"
             else []
         )
-    job = _Job(directory, entries, files, format, seed, shard_bytes, buffer_bytes, rank, world)
-    if format == "safetensors":  # what from_pretrained reads beside the weights
-        job.save_config = lambda: save_config_as_save_pretrained(model, directory)
+    # What from_pretrained reads beside the weights (written at the end, before the
+    # manifest).
+    config = config_files_as_save_pretrained(model) if format == "safetensors" else {}
+    return SeedPlan(entries, files, format, seed, shard_bytes, buffer_bytes, config)
+
+
+def write_seed_checkpoint(
+    plan: SeedPlan,
+    path: str | os.PathLike[str],
+    *,
+    progress: bool | ProgressHook | None = None,
+) -> Path:
+    """Writes ``plan``'s checkpoint into ``path``: :func:`save_seed_checkpoint` after
+    its plan (collective the same way: every process of the default group calls it
+    with the same plan, each writes its share).
+
+    Args:
+        plan: from :func:`plan_seed_checkpoint` (in this process or, unpickled, another).
+        path, progress: as :func:`save_seed_checkpoint` takes them.
+
+    Returns:
+        ``path`` as a ``Path``.
+
+    Raises:
+        TypeError, ShardInitError: what :func:`save_seed_checkpoint` raises while it
+            writes (the directory, its lock, a write that fails).
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    if progress is not None and not isinstance(progress, bool) and not callable(progress):
+        raise TypeError(f"progress must be a bool, callable or None, got {type(progress).__name__}")
+    directory = Path(os.fspath(path))
+    rank, world = _group()
+    job = _Job(directory, plan, rank, world)
     with contextlib.ExitStack() as held:  # rank 0 holds the directory's lock until the end
         _agreed(world, lambda: job.prepare(held) if rank == 0 else None)
         try:
@@ -181,27 +275,16 @@ def save_seed_checkpoint(
 class _Job:
     """One writer's part of one checkpoint."""
 
-    def __init__(
-        self,
-        directory: Path,
-        entries: list[Entry],
-        files: list[checkpoint_safetensors.ShardFile],
-        format: str,
-        seed: int,
-        max_shard_size: int,
-        buffer_bytes: int,
-        rank: int,
-        world: int,
-    ) -> None:
+    def __init__(self, directory: Path, plan: SeedPlan, rank: int, world: int) -> None:
         self.directory = directory
-        self.entries = entries
-        self.format = format
-        self.buffer_bytes = buffer_bytes
+        self.entries = plan.entries
+        self.format = plan.format
+        self.buffer_bytes = plan.buffer_bytes
         self.rank, self.world = rank, world
         self.state = directory / STATE_DIR
-        self.files = files
-        self.save_config: Callable[[], None] = lambda: None
-        self.identity = _identity(entries, format, seed, max_shard_size)
+        self.files = plan.files
+        self.config_files = plan.config_files
+        self.identity = _identity(plan.entries, plan.format, plan.seed, plan.max_shard_size)
 
     def prepare(self, held: contextlib.ExitStack) -> None:
         """Rank 0: creates the directory, takes its lock into ``held`` (one run at a
@@ -294,7 +377,8 @@ class _Job:
             if index is not None:
                 path = self.directory / checkpoint_safetensors.INDEX_NAME
                 _write_atomically(path, index)
-        self.save_config()  # as save_pretrained writes it beside the weights
+        for name, data in self.config_files.items():  # as save_pretrained writes them
+            _write_atomically(self.directory / name, data)
         manifest = dict(self.identity)
         manifest["fingerprint_format"] = FINGERPRINT_FORMAT
         for key, tensor in manifest["tensors"].items():
@@ -479,10 +563,13 @@ def _read_json(path: Path) -> Any:
         return None  # unreadable: treated as absent (the file is written again)
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def _write_atomically(path: Path, text: str | bytes) -> None:
     """A reader sees the old file or the whole new one, never part of it."""
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
+    if isinstance(text, bytes):
+        partial.write_bytes(text)
+    else:
+        partial.write_text(text)
     os.replace(partial, path)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -244,16 +245,19 @@ def _reverted(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, tor
     return reverted
 
 
-def save_config_as_save_pretrained(model: nn.Module, directory: Path) -> None:
-    """A transformers model's ``config.json`` (with its ``dtype`` and ``architectures``)
-    and, for a model that generates, ``generation_config.json``: what ``save_pretrained``
-    writes beside the weights (its own steps, in its order). Nothing for other models."""
+def config_files_as_save_pretrained(model: nn.Module) -> dict[str, bytes]:
+    """What ``save_pretrained`` writes beside a transformers model's weights, by name:
+    ``config.json`` (with its ``dtype`` and ``architectures``) and, for a model that
+    generates, ``generation_config.json`` (its own steps, in its order, into a
+    temporary directory: the bytes are its). Nothing for other models."""
     if not _is_transformers_model(model):
-        return
+        return {}
     hf_model: Any = model
     config = hf_model.config
     config.dtype = str(hf_model.dtype).split(".")[1]
     config.architectures = [type(model).__name__.removeprefix("FSDP")]
-    config.save_pretrained(directory)
-    if hf_model.can_generate():
-        hf_model.generation_config.save_pretrained(directory)
+    with tempfile.TemporaryDirectory(prefix="shardinit-config-") as scratch:
+        config.save_pretrained(scratch)
+        if hf_model.can_generate():
+            hf_model.generation_config.save_pretrained(scratch)
+        return {path.name: path.read_bytes() for path in sorted(Path(scratch).iterdir())}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -22,20 +23,13 @@ from torch import nn
 from .._names import listing
 from .._program import Writer
 from ..errors import ShardInitError
-from .capture import CapturedInit
 from .fingerprint import digest_of_total, flat_range_term
-from .materialize import _captured
-from .placements import is_dtensor
-from .plan import (
-    BufferInit,
-    RulesAndDefaults,
-    copy_sources,
-    local_targets,
-    make_plan,
-    region_targets,
-)
-from .rules import RuleList
 from .targets import Values
+
+if TYPE_CHECKING:  # the planning's: a writer given a plan imports none of it
+    from .capture import CapturedInit
+    from .plan import BufferInit
+    from .rules import RuleList
 
 
 @dataclass(frozen=True)
@@ -150,6 +144,10 @@ def plan_entries(
         ShardInitError: parameters that are not on meta (or are sharded), and what
             ``materialize`` raises for the same model.
     """
+    from .materialize import _captured
+    from .placements import is_dtensor
+    from .plan import RulesAndDefaults, copy_sources, local_targets, make_plan, region_targets
+
     flat, managed = region_targets(module)
     targets = local_targets(module, managed)
     off_meta = [t.name for t in targets if not t.slot.param.is_meta or is_dtensor(t.slot.param)]

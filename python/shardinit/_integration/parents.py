@@ -32,7 +32,7 @@ from torch.nn.modules.module import (
 from .._names import canonical_name
 from ..errors import ShardInitError
 
-__all__ = ["holder_of", "refuse_part_of_model"]
+__all__ = ["holder_of", "refuse_part_of_model", "shardinits_hooks"]
 
 _LOCK = threading.Lock()
 #: child -> [(parent, attribute name)], every link seen (checked when read).
@@ -70,6 +70,12 @@ def _scan() -> None:
             _SEEN.add(obj)
             for name, child in obj._modules.items():
                 _link(obj, name, child)
+
+
+def shardinits_hooks() -> tuple[object, ...]:
+    """The registration hook the registry installs (it notes links, and runs no torch
+    operation): code that must know every hook a registration runs allows it."""
+    return (_noted,)
 
 
 def _install() -> None:

@@ -8,8 +8,12 @@ is saved next to the weights as ``save_pretrained`` saves it, so ``from_pretrain
 loads the checkpoint.
 
 The directory is locked for the whole command (before the model is built: a second
-run is refused at once); the writer processes inherit the lock. The launcher builds no
-model and imports no transformers: the writers do.
+run is refused at once); the writer processes inherit the lock. With one writer the
+command's own process plans and writes. With ``--workers N`` the launcher builds no
+model and imports no torch: it starts every writer at once; writer 0 builds the model
+and plans the checkpoint (:func:`plan_checkpoint`) while the others import what writing
+needs (torch and shardinit's writer, never transformers), then hands them the plan
+(pickled, over the writers' gloo group), and each writes its share.
 """
 
 from __future__ import annotations
@@ -22,11 +26,14 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._args import MODELS_HELP, Parser, local_world, model_choice, say, seed
 
-__all__ = ["add_command", "build_model", "run_checkpoint"]
+if TYPE_CHECKING:
+    from .._integration.checkpoint import SeedPlan
+
+__all__ = ["add_command", "build_model", "plan_checkpoint", "run_checkpoint", "write_checkpoint"]
 
 #: Seconds between redraws of the workers' combined progress.
 _POLL_S = 0.5
@@ -144,21 +151,27 @@ def _remove_if_empty(directory: Path) -> None:
         directory.rmdir()
 
 
-def write_checkpoint(args: argparse.Namespace, out: str, progress: Any) -> None:
-    """Builds the model the arguments name and writes this process's part of its seed
-    checkpoint to ``out`` (the one call of both the in-process path and each worker)."""
-    from .. import save_seed_checkpoint
+def plan_checkpoint(args: argparse.Namespace) -> SeedPlan:
+    """Builds the model the arguments name and plans its seed checkpoint; the model is
+    dropped on return (the plan holds none of it: the write needs no model)."""
+    from .._integration.checkpoint import plan_seed_checkpoint
 
     model, init_fn = build_model(args.hf_config, args.model)
-    save_seed_checkpoint(
+    return plan_seed_checkpoint(
         model,
-        out,
         seed=args.seed,
         init_fn=init_fn,
         format=args.format,
         max_shard_size=args.max_shard_size,
-        progress=progress,
     )
+
+
+def write_checkpoint(args: argparse.Namespace, out: str, progress: Any) -> None:
+    """The one writer's whole job (``--workers 1``, in the command's own process): plans
+    the checkpoint, then writes it to ``out``."""
+    from .._integration.checkpoint import write_seed_checkpoint
+
+    write_seed_checkpoint(plan_checkpoint(args), out, progress=progress)
 
 
 def _from_workers(args: argparse.Namespace) -> None:

@@ -43,7 +43,7 @@ from torch.nn.modules.module import (
 from ...._program.actions import CapturedOp, ParamRecord, program_of
 from ...._program.cannot import Cannot
 from ...._program.nodes import Bad, Expr, Source, bad_reasons, contains
-from ...._torch_compat import deepcopy_memo, torch_function_disabled
+from ...._torch_compat import deepcopy_memo, stored_strides, torch_function_disabled
 from ....errors import ShardInitError
 from ...collector import collector_paused
 from ...exclusive import ThreadExclusive
@@ -51,6 +51,7 @@ from ...meta_attributes import keep_attribute_tables
 from ..dispatch import CaptureMode
 from ..ops import eager_values
 from ..trace import user_frame
+from .knownmodules import install_known_constructors
 from .modulecalls import constructor_moves
 
 __all__ = [
@@ -231,19 +232,22 @@ def record_constructors() -> Iterator[None]:
                 register_module_buffer_registration_hook(buffer_hook),
                 register_module_module_registration_hook(module_hook),
             ]
+            undo_known = install_known_constructors(mode, (hook, buffer_hook, module_hook))
             try:
                 with mode, constructor_moves():
                     yield
             finally:
+                undo_known()
                 for handle in handles:
                     handle.remove()
         mode.record_copies()
-        _keep_values(mode, seen, buffers)
-        _keep_attribute_tables(mode, modules, seen, buffers)
+        values = _Values(mode)
+        _keep_values(values, seen, buffers)
+        _keep_attribute_tables(values, modules, seen, buffers)
 
 
 def _keep_values(
-    mode: CaptureMode,
+    values: _Values,
     params: list[tuple[weakref.ref[nn.Module], str, nn.Parameter]],
     buffers: list[tuple[weakref.ref[nn.Module], str, torch.Tensor, str]],
 ) -> None:
@@ -255,14 +259,61 @@ def _keep_values(
             module = ref()
             if module is None or module._parameters.get(name) is not param:
                 continue
-            value = _value(mode, param)
+            value = _value(values, param)
             if value is not None:
                 _RECORDS.setdefault(module, {})[name] = value
-        _keep_buffers(mode, buffers)
+        _keep_buffers(values, buffers)
+
+
+class _Values:
+    """The value of each followed tensor at the end of the build (the fold of what was
+    written to it, :meth:`..trace.Engine.value_of`), kept by what made it where the
+    value holds no random source and no refusal: a model builds the same module many
+    times (every normalization layer writes ones and zeros of a few sizes; MaxViT
+    writes one 2,156-element lookup table in each of its 44 blocks), and each fold of
+    the same writes on the same layout gives the same program. A random source names
+    its operation (its origin), and a refusal its tensor: those are folded per tensor."""
+
+    def __init__(self, mode: CaptureMode) -> None:
+        self.mode = mode
+        self.kept: dict[tuple[object, ...], Expr] = {}
+
+    def of(self, tensor: torch.Tensor, op: str) -> Expr:
+        """``tensor``'s value over its own coordinates, as ``engine.value_of`` gives it
+        (called with torch functions disabled: the layouts are read as they are)."""
+        key = self._key(tensor, op)
+        if key is not None:
+            known = self.kept.get(key)
+            if known is not None:
+                return known
+        value = self.mode.engine.value_of(tensor, op)
+        if key is not None and not contains(value, (Source, Bad)):
+            self.kept[key] = value
+        return value
+
+    def _key(self, tensor: torch.Tensor, op: str) -> tuple[object, ...] | None:
+        """What the fold of ``tensor``'s value is a function of, for a temporary on meta
+        (a CPU one may be read as the table of its memory: folded per tensor); None
+        when it is not hashable (an action holding an unhashable argument)."""
+        track = self.mode.store.lookup(tensor)
+        if track is None or track.kind != "temp" or not track.base.is_meta:
+            return None
+        base = track.base
+        key = (
+            op, track.shape, base.dtype, track.from_random,
+            tuple(tensor.shape), stored_strides(tensor), tensor.dtype,
+            tensor.storage_offset() - base.storage_offset(),
+            tuple((written.region, written.action) for written in track.ops),
+        )  # fmt: skip
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
 
 
 def _keep_attribute_tables(
-    mode: CaptureMode,
+    values: _Values,
     modules: list[weakref.ref[nn.Module]],
     params: list[tuple[weakref.ref[nn.Module], str, nn.Parameter]],
     buffers: list[tuple[weakref.ref[nn.Module], str, torch.Tensor, str]],
@@ -272,11 +323,11 @@ def _keep_attribute_tables(
     held = {id(param) for _, _, param in params} | {id(buffer) for _, _, buffer, _ in buffers}
     alive = [m for m in (ref() for ref in modules) if m is not None]
     with torch_function_disabled():  # as _keep_values: straight to torch's kernels
-        keep_attribute_tables(alive, lambda tensor: _attribute_values(mode, tensor), held)
+        keep_attribute_tables(alive, lambda tensor: _attribute_values(values, tensor), held)
 
 
 def _keep_buffers(
-    mode: CaptureMode, buffers: list[tuple[weakref.ref[nn.Module], str, torch.Tensor, str]]
+    values: _Values, buffers: list[tuple[weakref.ref[nn.Module], str, torch.Tensor, str]]
 ) -> None:
     """Records the value of each meta buffer its module still holds (the last one
     registered under a name wins, as the module holds it)."""
@@ -284,7 +335,7 @@ def _keep_buffers(
         module = ref()
         if module is None or module._buffers.get(name) is not buffer:
             continue
-        value = _buffer_value(mode, buffer, where)
+        value = _buffer_value(values, buffer, where)
         records = _BUFFERS.setdefault(module, {})
         if value is None:
             records.pop(name, None)
@@ -295,13 +346,13 @@ def _keep_buffers(
             )
 
 
-def _buffer_value(mode: CaptureMode, buffer: torch.Tensor, where: str) -> ConstructorValue | None:
+def _buffer_value(values: _Values, buffer: torch.Tensor, where: str) -> ConstructorValue | None:
     """A meta buffer's value as a program of its coordinates; a :class:`Bad` one
     names why it cannot be computed; None when its constructor never wrote it."""
-    if mode.store.lookup(buffer) is None:
+    if values.mode.store.lookup(buffer) is None:
         why = "computed by operations shardinit does not follow"
         return ConstructorValue(Bad(why), where)
-    expr = mode.engine.value_of(buffer, "register_buffer")
+    expr = values.of(buffer, "register_buffer")
     reasons = bad_reasons(expr)
     if reasons and all(_NEVER in why for why in reasons):
         return None  # never written (torch.empty): no constructor value
@@ -313,7 +364,7 @@ def _buffer_value(mode: CaptureMode, buffer: torch.Tensor, where: str) -> Constr
     return ConstructorValue(expr, where)
 
 
-def _attribute_values(mode: CaptureMode, tensor: torch.Tensor) -> torch.Tensor:
+def _attribute_values(values: _Values, tensor: torch.Tensor) -> torch.Tensor:
     """A meta tensor a constructor holds as a plain attribute (a rotary table), computed
     as a buffer's value is (:func:`buffer_tensor`: eager torch's bits, on the CPU); a
     complex one as the CPU run of the op that made it gave it (programs hold real
@@ -322,7 +373,7 @@ def _attribute_values(mode: CaptureMode, tensor: torch.Tensor) -> torch.Tensor:
     Raises:
         Cannot: why it cannot be computed.
     """
-    held = mode.concrete.complex_values(tensor)
+    held = values.mode.concrete.complex_values(tensor)
     if held is not None:
         return held
     if tensor.is_complex():
@@ -330,7 +381,7 @@ def _attribute_values(mode: CaptureMode, tensor: torch.Tensor) -> torch.Tensor:
             "complex values written after the operation that computed them, or computed "
             "by operations followed as programs, which hold real values"
         )
-    value = _buffer_value(mode, tensor, "")
+    value = _buffer_value(values, tensor, "")
     if value is None:
         raise Cannot("it was never written")
     if isinstance(value.expr, Bad):
@@ -341,10 +392,10 @@ def _attribute_values(mode: CaptureMode, tensor: torch.Tensor) -> torch.Tensor:
     return converted
 
 
-def _value(mode: CaptureMode, param: nn.Parameter) -> ConstructorValue | None:
-    if mode.store.lookup(param) is None:
+def _value(values: _Values, param: nn.Parameter) -> ConstructorValue | None:
+    if values.mode.store.lookup(param) is None:
         return None
-    expr = mode.engine.value_of(param, "nn.Parameter")
+    expr = values.of(param, "nn.Parameter")
     reasons = bad_reasons(expr)
     if reasons and all(_NEVER in why for why in reasons):
         return None  # never written (torch.empty): no constructor value
