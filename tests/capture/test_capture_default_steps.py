@@ -57,6 +57,12 @@ STEPS: dict[str, Init] = {
         m.weight.data.triu_(1),
         m.weight.data.clamp_(-0.2, 0.2),
     ),
+    # Steps per row on rows never written, some rows stepped twice: each step reads
+    # the values before it (a second step on a row is recorded on its own Prior).
+    "row_steps_then_steps_on_some": lambda m: (
+        [m.weight.data[row].mul_(0.5) for row in range(0, 32, 3)],
+        [m.weight.data[row].add_(torch.ones(16)) for row in range(0, 32, 2)],
+    ),
 }
 
 
@@ -115,6 +121,13 @@ REFUSED: dict[str, tuple[Init, str]] = {
     ),
     "other_operand_after_a_step": (
         lambda m: (m.weight.data.mul_(2), m.weight.data.add_(m.weight.data * 0.5)),
+        "through another operand",
+    ),
+    "other_operand_after_a_row_step": (
+        lambda m: (
+            [m.weight.data[row].mul_(2) for row in range(0, 32, 4)],
+            m.weight.data[7:9].add_(m.weight.data[7:9] * 0.5),
+        ),
         "through another operand",
     ),
 }

@@ -241,6 +241,50 @@ def test_tree_keys_tell_computations_apart_by_every_field_and_child() -> None:
     assert again is not None and torch.equal(again, values)
 
 
+def test_a_rewrite_that_maps_a_coordinate_to_an_equal_one_keeps_the_nodes_above_it() -> None:
+    source = Source(Normal(0.0, 1.0), torch.float32, 7, (Coord(1),))
+    row = Round(Binary("mul", source, Const(0.5)), torch.float32)
+    pinned = [Const(3.0), Coord(1)]  # a row's box pins dim 0, which the value never reads
+    assert reindex(row, pinned, [(3, 4), (0, 8)], keep=False) is row
+    assert simplify(row, [(3, 4), (0, 8)]) is row
+    # A coordinate mapped elsewhere is rebuilt, and equals the rewrite by hand.
+    moved = reindex(row, [Coord(0), Coord(0)], [(0, 8), (0, 1)])
+    assert moved is not row
+    assert moved == Round(
+        Binary("mul", Source(Normal(0.0, 1.0), torch.float32, 7, (Coord(0),)), Const(0.5)),
+        torch.float32,
+    )
+
+
+def test_the_random_places_read_from_the_kept_key_are_the_places_a_walk_finds() -> None:
+    from shardinit._integration.capture.trace import claims
+    from shardinit._integration.capture.trace.before import before
+    from shardinit._program.nodes import walk_nodes
+
+    def walked(expr: Expr) -> dict[int, set[tuple[Expr, ...]]]:
+        found: dict[int, set[tuple[Expr, ...]]] = {}
+        for node in walk_nodes(expr):
+            if isinstance(node, Source):
+                found.setdefault(node.origin, set()).add(node.at)
+        return found
+
+    first = Source(Normal(0.0, 1.0), torch.float32, 1, (Coord(0), Coord(1)))
+    second = Source(Normal(0.0, 2.0), torch.float32, 2, (Coord(1), Coord(0)))
+    prior = before(99, torch.float32, 2)
+    below = Binary("lt", Coord(0), Const(2.0))
+    cases = [
+        Binary("mul", first, Const(2.0)),
+        Where(below, first, second),
+        Where(Binary("lt", first, Const(0.0)), Const(0.0), first),  # relu of a draw
+        Where(below, Binary("add", first, Const(1.0)), prior),
+        Where(below, Const(1.0), Const(2.0)),
+    ]
+    for expr in cases:
+        assert claims._random_ats(expr, lambda origin: origin) == walked(expr), expr
+    # A root maps copies to the op they copy, on either path.
+    assert claims._random_ats(cases[1], lambda origin: 5) == {5: {first.at, second.at}}
+
+
 class _Block(nn.Module):
     """A module a model builds many times: a lookup table written element by element,
     ones and zeros, and a random parameter."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -16,7 +17,6 @@ from typing import ClassVar
 
 import torch
 
-from .._caches import cached
 from ..init import BaseInit, Constant, Initializer
 from .coverage import box_union_covers
 from .exact import bare_source, holds_exactly, stored
@@ -87,6 +87,19 @@ class Action:
         return stored(value, dtype)
 
 
+def _own_coords(ndim: int) -> tuple[Expr, ...]:
+    """``(Coord(0), ..., Coord(ndim - 1))``, one tuple per ``ndim`` (shared: a rewrite
+    that maps a coordinate to an equal one keeps the nodes above it)."""
+    found = _OWN_COORDS.get(ndim)
+    if found is None:
+        found = _OWN_COORDS[ndim] = tuple(Coord(d) for d in range(ndim))
+    return found
+
+
+#: :func:`_own_coords` by the number of dims.
+_OWN_COORDS: dict[int, tuple[Expr, ...]] = {}
+
+
 @dataclass(frozen=True)
 class Fill(Action):
     """The program that is one source: every covered element gets the value of ``init``
@@ -99,7 +112,7 @@ class Fill(Action):
     def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
         if isinstance(self.init, Constant):
             return stored(Const(self.init.value), dtype)
-        return Source(self.init, dtype, origin, tuple(Coord(d) for d in range(ndim)))
+        return Source(self.init, dtype, origin, _own_coords(ndim))
 
     def plain_init(self, dtype: torch.dtype) -> BaseInit | None:
         # ``init``, unless it is a constant that ``dtype`` does not hold exactly: then
@@ -125,7 +138,7 @@ class Scale(Action):
             return combine("div" if self.divide else "mul", Prior(), Const(factor))
         if dtype != torch.float64:
             factor = (
-                _float32(factor.hex())
+                _float32(factor)
                 if isinstance(factor, float)
                 else float(torch.tensor(factor, dtype=torch.float32, device="cpu"))
             )
@@ -133,10 +146,14 @@ class Scale(Action):
         return step if dtype == torch.float64 else Round(step, torch.float32)
 
 
-@cached  # by the bits (-0.0 is not 0.0): every fold of a scaled tensor asks it again
-def _float32(bits: str) -> float:
-    """The Python number of ``float.hex`` ``bits`` as torch's float32 scalar holds it."""
-    return float(torch.tensor(float.fromhex(bits), dtype=torch.float32, device="cpu"))
+def _float32(value: float) -> float:
+    """``value`` as torch's float32 scalar holds it: a C cast (round to nearest even;
+    past float32's range an infinity of its sign), as ``struct`` packs it, with no
+    tensor made (a row loop scales each row by its own factor: one tensor a row)."""
+    try:
+        return float(struct.unpack("f", struct.pack("f", value))[0])
+    except OverflowError:
+        return math.copysign(math.inf, value)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,21 @@ from ..init import BaseInit, core_init
 from ..spec import SUPPORTED_DTYPES
 from .exact import INTEGER_DTYPES, bare_source
 from .index import as_lin
-from .nodes import Bad, Binary, Const, Coord, Expr, Round, Source, Table, Unary, Where, walk_nodes
+from .nodes import (
+    Bad,
+    Binary,
+    Const,
+    Coord,
+    Expr,
+    Round,
+    Source,
+    Table,
+    Unary,
+    Where,
+    contains,
+    kept,
+    walk_nodes,
+)
 
 __all__ = ["Compiled", "compile_program", "is_elementwise"]
 
@@ -99,7 +113,14 @@ class _Emitter:
 
 def is_elementwise(expr: Expr) -> bool:
     """Whether each element's value of ``expr`` is computed on its own (no source of it
-    is orthogonal, whose values are the whole matrix's)."""
+    is orthogonal, whose values are the whole matrix's). Kept on the node: the writer
+    asks it of a program it then compiles, which asks again."""
+    return bool(kept(expr, "_elementwise", _elementwise))
+
+
+def _elementwise(expr: Expr) -> bool:
+    if not contains(expr, Source):
+        return True  # no source at all (asked of the classes kept on the node)
     return all(node.init.elementwise for node in walk_nodes(expr) if isinstance(node, Source))
 
 

@@ -151,7 +151,10 @@ def _rebuild(
     guards: list[Expr],
 ) -> Expr:
     if isinstance(node, Coord):
-        return coords[node.dim]
+        moved = coords[node.dim]
+        # An equal coordinate is the node itself: the nodes above it are then kept, not
+        # built again (a view's own dims, a pinned box's long dims, simplify's identity).
+        return node if moved == node else moved
     if isinstance(node, Source) and repeats is not None:
         return Bad(repeats)
     if not node.children():

@@ -122,45 +122,52 @@ class WriteBackstop(DispatchMode):  # type: ignore[no-untyped-call]
             outs += [v for v in _values_at(written, args, kwargs) if not v.is_meta]
         if not outs:
             return
-        try:
-            self.check_known(func, args, kwargs)
-        except Cannot as cannot:
-            random = self.drawn(func, args, kwargs)
+        unknown = self.unknown_reason(func, args, kwargs)
+        if unknown is not None:
+            reason, random = unknown
             for out in outs:
-                self.store.mark_unknown(out, cannot.reason, random)
+                self.store.mark_unknown(out, reason, random)
 
-    def drawn(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
-        """Whether ``func`` draws from torch's generator or computes from values drawn
-        so (a random temporary, a tensor marked random): a refusal says so."""
+    def unknown_reason(
+        self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> tuple[str, bool] | None:
+        """Why the values ``func`` computes from ``args`` are unknown to the capture (the
+        first operand that makes them so), and whether ``func`` draws from torch's
+        generator or computes from values drawn so (a random temporary, a tensor marked
+        random: a refusal says so); None when they are all known (torch's own result is
+        then eager's). One walk of the operands answers both."""
         assert self.engine is not None  # derive's check
         if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
-            return True
-        for leaf in _tensor_leaves((args, kwargs)):
-            track = self.store.lookup(leaf)
-            if track is None:
-                unknown = self.store.unknown_of(leaf)
-                if unknown is not None and unknown.random:
-                    return True
-            elif track.kind == "temp" and self.engine.random(track):
-                return True
-        return False
+            return f"{_op_name(func)} at {user_frame()} draws from torch's random generator", True
+        looked = [(leaf, self.store.lookup(leaf)) for leaf in _tensor_leaves((args, kwargs))]
+        reason: str | None = None
+        try:
+            for leaf, track in looked:
+                if track is None:
+                    unknown = self.store.unknown_of(leaf)
+                    if unknown is not None:
+                        reason = unknown.why
+                        break
+                elif not self.engine.known(track):
+                    reason = (
+                        f"{_op_name(func)} at {user_frame()} computed it from {track.label}, "
+                        f"{_UNKNOWN}"
+                    )
+                    break
+        except Cannot as cannot:
+            reason = cannot.reason
+        if reason is None:
+            return None
+        return reason, any(self._drawn(leaf, track) for leaf, track in looked)
 
-    def check_known(self, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-        """Raises :class:`Cannot` saying why the values ``func`` computes from ``args``
-        are unknown to the capture; returns when they are all known (torch's own result
-        is then eager's)."""
+    def _drawn(self, leaf: torch.Tensor, track: Track | None) -> bool:
+        """Whether the operand ``leaf`` (followed as ``track``) holds values drawn from
+        torch's generator (:meth:`unknown_reason`)."""
         assert self.engine is not None  # derive's check
-        op = str(func.name()).removeprefix("aten::")
-        if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
-            raise Cannot(f"{op} at {user_frame()} draws from torch's random generator")
-        for leaf in _tensor_leaves((args, kwargs)):
-            track = self.store.lookup(leaf)
-            if track is None:
-                unknown = self.store.unknown_of(leaf)
-                if unknown is not None:
-                    raise Cannot(unknown.why)
-            elif not self.engine.known(track):
-                raise Cannot(f"{op} at {user_frame()} computed it from {track.label}, {_UNKNOWN}")
+        if track is None:
+            unknown = self.store.unknown_of(leaf)
+            return unknown is not None and unknown.random
+        return track.kind == "temp" and self.engine.random(track)
 
     def refuse_random(
         self, buffer: Track, func: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -222,6 +229,11 @@ _RANDOM = (
     "each rank; shardinit draws no stream for buffers, so a buffer must be computed "
     "deterministically (or be a parameter)"
 )
+
+
+def _op_name(func: Any) -> str:
+    """An aten overload's operation as a refusal names it (``mul``, not ``aten::mul``)."""
+    return str(func.name()).removeprefix("aten::")
 
 
 def _tensor_leaves(tree: Any) -> Iterator[torch.Tensor]:

@@ -192,6 +192,14 @@ class Writes:
         if target.kind == "temp" and type(tensor) is torch.Tensor:  # the capture's own
             with kernels_only():  # view of a plain temporary: torch's kernels alone (a
                 view = tensor[index]  # Python dispatch per index otherwise)
+        elif target.kind != "temp" and _plain_index(index):
+            # A stand-in's view by numbers and slices, for the capture's own use (its
+            # box and layout; never handed to init code): a plain view of the same
+            # storage by torch's kernels alone. Through the dispatch it would be made a
+            # checked view, for a thread or a layout that no view of a basic index
+            # meets (a row loop paid it per row).
+            with kernels_only():
+                view = tensor[index]
         else:  # a stand-in's views are checked views (session/threads.py)
             with torch_function_disabled():  # a view of a followed tensor: no mode's business
                 view = tensor[index]

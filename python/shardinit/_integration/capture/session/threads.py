@@ -289,6 +289,12 @@ def _views_checked(args: Sequence[Any], result: Any) -> Any:
     (the kernel's outputs lack the Python key)."""
     if isinstance(result, _ThreadChecked):
         return result  # an in-place operation's own operand
+    if type(result) is torch.Tensor:  # one view (w[i], w.view(...)): of an operand's storage?
+        viewed = storage_id(result)
+        if viewed is not None and any(
+            isinstance(a, _ThreadChecked) and storage_id(a) == viewed for a in args
+        ):  # (the stand-in among the arguments themselves: no walk of them)
+            return checked_tensor(result)
     leaves = [r for r in tree_leaves(result) if isinstance(r, torch.Tensor)]
     if not leaves:
         return result

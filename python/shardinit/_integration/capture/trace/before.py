@@ -113,6 +113,11 @@ def on_before(
         raise store.fail(track, op, cannot.reason) from None
     if resolved is value:  # it reads no value before init_fn: no earlier step matters
         return resolved, resolved
+    if not track.stepped(part):  # no earlier step on it (asked of the kept union: a
+        return resolved, resolved  # step per row asks no walk of the rows before it)
+    nodes = walk_nodes(step)
+    if any(isinstance(n, Prior) for n in nodes) and not any(isinstance(n, Before) for n in nodes):
+        return resolved, step
     earlier = [
         recorded
         for recorded in track.ops
@@ -120,11 +125,6 @@ def on_before(
         and recorded.action.reads_prior
         and intersect(recorded.region, part) is not None
     ]
-    if resolved is value or not earlier:
-        return resolved, resolved
-    nodes = walk_nodes(step)
-    if any(isinstance(n, Prior) for n in nodes) and not any(isinstance(n, Before) for n in nodes):
-        return resolved, step
     why = (
         "it reads values init_fn did not set through another operand than the in-place "
         f"step's own, after an earlier step on them ({earlier[-1].op} at "

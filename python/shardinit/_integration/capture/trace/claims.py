@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ...._program.actions import CapturedOp, Fill, TrackAction
 from ...._program.index import as_lin
-from ...._program.nodes import Const, Coord, Expr, Source, contains, walk_nodes
+from ...._program.nodes import Const, Coord, Expr, Source, contains, random_key, walk_nodes
 from ...._program.regions import Box, FlatRun, box_runs
 from ...._program.rewrite import reindex
 from ....init import Constant
@@ -234,6 +234,13 @@ def _random_ats(
     (written back anywhere but their own place, :func:`.before.resolve_before` refuses
     them)."""
     found: dict[int, set[tuple[Expr, ...]]] = {}
+    key = None if drawn else random_key(expr)
+    if key is not None and not any(contains(c, Source) for _, at in key for c in at):
+        # The random key kept on the node is the (origin, place) of each source under
+        # it (no walk: a row's write asks it once more), unless a place reads a source.
+        for origin, at in key:
+            found.setdefault(root(origin), set()).add(at)
+        return found
     for node in walk_nodes(expr):
         if isinstance(node, Source) and not (drawn and isinstance(node, Before)):
             found.setdefault(root(node.origin), set()).add(node.at)

@@ -117,7 +117,9 @@ class Track:
         # Holding the storage object keeps its id() from being reused during the capture.
         with torch_function_disabled():
             self.storage = self.base.untyped_storage()
-        self.layout = _layout(self.base)
+        # What check_unchanged compares against: asked of the parameters' and buffers'
+        # stand-ins only (a temporary made per operation need not pay for it).
+        self.layout = None if self.kind == "temp" else _layout(self.base)
         self._whole: tuple[torch.Size, tuple[Box, tuple[int | None, ...]] | None] | None = None
         self._kept_unions: _Unions | None = None  # made at the first question
         self._kept_pieces: tuple[int, CapturedOp | None, BoxMap] | None = None
@@ -127,7 +129,7 @@ class Track:
         about the tensor since it was followed (its class, shape, strides, dtype or
         storage: init code made it another tensor)."""
         now = _layout(self.base)
-        if now == self.layout:  # the common case, compared at once
+        if self.layout is None or now == self.layout:  # (a temporary: nothing to compare)
             return
         if now[-1] != self.layout[-1]:  # a swap changes all: the storage says it best
             raise Cannot("its storage was replaced by another tensor's")
@@ -165,6 +167,12 @@ class Track:
     def touched(self, region: Box) -> bool:
         """Whether some recorded operation (a scale too) covers an element of ``region``."""
         return self._unions().touched.meets(region)
+
+    def stepped(self, region: Box) -> bool:
+        """Whether some recorded operation that reads the values before it (a step, a
+        scale) covers an element of ``region``: kept as the other unions, so a step
+        on each of thousands of rows asks no walk of the rows before it."""
+        return self._unions().stepped.meets(region)
 
     def pieces(self, box: Box) -> list[tuple[Box, Written]]:
         """The pieces of the tensor that meet ``box`` (clipped to it), each with the
@@ -205,7 +213,11 @@ class Track:
                     kept.written.take(kept.touched)
                 else:
                     kept.written.add(op.region)
-        self._kept_unions = _Unions(len(ops), ops[-1] if ops else None, kept.written, kept.touched)
+            else:
+                kept.stepped.add(op.region)
+        self._kept_unions = _Unions(
+            len(ops), ops[-1] if ops else None, kept.written, kept.touched, kept.stepped
+        )
         return self._kept_unions
 
 
@@ -219,13 +231,15 @@ def _written_by(op: CapturedOp) -> Callable[[object], object]:
 @dataclass(frozen=True)
 class _Unions:
     """The unions of the boxes the first ``count`` operations of a track cover: those
-    that set values (``written``) and all (``touched``); ``last`` the final operation
-    (the list holds it alive, so its identity witnesses the prefix)."""
+    that set values (``written``), all (``touched``) and those that read the values
+    before them (``stepped``); ``last`` the final operation (the list holds it alive,
+    so its identity witnesses the prefix)."""
 
     count: int
     last: CapturedOp | None
     written: Coverage
     touched: Coverage
+    stepped: Coverage
 
     def prefix_of(self, ops: list[CapturedOp], ndim: int) -> bool:
         """Whether these are the unions of a prefix of ``ops``, of a tensor of ``ndim``."""
@@ -235,7 +249,7 @@ class _Unions:
 
     @staticmethod
     def empty(ndim: int) -> _Unions:
-        return _Unions(0, None, Coverage(ndim), Coverage(ndim))
+        return _Unions(0, None, Coverage(ndim), Coverage(ndim), Coverage(ndim))
 
 
 def same_view(view: torch.Tensor, value: object) -> bool:
