@@ -7,7 +7,7 @@ use half::{bf16, f16};
 
 use crate::geometry::{box_numel, checked_numel};
 use crate::init::{Dtype, Element, Init, Sampler};
-use crate::kernel;
+use crate::kernel::{self, WordTable};
 use crate::orthogonal::OrthogonalMatrix;
 use crate::philox::{Backend, Stream};
 use crate::pool::Threads;
@@ -55,7 +55,11 @@ impl<T: Element> RunWriter<T> for Source {
                 sampler,
                 table,
             } => {
-                let table = table.as_deref().and_then(|t| t.downcast_ref::<ValueTable<T>>());
+                // A table of another dtype is no table of `T`'s.
+                let table = table
+                    .as_deref()
+                    .and_then(|t| t.downcast_ref::<ValueTable<T>>())
+                    .map(|t| t as &dyn WordTable<T>);
                 write_stream(*backend, stream, sampler, table, start, out);
             }
             Source::Orthogonal(matrix) => {

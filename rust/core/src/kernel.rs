@@ -19,7 +19,6 @@
 use crate::init::{Element, Sampler, TruncNormal};
 use crate::math;
 use crate::philox::{philox_batch, Backend, BATCH_BLOCKS};
-use crate::table::ValueTable;
 
 /// Stream words per full kernel step (64 blocks): 256 one-word or 128 float64
 /// elements. Large enough that the compacted tail lanes of the inverse normal CDF
@@ -484,7 +483,17 @@ fn one_word_steps<T: Element, W: WordSource>(
     });
 }
 
-/// The words of a run whose values a table does not hold ([`ValueTable::lookup`]), and
+/// Values of one-word elements looked up by their word (a value table:
+/// [`crate::table`]), which must equal the exact kernel's.
+pub(crate) trait WordTable<T>: Sync {
+    /// `out[k]` = the value of `words[k]` where the table holds it; the other `k` (whose
+    /// words take the exact path) go to `mixed`, in order; returns their count.
+    fn values(&self, words: &[u32], out: &mut [T], mixed: &mut [u16]) -> usize;
+    /// The sampler whose values the table holds.
+    fn sampler(&self) -> &Sampler;
+}
+
+/// The words of a run whose values a table does not hold ([`WordTable::values`]), and
 /// their positions in the run's output: computed [`BIG_STEP`] at a time by the exact
 /// lane code, so that the rare lanes cost what they cost in the exact kernel.
 struct ExactLanes<T> {
@@ -534,14 +543,14 @@ impl<T: Element> ExactLanes<T> {
 }
 
 /// Elements `[start, start + out.len())` of a one-word dtype looked up in `table`
-/// ([`crate::table`]): a step's words, then each element from its word's bucket, the
-/// words of mixed buckets batched through the exact lane code ([`ExactLanes`]). Steps as
+/// ([`crate::table`]): a step's words, then each element from the table, the words it
+/// does not hold batched through the exact lane code ([`ExactLanes`]). Steps as
 /// [`word_steps`] takes them (big from a block's start, else small).
 #[inline(always)]
 fn table_steps<T: Element, W: WordSource>(
     words_of: W,
     key: [u32; 2],
-    table: &ValueTable<T>,
+    table: &dyn WordTable<T>,
     start: u64,
     out: &mut [T],
 ) {
@@ -611,7 +620,7 @@ fn steps<T: Element, W: WordSource, const TWO_WORDS: bool>(
     words_of: W,
     key: [u32; 2],
     sampler: &Sampler,
-    table: Option<&ValueTable<T>>,
+    table: Option<&dyn WordTable<T>>,
     start: u64,
     out: &mut [T],
 ) {
@@ -624,7 +633,7 @@ fn steps<T: Element, W: WordSource, const TWO_WORDS: bool>(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{steps, Avx2Words, Element, Sampler, ValueTable};
+    use super::{steps, Avx2Words, Element, Sampler, WordTable};
 
     /// [`steps`] with AVX2 words and AVX2 lane code.
     ///
@@ -634,7 +643,7 @@ mod x86 {
     pub(super) unsafe fn avx2<T: Element, const TWO_WORDS: bool>(
         key: [u32; 2],
         sampler: &Sampler,
-        table: Option<&ValueTable<T>>,
+        table: Option<&dyn WordTable<T>>,
         start: u64,
         out: &mut [T],
     ) {
@@ -651,7 +660,7 @@ mod x86 {
     pub(super) unsafe fn avx2_philox_avx512_lanes<T: Element, const TWO_WORDS: bool>(
         key: [u32; 2],
         sampler: &Sampler,
-        table: Option<&ValueTable<T>>,
+        table: Option<&dyn WordTable<T>>,
         start: u64,
         out: &mut [T],
     ) {
@@ -678,7 +687,7 @@ pub(crate) fn fill_lanes<T: Element, const TWO_WORDS: bool>(
     backend: Backend,
     key: [u32; 2],
     sampler: &Sampler,
-    table: Option<&ValueTable<T>>,
+    table: Option<&dyn WordTable<T>>,
     start: u64,
     out: &mut [T],
 ) {

@@ -5,9 +5,8 @@
 //! ([`crate::orthogonal`]) draws its normal matrix with it.
 
 use crate::init::{Element, Sampler};
-use crate::kernel;
+use crate::kernel::{self, WordTable};
 use crate::philox::{Backend, Stream};
-use crate::table::ValueTable;
 
 /// Writes elements `[start, start + out.len())` (global flat indices) of the stream
 /// `stream` through `sampler`, with the word layout of `T`'s dtype (stream-format.md §3),
@@ -17,7 +16,7 @@ pub(crate) fn write_stream<T: Element>(
     backend: Backend,
     stream: &Stream,
     sampler: &Sampler,
-    table: Option<&ValueTable<T>>,
+    table: Option<&dyn WordTable<T>>,
     start: u64,
     out: &mut [T],
 ) {

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use half::{bf16, f16};
 
 use crate::init::{Dtype, Element, Sampler};
-use crate::kernel;
+use crate::kernel::{self, WordTable};
 
 /// A bucket is the words sharing their top `BUCKET_BITS` bits.
 pub(crate) const BUCKET_BITS: u32 = 16;
@@ -111,12 +111,11 @@ impl<T: Element> ValueTable<T> {
             buckets,
         }
     }
+}
 
-    /// `out[k]` = the value of `words[k]` where its bucket holds it; the other `k` (in
-    /// mixed buckets, whose words take the exact path) go to `mixed`, in order, and
-    /// their count is returned.
-    #[inline(always)]
-    pub(crate) fn values(&self, words: &[u32], out: &mut [T], mixed: &mut [u16]) -> usize {
+impl<T: Element> WordTable<T> for ValueTable<T> {
+    /// Mixed buckets' words are the ones not held.
+    fn values(&self, words: &[u32], out: &mut [T], mixed: &mut [u16]) -> usize {
         let buckets: &[Bucket<T>; BUCKETS] = &self.buckets;
         let mut count = 0;
         for (k, (&word, slot)) in words.iter().zip(out.iter_mut()).enumerate() {
@@ -136,8 +135,7 @@ impl<T: Element> ValueTable<T> {
         count
     }
 
-    /// The sampler whose values the table holds.
-    pub(crate) fn sampler(&self) -> &Sampler {
+    fn sampler(&self) -> &Sampler {
         &self.sampler
     }
 }
@@ -159,7 +157,11 @@ fn splits<T: Element>(sampler: &Sampler, mixed: &[usize], first_values: &[T]) ->
     let mut low = vec![0u32; mixed.len()];
     let mut high = vec![LOW_MASK; mixed.len()];
     for _ in 0..LOW_BITS {
-        let middles: Vec<u32> = low.iter().zip(&high).map(|(l, h)| l + (h - l) / 2).collect();
+        let middles: Vec<u32> = low
+            .iter()
+            .zip(&high)
+            .map(|(l, h)| l + (h - l) / 2)
+            .collect();
         let words: Vec<u32> = mixed
             .iter()
             .zip(&middles)
@@ -174,7 +176,11 @@ fn splits<T: Element>(sampler: &Sampler, mixed: &[usize], first_values: &[T]) ->
             }
         }
     }
-    let split_words: Vec<u32> = mixed.iter().zip(&high).map(|(&b, h)| first_word(b) | h).collect();
+    let split_words: Vec<u32> = mixed
+        .iter()
+        .zip(&high)
+        .map(|(&b, h)| first_word(b) | h)
+        .collect();
     let split_values: Vec<T> = exact_values(sampler, &split_words);
     let last_words: Vec<u32> = mixed.iter().map(|&b| first_word(b) | LOW_MASK).collect();
     let last_values: Vec<T> = exact_values(sampler, &last_words);
@@ -217,7 +223,9 @@ pub(crate) fn table_for(sampler: &Sampler, dtype: Dtype, len: u64) -> Option<Any
     let key = table_key(sampler, dtype)?;
     // A panic elsewhere while the lock was held leaves the cache whole (a push or a
     // remove): its contents stay valid.
-    let mut cache = CACHE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut cache = CACHE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(at) = cache.iter().position(|(cached, _)| *cached == key) {
         let entry = cache.remove(at);
         let table = Arc::clone(&entry.1);
@@ -237,16 +245,11 @@ pub(crate) fn table_for(sampler: &Sampler, dtype: Dtype, len: u64) -> Option<Any
     Some(table)
 }
 
-
 #[cfg(test)]
 mod tests {
     use rayon::prelude::*;
 
     use super::*;
-    use crate::fill::ParamStream;
-    use crate::init::Init;
-    use crate::philox::Backend;
-    use crate::pool::Threads;
 
     /// Normals with tables: the usual init, unit, negative and zero `std` (signed
     /// zeros), a nonzero mean, `std` so tiny that values are subnormal or zero, and so
@@ -339,61 +342,18 @@ mod tests {
             let words = random_words(1 << 18, 0x9e37_79b9 ^ i as u32);
             let bf16_counts = check_table::<bf16>(&sampler, &words);
             let f16_counts = check_table::<f16>(&sampler, &words);
-            if sampler == (Sampler::Normal { mean: 0.0, std: 0.02 }) {
+            if sampler
+                == (Sampler::Normal {
+                    mean: 0.0,
+                    std: 0.02,
+                })
+            {
                 // Both kinds of bucket are exercised (about 2,400 and 270 for bfloat16).
                 for (two_valued, mixed) in [bf16_counts, f16_counts] {
                     assert!(two_valued > 1000 && mixed > 100, "{two_valued} {mixed}");
                 }
             }
         });
-    }
-
-    /// Fills large enough to build a table, from a word in the middle of a block, equal
-    /// the scalar reference; then a box of short rows, through the cached table.
-    #[test]
-    fn fills_through_tables_equal_the_scalar_reference() {
-        let len = TABLE_MIN_ELEMENTS as usize + 77;
-        for (i, sampler) in normals().into_iter().enumerate().take(7) {
-            let Sampler::Normal { mean, std } = sampler else {
-                unreachable!()
-            };
-            let init = Init::Normal { mean, std };
-            if init.validate().is_err() {
-                continue; // a negative std: tables of such samplers are checked above
-            }
-            let param = ParamStream {
-                key64: 0x5eed_0000 + i as u64,
-                global_shape: vec![3, len as u64],
-                init,
-            };
-            fills_equal_the_reference::<bf16>(&param, len);
-            fills_equal_the_reference::<f16>(&param, len);
-            assert!(table_for(&sampler, Dtype::BF16, 0).is_some(), "cached");
-        }
-    }
-
-    fn fills_equal_the_reference<T: Element>(param: &ParamStream, len: usize) {
-        let fill = |backend: Backend, start: u64| {
-            let mut out = vec![T::from_f64(0.0); len];
-            param
-                .fill_flat_using(backend, start, &mut out, Threads::Count(2))
-                .unwrap();
-            out.iter().map(|&v| bits(v)).collect::<Vec<_>>()
-        };
-        let rows = |backend: Backend| {
-            let region = [(0, 3), (5, 70)];
-            let mut out = vec![T::from_f64(0.0); 3 * 65];
-            param
-                .fill_box_part_using(backend, &region, 0, &mut out, Threads::Count(1))
-                .unwrap();
-            out.iter().map(|&v| bits(v)).collect::<Vec<_>>()
-        };
-        let reference = fill(Backend::Scalar, 5);
-        let reference_rows = rows(Backend::Scalar);
-        for backend in Backend::available() {
-            assert!(fill(backend, 5) == reference, "{backend:?} {:?}", param.init);
-            assert!(rows(backend) == reference_rows, "{backend:?} {:?}", param.init);
-        }
     }
 
     /// The premise of every normal table: the inverse normal CDF, as the kernel computes
