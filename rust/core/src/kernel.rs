@@ -556,7 +556,9 @@ fn table_steps<T: Element, W: WordSource>(
 ) {
     let mut big_words = [0u32; BIG_STEP];
     let mut small_words = [0u32; SMALL_STEP];
-    let mut exact = ExactLanes::new();
+    let mut mixed = [0u16; BIG_STEP];
+    // Set up at the first mixed word: a short run (a box's narrow rows) may have none.
+    let mut exact: Option<ExactLanes<T>> = None;
     let mut index = start;
     let mut done = 0;
     while done < out.len() {
@@ -569,16 +571,18 @@ fn table_steps<T: Element, W: WordSource>(
             words_of.step(index / 4, key, &mut small_words);
             (&small_words[skip..], (SMALL_STEP - skip).min(remaining))
         };
-        let mut mixed = [0u16; BIG_STEP];
         let count = table.values(&words[..take], &mut out[done..done + take], &mut mixed);
         for &k in &mixed[..count] {
             let k = usize::from(k);
+            let exact = exact.get_or_insert_with(ExactLanes::new);
             exact.push(table.sampler(), done + k, words[k], out);
         }
         done += take;
         index += take as u64;
     }
-    exact.flush(table.sampler(), out);
+    if let Some(mut exact) = exact {
+        exact.flush(table.sampler(), out);
+    }
 }
 
 /// Elements `[start, start + out.len())` of float64 (element `i` uses words `2i`,
