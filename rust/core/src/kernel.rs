@@ -15,6 +15,11 @@
 //! lanes outside it (about 15% for U32) are then compacted and run through the tail
 //! formula, again in lanes ([`math::phi_inv_tail_slice`]), with the rare lanes that
 //! formula does not cover handed to the scalar [`math::phi_inv_tail`].
+//!
+//! A fill may instead look its one-word values up in a value table ([`WordTable`],
+//! [`crate::table`]: bfloat16 and float16 normals): [`table_steps`] takes the same
+//! Philox steps, and the words the table does not hold go through these exact lanes in
+//! batches.
 
 use crate::init::{Element, Sampler, TruncNormal};
 use crate::math;
