@@ -27,7 +27,7 @@
 //! already built, and a small cache ([`table_for`]) keeps the last [`CACHED_TABLES`].
 
 use std::any::Any;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, TryLockError};
 
 use half::{bf16, f16};
 
@@ -217,6 +217,28 @@ fn table_key(sampler: &Sampler, dtype: Dtype) -> Option<TableKey> {
 /// The most recently used tables, newest first.
 static CACHE: Mutex<Vec<(TableKey, AnyTable)>> = Mutex::new(Vec::new());
 
+/// Tries to take the cache's lock before giving up on the cache.
+const CACHE_TRIES: usize = 10_000;
+
+/// `use_cache` on the cache, or `None` when its lock stays taken: the lock is held for
+/// a lookup or an insertion only (never while a table is built), so only a forked
+/// child whose parent held it at the fork finds it taken for good, and that child then
+/// fills without the cache (the same values) instead of waiting forever.
+fn with_cache<R>(use_cache: impl FnOnce(&mut Vec<(TableKey, AnyTable)>) -> R) -> Option<R> {
+    for _ in 0..CACHE_TRIES {
+        match CACHE.try_lock() {
+            Ok(mut cache) => return Some(use_cache(&mut cache)),
+            // A panic elsewhere while the lock was held leaves the cache whole (a
+            // remove or an insertion): its contents stay valid.
+            Err(TryLockError::Poisoned(poisoned)) => {
+                return Some(use_cache(&mut poisoned.into_inner()))
+            }
+            Err(TryLockError::WouldBlock) => std::thread::yield_now(),
+        }
+    }
+    None
+}
+
 /// The value table for a fill of `len` elements of `dtype` through `sampler`: a cached
 /// one, or one built now when the fill is large enough to repay it; `None` when the
 /// sampler or the dtype has none (not monotone, or not a 16-bit dtype).
@@ -225,15 +247,14 @@ pub(crate) fn table_for(sampler: &Sampler, dtype: Dtype, len: u64) -> Option<Any
         return None;
     }
     let key = table_key(sampler, dtype)?;
-    // A panic elsewhere while the lock was held leaves the cache whole (a push or a
-    // remove): its contents stay valid.
-    let mut cache = CACHE
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(at) = cache.iter().position(|(cached, _)| *cached == key) {
+    let cached = with_cache(|cache| {
+        let at = cache.iter().position(|(cached, _)| *cached == key)?;
         let entry = cache.remove(at);
         let table = Arc::clone(&entry.1);
         cache.insert(0, entry);
+        Some(table)
+    });
+    if let Some(table) = cached.flatten() {
         return Some(table);
     }
     if len < TABLE_MIN_ELEMENTS {
@@ -244,8 +265,13 @@ pub(crate) fn table_for(sampler: &Sampler, dtype: Dtype, len: u64) -> Option<Any
         Dtype::F16 => Arc::new(ValueTable::<f16>::build(sampler)),
         Dtype::F32 | Dtype::F64 => return None,
     };
-    cache.insert(0, (key, Arc::clone(&table)));
-    cache.truncate(CACHED_TABLES);
+    // Two fills may build the same table at once: the same values, kept once.
+    with_cache(|cache| {
+        if !cache.iter().any(|(cached, _)| *cached == key) {
+            cache.insert(0, (key, Arc::clone(&table)));
+            cache.truncate(CACHED_TABLES);
+        }
+    });
     Some(table)
 }
 
@@ -358,6 +384,26 @@ mod tests {
                 }
             }
         });
+    }
+
+    /// A cache lock that stays taken (a forked child's, whose parent held it at the fork)
+    /// is passed by: no table from the cache, one built for a large fill, no waiting.
+    #[test]
+    fn a_cache_lock_that_stays_taken_is_passed_by() {
+        let sampler = Sampler::Normal {
+            mean: 0.25,
+            std: 0.5,
+        };
+        let held = CACHE
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        assert!(table_for(&sampler, Dtype::BF16, 0).is_none());
+        assert!(table_for(&sampler, Dtype::BF16, TABLE_MIN_ELEMENTS).is_some());
+        drop(held);
+        assert!(table_for(&sampler, Dtype::BF16, 0).is_none(), "not cached");
+        assert!(table_for(&sampler, Dtype::BF16, TABLE_MIN_ELEMENTS).is_some());
+        assert!(table_for(&sampler, Dtype::BF16, 0).is_some(), "cached");
+        assert!(table_for(&sampler, Dtype::F16, 0).is_none(), "one dtype's");
     }
 
     /// The premise of every normal table: the inverse normal CDF, as the kernel computes
