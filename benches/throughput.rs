@@ -1,12 +1,13 @@
 //! Criterion benchmarks of the core, reported in bytes/s of output: raw words, uniform
-//! f32, normal f32, trunc_normal f32, normal bf16, each on 1 thread and on all threads;
-//! then uniform / normal / trunc_normal f32 on one thread for every backend this CPU
-//! runs (the scalar reference, the portable lane code, AVX2, AVX-512); then the region
-//! walk on one thread: boxes of short runs (a column slice) and init programs over a
-//! box, fused (a source then steps) and evaluated (coordinates).
+//! f32, normal f32, trunc_normal f32, normal bf16 and f16 (value tables), each on 1
+//! thread and on all threads; then uniform / normal / trunc_normal f32 on one thread
+//! for every backend this CPU runs (the scalar reference, the portable lane code, AVX2,
+//! AVX-512); then the region walk on one thread: boxes of short runs (a column slice)
+//! and init programs over a box, fused (a source then steps) and evaluated
+//! (coordinates).
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use half::bf16;
+use half::{bf16, f16};
 use shardinit_core::program::{BinaryOp, Program, UnaryOp};
 use shardinit_core::{Backend, Dtype, Init, OutBuf, ParamStream, Region, Stream, Threads};
 
@@ -68,6 +69,12 @@ fn bench(c: &mut Criterion) {
         });
         group.bench_with_input(BenchmarkId::new("normal_bf16", threads_name), &p, |b, p| {
             b.iter(|| p.fill_flat(0, &mut out16, threads).unwrap());
+        });
+        // Both 16-bit dtypes look normal values up in the core's value tables (built by
+        // the first fill, then cached: rust/core/src/table.rs).
+        let mut out_f16 = vec![f16::ZERO; ELEMENTS];
+        group.bench_with_input(BenchmarkId::new("normal_f16", threads_name), &p, |b, p| {
+            b.iter(|| p.fill_flat(0, &mut out_f16, threads).unwrap());
         });
         group.throughput(Throughput::Bytes((ELEMENTS * 4) as u64));
     }

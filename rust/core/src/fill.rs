@@ -7,12 +7,13 @@ use half::{bf16, f16};
 
 use crate::geometry::{box_numel, checked_numel};
 use crate::init::{Dtype, Element, Init, Sampler};
-use crate::kernel;
+use crate::kernel::{self, WordTable};
 use crate::orthogonal::OrthogonalMatrix;
 use crate::philox::{Backend, Stream};
 use crate::pool::Threads;
 use crate::region::{Region, RunWriter, Walk};
 use crate::serial::write_stream;
+use crate::table::{self, AnyTable, ValueTable};
 use crate::Error;
 
 /// One parameter of stream format v1, everything but the dtype (which comes from the
@@ -34,6 +35,8 @@ pub(crate) enum Source {
         backend: Backend,
         stream: Stream,
         sampler: Sampler,
+        /// The value table of the sampler and the fill's dtype ([`crate::table`]).
+        table: Option<AnyTable>,
     },
     Orthogonal(OrthogonalMatrix),
 }
@@ -50,7 +53,15 @@ impl<T: Element> RunWriter<T> for Source {
                 backend,
                 stream,
                 sampler,
-            } => write_stream(*backend, stream, sampler, start, out),
+                table,
+            } => {
+                // A table of another dtype is no table of `T`'s.
+                let table = table
+                    .as_deref()
+                    .and_then(|t| t.downcast_ref::<ValueTable<T>>())
+                    .map(|t| t as &dyn WordTable<T>);
+                write_stream(*backend, stream, sampler, table, start, out);
+            }
             Source::Orthogonal(matrix) => {
                 for (slot, index) in out.iter_mut().zip(start..) {
                     *slot = T::from_f64(matrix.value(index));
@@ -70,9 +81,16 @@ impl ParamStream {
         Ok(numel)
     }
 
-    /// The source of the values, once the region is known to be valid and non-empty
-    /// (an orthogonal matrix is computed here, on `threads`).
-    fn source(&self, backend: Backend, threads: Threads) -> Result<Source, Error> {
+    /// The source of the values of a fill of `len` elements of `dtype`, once the region
+    /// is known to be valid and non-empty (an orthogonal matrix is computed here, on
+    /// `threads`; a value table is taken from the cache or built here).
+    fn source(
+        &self,
+        backend: Backend,
+        dtype: Dtype,
+        len: u64,
+        threads: Threads,
+    ) -> Result<Source, Error> {
         match self.init {
             Init::Orthogonal { gain, .. } => Ok(Source::Orthogonal(OrthogonalMatrix::compute(
                 self.key64,
@@ -81,11 +99,20 @@ impl ParamStream {
                 backend,
                 threads,
             )?)),
-            init => Ok(Source::Stream {
-                backend,
-                stream: Stream::new(self.key64),
-                sampler: init.prepare()?,
-            }),
+            init => {
+                let sampler = init.prepare()?;
+                // The scalar reference always computes its values.
+                let table = match backend {
+                    Backend::Scalar => None,
+                    _ => table::table_for(&sampler, dtype, len),
+                };
+                Ok(Source::Stream {
+                    backend,
+                    stream: Stream::new(self.key64),
+                    sampler,
+                    table,
+                })
+            }
         }
     }
 
@@ -134,7 +161,7 @@ impl ParamStream {
         let Some(walk) = Walk::new(&self.global_shape, numel, region, len)? else {
             return Ok(None);
         };
-        Ok(Some((walk, self.source(backend, threads)?)))
+        Ok(Some((walk, self.source(backend, dtype, len, threads)?)))
     }
 
     /// Fills `out` with elements `[start, start + out.len())` of the flattened global

@@ -15,6 +15,11 @@
 //! lanes outside it (about 15% for U32) are then compacted and run through the tail
 //! formula, again in lanes ([`math::phi_inv_tail_slice`]), with the rare lanes that
 //! formula does not cover handed to the scalar [`math::phi_inv_tail`].
+//!
+//! A fill may instead look its one-word values up in a value table ([`WordTable`],
+//! [`crate::table`]: bfloat16 and float16 normals): [`table_steps`] takes the same
+//! Philox steps, and the words the table does not hold go through these exact lanes in
+//! batches.
 
 use crate::init::{Element, Sampler, TruncNormal};
 use crate::math;
@@ -483,6 +488,108 @@ fn one_word_steps<T: Element, W: WordSource>(
     });
 }
 
+/// Values of one-word elements looked up by their word (a value table:
+/// [`crate::table`]), which must equal the exact kernel's.
+pub(crate) trait WordTable<T>: Sync {
+    /// `out[k]` = the value of `words[k]` where the table holds it; the other `k` (whose
+    /// words take the exact path) go to `mixed`, in order; returns their count.
+    fn values(&self, words: &[u32], out: &mut [T], mixed: &mut [u16]) -> usize;
+    /// The sampler whose values the table holds.
+    fn sampler(&self) -> &Sampler;
+}
+
+/// The words of a run whose values a table does not hold ([`WordTable::values`]), and
+/// their positions in the run's output: computed [`BIG_STEP`] at a time by the exact
+/// lane code, so that the rare lanes cost what they cost in the exact kernel.
+struct ExactLanes<T> {
+    words: [u32; BIG_STEP],
+    positions: [usize; BIG_STEP],
+    values: [T; BIG_STEP],
+    count: usize,
+    scratch: Scratch,
+}
+
+impl<T: Element> ExactLanes<T> {
+    fn new() -> Self {
+        ExactLanes {
+            words: [0; BIG_STEP],
+            positions: [0; BIG_STEP],
+            values: [T::from_f64(0.0); BIG_STEP],
+            count: 0,
+            scratch: Scratch::new(),
+        }
+    }
+
+    /// Adds the word of `out[position]`; computes the pending lanes into `out` once a
+    /// step's worth is pending.
+    #[inline(always)]
+    fn push(&mut self, sampler: &Sampler, position: usize, word: u32, out: &mut [T]) {
+        self.words[self.count] = word;
+        self.positions[self.count] = position;
+        self.count += 1;
+        if self.count == BIG_STEP {
+            self.flush(sampler, out);
+        }
+    }
+
+    /// Computes the pending lanes into `out` (the words after them are left from an
+    /// earlier batch: computed, not written).
+    #[inline(always)]
+    fn flush(&mut self, sampler: &Sampler, out: &mut [T]) {
+        if self.count == 0 {
+            return;
+        }
+        transform_one_word(sampler, &self.words, &mut self.values, &mut self.scratch);
+        for k in 0..self.count {
+            out[self.positions[k]] = self.values[k];
+        }
+        self.count = 0;
+    }
+}
+
+/// Elements `[start, start + out.len())` of a one-word dtype looked up in `table`
+/// ([`crate::table`]): a step's words, then each element from the table, the words it
+/// does not hold batched through the exact lane code ([`ExactLanes`]). Steps as
+/// [`word_steps`] takes them (big from a block's start, else small).
+#[inline(always)]
+fn table_steps<T: Element, W: WordSource>(
+    words_of: W,
+    key: [u32; 2],
+    table: &dyn WordTable<T>,
+    start: u64,
+    out: &mut [T],
+) {
+    let mut big_words = [0u32; BIG_STEP];
+    let mut small_words = [0u32; SMALL_STEP];
+    let mut mixed = [0u16; BIG_STEP];
+    // Set up at the first mixed word: a short run (a box's narrow rows) may have none.
+    let mut exact: Option<ExactLanes<T>> = None;
+    let mut index = start;
+    let mut done = 0;
+    while done < out.len() {
+        let skip = (index % 4) as usize;
+        let remaining = out.len() - done;
+        let (words, take): (&[u32], usize) = if skip == 0 && remaining >= BIG_STEP {
+            words_of.step(index / 4, key, &mut big_words);
+            (&big_words, BIG_STEP)
+        } else {
+            words_of.step(index / 4, key, &mut small_words);
+            (&small_words[skip..], (SMALL_STEP - skip).min(remaining))
+        };
+        let count = table.values(&words[..take], &mut out[done..done + take], &mut mixed);
+        for &k in &mixed[..count] {
+            let k = usize::from(k);
+            let exact = exact.get_or_insert_with(ExactLanes::new);
+            exact.push(table.sampler(), done + k, words[k], out);
+        }
+        done += take;
+        index += take as u64;
+    }
+    if let Some(mut exact) = exact {
+        exact.flush(table.sampler(), out);
+    }
+}
+
 /// Elements `[start, start + out.len())` of float64 (element `i` uses words `2i`,
 /// `2i + 1`: half of block `i >> 1`).
 #[inline(always)]
@@ -514,26 +621,28 @@ fn two_word_steps<T: Element, W: WordSource>(
     });
 }
 
-/// [`one_word_steps`] (`TWO_WORDS` false) or [`two_word_steps`] with the word source
-/// `W`; the lane code is compiled for the target features of the caller.
+/// [`one_word_steps`] (`TWO_WORDS` false; through `table` when given) or
+/// [`two_word_steps`] with the word source `W`; the lane code is compiled for the target
+/// features of the caller.
 #[inline(always)]
 fn steps<T: Element, W: WordSource, const TWO_WORDS: bool>(
     words_of: W,
     key: [u32; 2],
     sampler: &Sampler,
+    table: Option<&dyn WordTable<T>>,
     start: u64,
     out: &mut [T],
 ) {
-    if TWO_WORDS {
-        two_word_steps(words_of, key, sampler, start, out);
-    } else {
-        one_word_steps(words_of, key, sampler, start, out);
+    match table {
+        _ if TWO_WORDS => two_word_steps(words_of, key, sampler, start, out),
+        Some(table) => table_steps(words_of, key, table, start, out),
+        None => one_word_steps(words_of, key, sampler, start, out),
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{steps, Avx2Words, Element, Sampler};
+    use super::{steps, Avx2Words, Element, Sampler, WordTable};
 
     /// [`steps`] with AVX2 words and AVX2 lane code.
     ///
@@ -543,10 +652,11 @@ mod x86 {
     pub(super) unsafe fn avx2<T: Element, const TWO_WORDS: bool>(
         key: [u32; 2],
         sampler: &Sampler,
+        table: Option<&dyn WordTable<T>>,
         start: u64,
         out: &mut [T],
     ) {
-        steps::<T, _, TWO_WORDS>(Avx2Words(()), key, sampler, start, out);
+        steps::<T, _, TWO_WORDS>(Avx2Words(()), key, sampler, table, start, out);
     }
 
     /// [`steps`] with AVX2 words and AVX-512 lane code: the fill kernel of
@@ -559,10 +669,11 @@ mod x86 {
     pub(super) unsafe fn avx2_philox_avx512_lanes<T: Element, const TWO_WORDS: bool>(
         key: [u32; 2],
         sampler: &Sampler,
+        table: Option<&dyn WordTable<T>>,
         start: u64,
         out: &mut [T],
     ) {
-        steps::<T, _, TWO_WORDS>(Avx2Words(()), key, sampler, start, out);
+        steps::<T, _, TWO_WORDS>(Avx2Words(()), key, sampler, table, start, out);
     }
 }
 
@@ -576,7 +687,8 @@ pub(crate) fn check_available(backend: Backend) {
 
 /// Elements `[start, start + out.len())` with a batched backend (not
 /// [`Backend::Scalar`], which the caller handles): one word per element, or two
-/// (`TWO_WORDS`, float64).
+/// (`TWO_WORDS`, float64); one-word values looked up in `table` when given (the same
+/// bits: [`crate::table`]).
 ///
 /// # Panics
 /// If this CPU cannot run `backend`.
@@ -584,6 +696,7 @@ pub(crate) fn fill_lanes<T: Element, const TWO_WORDS: bool>(
     backend: Backend,
     key: [u32; 2],
     sampler: &Sampler,
+    table: Option<&dyn WordTable<T>>,
     start: u64,
     out: &mut [T],
 ) {
@@ -591,15 +704,31 @@ pub(crate) fn fill_lanes<T: Element, const TWO_WORDS: bool>(
     match backend {
         // SAFETY: AVX2 support was just checked.
         #[cfg(target_arch = "x86_64")]
-        Backend::Avx2 => unsafe { x86::avx2::<T, TWO_WORDS>(key, sampler, start, out) },
+        Backend::Avx2 => unsafe { x86::avx2::<T, TWO_WORDS>(key, sampler, table, start, out) },
         // SAFETY: AVX-512F and AVX2 support were just checked (`available` lists
         // `Avx2PhiloxAvx512Lanes` only when both are present). Builds without this arm
         // (Rust < 1.89) report it unavailable, so `check_available` has already panicked.
         #[cfg(all(target_arch = "x86_64", shardinit_avx512))]
         Backend::Avx2PhiloxAvx512Lanes => unsafe {
-            x86::avx2_philox_avx512_lanes::<T, TWO_WORDS>(key, sampler, start, out)
+            x86::avx2_philox_avx512_lanes::<T, TWO_WORDS>(key, sampler, table, start, out)
         },
-        _ => steps::<T, _, TWO_WORDS>(PortableWords, key, sampler, start, out),
+        _ => steps::<T, _, TWO_WORDS>(PortableWords, key, sampler, table, start, out),
+    }
+}
+
+/// The values of any `words` of a one-word dtype (element `k` from `words[k]`, `out`
+/// as long as `words`) by the portable lane code: the exact values a value table is
+/// built from.
+pub(crate) fn values_of_words<T: Element>(sampler: &Sampler, words: &[u32], out: &mut [T]) {
+    assert_eq!(words.len(), out.len(), "one value per word");
+    let mut scratch = Scratch::new();
+    let mut step_words = [0u32; BIG_STEP];
+    let mut values = [T::from_f64(0.0); BIG_STEP];
+    for (words, out) in words.chunks(BIG_STEP).zip(out.chunks_mut(BIG_STEP)) {
+        // A short last chunk: the words after it are left from the one before (or 0).
+        step_words[..words.len()].copy_from_slice(words);
+        transform_one_word(sampler, &step_words, &mut values, &mut scratch);
+        out.copy_from_slice(&values[..out.len()]);
     }
 }
 

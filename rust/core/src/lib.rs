@@ -16,6 +16,7 @@ pub mod pool;
 pub mod program;
 pub mod region;
 mod serial;
+mod table;
 
 pub use batch::{fill_many, FillJob, JobValues};
 pub use error::Error;

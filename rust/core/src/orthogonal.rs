@@ -152,7 +152,7 @@ fn generate(
     if transposed {
         // a[j * m + i] = A[i, j] = N[j, i], flat index j * m + i: the stream in order.
         let fill = |(index, part): (usize, &mut [f64])| {
-            write_stream(backend, stream, &normal, (index * m) as u64, part);
+            write_stream(backend, stream, &normal, None, (index * m) as u64, part);
         };
         if parallel {
             a.par_chunks_mut(m).enumerate().for_each(fill);
@@ -169,7 +169,7 @@ fn generate(
         let mut row = [0f64; GENERATE_COLUMNS];
         for i in 0..m {
             let start = (i * n + first) as u64;
-            write_stream(backend, stream, &normal, start, &mut row[..width]);
+            write_stream(backend, stream, &normal, None, start, &mut row[..width]);
             for (c, &value) in row[..width].iter().enumerate() {
                 part[c * m + i] = value;
             }
@@ -484,7 +484,7 @@ mod tests {
             std: 1.0,
         };
         let mut n_matrix = vec![0.0; 84];
-        write_stream(Backend::Scalar, &stream, &normal, 0, &mut n_matrix);
+        write_stream(Backend::Scalar, &stream, &normal, None, 0, &mut n_matrix);
         for j in 0..7 {
             let mut r_jj = 0.0;
             for i in 0..12 {
@@ -556,7 +556,7 @@ mod tests {
             std: 1.0,
         };
         let mut n_matrix = [0.0f64; 4];
-        write_stream(Backend::Scalar, &stream, &normal, 0, &mut n_matrix);
+        write_stream(Backend::Scalar, &stream, &normal, None, 0, &mut n_matrix);
         let [a, b, c, d] = n_matrix;
         let norm = a.hypot(c);
         let (q00, q10) = (a / norm, c / norm);

@@ -5,15 +5,18 @@
 //! ([`crate::orthogonal`]) draws its normal matrix with it.
 
 use crate::init::{Element, Sampler};
-use crate::kernel;
+use crate::kernel::{self, WordTable};
 use crate::philox::{Backend, Stream};
 
 /// Writes elements `[start, start + out.len())` (global flat indices) of the stream
-/// `stream` through `sampler`, with the word layout of `T`'s dtype (stream-format.md §3).
+/// `stream` through `sampler`, with the word layout of `T`'s dtype (stream-format.md §3),
+/// looking the values up in `table` when one is given and the backend is batched (the
+/// scalar reference always computes).
 pub(crate) fn write_stream<T: Element>(
     backend: Backend,
     stream: &Stream,
     sampler: &Sampler,
+    table: Option<&dyn WordTable<T>>,
     start: u64,
     out: &mut [T],
 ) {
@@ -26,10 +29,10 @@ pub(crate) fn write_stream<T: Element>(
         (Backend::Scalar, false) => scalar_one_word(stream, sampler, start, out),
         (Backend::Scalar, true) => scalar_two_word(stream, sampler, start, out),
         (_, false) => {
-            kernel::fill_lanes::<T, false>(backend, stream.key_words(), sampler, start, out)
+            kernel::fill_lanes::<T, false>(backend, stream.key_words(), sampler, table, start, out)
         }
         (_, true) => {
-            kernel::fill_lanes::<T, true>(backend, stream.key_words(), sampler, start, out)
+            kernel::fill_lanes::<T, true>(backend, stream.key_words(), sampler, None, start, out)
         }
     }
 }

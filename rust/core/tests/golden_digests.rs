@@ -182,3 +182,38 @@ fn golden_digests_of_every_backend() {
         }
     }
 }
+
+/// The normal case's 16-bit digests once its value tables exist (the core builds them for
+/// fills of 2^20 elements or more and keeps them; smaller fills then use them too), for
+/// every batched backend: the tables give the golden bits.
+#[test]
+fn golden_digests_through_the_value_tables() {
+    let (name, _, init) = cases().swap_remove(1);
+    let large = ParamStream {
+        key64: key64(1234, name).unwrap(),
+        global_shape: vec![1 << 20],
+        init,
+    };
+    large
+        .fill_flat(0, &mut vec![bf16::ZERO; 1 << 20], Threads::Count(1))
+        .unwrap();
+    large
+        .fill_flat(0, &mut vec![f16::ZERO; 1 << 20], Threads::Count(1))
+        .unwrap();
+    let golden = |dtype: &str| {
+        let &(_, _, hex) = GOLDEN
+            .iter()
+            .find(|&&(case, d, _)| case == 1 && d == dtype)
+            .unwrap();
+        hex
+    };
+    let (_, shape, _) = &cases()[1];
+    for backend in Backend::available() {
+        for threads in [Threads::Count(1), Threads::All] {
+            let bf16_hex = digest::<bf16>(backend, threads, name, shape, init, None);
+            let f16_hex = digest::<f16>(backend, threads, name, shape, init, None);
+            assert_eq!(&bf16_hex[..16], golden("bf16"), "{backend:?} {threads:?}");
+            assert_eq!(&f16_hex[..16], golden("f16"), "{backend:?} {threads:?}");
+        }
+    }
+}
