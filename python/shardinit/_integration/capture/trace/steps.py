@@ -23,7 +23,17 @@ from ...._program.exact import (
     in_dtype,
     stored,
 )
-from ...._program.nodes import Bad, Binary, Const, Coord, Expr, Prior, Source, contains
+from ...._program.nodes import (
+    Bad,
+    Binary,
+    Const,
+    Coord,
+    Expr,
+    Prior,
+    Source,
+    bad_reasons,
+    contains,
+)
 from ...._program.rewrite import combine
 from ...._torch_compat import stored_contiguous, stored_order, torch_function_disabled, tree_leaves
 from ..ops import POINTWISE, RANDOM_SOURCES, cast, cast_dtype, no_formula, step_of
@@ -191,8 +201,17 @@ class Steps:
                 temp = self.store.new_temp(name, leaf)
                 temp.from_random = True
                 self.engine.carry_read(temp, (args, kwargs), name)
-                why = why or unfollowed(name)
+                why = why or self.unknown_operand(name, temps) or unfollowed(name)
                 self.store.hold(temp, Opaque(why), name)
+
+    def unknown_operand(self, name: str, operands: list[Track]) -> str | None:
+        """Why ``name`` (called here) computes from values the capture does not know,
+        where an operand says so itself (a buffer's that no constructor value gives,
+        :attr:`.tracks.Track.unknown`, not written since); else None."""
+        for track in operands:
+            if track.unknown and track.unknown in bad_reasons(self.engine.folded(track)):
+                return f"{name} at {user_frame()}: {track.unknown}"
+        return None
 
 
 def numbers_as_torch_takes(operands: list[Any]) -> list[Any]:
