@@ -149,3 +149,28 @@ def test_a_foreach_op_without_a_method_is_refused_as_a_write() -> None:
     assert "parameter 'weight': _foreach_maximum_ at" in message
     assert "this in-place operation on the parameter's values is not replayable" in message
     assert "test_capture_aten_overloads.py" in message
+
+
+def test_an_unfollowed_inplace_op_on_a_temporary_that_reads_a_parameter_names_the_read() -> None:
+    """``index_add_`` into a temporary reads the parameter, it does not write it: the
+    refusal says so (a write of the parameter keeps "not replayable", above)."""
+
+    def init(m: nn.Linear) -> None:
+        rows = torch.zeros(32, 16).index_add_(0, torch.tensor([0, 1]), m.weight[:2])
+        m.weight.copy_(rows)
+
+    with pytest.raises(shardinit.UnsupportedInitOpError) as raised:
+        _materialized(init)
+    message = str(raised.value)
+    assert "parameter 'weight': index_add_ at" in message
+    assert "it reads the parameter's values" in message
+    assert "an operation shardinit does not follow" in message
+    assert "not replayable" not in message
+
+
+def test_index_add_writing_a_parameter_is_refused_as_a_write() -> None:
+    with pytest.raises(shardinit.UnsupportedInitOpError) as raised:
+        _materialized(lambda m: m.weight.index_add_(0, torch.tensor([0, 0]), torch.ones(2, 16)))
+    message = str(raised.value)
+    assert "parameter 'weight': index_add_ at" in message
+    assert "this in-place operation on the parameter's values is not replayable" in message

@@ -380,6 +380,40 @@ def test_a_buffer_computed_from_values_no_constructor_recorded_is_refused(
     assert all(p.is_meta for p in model.parameters())
 
 
+class _Indexed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(2, 3)
+        self.register_buffer("idx", torch.arange(3))
+        self.register_buffer("scale", torch.ones(3))
+
+
+@pytest.mark.parametrize(
+    ("init", "buffer"),
+    [
+        (lambda m: m.proj.bias.copy_(m.idx.float()), "idx"),
+        (lambda m: m.proj.bias.copy_(torch.arange(5.0)[m.idx]), "idx"),
+        (lambda m: m.proj.bias.copy_(m.scale * 2.0), "scale"),
+    ],
+    ids=["cast", "index", "arithmetic"],
+)
+def test_a_buffer_of_unknown_values_read_by_init_code_is_named_as_the_reason(
+    init: Callable[[_Indexed], Any], buffer: str
+) -> None:
+    """Built on meta without record_constructors, a buffer's values are unknown at
+    capture: init code that computes from them is refused, saying that of the buffer
+    (not that the cast, index or step is one shardinit does not follow)."""
+    with torch.device("meta"):
+        model = _Indexed()
+    with pytest.raises(shardinit.UnsupportedInitOpError) as raised:
+        shardinit.materialize(model, seed=SEED, init_fn=lambda: init(model))
+    message = str(raised.value)
+    assert f"the values of buffer {buffer!r} are unknown" in message
+    assert "no constructor value was recorded" in message
+    assert "not an elementwise operation" not in message
+    assert all(p.is_meta for p in model.parameters())
+
+
 def test_a_float32_sin_table_copied_into_a_parameter_is_within_two_ulp() -> None:
     """A deterministic table copied into a parameter is a program the core computes in
     binary64 per shard (docs/capturing-init.md, "Rounding"): eager's float32 ``sin``

@@ -74,16 +74,25 @@ def unrouted(mode: Mode, call: Call) -> Any:
             return args[0]
         if no_formula(name):
             why = "it is an elementwise operation shardinit has no exact formula for"
-        elif is_inplace(name) and (target is not None or mode.store.params_in(args[:1])):
+        elif is_inplace(name) and (_writes_param(target) or mode.store.params_in(args[:1])):
             # on the parameter, or on a list holding it (a _foreach_ op): a write
             why = "this in-place operation on the parameter's values is not replayable"
-        else:
-            why = "it reads the parameter's values (they do not exist on meta)"
+        else:  # a read, into a result or a temporary written in place (index_add_)
+            why = (
+                "it reads the parameter's values (they do not exist on meta) in an "
+                "operation shardinit does not follow"
+            )
         raise mode.store.fail(params[0], name, why)
     reads = mode.engine.read_in((args, kwargs), name)
     if reads:  # values computed from a parameter's, beyond elementwise steps
         raise mode.store.fail(reads[0][0], name, read_reason(reads[0]))
     return unfollowed(mode, call)
+
+
+def _writes_param(target: Track | None) -> bool:
+    """Whether an operation's written tensor is a parameter (not a temporary or buffer
+    it computes into from the parameter's values: a read)."""
+    return target is not None and target.kind == "param"
 
 
 def _scattered(mode: Mode, call: Call) -> bool:

@@ -247,6 +247,16 @@ def _real_like(buffer: torch.Tensor, seed: torch.Tensor | None) -> torch.Tensor:
     return checked_tensor(torch.full(shape, fill, dtype=buffer.dtype))
 
 
+def _unknown_values(name: str) -> str:
+    """Why the values of the meta buffer ``name`` are unknown at capture (no constructor
+    value gives them): what a refusal of init code that computes from them says."""
+    return (
+        f"the values of buffer {name!r} are unknown (no constructor value was recorded: "
+        "build the model inside record_constructors(), or its constructor value cannot be "
+        "computed), so an operation on them cannot be followed"
+    )
+
+
 def _holds_unknown(values: torch.Tensor) -> bool:
     """Whether ``values`` (a stand-in after init_fn) hold a value of :data:`_UNKNOWN_BITS`."""
     unknown = _UNKNOWN_BITS.get(values.dtype)
@@ -289,6 +299,8 @@ def buffer_standins(module: nn.Module, seed_of: Seed | None = None) -> list[Buff
             if track is None:
                 stand_in = _real_like(buffer, seed) if buffer.is_meta else checked_tensor(buffer)
                 track = made[id(buffer)] = Track("buffer", stand_in, f"buffer {name!r}", name)
+                if buffer.is_meta and seed is None:
+                    track.unknown = _unknown_values(name)
             standin = BufferStandIn(name, owner, attr, buffer, track, not buffer.is_meta)
             standin.seeded = seed is not None
             found.append(standin)

@@ -48,9 +48,12 @@ class _Prefix:
 
 def never_written(track: Track) -> Expr:
     """The value of ``track``'s elements nothing wrote: a parameter's values before
-    ``init_fn`` (:mod:`.before`), else the refusal of reading them."""
+    ``init_fn`` (:mod:`.before`), else the refusal of reading them (why a buffer's are
+    unknown, :attr:`.tracks.Track.unknown`)."""
     if track.kind == "param":  # the values before init_fn (rule, default): .before
         return before(id(track), track.base.dtype, len(track.shape))
+    if track.unknown:
+        return Bad(track.unknown)
     return Bad(f"it copies elements of {track.label} that were never written")
 
 

@@ -23,7 +23,17 @@ from ...._program.exact import (
     in_dtype,
     stored,
 )
-from ...._program.nodes import Bad, Binary, Const, Coord, Expr, Prior, Source, contains
+from ...._program.nodes import (
+    Bad,
+    Binary,
+    Const,
+    Coord,
+    Expr,
+    Prior,
+    Source,
+    bad_reasons,
+    contains,
+)
 from ...._program.rewrite import combine
 from ...._torch_compat import stored_contiguous, stored_order, torch_function_disabled, tree_leaves
 from ..ops import POINTWISE, RANDOM_SOURCES, cast, cast_dtype, no_formula, step_of
@@ -172,7 +182,8 @@ class Steps:
     def taint(self, name: str, args: Any, kwargs: Any, result: Any, why: str | None = None) -> None:
         """Results of an operation shardinit does not follow, on followed temporaries:
         opaque (unless on the CPU and free of random values, then a table), with ``why``
-        (default: the operation is not followed)."""
+        (default: an operand's values unknown and why, :meth:`unknown_operand`, else the
+        operation is not followed)."""
         temps = self.store.followed((args, kwargs))
         if not temps:
             return
@@ -184,6 +195,9 @@ class Steps:
         if not leaves:  # views of followed tensors (w[i]): nothing new to follow
             return
         random = any(contains(self.engine.folded(t), (Source, Bad)) for t in temps)
+        unknown = self.unknown_operand(temps) if random and why is None else None
+        if unknown is not None:  # the reason is the operand's values, not the op
+            why = f"{name} at {user_frame()}: {unknown.unknown}"
         for leaf in leaves:
             if leaf.device.type == "cpu" and not random:
                 continue  # a CPU tensor of known values: a table if it is copied
@@ -191,8 +205,16 @@ class Steps:
                 temp = self.store.new_temp(name, leaf)
                 temp.from_random = True
                 self.engine.carry_read(temp, (args, kwargs), name)
-                why = why or unfollowed(name)
-                self.store.hold(temp, Opaque(why), name)
+                self.store.hold(temp, Opaque(why or unfollowed(name)), name)
+
+    def unknown_operand(self, operands: list[Track]) -> Track | None:
+        """The first operand whose values read are unknown to the capture and which says
+        why itself (a buffer's that no constructor value gives and nothing wrote since,
+        :attr:`.tracks.Track.unknown`); else None."""
+        for track in operands:
+            if track.unknown and track.unknown in bad_reasons(self.engine.folded(track)):
+                return track
+        return None
 
 
 def numbers_as_torch_takes(operands: list[Any]) -> list[Any]:

@@ -99,6 +99,9 @@ class Track:
         strides: the strides init code gave a parameter or buffer by ``tensor.data =
             value`` of a dense ``value`` that is not row-major (eager's tensor takes
             them); as with ``memory_format``, the meta tensor takes them after.
+        unknown: for a buffer's stand-in whose values before init_fn no constructor
+            value gives, why they are unknown: elements init code did not write read as
+            a refusal saying so (:func:`.folds.never_written`); "" when they are known.
     """
 
     kind: TrackKind
@@ -112,6 +115,7 @@ class Track:
     emptied: bool = False
     memory_format: torch.memory_format | None = None
     strides: tuple[int, ...] | None = None
+    unknown: str = ""
 
     def __post_init__(self) -> None:
         # Holding the storage object keeps its id() from being reused during the capture.
