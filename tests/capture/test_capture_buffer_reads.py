@@ -148,3 +148,33 @@ def _results(world: int) -> dict[str, list[str]]:
 @pytest.mark.parametrize("world", [1, 2])
 def test_buffer_reads_under_fsdp2_give_eager_values(world: int) -> None:
     assert_check_passed(_results(world), "buffer_reads")
+
+
+def test_a_step_on_a_buffer_written_in_part_reads_the_write_and_the_constructor_value() -> None:
+    def init(m: _Tables) -> None:
+        m.fb[0] = 5.0
+        m.proj.bias.copy_(m.fb * 2)
+
+    eager, meta = _eager(init), _meta()
+    with torch.no_grad():
+        shardinit.materialize(meta, seed=SEED, init_fn=lambda: init(meta))
+    assert torch.equal(meta.proj.bias.detach(), eager.proj.bias.detach())
+    assert meta.proj.bias.tolist() == [10.0, 1.0, 2.0] and meta.fb.tolist() == [5.0, 0.5, 1.0]
+
+
+@pytest.mark.parametrize("read_before", [False, True])
+def test_a_step_on_a_buffer_emptied_by_to_empty_is_refused_naming_it(read_before: bool) -> None:
+    meta = _meta()
+
+    def init_fn() -> None:
+        with torch.no_grad():
+            if read_before:  # its known values were read (and folded) before it was emptied
+                _ = meta.fb * 3
+            meta.to_empty(device="cpu")
+            meta.proj.bias.copy_(meta.fb + 1)
+            meta.fb.copy_(torch.arange(3.0))  # computed again: the buffer itself is fine
+
+    with pytest.raises(
+        shardinit.UnsupportedInitOpError, match=r"'proj.bias'.*buffer 'fb' are unknown \(to_empty"
+    ):
+        shardinit.materialize(meta, seed=SEED, init_fn=init_fn)

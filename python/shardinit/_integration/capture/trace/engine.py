@@ -114,7 +114,7 @@ class Engine:
     def __init__(self, store: RecordStore) -> None:
         self.store = store
         self.rng_start = torch.default_generator.get_state()
-        self.folds: dict[int, tuple[int, CapturedOp | None, Expr]] = {}
+        self.folds: dict[int, tuple[tuple[int, bool], CapturedOp | None, Expr]] = {}
         self.left_folds = Folds(op_value)
         self.places = RandomPlaces(store)
 
@@ -153,13 +153,14 @@ class Engine:
         """The value of every element of ``track``'s base, over its coordinates (the same
         expression object while nothing is written to it)."""
         last = track.ops[-1] if track.ops else None
+        key = (len(track.ops), track.emptied)  # emptied: unwritten elements unknown
         cached = self.folds.get(id(track))
-        if cached is not None and cached[0] == len(track.ops) and cached[1] is last:
+        if cached is not None and cached[0] == key and cached[1] is last:
             return cached[2]
         with torch_function_disabled():  # a fold reads layouts only (no device mode call)
             value, of_memory = self.fold(track)
         if not of_memory:  # a table of the tensor's memory is read afresh: a write may
-            self.folds[id(track)] = (len(track.ops), last, value)  # be recorded, then run
+            self.folds[id(track)] = (key, last, value)  # be recorded, then run
         return value
 
     def folded_over(self, track: Track, box: Box) -> Expr:
