@@ -178,3 +178,34 @@ def test_a_step_on_a_buffer_emptied_by_to_empty_is_refused_naming_it(read_before
         shardinit.UnsupportedInitOpError, match=r"'proj.bias'.*buffer 'fb' are unknown \(to_empty"
     ):
         shardinit.materialize(meta, seed=SEED, init_fn=init_fn)
+
+
+def test_a_plain_copy_of_a_buffer_emptied_by_to_empty_is_refused_naming_it() -> None:
+    meta = _meta()
+
+    def init_fn() -> None:
+        with torch.no_grad():
+            meta.to_empty(device="cpu")
+            meta.proj.bias.copy_(meta.fb)  # the stand-in holds no value of it here
+            meta.fb.copy_(torch.arange(3.0))
+
+    with pytest.raises(
+        shardinit.UnsupportedInitOpError, match=r"'proj.bias'.*buffer 'fb' are unknown \(to_empty"
+    ):
+        shardinit.materialize(meta, seed=SEED, init_fn=init_fn)
+
+
+def test_the_written_part_of_a_buffer_emptied_by_to_empty_is_read_as_written() -> None:
+    def init(m: _Tables) -> None:
+        m.to_empty(device="cpu")
+        m.fb[:2] = torch.tensor([0.25, 0.75])
+        m.proj.bias[:2].copy_(m.fb[:2])  # the written part only
+        m.fb[2:] = 1.0
+        m.proj.bias[2:].copy_(m.fb[2:] * 0.5)
+        m.idx.copy_(torch.tensor([2, 0, 1]))
+
+    eager, meta = _eager(init), _meta()
+    with torch.no_grad():
+        shardinit.materialize(meta, seed=SEED, init_fn=lambda: init(meta))
+    assert torch.equal(meta.proj.bias.detach(), eager.proj.bias.detach())
+    assert meta.proj.bias.tolist() == [0.25, 0.75, 0.5] and meta.idx.tolist() == [2, 0, 1]

@@ -85,7 +85,7 @@ from ....spec import ParamSpec
 from ..ops import Translation
 from .before import Before, on_before
 from .claims import RandomPlaces
-from .folds import Folds, never_written
+from .folds import Folds, never_written, unknown_values
 from .frames import user_frame
 from .store import RecordStore
 from .structured import fill_action
@@ -213,8 +213,8 @@ class Engine:
         if not isinstance(value, torch.Tensor):
             return Bad(f"an operand of type {type(value).__name__}")
         track = self.store.lookup(value)
-        if track is None or track.kind == "buffer":
-            return self.table_of(value)
+        if track is None or track.kind == "buffer":  # a buffer's where known: _unknown_read
+            return _unknown_read(self, value, track) or self.table_of(value)
         with torch_function_disabled():  # its own layout (see torch_function_disabled)
             if value.dtype != track.base.dtype:
                 return Bad(f"a view of {track.label} as another dtype")
@@ -554,6 +554,23 @@ def read_reason(read: tuple[Track, str]) -> str:
         f"it reads the values of {track.label} ({where_}), which do not exist on meta "
         "(only their shape and dtype may be used, e.g. by ones_like)"
     )
+
+
+def _unknown_read(engine: Engine, view: torch.Tensor, track: Track | None) -> Bad | None:
+    """The refusal of reading ``view`` of a buffer where it meets elements whose values
+    are unknown (:func:`.folds.unknown_values`: no constructor value, or emptied, and
+    not written since), which its stand-in holds no value of; else None (its values)."""
+    why = "" if track is None else unknown_values(track)
+    if track is None or not why or why not in bad_reasons(folded := engine.folded(track)):
+        return None
+    with torch_function_disabled():  # its own layout (see torch_function_disabled)
+        if view.dtype != track.base.dtype:
+            return Bad(why)  # another dtype's elements: any unknown one may be read
+        offset = int(view.storage_offset() - track.base.storage_offset())
+        shape, stride = view.shape, stored_strides(view)
+    coords, _ = strided_coords(shape, stride, offset, track.shape)
+    read = simplify(reindex(folded, coords, whole(shape)), whole(shape))
+    return Bad(why) if why in bad_reasons(read) else None
 
 
 def _box_read(coords: Sequence[Expr]) -> bool:
