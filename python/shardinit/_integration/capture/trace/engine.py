@@ -85,7 +85,7 @@ from ....spec import ParamSpec
 from ..ops import Translation
 from .before import Before, on_before
 from .claims import RandomPlaces
-from .folds import Folds, never_written
+from .folds import Folds, never_written, unknown_values
 from .frames import user_frame
 from .store import RecordStore
 from .structured import fill_action
@@ -114,7 +114,7 @@ class Engine:
     def __init__(self, store: RecordStore) -> None:
         self.store = store
         self.rng_start = torch.default_generator.get_state()
-        self.folds: dict[int, tuple[int, CapturedOp | None, Expr]] = {}
+        self.folds: dict[int, tuple[tuple[int, bool], CapturedOp | None, Expr]] = {}
         self.left_folds = Folds(op_value)
         self.places = RandomPlaces(store)
 
@@ -153,13 +153,14 @@ class Engine:
         """The value of every element of ``track``'s base, over its coordinates (the same
         expression object while nothing is written to it)."""
         last = track.ops[-1] if track.ops else None
+        key = (len(track.ops), track.emptied)  # emptied: unwritten elements unknown
         cached = self.folds.get(id(track))
-        if cached is not None and cached[0] == len(track.ops) and cached[1] is last:
+        if cached is not None and cached[0] == key and cached[1] is last:
             return cached[2]
         with torch_function_disabled():  # a fold reads layouts only (no device mode call)
             value, of_memory = self.fold(track)
         if not of_memory:  # a table of the tensor's memory is read afresh: a write may
-            self.folds[id(track)] = (len(track.ops), last, value)  # be recorded, then run
+            self.folds[id(track)] = (key, last, value)  # be recorded, then run
         return value
 
     def folded_over(self, track: Track, box: Box) -> Expr:
@@ -212,8 +213,8 @@ class Engine:
         if not isinstance(value, torch.Tensor):
             return Bad(f"an operand of type {type(value).__name__}")
         track = self.store.lookup(value)
-        if track is None or track.kind == "buffer":
-            return self.table_of(value)
+        if track is None or track.kind == "buffer":  # a buffer's where known: _unknown_read
+            return _unknown_read(self, value, track) or self.table_of(value)
         with torch_function_disabled():  # its own layout (see torch_function_disabled)
             if value.dtype != track.base.dtype:
                 return Bad(f"a view of {track.label} as another dtype")
@@ -553,6 +554,23 @@ def read_reason(read: tuple[Track, str]) -> str:
         f"it reads the values of {track.label} ({where_}), which do not exist on meta "
         "(only their shape and dtype may be used, e.g. by ones_like)"
     )
+
+
+def _unknown_read(engine: Engine, view: torch.Tensor, track: Track | None) -> Bad | None:
+    """The refusal of reading ``view`` of a buffer where it meets elements whose values
+    are unknown (:func:`.folds.unknown_values`: no constructor value, or emptied, and
+    not written since), which its stand-in holds no value of; else None (its values)."""
+    why = "" if track is None else unknown_values(track)
+    if track is None or not why or why not in bad_reasons(folded := engine.folded(track)):
+        return None
+    with torch_function_disabled():  # its own layout (see torch_function_disabled)
+        if view.dtype != track.base.dtype:
+            return Bad(why)  # another dtype's elements: any unknown one may be read
+        offset = int(view.storage_offset() - track.base.storage_offset())
+        shape, stride = view.shape, stored_strides(view)
+    coords, _ = strided_coords(shape, stride, offset, track.shape)
+    read = simplify(reindex(folded, coords, whole(shape)), whole(shape))
+    return Bad(why) if why in bad_reasons(read) else None
 
 
 def _box_read(coords: Sequence[Expr]) -> bool:

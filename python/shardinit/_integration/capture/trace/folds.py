@@ -20,12 +20,12 @@ import torch
 
 from ...._program.actions import CapturedOp
 from ...._program.index import in_box
-from ...._program.nodes import Bad, Expr, Source, contains
+from ...._program.nodes import Bad, Const, Expr, Source, contains
 from ...._program.rewrite import where
 from .before import before
 from .tracks import Track
 
-__all__ = ["Folds", "never_written"]
+__all__ = ["BUFFER_KNOWN", "Folds", "never_written", "unknown_values"]
 
 #: What an operation leaves in the elements it covers, given their value before
 #: (:func:`.engine.op_value`).
@@ -35,26 +35,50 @@ OpValue = Callable[[CapturedOp, Track, Expr], Expr]
 @dataclass(frozen=True)
 class _Prefix:
     """The fold of a track's first ``count`` operations (``last`` the final one), for
-    its shape and dtype then; ``never`` the value of elements no operation wrote;
+    its shape, dtype and whether emptied then; ``never`` the value of elements no operation wrote;
     ``random``: some operation wrote random values."""
 
     count: int
     last: CapturedOp | None
-    layout: tuple[tuple[int, ...], torch.dtype]
+    layout: tuple[tuple[int, ...], torch.dtype, bool]
     never: Expr
     value: Expr
     random: bool
 
 
+#: The elements of a buffer's stand-in that hold its values before init_fn, known (its
+#: constructor's, or a real buffer's own): a buffer's fold marks where its real values
+#: are known, not the values (they are read from the stand-in, as a write's are).
+BUFFER_KNOWN = Const(0.0)
+
+
 def never_written(track: Track) -> Expr:
     """The value of ``track``'s elements nothing wrote: a parameter's values before
-    ``init_fn`` (:mod:`.before`), else the refusal of reading them (why a buffer's are
-    unknown, :attr:`.tracks.Track.unknown`)."""
+    ``init_fn`` (:mod:`.before`); a buffer's known ones (:data:`BUFFER_KNOWN`), unless
+    unknown (the refusal says why, :func:`unknown_values`); else the refusal of reading
+    them."""
     if track.kind == "param":  # the values before init_fn (rule, default): .before
         return before(id(track), track.base.dtype, len(track.shape))
-    if track.unknown:
-        return Bad(track.unknown)
+    unknown = unknown_values(track)
+    if unknown:
+        return Bad(unknown)
+    if track.kind == "buffer":
+        return BUFFER_KNOWN
     return Bad(f"it copies elements of {track.label} that were never written")
+
+
+def unknown_values(track: Track) -> str:
+    """Why the values of a buffer's elements init code did not write are unknown (no
+    constructor value gives them, :attr:`.tracks.Track.unknown`; or ``to_empty``
+    emptied it), or "" where they are known or ``track`` is no buffer."""
+    if track.unknown:
+        return track.unknown
+    if track.kind == "buffer" and track.emptied:
+        return (
+            f"the values of {track.label} are unknown (to_empty emptied it, and init code "
+            "did not write them since), so an operation on them cannot be followed"
+        )
+    return ""
 
 
 class Folds:
@@ -69,7 +93,7 @@ class Folds:
         """``(value, never, random)``: the fold of all of ``track``'s operations, the
         value of elements none wrote, and whether some wrote random values."""
         ops = track.ops
-        layout = (track.shape, track.base.dtype)
+        layout = (track.shape, track.base.dtype, track.emptied)  # emptied: never_written
         kept = self.prefixes.get(id(track))
         if kept is None or not _extends(kept, ops, layout):
             never = never_written(track)

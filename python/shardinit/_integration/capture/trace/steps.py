@@ -38,6 +38,7 @@ from ...._program.rewrite import combine
 from ...._torch_compat import stored_contiguous, stored_order, torch_function_disabled, tree_leaves
 from ..ops import POINTWISE, RANDOM_SOURCES, cast, cast_dtype, no_formula, step_of
 from .engine import Engine, constants_table
+from .folds import unknown_values
 from .frames import user_frame
 from .store import RecordStore
 from .tracks import Track, run_op
@@ -197,7 +198,7 @@ class Steps:
         random = any(contains(self.engine.folded(t), (Source, Bad)) for t in temps)
         unknown = self.unknown_operand(temps) if random and why is None else None
         if unknown is not None:  # the reason is the operand's values, not the op
-            why = f"{name} at {user_frame()}: {unknown.unknown}"
+            why = f"{name} at {user_frame()}: {unknown_values(unknown)}"
         for leaf in leaves:
             if leaf.device.type == "cpu" and not random:
                 continue  # a CPU tensor of known values: a table if it is copied
@@ -209,10 +210,11 @@ class Steps:
 
     def unknown_operand(self, operands: list[Track]) -> Track | None:
         """The first operand whose values read are unknown to the capture and which says
-        why itself (a buffer's that no constructor value gives and nothing wrote since,
-        :attr:`.tracks.Track.unknown`); else None."""
+        why itself (a buffer's that no constructor value gives, or that to_empty
+        emptied, and nothing wrote since: :func:`.folds.unknown_values`); else None."""
         for track in operands:
-            if track.unknown and track.unknown in bad_reasons(self.engine.folded(track)):
+            why = unknown_values(track)
+            if why and why in bad_reasons(self.engine.folded(track)):
                 return track
         return None
 
