@@ -92,11 +92,13 @@ $(BUILD_STAMP): $(CORE) $(RUST_SOURCES) pyproject.toml
 demo: setup
 	$(PY) -m shardinit demo
 
-# test-rust needs no Python (below), so it builds and runs while uv sets up the venv:
-# two jobs, each one's output printed when it ends. Then pytest.
+# test-rust needs no Python (below), so it builds and runs beside the whole Python side
+# (uv's set-up, the extension, then pytest): two jobs, each one's output printed when it
+# ends. pytest keeps about one core busy, so the Rust test build that outlasts the set-up
+# takes the other one instead of holding pytest back (a fresh clone's make test on 2
+# cores: 8:09 with pytest after both, measured 2026-12-06).
 test:
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-rust test-deps
-	$(MAKE) --no-print-directory test-python
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-rust test-python
 
 test-deps: setup $(CLIENTS)
 
