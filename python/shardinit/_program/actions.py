@@ -34,6 +34,7 @@ __all__ = [
     "Opaque",
     "ParamRecord",
     "Scale",
+    "Selected",
     "TrackAction",
     "base_ops",
     "constant_fill",
@@ -200,6 +201,29 @@ class Masked(Action):
 
     def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
         return where(self.cond, Const(self.value), Prior())
+
+
+@dataclass(frozen=True)
+class Selected(Action):
+    """``inner`` where ``cond`` (a program of the parameter's GLOBAL coordinates, free of
+    random values) holds, else the element's value before: any write through a view
+    whose elements are no box (``w[::2] = 0``, ``w[:, ::3].normal_()``,
+    ``w.diagonal().mul_(2)``), recorded on a box around them (:mod:`.selection`).
+    ``inner``'s program is over global coordinates as every action's is (its random
+    source read at each element's own index), so each element the view holds gets what
+    the same write through a box holding it gives.
+
+    Attributes:
+        cond: where the view's elements lie (nonzero: one of them).
+        inner: the write's own action.
+    """
+
+    cond: Expr
+    inner: Action
+    reads_prior: ClassVar[bool] = True
+
+    def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
+        return where(self.cond, self.inner.program(dtype, ndim, origin), Prior())
 
 
 def constant_fill(value: float) -> Action:
