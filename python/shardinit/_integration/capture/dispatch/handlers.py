@@ -196,14 +196,20 @@ def into_out(mode: Mode, call: Call, types: Any) -> Any:
     return out
 
 
+#: Views whose second tensor (``other``) gives the result's shape and nothing else.
+_SHAPE_FROM_OTHER = frozenset({"view_as", "expand_as", "reshape_as"})
+
+
 def view(mode: Mode, call: Call) -> Any:
     """A view (or an index by tensors, a copy): of a parameter, a view the stand-in
     follows (a copy of its values is a read, refused); of known meta temporaries
     indexed by tensors, run on the CPU; else its result opaque."""
     _refuse_dtype_view(mode, call.name, call.args, call.kwargs)
-    params = mode.store.params_in((call.args, call.kwargs))
+    # ``x.view_as(p)`` reads ``p``'s shape alone: ``x`` is the one viewed.
+    operands = (call.args[:1], {}) if call.name in _SHAPE_FROM_OTHER else (call.args, call.kwargs)
+    params = mode.store.params_in(operands)
     why: str | None = None
-    if not params and tensors_in((call.args[1:], call.kwargs)):  # indexing by tensors: a copy
+    if not params and tensors_in((operands[0][1:], operands[1])):  # indexing by tensors: a copy
         result, why = _on_cpu(mode, call)
         if result is not NOT_MINE:
             return result
@@ -213,7 +219,7 @@ def view(mode: Mode, call: Call) -> Any:
             if mode.store.lookup(leaf) is None:
                 raise mode.store.fail(params[0], call.name, "it copies the values (a read)")
         return result
-    mode.steps.taint(call.name, call.args, call.kwargs, result, why)  # advanced indexing copies
+    mode.steps.taint(call.name, *operands, result, why)  # advanced indexing copies
     return result
 
 

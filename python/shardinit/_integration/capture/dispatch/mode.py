@@ -259,7 +259,7 @@ class CaptureMode(TorchFunctionMode):
         entry = INIT_TRANSLATIONS[init_name]
         values = [arguments.get(n, d) for n, d in zip(entry.names, entry.defaults, strict=True)]
         listed = ", ".join(f"{n}={shown(v)}" for n, v in zip(entry.names, values, strict=True))
-        self.coordinates.write(track, tensor, entry, values, f"torch.nn.init.{init_name}({listed})")
+        self.engine.write(track, tensor, entry, values, f"torch.nn.init.{init_name}({listed})")
 
 
 def _valueless(track: Track, tensor: Any) -> bool:

@@ -63,7 +63,7 @@ def write_translated(mode: Mode, call: Call) -> Any:
     values = bind(call.args[1:], options, entry)
     arguments = ", ".join(f"{n}={shown(v)}" for n, v in zip(entry.names, values, strict=True))
     op = f"{call.name.strip('_')}_({arguments})"
-    mode.coordinates.write(_target(call), call.args[0], entry, values, op)
+    mode.engine.write(_target(call), call.args[0], entry, values, op)
     return _written(mode, call)
 
 

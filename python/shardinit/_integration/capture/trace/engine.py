@@ -339,7 +339,7 @@ class Engine:
             except Cannot as cannot:
                 raise self.store.fail(track, op, cannot.reason) from None
         recorded = self.store.append(track, view, action, op)
-        if recorded is not None and recorded.action is action:
+        if recorded is not None:  # (an Opaque the store made of it draws nothing)
             self.places.recorded(track, recorded, op)
             if isinstance(action, Fill) and recorded.region == whole(track.shape):
                 track.reads.clear()  # a fill of all of it: no value read before is left
