@@ -173,7 +173,10 @@ DETERMINISTIC: dict[str, Init] = {
     "diagonal_mul": lambda m: _w(m).diagonal().mul_(-1.0),
     "step_slice_row_steps": lambda m: [  # 144 steps, each reading its row's steps before
         m.c.weight[o, i, k, ::2].add_(float(o + i + k + p))
-        for p in range(2) for o in range(6) for i in range(4) for k in range(3)
+        for p in range(2)
+        for o in range(6)
+        for i in range(4)
+        for k in range(3)
     ],  # fmt: skip
     "step_slice_nan_sentinel": lambda m: (_w(m)[::2].fill_(float("nan")), _w(m).zero_()),
     # Values known at capture written at positions known at capture:

@@ -26,6 +26,7 @@ from ...._torch_compat import (
 from ..ops import (
     FACTORIES,
     MOVES,
+    cast_dtype,
     dropout_drops,
     foreach_parts,
     is_inplace,
@@ -468,7 +469,26 @@ def cast(mode: Mode, call: Call) -> Any:
         return _param_cast(mode, call, call.target)
     if call.target is None or call.target.kind != "temp" or call.name in MOVES:
         return NOT_MINE  # a temporary's move: run on its CPU values where known
+    if _truncates(call):
+        result, _ = _on_cpu(mode, call)  # values known at capture: torch's own cast
+        if result is not NOT_MINE:
+            return result
     return mode.steps.cast_temp(call.name, call.func, call.args, call.kwargs)
+
+
+def _truncates(call: Call) -> bool:
+    """Whether ``call`` casts float values to an integer dtype: a step that jumps by a
+    unit where its operand crosses an integer, so a value within the last bits of
+    eager's is not enough (as for ``%`` and ``//``): on values known at capture it is
+    torch's own CPU cast, eager's, also where interval bounds cannot show the values in
+    the dtype's range (``(log(t) * 10).int()``; docs/capturing-init.md, "Floats to
+    integers")."""
+    dtype = cast_dtype(call.name, call.args, call.kwargs)
+    source = call.args[0].dtype if call.args and isinstance(call.args[0], torch.Tensor) else None
+    return (
+        dtype is not None and source is not None and source.is_floating_point
+        and not dtype.is_floating_point and dtype != torch.bool
+    )  # fmt: skip
 
 
 def _as_tensor_to(call: Call) -> Call:
