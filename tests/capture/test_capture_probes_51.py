@@ -177,7 +177,7 @@ DETERMINISTIC: dict[str, Init] = {
         for o in range(6)
         for i in range(4)
         for k in range(3)
-    ],  # fmt: skip
+    ],
     "step_slice_nan_sentinel": lambda m: (_w(m)[::2].fill_(float("nan")), _w(m).zero_()),
     # Values known at capture written at positions known at capture:
     "index_copy_": lambda m: _w(m).index_copy_(0, torch.tensor([1, 4, 7]), _table(3, 16)),

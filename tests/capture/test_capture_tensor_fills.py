@@ -98,9 +98,7 @@ def test_a_random_0d_value_into_one_element_is_drawn_there() -> None:
         with torch.device("meta"):
             model = _Lambdas(lambda t: t)
 
-        def init_fn(
-            code: Callable[[torch.Tensor], object] = code, model: _Lambdas = model
-        ) -> None:
+        def init_fn(code: Callable[[torch.Tensor], object] = code, model: _Lambdas = model) -> None:
             with torch.no_grad():
                 model.lambdas.zero_()
                 code(model.lambdas)
