@@ -89,8 +89,8 @@ class DeferredFills:
     The values are there when the ``with`` block ends (:meth:`__exit__` writes the last
     batch, waits for every one and bumps the tensors' versions as :func:`fill` does), so
     only a writer that reads none of the tensors meanwhile passes one
-    (:meth:`shardinit._integration.plan.Plan.fill`, which writes a whole model). The
-    first error of a batch is raised there; leaving on an error, the batch under way is
+    (:meth:`shardinit._integration.plan.Plan.allocate_and_fill`, which writes a whole
+    model). The first error of a batch is raised there; leaving on an error, the batch under way is
     waited for and nothing more is started.
     """
 
