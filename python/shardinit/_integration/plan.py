@@ -201,13 +201,21 @@ class Plan:
         """The phases after planning, for every region source: check (raises before
         anything is allocated), allocate, fill, buffers. Each target is allocated just
         before it is filled, so the core writes the first parameters while the next
-        ones are allocated."""
+        ones are allocated; the buffers are set while it writes the last ones, unless
+        ``buffer_init`` (the user's code, which may read parameters) sets some."""
         _refuse_shared_storage(root)
         self.check(overwrite=overwrite, buffer_init=buffer_init)
         self.allocate_dtensors(root, device)
-        self.allocate_and_fill(device if device is not None else torch.device("cpu"))
-        self.allocate_buffers(device if device is not None else torch.device("cpu"))
-        self.fill_buffers(root, buffer_init)
+        plain_device = device if device is not None else torch.device("cpu")
+        with DeferredFills() as deferred:
+            self.allocate_and_fill(plain_device, deferred)
+            if buffer_init is None:
+                self.allocate_buffers(plain_device)
+                self.fill_buffers(root, buffer_init)
+        self._bump_versions()
+        if buffer_init is not None:
+            self.allocate_buffers(plain_device)
+            self.fill_buffers(root, buffer_init)
 
     def allocate_dtensors(self, root: nn.Module, device: torch.device | None) -> None:
         """Gives every DTensor shard still on meta storage on ``device`` (default the
@@ -247,16 +255,20 @@ class Plan:
                 )
                 module._buffers[attr] = allocated
 
-    def allocate_and_fill(self, device: torch.device) -> None:
-        """Gives each target still on meta storage on ``device``, then writes its values."""
+    def allocate_and_fill(self, device: torch.device, deferred: DeferredFills) -> None:
+        """Gives each target still on meta storage on ``device``, then writes its values,
+        leaving fills to ``deferred`` (they are all written when its block ends)."""
         # Fills into CPU tensors are written by the core while the next parameters are
         # allocated and planned (no target reads what it wrote before the block ends,
         # where they are all written; a target's allocation touches no other's memory).
-        with torch.no_grad(), DeferredFills() as deferred:
+        with torch.no_grad():
             fills = writer(deferred)
             for plan in self.params:
                 plan.target.allocate(device)
                 plan.target.fill(plan.values, fills)
+
+    def _bump_versions(self) -> None:
+        """Bumps the version of every parameter filled, once they are all written."""
         # The targets write through .data (a tensor with its own version counter): bump
         # each parameter's, as torch's in-place init does, so that a graph that saved one
         # (materialize with overwrite=True on a model in use) refuses to backward.
