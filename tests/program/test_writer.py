@@ -303,9 +303,7 @@ def test_programs_deferred_side_by_side_equal_programs_written_one_at_a_time(
         batches.append((programs, threads))
         return start(fills, threads)
 
-    monkeypatch.setattr(
-        _fill.DeferredFills, "ELEMENTS", 30_000 * _fill.DeferredFills.PROGRAM_COST
-    )
+    monkeypatch.setattr(_fill.DeferredFills, "ELEMENTS", 30_000 * _fill.DeferredFills.PROGRAM_COST)
     monkeypatch.setattr(_fill, "start_fills_cpu", spy)
     model, init_fn = _trunc_normal_layers(12)
     shardinit.materialize(model, seed=SEED, init_fn=init_fn)

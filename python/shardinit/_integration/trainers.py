@@ -63,4 +63,3 @@ def _prepared(module: nn.Module) -> bool:
 
 #: No value in a module's ``__dict__``.
 _UNSET = object()
-
