@@ -37,7 +37,6 @@ __all__ = [
     "Registers",
     "fill",
     "fill_not_elementwise",
-    "on_one_thread",
     "values_elementwise",
 ]
 
@@ -68,54 +67,57 @@ def values_elementwise(spec: ParamSpec, registers: Registers | None) -> bool:
     return spec.base_init.elementwise if registers is None else registers.elementwise
 
 
-def on_one_thread(elementwise: bool, out: torch.Tensor) -> bool:
-    """Whether the core writes ``out`` on the calling thread, whatever ``threads`` it is
-    given: elementwise values of at most one chunk (``_core.CHUNK_ELEMENTS``)."""
-    return elementwise and out.numel() <= _core.CHUNK_ELEMENTS
-
-
 class DeferredFills:
-    """Fills into CPU tensors that :func:`fill` is handed and leaves to the core: streams'
-    elementwise values of at most one chunk, and elementwise programs of any size. They
-    are written in batches (:func:`._host.start_fills_cpu`), each on a thread of the
-    core's while the caller goes on:
+    """Fills into CPU tensors that :func:`fill` is handed and leaves to the core: every
+    elementwise one, a stream's or a program's, of any size. They are written in
+    batches (:func:`._host.start_fills_cpu`), each on a thread of the core's while the
+    caller goes on, its fills side by side on the threads the fills ask for (the core's
+    ``fill_many``: each fill's chunks on the same pool, so a batch of one large fill
+    and many small ones keeps every thread busy to its end):
 
     * a model of many small parameters spends about as long in Python per parameter as
-      the core spends generating it: the two overlap, on two cores (a batch of streams
-      runs on one thread);
+      the core spends generating it: the two overlap, on two cores;
+    * a model of large parameters (EfficientNet's convolutions, a classifier) has them
+      generated on every thread while Python plans the next ones, where a fill written
+      at once held the caller for its whole length;
     * a model of many computed parameters (timm's ``trunc_normal_`` on every weight)
-      keeps every thread busy: the programs of a batch run side by side on the writer's
-      threads, where one at a time leaves threads idle at the end of each.
+      keeps every thread busy: the programs of a batch run side by side.
+
+    At most one batch runs at a time: it keeps every thread busy, so the caller, once
+    the next batch is taken, waits for it (the work never stops while some is left).
 
     The values are there when the ``with`` block ends (:meth:`__exit__` writes the last
     batch, waits for every one and bumps the tensors' versions as :func:`fill` does), so
     only a writer that reads none of the tensors meanwhile passes one
-    (:meth:`shardinit._integration.plan.Plan.fill`, which writes a whole model). The
-    first error of a batch is raised there; leaving on an error, the batch under way is
+    (:meth:`shardinit._integration.plan.Plan.allocate_and_fill`, which writes a whole
+    model). The first error of a batch is raised there; leaving on an error, the batch under way is
     waited for and nothing more is started.
     """
 
     #: Fills per batch: enough that a batch's thread costs nothing per fill, few enough
     #: that the core's check that no two buffers overlap (pairwise) stays cheap.
     BATCH = 256
-    #: Program elements per batch: tens of milliseconds of work, so the caller's Python
-    #: for the next parameters overlaps the core's, and the last batch is short.
-    PROGRAM_ELEMENTS = 1 << 22
+    #: Elements per batch (a program's count :data:`PROGRAM_COST` times): a few
+    #: milliseconds of work, so the first batch starts early, the caller's Python for the
+    #: next parameters overlaps the core's, and the last batch is short.
+    ELEMENTS = 1 << 20
+    #: What an element of a program costs against one of a stream: timm's
+    #: ``trunc_normal_`` (uniform, erfinv, scale, clamp) takes about four times a normal's.
+    PROGRAM_COST = 4
 
     def __init__(self) -> None:
         self.fills: list[HostFill | HostProgramFill] = []
         self.outs: list[torch.Tensor] = []
-        #: The threads the programs taken ask for, and their elements (0: none taken).
-        self.program_threads = 1
-        self.program_elements = 0
+        #: The most threads a fill taken asks for, and the elements taken (weighted).
+        self.threads = 1
+        self.elements = 0
         self._running: tuple[_core.StartedFills, list[torch.Tensor]] | None = None
 
-    def takes(self, elementwise: bool, out: torch.Tensor, program: bool) -> bool:
-        """Whether this fill of ``out`` (of a program's values or not) may be left here
-        (a larger stream's is written at once, on every thread the caller gives it)."""
-        if out.device.type == "cuda" or not elementwise:
-            return False
-        return program or on_one_thread(elementwise, out)
+    def takes(self, elementwise: bool, out: torch.Tensor) -> bool:
+        """Whether this fill of ``out`` may be left here: elementwise values (a matrix
+        that is not, orthogonal, is computed whole and at once) into a tensor off CUDA
+        (a CUDA one has its own paths)."""
+        return elementwise and out.device.type != "cuda"
 
     def add(
         self,
@@ -125,26 +127,26 @@ class DeferredFills:
         registers: Registers | None = None,
         threads: int = 1,
     ) -> None:
-        """Takes the fill of ``region`` of ``spec``'s stream, or of ``registers``' values
-        on ``threads``, into ``out`` (one that :meth:`takes`)."""
+        """Takes the fill of ``region`` of ``spec``'s stream, or of ``registers``'
+        values, into ``out`` (one that :meth:`takes`), its chunks on ``threads``."""
         if registers is None:
             self.fills.append(host_fill_args(spec, _core_region(region), out))
+            self.elements += out.numel()
         else:
             self.fills.append(host_program_args(spec, registers.code, _core_region(region), out))
-            self.program_threads = max(self.program_threads, threads)
-            self.program_elements += out.numel()
+            self.elements += out.numel() * self.PROGRAM_COST
+        self.threads = max(self.threads, threads)
         self.outs.append(out)
-        if len(self.fills) >= self.BATCH or self.program_elements >= self.PROGRAM_ELEMENTS:
+        if len(self.fills) >= self.BATCH or self.elements >= self.ELEMENTS:
             self._start()
 
     def _start(self) -> None:
-        """Waits for the batch under way (at most one runs: the caller's Python and the
-        core each keep one core busy, or the core all of them for programs), then starts
-        the one taken."""
+        """Waits for the batch under way (it keeps every thread busy), then starts the
+        one taken."""
         self._wait()
-        fills, outs, threads = self.fills, self.outs, self.program_threads
+        fills, outs, threads = self.fills, self.outs, self.threads
         self.fills, self.outs = [], []
-        self.program_threads, self.program_elements = 1, 0
+        self.threads, self.elements = 1, 0
         self._running = (start_fills_cpu(fills, threads), outs)
 
     def _wait(self) -> None:
@@ -185,7 +187,7 @@ def fill(
     pinned buffer of the host path to a CUDA ``out``; ``deferred``: where the fill of a
     CPU ``out`` may be left, written when it is flushed."""
     elementwise = values_elementwise(spec, registers)
-    if deferred is not None and deferred.takes(elementwise, out, registers is not None):
+    if deferred is not None and deferred.takes(elementwise, out):
         deferred.add(spec, region, out, registers, threads)
         return
 

@@ -193,9 +193,9 @@ def test_a_default_is_one_program_with_its_zero_row() -> None:
 
 
 def _many_small_model() -> torch.nn.Module:
-    """More small parameters than two batches of deferred fills, a larger one (written
-    at once), a default of two operations (its zero row: never deferred) and one of
-    each 16-bit dtype."""
+    """More small parameters than two batches of deferred fills, a larger one (of several
+    chunks, deferred too), a default of two operations (its zero row: never deferred)
+    and one of each 16-bit dtype."""
     from torch import nn
 
     with torch.device("meta"):
@@ -254,22 +254,18 @@ def test_deferred_fills_leaving_on_an_error_start_nothing_more() -> None:
     assert not out.any(), "the batch taken was not started"
 
 
-def test_deferred_fills_take_only_elementwise_cpu_fills_of_streams_of_one_chunk_or_programs() -> (
-    None
-):
-    """Which fills the writer may leave for later: elementwise ones into a CPU tensor, of
-    at most one chunk for a stream (a larger one runs at once, on every thread), of any
-    size for a program (run side by side with the batch's others); a CUDA one has its
-    own path. The values do not show it, so this says it (``make mutants``: ``!=`` made
-    ``==`` in ``takes`` survived every test)."""
+def test_deferred_fills_take_only_elementwise_fills_off_cuda() -> None:
+    """Which fills the writer may leave for later: elementwise ones, of any size (a large
+    one is written on every thread while the caller goes on), into a tensor off CUDA
+    (which has its own paths). Orthogonal's matrix is computed whole, at once. The values
+    do not show it, so this says it (``make mutants``: ``!=`` made ``==`` in ``takes``
+    survived every test)."""
     deferred = _fill.DeferredFills()
     chunk = shardinit._core.CHUNK_ELEMENTS
-    assert deferred.takes(True, torch.empty(chunk), False)
-    assert not deferred.takes(True, torch.empty(chunk + 1), False)
-    assert deferred.takes(True, torch.empty(chunk + 1), True)
-    assert not deferred.takes(False, torch.empty(4), False)  # orthogonal: the whole matrix
-    assert not deferred.takes(False, torch.empty(4), True)
-    assert deferred.takes(True, torch.empty(4, device="meta"), False)  # any device but CUDA
+    assert deferred.takes(True, torch.empty(chunk))
+    assert deferred.takes(True, torch.empty(chunk + 1))
+    assert not deferred.takes(False, torch.empty(4))  # orthogonal: the whole matrix
+    assert deferred.takes(True, torch.empty(4, device="meta"))  # any device but CUDA
 
 
 def _trunc_normal_layers(count: int) -> tuple[torch.nn.Module, Callable[[], None]]:
@@ -307,13 +303,13 @@ def test_programs_deferred_side_by_side_equal_programs_written_one_at_a_time(
         batches.append((programs, threads))
         return start(fills, threads)
 
-    monkeypatch.setattr(_fill.DeferredFills, "PROGRAM_ELEMENTS", 30_000)
+    monkeypatch.setattr(_fill.DeferredFills, "ELEMENTS", 30_000 * _fill.DeferredFills.PROGRAM_COST)
     monkeypatch.setattr(_fill, "start_fills_cpu", spy)
     model, init_fn = _trunc_normal_layers(12)
     shardinit.materialize(model, seed=SEED, init_fn=init_fn)
     assert len(batches) >= 3 and all(programs >= 2 for programs, _ in batches[:-1]), batches
-    # Batches of programs on the writer's threads; of small streams only (biases) on one.
-    assert all(threads == (shard.get_num_threads() if n else 1) for n, threads in batches)
+    # Every batch on the writer's threads (it asks for them for every fill).
+    assert all(threads == shard.get_num_threads() for _, threads in batches)
     monkeypatch.setattr(_fill.DeferredFills, "takes", lambda *args: False)
     reference, reference_init = _trunc_normal_layers(12)
     shardinit.materialize(reference, seed=SEED, init_fn=reference_init)

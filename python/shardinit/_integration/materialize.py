@@ -8,7 +8,7 @@ rank ever builds a full copy of a sharded parameter. There is no communication.
 
 It runs in phases, each written once for every kind of target (plan.py, targets.py):
 plan (one record per parameter) -> check (everything that can fail, before anything is
-allocated) -> allocate -> fill -> buffers.
+allocated) -> allocate and fill, target by target -> buffers.
 """
 
 from __future__ import annotations

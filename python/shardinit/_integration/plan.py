@@ -1,6 +1,6 @@
 """``materialize``'s plan: one record per parameter (where its values go, what they are)
 and per meta buffer, built and checked before any tensor is allocated, then carried out
-phase by phase (allocate, fill, buffers).
+phase by phase (allocate and fill, buffers).
 """
 
 from __future__ import annotations
@@ -199,16 +199,27 @@ class Plan:
         device: torch.device | None,
     ) -> None:
         """The phases after planning, for every region source: check (raises before
-        anything is allocated), allocate, fill, buffers."""
+        anything is allocated), allocate, fill, buffers. Each target is allocated just
+        before it is filled, so the core writes the first parameters while the next
+        ones are allocated; the buffers are set while it writes the last ones, unless
+        ``buffer_init`` (the user's code, which may read parameters) sets some."""
         _refuse_shared_storage(root)
         self.check(overwrite=overwrite, buffer_init=buffer_init)
-        self.allocate(root, device)
-        self.fill()
-        self.fill_buffers(root, buffer_init)
+        self.allocate_dtensors(root, device)
+        plain_device = device if device is not None else torch.device("cpu")
+        with DeferredFills() as deferred:
+            self.allocate_and_fill(plain_device, deferred)
+            if buffer_init is None:
+                self.allocate_buffers(plain_device)
+                self.fill_buffers(root, buffer_init)
+        self._bump_versions()
+        if buffer_init is not None:
+            self.allocate_buffers(plain_device)
+            self.fill_buffers(root, buffer_init)
 
-    def allocate(self, root: nn.Module, device: torch.device | None) -> None:
-        """Gives every meta parameter and buffer storage: DTensor shards on ``device``
-        (default the mesh's device), the rest on ``device`` (default the CPU)."""
+    def allocate_dtensors(self, root: nn.Module, device: torch.device | None) -> None:
+        """Gives every DTensor shard still on meta storage on ``device`` (default the
+        mesh's device), in one pass over the root (the rest is allocated per target)."""
         pending = [t for p in self.params if (t := p.target.module_pass_tensor()) is not None]
         if pending:
             mesh_device = _dtensor_device(pending[0], device)
@@ -229,30 +240,35 @@ class Plan:
             apply_to_tensors(root, allocate)
             for plan in self.params:
                 plan.target.after_module_pass()
-        plain_device = device if device is not None else torch.device("cpu")
-        for plan in self.params:
-            plan.target.allocate(plain_device)
+
+    def allocate_buffers(self, device: torch.device) -> None:
+        """Gives every buffer still on meta storage on ``device``."""
         for buffer in self.buffers:
             module, attr = buffer.holder.module, buffer.holder.attr
             current = module._buffers[attr]
             assert current is not None
             if current.is_meta:
-                allocated = empty_like_on(current, plain_device)
+                allocated = empty_like_on(current, device)
                 # Its attributes, as eager keeps them (shardinit's own notes stay behind).
                 allocated.__dict__.update(
                     {k: v for k, v in vars(current).items() if not k.startswith("_shardinit")}
                 )
                 module._buffers[attr] = allocated
 
-    def fill(self) -> None:
-        """Writes every parameter's values into its target."""
-        # Small fills of streams into CPU tensors are written by the core while the
-        # next parameters are planned (no target reads what it wrote before the block
-        # ends, where they are all written).
-        with torch.no_grad(), DeferredFills() as deferred:
+    def allocate_and_fill(self, device: torch.device, deferred: DeferredFills) -> None:
+        """Gives each target still on meta storage on ``device``, then writes its values,
+        leaving fills to ``deferred`` (they are all written when its block ends)."""
+        # Fills into CPU tensors are written by the core while the next parameters are
+        # allocated and planned (no target reads what it wrote before the block ends,
+        # where they are all written; a target's allocation touches no other's memory).
+        with torch.no_grad():
             fills = writer(deferred)
             for plan in self.params:
+                plan.target.allocate(device)
                 plan.target.fill(plan.values, fills)
+
+    def _bump_versions(self) -> None:
+        """Bumps the version of every parameter filled, once they are all written."""
         # The targets write through .data (a tensor with its own version counter): bump
         # each parameter's, as torch's in-place init does, so that a graph that saved one
         # (materialize with overwrite=True on a model in use) refuses to backward.

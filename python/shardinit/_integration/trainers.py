@@ -33,7 +33,7 @@ def refuse_prepared_on_meta(module: nn.Module) -> None:
     Raises:
         ShardInitError: naming the meta parameters and the order to use.
     """
-    if not any(getattr(m, _ACCELERATE_PREPARED, False) is True for m in module.modules()):
+    if not any(_prepared(m) for m in module.modules()):
         return
     if uses_fsdp1(module):
         return
@@ -48,3 +48,18 @@ def refuse_prepared_on_meta(module: nn.Module) -> None:
         "(fsdp2_prepare_model or fully_shard), materialize it, then create the optimizer "
         "and call prepare (docs/trainers.md)"
     )
+
+
+def _prepared(module: nn.Module) -> bool:
+    """Whether accelerate marked ``module`` as prepared. Read from its ``__dict__``
+    (where prepare's assignment puts it) before its class: ``getattr`` of an attribute
+    a module lacks goes through ``nn.Module.__getattr__`` and an AttributeError, about 5
+    us a module, for every module of every model."""
+    marked = vars(module).get(_ACCELERATE_PREPARED, _UNSET)
+    if marked is _UNSET:
+        marked = getattr(type(module), _ACCELERATE_PREPARED, False)
+    return marked is True
+
+
+#: No value in a module's ``__dict__``.
+_UNSET = object()

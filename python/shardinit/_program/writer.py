@@ -72,11 +72,12 @@ class Writer:
 
     Attributes:
         threads: the core's worker threads (the core runs a fill of elementwise values
-            of at most one chunk on the calling thread whatever this is).
+            of at most one chunk on one thread whatever this is).
         chunk_bytes: the size of each pinned buffer of the host path to a CUDA tensor.
-        deferred: where a fill straight into a CPU tensor (a stream's small one, or an
-            elementwise program's) may be left until the caller leaves its ``with`` block
-            (:class:`shardinit._fill.DeferredFills`); None: every fill is written at once.
+        deferred: where a fill of elementwise values straight into a CPU tensor (a
+            stream's or a program's, of any size) may be left until the caller leaves its
+            ``with`` block (:class:`shardinit._fill.DeferredFills`); None: every fill is
+            written at once.
     """
 
     threads: int

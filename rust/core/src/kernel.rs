@@ -403,24 +403,6 @@ fn transform_two_word<T: Element, const N: usize>(
     T::from_f64_lanes(&value, out);
 }
 
-/// Writes the values `[skip, skip + dest.len())` of one small step of `N` values, which
-/// `transform` computes: straight into `dest` when that is the whole step, else (the
-/// first or the last step of a run) all `N` into a scratch array, of which a part is kept.
-#[inline(always)]
-fn small_step<T: Element, const N: usize>(
-    dest: &mut [T],
-    skip: usize,
-    transform: impl FnOnce(&mut [T; N]),
-) {
-    if let Ok(whole) = <&mut [T; N]>::try_from(&mut *dest) {
-        transform(whole);
-    } else {
-        let mut values = [T::from_f64(0.0); N];
-        transform(&mut values);
-        dest.copy_from_slice(&values[skip..skip + dest.len()]);
-    }
-}
-
 /// One step of a run ([`word_steps`]): `BIG` elements that start a Philox block, or the
 /// elements of a small step from its element `skip` on.
 enum WordStep<'a, T, const BIG: usize> {
@@ -428,16 +410,26 @@ enum WordStep<'a, T, const BIG: usize> {
     Small { dest: &'a mut [T], skip: usize },
 }
 
+/// What writes each step of a run ([`word_steps`]). A trait and not a closure: its
+/// `#[inline(always)]` method is inlined into the target-feature function that runs the
+/// walk (`x86::avx2`), so the lane code is compiled for its features. A closure is a
+/// function of its own, compiled for the baseline CPU whenever LLVM does not inline it,
+/// which it did not for these large bodies: the AVX2 kernels ran SSE2 lane code.
+trait StepWriter<T, const BIG: usize> {
+    /// Writes `step`, whose first element is in Philox block `block`.
+    fn step(&mut self, block: u64, step: WordStep<'_, T, BIG>);
+}
+
 /// The one walk of a run, `out` holding elements `[start, start + out.len())`, for a
 /// dtype of `PER_BLOCK` elements per Philox block: a big step of `BIG` elements where the
 /// run is at a block's start with `BIG` elements left, else a small step of at most
 /// `SMALL` (only the first step can start mid-block: after it every step starts one).
-/// `step` is given each step's first block and its elements.
+/// `writer` is given each step's first block and its elements.
 #[inline(always)]
 fn word_steps<T, const PER_BLOCK: u64, const BIG: usize, const SMALL: usize>(
     start: u64,
     out: &mut [T],
-    mut step: impl FnMut(u64, WordStep<'_, T, BIG>),
+    writer: &mut impl StepWriter<T, BIG>,
 ) {
     let mut index = start;
     let mut done = 0;
@@ -448,16 +440,56 @@ fn word_steps<T, const PER_BLOCK: u64, const BIG: usize, const SMALL: usize>(
             let dest: &mut [T; BIG] = (&mut out[done..done + BIG])
                 .try_into()
                 .expect("a full step");
-            step(index / PER_BLOCK, WordStep::Big(dest));
+            writer.step(index / PER_BLOCK, WordStep::Big(dest));
             BIG
         } else {
             let take = (SMALL - skip).min(remaining);
             let dest = &mut out[done..done + take];
-            step(index / PER_BLOCK, WordStep::Small { dest, skip });
+            writer.step(index / PER_BLOCK, WordStep::Small { dest, skip });
             take
         };
         done += take;
         index += take as u64;
+    }
+}
+
+/// The steps of a one-word dtype ([`one_word_steps`]), with the arrays every step reuses
+/// (written in full before each use).
+struct OneWordSteps<'s, W> {
+    words_of: W,
+    key: [u32; 2],
+    sampler: &'s Sampler,
+    big_words: [u32; BIG_STEP],
+    small_words: [u32; SMALL_STEP],
+    scratch: Scratch,
+}
+
+impl<T: Element, W: WordSource> StepWriter<T, BIG_STEP> for OneWordSteps<'_, W> {
+    #[inline(always)]
+    fn step(&mut self, block: u64, step: WordStep<'_, T, BIG_STEP>) {
+        match step {
+            WordStep::Big(dest) => {
+                self.words_of.step(block, self.key, &mut self.big_words);
+                transform_one_word(self.sampler, &self.big_words, dest, &mut self.scratch);
+            }
+            WordStep::Small { dest, skip } => {
+                self.words_of.step(block, self.key, &mut self.small_words);
+                if let Ok(whole) = <&mut [T; SMALL_STEP]>::try_from(&mut *dest) {
+                    transform_one_word(self.sampler, &self.small_words, whole, &mut self.scratch);
+                } else {
+                    // The first or the last step of a run: all of it into a scratch
+                    // array, of which a part is kept.
+                    let mut values = [T::from_f64(0.0); SMALL_STEP];
+                    transform_one_word(
+                        self.sampler,
+                        &self.small_words,
+                        &mut values,
+                        &mut self.scratch,
+                    );
+                    dest.copy_from_slice(&values[skip..skip + dest.len()]);
+                }
+            }
+        }
     }
 }
 
@@ -470,22 +502,15 @@ fn one_word_steps<T: Element, W: WordSource>(
     start: u64,
     out: &mut [T],
 ) {
-    // Reused by every step: written in full before each use.
-    let mut big_words = [0u32; BIG_STEP];
-    let mut small_words = [0u32; SMALL_STEP];
-    let mut scratch = Scratch::new();
-    word_steps::<T, 4, BIG_STEP, SMALL_STEP>(start, out, |block, step| match step {
-        WordStep::Big(dest) => {
-            words_of.step(block, key, &mut big_words);
-            transform_one_word(sampler, &big_words, dest, &mut scratch);
-        }
-        WordStep::Small { dest, skip } => {
-            words_of.step(block, key, &mut small_words);
-            small_step(dest, skip, |values: &mut [T; SMALL_STEP]| {
-                transform_one_word(sampler, &small_words, values, &mut scratch);
-            });
-        }
-    });
+    let mut steps = OneWordSteps {
+        words_of,
+        key,
+        sampler,
+        big_words: [0u32; BIG_STEP],
+        small_words: [0u32; SMALL_STEP],
+        scratch: Scratch::new(),
+    };
+    word_steps::<T, 4, BIG_STEP, SMALL_STEP>(start, out, &mut steps);
 }
 
 /// Values of one-word elements looked up by their word (a value table:
@@ -590,6 +615,41 @@ fn table_steps<T: Element, W: WordSource>(
     }
 }
 
+/// The steps of float64 ([`two_word_steps`]): half as many elements per step as words.
+/// The big words are zeroed on the first big step only: a short run (a box's narrow
+/// rows) takes none.
+struct TwoWordSteps<'s, W> {
+    words_of: W,
+    key: [u32; 2],
+    sampler: &'s Sampler,
+    big_words: Option<[u32; BIG_STEP]>,
+    small_words: [u32; SMALL_STEP],
+}
+
+impl<T: Element, W: WordSource> StepWriter<T, { BIG_STEP / 2 }> for TwoWordSteps<'_, W> {
+    #[inline(always)]
+    fn step(&mut self, block: u64, step: WordStep<'_, T, { BIG_STEP / 2 }>) {
+        const SMALL: usize = SMALL_STEP / 2;
+        match step {
+            WordStep::Big(dest) => {
+                let words = self.big_words.get_or_insert([0u32; BIG_STEP]);
+                self.words_of.step(block, self.key, words);
+                transform_two_word(self.sampler, words, dest);
+            }
+            WordStep::Small { dest, skip } => {
+                self.words_of.step(block, self.key, &mut self.small_words);
+                if let Ok(whole) = <&mut [T; SMALL]>::try_from(&mut *dest) {
+                    transform_two_word(self.sampler, &self.small_words, whole);
+                } else {
+                    let mut values = [T::from_f64(0.0); SMALL];
+                    transform_two_word(self.sampler, &self.small_words, &mut values);
+                    dest.copy_from_slice(&values[skip..skip + dest.len()]);
+                }
+            }
+        }
+    }
+}
+
 /// Elements `[start, start + out.len())` of float64 (element `i` uses words `2i`,
 /// `2i + 1`: half of block `i >> 1`).
 #[inline(always)]
@@ -600,25 +660,14 @@ fn two_word_steps<T: Element, W: WordSource>(
     start: u64,
     out: &mut [T],
 ) {
-    const BIG: usize = BIG_STEP / 2;
-    const SMALL: usize = SMALL_STEP / 2;
-    // Reused by every step: written in full before each use. The big one is zeroed on
-    // the first big step only: a short run (a box's narrow rows) takes none.
-    let mut big_words: Option<[u32; BIG_STEP]> = None;
-    let mut small_words = [0u32; SMALL_STEP];
-    word_steps::<T, 2, BIG, SMALL>(start, out, |block, step| match step {
-        WordStep::Big(dest) => {
-            let words = big_words.get_or_insert([0u32; BIG_STEP]);
-            words_of.step(block, key, words);
-            transform_two_word(sampler, words, dest);
-        }
-        WordStep::Small { dest, skip } => {
-            words_of.step(block, key, &mut small_words);
-            small_step(dest, skip, |values: &mut [T; SMALL]| {
-                transform_two_word(sampler, &small_words, values);
-            });
-        }
-    });
+    let mut steps = TwoWordSteps {
+        words_of,
+        key,
+        sampler,
+        big_words: None,
+        small_words: [0u32; SMALL_STEP],
+    };
+    word_steps::<T, 2, { BIG_STEP / 2 }, { SMALL_STEP / 2 }>(start, out, &mut steps);
 }
 
 /// [`one_word_steps`] (`TWO_WORDS` false; through `table` when given) or
