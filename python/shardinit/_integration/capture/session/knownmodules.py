@@ -34,6 +34,7 @@ import torch
 from torch import nn
 from torch.nn.modules import batchnorm
 
+from ...._program.actions import constant_fill
 from ...._torch_compat import (
     NORM_BASE,
     default_device_type,
@@ -161,4 +162,9 @@ def _follow(recorder: CaptureMode, module: nn.Module) -> None:
                 f"{tensor.device}, not meta (a bug in shardinit: please report it)"
             )
         track = recorder.store.new_temp(factory, base)
-        recorder.engine.record(track, base, recorder.writes.constant(track, value, op), op)
+        recorder.engine.record(track, base, _CONSTANT_FILLS[value], op)
+
+
+#: The fills of :data:`_FACTS`' constants, built once (an action is immutable; one
+#: object for each constant lets the constructor values of equal layers share a fold).
+_CONSTANT_FILLS = {value: constant_fill(value) for _, _, _, value, _ in _FACTS}

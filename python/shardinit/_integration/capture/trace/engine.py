@@ -101,6 +101,11 @@ PIECEWISE_PAST = 64
 BUFFER_WRITE = Constant(0.0)
 
 
+def _constant(action: TrackAction) -> bool:
+    """Whether ``action`` fills a constant (its value holds no random source)."""
+    return isinstance(action, Fill) and isinstance(action.init, Constant)
+
+
 def op_value(op: CapturedOp, track: Track, prior: Expr) -> Expr:
     """What ``op`` leaves in the elements it covers, given their value before."""
     if isinstance(op.action, Opaque):
@@ -275,10 +280,16 @@ class Engine:
         return not contains(self.folded(track), (Source, Bad, Prior))
 
     def random(self, track: Track) -> bool:
-        """Whether a followed temporary's values depend on random values."""
+        """Whether a followed temporary's values depend on random values: not where every
+        write is a constant's fill (a table written element by element, then copied
+        whole), known without folding them."""
         if track.kind != "temp":
             return False
-        return track.from_random or contains(self.folded(track), Source)
+        if track.from_random:
+            return True
+        if all(_constant(op.action) for op in track.ops):
+            return False
+        return contains(self.folded(track), Source)
 
     def repeat_reason(self, op: str) -> str:
         return (
