@@ -265,19 +265,6 @@ class CaptureMode(TorchFunctionMode):
         self.coordinates.write(track, tensor, entry, values, f"torch.nn.init.{init_name}({listed})")
 
 
-@cached
-def _as_is(func: Any) -> bool:
-    """Whether ``func`` runs as it is wherever it is called, inside ``torch.nn.init``
-    functions too: its family's (a question of layout, a flag, ``no_grad``'s switch),
-    which writes no value and draws nothing. Inside an init function the call is then
-    recorded at its first other operation, with the same arguments (no
-    ``torch.nn.init`` function rebinds its own: ``tests/capture``). A cast named by
-    its class (``type(torch.half)``) is no question, and a tensor's values or bytes
-    going out (:data:`.handlers.VALUES_OUT`) are checked first: both routed."""
-    name = func_name(func)
-    return name != "type" and name not in VALUES_OUT and family_of(name).as_is
-
-
 def _valueless(track: Track, tensor: Any) -> bool:
     """Whether ``tensor``, a view of ``track``, is a temporary on meta (no values) whose
     last recorded operation, the ``torch.nn.init`` call running, is a fill: its
@@ -290,6 +277,19 @@ def _valueless(track: Track, tensor: Any) -> bool:
         and bool(track.ops)
         and not isinstance(track.ops[-1].action, Opaque)
     )
+
+
+@cached
+def _as_is(func: Any) -> bool:
+    """Whether ``func`` runs as it is wherever it is called, inside ``torch.nn.init``
+    functions too: its family's (a question of layout, a flag, ``no_grad``'s switch),
+    which writes no value and draws nothing. Inside an init function the call is then
+    recorded at its first other operation, with the same arguments (no
+    ``torch.nn.init`` function rebinds its own: ``tests/capture``). A cast named by
+    its class (``type(torch.half)``) is no question, and a tensor's values or bytes
+    going out (:data:`.handlers.VALUES_OUT`) are checked first: both routed."""
+    name = func_name(func)
+    return name != "type" and name not in VALUES_OUT and family_of(name).as_is
 
 
 #: torch's errors that routing a call on followed tensors may raise where eager torch
