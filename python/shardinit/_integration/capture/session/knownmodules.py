@@ -125,12 +125,18 @@ def install_known_constructors(
 def _facts_hold(cls: type[nn.Module], own_hooks: Collection[object]) -> bool:
     """Whether the constructor of ``cls`` computes the values of :data:`_FACTS` and
     nothing a hook would do: its methods, torch's functions and the hooks now."""
-    if any(getattr(cls, name, None) is not own for name, own in _TORCH_METHODS.items()):
-        return False  # (read at each call: a class's methods may be patched later)
-    if any(getattr(owner, name, None) is not own for owner, name, own in _TORCH_FUNCTIONS):
-        return False
-    allowed = (*own_hooks, *shardinits_hooks())
-    return all(any(hook is mine for mine in allowed) for hook in registration_hooks())
+    # Loops, not generators: asked at every normalization layer a recording builds.
+    for name, own in _TORCH_METHODS.items():
+        if getattr(cls, name, None) is not own:
+            return False  # (read at each call: a class's methods may be patched later)
+    for owner, name, own in _TORCH_FUNCTIONS:
+        if getattr(owner, name, None) is not own:
+            return False
+    allowed = {id(hook) for hook in (*own_hooks, *shardinits_hooks())}
+    for hook in registration_hooks():
+        if id(hook) not in allowed:
+            return False
+    return True
 
 
 def _on_meta(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
