@@ -366,8 +366,8 @@ def _keep_buffers(
             records.pop(name, None)
         else:
             shape = tuple(buffer.shape)
-            ref = weakref.ref(buffer)
-            records[name] = ConstructorValue(value.expr, value.where, ref, shape, buffer.dtype)
+            held = weakref.ref(buffer)
+            records[name] = ConstructorValue(value.expr, value.where, held, shape, buffer.dtype)
 
 
 def _buffer_value(values: _Values, buffer: torch.Tensor, where: str) -> ConstructorValue | None:

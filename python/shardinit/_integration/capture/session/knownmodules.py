@@ -133,10 +133,7 @@ def _facts_hold(cls: type[nn.Module], own_hooks: Collection[object]) -> bool:
         if getattr(owner, name, None) is not own:
             return False
     allowed = {id(hook) for hook in (*own_hooks, *shardinits_hooks())}
-    for hook in registration_hooks():
-        if id(hook) not in allowed:
-            return False
-    return True
+    return all(id(hook) in allowed for hook in registration_hooks())
 
 
 def _on_meta(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
