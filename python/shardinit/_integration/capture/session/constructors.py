@@ -50,8 +50,7 @@ from ...exclusive import ThreadExclusive
 from ...meta_attributes import keep_attribute_tables
 from ..dispatch import CaptureMode
 from ..ops import eager_values
-from ..trace import Track, user_frame
-from ..trace.claims import drawn
+from ..trace import Track, drawn, user_frame
 from .knownmodules import install_known_constructors
 from .modulecalls import constructor_moves
 

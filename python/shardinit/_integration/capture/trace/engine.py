@@ -101,9 +101,11 @@ PIECEWISE_PAST = 64
 BUFFER_WRITE = Constant(0.0)
 
 
-def _constant(action: TrackAction) -> bool:
-    """Whether ``action`` fills a constant (its value holds no random source)."""
-    return isinstance(action, Fill) and isinstance(action.init, Constant)
+def _constants_only(track: Track) -> bool:
+    """Whether every write to ``track`` fills a constant (its value holds no random
+    source)."""
+    actions = (op.action for op in track.ops)
+    return all(isinstance(a, Fill) and isinstance(a.init, Constant) for a in actions)
 
 
 def op_value(op: CapturedOp, track: Track, prior: Expr) -> Expr:
@@ -280,16 +282,11 @@ class Engine:
         return not contains(self.folded(track), (Source, Bad, Prior))
 
     def random(self, track: Track) -> bool:
-        """Whether a followed temporary's values depend on random values: not where every
-        write is a constant's fill (a table written element by element, then copied
-        whole), known without folding them."""
-        if track.kind != "temp":
+        """Whether a followed temporary's values depend on random values (known without
+        its fold where it holds constants' fills only: a table copied whole)."""
+        if track.kind != "temp" or (not track.from_random and _constants_only(track)):
             return False
-        if track.from_random:
-            return True
-        if all(_constant(op.action) for op in track.ops):
-            return False
-        return contains(self.folded(track), Source)
+        return track.from_random or contains(self.folded(track), Source)
 
     def repeat_reason(self, op: str) -> str:
         return (
