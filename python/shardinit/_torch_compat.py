@@ -204,7 +204,10 @@ def default_device_type() -> str:
     read an index (a torch call every mode above would see)."""
     from torch.utils._device import DeviceContext
 
-    for mode in reversed(torch.overrides._get_current_function_mode_stack()):  # type: ignore[no-untyped-call]
+    # Innermost first, one mode at a time (torch.overrides' list of the stack is built
+    # in Python; asked at every normalization layer a recording builds).
+    for depth in range(torch._C._len_torch_function_stack() - 1, -1, -1):
+        mode = torch._C._get_function_stack_at(depth)
         if isinstance(mode, DeviceContext):
             return _device_type(mode.device)
     context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
@@ -661,13 +664,16 @@ def stored_strides(tensor: torch.Tensor) -> tuple[int, ...]:
     never a subclass's. A capture's stand-in is row-major (its boxes are) but answers
     init code with eager's layout (a ``channels_last`` parameter's strides); shardinit's
     own region arithmetic reads the stand-in's real layout here, wherever it is called
-    from. Public API, kept here as the one place such reads go."""
-    return tuple(torch.Tensor.stride(tensor))
+    from (with torch functions disabled: no mode's answer either, and no Python call of
+    a ``torch.device`` mode). Public API, kept here as the one place such reads go."""
+    with torch_function_disabled():
+        return tuple(torch.Tensor.stride(tensor))
 
 
 def stored_contiguous(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is row-major in its storage (:func:`stored_strides`)."""
-    return bool(torch.Tensor.is_contiguous(tensor))
+    with torch_function_disabled():
+        return bool(torch.Tensor.is_contiguous(tensor))
 
 
 def stored_order(tensor: torch.Tensor) -> list[int] | None:

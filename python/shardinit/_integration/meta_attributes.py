@@ -97,7 +97,10 @@ def keep_attribute_tables(
             continue
         done.add(id(module))
         for attr, value in vars(module).items():
-            if attr in _MODULE_TABLES or _holds_no_tensor(value):
+            kind = type(value)  # _holds_no_tensor, inline: every attribute of every module
+            if kind in _LEAVES or (kind in _EMPTY_WHEN_FALSE and not value):
+                continue
+            if attr in _MODULE_TABLES:
                 continue
             for steps, tensor in _tensors_in(value, ()):
                 if id(tensor) in skip or not _is_meta(tensor):

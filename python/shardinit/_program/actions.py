@@ -17,6 +17,7 @@ from typing import ClassVar
 
 import torch
 
+from .._caches import cached
 from ..init import BaseInit, Constant, Initializer
 from .coverage import box_union_covers
 from .exact import bare_source, holds_exactly, stored
@@ -232,10 +233,19 @@ def constant_fill(value: float) -> Action:
     """Every covered element set to ``value``: a :class:`Fill` by a
     :class:`~shardinit.init.Constant` where ``value`` is finite; NaN and +-inf (a
     sentinel a later write overwrites, a mask's ``-inf``) are no initializer's value, but
-    a program's constant, written as the core's evaluator writes any program."""
+    a program's constant, written as the core's evaluator writes any program. One
+    action per finite float (immutable, so shared as ``build``'s are): a table written
+    element by element holds thousands of writes of a few constants."""
+    if type(value) is float and math.isfinite(value):
+        return _finite_fill(value.hex())  # by its bits: -0.0 is not 0.0
     if math.isfinite(value):
         return Fill(Constant(value))
     return Computed(Const(value))
+
+
+@cached
+def _finite_fill(bits: str) -> Action:
+    return Fill(Constant(float.fromhex(bits)))
 
 
 def program_of(expr: Expr) -> Action:

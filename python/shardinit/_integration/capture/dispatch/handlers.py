@@ -17,6 +17,8 @@ from ...._program.actions import Opaque
 from ...._program.cannot import Cannot
 from ...._torch_compat import (
     aten_packet,
+    dispatch_mode_popped,
+    innermost_dispatch_mode,
     positional_arguments,
     stored_contiguous,
     stored_order,
@@ -227,7 +229,7 @@ def view(mode: Mode, call: Call) -> Any:
 def factory(mode: Mode, call: Call) -> Any:
     """A factory (``zeros``, ``full``, ``empty_like``, ...): a new temporary, filled with
     its constant (:data:`..ops.tables.FACTORIES`)."""
-    result = run_op(call.func, call.args, call.kwargs)
+    result = _made(mode, call)
     stored = _storage_order(result)
     if stored is None:
         return result
@@ -240,6 +242,19 @@ def factory(mode: Mode, call: Call) -> Any:
         constant = mode.writes.constant(temp, value, call.name)
         mode.engine.record(temp, temp.base, constant, call.name)
     return result
+
+
+def _made(mode: Mode, call: Call) -> Any:
+    """A factory's result. One given no tensor (sizes, a constant, a dtype, a device:
+    ``torch.empty(n, m)``, every constructor's parameter) runs below the backstop, as
+    nothing there is the backstop's: it writes no tensor it was given, reads none, and
+    draws nothing (a factory's aten operation is no random one), so the backstop would
+    pass it untouched, at a Python dispatch per operation (most of a factory's cost)."""
+    backstop = mode.backstop
+    if innermost_dispatch_mode() is backstop and not tensors_in((call.args, call.kwargs)):
+        with dispatch_mode_popped(backstop):
+            return call.func(*call.args, **call.kwargs)
+    return run_op(call.func, call.args, call.kwargs)
 
 
 #: Where each factory that takes a fill value has it among its positional arguments.

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ...._caches import cached
 from ...._program.actions import Opaque
 from ...._torch_compat import (
     GRAD_SWITCH,
@@ -139,6 +140,8 @@ class CaptureMode(TorchFunctionMode):
         kwargs = dict(kwargs or {})
         if self.store.in_signal is not None:
             self.store.refuse_in_signal(func_name(func), (args, kwargs))
+        if _as_is(func):  # before the stack walk: most calls of a model's build
+            return func(*args, **kwargs)
         found = init_frame(self.outer)
         if found is not None:
             return self.inside_init(*found, func, args, kwargs)
@@ -274,6 +277,19 @@ def _valueless(track: Track, tensor: Any) -> bool:
         and bool(track.ops)
         and not isinstance(track.ops[-1].action, Opaque)
     )
+
+
+@cached
+def _as_is(func: Any) -> bool:
+    """Whether ``func`` runs as it is wherever it is called, inside ``torch.nn.init``
+    functions too: its family's (a question of layout, a flag, ``no_grad``'s switch),
+    which writes no value and draws nothing. Inside an init function the call is then
+    recorded at its first other operation, with the same arguments (no
+    ``torch.nn.init`` function rebinds its own: ``tests/capture``). A cast named by
+    its class (``type(torch.half)``) is no question, and a tensor's values or bytes
+    going out (:data:`.handlers.VALUES_OUT`) are checked first: both routed."""
+    name = func_name(func)
+    return name != "type" and name not in VALUES_OUT and family_of(name).as_is
 
 
 #: torch's errors that routing a call on followed tensors may raise where eager torch

@@ -29,7 +29,7 @@ import contextlib
 import sys
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -50,7 +50,7 @@ from ...exclusive import ThreadExclusive
 from ...meta_attributes import keep_attribute_tables
 from ..dispatch import CaptureMode
 from ..ops import eager_values
-from ..trace import user_frame
+from ..trace import Track, drawn, user_frame
 from .knownmodules import install_known_constructors
 from .modulecalls import constructor_moves
 
@@ -277,11 +277,16 @@ class _Values:
     def __init__(self, mode: CaptureMode) -> None:
         self.mode = mode
         self.kept: dict[tuple[object, ...], Expr] = {}
+        #: Each action met, by identity, as the number of the first equal one
+        #: (``tokens`` holds the actions: their ids stay theirs while it lives).
+        self.tokens: dict[object, int] = {}
+        self.token_of: dict[int, int] = {}
 
-    def of(self, tensor: torch.Tensor, op: str) -> Expr:
-        """``tensor``'s value over its own coordinates, as ``engine.value_of`` gives it
-        (called with torch functions disabled: the layouts are read as they are)."""
-        key = self._key(tensor, op)
+    def of(self, tensor: torch.Tensor, track: Track, op: str) -> Expr:
+        """``tensor``'s value over its own coordinates (``track`` its followed tensor),
+        as ``engine.value_of`` gives it (called with torch functions disabled: the
+        layouts are read as they are)."""
+        key = self._key(tensor, track, op)
         if key is not None:
             known = self.kept.get(key)
             if known is not None:
@@ -291,25 +296,44 @@ class _Values:
             self.kept[key] = value
         return value
 
-    def _key(self, tensor: torch.Tensor, op: str) -> tuple[object, ...] | None:
+    def _key(self, tensor: torch.Tensor, track: Track, op: str) -> tuple[object, ...] | None:
         """What the fold of ``tensor``'s value is a function of, for a temporary on meta
         (a CPU one may be read as the table of its memory: folded per tensor); None
         when it is not hashable (an action holding an unhashable argument)."""
-        track = self.mode.store.lookup(tensor)
-        if track is None or track.kind != "temp" or not track.base.is_meta:
+        if track.kind != "temp" or not track.base.is_meta:
             return None
+        if track.ops and drawn(track.ops[-1].action):
+            return None  # its last write's random values: never kept (most weights)
+        tokens = self.token_of
+        writes = []
+        for write in track.ops:  # (a loop of C calls: tables hold thousands of writes)
+            token = tokens.get(id(write.action))
+            if token is None:
+                try:
+                    token = self._token(write.action)
+                except TypeError:
+                    return None
+            writes.append((write.region, token))
         base = track.base
-        key = (
-            op, track.shape, base.dtype, track.from_random,
+        return (
+            op, tuple(base.shape), base.dtype, track.from_random,
             tuple(tensor.shape), stored_strides(tensor), tensor.dtype,
-            tensor.storage_offset() - base.storage_offset(),
-            tuple((written.region, written.action) for written in track.ops),
+            tensor.storage_offset() - base.storage_offset(), tuple(writes),
         )  # fmt: skip
-        try:
-            hash(key)
-        except TypeError:
-            return None
-        return key
+
+    def _token(self, action: object) -> int:
+        """The number of ``action`` (equal actions share one): an action is hashed once
+        per object, not at every tensor whose writes hold it (a model's tensors share a
+        few: ``build`` keeps one per kind and arguments).
+
+        Raises:
+            TypeError: an action holding an unhashable argument.
+        """
+        token = self.token_of.get(id(action))
+        if token is None:
+            token = self.tokens.setdefault(action, len(self.tokens))
+            self.token_of[id(action)] = token
+        return token
 
 
 def _keep_attribute_tables(
@@ -341,18 +365,18 @@ def _keep_buffers(
             records.pop(name, None)
         else:
             shape = tuple(buffer.shape)
-            records[name] = replace(
-                value, tensor=weakref.ref(buffer), shape=shape, dtype=buffer.dtype
-            )
+            held = weakref.ref(buffer)
+            records[name] = ConstructorValue(value.expr, value.where, held, shape, buffer.dtype)
 
 
 def _buffer_value(values: _Values, buffer: torch.Tensor, where: str) -> ConstructorValue | None:
     """A meta buffer's value as a program of its coordinates; a :class:`Bad` one
     names why it cannot be computed; None when its constructor never wrote it."""
-    if values.mode.store.lookup(buffer) is None:
+    track = values.mode.store.lookup(buffer)
+    if track is None:
         why = "computed by operations shardinit does not follow"
         return ConstructorValue(Bad(why), where)
-    expr = values.of(buffer, "register_buffer")
+    expr = values.of(buffer, track, "register_buffer")
     reasons = bad_reasons(expr)
     if reasons and all(_NEVER in why for why in reasons):
         return None  # never written (torch.empty): no constructor value
@@ -393,9 +417,10 @@ def _attribute_values(values: _Values, tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _value(values: _Values, param: nn.Parameter) -> ConstructorValue | None:
-    if values.mode.store.lookup(param) is None:
+    track = values.mode.store.lookup(param)
+    if track is None:
         return None
-    expr = values.of(param, "nn.Parameter")
+    expr = values.of(param, track, "nn.Parameter")
     reasons = bad_reasons(expr)
     if reasons and all(_NEVER in why for why in reasons):
         return None  # never written (torch.empty): no constructor value

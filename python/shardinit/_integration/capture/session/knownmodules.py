@@ -34,6 +34,7 @@ import torch
 from torch import nn
 from torch.nn.modules import batchnorm
 
+from ...._program.actions import constant_fill
 from ...._torch_compat import (
     NORM_BASE,
     default_device_type,
@@ -124,12 +125,15 @@ def install_known_constructors(
 def _facts_hold(cls: type[nn.Module], own_hooks: Collection[object]) -> bool:
     """Whether the constructor of ``cls`` computes the values of :data:`_FACTS` and
     nothing a hook would do: its methods, torch's functions and the hooks now."""
-    if any(getattr(cls, name, None) is not own for name, own in _TORCH_METHODS.items()):
-        return False  # (read at each call: a class's methods may be patched later)
-    if any(getattr(owner, name, None) is not own for owner, name, own in _TORCH_FUNCTIONS):
-        return False
-    allowed = (*own_hooks, *shardinits_hooks())
-    return all(any(hook is mine for mine in allowed) for hook in registration_hooks())
+    # Loops, not generators: asked at every normalization layer a recording builds.
+    for name, own in _TORCH_METHODS.items():
+        if getattr(cls, name, None) is not own:
+            return False  # (read at each call: a class's methods may be patched later)
+    for owner, name, own in _TORCH_FUNCTIONS:
+        if getattr(owner, name, None) is not own:
+            return False
+    allowed = {id(hook) for hook in (*own_hooks, *shardinits_hooks())}
+    return all(id(hook) in allowed for hook in registration_hooks())
 
 
 def _on_meta(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -161,4 +165,9 @@ def _follow(recorder: CaptureMode, module: nn.Module) -> None:
                 f"{tensor.device}, not meta (a bug in shardinit: please report it)"
             )
         track = recorder.store.new_temp(factory, base)
-        recorder.engine.record(track, base, recorder.writes.constant(track, value, op), op)
+        recorder.engine.record(track, base, _CONSTANT_FILLS[value], op)
+
+
+#: The fills of :data:`_FACTS`' constants, built once (an action is immutable; one
+#: object for each constant lets the constructor values of equal layers share a fold).
+_CONSTANT_FILLS = {value: constant_fill(value) for _, _, _, value, _ in _FACTS}

@@ -8,6 +8,7 @@ values, writing records), :mod:`.claims` (where random values land),
 components the dispatch calls, and :mod:`.frames` (the user's line).
 """
 
+from .claims import drawn
 from .concrete import Concrete, Evaluated
 from .coordinates import Coordinates
 from .copies import Copies
@@ -40,6 +41,7 @@ __all__ = [
     "RecordStore",
     "Steps",
     "Track",
+    "drawn",
     "frame_arguments",
     "func_name",
     "give_eager_layout",

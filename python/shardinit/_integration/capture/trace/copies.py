@@ -7,13 +7,22 @@ else is copied by its computed values, as a program. A component the dispatch
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from ...._caches import cached
 from ...._program.actions import CapturedOp, Computed, Fill, Opaque
 from ...._program.cannot import Cannot
-from ...._program.regions import FlatRun, box_runs, flat_range_boxes, map_runs_from, view_runs
+from ...._program.regions import (
+    Box,
+    FlatRun,
+    box_runs,
+    flat_range_boxes,
+    map_runs_from,
+    view_runs,
+)
 from ..ops import cast
 from .engine import BUFFER_WRITE, Engine, narrower
 from .frames import user_frame
@@ -85,10 +94,11 @@ class Copies:
             return True
         where_ = user_frame()
         self.engine.places.new_write()
+        shapes = (source.shape, target.shape)  # (each a read of the tensor's layout)
         for entry in source.ops:  # no Computed one (copy_into): fills, scales, masks
             copied = f"{entry.op} (copied by {op} at {where_})"
             if not isinstance(entry.action, Opaque):  # opaque parts: not copied (checked)
-                self.copy_op(source, entry, target, runs, (op, copied, where_))
+                self.copy_op(source, entry, target, runs, (op, copied, where_), shapes)
         return True
 
     def copy_op(
@@ -98,17 +108,61 @@ class Copies:
         target: Track,
         runs: tuple[list[FlatRun], list[FlatRun]],
         names: tuple[str, str, str],
+        shapes: tuple[tuple[int, ...], tuple[int, ...]],
     ) -> None:
-        """``entry`` (a fill or scale of ``source``) copied through ``runs``."""
+        """``entry`` (a fill or scale of ``source``) copied through ``runs`` (``shapes``:
+        the source's and the target's)."""
         op, copied, where_ = names
-        for run in box_runs(entry.region, source.shape):
-            for at, mapped in map_runs_from(runs[0], run, runs[1]):
-                moved = (at, at + mapped[1] - mapped[0])
-                self.engine.places.copied(source, entry, target, moved, op, f"{op} at {where_}")
-                for _, box in flat_range_boxes(target.shape, *mapped):
-                    copy = CapturedOp(box, entry.action, copied, entry.where)
-                    self.engine.places.copied_from(copy, entry)
-                    self.store.add(target, copy)
+        for moved, boxes in _pieces(entry.region, shapes[0], runs, shapes[1]):
+            self.engine.places.copied(source, entry, target, moved, op, f"{op} at {where_}")
+            for box in boxes:
+                copy = CapturedOp(box, entry.action, copied, entry.where)
+                self.engine.places.copied_from(copy, entry)
+                self.store.add(target, copy)
+
+
+#: Views of at most this many runs have their pieces kept (:func:`_kept_pieces`).
+_KEPT_RUNS = 64
+
+
+def _pieces(
+    region: Box,
+    source_shape: tuple[int, ...],
+    runs: tuple[list[FlatRun], list[FlatRun]],
+    target_shape: tuple[int, ...],
+) -> tuple[tuple[FlatRun, tuple[Box, ...]], ...]:
+    """Where the elements ``region`` of a source of ``source_shape`` land, copied from
+    its view's ``runs[0]`` to a target's ``runs[1]``: each flat run of the target, as
+    the boxes of ``target_shape`` it covers."""
+    if len(runs[0]) <= _KEPT_RUNS and len(runs[1]) <= _KEPT_RUNS:
+        return _kept_pieces(region, source_shape, tuple(runs[0]), tuple(runs[1]), target_shape)
+    return _pieces_of(region, source_shape, runs[0], runs[1], target_shape)
+
+
+@cached  # a table copied whole, again and again: its writes' regions, one layout
+def _kept_pieces(
+    region: Box,
+    source_shape: tuple[int, ...],
+    source_runs: tuple[FlatRun, ...],
+    target_runs: tuple[FlatRun, ...],
+    target_shape: tuple[int, ...],
+) -> tuple[tuple[FlatRun, tuple[Box, ...]], ...]:
+    return _pieces_of(region, source_shape, source_runs, target_runs, target_shape)
+
+
+def _pieces_of(
+    region: Box,
+    source_shape: tuple[int, ...],
+    source_runs: Sequence[FlatRun],
+    target_runs: Sequence[FlatRun],
+    target_shape: tuple[int, ...],
+) -> tuple[tuple[FlatRun, tuple[Box, ...]], ...]:
+    pieces = []
+    for run in box_runs(region, source_shape):
+        for at, mapped in map_runs_from(source_runs, run, target_runs):
+            boxes = tuple(box for _, box in flat_range_boxes(target_shape, *mapped))
+            pieces.append(((at, at + mapped[1] - mapped[0]), boxes))
+    return tuple(pieces)
 
 
 def _check_copyable(source: Track, runs: tuple[list[FlatRun], list[FlatRun]]) -> None:

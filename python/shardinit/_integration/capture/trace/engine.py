@@ -102,6 +102,13 @@ PIECEWISE_PAST = 64
 BUFFER_WRITE = Constant(0.0)
 
 
+def _constants_only(track: Track) -> bool:
+    """Whether every write to ``track`` fills a constant (its value holds no random
+    source)."""
+    actions = (op.action for op in track.ops)
+    return all(isinstance(a, Fill) and isinstance(a.init, Constant) for a in actions)
+
+
 def op_value(op: CapturedOp, track: Track, prior: Expr) -> Expr:
     """What ``op`` leaves in the elements it covers, given their value before."""
     if isinstance(op.action, Opaque):
@@ -276,8 +283,9 @@ class Engine:
         return not contains(self.folded(track), (Source, Bad, Prior))
 
     def random(self, track: Track) -> bool:
-        """Whether a followed temporary's values depend on random values."""
-        if track.kind != "temp":
+        """Whether a followed temporary's values depend on random values (known without
+        its fold where it holds constants' fills only: a table copied whole)."""
+        if track.kind != "temp" or (not track.from_random and _constants_only(track)):
             return False
         return track.from_random or contains(self.folded(track), Source)
 

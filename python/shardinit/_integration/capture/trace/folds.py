@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ...._program.actions import CapturedOp
+from ...._program.actions import CapturedOp, sets_values
 from ...._program.index import in_box
 from ...._program.nodes import Bad, Const, Expr, Source, contains
+from ...._program.regions import whole
 from ...._program.rewrite import where
 from .before import before
 from .tracks import Track
@@ -99,13 +100,29 @@ class Folds:
             never = never_written(track)
             kept = _Prefix(0, None, layout, never, never, False)
         value, random = kept.value, kept.random
-        for op in ops[kept.count :]:
+        start = kept.count
+        if track.base.is_meta:  # (random: asked of a CPU temporary's fold only)
+            start = _last_whole_write(ops, start, track.shape)
+        for op in ops[start:]:
             written = self.op_value(op, track, value)
             random = random or contains(written, Source)
             value = where(in_box(op.region, track.shape), written, value)
         last = ops[-1] if ops else None
         self.prefixes[id(track)] = _Prefix(len(ops), last, layout, kept.never, value, random)
         return value, kept.never, random
+
+
+def _last_whole_write(ops: list[CapturedOp], start: int, shape: tuple[int, ...]) -> int:
+    """The index of the last of ``ops[start:]`` that sets every element without reading
+    them (a constructor's fill that init code's fill replaces), else ``start``: the
+    fold of what came before it is discarded whole (``where`` of all the tensor is its
+    value), so it is not folded at all."""
+    everything = whole(shape)
+    for index in range(len(ops) - 1, start, -1):
+        op = ops[index]
+        if op.region == everything and sets_values(op.action):
+            return index
+    return start
 
 
 def _extends(kept: _Prefix, ops: list[CapturedOp], layout: object) -> bool:

@@ -120,7 +120,9 @@ class RecordStore:
         return [track for track in self.followed(tree) if track.kind == "param"]
 
     def new_temp(self, name: str, result: torch.Tensor) -> Track:
-        label = f"temporary {name}{tuple(result.shape)} at {user_frame()}"
+        with torch_function_disabled():  # its own shape (no device mode's Python call)
+            shape = tuple(result.shape)
+        label = f"temporary {name}{shape} at {user_frame()}"
         return self.follow(Track("temp", result, label))
 
     def fail(self, track: Track | str, op: str, why: str) -> UnsupportedInitOpError:
