@@ -334,14 +334,19 @@ class CreatedTensors:
     def _check_attributes(self, recorder: CaptureMode, module: nn.Module, path: str) -> None:
         """Refuses a tensor init code sets as a plain attribute (or in a list, tuple or
         dict attribute) that holds random values: the model keeps it, as eager does."""
-        before = self.attributes.get(id(module), {})
+        values, held = self.attributes.get(id(module), _NO_ATTRIBUTES)
         for attr, value in vars(module).items():
+            if isinstance(value, _MUTABLE):
+                if not value:
+                    continue  # an empty list or dict (a module's hook tables) holds none
+            elif values.get(attr, _ABSENT) is value:
+                continue  # the object it held before, whose tensors cannot have changed
             if attr in _MODULE_TABLES:
                 continue
+            old = values.get(attr)
+            before = held.get(attr, ()) if isinstance(old, _MUTABLE) else _held_tensors(old)
             for tensor in _held_tensors(value):
-                if all(tensor is not old for old in before.get(attr, ())) and _random(
-                    recorder, tensor
-                ):
+                if all(tensor is not seen for seen in before) and _random(recorder, tensor):
                     source = recorder.store.lookup(tensor)
                     made = source.label if source is not None else "a tensor"
                     who = f"attribute {qualified(path, attr)!r} ({type(module).__name__})"
@@ -350,15 +355,20 @@ class CreatedTensors:
 
     # ----------------------------------------------------------------- helpers
 
-    def _snapshot_attributes(
-        self, root: nn.Module
-    ) -> dict[int, dict[str, tuple[torch.Tensor, ...]]]:
+    def _snapshot_attributes(self, root: nn.Module) -> dict[int, _Attributes]:
+        """Per module, its attributes before init code runs: the objects (a copy of its
+        ``__dict__``, C-speed), and the tensors each list or dict (changed in place, not
+        replaced, by init code) holds then. Most attributes of thousands of modules
+        are the same objects after: only the others are walked (:meth:`_check_attributes`)."""
         return {
-            id(module): {
-                attr: tensors
-                for attr, value in vars(module).items()
-                if attr not in _MODULE_TABLES and (tensors := _held_tensors(value))
-            }
+            id(module): (
+                (values := dict(vars(module))),
+                {
+                    attr: _held_tensors(value)
+                    for attr, value in values.items()
+                    if isinstance(value, _MUTABLE) and value and attr not in _MODULE_TABLES
+                },
+            )
             for module in root.modules()
         }
 
@@ -398,6 +408,15 @@ _NO_STREAM = (
 )
 #: ``nn.Module``'s own tables: parameters, buffers and submodules are not attributes.
 _MODULE_TABLES = frozenset({"_parameters", "_buffers", "_modules"})
+#: The attribute values whose tensors init code may change in place (:func:`_held_tensors`).
+_MUTABLE = (list, dict)
+#: A module's attributes before init code ran: the objects, and the tensors each
+#: non-empty list or dict held (:meth:`CreatedTensors._snapshot_attributes`).
+_Attributes = tuple[dict[str, object], dict[str, tuple[torch.Tensor, ...]]]
+#: An attribute a module did not have before init code ran.
+_ABSENT: Any = object()
+#: Those of a module init code added: none.
+_NO_ATTRIBUTES: _Attributes = ({}, {})
 
 
 def _random(recorder: CaptureMode, tensor: torch.Tensor) -> bool:
