@@ -183,7 +183,7 @@ class CreatedTensors:
                 continue
             group, index = found
             standin = group.tracks[index].base
-            if any(current is track.base for track in group.tracks):
+            if current is standin or any(current is track.base for track in group.tracks):
                 continue  # written in place (or tied within its group): the usual case
             deleted = attr not in module._parameters  # ``del m.bias``, not ``m.bias = None``
             module._parameters[attr] = standin  # type: ignore[assignment]  # then finishing()

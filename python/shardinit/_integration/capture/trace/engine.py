@@ -341,7 +341,7 @@ class Engine:
         recorded = self.store.append(track, view, action, op)
         if recorded is not None and recorded.action is action:
             self.places.recorded(track, recorded, op)
-            if isinstance(action, Fill) and recorded.region == whole(track.shape):
+            if isinstance(action, Fill) and _covers_all(track, recorded.region):
                 track.reads.clear()  # a fill of all of it: no value read before is left
 
     def cannot(self, track: Track, view: torch.Tensor, cannot: Cannot, op: str) -> None:
@@ -519,6 +519,13 @@ def _inexact_integers(value: torch.Tensor) -> bool:
     if torch.iinfo(value.dtype).bits < 53:
         return False
     return bool(value.detach().abs().max() > 2**53)
+
+
+def _covers_all(track: Track, region: Box) -> bool:
+    """Whether ``region`` is all of ``track`` (the region of its whole tensor, kept by
+    shape: asked at every fill)."""
+    kept = track.whole()
+    return kept is not None and region == kept[0]
 
 
 def _check_fill(track: Track, action: Fill) -> None:
