@@ -79,7 +79,9 @@ class ParamGroup:
         replaced = []
         for module, attr, path in self.holders:
             current = module._parameters.get(attr)
-            if not any(current is track.base for track in self.tracks):
+            if current is not self.tracks[0].base and all(
+                current is not track.base for track in self.tracks
+            ):
                 replaced.append(path)
             module._parameters[attr] = self.original
         return replaced
@@ -91,6 +93,8 @@ class ParamGroup:
         return list({id(track): track for track in self.tracks}.values())
 
     def winner(self) -> Track:
+        if len(self.tracks) == 1:  # one stand-in (most parameters): it gives the values
+            return self.tracks[0]
         module, attr, _ = self.holders[self.primary]
         current = module._parameters.get(attr)
         return next((t for t in self.tracks if t.base is current), self.tracks[self.primary])
