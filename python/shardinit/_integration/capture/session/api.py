@@ -33,6 +33,7 @@ from .signals import signal_handlers_watched
 from .standins import (
     ParamGroup,
     buffer_standins,
+    distinct_modules,
     give_buffer_attributes,
     give_memory_formats,
     give_parameter_attributes,
@@ -127,9 +128,11 @@ def capture_init(
     # What materialize allocates on: never "meta", where guarded init code would be skipped.
     device = None if device is None else resolve_device(device)
     with _CAPTURE.hold(), collector_paused():  # why: collector.py
-        groups = param_groups(module)
-        buffers = buffer_standins(module, constructor_seed)  # eager's values before
-        created = CreatedTensors(module, groups)  # before the stand-ins are installed
+        walk = list(module.named_modules(remove_duplicate=False))  # one walk for these
+        groups = param_groups(module, walk)
+        buffers = buffer_standins(module, constructor_seed, walk)  # eager's values before
+        modules = [m for _, m in distinct_modules(walk)]
+        created = CreatedTensors(module, groups, modules)  # before the stand-ins are installed
         aliases = {
             id(g.original.untyped_storage()): g.tracks[g.primary]
             for g in groups

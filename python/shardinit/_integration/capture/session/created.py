@@ -32,7 +32,7 @@ was.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,16 +84,20 @@ class CreatedTensors:
     (:meth:`noted`), and what the changes come to after (:meth:`settle`, then
     :meth:`finishing`)."""
 
-    def __init__(self, root: nn.Module, groups: list[ParamGroup]) -> None:
+    def __init__(
+        self, root: nn.Module, groups: list[ParamGroup], modules: Sequence[nn.Module] | None = None
+    ) -> None:
+        """``modules``: ``root.modules()``, where the caller has them already."""
         self.root = root
-        self.saved = {id(m): (m, dict(m._parameters), dict(m._buffers)) for m in root.modules()}
+        modules = list(root.modules()) if modules is None else modules
+        self.saved = {id(m): (m, dict(m._parameters), dict(m._buffers)) for m in modules}
         self.slots: dict[Slot, tuple[ParamGroup, int]] = {
             (id(module), attr): (group, index)
             for group in groups
             for index, (module, attr, _) in enumerate(group.holders)
         }
         self.sharded = any(hasattr(g.original, "device_mesh") for g in groups)
-        self.attributes = self._snapshot_attributes(root)
+        self.attributes = self._snapshot_attributes(modules)
         self.lines: dict[Slot, str] = {}
         self.outcome = _Outcome()
         self.settled = False
@@ -355,7 +359,7 @@ class CreatedTensors:
 
     # ----------------------------------------------------------------- helpers
 
-    def _snapshot_attributes(self, root: nn.Module) -> dict[int, _Attributes]:
+    def _snapshot_attributes(self, modules: Sequence[nn.Module]) -> dict[int, _Attributes]:
         """Per module, its attributes before init code runs: the objects (a copy of its
         ``__dict__``, C-speed), and the tensors each list or dict (changed in place, not
         replaced, by init code) holds then. Most attributes of thousands of modules
@@ -369,7 +373,7 @@ class CreatedTensors:
                     if isinstance(value, _MUTABLE) and value and attr not in _MODULE_TABLES
                 },
             )
-            for module in root.modules()
+            for module in modules
         }
 
     def _revert(self) -> None:
