@@ -13,7 +13,7 @@ import torch
 from ...._program.actions import CapturedOp, sets_values
 from ...._program.cannot import Cannot
 from ...._program.coverage import BoxMap, Coverage
-from ...._program.regions import Box, view_region, whole_region
+from ...._program.regions import Box, whole_region
 from ...._program.regions import contains as region_contains
 from ...._torch_compat import (
     stored_contiguous,
