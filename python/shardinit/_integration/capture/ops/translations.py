@@ -154,7 +154,7 @@ def shown(value: Any) -> str:
     return repr(value)
 
 
-def shown_call(function: str, names: Sequence[str], values: Sequence[Any]) -> str:
+def shown_call(function: str, names: tuple[str, ...], values: Sequence[Any]) -> str:
     """``function(name=value, ...)``, a translated call as an operation's name shows it
     (:func:`shown` per value). Kept for calls of plain values (numbers, strings, None):
     formatting them was a tenth of recording a ``torch.nn.init`` call, and init code
@@ -174,20 +174,17 @@ _SHOWN_CALLS: BoundedMap[tuple[object, ...], str] = BoundedMap()
 
 
 def _shown_key(
-    function: str, names: Sequence[str], values: Sequence[Any]
+    function: str, names: tuple[str, ...], values: Sequence[Any]
 ) -> tuple[object, ...] | None:
     """What :func:`shown_call`'s text depends on: the function, the names, and each
     value by its type and, for a float, its bits (-0.0 is not 0.0); None where a
     value is not plain."""
-    key: list[object] = [function, tuple(names)]
+    key: list[object] = [function, names]
     for value in values:
         kind = type(value)
-        if kind is float:
-            key += (kind, value.hex())
-        elif kind in _PLAIN:
-            key += (kind, value)
-        else:
+        if kind not in _PLAIN:
             return None
+        key += (kind, value.hex() if kind is float else value)
     return tuple(key)
 
 
