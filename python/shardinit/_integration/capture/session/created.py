@@ -144,6 +144,7 @@ class CreatedTensors:
             self._check_buffers(recorder, module, path)
             self._check_attributes(recorder, module, path)
         self.settled = True
+        self.attributes = {}  # read here only: let the copies go before the capture ends
 
     def revert_unless_settled(self) -> None:
         """Leaves every module's parameters and buffers as they were before init code
