@@ -341,7 +341,10 @@ class Engine:
         recorded = self.store.append(track, view, action, op)
         if recorded is not None and recorded.action is action:
             self.places.recorded(track, recorded, op)
-            if isinstance(action, Fill) and _covers_all(track, recorded.region):
+            # (a view of all of it covers all of it: most fills, asked no region)
+            if isinstance(action, Fill) and (
+                view is track.base or _covers_all(track, recorded.region)
+            ):
                 track.reads.clear()  # a fill of all of it: no value read before is left
 
     def cannot(self, track: Track, view: torch.Tensor, cannot: Cannot, op: str) -> None:
