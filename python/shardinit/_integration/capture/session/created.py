@@ -97,7 +97,7 @@ class CreatedTensors:
             for index, (module, attr, _) in enumerate(group.holders)
         }
         self.sharded = any(hasattr(g.original, "device_mesh") for g in groups)
-        self.attributes = self._snapshot_attributes(modules)
+        self.attributes = _snapshot_attributes(modules)
         self.lines: dict[Slot, str] = {}
         self.outcome = _Outcome()
         self.settled = False
@@ -360,23 +360,6 @@ class CreatedTensors:
 
     # ----------------------------------------------------------------- helpers
 
-    def _snapshot_attributes(self, modules: Sequence[nn.Module]) -> dict[int, _Attributes]:
-        """Per module, its attributes before init code runs: the objects (a copy of its
-        ``__dict__``, C-speed), and the tensors each list or dict (changed in place, not
-        replaced, by init code) holds then. Most attributes of thousands of modules
-        are the same objects after: only the others are walked (:meth:`_check_attributes`)."""
-        return {
-            id(module): (
-                (values := dict(vars(module))),
-                {
-                    attr: _held_tensors(value)
-                    for attr, value in values.items()
-                    if isinstance(value, _MUTABLE) and value and attr not in _MODULE_TABLES
-                },
-            )
-            for module in modules
-        }
-
     def _revert(self) -> None:
         for module, params, buffers in self.saved.values():
             module._parameters.clear()
@@ -432,6 +415,24 @@ def _random(recorder: CaptureMode, tensor: torch.Tensor) -> bool:
         return source.kind == "temp" and recorder.engine.random(source)
     computed = tensor.dim() > 0 and not tensor.is_meta
     return computed and not recorder.engine.rng_untouched()
+
+
+def _snapshot_attributes(modules: Sequence[nn.Module]) -> dict[int, _Attributes]:
+    """Per module, its attributes before init code runs: the objects (a copy of its
+    ``__dict__``, C-speed), and the tensors each list or dict (changed in place, not
+    replaced, by init code) holds then. Most attributes of thousands of modules are the
+    same objects after: only the others are walked (:meth:`CreatedTensors._check_attributes`)."""
+    return {
+        id(module): (
+            (values := dict(vars(module))),
+            {
+                attr: _held_tensors(value)
+                for attr, value in values.items()
+                if isinstance(value, _MUTABLE) and value and attr not in _MODULE_TABLES
+            },
+        )
+        for module in modules
+    }
 
 
 def _held_tensors(value: object) -> tuple[torch.Tensor, ...]:

@@ -341,10 +341,7 @@ class Engine:
         recorded = self.store.append(track, view, action, op)
         if recorded is not None and recorded.action is action:
             self.places.recorded(track, recorded, op)
-            # (a view of all of it covers all of it: most fills, asked no region)
-            if isinstance(action, Fill) and (
-                view is track.base or _covers_all(track, recorded.region)
-            ):
+            if isinstance(action, Fill) and _covers_all(track, view, recorded.region):
                 track.reads.clear()  # a fill of all of it: no value read before is left
 
     def cannot(self, track: Track, view: torch.Tensor, cannot: Cannot, op: str) -> None:
@@ -524,9 +521,12 @@ def _inexact_integers(value: torch.Tensor) -> bool:
     return bool(value.detach().abs().max() > 2**53)
 
 
-def _covers_all(track: Track, region: Box) -> bool:
-    """Whether ``region`` is all of ``track`` (the region of its whole tensor, kept by
-    shape: asked at every fill)."""
+def _covers_all(track: Track, view: torch.Tensor, region: Box) -> bool:
+    """Whether ``region``, written through ``view``, is all of ``track``: a view of all
+    of it is (most fills: no region asked again), else the region of its whole tensor
+    (kept by shape) says."""
+    if view is track.base:
+        return True
     kept = track.whole()
     return kept is not None and region == kept[0]
 
