@@ -131,3 +131,37 @@ def test_filling_an_integer_tensor_with_what_it_cannot_hold_is_refused(value: fl
         lin = nn.Linear(1, 6, dtype=torch.float64)
     with pytest.raises(shardinit.UnsupportedInitOpError, match="without overflow"):
         shardinit.materialize(lin, seed=SEED, init_fn=lambda: lin.bias.data.copy_(code(lin.bias)))
+
+
+class _Widths(nn.Module):
+    """Widths computed in the constructor as torchvision's RegNet computes its block
+    widths (``BlockParams.from_init_params``: log, round, pow, then ``int().tolist()``)
+    and an index table cast from a log: float values known at capture cast to integers,
+    where interval bounds cannot show the values in the range (log is unbounded)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        cont = torch.arange(6) * 26.2 + 24
+        capacity = torch.round(torch.log(cont / 24) / math.log(2.25))
+        widths = (torch.round(24 * torch.pow(2.25, capacity) / 8) * 8).int()
+        self.register_buffer("widths", widths)
+        self.register_buffer("logs", (torch.log(cont) * 10).long())
+        self.proj = nn.Linear(int(sum(widths.tolist())), len(set(widths.tolist())))
+
+
+def test_a_float_cast_of_values_known_at_capture_is_torchs_own() -> None:
+    """On the meta device under record_constructors, a float temporary whose values are
+    known (no random source) cast to an integer dtype is torch's own CPU cast, eager's
+    bit for bit (a cast jumps a unit where a value crosses an integer, as ``//`` does),
+    also where the values' bounds are unknown; so code that sizes layers from it builds
+    eager's layers (the plain meta build cannot read the values at all)."""
+    eager = _Widths()
+    with torch.device("meta"), shardinit.record_constructors():
+        meta = _Widths()
+    shardinit.materialize(meta, seed=SEED)
+    assert meta.proj.weight.shape == eager.proj.weight.shape == (3, 496)
+    assert torch.equal(meta.widths, eager.widths) and torch.equal(meta.logs, eager.logs)
+    assert meta.widths.tolist() == [24, 56, 56, 120, 120, 120]
+    assert meta.logs.tolist() == [31, 39, 43, 46, 48, 50]
+    with pytest.raises(NotImplementedError), torch.device("meta"):
+        _Widths()

@@ -10,9 +10,10 @@ parameter and buffer (writes of values known at capture at positions known at ca
 ``index_copy_``, ``scatter_``, ``index_put_``, included). Random fills are drawn by each
 element's own index in its parameter's stream, so a random fill through a view
 (``unfold``, a permute, a transpose, chunks) must give the same bytes as the same fill of
-the whole parameter (``RANDOM``). Five cases run under FSDP2 at worlds 1, 2 and 3 too:
-gathered, the bytes of the unsharded model. What stays refused is listed with the reason
-it names."""
+the whole parameter (``RANDOM``), and one through a strided slice or a diagonal the same
+bytes as the same fill of each of its rows, columns or elements as boxes. Nine cases run
+under FSDP2 at worlds 1, 2 and 3 too: gathered, the bytes of the unsharded model. What
+stays refused is listed with the reason it names."""
 
 from __future__ import annotations
 
@@ -157,6 +158,27 @@ DETERMINISTIC: dict[str, Init] = {
     "step_slice_cols": lambda m: _w(m)[:, 1::3].zero_(),
     "step_slice_both": lambda m: _w(m)[1:10:4, 2::5].fill_(7.0),
     "step_slice_conv": lambda m: m.c.weight[:, ::2, 1].fill_(3.0),
+    # A parameter giving a table computed at capture its shape alone (``other`` of the
+    # *_as views; torch's logspace runs on the CPU at capture):
+    "view_as_param": lambda m: _w(m).copy_(torch.logspace(0, 2, 192).view_as(_w(m))),
+    "expand_as_param": lambda m: _w(m).copy_(
+        torch.logspace(0, 1, 12).unsqueeze(1).expand_as(_w(m))
+    ),
+    "reshape_as_param": lambda m: _w(m).copy_(torch.logspace(0, 1, 192).reshape_as(_w(m)) * 2),
+    # Any write through a strided slice, as through a box (one rule, not per op):
+    "step_slice_setitem": lambda m: _w(m).__setitem__(slice(None, None, 2), 0.5),
+    "step_slice_mul": lambda m: _w(m)[::3].mul_(2.0),
+    "step_slice_div_cols": lambda m: _w(m)[:, 1::4].div_(3.0),
+    "step_slice_clamp": lambda m: _w(m)[1::2, ::3].clamp_(-0.05, 0.05),
+    "diagonal_mul": lambda m: _w(m).diagonal().mul_(-1.0),
+    "step_slice_row_steps": lambda m: [  # 144 steps, each reading its row's steps before
+        m.c.weight[o, i, k, ::2].add_(float(o + i + k + p))
+        for p in range(2)
+        for o in range(6)
+        for i in range(4)
+        for k in range(3)
+    ],
+    "step_slice_nan_sentinel": lambda m: (_w(m)[::2].fill_(float("nan")), _w(m).zero_()),
     # Values known at capture written at positions known at capture:
     "index_copy_": lambda m: _w(m).index_copy_(0, torch.tensor([1, 4, 7]), _table(3, 16)),
     "scatter_value": lambda m: _w(m).scatter_(1, torch.arange(12).view(12, 1) % 16, 1.0),
@@ -279,6 +301,25 @@ RANDOM: dict[str, tuple[Init, Init]] = {
             -math.sqrt(2.0 / 6) * math.sqrt(3.0 / 48), math.sqrt(2.0 / 6) * math.sqrt(3.0 / 48)
         ),
     ),
+    "step_slice_rows_normal": (  # each row as a row of the box writes gives it
+        lambda m: _w(m)[::2].normal_(),
+        lambda m: [_w(m)[i].normal_() for i in range(0, 12, 2)],
+    ),
+    "step_slice_cols_uniform": (
+        lambda m: _w(m)[:, 1::3].uniform_(-1, 1),
+        lambda m: [_w(m)[:, j].uniform_(-1, 1) for j in range(1, 16, 3)],
+    ),
+    "step_slice_both_then_whole": (  # drawn twice where the two overlap: the last wins
+        lambda m: (_w(m).normal_(), _w(m)[::2, ::2].normal_(0, 3)),
+        lambda m: (
+            _w(m).normal_(),
+            [_w(m)[i, j].normal_(0, 3) for i in range(0, 12, 2) for j in range(0, 16, 2)],
+        ),
+    ),
+    "diagonal_normal": (
+        lambda m: _w(m).diagonal().normal_(),
+        lambda m: [_w(m)[i, i].normal_() for i in range(12)],
+    ),
     "unfold_conv_normal": (
         lambda m: m.c.weight.unfold(0, 2, 2).normal_(),
         lambda m: m.c.weight.normal_(),
@@ -292,8 +333,10 @@ REFUSED: dict[str, tuple[Init, str]] = {
         "holds some element more than once",
     ),
     "unfold_with_gaps": (lambda m: _w(m).unfold(0, 2, 3).fill_(1.0), "not a box"),
-    "step_slice_mul": (lambda m: _w(m)[::3].mul_(2.0), "not a box"),
-    "step_slice_normal": (lambda m: _w(m)[::2].normal_(), "not a box"),
+    "rows_across_dims": (  # a view dim stepping across rows: no grid of the tensor
+        lambda m: _w(m).view(-1)[::7][:10].view(2, 5).normal_(),
+        "no box and no strided slice",
+    ),
     "expand_normal": (lambda m: m.a.bias.view(12, 1).expand(12, 3).normal_(), "not a box"),
     "roll_of_defaults": (
         lambda m: _w(m).copy_(_w(m).roll(1, 0)),
@@ -428,11 +471,14 @@ def test_a_float32_sin_table_copied_into_a_parameter_is_within_two_ulp() -> None
     assert bool(((got - want).abs() <= 2 * ulp).all())
 
 
-SHARDED = ("unfold_copy", "unfold_rows_part", "T_copy", "index_copy_", "step_slice_rows")
+SHARDED = (
+    "unfold_copy", "unfold_rows_part", "T_copy", "index_copy_", "step_slice_rows",
+    "step_slice_mul", "diagonal_mul", "step_slice_rows_normal", "diagonal_normal",
+)  # fmt: skip
 
 
 def _check_sharded_equals_unsharded(world: int, name: str) -> None:
-    init = DETERMINISTIC[name]
+    init = DETERMINISTIC[name] if name in DETERMINISTIC else RANDOM[name][0]
     want = _ours(init)
     model = _build()
     mesh = init_device_mesh("cpu", (world,))

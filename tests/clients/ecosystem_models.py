@@ -1,6 +1,6 @@
-"""Tiny models of timm 1.0.31, diffusers 0.42.1, peft 0.21.2, OLMo-core 3.0.0, open_clip
-3.3.0, litgpt 0.5.13 and a transformers vision model (issue 29), built from configs,
-nothing downloaded.
+"""Tiny models of timm 1.0.31, torchvision 0.29.2, diffusers 0.42.1, peft 0.21.2,
+OLMo-core 3.0.0, open_clip 3.3.0, litgpt 0.5.13 and a transformers vision model (issue
+29), built from configs, nothing downloaded.
 
 Each :class:`Setup` materializes its model by a recipe of ``ecosystem_recipes`` (the
 library's most natural route) and builds the library's own CPU init without shardinit,
@@ -91,6 +91,100 @@ def _timm(name: str) -> Setup:
         f"timm_{name}",
         lambda parallelize, mesh, seed: recipes.timm_model(model, kwargs, parallelize, seed),
         reference,
+    )
+
+
+# --------------------------------------------------------------------------- torchvision
+
+
+def _torchvision_builds() -> dict[str, Callable[[], nn.Module]]:
+    """name -> a tiny torchvision classifier, built from its classes' own arguments
+    (imported when asked: torchvision imports its datasets' dependencies)."""
+    from torchvision.models import (
+        convnext,
+        densenet,
+        efficientnet,
+        maxvit,
+        mnasnet,
+        mobilenetv3,
+        regnet,
+        resnet,
+        shufflenetv2,
+        squeezenet,
+        swin_transformer,
+        vision_transformer,
+    )
+
+    swin = swin_transformer
+    swin_args = {"patch_size": [4, 4], "embed_dim": 16, "depths": [1, 1], "num_heads": [1, 2],
+                 "window_size": [4, 4], "num_classes": 10}  # fmt: skip
+    return {
+        "resnet": lambda: resnet.ResNet(resnet.BasicBlock, [1, 1, 1, 1], num_classes=10),
+        # Its stage widths come from round(log(...)).int().tolist() in the constructor.
+        "regnet": lambda: regnet.RegNet(
+            regnet.BlockParams.from_init_params(
+                depth=4, w_0=8, w_a=8.0, w_m=2.0, group_width=8, se_ratio=0.25
+            ),
+            num_classes=10,
+            stem_width=8,
+        ),
+        "mobilenet_v3": lambda: mobilenetv3.mobilenet_v3_small(num_classes=10, width_mult=0.25),
+        "efficientnet": lambda: efficientnet.EfficientNet(
+            efficientnet._efficientnet_conf("efficientnet_b0", width_mult=0.25, depth_mult=0.25)[0],
+            0.2,
+            num_classes=10,
+        ),
+        "swin": lambda: swin.SwinTransformer(**swin_args),
+        "swin_v2": lambda: swin.SwinTransformer(
+            **swin_args, block=swin.SwinTransformerBlockV2, downsample_layer=swin.PatchMergingV2
+        ),
+        "vit": lambda: vision_transformer.VisionTransformer(
+            image_size=32,
+            patch_size=8,
+            num_layers=1,
+            num_heads=2,
+            hidden_dim=16,
+            mlp_dim=32,
+            num_classes=10,
+        ),
+        "convnext": lambda: convnext.ConvNeXt(
+            [convnext.CNBlockConfig(8, 16, 1), convnext.CNBlockConfig(16, None, 1)], num_classes=10
+        ),
+        "maxvit": lambda: maxvit.MaxVit(
+            input_size=(32, 32),
+            stem_channels=8,
+            partition_size=2,
+            block_channels=[8, 16],
+            block_layers=[1, 1],
+            head_dim=4,
+            stochastic_depth_prob=0.0,
+            num_classes=10,
+        ),
+        "densenet": lambda: densenet.DenseNet(
+            growth_rate=4, block_config=(1, 1), num_init_features=8, num_classes=10
+        ),
+        "shufflenet": lambda: shufflenetv2.ShuffleNetV2([1, 1, 1], [8, 16, 32, 64, 128], 10),
+        "squeezenet": lambda: squeezenet.SqueezeNet("1_1", num_classes=10),
+        "mnasnet": lambda: mnasnet.MNASNet(0.25, num_classes=10),
+    }
+
+
+#: The torchvision classifiers of :func:`_torchvision_builds` (no issue names them:
+#: issue 51's "checked against more models").
+TORCHVISION = (
+    "resnet", "regnet", "mobilenet_v3", "efficientnet", "swin", "swin_v2", "vit", "convnext",
+    "maxvit", "densenet", "shufflenet", "squeezenet", "mnasnet",
+)  # fmt: skip
+
+
+def _torchvision(name: str) -> Setup:
+    def build() -> nn.Module:
+        return _torchvision_builds()[name]()
+
+    return Setup(
+        f"torchvision_{name}",
+        lambda parallelize, mesh, seed: recipes.torchvision_model(build, parallelize, seed),
+        build,
     )
 
 
@@ -359,6 +453,7 @@ SETUPS: dict[str, Setup] = {
     s.name: s
     for s in [
         *(_timm(name) for name in TIMM),
+        *(_torchvision(name) for name in TORCHVISION),
         *(_diffusers(name) for name in DIFFUSERS),
         *(_peft(name) for name in PEFT),
         *(_transformers(name) for name in TRANSFORMERS),

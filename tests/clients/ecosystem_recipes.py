@@ -1,5 +1,6 @@
 """The recipes of docs/capturing-init.md for the torch ecosystem beyond transformers and
-torchtitan (issue 29): timm, diffusers, peft, OLMo-core, open_clip and litgpt, each by the
+torchtitan (issue 29): timm, torchvision, diffusers, peft, OLMo-core, open_clip and litgpt, each by
+the
 library's most natural route, quoted verbatim there (tests/clients/test_ecosystem.py fails
 when a quote is stale) and run by that file at world sizes 1, 2 and 3.
 
@@ -29,6 +30,21 @@ def timm_model(name: str, kwargs: dict[str, Any], parallelize: Parallelize, seed
     # trunc_normal_, torch.nn defaults): record_constructors keeps all of it.
     with torch.device("meta"), shardinit.record_constructors():
         model = timm.create_model(name, pretrained=False, **kwargs)
+    parallelize(model)
+    shardinit.materialize(model, seed=seed)
+    return model
+
+
+def torchvision_model(build: Callable[[], nn.Module], parallelize: Parallelize, seed: int) -> Any:
+    import torch
+
+    import shardinit
+
+    # torchvision initializes in its constructors (kaiming_normal_, normal_, uniform_,
+    # trunc_normal_, torch.nn defaults) and computes tables there (Swin's
+    # relative_position_index, RegNet's stage widths): record_constructors keeps all of it.
+    with torch.device("meta"), shardinit.record_constructors():
+        model = build()
     parallelize(model)
     shardinit.materialize(model, seed=seed)
     return model

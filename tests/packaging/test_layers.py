@@ -39,8 +39,8 @@ WINGS = ("session", "dispatch", "trace", "ops")
 
 #: The program floor's modules, bottom up: each imports only those before it (boxes and
 #: their merged unions; the IR's nodes; affine index arithmetic; structure keys;
-#: gathered tables; rewrites; integer exactness; then actions, their compiler and the
-#: writer).
+#: gathered tables; rewrites; integer exactness; where a strided view lies; then
+#: actions, their compiler and the writer).
 FLOOR_ORDER = (
     "cannot",
     "regions",
@@ -51,6 +51,7 @@ FLOOR_ORDER = (
     "tables",
     "rewrite",
     "exact",
+    "selection",
     "actions",
     "compile",
     "writer",

@@ -2,7 +2,7 @@
 tensor) it covers and its action, the init program (:mod:`.nodes`) of the value it leaves
 there. Rules, torch.nn defaults and constructor values are records of one or two
 :class:`Fill` actions; a capture (:mod:`shardinit._integration.capture`) records any of
-the four kinds. The writer (:mod:`.writer`) writes them."""
+the five kinds. The writer (:mod:`.writer`) writes them."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ __all__ = [
     "Opaque",
     "ParamRecord",
     "Scale",
+    "Selected",
     "TrackAction",
     "base_ops",
     "constant_fill",
@@ -51,7 +52,7 @@ class Action:
     are the parameter's own stream at the element's own global index, so the values do
     not depend on the layout.
 
-    Every write init code makes to a parameter is one; the four kinds differ only in
+    Every write init code makes to a parameter is one; the five kinds differ only in
     how the program is written down:
 
     * :class:`Fill`: one source (``normal_``, ``zero_``, ...);
@@ -61,7 +62,9 @@ class Action:
     * :class:`Computed`: any program capture followed (``log(arange(...))``,
       ``eye_``, ...), with in-place steps already folded in;
     * :class:`Masked`: a constant where a condition of the coordinates holds, else the
-      value before (``triu_``, ``masked_fill_``, ...).
+      value before (``triu_``, ``masked_fill_``, ...);
+    * :class:`Selected`: another action where a strided view's elements lie, else the
+      value before (``w[::2].normal_()``, ``w.diagonal().mul_(2)``).
     """
 
     #: Whether the program reads the element's value before it (:class:`.nodes.Prior`).
@@ -200,6 +203,29 @@ class Masked(Action):
 
     def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
         return where(self.cond, Const(self.value), Prior())
+
+
+@dataclass(frozen=True)
+class Selected(Action):
+    """``inner`` where ``cond`` (a program of the parameter's GLOBAL coordinates, free of
+    random values) holds, else the element's value before: any write through a view
+    whose elements are no box (``w[::2] = 0``, ``w[:, ::3].normal_()``,
+    ``w.diagonal().mul_(2)``), recorded on a box around them (:mod:`.selection`).
+    ``inner``'s program is over global coordinates as every action's is (its random
+    source read at each element's own index), so each element the view holds gets what
+    the same write through a box holding it gives.
+
+    Attributes:
+        cond: where the view's elements lie (nonzero: one of them).
+        inner: the write's own action.
+    """
+
+    cond: Expr
+    inner: Action
+    reads_prior: ClassVar[bool] = True
+
+    def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
+        return where(self.cond, self.inner.program(dtype, ndim, origin), Prior())
 
 
 def constant_fill(value: float) -> Action:

@@ -35,7 +35,9 @@ import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 
 from .._caches import BoundedMap
@@ -387,11 +389,13 @@ def op_programs(record: ParamRecord, ops: Sequence[CapturedOp]) -> list[Expr]:
     (the last one covering each element wins, as a ``where`` of their boxes)."""
     ndim = len(record.shape)
     programs: list[Expr] = []
-    for op in ops:
+    reach = _Reach(ops)
+    for index, op in enumerate(ops):
         assert isinstance(op.action, Action), op.action  # Opaque is never in a record
         prior: Expr = _UNREAD
         if op.action.reads_prior:
-            prior = _prior_over(record, ops, programs, op.region)
+            meeting = reach.before(index, op.region)
+            prior = _prior_over(record, ops, programs, op.region, meeting)
         programs.append(op.action.after(record.dtype, ndim, id(op), prior))
     return programs
 
@@ -400,23 +404,56 @@ def op_programs(record: ParamRecord, ops: Sequence[CapturedOp]) -> list[Expr]:
 _UNREAD = Const(math.nan)
 
 
+class _Reach:
+    """Which operations of a record before a given one meet a box, last first: each
+    asked of its earlier ones, so a loop of steps over n rows (``w[i, ::2].mul_(2)``,
+    each reading its row's values before it) asks n**2 box pairs. Past a few operations
+    they are compared as arrays of their bounds, one comparison of all per question."""
+
+    #: Past this many operations the bounds are compared as arrays.
+    ARRAYS_PAST = 32
+
+    def __init__(self, ops: Sequence[CapturedOp]) -> None:
+        self.ops = ops
+        self.bounds: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None
+        if len(ops) > self.ARRAYS_PAST and ops[0].region:
+            regions = np.array([op.region for op in ops], dtype=np.int64)  # (n, ndim, 2)
+            self.bounds = regions[:, :, 0], regions[:, :, 1]
+
+    def before(self, index: int, box: Box) -> list[int]:
+        """The operations before ``index`` that meet ``box``, last first."""
+        if self.bounds is None:
+            ops = self.ops
+            return [
+                i for i in range(index - 1, -1, -1) if intersect(ops[i].region, box) is not None
+            ]
+        starts, stops = self.bounds
+        low = np.array([start for start, _ in box], dtype=np.int64)
+        high = np.array([stop for _, stop in box], dtype=np.int64)
+        meets = np.all((starts[:index] < high) & (stops[:index] > low), axis=1)
+        return [int(i) for i in np.flatnonzero(meets)[::-1]]
+
+
 def _prior_over(
-    record: ParamRecord, ops: Sequence[CapturedOp], programs: Sequence[Expr], box: Box
+    record: ParamRecord,
+    ops: Sequence[CapturedOp],
+    programs: Sequence[Expr],
+    box: Box,
+    meeting: Sequence[int],
 ) -> Expr:
     """The value of the elements of ``box`` after the operations whose programs are
-    ``programs`` (the first of ``ops``), simplified over it: from the last operation that set
-    all of it on, so a step on a row just written reads that row's write alone, not a
-    fold of every row before it."""
+    ``programs`` (the first of ``ops``), simplified over it, given the operations that
+    meet it, last first (:class:`_Reach`): from the last operation that set all of it
+    on, so a step on a row just written reads that row's write alone, not a fold of
+    every row before it."""
     # Elements no operation set yet. A step may cover some (``w[:2].normal_();
     # w.mul_(2); w[2:].zero_()``), but :func:`_check_ops` has checked that operations
     # setting values cover every element, so a later one sets each of these again: this
     # value never reaches the result.
     value: Expr = Const(math.nan)
     reaching: list[int] = []
-    for index in range(len(programs) - 1, -1, -1):
+    for index in meeting:
         region = ops[index].region
-        if intersect(region, box) is None:
-            continue
         if sets_values(ops[index].action) and contains(region, box):
             value = programs[index]
             break

@@ -26,6 +26,7 @@ from ...._torch_compat import (
 from ..ops import (
     FACTORIES,
     MOVES,
+    cast_dtype,
     dropout_drops,
     foreach_parts,
     is_inplace,
@@ -196,14 +197,20 @@ def into_out(mode: Mode, call: Call, types: Any) -> Any:
     return out
 
 
+#: Views whose second tensor (``other``) gives the result's shape and nothing else.
+_SHAPE_FROM_OTHER = frozenset({"view_as", "expand_as", "reshape_as"})
+
+
 def view(mode: Mode, call: Call) -> Any:
     """A view (or an index by tensors, a copy): of a parameter, a view the stand-in
     follows (a copy of its values is a read, refused); of known meta temporaries
     indexed by tensors, run on the CPU; else its result opaque."""
     _refuse_dtype_view(mode, call.name, call.args, call.kwargs)
-    params = mode.store.params_in((call.args, call.kwargs))
+    # ``x.view_as(p)`` reads ``p``'s shape alone: ``x`` is the one viewed.
+    operands = (call.args[:1], {}) if call.name in _SHAPE_FROM_OTHER else (call.args, call.kwargs)
+    params = mode.store.params_in(operands)
     why: str | None = None
-    if not params and tensors_in((call.args[1:], call.kwargs)):  # indexing by tensors: a copy
+    if not params and tensors_in((operands[0][1:], operands[1])):  # indexing by tensors: a copy
         result, why = _on_cpu(mode, call)
         if result is not NOT_MINE:
             return result
@@ -213,7 +220,7 @@ def view(mode: Mode, call: Call) -> Any:
             if mode.store.lookup(leaf) is None:
                 raise mode.store.fail(params[0], call.name, "it copies the values (a read)")
         return result
-    mode.steps.taint(call.name, call.args, call.kwargs, result, why)  # advanced indexing copies
+    mode.steps.taint(call.name, *operands, result, why)  # advanced indexing copies
     return result
 
 
@@ -462,7 +469,26 @@ def cast(mode: Mode, call: Call) -> Any:
         return _param_cast(mode, call, call.target)
     if call.target is None or call.target.kind != "temp" or call.name in MOVES:
         return NOT_MINE  # a temporary's move: run on its CPU values where known
+    if _truncates(call):
+        result, _ = _on_cpu(mode, call)  # values known at capture: torch's own cast
+        if result is not NOT_MINE:
+            return result
     return mode.steps.cast_temp(call.name, call.func, call.args, call.kwargs)
+
+
+def _truncates(call: Call) -> bool:
+    """Whether ``call`` casts float values to an integer dtype: a step that jumps by a
+    unit where its operand crosses an integer, so a value within the last bits of
+    eager's is not enough (as for ``%`` and ``//``): on values known at capture it is
+    torch's own CPU cast, eager's, also where interval bounds cannot show the values in
+    the dtype's range (``(log(t) * 10).int()``; docs/capturing-init.md, "Floats to
+    integers")."""
+    dtype = cast_dtype(call.name, call.args, call.kwargs)
+    source = call.args[0].dtype if call.args and isinstance(call.args[0], torch.Tensor) else None
+    return (
+        dtype is not None and source is not None and source.is_floating_point
+        and not dtype.is_floating_point and dtype != torch.bool
+    )  # fmt: skip
 
 
 def _as_tensor_to(call: Call) -> Call:

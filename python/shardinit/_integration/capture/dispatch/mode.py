@@ -259,7 +259,7 @@ class CaptureMode(TorchFunctionMode):
         entry = INIT_TRANSLATIONS[init_name]
         values = [arguments.get(n, d) for n, d in zip(entry.names, entry.defaults, strict=True)]
         op = shown_call(f"torch.nn.init.{init_name}", entry.names, values)
-        self.coordinates.write(track, tensor, entry, values, op)
+        self.engine.write(track, tensor, entry, values, op)
 
 
 def _valueless(track: Track, tensor: Any) -> bool:

@@ -45,24 +45,34 @@ def _written(mode: Mode, call: Call) -> Any:
     return mode.writes.run_on(target, call.func, call.args, call.kwargs)
 
 
-def _tensor_operand(args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
-    """Whether a mul_/div_ has a tensor operand (not a 0-d CPU number) or a rounding."""
+def _tensor_operand(mode: Mode, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    """Whether a mul_/div_ (or fill_) has a tensor operand or a rounding: not a number,
+    which a 0-d CPU tensor the capture does not follow is (one it follows is a value it
+    computes: ``torch.rand(())``'s real values are torch's draw, not the stream's)."""
     if kwargs.get("rounding_mode") is not None:
         return True
-    other = args[1] if len(args) > 1 else kwargs.get("other")
-    return isinstance(other, torch.Tensor) and (other.dim() > 0 or other.device.type != "cpu")
+    other = args[1] if len(args) > 1 else kwargs.get("other", kwargs.get("value"))
+    if not isinstance(other, torch.Tensor):
+        return False
+    return other.dim() > 0 or other.device.type != "cpu" or mode.store.lookup(other) is not None
 
 
 def write_translated(mode: Mode, call: Call) -> Any:
     """A translated fill (``normal_``, ``fill_``, ``mul_`` by a number, ...); a scale
-    by a tensor, or with a rounding, is an in-place elementwise step instead."""
+    by a tensor, or with a rounding, is an in-place elementwise step instead, and a
+    fill by a tensor (a 0-d meta temporary: ``torch.tensor(...)`` computed in a
+    constructor on meta) the copy of it that torch makes, broadcast."""
     entry = METHOD_TRANSLATIONS[call.name]
-    if entry.kind in SCALES and _tensor_operand(call.args, call.kwargs):
+    if entry.kind in SCALES and _tensor_operand(mode, call.args, call.kwargs):
         return write_inplace(mode, call)
+    if entry.kind == "constant" and _tensor_operand(mode, call.args, call.kwargs):
+        value = call.args[1] if len(call.args) > 1 else call.kwargs["value"]
+        mode.copies.copy_into(_target(call), call.args[0], value, call.name)
+        return _written(mode, call)
     options = {k: v for k, v in call.kwargs.items() if k != "rounding_mode"}
     values = bind(call.args[1:], options, entry)
     op = shown_call(f"{call.name.strip('_')}_", entry.names, values)
-    mode.coordinates.write(_target(call), call.args[0], entry, values, op)
+    mode.engine.write(_target(call), call.args[0], entry, values, op)
     return _written(mode, call)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ...._program.actions import CapturedOp, Fill, TrackAction
+from ...._program.actions import CapturedOp, Fill, Selected, TrackAction
 from ...._program.index import as_lin
 from ...._program.nodes import Const, Coord, Expr, Source, contains, random_key, walk_nodes
 from ...._program.regions import Box, FlatRun, box_runs
@@ -49,7 +49,10 @@ class _Claim(NamedTuple):
 
 
 def drawn(action: TrackAction) -> bool:
-    """Whether ``action`` draws random values (a fill by a random initializer)."""
+    """Whether ``action`` draws random values (a fill by a random initializer, also
+    through a view that is no box)."""
+    if isinstance(action, Selected):
+        return drawn(action.inner)
     return isinstance(action, Fill) and not isinstance(action.init, Constant)
 
 

@@ -21,7 +21,6 @@ import torch
 
 from ...._program.actions import Masked
 from ...._program.cannot import Cannot
-from ...._program.index import contiguous_index
 from ...._program.nodes import (
     Bad,
     Const,
@@ -34,11 +33,9 @@ from ...._program.nodes import (
     bad_reasons,
     contains,
 )
-from ...._program.regions import view_region, whole
+from ...._program.regions import whole
 from ...._program.rewrite import combine, reindex, where
 from ...._program.writer import evaluate_whole
-from ...._torch_compat import stored_contiguous, stored_strides
-from ..ops import Translation, scalar
 from .engine import Engine, box_coords
 from .store import RecordStore
 from .tracks import Track, run_op
@@ -98,20 +95,6 @@ class Coordinates:
     def __init__(self, store: RecordStore, engine: Engine) -> None:
         self.store = store
         self.engine = engine
-
-    def write(
-        self, track: Track, view: torch.Tensor, entry: Translation, values: list[Any], op: str
-    ) -> None:
-        """A translated fill (:meth:`.engine.Engine.write`), but a constant on a 1-D
-        strided view of a parameter is written where its positions are (a non-finite
-        constant is a program's value: :func:`..._program.actions.constant_fill`)."""
-        if track.kind == "param" and entry.kind in _CONSTANTS:
-            cond = _strided_positions(view, track.base)
-            if cond is not None:
-                value = scalar(values[0]) if entry.kind == "constant" else _CONSTANTS[entry.kind]
-                self.engine.record(track, track.base, Masked(cond, value), op)
-                return
-        self.engine.write(track, view, entry, values, op)
 
     def write_at(self, name: str, target: Track, args: Sequence[Any], kwargs: Any) -> None:
         """Records the in-place one of :data:`COORDINATE_OPS` on ``target`` (its first
@@ -288,75 +271,3 @@ def _to_base(view: torch.Tensor, base: torch.Tensor, cond: Expr) -> Expr | None:
         return None
     box, coords = boxed
     return reindex(cond, coords, list(box), keep=False)
-
-
-def _strided_positions(view: torch.Tensor, base: torch.Tensor) -> Expr | None:
-    """Where a view that is no box of ``base`` lies, over the base's coordinates: a 1-D
-    one (a diagonal, ``w.view(-1)[::k]``) at flat indices ``offset + i * stride``; one
-    whose every dim steps along its own base dim (``w[::2]``, ``w[1:, ::3]``) on a grid
-    of each dim's step (:func:`_stepped_positions`)."""
-    if view is base or view.numel() < 2 or not stored_contiguous(base):
-        return None  # (the whole parameter: most init code)
-    try:
-        view_region(view, base)
-        return None  # a box: the plain fill
-    except Cannot:  # no box: the positions below
-        pass
-    if view.dim() != 1 or stored_strides(view)[0] <= 0:
-        return _stepped_positions(view, base)
-    ranges = whole(base.shape)
-    step = int(stored_strides(view)[0])
-    delta = combine(
-        "sub", contiguous_index(tuple(base.shape)),
-        Const(float(view.storage_offset() - base.storage_offset())), ranges,
-    )  # fmt: skip
-    inside = combine("mul", combine("ge", delta, Const(0.0), ranges),
-                     combine("le", delta, Const(float(step * (view.numel() - 1))), ranges),
-                     ranges)  # fmt: skip
-    on_step = combine("eq", combine("mod", delta, Const(float(step)), ranges), Const(0.0), ranges)
-    return combine("mul", inside, on_step, ranges)
-
-
-def _stepped_positions(view: torch.Tensor, base: torch.Tensor) -> Expr | None:
-    """Where a strided slice of ``base`` lies (each view dim of size above 1 along its
-    own base dim, with a step of whole base rows of it), over the base's coordinates:
-    ``start <= c <= start + step * (n - 1)`` and ``(c - start) % step == 0`` per dim,
-    ``c == start`` along the others; None for any other view."""
-    if any(s <= 0 for s in stored_strides(view)):
-        return None
-    shape = tuple(int(n) for n in base.shape)
-    cstride = [1] * len(shape)
-    for dim in range(len(shape) - 2, -1, -1):
-        cstride[dim] = cstride[dim + 1] * max(shape[dim + 1], 1)
-    rel = int(view.storage_offset() - base.storage_offset())
-    start = [rel // cstride[d] % max(shape[d], 1) for d in range(len(shape))]
-    steps: dict[int, tuple[int, int]] = {}  # base dim -> (step, count)
-    for size, stride in zip(view.shape, stored_strides(view), strict=True):
-        if size == 1:
-            continue
-        along = [
-            d for d in range(len(shape))
-            if cstride[d] <= stride < cstride[d] * shape[d] and stride % cstride[d] == 0
-        ]  # fmt: skip
-        if not along or along[0] in steps:
-            return None
-        dim = along[0]
-        step = int(stride) // cstride[dim]
-        if start[dim] + step * (int(size) - 1) >= shape[dim]:
-            return None  # runs past its dim into the next: no grid of this dim
-        steps[dim] = (step, int(size))
-    ranges = whole(shape)
-    cond: Expr = Const(1.0)
-    for dim in range(len(shape)):
-        step, count = steps.get(dim, (1, 1))
-        delta = combine("sub", Coord(dim), Const(float(start[dim])), ranges)
-        test = combine("mul", combine("ge", delta, Const(0.0), ranges),
-                       combine("le", delta, Const(float(step * (count - 1))), ranges),
-                       ranges)  # fmt: skip
-        if step > 1:
-            on_step = combine(
-                "eq", combine("mod", delta, Const(float(step)), ranges), Const(0.0), ranges
-            )
-            test = combine("mul", test, on_step, ranges)
-        cond = combine("mul", cond, test, ranges)
-    return cond

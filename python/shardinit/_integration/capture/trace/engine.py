@@ -64,6 +64,7 @@ from ...._program.nodes import (
     Where,
     bad_reasons,
     contains,
+    random_key,
 )
 from ...._program.regions import (
     Box,
@@ -297,8 +298,8 @@ class Engine:
                 f"an operand of shape {tuple(value.shape)} does not broadcast to {tuple(shape)}",
             )  # fmt: skip
         expr = self.value_of(value, op)
-        if not isinstance(value, torch.Tensor) or value.dim() == 0:
-            return expr
+        if not isinstance(value, torch.Tensor) or (value.dim() == 0 and not random_key(expr)):
+            return expr  # a number, or a 0-d value with nothing random: the same everywhere
         coords, stretched = broadcast_coords(tuple(value.shape), tuple(shape))
         why = self.repeat_reason(op) if stretched else None
         return reindex(expr, coords, whole(shape), why)
@@ -339,7 +340,7 @@ class Engine:
             except Cannot as cannot:
                 raise self.store.fail(track, op, cannot.reason) from None
         recorded = self.store.append(track, view, action, op)
-        if recorded is not None and recorded.action is action:
+        if recorded is not None:  # (an Opaque the store made of it draws nothing)
             self.places.recorded(track, recorded, op)
             if isinstance(action, Fill) and _covers_all(track, view, recorded.region):
                 track.reads.clear()  # a fill of all of it: no value read before is left

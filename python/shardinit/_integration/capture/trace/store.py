@@ -12,9 +12,10 @@ from typing import Any
 
 import torch
 
-from ...._program.actions import CapturedOp, Opaque, TrackAction
+from ...._program.actions import Action, CapturedOp, Opaque, Selected, TrackAction
 from ...._program.cannot import Cannot
 from ...._program.regions import Box, view_region, whole
+from ...._program.selection import positions
 from ...._torch_compat import torch_function_disabled, tree_leaves
 from ....errors import UnsupportedInitOpError
 from .frames import user_frame
@@ -165,8 +166,18 @@ class RecordStore:
     ) -> CapturedOp | None:
         """Appends ``action`` on the box ``view`` covers (for a temporary whose region is
         no box, the whole temporary becomes opaque); returns the recorded op (None: the
-        view is empty, nothing is written)."""
-        region = self.region(track, view, op)
+        view is empty, nothing is written). A parameter's view that is no box but a
+        strided slice or a 1-D strided view is ``action`` where its elements lie, on the
+        box around them (:meth:`_selected`): one rule for every write through one."""
+        region: tuple[Box, Sequence[int | None] | None] | None
+        if track.kind == "param" and isinstance(action, Action) and view is not track.base:
+            try:
+                region = view_region(view, track.base)
+            except Cannot as cannot:  # a strided slice, a diagonal: where it lies
+                box, action = self._selected(track, view, action, op, cannot)
+                region = box, ()
+        else:
+            region = self.region(track, view, op)
         if region is None:
             return None
         box, axes = region
@@ -175,6 +186,24 @@ class RecordStore:
         recorded = CapturedOp(box, action, op, user_frame())
         track.ops.append(recorded)
         return recorded
+
+    def _selected(
+        self, track: Track, view: torch.Tensor, action: Action, op: str, cannot: Cannot
+    ) -> tuple[Box, Action]:
+        """``action`` through ``view`` of the parameter ``track``, a view that is no box:
+        on the box around its elements, where they lie (:mod:`...._program.selection`).
+
+        Raises:
+            UnsupportedInitOpError: the view's elements cannot be named so (an expanded
+                view, overlapping windows), with why it is no box.
+        """
+        try:
+            with torch_function_disabled():  # the tensors' own layouts
+                box, cond = positions(view, track.base)
+        except Cannot as no_grid:
+            why = f"the region written is not a box ({cannot}) and {no_grid}"
+            raise self.fail(track, op, why) from None
+        return box, Selected(cond, action)
 
     def add(self, track: Track, recorded: CapturedOp) -> None:
         """Appends ``recorded`` (its box of ``track`` known: a write or a copied op)."""

@@ -1,0 +1,126 @@
+"""Where a view of a parameter that is no box lies, as a condition of the parameter's
+GLOBAL coordinates over a box around it: a write through such a view (``w[::2] = 0``,
+``w[:, 1::3].normal_()``, ``w.diagonal().mul_(2)``) is its action where the condition
+holds and the value before elsewhere (:class:`.actions.Selected`), one operation on that
+box, whatever the write is (the capture's one rule for it, :mod:`..._integration.capture.
+trace.store`).
+
+Two kinds of views hold elements that such a condition names exactly, each element once:
+
+* a 1-D view of flat step ``k`` (a diagonal, ``w.view(-1)[::k]``): flat indices
+  ``offset + i * k``;
+* a strided slice, each view dim of size above 1 stepping along its own base dim
+  (``w[::2]``, ``w[1:, ::3]``, and transposed, ``w.t()[::2]``): a grid of each dim's step.
+
+Any other (an expanded view, overlapping windows, a dim that steps across rows) raises
+:class:`.cannot.Cannot`: a write there is refused, never approximated.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._torch_compat import stored_contiguous, stored_strides
+from .cannot import Cannot
+from .index import contiguous_index
+from .nodes import Const, Coord, Expr
+from .regions import Box, flat_range_boxes
+from .rewrite import combine
+
+__all__ = ["positions"]
+
+
+def positions(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, Expr]:
+    """The box of ``base`` (contiguous) around the elements of ``view`` (a non-empty
+    view that is no box of it) and the condition (nonzero: one of them) over the base's
+    global coordinates, which runs over that box.
+
+    Raises:
+        Cannot: ``view``'s elements are none of the two kinds above.
+    """
+    if not stored_contiguous(base) or any(s <= 0 for s in stored_strides(view)):
+        raise Cannot("the view holds some element more than once (an expanded view)")
+    shape = tuple(int(n) for n in base.shape)
+    rel = int(view.storage_offset() - base.storage_offset())
+    dims = [(int(n), int(s)) for n, s in zip(view.shape, stored_strides(view), strict=True)]
+    dims = [(n, s) for n, s in dims if n != 1]
+    if len(dims) == 1:
+        stepped = _steps(shape, rel, dims)
+        if stepped is None:
+            return _flat_positions(shape, rel, *dims[0])
+    else:
+        stepped = _steps(shape, rel, dims)
+    if stepped is None:
+        raise Cannot(
+            "its elements are no box and no strided slice of the tensor (a view dim "
+            "steps across rows, or two view dims step along one dim)"
+        )
+    return _grid_positions(shape, rel, stepped)
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> list[int]:
+    stride = [1] * len(shape)
+    for dim in range(len(shape) - 2, -1, -1):
+        stride[dim] = stride[dim + 1] * max(shape[dim + 1], 1)
+    return stride
+
+
+def _steps(
+    shape: tuple[int, ...], rel: int, dims: list[tuple[int, int]]
+) -> dict[int, tuple[int, int]] | None:
+    """Per base dim, the (step, count) of a strided slice at flat offset ``rel`` whose
+    view dims are ``dims`` ((size, stride), sizes above 1); None when some view dim
+    steps along no base dim of its own within it."""
+    cstride = _contiguous_strides(shape)
+    start = [rel // cstride[d] % max(shape[d], 1) for d in range(len(shape))]
+    steps: dict[int, tuple[int, int]] = {}
+    for size, stride in dims:
+        along = [
+            d for d in range(len(shape))
+            if cstride[d] <= stride < cstride[d] * shape[d] and stride % cstride[d] == 0
+        ]  # fmt: skip
+        if not along or along[0] in steps:
+            return None
+        dim = along[0]
+        step = stride // cstride[dim]
+        if start[dim] + step * (size - 1) >= shape[dim]:
+            return None  # runs past its dim into the next: no grid of this dim
+        steps[dim] = (step, size)
+    return {d: steps.get(d, (1, 1)) for d in range(len(shape))}
+
+
+def _grid_positions(
+    shape: tuple[int, ...], rel: int, steps: dict[int, tuple[int, int]]
+) -> tuple[Box, Expr]:
+    """A strided slice's box and its grid: ``(c - start) % step == 0`` along each dim
+    that steps (the box bounds the rest)."""
+    cstride = _contiguous_strides(shape)
+    start = [rel // cstride[d] % max(shape[d], 1) for d in range(len(shape))]
+    box = tuple(
+        (start[d], start[d] + steps[d][0] * (steps[d][1] - 1) + 1) for d in range(len(shape))
+    )
+    cond: Expr = Const(1.0)
+    for dim in range(len(shape)):
+        step = steps[dim][0]
+        if step > 1:
+            delta = combine("sub", Coord(dim), Const(float(start[dim])), box)
+            on_step = combine("eq", combine("mod", delta, Const(float(step)), box), Const(0.0), box)
+            cond = combine("mul", cond, on_step, box)
+    return box, cond
+
+
+def _flat_positions(shape: tuple[int, ...], rel: int, size: int, stride: int) -> tuple[Box, Expr]:
+    """A 1-D view of flat step ``stride`` (a diagonal): the box around its flat range
+    and ``(flat - rel) % stride == 0`` within that range."""
+    last = rel + stride * (size - 1)
+    pieces = [piece for _, piece in flat_range_boxes(shape, rel, last + 1)]
+    box = tuple(
+        (min(p[d][0] for p in pieces), max(p[d][1] for p in pieces)) for d in range(len(shape))
+    )
+    delta = combine("sub", contiguous_index(shape), Const(float(rel)), box)
+    inside = combine(
+        "mul", combine("ge", delta, Const(0.0), box),
+        combine("le", delta, Const(float(last - rel)), box), box,
+    )  # fmt: skip
+    on_step = combine("eq", combine("mod", delta, Const(float(stride)), box), Const(0.0), box)
+    return box, combine("mul", inside, on_step, box)
