@@ -252,6 +252,38 @@ def test_random_tensors_init_code_keeps_as_attributes_are_refused() -> None:
     assert torch.equal(model.table, torch.arange(3.0) * 2)
 
 
+def test_random_tensors_init_code_puts_in_a_list_or_dict_the_module_held_are_refused() -> None:
+    # The same list or dict object before and after: its tensors then are compared, not
+    # the object (a tuple or tensor attribute that stays the same object is unchanged).
+    model = _meta_linear()
+    model.tables = []
+    model.named = {"ones": torch.ones(2)}
+    model.fixed = (torch.zeros(2),)
+
+    def append() -> None:
+        model.tables.append(torch.randn(2))  # refused
+
+    def put() -> None:
+        model.named["noise"] = torch.rand(2)  # refused
+
+    for attr, init_fn in (("tables", append), ("named", put)):
+        _assert_refused(
+            model, init_fn,
+            rf"^capture_init: attribute '{attr}' \(Linear\): init code sets it to temporary "
+            r"\w+\(\d,\) at LINE.*, random values \(found when init_fn returned\)",
+        )  # fmt: skip
+        getattr(model, attr).clear()
+    model.named["ones"] = torch.ones(2)
+
+    def known() -> None:
+        model.named["twos"] = torch.ones(2) * 2
+        nn.init.zeros_(model.bias)
+
+    shardinit.materialize(model, seed=SEED, init_fn=known)
+    assert torch.equal(model.named["twos"], torch.full((2,), 2.0))
+    assert torch.equal(model.fixed[0], torch.zeros(2))
+
+
 def test_ties_and_tensors_the_capture_did_not_see_are_refused() -> None:
     with torch.device("meta"):
         model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))

@@ -31,6 +31,7 @@ __all__ = [
     "view_region",
     "view_runs",
     "whole",
+    "whole_region",
 ]
 
 #: A run of flat (row-major) positions ``[start, stop)``.
@@ -106,9 +107,7 @@ def _view_region(
         return None
     shape = tuple(base.shape)
     if view is base:  # the whole tensor (most init code writes): each dim along itself
-        return tuple((0, size) for size in shape), tuple(
-            None if size == 1 else dim for dim, size in enumerate(shape)
-        )
+        return whole_region(shape)
     # The answer is a function of the two layouts alone (a model writes views of a few).
     offset = view.storage_offset() - base.storage_offset()
     key = (tuple(view.shape), stored_strides(view), offset, shape, stored_strides(base))
@@ -122,6 +121,18 @@ def _view_region(
     if kept[0] is None:
         raise Cannot(kept[1])
     return kept[0]
+
+
+@cached
+def whole_region(shape: tuple[int, ...]) -> tuple[Box, tuple[int | None, ...]] | None:
+    """:func:`view_region` of a contiguous tensor of ``shape`` viewed whole: each dim
+    along itself (None for a dim of size 1); None when it has no elements. Kept by
+    shape: a model's thousands of parameters have a few."""
+    if any(size == 0 for size in shape):
+        return None
+    return tuple((0, size) for size in shape), tuple(
+        None if size == 1 else dim for dim, size in enumerate(shape)
+    )
 
 
 #: :func:`view_region` of non-empty views by layout: the region, or why there is none.

@@ -46,7 +46,7 @@ from ...._torch_compat import (
     handed_to_mode,
 )
 from ....errors import InternalError, ShardInitError, UnsupportedInitOpError
-from ..ops import INIT_FUNCTIONS, INIT_TRANSLATIONS, is_inplace, python_numbers, shown
+from ..ops import INIT_FUNCTIONS, INIT_TRANSLATIONS, is_inplace, python_numbers, shown_call
 from ..trace import (
     Concrete,
     Coordinates,
@@ -261,8 +261,8 @@ class CaptureMode(TorchFunctionMode):
         :mod:`.initcalls`)."""
         entry = INIT_TRANSLATIONS[init_name]
         values = [arguments.get(n, d) for n, d in zip(entry.names, entry.defaults, strict=True)]
-        listed = ", ".join(f"{n}={shown(v)}" for n, v in zip(entry.names, values, strict=True))
-        self.engine.write(track, tensor, entry, values, f"torch.nn.init.{init_name}({listed})")
+        op = shown_call(f"torch.nn.init.{init_name}", entry.names, values)
+        self.engine.write(track, tensor, entry, values, op)
 
 
 def _valueless(track: Track, tensor: Any) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..ops import METHOD_TRANSLATIONS, SCALES, bind, inplace_name, is_inplace, shown
+from ..ops import METHOD_TRANSLATIONS, SCALES, bind, inplace_name, is_inplace, shown_call
 from ..trace import Track, give_memory_format, memory_format_now, memory_format_of, same_view
 from .calls import NOT_MINE, Call, Mode
 
@@ -71,8 +71,7 @@ def write_translated(mode: Mode, call: Call) -> Any:
         return _written(mode, call)
     options = {k: v for k, v in call.kwargs.items() if k != "rounding_mode"}
     values = bind(call.args[1:], options, entry)
-    arguments = ", ".join(f"{n}={shown(v)}" for n, v in zip(entry.names, values, strict=True))
-    op = f"{call.name.strip('_')}_({arguments})"
+    op = shown_call(f"{call.name.strip('_')}_", entry.names, values)
     mode.engine.write(_target(call), call.args[0], entry, values, op)
     return _written(mode, call)
 

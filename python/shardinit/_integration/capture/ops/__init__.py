@@ -42,6 +42,7 @@ from .translations import (
     build,
     scalar,
     shown,
+    shown_call,
 )
 
 __all__ = [
@@ -75,6 +76,7 @@ __all__ = [
     "same_device",
     "scalar",
     "shown",
+    "shown_call",
     "split_device",
     "step_of",
 ]

@@ -114,6 +114,10 @@ def _python_number(value: Any) -> Any:
     return value
 
 
+#: What :func:`python_numbers` looks into: numpy scalars, and lists or tuples of them.
+_NUMBER_HOLDERS = (np.generic, list, tuple)
+
+
 def python_numbers(
     args: Sequence[Any], kwargs: dict[str, Any]
 ) -> tuple[Sequence[Any], dict[str, Any]]:
@@ -122,8 +126,14 @@ def python_numbers(
     number: ``int32 * np.float32(2.5)`` is float32, ``fill_(np.float32(0.1))`` stores
     float(np.float32(0.1))), so the routes, which know Python numbers, take it so too.
     The same objects where there is none (the common case, checked first)."""
-    values = [*args, *kwargs.values()]
-    if not any(isinstance(v, (np.generic, list, tuple)) for v in values):
+    for held in (args, kwargs.values()):  # (no generator: asked at every torch call)
+        for value in held:
+            if isinstance(value, _NUMBER_HOLDERS):
+                break
+        else:
+            continue
+        break
+    else:
         return args, kwargs
     return (
         tuple(_python_number(v) for v in args),

@@ -32,6 +32,8 @@ __all__ = [
     "bind",
     "build",
     "scalar",
+    "shown",
+    "shown_call",
 ]
 
 
@@ -142,12 +144,53 @@ def shown(value: Any) -> str:
     """An argument as an operation's name shows it: ``repr``, but a tensor by its dtype
     and shape (torch's ``repr`` formats its values, about a millisecond even for one
     element on a CPU tensor: it was most of a row loop's ``w[i] = t``)."""
+    if type(value) in _PLAIN:  # (most arguments: asked at every recorded call)
+        return repr(value)
     if isinstance(value, torch.Tensor):
         return f"<{str(value.dtype).removeprefix('torch.')} tensor {tuple(value.shape)}>"
-    if isinstance(value, tuple | list) and any(isinstance(v, torch.Tensor) for v in value):
+    if isinstance(value, _SEQUENCES) and any(isinstance(v, torch.Tensor) for v in value):
         inner = ", ".join(shown(v) for v in value)
         return f"[{inner}]" if isinstance(value, list) else f"({inner})"
     return repr(value)
+
+
+def shown_call(function: str, names: tuple[str, ...], values: Sequence[Any]) -> str:
+    """``function(name=value, ...)``, a translated call as an operation's name shows it
+    (:func:`shown` per value). Kept for calls of plain values (numbers, strings, None):
+    formatting them was a tenth of recording a ``torch.nn.init`` call, and init code
+    repeats a few calls per model."""
+    key = _shown_key(function, names, values)
+    made = _SHOWN_CALLS.get(key) if key is not None else None
+    if made is None:
+        listed = ", ".join(f"{n}={shown(v)}" for n, v in zip(names, values, strict=True))
+        made = f"{function}({listed})"
+        if key is not None:
+            _SHOWN_CALLS.put(key, made)
+    return made
+
+
+#: :func:`shown_call`'s texts by :func:`_shown_key`.
+_SHOWN_CALLS: BoundedMap[tuple[object, ...], str] = BoundedMap()
+
+
+def _shown_key(
+    function: str, names: tuple[str, ...], values: Sequence[Any]
+) -> tuple[object, ...] | None:
+    """What :func:`shown_call`'s text depends on: the function, the names, and each
+    value by its type and, for a float, its bits (-0.0 is not 0.0); None where a
+    value is not plain."""
+    key: list[object] = [function, names]
+    for value in values:
+        kind = type(value)
+        if kind not in _PLAIN:
+            return None
+        key += (kind, value.hex() if kind is float else value)
+    return tuple(key)
+
+
+#: Arguments :func:`shown` gives as ``repr`` at once (no tensor in them).
+_PLAIN = frozenset({float, int, bool, str, type(None)})
+_SEQUENCES = (tuple, list)
 
 
 def build(kind: str, values: Sequence[Any], op: str, tensor: torch.Tensor) -> TrackAction:

@@ -12,7 +12,12 @@ from torch import nn
 from ...._names import holder_names, listing
 from ...._program.actions import ParamRecord
 from ...._program.cannot import Cannot
-from ...._torch_compat import rewrap_fsdp2_classes, unwrap_fsdp2_classes
+from ...._torch_compat import (
+    rewrap_fsdp2_classes,
+    stored_contiguous,
+    torch_function_disabled,
+    unwrap_fsdp2_classes,
+)
 from ...._validate import DeviceLike, resolve_device
 from ...collector import collector_paused
 from ...exclusive import ThreadExclusive
@@ -28,6 +33,7 @@ from .signals import signal_handlers_watched
 from .standins import (
     ParamGroup,
     buffer_standins,
+    distinct_modules,
     give_buffer_attributes,
     give_memory_formats,
     give_parameter_attributes,
@@ -122,21 +128,29 @@ def capture_init(
     # What materialize allocates on: never "meta", where guarded init code would be skipped.
     device = None if device is None else resolve_device(device)
     with _CAPTURE.hold(), collector_paused():  # why: collector.py
-        groups = param_groups(module)
-        buffers = buffer_standins(module, constructor_seed)  # eager's values before
-        created = CreatedTensors(module, groups)  # before the stand-ins are installed
+        walk = list(module.named_modules(remove_duplicate=False))  # one walk for these
+        groups = param_groups(module, walk)
+        buffers = buffer_standins(module, constructor_seed, walk)  # eager's values before
+        modules = [m for _, m in distinct_modules(walk)]
+        created = CreatedTensors(module, groups, modules)  # before the stand-ins are installed
         aliases = {
             id(g.original.untyped_storage()): g.tracks[g.primary]
             for g in groups
             if g.original.is_meta and type(g.original) in (torch.Tensor, nn.Parameter)
         }
         tracks = [*iter_tracks(groups), *(b.track for b in buffers)]
-        devices = {id(g.tracks[0]): _runtime_device(g.original, device) for g in groups}
-        devices.update({id(t): devices[id(g.tracks[0])] for g in groups for t in g.tracks})
+        default = torch.device("cpu") if device is None else torch.device(device)
+        devices = {
+            id(t): runtime
+            for g in groups
+            for runtime in (_runtime_device(g.original, default),)
+            for t in g.tracks
+        }
         recorder = CaptureMode(tracks, aliases, devices)
         for group in groups:  # a channels_last parameter: why in threads.py
-            for track in group.distinct_tracks():
-                give_eager_layout(track.base, group.original)
+            if not _row_major(group.original):  # (a new stand-in notes no layout yet)
+                for track in group.distinct_tracks():
+                    give_eager_layout(track.base, group.original)
         classes = unwrap_fsdp2_classes(module)
         for group in groups:
             group.install()
@@ -213,14 +227,22 @@ def _recorded(
     )  # fmt: skip
 
 
-def _runtime_device(param: torch.Tensor, device: DeviceLike) -> torch.device:
-    """The device ``param`` is on when init code runs for real (see ``capture_init``)."""
+def _runtime_device(param: torch.Tensor, default: torch.device) -> torch.device:
+    """The device ``param`` is on when init code runs for real (see ``capture_init``):
+    ``default`` (the capture's ``device``, else the CPU) for a parameter on meta."""
     mesh = getattr(param, "device_mesh", None)
     if mesh is not None:
         return torch.device(mesh.device_type)
     if not param.is_meta:
         return param.device
-    return torch.device("cpu") if device is None else torch.device(device)
+    return default
+
+
+def _row_major(param: torch.Tensor) -> bool:
+    """Whether ``param`` is row-major in its storage, as its stand-in is
+    (:func:`..trace.give_eager_layout` notes another layout on the stand-in)."""
+    with torch_function_disabled():  # its own layout, as give_eager_layout reads it
+        return stored_contiguous(param)
 
 
 def _check_unchanged(groups: list[ParamGroup]) -> None:

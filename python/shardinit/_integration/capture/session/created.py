@@ -32,7 +32,7 @@ was.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,16 +84,20 @@ class CreatedTensors:
     (:meth:`noted`), and what the changes come to after (:meth:`settle`, then
     :meth:`finishing`)."""
 
-    def __init__(self, root: nn.Module, groups: list[ParamGroup]) -> None:
+    def __init__(
+        self, root: nn.Module, groups: list[ParamGroup], modules: Sequence[nn.Module] | None = None
+    ) -> None:
+        """``modules``: ``root.modules()``, where the caller has them already."""
         self.root = root
-        self.saved = {id(m): (m, dict(m._parameters), dict(m._buffers)) for m in root.modules()}
+        modules = list(root.modules()) if modules is None else modules
+        self.saved = {id(m): (m, dict(m._parameters), dict(m._buffers)) for m in modules}
         self.slots: dict[Slot, tuple[ParamGroup, int]] = {
             (id(module), attr): (group, index)
             for group in groups
             for index, (module, attr, _) in enumerate(group.holders)
         }
         self.sharded = any(hasattr(g.original, "device_mesh") for g in groups)
-        self.attributes = self._snapshot_attributes(root)
+        self.attributes = _snapshot_attributes(modules)
         self.lines: dict[Slot, str] = {}
         self.outcome = _Outcome()
         self.settled = False
@@ -140,6 +144,7 @@ class CreatedTensors:
             self._check_buffers(recorder, module, path)
             self._check_attributes(recorder, module, path)
         self.settled = True
+        self.attributes = {}  # read here only: let the copies go before the capture ends
 
     def revert_unless_settled(self) -> None:
         """Leaves every module's parameters and buffers as they were before init code
@@ -183,7 +188,7 @@ class CreatedTensors:
                 continue
             group, index = found
             standin = group.tracks[index].base
-            if any(current is track.base for track in group.tracks):
+            if current is standin or any(current is track.base for track in group.tracks):
                 continue  # written in place (or tied within its group): the usual case
             deleted = attr not in module._parameters  # ``del m.bias``, not ``m.bias = None``
             module._parameters[attr] = standin  # type: ignore[assignment]  # then finishing()
@@ -334,14 +339,19 @@ class CreatedTensors:
     def _check_attributes(self, recorder: CaptureMode, module: nn.Module, path: str) -> None:
         """Refuses a tensor init code sets as a plain attribute (or in a list, tuple or
         dict attribute) that holds random values: the model keeps it, as eager does."""
-        before = self.attributes.get(id(module), {})
+        values, held = self.attributes.get(id(module), _NO_ATTRIBUTES)
         for attr, value in vars(module).items():
+            if isinstance(value, _MUTABLE):
+                if not value:
+                    continue  # an empty list or dict (a module's hook tables) holds none
+            elif values.get(attr, _ABSENT) is value:
+                continue  # the object it held before, whose tensors cannot have changed
             if attr in _MODULE_TABLES:
                 continue
+            old = values.get(attr)
+            before = held.get(attr, ()) if isinstance(old, _MUTABLE) else _held_tensors(old)
             for tensor in _held_tensors(value):
-                if all(tensor is not old for old in before.get(attr, ())) and _random(
-                    recorder, tensor
-                ):
+                if all(tensor is not seen for seen in before) and _random(recorder, tensor):
                     source = recorder.store.lookup(tensor)
                     made = source.label if source is not None else "a tensor"
                     who = f"attribute {qualified(path, attr)!r} ({type(module).__name__})"
@@ -349,18 +359,6 @@ class CreatedTensors:
                     raise _refused((who, AFTER_INIT_FN), what, *_NO_STREAM)
 
     # ----------------------------------------------------------------- helpers
-
-    def _snapshot_attributes(
-        self, root: nn.Module
-    ) -> dict[int, dict[str, tuple[torch.Tensor, ...]]]:
-        return {
-            id(module): {
-                attr: tensors
-                for attr, value in vars(module).items()
-                if attr not in _MODULE_TABLES and (tensors := _held_tensors(value))
-            }
-            for module in root.modules()
-        }
 
     def _revert(self) -> None:
         for module, params, buffers in self.saved.values():
@@ -398,6 +396,15 @@ _NO_STREAM = (
 )
 #: ``nn.Module``'s own tables: parameters, buffers and submodules are not attributes.
 _MODULE_TABLES = frozenset({"_parameters", "_buffers", "_modules"})
+#: The attribute values whose tensors init code may change in place (:func:`_held_tensors`).
+_MUTABLE = (list, dict)
+#: A module's attributes before init code ran: the objects, and the tensors each
+#: non-empty list or dict held (:meth:`CreatedTensors._snapshot_attributes`).
+_Attributes = tuple[dict[str, object], dict[str, tuple[torch.Tensor, ...]]]
+#: An attribute a module did not have before init code ran.
+_ABSENT: Any = object()
+#: Those of a module init code added: none.
+_NO_ATTRIBUTES: _Attributes = ({}, {})
 
 
 def _random(recorder: CaptureMode, tensor: torch.Tensor) -> bool:
@@ -408,6 +415,24 @@ def _random(recorder: CaptureMode, tensor: torch.Tensor) -> bool:
         return source.kind == "temp" and recorder.engine.random(source)
     computed = tensor.dim() > 0 and not tensor.is_meta
     return computed and not recorder.engine.rng_untouched()
+
+
+def _snapshot_attributes(modules: Sequence[nn.Module]) -> dict[int, _Attributes]:
+    """Per module, its attributes before init code runs: the objects (a copy of its
+    ``__dict__``, C-speed), and the tensors each list or dict (changed in place, not
+    replaced, by init code) holds then. Most attributes of thousands of modules are the
+    same objects after: only the others are walked (:meth:`CreatedTensors._check_attributes`)."""
+    return {
+        id(module): (
+            (values := dict(vars(module))),
+            {
+                attr: _held_tensors(value)
+                for attr, value in values.items()
+                if isinstance(value, _MUTABLE) and value and attr not in _MODULE_TABLES
+            },
+        )
+        for module in modules
+    }
 
 
 def _held_tensors(value: object) -> tuple[torch.Tensor, ...]:

@@ -24,14 +24,14 @@ result is read back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from ...._names import ParamSlot, canonical_name, param_slots, qualified, refuse_lazy
+from ...._names import ParamSlot, canonical_name, qualified, refuse_lazy, walk_slots
 from ...._torch_compat import give_grad_hooks, is_flat_param, make_parameter
 from ....errors import ShardInitError, UnsupportedInitOpError
 from ....spec import SUPPORTED_DTYPES
@@ -79,7 +79,9 @@ class ParamGroup:
         replaced = []
         for module, attr, path in self.holders:
             current = module._parameters.get(attr)
-            if not any(current is track.base for track in self.tracks):
+            if current is not self.tracks[0].base and all(
+                current is not track.base for track in self.tracks
+            ):
                 replaced.append(path)
             module._parameters[attr] = self.original
         return replaced
@@ -91,6 +93,8 @@ class ParamGroup:
         return list({id(track): track for track in self.tracks}.values())
 
     def winner(self) -> Track:
+        if len(self.tracks) == 1:  # one stand-in (most parameters): it gives the values
+            return self.tracks[0]
         module, attr, _ = self.holders[self.primary]
         current = module._parameters.get(attr)
         return next((t for t in self.tracks if t.base is current), self.tracks[self.primary])
@@ -144,12 +148,20 @@ class DTensorStandIn(CheckedParameter):
 
 def _standin(param: torch.Tensor) -> nn.Parameter:
     cls = DTensorStandIn if hasattr(param, "device_mesh") else CheckedParameter
-    meta = torch.empty(tuple(param.shape), dtype=param.dtype, device="meta")
+    shape = tuple(param.shape)
+    # The sizes as numbers, and a device object: torch parses them in about half the
+    # time of a tuple and a device name (a model of thousands of small parameters).
+    meta = torch.empty(*shape or ((),), dtype=param.dtype, device=_META)
     return make_parameter(cls, meta, param.requires_grad)
 
 
-def param_groups(module: nn.Module) -> list[ParamGroup]:
-    """One group per distinct parameter, with stand-ins made (not yet installed).
+_META = torch.device("meta")
+
+
+def param_groups(module: nn.Module, walk: Walk | None = None) -> list[ParamGroup]:
+    """One group per distinct parameter, with stand-ins made (not yet installed);
+    ``walk`` is ``module.named_modules(remove_duplicate=False)`` where the caller has
+    it already (a model of thousands of modules: one walk per capture).
 
     Raises:
         ShardInitError: FSDP1 flat parameters, or dtypes outside stream format v1.
@@ -158,7 +170,9 @@ def param_groups(module: nn.Module) -> list[ParamGroup]:
     sources = set(declared.values())
     paths: dict[int, str] | None = None  # module -> its first path, for tied holders
     groups = []
-    slots = param_slots(module)
+    if walk is None:
+        walk = list(module.named_modules(remove_duplicate=False))
+    slots = walk_slots(walk)
     refuse_lazy(slots, "capture_init")
     for slot in slots:
         if is_flat_param(slot.param):
@@ -176,8 +190,7 @@ def param_groups(module: nn.Module) -> list[ParamGroup]:
             group.primary = 0
         else:
             if paths is None:
-                walk = module.named_modules(remove_duplicate=False)
-                paths = {id(m): p for p, m in reversed(list(walk))}
+                paths = {id(m): p for p, m in reversed(walk)}
             group = _tied_group(slot, paths, declared, sources)
         groups.append(group)
     return groups
@@ -276,15 +289,17 @@ def _followed_in_place(buffer: torch.Tensor) -> bool:
 Seed = Callable[[nn.Module, str, str, torch.Tensor], "torch.Tensor | None"]
 
 
-def buffer_standins(module: nn.Module, seed_of: Seed | None = None) -> list[BufferStandIn]:
+def buffer_standins(
+    module: nn.Module, seed_of: Seed | None = None, walk: Walk | None = None
+) -> list[BufferStandIn]:
     """Real CPU stand-ins for every meta buffer (its values before init_fn where
     ``seed_of`` gives them), and checked aliases of every real one (one per buffer
     object, and per storage for real ones: two real buffers viewing one storage are one
-    followed tensor)."""
+    followed tensor). ``walk``: as :func:`param_groups` takes it."""
     made: dict[int, Track] = {}
     storages: set[int | None] = set()
     found = []
-    for path, owner in module.named_modules():
+    for path, owner in module.named_modules() if walk is None else distinct_modules(walk):
         for attr, buffer in owner._buffers.items():
             if buffer is None or not (buffer.is_meta or _followed_in_place(buffer)):
                 continue
@@ -416,6 +431,23 @@ def _give_strides(group: ParamGroup, strides: tuple[int, ...]) -> None:
     original.data = torch.empty_strided(
         original.shape, strides, dtype=original.dtype, device="meta"
     )
+
+
+#: A model's ``named_modules(remove_duplicate=False)``, in its order.
+Walk = Sequence[tuple[str, nn.Module]]
+
+
+def distinct_modules(walk: Walk) -> list[tuple[str, nn.Module]]:
+    """``named_modules()`` from ``walk`` (``named_modules(remove_duplicate=False)``):
+    each module once, at its first path, in the same order (a module met again is
+    met with its subtree, all of which was met the first time)."""
+    seen: set[int] = set()
+    found = []
+    for path, module in walk:
+        if id(module) not in seen:
+            seen.add(id(module))
+            found.append((path, module))
+    return found
 
 
 def iter_tracks(groups: list[ParamGroup]) -> Iterator[Track]:

@@ -7,7 +7,7 @@ place only."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ...._program.actions import CapturedOp, Fill, Selected, TrackAction
 from ...._program.index import as_lin
@@ -25,15 +25,22 @@ __all__ = ["RandomPlaces", "drawn"]
 Folded = Callable[[Track, Box], Expr]
 
 
-@dataclass(frozen=True)
-class _Claim:
+class _Claim(NamedTuple):
     """Where one write put values of one random op: ``runs`` (flat) of the temporary
-    ``space`` that op drew them in, or anywhere (``space`` None: not known exactly)."""
+    ``space`` that op drew them in, or anywhere (``space`` None: not known exactly);
+    ``op`` the write (with its line, or its line apart in ``at``: a claim is made per
+    random fill of a parameter, and named by a refusal only). A tuple: made at every
+    random fill (a model's thousands)."""
 
     write: int
     space: int | None
     runs: tuple[FlatRun, ...]
-    where: str
+    op: str
+    at: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.op} at {self.at}" if self.at else self.op
 
     def disjoint(self, other: _Claim) -> bool:
         if self.space is None or self.space != other.space:
@@ -70,7 +77,7 @@ class RandomPlaces:
             self.spaces[id(op)] = track
         elif track.kind == "param":
             self.writes += 1
-            self.claims[id(op)] = [_Claim(self.writes, None, (), f"{name} at {op.where}")]
+            self.claims[id(op)] = [_Claim(self.writes, None, (), name, op.where)]
 
     def new_write(self) -> None:
         """A new write to a parameter starts: its parts never conflict with each other."""

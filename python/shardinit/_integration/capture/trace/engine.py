@@ -350,7 +350,7 @@ class Engine:
         recorded = self.store.append(track, view, action, op)
         if recorded is not None:  # (an Opaque the store made of it draws nothing)
             self.places.recorded(track, recorded, op)
-            if isinstance(action, Fill) and recorded.region == whole(track.shape):
+            if isinstance(action, Fill) and _covers_all(track, view, recorded.region):
                 track.reads.clear()  # a fill of all of it: no value read before is left
 
     def cannot(self, track: Track, view: torch.Tensor, cannot: Cannot, op: str) -> None:
@@ -528,6 +528,16 @@ def _inexact_integers(value: torch.Tensor) -> bool:
     if torch.iinfo(value.dtype).bits < 53:
         return False
     return bool(value.detach().abs().max() > 2**53)
+
+
+def _covers_all(track: Track, view: torch.Tensor, region: Box) -> bool:
+    """Whether ``region``, written through ``view``, is all of ``track``: a view of all
+    of it is (most fills: no region asked again), else the region of its whole tensor
+    (kept by shape) says."""
+    if view is track.base:
+        return True
+    kept = track.whole()
+    return kept is not None and region == kept[0]
 
 
 def _check_fill(track: Track, action: Fill) -> None:

@@ -13,7 +13,7 @@ import torch
 from ...._program.actions import CapturedOp, sets_values
 from ...._program.cannot import Cannot
 from ...._program.coverage import BoxMap, Coverage
-from ...._program.regions import Box, view_region
+from ...._program.regions import Box, whole_region
 from ...._program.regions import contains as region_contains
 from ...._torch_compat import (
     stored_contiguous,
@@ -124,7 +124,6 @@ class Track:
         # What check_unchanged compares against: asked of the parameters' and buffers'
         # stand-ins only (a temporary made per operation need not pay for it).
         self.layout = None if self.kind == "temp" else _layout(self.base)
-        self._whole: tuple[torch.Size, tuple[Box, tuple[int | None, ...]] | None] | None = None
         self._kept_unions: _Unions | None = None  # made at the first question
         self._kept_pieces: tuple[int, CapturedOp | None, BoxMap] | None = None
 
@@ -148,11 +147,10 @@ class Track:
 
     def whole(self) -> tuple[Box, tuple[int | None, ...]] | None:
         """The region of all of ``base`` (:func:`shardinit._program.regions.view_region`
-        of it), computed once per shape (init code that resizes a temporary changes it)."""
-        shape = self.base.shape
-        if self._whole is None or self._whole[0] != shape:
-            self._whole = (shape, view_region(self.base, self.base))
-        return self._whole[1]
+        of it), kept by shape (:func:`~shardinit._program.regions.whole_region`): read
+        at each write, and init code that resizes a temporary changes it."""
+        with torch_function_disabled():  # its own shape, not a mode's answer
+            return whole_region(tuple(self.base.shape))
 
     def written(self, region: Box) -> bool:
         """Whether recorded writes (anything but a scale) cover all of ``region``. The
