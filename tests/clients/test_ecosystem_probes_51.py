@@ -196,7 +196,8 @@ def _sharded_equals_unsharded(world: int, name: str) -> None:
     _expect_gathered_equal_unsharded(sharded, _materialized(name, lambda model: None))
 
 
-@gloo_scenario(1, 2)
+# Its tests are behind --runeco: make test, which skips them, does not run it.
+@gloo_scenario(1, 2, marker="ecosystem")
 def probes_ecosystem_scenario(rank: int, world: int) -> Checks:
     del rank
     checks: Checks = {}

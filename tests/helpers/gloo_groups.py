@@ -36,10 +36,14 @@ Rules for a scenario:
 * A scenario that needs its own environment (variables read at import, a separate
   process tree) is not decorated: :func:`run_group` then starts a group for it alone.
 
-Which scenarios join a group: the decorated ones whose module has selected tests (so
-``pytest -k fsdp1`` starts no clients models); for a module whose tests are parametrized
-by ``world``, only the selected world sizes. ``tests/conftest.py`` passes the selection
-(:func:`select`); without it (a plain import) every declared scenario joins.
+Which scenarios join a group: the decorated ones whose module has selected tests that
+run (so ``pytest -k fsdp1`` starts no clients models, and a skipped test starts nothing);
+for a module whose tests are parametrized by ``world``, only the selected world sizes. A
+scenario read only by tests behind an opt-in marker says so, ``@gloo_scenario(1, 2,
+marker="ecosystem")``: it joins only where its module has such a test that runs (so
+``make test``, which skips them, does not run it in every rank). ``tests/conftest.py``
+passes the selection (:func:`select`); without it (a plain import) every declared
+scenario joins.
 
 When the groups start: ``tests/conftest.py`` calls :func:`prefetch` once collection is
 done, which starts the selected groups one after another (by world size) in a background
@@ -85,17 +89,25 @@ class _Entry:
     qualname: str
     module: str
     worlds: frozenset[int]
+    marker: str | None = None  # joins only where a running test of its module has it
 
     @property
     def key(self) -> str:
         return f"{self.file}::{self.qualname}"
+
+    @property
+    def selection_key(self) -> str:
+        """Its key in a :func:`_selection`: its module, or its module's tests with its
+        marker."""
+        return self.file if self.marker is None else _marked(self.file, self.marker)
 
     def argv(self) -> list[str]:
         return [self.file, self.module, self.qualname]
 
 
 _REGISTRY: dict[str, _Entry] = {}
-#: file -> world sizes its selected tests ask for (None: any); None before `select`.
+#: file (and file with a marker, :func:`_marked`) -> world sizes its selected tests that
+#: run ask for (None: any); None before `select`.
 _SELECTED: dict[str, set[int] | None] | None = None
 #: world -> {scenario key: per-rank results}, or the error that ended the group's launch.
 _GROUPS: dict[int, dict[str, list[Any]] | Exception] = {}
@@ -103,17 +115,21 @@ _GROUPS: dict[int, dict[str, list[Any]] | Exception] = {}
 _PENDING: dict[int, concurrent.futures.Future[dict[str, list[Any]]]] = {}
 
 
-def _entry(scenario: Scenario, worlds: Iterable[int] = ()) -> _Entry:
+def _entry(scenario: Scenario, worlds: Iterable[int] = (), marker: str | None = None) -> _Entry:
     file = str(Path(inspect.getfile(scenario)).resolve())
-    return _Entry(file, scenario.__qualname__, scenario.__module__, frozenset(worlds))
+    return _Entry(file, scenario.__qualname__, scenario.__module__, frozenset(worlds), marker)
 
 
-def gloo_scenario(*worlds: int) -> Callable[[Scenario], Scenario]:
+def _marked(file: str, marker: str) -> str:
+    return f"{file}::@{marker}"
+
+
+def gloo_scenario(*worlds: int, marker: str | None = None) -> Callable[[Scenario], Scenario]:
     """Declares a module-level scenario for the shared groups of ``worlds`` (returns it
-    unchanged)."""
+    unchanged); with ``marker``, only for the tests of its module that carry it."""
 
     def register(scenario: Scenario) -> Scenario:
-        entry = _entry(scenario, worlds)
+        entry = _entry(scenario, worlds, marker)
         _REGISTRY[entry.key] = entry
         return scenario
 
@@ -121,25 +137,28 @@ def gloo_scenario(*worlds: int) -> Callable[[Scenario], Scenario]:
 
 
 def select(items: Iterable[pytest.Item]) -> None:
-    """Records which modules (and world sizes) the selected tests use (called by
-    tests/conftest.py once collection is done)."""
+    """Records which modules (and world sizes) the selected tests that run use (called by
+    tests/conftest.py once collection is done, with the tests that are not skipped)."""
     global _SELECTED
     _SELECTED = _selection(items)
 
 
 def _selection(items: Iterable[pytest.Item]) -> dict[str, set[int] | None]:
-    """Per test file, the world sizes its ``items`` ask for (None: any)."""
+    """Per test file, and per test file and marker of its tests (:func:`_marked`), the
+    world sizes its ``items`` ask for (None: any)."""
     selected: dict[str, set[int] | None] = {}
     for item in items:
         file = str(Path(item.path).resolve())
         callspec = getattr(item, "callspec", None)
         world = callspec.params.get("world") if callspec is not None else None
-        if not isinstance(world, int) or selected.get(file, set()) is None:
-            selected[file] = None
-        else:
-            worlds = selected.setdefault(file, set())
-            assert worlds is not None
-            worlds.add(world)
+        keys = {file} | {_marked(file, mark.name) for mark in item.iter_markers()}
+        for key in keys:
+            if not isinstance(world, int) or selected.get(key, set()) is None:
+                selected[key] = None
+            else:
+                worlds = selected.setdefault(key, set())
+                assert worlds is not None
+                worlds.add(world)
     return selected
 
 
@@ -148,9 +167,9 @@ def _wanted(entry: _Entry, world: int, selected: dict[str, set[int] | None] | No
         return False
     if selected is None:
         return True
-    if entry.file not in selected:
+    if entry.selection_key not in selected:
         return False
-    worlds = selected[entry.file]
+    worlds = selected[entry.selection_key]
     return worlds is None or world in worlds
 
 

@@ -45,9 +45,10 @@ def test_run_group_merges_ranks_and_names_them(monkeypatch: pytest.MonkeyPatch) 
         gloo_groups.assert_check_passed(merged, "c")
 
 
-def _item(path: Path, world: int | None) -> Any:
+def _item(path: Path, world: int | None, markers: tuple[str, ...] = ()) -> Any:
     callspec = None if world is None else SimpleNamespace(params={"world": world})
-    return SimpleNamespace(path=path, callspec=callspec)
+    marks = [SimpleNamespace(name=name) for name in markers]
+    return SimpleNamespace(path=path, callspec=callspec, iter_markers=lambda: iter(marks))
 
 
 def test_groups_run_only_the_selected_scenarios(
@@ -98,3 +99,25 @@ def test_prefetched_groups_are_the_ones_tests_read(
     assert gloo_groups.run_group(3, passing) == {"ok": []}
     assert gloo_groups.run_group(3, passing) == {"ok": []}
     assert launched == [(3, [entry], "before")]  # world 1 is not selected
+
+
+def test_a_scenario_behind_a_marker_runs_only_with_its_marked_tests(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A scenario declared with ``marker`` joins only where a selected test of its module
+    carries the marker (its tests behind an opt-in option that make test skips); the
+    module's other scenario joins for any of its tests."""
+    file = str((tmp_path / "eco.py").resolve())
+    plain = gloo_groups._Entry(file, "plain", "eco", frozenset({1, 2}))
+    marked = gloo_groups._Entry(file, "marked", "eco", frozenset({1, 2}), "ecosystem")
+    monkeypatch.setattr(gloo_groups, "_REGISTRY", {e.key: e for e in (plain, marked)})
+    monkeypatch.setattr(gloo_groups, "_SELECTED", None)
+    gloo_groups.select([_item(Path(file), 1), _item(Path(file), 2, ("parametrize",))])
+    assert gloo_groups._members(1, None) == [plain]
+    assert gloo_groups._members(2, None) == [plain]
+    gloo_groups.select([_item(Path(file), 1), _item(Path(file), 2, ("ecosystem",))])
+    assert gloo_groups._members(1, None) == [plain]  # its marked tests ask for world 2 only
+    assert gloo_groups._members(2, None) == sorted([plain, marked])
+    # the asking scenario always runs, selected or not
+    gloo_groups.select([_item(Path(file), 1)])
+    assert gloo_groups._members(1, marked) == sorted([plain, marked])
