@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -406,33 +406,39 @@ _UNREAD = Const(math.nan)
 
 
 class _Reach:
-    """Which operations of a record before a given one meet a box, last first: each
-    asked of its earlier ones, so a loop of steps over n rows (``w[i, ::2].mul_(2)``,
-    each reading its row's values before it) asks n**2 box pairs. Past a few operations
-    they are compared as arrays of their bounds, one comparison of all per question."""
+    """Which operations of a record before a given one meet a box, last first, found
+    lazily: the reader stops at the last one that set all of the box (a step on a row
+    just written reads that write alone), so the last few are asked one by one; past
+    them (a loop of steps through strided rows, ``w[i, ::2].mul_(2)``, whose row was
+    last set by the default before the loop) the rest are compared as arrays of their
+    bounds, one comparison of all per question, not one Python test per pair."""
 
-    #: Past this many operations the bounds are compared as arrays.
-    ARRAYS_PAST = 32
+    #: How many of the operations just before are asked one by one.
+    ONE_BY_ONE = 32
 
     def __init__(self, ops: Sequence[CapturedOp]) -> None:
         self.ops = ops
         self.bounds: tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]] | None = None
-        if len(ops) > self.ARRAYS_PAST and ops[0].region:
-            regions = np.array([op.region for op in ops], dtype=np.int64)  # (n, ndim, 2)
-            self.bounds = regions[:, :, 0], regions[:, :, 1]
 
-    def before(self, index: int, box: Box) -> list[int]:
+    def before(self, index: int, box: Box) -> Iterator[int]:
         """The operations before ``index`` that meet ``box``, last first."""
-        if self.bounds is None:
-            ops = self.ops
-            return [
-                i for i in range(index - 1, -1, -1) if intersect(ops[i].region, box) is not None
-            ]
+        ops = self.ops
+        near = max(index - self.ONE_BY_ONE, 0)
+        for i in range(index - 1, near - 1, -1):
+            if intersect(ops[i].region, box) is not None:
+                yield i
+        if near == 0:
+            return
+        if self.bounds is None:  # the arrays, made once per record at the first need
+            regions = np.array([op.region for op in ops], dtype=np.int64).reshape(
+                len(ops), len(box), 2
+            )
+            self.bounds = regions[:, :, 0], regions[:, :, 1]
         starts, stops = self.bounds
         low = np.array([start for start, _ in box], dtype=np.int64)
         high = np.array([stop for _, stop in box], dtype=np.int64)
-        meets = np.all((starts[:index] < high) & (stops[:index] > low), axis=1)
-        return [int(i) for i in np.flatnonzero(meets)[::-1]]
+        meets = np.all((starts[:near] < high) & (stops[:near] > low), axis=1)
+        yield from (int(i) for i in np.flatnonzero(meets)[::-1])
 
 
 def _prior_over(
@@ -440,7 +446,7 @@ def _prior_over(
     ops: Sequence[CapturedOp],
     programs: Sequence[Expr],
     box: Box,
-    meeting: Sequence[int],
+    meeting: Iterable[int],
 ) -> Expr:
     """The value of the elements of ``box`` after the operations whose programs are
     ``programs`` (the first of ``ops``), simplified over it, given the operations that
