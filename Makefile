@@ -52,7 +52,7 @@ export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 unexport PYTHONDONTWRITEBYTECODE
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: setup demo test test-deps test-rust test-python test-slow test-oracle test-wheel test-zoo test-zoo312 zoo312-run test-ecosystem msrv fuzz quality lint bench mutants wheel clean
+.PHONY: setup demo test test-deps test-rust test-python test-slow test-oracle test-wheel test-zoo test-zoo312 zoo312-run test-ecosystem test-processes msrv fuzz quality lint bench mutants wheel clean
 
 setup: $(BUILD_STAMP)
 
@@ -138,6 +138,11 @@ test-ecosystem: test-deps
 # SHARDINIT_ORACLE_TABLE=path it writes the table of docs/capturing-init.md.
 test-oracle: test-deps
 	$(PY) -m pytest -q --runoracle -m oracle tests/capture/test_capture_oracle.py
+
+# The examples, the two-world demo and the seed-checkpoint faults, each in fresh Python
+# processes that import torch and transformers (tests marked processes: ~70 s).
+test-processes: test-deps
+	$(PY) -m pytest -q --runprocesses -m processes
 
 # Megatron-core and DeepSpeed ZeRO-3 on gloo CPU (DeepSpeed builds one CPU op with g++ and
 # ninja on first use, cached in ~/.cache/torch_extensions).

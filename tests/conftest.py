@@ -12,6 +12,10 @@ pulls in a slow test by accident):
   (which does not even install them: the zoo layer of requirements is ``make test-zoo``'s);
 * ``--runoracle`` (``make test-oracle``): torch's whole OpInfo database through the
   capture (tests/capture/test_capture_oracle.py; ``make test`` runs a fixed sample);
+* ``--runprocesses`` (its own CI step, ``make test-processes``): the examples, the
+  two-world demo and the seed-checkpoint runs that are killed, fill a disk or measure a
+  writer's peak memory, each in fresh Python processes that import torch and
+  transformers (seconds each; about 70 s in all, kept out of ``make test``'s 8 minutes);
 * ``--runeco`` (its own CI step, ``make test-ecosystem``): every ecosystem setup of
   tests/clients/test_ecosystem.py at world 1 and at worlds 1-3 under FSDP2 (each rank
   imports timm, diffusers, ...: minutes); ``make test`` checks every other setup at
@@ -72,6 +76,11 @@ OPT_IN_MARKERS = {
         "--runoracle",
         "run tests marked oracle: torch's whole OpInfo database through the capture "
         "(make test-oracle)",
+    ),
+    "processes": (
+        "--runprocesses",
+        "run tests marked processes: the examples, the demo and the seed-checkpoint faults "
+        "in fresh Python processes (make test-processes)",
     ),
     "ecosystem": (
         "--runeco",

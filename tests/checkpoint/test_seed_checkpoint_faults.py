@@ -172,6 +172,7 @@ def _unshare_works() -> bool:
 
 # DCP in make test; safetensors (about a minute on 2 cores: a run, the fault, a rerun) under
 # --runslow.
+@pytest.mark.processes
 @pytest.mark.parametrize("format", [pytest.param("safetensors", marks=pytest.mark.slow), "dcp"])
 def test_a_full_disk_is_one_line_leaves_nothing_and_a_rerun_finishes(
     tmp_path: Path, format: str
@@ -237,6 +238,7 @@ def _rank_pid(parent: int, rank: int) -> int | None:
     return None
 
 
+@pytest.mark.processes
 def test_a_killed_writer_is_named_with_its_signal(tmp_path: Path) -> None:
     out = tmp_path / "ckpt"
     command = [sys.executable, "-m", "shardinit", "checkpoint", "--model", "tiny", "--workers",

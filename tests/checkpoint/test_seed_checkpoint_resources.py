@@ -52,6 +52,7 @@ PEAK_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.processes
 def test_a_writers_peak_memory_is_its_buffer_not_the_model(tmp_path: Path) -> None:
     """96 MiB of float32 weights (6 x 2048 x 2048) through a 4 MiB buffer: the peak
     grows by at most the buffer and 24 MiB of slack (allocator, the plan, the writing

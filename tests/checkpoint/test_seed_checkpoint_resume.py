@@ -54,6 +54,7 @@ shardinit.save_seed_checkpoint(meta_tiny(), {path!r}, seed=SEED, max_shard_size=
 """
 
 
+@pytest.mark.processes
 def test_killed_run_resumes_to_the_same_bytes(tmp_path: Path) -> None:
     fresh = file_digests(_save(tmp_path / "fresh"))
     path = tmp_path / "killed"

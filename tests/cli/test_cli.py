@@ -187,6 +187,7 @@ def test_fingerprint_expect(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.distributed
+@pytest.mark.processes
 def test_demo_tiny_worlds_1_and_2(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(["demo", "--model", "tiny", "--worlds", "1,2", "--seed", "5"], capsys)
     assert code == 0, out

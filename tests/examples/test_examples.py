@@ -25,6 +25,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NUMBER = r"(-?\d+\.\d+)"
 
 pytestmark = pytest.mark.distributed
+#: The examples' runs (fresh processes each): ``make test-processes``.
+processes = pytest.mark.processes
 
 
 def run_example(script: str, world: int, *args: str) -> str:
@@ -57,6 +59,7 @@ def finite_loss(text: str) -> float:
 WORLDS = [1, pytest.param(2, marks=pytest.mark.slow)]
 
 
+@processes
 @pytest.mark.parametrize("world", WORLDS)
 def test_fsdp2_llama(world: int) -> None:
     line = run_example("fsdp2_llama.py", world)
@@ -66,6 +69,7 @@ def test_fsdp2_llama(world: int) -> None:
     finite_loss(found[1])
 
 
+@processes
 @pytest.mark.parametrize("world", WORLDS)
 def test_transformers_llama(world: int) -> None:
     line = run_example("transformers_llama.py", world)
@@ -78,6 +82,7 @@ def test_transformers_llama(world: int) -> None:
     finite_loss(found[1])
 
 
+@processes
 @pytest.mark.parametrize("world", WORLDS)
 def test_torchtitan_llama3(world: int) -> None:
     line = run_example("torchtitan_llama3.py", world)
