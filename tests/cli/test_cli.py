@@ -155,6 +155,7 @@ def _fingerprint_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> di
 
 
 @pytest.mark.distributed
+@pytest.mark.processes
 def test_fingerprint_same_for_worlds_1_and_2(capsys: pytest.CaptureFixture[str]) -> None:
     one = _fingerprint_json(["--model", "tiny", "--seed", "3"], capsys)
     two = _fingerprint_json(["--model", "tiny", "--seed", "3", "--world", "2"], capsys)

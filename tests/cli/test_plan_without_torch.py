@@ -38,6 +38,7 @@ def _imported(command: list[str]) -> tuple[subprocess.CompletedProcess[str], set
     return proc, modules
 
 
+@pytest.mark.processes
 def test_the_import_time_reader_sees_torch_when_it_is_imported() -> None:
     """The negative control: the first access to a name that needs torch imports it."""
     proc, modules = _imported(["-c", "import shardinit; shardinit.ParamSpec"])
