@@ -70,7 +70,8 @@ def cut_by(box: Box, regions: Sequence[Box], max_parts: int = 1 << 10) -> list[B
     return [tuple(part) for part in itertools.product(*spans)]
 
 
-def _contiguous_strides(shape: Sequence[int]) -> list[int]:
+def contiguous_strides(shape: Sequence[int]) -> list[int]:
+    """The strides of a row-major (contiguous) tensor of ``shape``, in elements."""
     strides = [1] * len(shape)
     for dim in range(len(shape) - 2, -1, -1):
         strides[dim] = strides[dim + 1] * max(shape[dim + 1], 1)
@@ -193,7 +194,7 @@ def _reordered_box(
     except Cannot:
         return None
     extents = [stop - start for start, stop in box]
-    cstride = _contiguous_strides(tuple(base.shape))
+    cstride = contiguous_strides(tuple(base.shape))
     axes: list[int | None] = []
     for size, stride in zip(view.shape, stored_strides(view), strict=True):
         along = [
@@ -216,7 +217,7 @@ def _all_in_order(view: torch.Tensor, base: torch.Tensor) -> bool:
 def _box_of(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[int | None, ...]]:
     """:func:`view_region` of a non-empty view, dim by dim."""
     shape = tuple(base.shape)
-    cstride = _contiguous_strides(shape)
+    cstride = contiguous_strides(shape)
     rel = view.storage_offset() - base.storage_offset()
     if not 0 <= rel < max(base.numel(), 1):
         raise Cannot("the view starts outside the tensor")
@@ -312,7 +313,7 @@ def box_runs(box: Box, shape: Sequence[int]) -> list[FlatRun]:
     """
     if any(start >= stop for start, stop in box):
         return []
-    strides = _contiguous_strides(shape)
+    strides = contiguous_strides(shape)
     # Trailing dims the box covers whole (and the first partial one) form one run.
     inner = len(box)
     while inner > 0 and box[inner - 1] == (0, shape[inner - 1]):

@@ -24,7 +24,7 @@ from .._torch_compat import stored_contiguous, stored_strides
 from .cannot import Cannot
 from .index import contiguous_index
 from .nodes import Const, Coord, Expr
-from .regions import Box, flat_range_boxes
+from .regions import Box, contiguous_strides, flat_range_boxes
 from .rewrite import combine
 
 __all__ = ["positions"]
@@ -44,25 +44,20 @@ def positions(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, Expr]:
     rel = int(view.storage_offset() - base.storage_offset())
     dims = [(int(n), int(s)) for n, s in zip(view.shape, stored_strides(view), strict=True)]
     dims = [(n, s) for n, s in dims if n != 1]
+    stepped = _steps(shape, rel, dims)
+    if stepped is not None:
+        return _grid_positions(shape, rel, stepped)
     if len(dims) == 1:
-        stepped = _steps(shape, rel, dims)
-        if stepped is None:
-            return _flat_positions(shape, rel, *dims[0])
-    else:
-        stepped = _steps(shape, rel, dims)
-    if stepped is None:
-        raise Cannot(
-            "its elements are no box and no strided slice of the tensor (a view dim "
-            "steps across rows, or two view dims step along one dim)"
-        )
-    return _grid_positions(shape, rel, stepped)
+        return _flat_positions(shape, rel, *dims[0])
+    raise Cannot(
+        "its elements are no box and no strided slice of the tensor (a view dim "
+        "steps across rows, or two view dims step along one dim)"
+    )
 
 
-def _contiguous_strides(shape: tuple[int, ...]) -> list[int]:
-    stride = [1] * len(shape)
-    for dim in range(len(shape) - 2, -1, -1):
-        stride[dim] = stride[dim + 1] * max(shape[dim + 1], 1)
-    return stride
+def _starts(shape: tuple[int, ...], rel: int) -> list[int]:
+    """The coordinates of flat element ``rel`` of a row-major tensor of ``shape``."""
+    return [rel // c % max(n, 1) for c, n in zip(contiguous_strides(shape), shape, strict=True)]
 
 
 def _steps(
@@ -71,8 +66,8 @@ def _steps(
     """Per base dim, the (step, count) of a strided slice at flat offset ``rel`` whose
     view dims are ``dims`` ((size, stride), sizes above 1); None when some view dim
     steps along no base dim of its own within it."""
-    cstride = _contiguous_strides(shape)
-    start = [rel // cstride[d] % max(shape[d], 1) for d in range(len(shape))]
+    cstride = contiguous_strides(shape)
+    start = _starts(shape, rel)
     steps: dict[int, tuple[int, int]] = {}
     for size, stride in dims:
         along = [
@@ -94,8 +89,7 @@ def _grid_positions(
 ) -> tuple[Box, Expr]:
     """A strided slice's box and its grid: ``(c - start) % step == 0`` along each dim
     that steps (the box bounds the rest)."""
-    cstride = _contiguous_strides(shape)
-    start = [rel // cstride[d] % max(shape[d], 1) for d in range(len(shape))]
+    start = _starts(shape, rel)
     box = tuple(
         (start[d], start[d] + steps[d][0] * (steps[d][1] - 1) + 1) for d in range(len(shape))
     )
