@@ -446,8 +446,7 @@ class Engine:
         boxed = box_coords(view, target.base)
         if boxed is not None:  # one op on the box, read through the view's axes (in
             box, coords = boxed  # any order: a transposed or unfolded view too)
-            where_ = self.store.where()
-            self.append(target, box, reindex(expr, coords, list(box)), op, where_)
+            self.append(target, box, reindex(expr, coords, list(box)), op, self.store.where())
             return
         try:
             runs = view_runs(view, target.base)
