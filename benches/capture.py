@@ -192,7 +192,7 @@ def _timed_piecewise(
 def _piecewise(rows: int, experts: int, repeats: int) -> None:
     print(f"\none parameter written piece by piece, materialize end to end, best of {repeats}")
     print("(issue 51's goal: 4096 row writes (the row copies too) and 1024 per-expert calls,")
-    print(" each in at most 2 s; 'goal' says whether this run meets it)")
+    print(" each in at most 2 s; 'goal' says whether this run meets it, at those counts only)")
     print(
         f"{'case':28s} {'writes':>7s} {'seconds':>8s} {'cpu s':>7s} {'per write':>10s}"
         f" {'at 1/4':>10s} {'goal':>5s}"
@@ -208,7 +208,8 @@ def _piecewise(rows: int, experts: int, repeats: int) -> None:
                 best, cpu = min(best, wall), min(cpu, used)
             per.append((best, cpu, best / writes * 1e6))
         (_, _, quarter), (total, cpu, full) = per
-        met = "met" if total <= 2.0 else "NOT"
+        goal = 1024 if kind == "experts" else 4096  # the goal's count: judged there only
+        met = "-" if count != goal else ("met" if total <= 2.0 else "NOT")
         print(
             f"{name:28s} {count:7d} {total:8.3f} {cpu:7.3f} {full:7.0f} us {quarter:7.0f} us"
             f" {met:>5s}"
