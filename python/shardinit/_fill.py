@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _core, _cuda
+from ._caches import BoundedMap
 from ._host import (
     HostFill,
     HostProgramFill,
@@ -59,7 +60,18 @@ def _core_region(region: Region, offset: int | None = None) -> _core.Region:
     """``region`` as the core's region; ``offset``: only its elements from there on."""
     if isinstance(region, int):
         return _core.Region.flat(region + (offset or 0))
+    if offset is None:
+        # A frozen value, made once per box: a model's many layers of one shape share it.
+        made = _BOXES.get(region)
+        if made is None:
+            made = _core.Region.box(list(region), None)
+            _BOXES.put(region, made)
+        return made
     return _core.Region.box(list(region), offset)
+
+
+#: The core's region of each box :func:`_core_region` made (no offset).
+_BOXES: BoundedMap[Box, _core.Region] = BoundedMap()
 
 
 def values_elementwise(spec: ParamSpec, registers: Registers | None) -> bool:
@@ -117,7 +129,7 @@ class DeferredFills:
         """Whether this fill of ``out`` may be left here: elementwise values (a matrix
         that is not, orthogonal, is computed whole and at once) into a tensor off CUDA
         (a CUDA one has its own paths)."""
-        return elementwise and out.device.type != "cuda"
+        return elementwise and not out.is_cuda
 
     def add(
         self,

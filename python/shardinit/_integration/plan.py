@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from functools import cached_property
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -387,12 +388,25 @@ class RulesAndDefaults:
 
     def __init__(self, rules: RuleList, root: nn.Module, targets: Sequence[Target]) -> None:
         self.rules = rules
-        # Global parameter shapes per module: a bias bound depends on the weight's fan-in.
-        self.shapes: dict[int, dict[str, tuple[int, ...]]] = {}
-        for target in targets:
+        self.root = root
+        self.targets = targets
+
+    @cached_property
+    def shapes(self) -> dict[int, dict[str, tuple[int, ...]]]:
+        """Global parameter shapes per module: a bias bound depends on the weight's
+        fan-in. Made at the first default asked for (init_fn or the constructors'
+        records set most models' parameters: then never)."""
+        shapes: dict[int, dict[str, tuple[int, ...]]] = {}
+        for target in self.targets:
             for module, attr in target.holders:
-                self.shapes.setdefault(id(module), {})[attr] = target.global_shape
-        self.overrides = parent_overrides(root)
+                shapes.setdefault(id(module), {})[attr] = target.global_shape
+        return shapes
+
+    @cached_property
+    def overrides(self) -> Mapping[tuple[int, str], DefaultInit]:
+        """The parent modules' overrides of the defaults (a walk of the model), made at
+        the first default asked for, during planning: the model is as it was built."""
+        return parent_overrides(self.root)
 
     def rule_for(self, target: Target) -> RuleKey | None:
         owner, attr = target.holders[0]
