@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from functools import cached_property
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 import torch
@@ -17,7 +17,15 @@ from torch import nn
 
 from .._caches import BoundedMap
 from .._fill import DeferredFills
-from .._names import BufferHolder, buffer_holders, holder_names, listing, param_slots, refuse_lazy
+from .._names import (
+    BufferHolder,
+    buffer_holders,
+    holder_names,
+    listing,
+    param_slots,
+    qualified,
+    refuse_lazy,
+)
 from .._program import CapturedOp, ParamRecord, base_ops
 from .._torch_compat import apply_to_tensors, is_flat_param
 from .._validate import check_name
@@ -273,9 +281,13 @@ class Plan:
         # The targets write through .data (a tensor with its own version counter): bump
         # each parameter's, as torch's in-place init does, so that a graph that saved one
         # (materialize with overwrite=True on a model in use) refuses to backward.
-        torch.autograd.graph.increment_version(
-            [param for plan in self.params for param in _held_tensors(plan.target)]
-        )
+        held: dict[int, torch.Tensor] = {}  # a tied parameter once
+        for plan in self.params:
+            for owner, attr in plan.target.holders:
+                tensor = owner._parameters.get(attr)
+                if tensor is not None:
+                    held[id(tensor)] = tensor
+        torch.autograd.graph.increment_version(list(held.values()))
 
     def fill_buffers(self, root: nn.Module, buffer_init: BufferInit | None) -> None:
         """Sets each meta buffer to its default or by ``buffer_init``; then writes the
@@ -299,12 +311,6 @@ class Plan:
                     source.buffers_set(module)
         if self.captured is not None and self.write_computed:
             write_buffers(root, self.captured)
-
-
-def _held_tensors(target: Target) -> list[torch.Tensor]:
-    """The tensors ``target``'s holders register now (a tied parameter once)."""
-    held = (owner._parameters.get(attr) for owner, attr in target.holders)
-    return list({id(tensor): tensor for tensor in held if tensor is not None}.values())
 
 
 def _dtensor_device(tensor: torch.Tensor, device: torch.device | None) -> torch.device:
@@ -346,15 +352,17 @@ def local_targets(root: nn.Module, managed: set[tuple[int, str]]) -> list[LocalT
 
     slots = param_slots(root, skip=skip)
     refuse_lazy(slots, "materialize")
-    targets = []
-    for slot in slots:
-        param = slot.param
-        if is_dtensor(param):
-            runs = local_runs_of(param, name=slot.name)
-        else:
-            runs = full_runs(tuple(param.shape))
-        targets.append(LocalTarget(slot, runs))
-    return targets
+    return [
+        LocalTarget(
+            slot,
+            (
+                local_runs_of(slot.param, name=slot.name)
+                if is_dtensor(slot.param)
+                else full_runs(slot.param.shape)
+            ),
+        )
+        for slot in slots
+    ]
 
 
 class Chooser(Protocol):
@@ -480,12 +488,16 @@ def make_plan(
     missing: list[str] = []
     shadowed: list[str] = []
     copies = copies or {}
+    records = captured.params if captured is not None else {}
+    matched: set[str] = set()  # the names of records a target matches
     for target in targets:
-        source = copies.get(target.name)
+        name = target.name
+        source = copies.get(name)
         if source is not None and chooser.rule_for(target) != chooser.rule_for(source):
             source = None  # a rule of the copy's own says what it holds
-        record = captured.params.get(target.name) if captured is not None else None
+        record = records.get(name)
         if record is not None:
+            matched.add(name)
             _check_record(record, target)
             if source is not None:  # values are named by the source: equal name, equal values
                 record = dataclasses.replace(record, name=source.name)
@@ -506,9 +518,10 @@ def make_plan(
             missing.append(f"{target.name} ({type(target.holders[0][0]).__name__})")
             continue
         params.append(ParamPlan(target, values))
-    names = {target.name for target in targets}
-    names |= left_alone
-    unmatched = [name for name in captured.params if name not in names] if captured else []
+    unmatched: list[str] = []
+    if len(matched) < len(records):
+        names = {target.name for target in targets} | left_alone
+        unmatched = [name for name in records if name not in names]
     computed = set(captured.buffers) if captured is not None and write_computed else set()
     retied = tie_differences(root, captured.aliases) if captured is not None else []
     return Plan(
@@ -652,9 +665,12 @@ def _buffer_plans(root: nn.Module, computed: set[str]) -> list[BufferPlan]:
     plans: list[BufferPlan] = []
     seen: set[int] = set()
     for holder in buffer_holders(root):
-        pending = set().union(*(source.unset_buffers(holder.module) for source in REGION_SOURCES))
-        if id(holder.tensor) in seen or not (holder.tensor.is_meta or holder.attr in pending):
+        if id(holder.tensor) in seen:
             continue
+        if not holder.tensor.is_meta and not any(
+            holder.attr in source.unset_buffers(holder.module) for source in REGION_SOURCES
+        ):
+            continue  # set already (a meta buffer is planned whatever the sources say)
         seen.add(id(holder.tensor))
         default = default_buffer_value(holder.module, holder.attr)
         made = constructor_buffer(holder.module, holder.attr)
@@ -677,17 +693,26 @@ def _refuse_shared_storage(root: nn.Module) -> None:
     eager torch they share memory, a write to one shows in the other, where
     materialize gives each its own. A parameter held twice (tied) is one tensor, and
     fine."""
-    seen: dict[int, tuple[str, torch.Tensor, object]] = {}
-    named = [*root.named_parameters(), *root.named_buffers()]
-    for name, tensor in named:
-        if not tensor.is_meta or is_dtensor(tensor):
-            continue
-        storage = tensor.untyped_storage()  # held in seen: its id is not reused
-        first = seen.setdefault(id(storage), (name, tensor, storage))
-        if first[1] is not tensor:
-            raise ShardInitError(
-                f"materialize: '{first[0]}' and '{name}' are views of one meta storage: "
-                "in eager torch they share memory (a write to one shows in the other), "
-                "which materialize, allocating each on its own, would not keep. Make "
-                "each its own tensor, or tie them as one Parameter"
-            )
+    seen: dict[int, tuple[str, str, torch.Tensor, object]] = {}
+    visited: set[int] = set()
+    # named_parameters() then named_buffers(), each tensor once, from one walk of the
+    # modules (named_parameters' own costs several microseconds per parameter).
+    modules = list(root.named_modules())
+    for registry in ("_parameters", "_buffers"):
+        for path, module in modules:
+            for attr, tensor in getattr(module, registry).items():
+                if tensor is None or id(tensor) in visited:
+                    continue
+                visited.add(id(tensor))
+                if not tensor.is_meta or is_dtensor(tensor):
+                    continue
+                storage = tensor.untyped_storage()  # held in seen: its id is not reused
+                first = seen.setdefault(id(storage), (path, attr, tensor, storage))
+                if first[2] is not tensor:
+                    raise ShardInitError(
+                        f"materialize: '{qualified(first[0], first[1])}' and "
+                        f"'{qualified(path, attr)}' are views of one meta storage: in "
+                        "eager torch they share memory (a write to one shows in the "
+                        "other), which materialize, allocating each on its own, would "
+                        "not keep. Make each its own tensor, or tie them as one Parameter"
+                    )

@@ -108,9 +108,10 @@ class Writer:
         direct = target.is_contiguous()
         out = target if direct else torch.empty_like(target, memory_format=CONTIGUOUS)
         registers = compiled if isinstance(compiled, Registers) else None
-        if registers is None:
+        if registers is None and spec.init is not compiled:
+            # (spec.init is compiled: most fills, without an ABC's isinstance per fill)
             assert isinstance(compiled, Initializer)
-            spec = spec if spec.init is compiled else spec.with_init(compiled)
+            spec = spec.with_init(compiled)
         fill(
             spec,
             box,
@@ -271,11 +272,15 @@ class Writer:
         global indices it holds, as :func:`shardinit._layout.layout_runs` gives them)."""
         box = _one_box(runs, local.shape)
         if box is not None:  # one box, all of ``local`` (a plain parameter, most shards)
-            if not prior and record.covers_all() and record.ops:
-                # write_pieces' common case without its sweep's setup: the record's own
-                # operations cover all of it (its check), the last one all of ``local``.
-                if self._write_last_plain(record, seed, record.ops[-1], box, local):
-                    return
+            # write_pieces' common case without its sweep's setup: the record's own
+            # operations cover all of it (its check), the last one all of ``local``.
+            if (
+                not prior
+                and record.covers_all()
+                and record.ops
+                and self._write_last_plain(record, seed, record.ops[-1], box, local)
+            ):
+                return
             self.write_pieces(record, seed, [(box, local)], prior=prior)
             return
         pieces = []
