@@ -254,6 +254,25 @@ def test_deferred_fills_leaving_on_an_error_start_nothing_more() -> None:
     assert not out.any(), "the batch taken was not started"
 
 
+def test_the_cores_view_of_a_tensor_aliases_its_memory_or_raises() -> None:
+    """The numpy view the core writes through is the tensor's own memory (a parameter
+    that requires grad, a bfloat16 one as raw bits); where it could only be a copy (a
+    lazy negated view, a tensor off the CPU) it raises, never hands over a copy whose
+    writes the tensor would not see."""
+    from shardinit._host import writable_view
+
+    param = torch.nn.Parameter(torch.zeros(4))
+    writable_view(param)[1] = 2.5
+    assert param[1].item() == 2.5
+    half = torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))
+    writable_view(half)[0] = 0x3F80  # 1.0 in bfloat16
+    assert half[0].item() == 1.0
+    with pytest.raises(RuntimeError, match="negative bit"):
+        writable_view(torch.zeros(3)._neg_view())
+    with pytest.raises((RuntimeError, TypeError), match="meta"):
+        writable_view(torch.zeros(3, device="meta"))
+
+
 def test_deferred_batches_of_many_small_fills_leave_the_caller_a_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
