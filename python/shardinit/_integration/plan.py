@@ -471,6 +471,7 @@ def make_plan(
     write_computed: bool,
     left_alone: frozenset[str] = frozenset(),
     copies: Mapping[str, Target] | None = None,
+    captured_here: bool = False,
 ) -> Plan:
     """One plan per parameter of ``targets`` (init_fn's capture, then ``chooser``) and per
     meta buffer. Nothing is allocated or written. ``left_alone``: the names of the
@@ -478,7 +479,10 @@ def make_plan(
     records of them are not used. ``copies`` (:func:`copy_sources`): a copy is planned
     as its source (the source's constructor value, rule or default), then init_fn's
     writes to the copy itself, all named by the source's canonical name; unless a rule
-    other than the source's matches the copy.
+    other than the source's matches the copy. ``captured_here``: ``captured`` was taken
+    on ``root`` by the caller just before, with nothing run since: its ties are
+    ``root``'s (``holder_names`` of the same model, read at the capture's end), so they
+    are not walked again to compare.
 
     Raises:
         ShardInitError: a capture that does not fit its parameter, or an initializer
@@ -523,7 +527,9 @@ def make_plan(
         names = {target.name for target in targets} | left_alone
         unmatched = [name for name in records if name not in names]
     computed = set(captured.buffers) if captured is not None and write_computed else set()
-    retied = tie_differences(root, captured.aliases) if captured is not None else []
+    retied: list[str] = []
+    if captured is not None and not captured_here:
+        retied = tie_differences(root, captured.aliases)
     return Plan(
         params,
         _buffer_plans(root, computed),
