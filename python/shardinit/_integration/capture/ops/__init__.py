@@ -23,6 +23,7 @@ from .composites import (
 from .pointwise import (
     CAST_DTYPES,
     POINTWISE,
+    RESULT_DTYPE,
     cast,
     cast_dtype,
     inplace_name,
@@ -30,7 +31,7 @@ from .pointwise import (
     no_formula,
     step_of,
 )
-from .tables import CASTS, FACTORIES, RANDOM_SOURCES, SCALES, SOURCES
+from .tables import CASTS, FACTORIES, RANDOM_SOURCES, SCALES, SOURCES, metadata_operands
 from .torchvalues import eager_values
 from .translations import (
     INIT_CODES,
@@ -57,6 +58,7 @@ __all__ = [
     "MOVES",
     "POINTWISE",
     "RANDOM_SOURCES",
+    "RESULT_DTYPE",
     "RESIZES",
     "SCALES",
     "SOURCES",
@@ -69,6 +71,7 @@ __all__ = [
     "eager_values",
     "foreach_parts",
     "inplace_name",
+    "metadata_operands",
     "is_inplace",
     "no_formula",
     "python_numbers",
