@@ -34,6 +34,7 @@ from ..ops import (
     is_inplace,
     metadata_operands,
     no_formula,
+    normal_parts,
     resizes_to_itself,
     same_device,
     split_device,
@@ -440,6 +441,28 @@ def foreach(mode: Mode, call: Call) -> Any:
         return NOT_MINE
     results = [mode.__torch_function__(func, (), args, kwargs) for func, args, kwargs in parts]
     return None if is_inplace(call.name) else results
+
+
+def normal(mode: Mode, call: Call) -> Any:
+    """``torch.normal(mean, std[, size])``: the calls aten makes for it
+    (:func:`..ops.composites.normal_parts`), each routed as its own call, so its random
+    values are the stream's, scaled by ``std`` and shifted by ``mean`` where those are
+    tensors, as torch scales its own draw."""
+    parts = normal_parts(call.args, call.kwargs)
+    if parts is None:
+        return NOT_MINE
+    mean, std, shape, options = parts
+    route = mode.__torch_function__
+    drawn = route(torch.empty, (), (shape,), options)
+    if not isinstance(std, torch.Tensor):
+        first = (0.0, std) if isinstance(mean, torch.Tensor) else (mean, std)
+        route(torch.Tensor.normal_, (), (drawn, *first), {})
+    else:
+        route(torch.Tensor.normal_, (), (drawn, 0.0, 1.0), {})
+        route(torch.Tensor.mul_, (), (drawn, std), {})
+    if isinstance(mean, torch.Tensor) or isinstance(std, torch.Tensor):
+        route(torch.Tensor.add_, (), (drawn, mean), {})
+    return drawn
 
 
 def dropout(mode: Mode, call: Call) -> Any:
