@@ -424,9 +424,12 @@ def _value(values: _Values, param: nn.Parameter) -> ConstructorValue | None:
     reasons = bad_reasons(expr)
     if reasons and all(_NEVER in why for why in reasons):
         return None  # never written (torch.empty): no constructor value
+    shape = tuple(param.shape)
+    misplaced = values.mode.engine.places.misplaced_value(expr, shape, "the parameter")
+    if misplaced is not None:
+        reasons = [misplaced, *reasons]
     if reasons:
         expr = Bad(reasons[0])
-    shape = tuple(param.shape)
     return ConstructorValue(expr, "constructor", weakref.ref(param), shape, param.dtype)
 
 

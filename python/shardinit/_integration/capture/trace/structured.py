@@ -66,8 +66,6 @@ def _check_whole(track: Track, view: torch.Tensor) -> None:
     """``orthogonal_``'s matrix is that of the tensor it is given: replayable only when
     that is a parameter itself, whole and in its own order (flattened the same way);
     else :class:`Cannot`."""
-    if track.kind != "param":
-        raise Cannot("orthogonal_ on a temporary is not replayable (fill the parameter)")
     whole = (
         view.dim() == track.base.dim()
         and tuple(view.shape) == track.shape
@@ -77,8 +75,8 @@ def _check_whole(track: Track, view: torch.Tensor) -> None:
     if not whole:
         raise Cannot(
             f"orthogonal_ on a view of shape {tuple(view.shape)} that is not the whole "
-            f"parameter of shape {track.shape} in its own order: its matrix would be the "
-            "view's; call it on the parameter itself"
+            f"{'parameter' if track.kind == 'param' else 'temporary'} of shape {track.shape} in its own order: its matrix would "
+            "be the view's; call it on the tensor itself"
         )
     _check_eager_matrix_view(view)
 
