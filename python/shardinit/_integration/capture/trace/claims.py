@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from ...._program.actions import CapturedOp, Fill, Selected, TrackAction
+from ...._program.cannot import Cannot
 from ...._program.index import as_lin
 from ...._program.nodes import Const, Coord, Expr, Source, contains, random_key, walk_nodes
 from ...._program.regions import Box, FlatRun, box_runs
@@ -130,31 +131,34 @@ class RandomPlaces:
         read, over ``box`` of ``track``, at places ``ats`` (per random op) other than
         their own positions, or landing in a tensor of another shape than the one drawn
         in: there they would be another matrix's values."""
-        why = self.misplaced_whole_draw(ats, box, track.shape, track.label)
-        if why is not None:
-            raise self.store.fail(track, op, why)
+        try:
+            self.place_whole_draws(ats, box, track.shape, track.label)
+        except Cannot as cannot:
+            raise self.store.fail(track, op, cannot.reason) from None
 
-    def misplaced_whole_draw(
+    def place_whole_draws(
         self, ats: dict[int, set[tuple[Expr, ...]]], box: Box, shape: tuple[int, ...], label: str
-    ) -> str | None:
-        """Why values read at ``ats`` over ``box`` of a tensor of ``shape`` (``label``)
-        are a whole-tensor draw out of place (:meth:`check_whole_draws`), or None."""
+    ) -> None:
+        """Raises :class:`Cannot` where values read at ``ats`` over ``box`` of a tensor of
+        ``shape`` (``label``) are a whole-tensor draw out of place
+        (:meth:`check_whole_draws`)."""
         own = _pinned_coords(box)
         for origin, places in ats.items():
             space = self.whole_draws.get(origin)
             if space is not None and (space.shape != shape or places != {own}):
-                return _misplaced(space, label, shape)
-        return None
+                raise Cannot(_misplaced(space, label, shape))
 
-    def misplaced_value(self, expr: Expr, shape: tuple[int, ...], label: str) -> str | None:
-        """:meth:`misplaced_whole_draw` for ``expr``, a whole tensor's value over its
-        own coordinates (a constructor's parameter)."""
+    def place_value(self, expr: Expr, shape: tuple[int, ...], label: str) -> None:
+        """:meth:`place_whole_draws` for ``expr``, a whole tensor's value over its own
+        coordinates (a constructor's parameter).
+
+        Raises:
+            Cannot: a whole-tensor draw out of place.
+        """
         if not self.whole_draws or not contains(expr, Source):
-            return None
+            return
         box = tuple((0, size) for size in shape)
-        return self.misplaced_whole_draw(
-            _random_ats(_pinned(expr, box), self.root), box, shape, label
-        )
+        self.place_whole_draws(_random_ats(_pinned(expr, box), self.root), box, shape, label)
 
     def check_whole_copy(
         self, source: Track, entry: CapturedOp, target: Track, runs: tuple[object, object], op: str
