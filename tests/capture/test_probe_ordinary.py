@@ -83,7 +83,9 @@ def _same_bytes(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> 
     assert got.keys() == want.keys()
     for name, value in want.items():
         assert got[name].dtype == value.dtype, name
-        assert torch.equal(got[name].view(-1).view(torch.uint8), value.view(-1).view(torch.uint8)), name
+        assert torch.equal(
+            got[name].view(-1).view(torch.uint8), value.view(-1).view(torch.uint8)
+        ), name
 
 
 def _w(m: _Model) -> torch.Tensor:
@@ -274,7 +276,9 @@ def test_orthogonal_of_a_float32_copy_lands_rounded_in_a_bfloat16_parameter() ->
 # ------------------------------------------------------------------ refused
 
 
-def _refused_orthogonal(copy: Callable[[_Model, torch.Tensor], Any], shape: tuple[int, ...]) -> Init:
+def _refused_orthogonal(
+    copy: Callable[[_Model, torch.Tensor], Any], shape: tuple[int, ...]
+) -> Init:
     def init(m: _Model) -> None:
         copy(m, nn.init.orthogonal_(torch.empty(shape)))
 
@@ -340,7 +344,9 @@ def test_what_stays_refused_names_why(name: str) -> None:
 
 
 class _Placed(nn.Module):
-    def __init__(self, view: Callable[[torch.Tensor], torch.Tensor], shape: tuple[int, ...]) -> None:
+    def __init__(
+        self, view: Callable[[torch.Tensor], torch.Tensor], shape: tuple[int, ...]
+    ) -> None:
         super().__init__()
         drawn = nn.init.orthogonal_(torch.empty(shape))
         self.w = nn.Parameter(view(drawn))

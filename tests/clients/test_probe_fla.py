@@ -69,7 +69,9 @@ def _quietly(build: Callable[[], nn.Module]) -> nn.Module:
         return build()
 
 
-def _ours(build: Callable[[], nn.Module], shard: Callable[[nn.Module], Any] | None = None) -> dict[str, torch.Tensor]:
+def _ours(
+    build: Callable[[], nn.Module], shard: Callable[[nn.Module], Any] | None = None
+) -> dict[str, torch.Tensor]:
     with torch.device("meta"), shardinit.record_constructors():
         model = _quietly(build)
     if shard is not None:

@@ -72,7 +72,7 @@ def as_is(mode: Mode, call: Call) -> Any:
 def unrouted(mode: Mode, call: Call) -> Any:
     """An operation no route takes: refused where it reads a parameter's values, else
     run as :func:`unfollowed` runs it."""
-    name, target, args, kwargs = call.name, call.target, call.args, call.kwargs
+    name, target, args = call.name, call.target, call.args
     params = mode.store.params_in(value_operands(call))
     if params:
         if _scattered(mode, call):  # values known at capture, at positions known too

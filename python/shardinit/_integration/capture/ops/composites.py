@@ -200,7 +200,7 @@ def normal_parts(
     if any(isinstance(v, torch.Tensor) and v.is_complex() for v in (mean, std)):
         return None
     if tensors:
-        shape = tuple(torch.broadcast_shapes(*(t.shape for t in tensors)))
+        shape = tuple(torch.broadcast_shapes(*(t.shape for t in tensors)))  # type: ignore[no-untyped-call]
         options = {"dtype": tensors[0].dtype, "device": tensors[0].device}
         return mean, std, shape, options
     size = bound.get("size")

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 import torch
 
 from ...._caches import cached
-
 from ....init import BaseInit, Normal, Uniform
 from .pointwise import CAST_DTYPES
 
