@@ -10,6 +10,8 @@ on a temporary". Built on meta inside ``record_constructors``, with the models' 
   every parameter eager makes orthogonal has singular values all equal to eager's gain.
 * FSDP2 at worlds 1, 2 and 3 (gloo): the gathered model equals the unsharded one, byte
   for byte.
+
+``ecosystem`` tests (``make test-ecosystem``, ``--runeco``): minutes on two cores.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from torch.distributed.tensor import DTensor
 
 import shardinit
 
-pytestmark = pytest.mark.clients
+# Two models built twice eagerly and three times by shardinit, at three world sizes:
+# minutes on 2 cores, so with the other ecosystem setups (make test-ecosystem).
+pytestmark = [pytest.mark.clients, pytest.mark.ecosystem]
 
 SEED = 23
 
