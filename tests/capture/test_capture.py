@@ -194,16 +194,20 @@ def test_orthogonal_on_whole_parameters_is_recorded_and_replayed() -> None:
         with pytest.raises(UnsupportedInitOpError, match="not the whole parameter"):
             shardinit.capture_init(model, fn)
 
-    def temporary() -> None:
-        scratch = torch.empty(5, 7)
-        nn.init.orthogonal_(scratch)
-        model[0].weight.data.copy_(scratch)
+    def temporary(shape: tuple[int, ...]) -> Callable[[], None]:
+        def copied() -> None:
+            scratch = torch.empty(shape)
+            nn.init.orthogonal_(scratch)
+            model[0].weight.data.copy_(scratch.view(5, 7))
 
-    # A CPU temporary runs torch's own orthogonal_ (its generator): the copy is refused
-    # for that; a followed temporary would be refused as not a parameter.
-    refused = "orthogonal_ on a temporary|drew from torch's random generator"
-    with pytest.raises(UnsupportedInitOpError, match=refused):
-        shardinit.capture_init(model, temporary)
+        return copied
+
+    # A whole temporary of the parameter's shape copied whole: the parameter's own
+    # orthogonal_ (tests/capture/test_probe_ordinary.py); of another shape, refused.
+    captured = shardinit.capture_init(model, temporary((5, 7)))
+    assert captured["0.weight"].ops[0].action == Fill(init.Orthogonal(1.0))
+    with pytest.raises(UnsupportedInitOpError, match="whole-tensor draw"):
+        shardinit.capture_init(model, temporary((7, 5)))
 
 
 def test_trunc_normal_imported_by_name_is_seen() -> None:

@@ -104,9 +104,14 @@ def test_out_that_would_resize_the_parameter_is_refused() -> None:
     _refusal(lambda lin: torch.zeros(8, 8, out=lin.weight.data), "resizes", "(32, 16)")
 
 
-def test_torch_normal_into_out_is_refused_for_its_torch_randomness() -> None:
+def test_torch_normal_into_out_draws_the_parameters_stream() -> None:
+    # torch.normal is the calls aten makes for it (an empty tensor's normal_): the stream
+    got = _materialized(lambda lin: torch.normal(0.0, 1.0, size=(32, 16), out=lin.weight.data))
+    assert torch.equal(got.weight.detach(), _stream((32, 16), init.normal(0.0, 1.0)))
     _refusal(
-        lambda lin: torch.normal(0.0, 1.0, size=(32, 16), out=lin.weight.data),
+        lambda lin: torch.normal(
+            0.0, 1.0, size=(32, 16), out=lin.weight.data, generator=torch.Generator()
+        ),
         "torch's random generator",
     )
 

@@ -137,8 +137,8 @@ REFUSED: dict[str, tuple[Init, str, str]] = {
         "temporary rand()",
         "global generator",
     ),
-    "nan_to_num_": (
-        lambda m: m.lin.weight.data.nan_to_num_(),
+    "atan_": (
+        lambda m: m.lin.weight.data.atan_(),
         "parameter 'lin.weight'",
         "no exact formula",
     ),

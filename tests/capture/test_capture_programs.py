@@ -559,8 +559,8 @@ def test_unreplayable_constructor_values_are_refused_unless_overridden() -> None
     class Orthogonal(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.weight = nn.Parameter(torch.empty(4, 4))
-            nn.init.orthogonal_(self.weight)
+            # orthogonal_ of the parameter itself is its own; transposed, another matrix's
+            self.weight = nn.Parameter(nn.init.orthogonal_(torch.empty(6, 4)).T)
 
     with torch.device("meta"), shardinit.record_constructors():
         model = Orthogonal()

@@ -19,7 +19,7 @@ __all__ = ["NOT_MINE", "Call", "Handler", "Mode", "Route"]
 
 #: The routes of the op families (:data:`.families.FAMILIES`), one per family.
 Route = Literal[
-    "device", "flag", "grad_hook", "metadata", "collective", "foreach", "dropout",
+    "device", "flag", "grad_hook", "metadata", "collective", "foreach", "dropout", "normal",
     "resize", "translated", "view",
     "factory", "concat", "copy", "source", "pointwise", "coordinate", "inplace", "cast",
     "set_data", "copy_into", "pad", "setitem", "other",

@@ -122,6 +122,7 @@ FAMILIES: tuple[Family, ...] = (
         numbers=True,
     ),
     Family("dropout", DROPOUTS, handler=handlers.dropout),
+    Family("normal", frozenset({"normal"}), handler=handlers.normal, numbers=True),
     Family("collective", COLLECTIVES, handler=follow_collective),
     Family("resize", RESIZES, handler=handlers.resize),
     Family("translated", METHOD_TRANSLATIONS, on_target=targets.write_translated, numbers=True),

@@ -32,7 +32,9 @@ from ..ops import (
     dropout_drops,
     foreach_parts,
     is_inplace,
+    metadata_operands,
     no_formula,
+    normal_parts,
     resizes_to_itself,
     same_device,
     split_device,
@@ -70,8 +72,8 @@ def as_is(mode: Mode, call: Call) -> Any:
 def unrouted(mode: Mode, call: Call) -> Any:
     """An operation no route takes: refused where it reads a parameter's values, else
     run as :func:`unfollowed` runs it."""
-    name, target, args, kwargs = call.name, call.target, call.args, call.kwargs
-    params = mode.store.params_in((args, kwargs))
+    name, target, args = call.name, call.target, call.args
+    params = mode.store.params_in(value_operands(call))
     if params:
         if _scattered(mode, call):  # values known at capture, at positions known too
             return args[0]
@@ -86,7 +88,7 @@ def unrouted(mode: Mode, call: Call) -> Any:
                 "operation shardinit does not follow"
             )
         raise mode.store.fail(params[0], name, why)
-    reads = mode.engine.read_in((args, kwargs), name)
+    reads = mode.engine.read_in(value_operands(call), name)
     if reads:  # values computed from a parameter's, beyond elementwise steps
         raise mode.store.fail(reads[0][0], name, read_reason(reads[0]))
     return unfollowed(mode, call)
@@ -199,8 +201,17 @@ def into_out(mode: Mode, call: Call, types: Any) -> Any:
     return out
 
 
-#: Views whose second tensor (``other``) gives the result's shape and nothing else.
-_SHAPE_FROM_OTHER = frozenset({"view_as", "expand_as", "reshape_as"})
+def value_operands(call: Call) -> tuple[Sequence[Any], Mapping[str, Any]]:
+    """The call's arguments whose values it reads: without the tensors torch's operator
+    of that name takes for their shape, dtype and device only
+    (:func:`..ops.tables.metadata_operands`: ``x.view_as(p)``, ``randint_like(p, 5)``)."""
+    skipped = metadata_operands(call.name)
+    if not skipped:
+        return call.args, call.kwargs
+    args = [arg for position, arg in enumerate(call.args) if position not in skipped]
+    names = positional_arguments(call.name)
+    kept = {names[position] for position in skipped if position < len(names)}
+    return args, {key: value for key, value in call.kwargs.items() if key not in kept}
 
 
 def view(mode: Mode, call: Call) -> Any:
@@ -209,7 +220,7 @@ def view(mode: Mode, call: Call) -> Any:
     indexed by tensors, run on the CPU; else its result opaque."""
     _refuse_dtype_view(mode, call.name, call.args, call.kwargs)
     # ``x.view_as(p)`` reads ``p``'s shape alone: ``x`` is the one viewed.
-    operands = (call.args[:1], {}) if call.name in _SHAPE_FROM_OTHER else (call.args, call.kwargs)
+    operands = value_operands(call)
     params = mode.store.params_in(operands)
     why: str | None = None
     if not params and tensors_in((operands[0][1:], operands[1])):  # indexing by tensors: a copy
@@ -430,6 +441,28 @@ def foreach(mode: Mode, call: Call) -> Any:
         return NOT_MINE
     results = [mode.__torch_function__(func, (), args, kwargs) for func, args, kwargs in parts]
     return None if is_inplace(call.name) else results
+
+
+def normal(mode: Mode, call: Call) -> Any:
+    """``torch.normal(mean, std[, size])``: the calls aten makes for it
+    (:func:`..ops.composites.normal_parts`), each routed as its own call, so its random
+    values are the stream's, scaled by ``std`` and shifted by ``mean`` where those are
+    tensors, as torch scales its own draw."""
+    parts = normal_parts(call.args, call.kwargs)
+    if parts is None:
+        return NOT_MINE
+    mean, std, shape, options = parts
+    route = mode.__torch_function__
+    drawn = route(torch.empty, (), (shape,), options)
+    if not isinstance(std, torch.Tensor):
+        first = (0.0, std) if isinstance(mean, torch.Tensor) else (mean, std)
+        route(torch.Tensor.normal_, (), (drawn, *first), {})
+    else:
+        route(torch.Tensor.normal_, (), (drawn, 0.0, 1.0), {})
+        route(torch.Tensor.mul_, (), (drawn, std), {})
+    if isinstance(mean, torch.Tensor) or isinstance(std, torch.Tensor):
+        route(torch.Tensor.add_, (), (drawn, mean), {})
+    return drawn
 
 
 def dropout(mode: Mode, call: Call) -> Any:

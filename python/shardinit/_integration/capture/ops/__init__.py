@@ -15,6 +15,7 @@ from .composites import (
     RESIZES,
     dropout_drops,
     foreach_parts,
+    normal_parts,
     python_numbers,
     resizes_to_itself,
     same_device,
@@ -23,6 +24,7 @@ from .composites import (
 from .pointwise import (
     CAST_DTYPES,
     POINTWISE,
+    RESULT_DTYPE,
     cast,
     cast_dtype,
     inplace_name,
@@ -30,7 +32,7 @@ from .pointwise import (
     no_formula,
     step_of,
 )
-from .tables import CASTS, FACTORIES, RANDOM_SOURCES, SCALES, SOURCES
+from .tables import CASTS, FACTORIES, RANDOM_SOURCES, SCALES, SOURCES, metadata_operands
 from .torchvalues import eager_values
 from .translations import (
     INIT_CODES,
@@ -58,6 +60,7 @@ __all__ = [
     "POINTWISE",
     "RANDOM_SOURCES",
     "RESIZES",
+    "RESULT_DTYPE",
     "SCALES",
     "SOURCES",
     "Translation",
@@ -70,7 +73,9 @@ __all__ = [
     "foreach_parts",
     "inplace_name",
     "is_inplace",
+    "metadata_operands",
     "no_formula",
+    "normal_parts",
     "python_numbers",
     "resizes_to_itself",
     "same_device",

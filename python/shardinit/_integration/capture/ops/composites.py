@@ -23,6 +23,7 @@ __all__ = [
     "RESIZES",
     "dropout_drops",
     "foreach_parts",
+    "normal_parts",
     "python_numbers",
     "resizes_to_itself",
     "same_device",
@@ -178,3 +179,32 @@ def same_device(asked: torch.device, runtime: torch.device) -> bool:
     if asked.type != runtime.type:
         return False
     return asked.index is None or runtime.index is None or asked.index == runtime.index
+
+
+def normal_parts(
+    args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[Any, Any, tuple[int, ...], dict[str, Any]] | None:
+    """``torch.normal(mean, std[, size])`` as aten computes it (``normal_out_impl``,
+    checked 2.15.0): an empty tensor, ``normal_(0, 1)`` on it, then ``mul_(std)`` and
+    ``add_(mean)`` (``normal_(0, std)`` for a number ``std``; ``normal_(mean, std)``
+    where both are numbers): ``(mean, std, shape, factory options)``. Its shape is the
+    tensors' broadcast, its options the ``mean`` tensor's (else ``std``'s, else those
+    passed). None where a generator or ``out`` is given (torch's own draw, refused
+    where it reaches a followed tensor) or the arguments are not those forms."""
+    if kwargs.get("generator") is not None or kwargs.get("out") is not None:
+        return None
+    names = ("mean", "std", "size")
+    bound = {**dict(zip(names, args, strict=False)), **kwargs}
+    mean, std = bound.get("mean", 0.0), bound.get("std", 1.0)
+    tensors = [v for v in (mean, std) if isinstance(v, torch.Tensor)]
+    if any(isinstance(v, torch.Tensor) and v.is_complex() for v in (mean, std)):
+        return None
+    if tensors:
+        shape = tuple(torch.broadcast_shapes(*(t.shape for t in tensors)))  # type: ignore[no-untyped-call]
+        options = {"dtype": tensors[0].dtype, "device": tensors[0].device}
+        return mean, std, shape, options
+    size = bound.get("size")
+    if size is None or not all(isinstance(v, (int, float)) for v in (mean, std)):
+        return None
+    options = {k: kwargs[k] for k in ("dtype", "device", "requires_grad") if k in kwargs}
+    return mean, std, tuple(size), options

@@ -25,6 +25,7 @@ __all__ = [
     "CAST_DTYPES",
     "INPLACE_DUNDERS",
     "POINTWISE",
+    "RESULT_DTYPE",
     "Step",
     "cast_dtype",
     "inplace_name",
@@ -210,6 +211,29 @@ def _ceil(xs: list[Expr], _: dict[str, Any]) -> Expr:
     return Unary("neg", Unary("floor", Unary("neg", xs[0])))
 
 
+#: The key under which :func:`step_of`'s caller gives a step the dtype of its result,
+#: which some defaults are (``nan_to_num``'s ``posinf``: the dtype's largest finite value).
+RESULT_DTYPE = "result dtype"
+
+
+def _nan_to_num(xs: list[Expr], opts: dict[str, Any]) -> Expr:
+    """torch's ``nan_to_num``: ``nan`` where ``x != x``, ``posinf`` / ``neginf`` where
+    ``x`` is ``+inf`` / ``-inf`` (by default the result dtype's largest and lowest
+    finite values), else ``x`` itself; integers are their own values."""
+    dtype = opts[RESULT_DTYPE]
+    if not dtype.is_floating_point:
+        return xs[0]
+    finfo = torch.finfo(dtype)
+    nan, posinf, neginf = (opts.get(key) for key in ("nan", "posinf", "neginf"))
+    nan = Const(0.0 if nan is None else float(nan))
+    posinf = Const(finfo.max if posinf is None else float(posinf))
+    neginf = Const(finfo.min if neginf is None else float(neginf))
+    x = xs[0]
+    infinite = where(combine("eq", x, Const(-math.inf)), neginf, x)
+    infinite = where(combine("eq", x, Const(math.inf)), posinf, infinite)
+    return where(combine("ne", x, x), nan, infinite)
+
+
 def _clamp_max(xs: list[Expr | None], opts: dict[str, Any]) -> Expr:
     return _clamp([xs[0], None, xs[1]], opts)
 
@@ -261,6 +285,8 @@ _MORE: dict[str, Step] = {
         "clamp_min": Step(("input", "min"), (), _clamp),
         "clamp_max": Step(("input", "max"), (), _clamp_max),
         "where": Step(("condition", "input", "other"), (), _where),
+        "nan_to_num": Step(("input",), (("nan", 0.0), ("posinf", None), ("neginf", None)),
+                           _nan_to_num),
 }  # fmt: skip
 _POINTWISE.update(_MORE)
 _COMPARES = (
@@ -283,7 +309,7 @@ _NO_FORMULA = frozenset({
     "arcsin", "arccos", "arcsinh", "arccosh", "arctanh", "atan2", "arctan2", "hypot",
     "exp2", "log2", "log10", "logaddexp", "logaddexp2", "logit", "xlogy", "erfc", "erfcx",
     "lgamma", "digamma", "polygamma", "mvlgamma", "i0", "sinc", "copysign", "nextafter",
-    "fmod", "nan_to_num", "deg2rad", "rad2deg", "gelu", "silu", "mish", "elu", "selu",
+    "fmod", "deg2rad", "rad2deg", "gelu", "silu", "mish", "elu", "selu",
     "celu", "leaky_relu", "rrelu", "hardsigmoid", "hardswish", "logsigmoid", "softsign",
     "tanhshrink", "threshold", "special_erfc", "special_erfcx", "special_logit",
     "special_ndtr", "special_ndtri", "special_log_ndtr", "special_i0", "special_i0e",

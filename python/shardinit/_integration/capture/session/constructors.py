@@ -424,9 +424,13 @@ def _value(values: _Values, param: nn.Parameter) -> ConstructorValue | None:
     reasons = bad_reasons(expr)
     if reasons and all(_NEVER in why for why in reasons):
         return None  # never written (torch.empty): no constructor value
+    shape = tuple(param.shape)
+    try:
+        values.mode.engine.places.place_value(expr, shape, "the parameter")
+    except Cannot as cannot:  # a constructor's value that cannot be had: said at materialize
+        reasons = [cannot.reason, *reasons]
     if reasons:
         expr = Bad(reasons[0])
-    shape = tuple(param.shape)
     return ConstructorValue(expr, "constructor", weakref.ref(param), shape, param.dtype)
 
 

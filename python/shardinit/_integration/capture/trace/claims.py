@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from ...._program.actions import CapturedOp, Fill, Selected, TrackAction
+from ...._program.cannot import Cannot
 from ...._program.index import as_lin
 from ...._program.nodes import (
     Const,
@@ -74,6 +75,8 @@ class RandomPlaces:
         self.claims: dict[int, list[_Claim]] = {}
         self.roots: dict[int, int] = {}  # a fill copied op by op -> the op it copies
         self.spaces: dict[int, Track] = {}  # a random fill of a temporary -> that temporary
+        # a fill of a temporary whose values are the whole tensor's (orthogonal) -> it
+        self.whole_draws: dict[int, Track] = {}
         self.writes = 0
 
     def recorded(self, track: Track, op: CapturedOp, name: str) -> None:
@@ -84,6 +87,8 @@ class RandomPlaces:
             return
         if track.kind == "temp":
             self.spaces[id(op)] = track
+            if not _elementwise(op.action):
+                self.whole_draws[id(op)] = track
         elif track.kind == "param":
             self.writes += 1
             self.claims[id(op)] = [_Claim(self.writes, None, (), name, op.where)]
@@ -112,6 +117,7 @@ class RandomPlaces:
         if not contains(expr, Source):
             return  # nothing random (tables, constants): no need to rebuild the program
         fresh = _pinned_ats(expr, box, self.root)
+        self.check_whole_draws(track, op, fresh, box)
         held: dict[int, set[tuple[Expr, ...]]] = {}
         if track.touched(box) or contains(expr, Before):
             # (a box nothing touched holds the values before init_fn alone, whose
@@ -125,6 +131,53 @@ class RandomPlaces:
             runs = None if space is None else _image_runs(ats, box, space.shape)
             exact = None if runs is None else id(space)  # None: all of the op's values
             self.claim(track, origin, _Claim(self.writes, exact, runs or (), where), op)
+
+    def check_whole_draws(
+        self, track: Track, op: str, ats: dict[int, set[tuple[Expr, ...]]], box: Box
+    ) -> None:
+        """Refuses values of a whole-tensor draw of a temporary (``orthogonal_``: each
+        value is its matrix's, which the stream computes for the destination's shape)
+        read, over ``box`` of ``track``, at places ``ats`` (per random op) other than
+        their own positions, or landing in a tensor of another shape than the one drawn
+        in: there they would be another matrix's values."""
+        try:
+            self.place_whole_draws(ats, box, track.shape, track.label)
+        except Cannot as cannot:
+            raise self.store.fail(track, op, cannot.reason) from None
+
+    def place_whole_draws(
+        self, ats: dict[int, set[tuple[Expr, ...]]], box: Box, shape: tuple[int, ...], label: str
+    ) -> None:
+        """Raises :class:`Cannot` where values read at ``ats`` over ``box`` of a tensor of
+        ``shape`` (``label``) are a whole-tensor draw out of place
+        (:meth:`check_whole_draws`)."""
+        own = _pinned_coords(box)
+        for origin, places in ats.items():
+            space = self.whole_draws.get(origin)
+            if space is not None and (space.shape != shape or places != {own}):
+                raise Cannot(_misplaced(space, label, shape))
+
+    def place_value(self, expr: Expr, shape: tuple[int, ...], label: str) -> None:
+        """:meth:`place_whole_draws` for ``expr``, a whole tensor's value over its own
+        coordinates (a constructor's parameter).
+
+        Raises:
+            Cannot: a whole-tensor draw out of place.
+        """
+        if not self.whole_draws or not contains(expr, Source):
+            return
+        box = tuple((0, size) for size in shape)
+        self.place_whole_draws(_random_ats(_pinned(expr, box), self.root), box, shape, label)
+
+    def check_whole_copy(
+        self, source: Track, entry: CapturedOp, target: Track, runs: tuple[object, object], op: str
+    ) -> None:
+        """Refuses a copy op by op of a whole-tensor draw (:meth:`check_whole_draws`)
+        whose elements (``runs``: the source's flat runs, the target's) do not land at
+        their own positions in a tensor of the shape drawn in."""
+        space = self.whole_draws.get(self.root(id(entry)))
+        if space is not None and (source.shape != target.shape or runs[0] != runs[1]):
+            raise self.store.fail(target, op, _misplaced(space, target.label, target.shape))
 
     def claim(self, track: Track, origin: int, new: _Claim, op: str) -> None:
         """Records that write ``new.write`` puts values of the random op ``origin`` in
@@ -174,6 +227,28 @@ class RandomPlaces:
         origin = self.root(id(entry))
         space = id(source) if origin == id(entry) else None
         self.claim(target, origin, _Claim(self.writes, space, (run,), where), op)
+
+
+def _elementwise(action: TrackAction) -> bool:
+    """Whether each element of ``action``'s random values is drawn on its own (not
+    ``orthogonal_``'s, whose values are the whole matrix's)."""
+    inner = action.inner if isinstance(action, Selected) else action
+    return not isinstance(inner, Fill) or bool(getattr(inner.init, "elementwise", True))
+
+
+def _misplaced(space: Track, label: str, shape: tuple[int, ...]) -> str:
+    return (
+        f"values of a whole-tensor draw (orthogonal_) of {space.label}, of shape "
+        f"{space.shape}, land elsewhere than at their own positions in a tensor of that "
+        f"shape ({label} is {shape}): the stream computes such a matrix "
+        "for the shape it lands in, so they would be another matrix's; copy the "
+        "temporary whole into a tensor of its shape, or call orthogonal_ on the parameter"
+    )
+
+
+def _pinned_coords(box: Box) -> tuple[Expr, ...]:
+    """The coordinates :func:`_pinned` gives the elements of ``box`` themselves."""
+    return tuple(Const(float(a)) if b - a == 1 else Coord(d) for d, (a, b) in enumerate(box))
 
 
 def _pinned(expr: Expr, box: Box) -> Expr:

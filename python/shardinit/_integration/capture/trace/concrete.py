@@ -40,7 +40,7 @@ from ...._torch_compat import (
     tree_leaves,
     tree_map,
 )
-from ..ops import eager_values
+from ..ops import eager_values, metadata_operands
 from .engine import Engine
 from .frames import user_frame
 from .steps import unfollowed
@@ -126,7 +126,13 @@ class Concrete:
         if any(not (v.is_meta or v.device.type == "cpu") for v in leaves):
             return None  # real values on an accelerator: not this route's
         operands: dict[int, torch.Tensor] = {}
+        for position in metadata_operands(name):  # read for shape and dtype: zeros will do
+            value = args[position] if position < len(args) else None
+            if isinstance(value, torch.Tensor) and value.is_meta:
+                operands[id(value)] = torch.zeros(value.shape, dtype=value.dtype, device=_CPU)
         for value in metas:
+            if id(value) in operands:
+                continue
             try:
                 operands[id(value)] = self.known(value, name)
             except Cannot as cannot:

@@ -97,6 +97,7 @@ class Copies:
         for entry in source.ops:  # no Computed one (copy_into): fills, scales, masks
             copied = f"{entry.op} (copied by {op} at {where_})"
             if not isinstance(entry.action, Opaque):  # opaque parts: not copied (checked)
+                self.engine.places.check_whole_copy(source, entry, target, runs, op)
                 self.copy_op(source, entry, target, runs, (op, copied, where_), shapes)
         return True
 

@@ -36,7 +36,7 @@ from ...._program.nodes import (
 )
 from ...._program.rewrite import combine
 from ...._torch_compat import stored_contiguous, stored_order, torch_function_disabled, tree_leaves
-from ..ops import POINTWISE, RANDOM_SOURCES, cast, cast_dtype, no_formula, step_of
+from ..ops import POINTWISE, RANDOM_SOURCES, RESULT_DTYPE, cast, cast_dtype, no_formula, step_of
 from .engine import Engine, constants_table
 from .folds import unknown_values
 from .frames import user_frame
@@ -116,6 +116,7 @@ class Steps:
         exprs = [None if v is None else self.engine.operand(v, shape, name) for v in operands]
         temp = self.store.new_temp(name, result)
         self.engine.carry_read(temp, operands, name)
+        options[RESULT_DTYPE] = result.dtype
         expr = in_dtype(step.build(exprs, options), result.dtype)
         expr = exact_integers(expr, result.dtype, _ranges(result))
         self.store.hold(temp, self.engine.action_of(temp, expr, name), name)
@@ -167,6 +168,7 @@ class Steps:
         exprs: list[Expr | None] = [Prior()]
         exprs += [None if v is None else self.engine.operand(v, shape, name) for v in operands[1:]]
         self.engine.carry_read(target, operands[1:], name)
+        options[RESULT_DTYPE] = view.dtype
         self.engine.write_expr(target, view, step.build(exprs, options), name)
 
     def check_integers(self, target: Track, view: torch.Tensor, name: str) -> None:

@@ -64,10 +64,9 @@ def _aligned(view: torch.Tensor, kind: str, values: Sequence[Any], region: Regio
 
 def _check_whole(track: Track, view: torch.Tensor) -> None:
     """``orthogonal_``'s matrix is that of the tensor it is given: replayable only when
-    that is a parameter itself, whole and in its own order (flattened the same way);
-    else :class:`Cannot`."""
-    if track.kind != "param":
-        raise Cannot("orthogonal_ on a temporary is not replayable (fill the parameter)")
+    that is a parameter or temporary itself, whole and in its own order (flattened the
+    same way; a temporary's values may then land only at their own positions in a tensor
+    of its shape: :class:`.claims.RandomPlaces`); else :class:`Cannot`."""
     whole = (
         view.dim() == track.base.dim()
         and tuple(view.shape) == track.shape
@@ -75,10 +74,11 @@ def _check_whole(track: Track, view: torch.Tensor) -> None:
         and view.storage_offset() == track.base.storage_offset()
     )
     if not whole:
+        kind = "parameter" if track.kind == "param" else "temporary"
         raise Cannot(
             f"orthogonal_ on a view of shape {tuple(view.shape)} that is not the whole "
-            f"parameter of shape {track.shape} in its own order: its matrix would be the "
-            "view's; call it on the parameter itself"
+            f"{kind} of shape {track.shape} in its own order: its matrix would be the "
+            "view's; call it on the tensor itself"
         )
     _check_eager_matrix_view(view)
 
