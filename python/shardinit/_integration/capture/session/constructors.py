@@ -43,12 +43,19 @@ from torch.nn.modules.module import (
 from ...._program.actions import CapturedOp, ParamRecord, program_of
 from ...._program.cannot import Cannot
 from ...._program.nodes import Bad, Expr, Source, bad_reasons, contains
-from ...._torch_compat import deepcopy_memo, stored_strides, torch_function_disabled
+from ...._torch_compat import (
+    NOT_RUN,
+    deepcopy_memo,
+    past_device_mode,
+    stored_strides,
+    torch_function_disabled,
+)
 from ....errors import ShardInitError
 from ...collector import collector_paused
 from ...exclusive import ThreadExclusive
 from ...meta_attributes import keep_attribute_tables
 from ..dispatch import CaptureMode
+from ..dispatch.mode import _as_is as runs_as_is  # (the mode's own test, not a copy)
 from ..ops import eager_values
 from ..trace import Track, drawn, user_frame
 from .knownmodules import install_known_constructors
@@ -140,6 +147,14 @@ class _ConstructorCapture(CaptureMode):
             memo = deepcopy_memo(sys._getframe(1))
             if memo is not None:
                 self.memos[id(memo)] = memo
+        elif self.store.in_signal is None and runs_as_is(func):
+            # A call the capture lets through as it is (a layout question, no_grad's
+            # switch: most calls of a build) goes straight to the kernel where the one
+            # mode below is the torch.device one, which would let it through too: two
+            # Python layers less (the device mode's and the capture's routing).
+            result = past_device_mode(func, args, kwargs)
+            if result is not NOT_RUN:
+                return result
         return super().__torch_function__(func, types, args, kwargs)
 
     def record_copies(self) -> None:
@@ -235,6 +250,12 @@ def record_constructors() -> Iterator[None]:
             undo_known = install_known_constructors(mode, (hook, buffer_hook, module_hook))
             try:
                 with mode, constructor_moves():
+                    # The frame of the ``with`` statement (this generator's, then
+                    # contextlib's ``__enter__``, then it): the build runs below it, so
+                    # the search of torch.nn.init frames at every call stops there, not
+                    # at the bottom of the stack (the mode's own frame, this generator,
+                    # is on no stack the build runs on).
+                    mode.outer = sys._getframe(2)
                     yield
             finally:
                 undo_known()
