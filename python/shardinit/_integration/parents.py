@@ -49,8 +49,9 @@ _PARENTS: dict[int, tuple[weakref.ref[nn.Module], list[tuple[weakref.ref[nn.Modu
 #: id(module) -> module, weakly: the modules whose links the registry knows (seen by
 #: the scan or by a hook), kept as :data:`_PARENTS` is.
 _SEEN: dict[int, weakref.ref[nn.Module]] = {}
-#: The live entries of each table at its last :func:`_prune` (it prunes past twice that).
-_LIVE_AT_PRUNE = [0, 0]
+#: The size past which each table (_SEEN, _PARENTS) is next swept of dead modules:
+#: twice its live entries at the last sweep, and some (no bound on live ones: a sweep).
+_SWEEP_PAST = [64, 64]
 _INSTALLED: list[bool] = []
 
 
@@ -62,8 +63,8 @@ def _known(module: nn.Module) -> bool:
 def _see(module: nn.Module) -> None:
     if not _known(module):
         _SEEN[id(module)] = weakref.ref(module)
-        if len(_SEEN) > 2 * _LIVE_AT_PRUNE[0] + 64:
-            _LIVE_AT_PRUNE[0] = _prune(_SEEN, lambda ref: ref)
+        if len(_SEEN) > _SWEEP_PAST[0]:
+            _SWEEP_PAST[0] = 2 * _prune(_SEEN, lambda ref: ref) + 64
 
 
 def _prune(table: dict[int, Any], ref_of: Callable[[Any], weakref.ref[nn.Module]]) -> int:
@@ -81,8 +82,8 @@ def _link(parent: nn.Module, name: str, child: object) -> None:
             entry = _PARENTS.get(id(child))
             if entry is None or entry[0]() is not child:
                 entry = _PARENTS[id(child)] = (weakref.ref(child), [])
-                if len(_PARENTS) > 2 * _LIVE_AT_PRUNE[1] + 64:
-                    _LIVE_AT_PRUNE[1] = _prune(_PARENTS, lambda held: held[0])
+                if len(_PARENTS) > _SWEEP_PAST[1]:
+                    _SWEEP_PAST[1] = 2 * _prune(_PARENTS, lambda held: held[0]) + 64
             links = entry[1]
             if not any(ref() is parent and attr == name for ref, attr in links):
                 links.append((weakref.ref(parent), name))

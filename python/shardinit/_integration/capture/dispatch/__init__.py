@@ -9,6 +9,10 @@ every write to a parameter no route followed, and :mod:`.metaruns` the meta runs
 keeps. Its face is the mode.
 """
 
-from .mode import CaptureMode
+from .mode import CaptureMode, _as_is
 
-__all__ = ["CaptureMode"]
+#: Whether the capture lets a torch function through as it is, wherever it is called
+#: (``mode._as_is``): the recording asks it before the mode's routing.
+runs_as_is = _as_is
+
+__all__ = ["CaptureMode", "runs_as_is"]

@@ -57,8 +57,7 @@ from ....errors import ShardInitError
 from ...collector import collector_paused
 from ...exclusive import ThreadExclusive
 from ...meta_attributes import keep_attribute_tables
-from ..dispatch import CaptureMode
-from ..dispatch.mode import _as_is as runs_as_is  # (the mode's own test, not a copy)
+from ..dispatch import CaptureMode, runs_as_is
 from ..ops import eager_values
 from ..trace import Track, drawn, user_frame
 from .knownmodules import install_known_constructors
