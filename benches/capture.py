@@ -20,8 +20,9 @@ Then one parameter written piece by piece (issue 51: the capture time must grow 
 with the writes, not with their square): ``--rows`` row writes to one weight
 (``w[i].fill_(...)``), the same rows with a step each (``w[i].normal_(); w[i].mul_(s)``,
 ``w[i] = torch.randn(d) * s``), and ``--experts`` per-expert ``normal_(w[e], std=...)``
-calls on a 3-d tensor, and a row loop then one step over all of the parameter
-(``clamp_``, recorded piece by piece): ``materialize(model, init_fn=loop)`` end to end
+calls on a 3-d tensor, a row loop then one step over all of the parameter
+(``clamp_``, recorded piece by piece), and a row loop with a step through a strided
+slice of each row (``w[i, ::2].mul_(s)``, no box): ``materialize(model, init_fn=loop)`` end to end
 (capture and fill), in seconds (wall, and the process's CPU time), and per write at a
 quarter of the writes (equal per-write times mean linear). Issue 51 asks for 4096 row
 writes and 1024 per-expert calls in at most 2 s each.
@@ -144,6 +145,16 @@ def _rows_then_clamp(model: nn.Module, count: int) -> None:
         weight.clamp_(-0.02, 0.02)
 
 
+def _strided_steps(model: nn.Module, count: int) -> None:
+    # A row loop with a step through a strided slice of each row (no box: written where
+    # its elements lie), as commit e0b2d6b's "loop of steps through strided rows".
+    weight = model.get_parameter("weight")
+    with torch.no_grad():
+        for row in range(count):
+            weight[row].normal_(0.0, 0.02)
+            weight[row, ::2].mul_(1.0 / (row + 1))
+
+
 def _experts(model: nn.Module, count: int) -> None:
     weight = model.get_parameter("weight")
     for expert in range(count):
@@ -163,6 +174,7 @@ PIECEWISE: list[tuple[str, str, Callable[[nn.Module, int], None]]] = [
     ("w[i].normal_(); .mul_(s)", "rows", _row_steps),
     ("w[i] = randn(d) * s", "rows", _row_copies),
     ("w[i].normal_(); w.clamp_()", "rows", _rows_then_clamp),
+    ("w[i].normal_();w[i,::2].mul_", "rows", _strided_steps),
     ("normal_(w[e], std)", "experts", _experts),
 ]
 
@@ -179,10 +191,11 @@ def _timed_piecewise(
 
 def _piecewise(rows: int, experts: int, repeats: int) -> None:
     print(f"\none parameter written piece by piece, materialize end to end, best of {repeats}")
-    print("(issue 51's goal: 4096 row writes and 1024 per-expert calls, each in at most 2 s)")
+    print("(issue 51's goal: 4096 row writes (the row copies too) and 1024 per-expert calls,")
+    print(" each in at most 2 s; 'goal' says whether this run meets it, at those counts only)")
     print(
         f"{'case':28s} {'writes':>7s} {'seconds':>8s} {'cpu s':>7s} {'per write':>10s}"
-        f" {'at 1/4':>10s}"
+        f" {'at 1/4':>10s} {'goal':>5s}"
     )
     for name, kind, code in PIECEWISE:
         count = experts if kind == "experts" else rows
@@ -195,7 +208,12 @@ def _piecewise(rows: int, experts: int, repeats: int) -> None:
                 best, cpu = min(best, wall), min(cpu, used)
             per.append((best, cpu, best / writes * 1e6))
         (_, _, quarter), (total, cpu, full) = per
-        print(f"{name:28s} {count:7d} {total:8.3f} {cpu:7.3f} {full:7.0f} us {quarter:7.0f} us")
+        goal = 1024 if kind == "experts" else 4096  # the goal's count: judged there only
+        met = "-" if count != goal else ("met" if total <= 2.0 else "NOT")
+        print(
+            f"{name:28s} {count:7d} {total:8.3f} {cpu:7.3f} {full:7.0f} us {quarter:7.0f} us"
+            f" {met:>5s}"
+        )
 
 
 def main() -> None:
@@ -209,7 +227,10 @@ def main() -> None:
     _measure(_normal_zeros, 8)  # warm up: imports, first-call caches
     print(f"{params} parameters (Linear(64, 64) weight + bias), best of {options.repeats}")
     print("(issue 51's goal: both at most 10x torch's eager init per parameter)")
-    print(f"{'case':24s} {'torch':>9s} {'capture':>16s} {'materialize':>16s} {'both':>16s}")
+    print(
+        f"{'case':24s} {'torch':>9s} {'capture':>16s} {'materialize':>16s} {'both':>16s}"
+        f" {'goal':>5s}"
+    )
     for name, code in CASES:
         best: dict[str, float] = {}
         for _ in range(options.repeats):
@@ -220,7 +241,12 @@ def main() -> None:
             f"{per[k]:6.1f} us {per[k] / per['torch']:5.1f}x"
             for k in ("capture", "materialize", "both")
         ]
-        print(f"{name:24s} {per['torch']:6.1f} us " + " ".join(f"{c:>16s}" for c in cells))
+        met = "met" if per["both"] <= 10 * per["torch"] else "NOT"
+        print(
+            f"{name:24s} {per['torch']:6.1f} us "
+            + " ".join(f"{c:>16s}" for c in cells)
+            + f" {met:>5s}"
+        )
     _piecewise(options.rows, options.experts, min(options.repeats, 3))
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _core, _cuda
+from ._caches import BoundedMap
 from ._host import (
     HostFill,
     HostProgramFill,
@@ -59,7 +60,18 @@ def _core_region(region: Region, offset: int | None = None) -> _core.Region:
     """``region`` as the core's region; ``offset``: only its elements from there on."""
     if isinstance(region, int):
         return _core.Region.flat(region + (offset or 0))
+    if offset is None:
+        # A frozen value, made once per box: a model's many layers of one shape share it.
+        made = _BOXES.get(region)
+        if made is None:
+            made = _core.Region.box(list(region), None)
+            _BOXES.put(region, made)
+        return made
     return _core.Region.box(list(region), offset)
+
+
+#: The core's region of each box :func:`_core_region` made (no offset).
+_BOXES: BoundedMap[Box, _core.Region] = BoundedMap()
 
 
 def values_elementwise(spec: ParamSpec, registers: Registers | None) -> bool:
@@ -85,6 +97,8 @@ class DeferredFills:
 
     At most one batch runs at a time: it keeps every thread busy, so the caller, once
     the next batch is taken, waits for it (the work never stops while some is left).
+    A batch closed by its count of fills (many small ones, whose Python is the slower
+    side) runs on one thread fewer, leaving the caller's Python a core.
 
     The values are there when the ``with`` block ends (:meth:`__exit__` writes the last
     batch, waits for every one and bumps the tensors' versions as :func:`fill` does), so
@@ -117,7 +131,7 @@ class DeferredFills:
         """Whether this fill of ``out`` may be left here: elementwise values (a matrix
         that is not, orthogonal, is computed whole and at once) into a tensor off CUDA
         (a CUDA one has its own paths)."""
-        return elementwise and out.device.type != "cuda"
+        return elementwise and not out.is_cuda
 
     def add(
         self,
@@ -137,14 +151,18 @@ class DeferredFills:
             self.elements += out.numel() * self.PROGRAM_COST
         self.threads = max(self.threads, threads)
         self.outs.append(out)
-        if len(self.fills) >= self.BATCH or self.elements >= self.ELEMENTS:
-            self._start()
+        if self.elements >= self.ELEMENTS:
+            self._start(self.threads)
+        elif len(self.fills) >= self.BATCH:
+            # Many small fills: the caller's Python took longer to hand them over than
+            # one thread takes to write them (a few microseconds per fill against tens),
+            # so the batch leaves the caller a core of its own instead of taking it.
+            self._start(max(1, self.threads - 1))
 
-    def _start(self) -> None:
-        """Waits for the batch under way (it keeps every thread busy), then starts the
-        one taken."""
+    def _start(self, threads: int) -> None:
+        """Waits for the batch under way, then starts the one taken on ``threads``."""
         self._wait()
-        fills, outs, threads = self.fills, self.outs, self.threads
+        fills, outs = self.fills, self.outs
         self.fills, self.outs = [], []
         self.threads, self.elements = 1, 0
         self._running = (start_fills_cpu(fills, threads), outs)
@@ -166,7 +184,7 @@ class DeferredFills:
                 self._running[0].wait()  # its own error, if any, is raised from this one
             return
         if self.fills:
-            self._start()
+            self._start(self.threads)  # the caller waits for it: every thread
         self._wait()
 
 

@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from . import _core
-from .init import core_init
+from ._caches import BoundedMap
+from .init import BaseInit, core_init
 from .spec import ParamSpec
 
 __all__ = [
@@ -31,15 +32,24 @@ __all__ = [
 
 def writable_view(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
     """A numpy array aliasing ``tensor``'s memory (CPU, contiguous), for the core."""
-    detached = tensor.detach()
-    if detached.dtype in (torch.bfloat16, torch.float16):
+    if tensor.dtype in _HALF_DTYPES:
         # numpy has no bfloat16: hand over the raw 16-bit patterns.
-        detached = detached.view(torch.int16)
-    array = detached.numpy()
+        tensor = tensor.detach().view(torch.int16)
+    if not tensor.is_cpu or tensor.is_neg() or tensor.is_conj():
+        # numpy(force=True) would make a copy (on the CPU, the bit resolved), which the
+        # core would write instead of the tensor: numpy() raises for these, naming why.
+        array = tensor.detach().numpy()
+    else:
+        # force: without a detach of its own (a parameter requires grad); a CPU tensor
+        # with neither bit set is aliased as numpy() aliases it.
+        array = tensor.numpy(force=True)
     # A 0-d array's buffer has no shape, which the core's buffer access rejects: 1-D.
     # (numpy's reshape of the contiguous array is a view, made faster than torch's.)
     return array.reshape(-1) if array.ndim == 0 else array
 
+
+#: The dtypes whose items the core gets as raw 16-bit patterns.
+_HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 #: The arguments of one ``_core.fill`` but ``threads``.
 HostFill = tuple[int, list[int], _core.Init, str, _core.Region, np.ndarray[Any, Any]]
@@ -52,8 +62,29 @@ HostProgramFill = tuple[
 def host_fill_args(spec: ParamSpec, region: _core.Region, out: torch.Tensor) -> HostFill:
     """The core's arguments for writing ``region`` of ``spec`` into the CPU tensor
     ``out``."""
-    init = core_init(spec.base_init)
-    return spec.key64, list(spec.shape), init, spec.dtype_name, region, writable_view(out)
+    return (
+        spec.key64,
+        list(spec.shape),
+        _core_init(spec.base_init),
+        spec.dtype_name,
+        region,
+        writable_view(out),
+    )
+
+
+def _core_init(base: BaseInit) -> _core.Init:
+    """``core_init(base)``, made once per initializer object (a model's many layers of
+    one shape and default share it: the specs the writer renames keep it)."""
+    held = _CORE_INITS.get(id(base))
+    if held is not None and held[0] is base:
+        return held[1]
+    made = core_init(base)
+    _CORE_INITS.put(id(base), (base, made))  # ``base`` held: its id is not reused
+    return made
+
+
+#: :func:`_core_init`'s initializers, by the id of the Python one (held beside it).
+_CORE_INITS: BoundedMap[int, tuple[BaseInit, _core.Init]] = BoundedMap()
 
 
 def host_program_args(

@@ -285,6 +285,37 @@ def test_the_random_places_read_from_the_kept_key_are_the_places_a_walk_finds() 
     assert claims._random_ats(cases[1], lambda origin: 5) == {5: {first.at, second.at}}
 
 
+def test_the_pinned_places_from_the_kept_key_are_the_places_of_the_pinned_value() -> None:
+    # A row's write asks the places of its random values over its box with the box's
+    # one-element dims pinned: read from the key kept on the value, they are the places
+    # of the value rebuilt pinned (where a condition folds, the rebuild answers).
+    from shardinit._integration.capture.trace import claims
+
+    first = Source(Normal(0.0, 1.0), torch.float32, 1, (Coord(0), Coord(1)))
+    shifted = Source(
+        Normal(0.0, 1.0), torch.float32, 3, (Binary("add", Coord(0), Const(4.0)), Coord(1))
+    )
+    second = Source(Normal(0.0, 2.0), torch.float32, 2, (Coord(1), Coord(0)))
+    below = Binary("lt", Coord(0), Const(2.0))
+    cases = [
+        Round(Binary("mul", first, Const(2.0)), torch.bfloat16),
+        Binary("mul", shifted, Coord(0)),
+        Unary("exp", second),
+        Where(below, first, second),  # the row pins the condition: one branch is left
+        Binary("add", Const(1.0), Const(2.0)),
+    ]
+    boxes = [((3, 4), (0, 8)), ((0, 2), (5, 6)), ((1, 2), (2, 3)), ((0, 4), (0, 8))]
+    for expr in cases:
+        for box in boxes:
+            pinned = claims._random_ats(claims._pinned(expr, box), lambda origin: origin)
+            assert claims._pinned_ats(expr, box, lambda origin: origin) == pinned, (expr, box)
+    row = claims._pinned_ats(cases[3], ((3, 4), (0, 8)), lambda origin: origin)
+    assert row == {2: {(Coord(1), Const(3.0))}}  # row 3 is not below 2: the second's
+    assert claims._pinned_ats(cases[1], ((2, 3), (0, 8)), lambda origin: 7) == {
+        7: {(Const(6.0), Coord(1))}
+    }
+
+
 class _Block(nn.Module):
     """A module a model builds many times: a lookup table written element by element,
     ones and zeros, and a random parameter."""

@@ -254,6 +254,58 @@ def test_deferred_fills_leaving_on_an_error_start_nothing_more() -> None:
     assert not out.any(), "the batch taken was not started"
 
 
+def test_the_cores_view_of_a_tensor_aliases_its_memory_or_raises() -> None:
+    """The numpy view the core writes through is the tensor's own memory (a parameter
+    that requires grad, a bfloat16 one as raw bits); where it could only be a copy (a
+    lazy negated view, a tensor off the CPU) it raises, never hands over a copy whose
+    writes the tensor would not see."""
+    from shardinit._host import writable_view
+
+    param = torch.nn.Parameter(torch.zeros(4))
+    writable_view(param)[1] = 2.5
+    assert param[1].item() == 2.5
+    half = torch.nn.Parameter(torch.zeros(2, dtype=torch.bfloat16))
+    writable_view(half)[0] = 0x3F80  # 1.0 in bfloat16
+    assert half[0].item() == 1.0
+    with pytest.raises(RuntimeError, match="negative bit"):
+        writable_view(torch.zeros(3)._neg_view())
+    with pytest.raises((RuntimeError, TypeError), match="meta"):
+        writable_view(torch.zeros(3, device="meta"))
+
+
+def test_deferred_batches_of_many_small_fills_leave_the_caller_a_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch closed by its count of fills (small ones: the caller's Python is the
+    slower side) runs on one thread fewer than its fills ask for; one closed by its
+    elements, and the last one (the caller waits for it), on all of them. The values do
+    not show the threads, so the threads each batch was started on are read here, and
+    the values against the stream's."""
+    started: list[int] = []
+    real_start = _fill.start_fills_cpu
+
+    def start(fills: Any, threads: int) -> Any:
+        started.append(threads)
+        return real_start(fills, threads)
+
+    monkeypatch.setattr(_fill, "start_fills_cpu", start)
+    small = shardinit.ParamSpec("w", (8,), torch.float32, init.normal(), seed=SEED)
+    large = shardinit.ParamSpec(
+        "big", (_fill.DeferredFills.ELEMENTS,), torch.float32, init.uniform(), seed=SEED
+    )
+    outs = [torch.zeros(8) for _ in range(_fill.DeferredFills.BATCH + 1)]
+    big = torch.zeros(_fill.DeferredFills.ELEMENTS)
+    with _fill.DeferredFills() as deferred:
+        for out in outs[:-1]:
+            deferred.add(small, ((0, 8),), out, threads=3)
+        deferred.add(large, ((0, large.shape[0]),), big, threads=3)
+        deferred.add(small, ((0, 8),), outs[-1], threads=3)
+    assert started == [2, 3, 3]
+    expected = shard.full(small)
+    assert all(torch.equal(out, expected) for out in outs)
+    assert torch.equal(big, shard.full(large))
+
+
 def test_deferred_fills_take_only_elementwise_fills_off_cuda() -> None:
     """Which fills the writer may leave for later: elementwise ones, of any size (a large
     one is written on every thread while the caller goes on), into a tensor off CUDA

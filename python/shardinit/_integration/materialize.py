@@ -205,6 +205,9 @@ def _plan_and_fill(
         write_computed=write_computed,
         left_alone=frozenset(t.name for t in targets) - {t.name for t in chosen},
         copies=copies,
+        # init_fn captured on module just now (not a CapturedInit passed in): the
+        # capture's ties are module's own, read at its end.
+        captured_here=captured is not None and captured is not init_fn,
     )
     flags = _checked_flags(module, captured, hides_params=bool(flat))
     flags = {name: flag for name, flag in flags.items() if any(t.name == name for t in chosen)}

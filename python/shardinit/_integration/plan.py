@@ -9,6 +9,7 @@ import dataclasses
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 import torch
@@ -16,7 +17,15 @@ from torch import nn
 
 from .._caches import BoundedMap
 from .._fill import DeferredFills
-from .._names import BufferHolder, buffer_holders, holder_names, listing, param_slots, refuse_lazy
+from .._names import (
+    BufferHolder,
+    buffer_holders,
+    holder_names,
+    listing,
+    param_slots,
+    qualified,
+    refuse_lazy,
+)
 from .._program import CapturedOp, ParamRecord, base_ops
 from .._torch_compat import apply_to_tensors, is_flat_param
 from .._validate import check_name
@@ -272,9 +281,13 @@ class Plan:
         # The targets write through .data (a tensor with its own version counter): bump
         # each parameter's, as torch's in-place init does, so that a graph that saved one
         # (materialize with overwrite=True on a model in use) refuses to backward.
-        torch.autograd.graph.increment_version(
-            [param for plan in self.params for param in _held_tensors(plan.target)]
-        )
+        held: dict[int, torch.Tensor] = {}  # a tied parameter once
+        for plan in self.params:
+            for owner, attr in plan.target.holders:
+                tensor = owner._parameters.get(attr)
+                if tensor is not None:
+                    held[id(tensor)] = tensor
+        torch.autograd.graph.increment_version(list(held.values()))
 
     def fill_buffers(self, root: nn.Module, buffer_init: BufferInit | None) -> None:
         """Sets each meta buffer to its default or by ``buffer_init``; then writes the
@@ -298,12 +311,6 @@ class Plan:
                     source.buffers_set(module)
         if self.captured is not None and self.write_computed:
             write_buffers(root, self.captured)
-
-
-def _held_tensors(target: Target) -> list[torch.Tensor]:
-    """The tensors ``target``'s holders register now (a tied parameter once)."""
-    held = (owner._parameters.get(attr) for owner, attr in target.holders)
-    return list({id(tensor): tensor for tensor in held if tensor is not None}.values())
 
 
 def _dtensor_device(tensor: torch.Tensor, device: torch.device | None) -> torch.device:
@@ -345,15 +352,17 @@ def local_targets(root: nn.Module, managed: set[tuple[int, str]]) -> list[LocalT
 
     slots = param_slots(root, skip=skip)
     refuse_lazy(slots, "materialize")
-    targets = []
-    for slot in slots:
-        param = slot.param
-        if is_dtensor(param):
-            runs = local_runs_of(param, name=slot.name)
-        else:
-            runs = full_runs(tuple(param.shape))
-        targets.append(LocalTarget(slot, runs))
-    return targets
+    return [
+        LocalTarget(
+            slot,
+            (
+                local_runs_of(slot.param, name=slot.name)
+                if is_dtensor(slot.param)
+                else full_runs(slot.param.shape)
+            ),
+        )
+        for slot in slots
+    ]
 
 
 class Chooser(Protocol):
@@ -387,12 +396,25 @@ class RulesAndDefaults:
 
     def __init__(self, rules: RuleList, root: nn.Module, targets: Sequence[Target]) -> None:
         self.rules = rules
-        # Global parameter shapes per module: a bias bound depends on the weight's fan-in.
-        self.shapes: dict[int, dict[str, tuple[int, ...]]] = {}
-        for target in targets:
+        self.root = root
+        self.targets = targets
+
+    @cached_property
+    def shapes(self) -> dict[int, dict[str, tuple[int, ...]]]:
+        """Global parameter shapes per module: a bias bound depends on the weight's
+        fan-in. Made at the first default asked for (init_fn or the constructors'
+        records set most models' parameters: then never)."""
+        shapes: dict[int, dict[str, tuple[int, ...]]] = {}
+        for target in self.targets:
             for module, attr in target.holders:
-                self.shapes.setdefault(id(module), {})[attr] = target.global_shape
-        self.overrides = parent_overrides(root)
+                shapes.setdefault(id(module), {})[attr] = target.global_shape
+        return shapes
+
+    @cached_property
+    def overrides(self) -> Mapping[tuple[int, str], DefaultInit]:
+        """The parent modules' overrides of the defaults (a walk of the model), made at
+        the first default asked for, during planning: the model is as it was built."""
+        return parent_overrides(self.root)
 
     def rule_for(self, target: Target) -> RuleKey | None:
         owner, attr = target.holders[0]
@@ -449,6 +471,7 @@ def make_plan(
     write_computed: bool,
     left_alone: frozenset[str] = frozenset(),
     copies: Mapping[str, Target] | None = None,
+    captured_here: bool = False,
 ) -> Plan:
     """One plan per parameter of ``targets`` (init_fn's capture, then ``chooser``) and per
     meta buffer. Nothing is allocated or written. ``left_alone``: the names of the
@@ -456,7 +479,10 @@ def make_plan(
     records of them are not used. ``copies`` (:func:`copy_sources`): a copy is planned
     as its source (the source's constructor value, rule or default), then init_fn's
     writes to the copy itself, all named by the source's canonical name; unless a rule
-    other than the source's matches the copy.
+    other than the source's matches the copy. ``captured_here``: ``captured`` was taken
+    on ``root`` by the caller just before, with nothing run since: its ties are
+    ``root``'s (``holder_names`` of the same model, read at the capture's end), so they
+    are not walked again to compare.
 
     Raises:
         ShardInitError: a capture that does not fit its parameter, or an initializer
@@ -466,12 +492,16 @@ def make_plan(
     missing: list[str] = []
     shadowed: list[str] = []
     copies = copies or {}
+    records = captured.params if captured is not None else {}
+    matched: set[str] = set()  # the names of records a target matches
     for target in targets:
-        source = copies.get(target.name)
+        name = target.name
+        source = copies.get(name)
         if source is not None and chooser.rule_for(target) != chooser.rule_for(source):
             source = None  # a rule of the copy's own says what it holds
-        record = captured.params.get(target.name) if captured is not None else None
+        record = records.get(name)
         if record is not None:
+            matched.add(name)
             _check_record(record, target)
             if source is not None:  # values are named by the source: equal name, equal values
                 record = dataclasses.replace(record, name=source.name)
@@ -492,11 +522,14 @@ def make_plan(
             missing.append(f"{target.name} ({type(target.holders[0][0]).__name__})")
             continue
         params.append(ParamPlan(target, values))
-    names = {target.name for target in targets}
-    names |= left_alone
-    unmatched = [name for name in captured.params if name not in names] if captured else []
+    unmatched: list[str] = []
+    if len(matched) < len(records):
+        names = {target.name for target in targets} | left_alone
+        unmatched = [name for name in records if name not in names]
     computed = set(captured.buffers) if captured is not None and write_computed else set()
-    retied = tie_differences(root, captured.aliases) if captured is not None else []
+    retied: list[str] = []
+    if captured is not None and not captured_here:
+        retied = tie_differences(root, captured.aliases)
     return Plan(
         params,
         _buffer_plans(root, computed),
@@ -638,9 +671,12 @@ def _buffer_plans(root: nn.Module, computed: set[str]) -> list[BufferPlan]:
     plans: list[BufferPlan] = []
     seen: set[int] = set()
     for holder in buffer_holders(root):
-        pending = set().union(*(source.unset_buffers(holder.module) for source in REGION_SOURCES))
-        if id(holder.tensor) in seen or not (holder.tensor.is_meta or holder.attr in pending):
+        if id(holder.tensor) in seen:
             continue
+        if not holder.tensor.is_meta and not any(
+            holder.attr in source.unset_buffers(holder.module) for source in REGION_SOURCES
+        ):
+            continue  # set already (a meta buffer is planned whatever the sources say)
         seen.add(id(holder.tensor))
         default = default_buffer_value(holder.module, holder.attr)
         made = constructor_buffer(holder.module, holder.attr)
@@ -663,17 +699,26 @@ def _refuse_shared_storage(root: nn.Module) -> None:
     eager torch they share memory, a write to one shows in the other, where
     materialize gives each its own. A parameter held twice (tied) is one tensor, and
     fine."""
-    seen: dict[int, tuple[str, torch.Tensor, object]] = {}
-    named = [*root.named_parameters(), *root.named_buffers()]
-    for name, tensor in named:
-        if not tensor.is_meta or is_dtensor(tensor):
-            continue
-        storage = tensor.untyped_storage()  # held in seen: its id is not reused
-        first = seen.setdefault(id(storage), (name, tensor, storage))
-        if first[1] is not tensor:
-            raise ShardInitError(
-                f"materialize: '{first[0]}' and '{name}' are views of one meta storage: "
-                "in eager torch they share memory (a write to one shows in the other), "
-                "which materialize, allocating each on its own, would not keep. Make "
-                "each its own tensor, or tie them as one Parameter"
-            )
+    seen: dict[int, tuple[str, str, torch.Tensor, object]] = {}
+    visited: set[int] = set()
+    # named_parameters() then named_buffers(), each tensor once, from one walk of the
+    # modules (named_parameters' own costs several microseconds per parameter).
+    modules = list(root.named_modules())
+    for registry in ("_parameters", "_buffers"):
+        for path, module in modules:
+            for attr, tensor in getattr(module, registry).items():
+                if tensor is None or id(tensor) in visited:
+                    continue
+                visited.add(id(tensor))
+                if not tensor.is_meta or is_dtensor(tensor):
+                    continue
+                storage = tensor.untyped_storage()  # held in seen: its id is not reused
+                first = seen.setdefault(id(storage), (path, attr, tensor, storage))
+                if first[2] is not tensor:
+                    raise ShardInitError(
+                        f"materialize: '{qualified(first[0], first[1])}' and "
+                        f"'{qualified(path, attr)}' are views of one meta storage: in "
+                        "eager torch they share memory (a write to one shows in the "
+                        "other), which materialize, allocating each on its own, would "
+                        "not keep. Make each its own tensor, or tie them as one Parameter"
+                    )

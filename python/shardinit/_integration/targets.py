@@ -190,12 +190,14 @@ class LocalTarget(SlotHeld):
             # Its own class: a Parameter subclass stays one, as in eager construction.
             cls = type(tensor) if isinstance(tensor, nn.Parameter) else nn.Parameter
             new = make_parameter(cls, empty, tensor.requires_grad)
-            # The attributes code set on the parameter (Mamba's ``_no_weight_decay``,
-            # Megatron's tensor-parallel ones), which torch's to_empty keeps on the same
-            # object; shardinit's own notes on the meta parameter stay behind.
-            new.__dict__.update(
-                {k: v for k, v in vars(tensor).items() if not k.startswith("_shardinit")}
-            )
+            noted = vars(tensor)
+            if noted:
+                # The attributes code set on the parameter (Mamba's ``_no_weight_decay``,
+                # Megatron's tensor-parallel ones), which torch's to_empty keeps on the
+                # same object; shardinit's own notes on the meta parameter stay behind.
+                new.__dict__.update(
+                    {k: v for k, v in noted.items() if not k.startswith("_shardinit")}
+                )
             give_grad_hooks(tensor, new)  # registered on the meta parameter, as to_empty keeps
             for owner, attr in self.slot.owners:
                 assign_parameter(owner, attr, new)

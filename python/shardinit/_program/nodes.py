@@ -88,9 +88,14 @@ class Expr:
         own ``__init__`` writes its fields."""
         kept = self.__dict__
         children = self.children()
-        if len(children) == 2:  # (a Binary: most nodes)
-            a, b = children[0].__dict__, children[1].__dict__
-            key: tuple[object, ...] = (type(self), a["_classes"], b["_classes"])
+        count = len(children)  # (spelled per count: a list built per node costs more)
+        key: tuple[object, ...]
+        if count == 2:  # (a Binary: most nodes)
+            key = (type(self), children[0].__dict__["_classes"], children[1].__dict__["_classes"])
+        elif count == 1:
+            key = (type(self), children[0].__dict__["_classes"])
+        elif count == 0:
+            key = (type(self),)
         else:
             key = (type(self), *[child.__dict__["_classes"] for child in children])
         classes = _CLASS_SETS.get(key)
@@ -254,7 +259,16 @@ def contains(expr: Expr, kind: type[Expr] | tuple[type[Expr], ...]) -> bool:
     """Whether ``expr`` or a node under it is a ``kind`` (:class:`Source`, :class:`Bad`):
     asked of the classes under the node, kept on it at construction."""
     classes: frozenset[type[Expr]] = expr.__dict__["_classes"]
-    return any(issubclass(found, kind) for found in classes)
+    key = (classes, kind)
+    found = _CONTAINS.get(key)
+    if found is None:  # (few class sets, few kinds asked: a dict lookup after the first)
+        found = _CONTAINS[key] = any(issubclass(held, kind) for held in classes)
+    return found
+
+
+#: :func:`contains`' answers by class set (one object per set: :data:`_CLASS_SETS`) and
+#: the kind asked: asked of most nodes capture builds, several kinds each.
+_CONTAINS: dict[tuple[frozenset[type[Expr]], object], bool] = {}
 
 
 #: The classes under a node by its class and its children's class sets (few distinct
@@ -298,8 +312,13 @@ def _random_key_of(node: Expr, children: tuple[Expr, ...]) -> RandomKey | None:
     """:func:`random_key` of ``node``, from its ``children``'s."""
     if isinstance(node, Source):
         return frozenset({(node.origin, node.at)})
-    keys: list[RandomKey | None] = [child.__dict__["_random_key"] for child in children]
-    if all(key is _NO_SOURCE for key in keys):
+    keys: list[RandomKey | None] = []
+    sourced = False
+    for child in children:  # (loops, not generators: asked of each node built)
+        key = child.__dict__["_random_key"]
+        keys.append(key)
+        sourced = sourced or key is not _NO_SOURCE
+    if not sourced:
         return _NO_SOURCE  # (no source under it: most nodes, decided at once)
     if isinstance(node, Where):
         cond, a, b = keys

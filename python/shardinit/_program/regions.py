@@ -40,7 +40,7 @@ FlatRun = tuple[int, int]
 
 def whole(shape: Sequence[int]) -> Box:
     """The box of all of a tensor of ``shape``."""
-    return tuple((0, int(size)) for size in shape)
+    return tuple(zip(itertools.repeat(0), map(int, shape)))  # (asked at most writes)
 
 
 def intersect(a: Box, b: Box) -> Box | None:
@@ -53,7 +53,10 @@ def intersect(a: Box, b: Box) -> Box | None:
 
 def contains(outer: Box, inner: Box) -> bool:
     """Whether ``inner`` lies inside ``outer``."""
-    return all(o0 <= i0 and i1 <= o1 for (o0, o1), (i0, i1) in zip(outer, inner, strict=True))
+    for (o0, o1), (i0, i1) in zip(outer, inner, strict=True):  # noqa: SIM110 (no generator: asked often)
+        if i0 < o0 or o1 < i1:
+            return False
+    return True
 
 
 def cut_by(box: Box, regions: Sequence[Box], max_parts: int = 1 << 10) -> list[Box] | None:

@@ -73,7 +73,7 @@ def reindex(
     coordinates that run over ``ranges``. ``repeats`` (a reason) marks a map that reads
     some elements more than once: random sources become :class:`Bad` with it. The
     identity map returns ``expr`` itself unless ``keep`` is False."""
-    if keep and repeats is None and all(c == Coord(d) for d, c in enumerate(coords)):
+    if keep and repeats is None and _identity(coords):
         return expr  # the identity: the same expression
     key = _rewrite_key(expr, coords, ranges, repeats)
     if key is None:
@@ -84,6 +84,12 @@ def reindex(
         kept = (result, result is expr)
         _REWRITES.put(key, kept)
     return expr if kept[1] else kept[0]
+
+
+def _identity(coords: Sequence[Expr]) -> bool:
+    """Whether ``coords`` read each coordinate at itself (``Coord(d)`` at position
+    ``d``): asked by field, without building the coordinates to compare with."""
+    return all(type(c) is Coord and c.dim == d for d, c in enumerate(coords))
 
 
 def _reindexed(

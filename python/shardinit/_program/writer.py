@@ -103,14 +103,15 @@ class Writer:
         dtype) on ``box`` (global coordinates) into ``target`` (the box's shape, any
         device and strides). Only a fill straight into a contiguous ``target`` may be
         deferred: a temporary is copied out at once."""
-        if math.prod(stop - start for start, stop in box) == 0:
+        if not target.numel():  # the box's shape: an empty box
             return
         direct = target.is_contiguous()
         out = target if direct else torch.empty_like(target, memory_format=CONTIGUOUS)
         registers = compiled if isinstance(compiled, Registers) else None
-        if registers is None:
+        if registers is None and spec.init is not compiled:
+            # (spec.init is compiled: most fills, without an ABC's isinstance per fill)
             assert isinstance(compiled, Initializer)
-            spec = spec if spec.init is compiled else spec.with_init(compiled)
+            spec = spec.with_init(compiled)
         fill(
             spec,
             box,
@@ -180,14 +181,17 @@ class Writer:
         nothing and answers False. (The general sweep gives the same: every earlier
         operation is overwritten there.)"""
         assert isinstance(last.action, Action), last.action  # Opaque is never in a record
-        if not contains(last.region, box) or not all(a < b for a, b in box):
+        # ``target`` holds ``box``: an empty one has no element (the sweep skips it).
+        if not target.numel() or (last.region != box and not contains(last.region, box)):
             return False
         init = last.action.plain_init(record.dtype)
         if init is None:
             return False
         spec = _spec(record, seed, init, None)
-        # Materialize writes every parameter under one no_grad already: no switch per call.
-        with torch.no_grad() if torch.is_grad_enabled() else contextlib.nullcontext():
+        if torch.is_grad_enabled():
+            with torch.no_grad():
+                self.write_compiled(spec, box, target, init)
+        else:  # materialize writes every parameter under one no_grad: no switch per call
             self.write_compiled(spec, box, target, init)
         return True
 
@@ -266,11 +270,19 @@ class Writer:
     ) -> None:
         """Fills ``local``, the tensor holding the region ``runs`` (per dim, the runs of
         global indices it holds, as :func:`shardinit._layout.layout_runs` gives them)."""
-        if all(len(dim_runs) == 1 for dim_runs in runs):  # one box, all of ``local``
-            box = tuple((start, stop) for ((start, stop),) in runs)
-            if [stop - start for start, stop in box] == list(local.shape):
-                self.write_pieces(record, seed, [(box, local)], prior=prior)
+        box = _one_box(runs, local.shape)
+        if box is not None:  # one box, all of ``local`` (a plain parameter, most shards)
+            # write_pieces' common case without its sweep's setup: the record's own
+            # operations cover all of it (its check), the last one all of ``local``.
+            if (
+                not prior
+                and record.covers_all()
+                and record.ops
+                and self._write_last_plain(record, seed, record.ops[-1], box, local)
+            ):
                 return
+            self.write_pieces(record, seed, [(box, local)], prior=prior)
+            return
         pieces = []
         for piece in local_boxes(runs):
             index = tuple(
@@ -300,6 +312,22 @@ class Writer:
         self.write_pieces(record, seed, pieces, prior=prior)
 
 
+def _one_box(runs: Sequence[Sequence[Run]], shape: Sequence[int]) -> Box | None:
+    """The box ``runs`` hold when it is one run per dim that together fill a tensor of
+    ``shape`` (all of it, in order), else None."""
+    if len(runs) != len(shape):
+        return None
+    box = []
+    for dim_runs, size in zip(runs, shape, strict=True):
+        if len(dim_runs) != 1:
+            return None
+        start, stop = dim_runs[0]
+        if stop - start != size:
+            return None
+        box.append((start, stop))
+    return tuple(box)
+
+
 def _check_ops(record: ParamRecord, extra: Sequence[CapturedOp]) -> list[CapturedOp]:
     ops = [*extra, *record.ops]
     if extra:
@@ -322,19 +350,20 @@ def _spec(record: ParamRecord, seed: int, init: Initializer, made: ParamSpec | N
     and seed (a model's many layers of one shape), else made and checked."""
     if made is not None:
         return made if made.init is init else made.with_init(init)
-    try:
-        key = (record.shape, record.dtype, init, seed)
-        like = _SPECS.get(key)
-    except TypeError:  # an initializer of unhashable fields: made and checked each time
-        return ParamSpec(record.name, record.shape, record.dtype, init, seed=seed)
-    if like is not None:
+    # By the initializer object (a record's action holds one, shared by a model's many
+    # layers of one default): no hash of its fields per parameter. The spec kept holds
+    # it, so its id is not reused while the entry lives.
+    key = (record.shape, record.dtype, id(init), seed)
+    like = _SPECS.get(key)
+    if like is not None and like.init is init:
         return like._renamed(record.name, init)
     spec = ParamSpec(record.name, record.shape, record.dtype, init, seed=seed)
     _SPECS.put(key, spec)
     return spec
 
 
-#: A checked spec per shape, dtype, initializer and seed, that :func:`_spec` renames.
+#: A checked spec per shape, dtype, initializer object and seed, that :func:`_spec`
+#: renames.
 _SPECS: BoundedMap[tuple[object, ...], ParamSpec] = BoundedMap()
 
 

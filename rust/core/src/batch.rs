@@ -5,7 +5,8 @@
 
 use rayon::prelude::*;
 
-use crate::fill::{OutBuf, ParamStream};
+use crate::fill::ParamStream;
+use crate::init::OutBuf;
 use crate::pool::{self, Threads};
 use crate::program::Program;
 use crate::region::Region;

@@ -3,10 +3,8 @@
 //! ([`crate::region`]): per run, the serial stream writer ([`crate::serial`]) for the
 //! elementwise initializers, or a read of the orthogonal matrix, computed once per fill.
 
-use half::{bf16, f16};
-
 use crate::geometry::{box_numel, checked_numel};
-use crate::init::{Dtype, Element, Init, Sampler};
+use crate::init::{Dtype, Element, Init, OutBuf, Sampler};
 use crate::kernel::{self, WordTable};
 use crate::orthogonal::OrthogonalMatrix;
 use crate::philox::{Backend, Stream};
@@ -116,9 +114,39 @@ impl ParamStream {
         }
     }
 
-    /// Checks the initializer, then `region` for `out`, then computes the source and
-    /// walks the region (the one fill every entry point below ends in).
+    /// A fill of a buffer whose element type the caller names: the buffer as its
+    /// [`OutBuf`], then the one fill below. Only this conversion is generic, so the crates
+    /// that call a typed fill (the tests, the benchmarks) do not compile the kernels again
+    /// for their element types: `cargo test` built them once per test binary.
     fn fill_using<T: Element>(
+        &self,
+        backend: Backend,
+        region: &Region,
+        out: &mut [T],
+        threads: Threads,
+    ) -> Result<(), Error> {
+        self.fill_any(backend, region, T::out_buf(out), threads)
+    }
+
+    /// The one fill every entry point ends in, for an element type chosen at run time.
+    fn fill_any(
+        &self,
+        backend: Backend,
+        region: &Region,
+        out: OutBuf<'_>,
+        threads: Threads,
+    ) -> Result<(), Error> {
+        match out {
+            OutBuf::F32(s) => self.fill_typed(backend, region, s, threads),
+            OutBuf::F64(s) => self.fill_typed(backend, region, s, threads),
+            OutBuf::BF16(s) => self.fill_typed(backend, region, s, threads),
+            OutBuf::F16(s) => self.fill_typed(backend, region, s, threads),
+        }
+    }
+
+    /// Checks the initializer, then `region` for `out`, then computes the source and
+    /// walks the region.
+    fn fill_typed<T: Element>(
         &self,
         backend: Backend,
         region: &Region,
@@ -261,50 +289,6 @@ impl ParamStream {
     }
 }
 
-/// A mutable output buffer of one of the supported dtypes, for callers (like the Python
-/// bindings) that choose the dtype at run time.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum OutBuf<'a> {
-    /// float32 elements.
-    F32(&'a mut [f32]),
-    /// float64 elements.
-    F64(&'a mut [f64]),
-    /// bfloat16 elements.
-    BF16(&'a mut [bf16]),
-    /// float16 elements.
-    F16(&'a mut [f16]),
-}
-
-impl OutBuf<'_> {
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        match self {
-            OutBuf::F32(s) => s.len(),
-            OutBuf::F64(s) => s.len(),
-            OutBuf::BF16(s) => s.len(),
-            OutBuf::F16(s) => s.len(),
-        }
-    }
-
-    /// Whether the buffer holds no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl OutBuf<'_> {
-    /// The dtype of the elements.
-    pub fn dtype(&self) -> Dtype {
-        match self {
-            OutBuf::F32(_) => Dtype::F32,
-            OutBuf::F64(_) => Dtype::F64,
-            OutBuf::BF16(_) => Dtype::BF16,
-            OutBuf::F16(_) => Dtype::F16,
-        }
-    }
-}
-
 impl ParamStream {
     /// Fills `out`, of a dtype chosen at run time, with `region`: the one entry point of
     /// callers such as the Python bindings.
@@ -319,22 +303,7 @@ impl ParamStream {
         out: OutBuf<'_>,
         threads: Threads,
     ) -> Result<(), Error> {
-        match out {
-            OutBuf::F32(s) => self.fill_region_typed(region, s, threads),
-            OutBuf::F64(s) => self.fill_region_typed(region, s, threads),
-            OutBuf::BF16(s) => self.fill_region_typed(region, s, threads),
-            OutBuf::F16(s) => self.fill_region_typed(region, s, threads),
-        }
-    }
-
-    /// [`ParamStream::fill_region`] for one element type.
-    pub(crate) fn fill_region_typed<T: Element>(
-        &self,
-        region: &Region,
-        out: &mut [T],
-        threads: Threads,
-    ) -> Result<(), Error> {
         // A whole box's size is checked before the initializer (`walk_and_source`).
-        self.fill_using(Backend::detect(), region, out, threads)
+        self.fill_any(Backend::detect(), region, out, threads)
     }
 }

@@ -61,10 +61,17 @@ pub trait Element: Copy + Send + Sync + 'static {
     fn from_f64_lanes_not_nan(values: &[f64], out: &mut [Self]) {
         Self::from_f64_lanes(values, out);
     }
+    /// The buffer as its run-time-typed [`OutBuf`], the form every fill takes inside
+    /// this crate (so that the kernels are compiled here once, not again in each crate
+    /// that names an element type).
+    fn out_buf(out: &mut [Self]) -> OutBuf<'_>;
 }
 
 impl Element for f64 {
     const DTYPE: Dtype = Dtype::F64;
+    fn out_buf(out: &mut [Self]) -> OutBuf<'_> {
+        OutBuf::F64(out)
+    }
     #[inline(always)]
     fn widen(self) -> f64 {
         self
@@ -77,6 +84,9 @@ impl Element for f64 {
 
 impl Element for f32 {
     const DTYPE: Dtype = Dtype::F32;
+    fn out_buf(out: &mut [Self]) -> OutBuf<'_> {
+        OutBuf::F32(out)
+    }
     #[inline(always)]
     fn widen(self) -> f64 {
         f64::from(self)
@@ -90,6 +100,9 @@ impl Element for f32 {
 
 impl Element for bf16 {
     const DTYPE: Dtype = Dtype::BF16;
+    fn out_buf(out: &mut [Self]) -> OutBuf<'_> {
+        OutBuf::BF16(out)
+    }
     #[inline(always)]
     fn widen(self) -> f64 {
         self.to_f64()
@@ -113,6 +126,9 @@ impl Element for bf16 {
 
 impl Element for f16 {
     const DTYPE: Dtype = Dtype::F16;
+    fn out_buf(out: &mut [Self]) -> OutBuf<'_> {
+        OutBuf::F16(out)
+    }
     #[inline(always)]
     fn widen(self) -> f64 {
         self.to_f64()
@@ -592,6 +608,50 @@ impl Sampler {
                 mean + std * math::phi_inv(u, 1.0 - u)
             }
             Sampler::TruncNormal(ref t) => t.sample(u52_open(word0, word1)),
+        }
+    }
+}
+
+/// A mutable output buffer of one of the supported dtypes, for callers (like the Python
+/// bindings) that choose the dtype at run time.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum OutBuf<'a> {
+    /// float32 elements.
+    F32(&'a mut [f32]),
+    /// float64 elements.
+    F64(&'a mut [f64]),
+    /// bfloat16 elements.
+    BF16(&'a mut [bf16]),
+    /// float16 elements.
+    F16(&'a mut [f16]),
+}
+
+impl OutBuf<'_> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            OutBuf::F32(s) => s.len(),
+            OutBuf::F64(s) => s.len(),
+            OutBuf::BF16(s) => s.len(),
+            OutBuf::F16(s) => s.len(),
+        }
+    }
+
+    /// Whether the buffer holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl OutBuf<'_> {
+    /// The dtype of the elements.
+    pub fn dtype(&self) -> Dtype {
+        match self {
+            OutBuf::F32(_) => Dtype::F32,
+            OutBuf::F64(_) => Dtype::F64,
+            OutBuf::BF16(_) => Dtype::BF16,
+            OutBuf::F16(_) => Dtype::F16,
         }
     }
 }

@@ -20,9 +20,9 @@ mod table;
 
 pub use batch::{fill_many, FillJob, JobValues};
 pub use error::Error;
-pub use fill::{OutBuf, ParamStream};
+pub use fill::ParamStream;
 pub use geometry::{box_numel, checked_numel, chunk_range};
-pub use init::{Dtype, Element, Init, Sampler};
+pub use init::{Dtype, Element, Init, OutBuf, Sampler};
 pub use key::{key64, KEY_DOMAIN_V1};
 pub use orthogonal::OrthogonalMatrix;
 pub use philox::{philox4x32_10, Backend, Stream};

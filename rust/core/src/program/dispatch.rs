@@ -5,8 +5,8 @@
 //! [`crate::program`]).
 
 use super::builder::{Instr, Program};
-use crate::fill::{OutBuf, ParamStream};
-use crate::init::{Dtype, Init};
+use crate::fill::ParamStream;
+use crate::init::{Dtype, Init, OutBuf};
 use crate::philox::Backend;
 use crate::pool::Threads;
 use crate::region::Region;

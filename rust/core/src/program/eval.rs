@@ -9,9 +9,9 @@ use super::passes::{
     binary, clamp, clamp_pair, gather, round_lanes, rounded_binary, select, source, unary,
 };
 use super::steps::Step;
-use crate::fill::{OutBuf, ParamStream, Source};
+use crate::fill::{ParamStream, Source};
 use crate::geometry::checked_numel;
-use crate::init::Element;
+use crate::init::{Element, OutBuf};
 use crate::math;
 use crate::pool::Threads;
 use crate::region::{Region, RunWriter, Walk};

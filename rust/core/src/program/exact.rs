@@ -194,8 +194,8 @@ mod tests {
 
     use super::super::builder::{Instr, Program};
     use super::*;
-    use crate::fill::{OutBuf, ParamStream};
-    use crate::init::{Element, Init};
+    use crate::fill::ParamStream;
+    use crate::init::{Element, Init, OutBuf};
     use crate::math;
     use crate::region::Region;
     use crate::Threads;

@@ -134,8 +134,7 @@ mod tests {
 
     use super::super::builder::Program;
     use super::super::ops::{BinaryOp, UnaryOp};
-    use crate::fill::OutBuf;
-    use crate::init::{Dtype, Element, Init};
+    use crate::init::{Dtype, Element, Init, OutBuf};
     use crate::philox::Backend;
     use crate::region::Region;
     use crate::Threads;

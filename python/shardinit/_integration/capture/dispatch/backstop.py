@@ -30,7 +30,7 @@ from ...._program.actions import Fill, Opaque
 from ...._program.cannot import Cannot
 from ...._torch_compat import DispatchMode, torch_function_disabled, tree_leaves
 from ....init import Constant
-from ..trace import RecordStore, Track, user_frame
+from ..trace import RecordStore, Track
 
 if TYPE_CHECKING:
     from ..trace import Engine
@@ -138,7 +138,10 @@ class WriteBackstop(DispatchMode):  # type: ignore[no-untyped-call]
         then eager's). One walk of the operands answers both."""
         assert self.engine is not None  # derive's check
         if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
-            return f"{_op_name(func)} at {user_frame()} draws from torch's random generator", True
+            return (
+                f"{_op_name(func)} at {self.store.where()} draws from torch's random generator",
+                True,
+            )
         looked = [(leaf, self.store.lookup(leaf)) for leaf in _tensor_leaves((args, kwargs))]
         reason: str | None = None
         try:
@@ -150,7 +153,7 @@ class WriteBackstop(DispatchMode):  # type: ignore[no-untyped-call]
                         break
                 elif not self.engine.known(track):
                     reason = (
-                        f"{_op_name(func)} at {user_frame()} computed it from {track.label}, "
+                        f"{_op_name(func)} at {self.store.where()} computed it from {track.label}, "
                         f"{_UNKNOWN}"
                     )
                     break

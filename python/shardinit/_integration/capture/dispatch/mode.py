@@ -62,7 +62,7 @@ from ..trace import (
 )
 from .backstop import WriteBackstop
 from .calls import NOT_MINE, Call
-from .families import family_of
+from .families import Family, family_of
 from .handlers import VALUES_OUT, into_out, refuse_unknown_out, type_as_to, unrouted
 from .writes import Writes, quietly
 
@@ -140,18 +140,31 @@ class CaptureMode(TorchFunctionMode):
         kwargs = dict(kwargs or {})
         if self.store.in_signal is not None:
             self.store.refuse_in_signal(func_name(func), (args, kwargs))
-        if _as_is(func):  # before the stack walk: most calls of a model's build
+        name, family, as_is = _routing(func)
+        if as_is:  # before the stack walk: most calls of a model's build
             return func(*args, **kwargs)
+        store = self.store
+        outer_site, store.call_site = store.call_site, None  # walked once: store.where
+        try:
+            return self.route(func, name, family, types, args, kwargs)
+        finally:
+            store.call_site = outer_site
+
+    def route(
+        self, func: Any, name: str, family: Family, types: Any, args: Sequence[Any],
+        kwargs: dict[str, Any],
+    ) -> Any:  # fmt: skip
+        """The call ``func`` (``name``, of ``family``) on followed tensors, routed (the
+        module docstring): inside a ``torch.nn.init`` function, or by its family."""
         found = init_frame(self.outer)
         if found is not None:
             return self.inside_init(*found, func, args, kwargs)
-        name = func_name(func)
         if name == "type" and (len(args) > 1 or "dtype" in kwargs):
             func, args, kwargs = type_as_to(args, kwargs)  # a cast named by its class
             name = "to"
+            family = family_of(name)
         if name in VALUES_OUT:
             refuse_unknown_out(self, name, args, kwargs)
-        family = family_of(name)
         if family.as_is:
             return func(*args, **kwargs)
         if family.numbers and name not in _DATA:
@@ -248,7 +261,7 @@ class CaptureMode(TorchFunctionMode):
         valueless = operand is not None and (
             operand.kind == "param" or (operand is track and _valueless(track, args[0]))
         )
-        if valueless and is_inplace(func_name(func)):
+        if valueless and is_inplace(_routing(func)[0]):
             return args[0]  # a write of the recorded call, on a tensor with no values
         with self.backstop.expecting(track, operand):  # the recorded call's own writes
             return quietly(func, args, kwargs)
@@ -279,9 +292,20 @@ def _valueless(track: Track, tensor: Any) -> bool:
     )
 
 
+def _routing(func: Any) -> tuple[str, Family, bool]:
+    """What the dispatch asks of ``func`` at every call, a fact of ``func`` alone,
+    found once per function (:func:`_routing_of`); an unhashable callable (a user's
+    object with ``__eq__`` and no ``__hash__``) is asked afresh."""
+    try:
+        return _routing_of(func)
+    except TypeError:  # unhashable: lru_cache's key
+        return _routing_of.__wrapped__(func)
+
+
 @cached
-def _as_is(func: Any) -> bool:
-    """Whether ``func`` runs as it is wherever it is called, inside ``torch.nn.init``
+def _routing_of(func: Any) -> tuple[str, Family, bool]:
+    """``func``'s name in the dispatch tables (:func:`..trace.func_name`), its family,
+    and whether it runs as it is wherever it is called, inside ``torch.nn.init``
     functions too: its family's (a question of layout, a flag, ``no_grad``'s switch),
     which writes no value and draws nothing. Inside an init function the call is then
     recorded at its first other operation, with the same arguments (no
@@ -289,7 +313,8 @@ def _as_is(func: Any) -> bool:
     its class (``type(torch.half)``) is no question, and a tensor's values or bytes
     going out (:data:`.handlers.VALUES_OUT`) are checked first: both routed."""
     name = func_name(func)
-    return name != "type" and name not in VALUES_OUT and family_of(name).as_is
+    family = family_of(name)
+    return name, family, name != "type" and name not in VALUES_OUT and family.as_is
 
 
 #: torch's errors that routing a call on followed tensors may raise where eager torch

@@ -69,7 +69,9 @@ def write_translated(mode: Mode, call: Call) -> Any:
         value = call.args[1] if len(call.args) > 1 else call.kwargs["value"]
         mode.copies.copy_into(_target(call), call.args[0], value, call.name)
         return _written(mode, call)
-    options = {k: v for k, v in call.kwargs.items() if k != "rounding_mode"}
+    options = call.kwargs  # (bind reads it only; a copy where a rounding is dropped)
+    if "rounding_mode" in options:
+        options = {k: v for k, v in options.items() if k != "rounding_mode"}
     values = bind(call.args[1:], options, entry)
     op = shown_call(f"{call.name.strip('_')}_", entry.names, values)
     mode.engine.write(_target(call), call.args[0], entry, values, op)

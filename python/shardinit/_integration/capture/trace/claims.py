@@ -11,7 +11,16 @@ from typing import NamedTuple
 
 from ...._program.actions import CapturedOp, Fill, Selected, TrackAction
 from ...._program.index import as_lin
-from ...._program.nodes import Const, Coord, Expr, Source, contains, random_key, walk_nodes
+from ...._program.nodes import (
+    Const,
+    Coord,
+    Expr,
+    Source,
+    Where,
+    contains,
+    random_key,
+    walk_nodes,
+)
 from ...._program.regions import Box, FlatRun, box_runs
 from ...._program.rewrite import reindex
 from ....init import Constant
@@ -102,13 +111,13 @@ class RandomPlaces:
         """
         if not contains(expr, Source):
             return  # nothing random (tables, constants): no need to rebuild the program
-        fresh = _random_ats(_pinned(expr, box), self.root)
+        fresh = _pinned_ats(expr, box, self.root)
         held: dict[int, set[tuple[Expr, ...]]] = {}
         if track.touched(box) or contains(expr, Before):
             # (a box nothing touched holds the values before init_fn alone, whose
             # sources are Before's: no value of a fresh draw is there; the next row of
             # a loop is asked no fold)
-            held = _random_ats(_pinned(folded(track, box), box), self.root)
+            held = _pinned_ats(folded(track, box), box, self.root)
         for origin, ats in fresh.items():
             if ats <= held.get(origin, set()):
                 continue  # the values already there, at the same places (a step of them)
@@ -170,8 +179,45 @@ class RandomPlaces:
 def _pinned(expr: Expr, box: Box) -> Expr:
     """``expr`` over ``box``, with the coordinates of its one-element dims as constants
     (so a place reads the same however a view wrote it: ``Coord(d)`` or ``0``)."""
-    coords = [Const(float(a)) if b - a == 1 else Coord(d) for d, (a, b) in enumerate(box)]
-    return reindex(expr, coords, list(box), keep=False)
+    return reindex(expr, _pins(box), list(box), keep=False)
+
+
+def _pins(box: Box) -> list[Expr]:
+    """:func:`_pinned`'s coordinates: a constant for each one-element dim of ``box``."""
+    return [Const(float(a)) if b - a == 1 else Coord(d) for d, (a, b) in enumerate(box)]
+
+
+def _pinned_ats(
+    expr: Expr, box: Box, root: Callable[[int], int]
+) -> dict[int, set[tuple[Expr, ...]]]:
+    """``_random_ats(_pinned(expr, box), root)``, the places of ``expr``'s random values
+    over ``box``. Under no condition (no ``where``: pinning a coordinate folds no branch
+    away, and a step's sources keep their one key), those are the places of the random
+    key kept on ``expr``, each pinned: a few coordinates rewritten (a row's write asks
+    it once), not all of the value built again."""
+    key = random_key(expr)
+    if (
+        key is None
+        or contains(expr, Where)
+        or any(contains(c, Source) for _, at in key for c in at)
+    ):
+        return _random_ats(_pinned(expr, box), root)
+    coords, ranges = _pins(box), list(box)
+    found: dict[int, set[tuple[Expr, ...]]] = {}
+    for origin, at in key:
+        pinned = tuple(_pin(c, coords, ranges) for c in at)
+        found.setdefault(root(origin), set()).add(pinned)
+    return found
+
+
+def _pin(coordinate: Expr, coords: list[Expr], ranges: list[tuple[int, int]]) -> Expr:
+    """One coordinate of a place, pinned (:func:`_pinned_ats`): a coordinate of the box
+    is read at once (as the rewrite reads it), anything else rewritten."""
+    if type(coordinate) is Coord:
+        return coords[coordinate.dim]
+    if type(coordinate) is Const:
+        return coordinate
+    return reindex(coordinate, coords, ranges, keep=False)
 
 
 def _image_runs(

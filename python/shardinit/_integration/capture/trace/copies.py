@@ -25,7 +25,6 @@ from ...._program.regions import (
 )
 from ..ops import cast
 from .engine import BUFFER_WRITE, Engine, narrower
-from .frames import user_frame
 from .store import RecordStore
 from .tracks import Track, same_view
 
@@ -92,7 +91,7 @@ class Copies:
         except Cannot as cannot:
             self.engine.cannot(target, dst, cannot, op)
             return True
-        where_ = user_frame()
+        where_ = self.store.where()
         self.engine.places.new_write()
         shapes = (source.shape, target.shape)  # (each a read of the tensor's layout)
         for entry in source.ops:  # no Computed one (copy_into): fills, scales, masks

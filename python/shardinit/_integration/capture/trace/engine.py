@@ -199,7 +199,7 @@ class Engine:
         """The fold of ``track``'s writes, and whether it is instead the table of its
         CPU memory (a temporary of values torch computed, no program describes)."""
         value, never, random = self.left_folds.fold(track)
-        if track.written(tuple((0, size) for size in track.shape)):
+        if track.written(whole(track.shape)):
             value = _drop_branch(value, never)  # every element written: never selected
         computed_on_cpu = track.base.device.type == "cpu" and track.kind == "temp"
         if (
@@ -244,7 +244,7 @@ class Engine:
         for leaf in tree_leaves(tree):
             track = self.store.lookup(leaf)
             if track is not None and track.kind == "param":
-                _merge_reads(reads, [(track, f"{op} at {user_frame()}")])
+                _merge_reads(reads, [(track, f"{op} at {self.store.where()}")])
             elif track is not None:
                 _merge_reads(reads, track.reads)
         return reads
@@ -389,7 +389,7 @@ class Engine:
             if track.kind == "param" and track.written(whole(track.shape)):
                 folded = _PerBox(self.folded_over)  # (asked again by land: _PerBox)
             parts = self.on_prior(track, box, expr, folded)
-        where_at = f"{op} at {user_frame()}" if track.kind == "param" else ""
+        where_at = f"{op} at {self.store.where()}" if track.kind == "param" else ""
         for part, value in parts:
             if track.kind == "param":
                 value, kept = on_before(self.store, track, part, expr, value, op)
@@ -446,7 +446,7 @@ class Engine:
         boxed = box_coords(view, target.base)
         if boxed is not None:  # one op on the box, read through the view's axes (in
             box, coords = boxed  # any order: a transposed or unfolded view too)
-            self.append(target, box, reindex(expr, coords, list(box)), op, user_frame())
+            self.append(target, box, reindex(expr, coords, list(box)), op, self.store.where())
             return
         try:
             runs = view_runs(view, target.base)
@@ -456,7 +456,7 @@ class Engine:
                 raise self.store.fail(target, op, why) from None
             self.record(target, view, Opaque(f"{op} wrote a view that is not a box"), op)
             return
-        where_ = user_frame()
+        where_ = self.store.where()
         pieces = map_runs_from([(0, view.numel())], (0, view.numel()), runs)
         for box, value in self.spread(expr, tuple(view.shape), pieces, target):
             self.append(target, box, value, op, where_)

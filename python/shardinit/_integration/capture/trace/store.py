@@ -54,6 +54,22 @@ class RecordStore:
         self.unknown: dict[int, tuple[Any, Unknown]] = {}
         # The signal whose Python handler runs now, if one does (:mod:`..session.signals`).
         self.in_signal: str | None = None
+        # The call site of the torch call the dispatch routes now (:meth:`where`): False
+        # outside one, None inside one until asked.
+        self.call_site: str | bool | None = False
+
+    def where(self) -> str:
+        """``file:line in function`` of the user's code that made the torch call routed
+        now (:func:`.frames.user_frame`), walked for once per call: a call's records,
+        temporaries and reads each name it (a row copy asks eight times). Outside a
+        routed call (the dispatch sets :attr:`call_site`), the stack is walked."""
+        site = self.call_site
+        if isinstance(site, str):
+            return site
+        found = user_frame()
+        if site is None:
+            self.call_site = found
+        return found
 
     def refuse_in_signal(self, op: str, operands: Any) -> None:
         """Inside a signal handler (:attr:`in_signal`), a call ``op`` on a followed tensor
@@ -122,7 +138,7 @@ class RecordStore:
     def new_temp(self, name: str, result: torch.Tensor) -> Track:
         with torch_function_disabled():  # its own shape (no device mode's Python call)
             shape = tuple(result.shape)
-        label = f"temporary {name}{shape} at {user_frame()}"
+        label = f"temporary {name}{shape} at {self.where()}"
         return self.follow(Track("temp", result, label))
 
     def fail(self, track: Track | str, op: str, why: str) -> UnsupportedInitOpError:
@@ -185,7 +201,7 @@ class RecordStore:
         box, axes = region
         if axes is None:
             action = Opaque(f"{op} wrote a region that is not a box")
-        recorded = CapturedOp(box, action, op, user_frame())
+        recorded = CapturedOp(box, action, op, self.where())
         track.ops.append(recorded)
         return recorded
 
@@ -213,7 +229,7 @@ class RecordStore:
 
     def hold(self, temp: Track, action: TrackAction, op: str) -> None:
         """Records that ``op`` made the new temporary ``temp``: ``action`` on all of it."""
-        temp.ops.append(CapturedOp(whole(temp.shape), action, op, user_frame()))
+        temp.ops.append(CapturedOp(whole(temp.shape), action, op, self.where()))
 
     def forget(self, track: Track) -> None:
         """Drops every operation recorded on ``track`` (its values are gone)."""
