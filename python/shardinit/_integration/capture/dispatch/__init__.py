@@ -9,10 +9,14 @@ every write to a parameter no route followed, and :mod:`.metaruns` the meta runs
 keeps. Its face is the mode.
 """
 
-from .mode import CaptureMode, _as_is
+from typing import Any
 
-#: Whether the capture lets a torch function through as it is, wherever it is called
-#: (``mode._as_is``): the recording asks it before the mode's routing.
-runs_as_is = _as_is
+from .mode import CaptureMode, _routing
 
 __all__ = ["CaptureMode", "runs_as_is"]
+
+
+def runs_as_is(func: Any) -> bool:
+    """Whether the capture lets ``func`` through as it is, wherever it is called (the
+    mode's own answer, ``mode._routing``): the recording asks it before the routing."""
+    return _routing(func)[2]
