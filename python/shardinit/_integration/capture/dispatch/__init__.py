@@ -9,14 +9,11 @@ every write to a parameter no route followed, and :mod:`.metaruns` the meta runs
 keeps. Its face is the mode.
 """
 
-from typing import Any
-
 from .mode import CaptureMode, _routing
 
-__all__ = ["CaptureMode", "runs_as_is"]
+__all__ = ["CaptureMode", "routing"]
 
-
-def runs_as_is(func: Any) -> bool:
-    """Whether the capture lets ``func`` through as it is, wherever it is called (the
-    mode's own answer, ``mode._routing``): the recording asks it before the routing."""
-    return _routing(func)[2]
+#: What the dispatch asks of a torch function at every call, found once per function:
+#: its name, its family and whether it runs as it is wherever it is called (the mode's
+#: own ``_routing``; the recording asks the last before the mode's routing).
+routing = _routing

@@ -57,7 +57,7 @@ from ....errors import ShardInitError
 from ...collector import collector_paused
 from ...exclusive import ThreadExclusive
 from ...meta_attributes import keep_attribute_tables
-from ..dispatch import CaptureMode, runs_as_is
+from ..dispatch import CaptureMode, routing
 from ..ops import eager_values
 from ..trace import Track, drawn, user_frame
 from .knownmodules import install_known_constructors
@@ -149,7 +149,7 @@ class _ConstructorCapture(CaptureMode):
             memo = deepcopy_memo(sys._getframe(1))
             if memo is not None:
                 self.memos[id(memo)] = memo
-        elif self.store.in_signal is None and runs_as_is(func):
+        elif self.store.in_signal is None and routing(func)[2]:
             # A call the capture lets through as it is (a layout question, no_grad's
             # switch: most calls of a build) goes straight to the kernel where the one
             # mode below is the torch.device one, which would let it through too: two
