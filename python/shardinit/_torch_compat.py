@@ -18,11 +18,13 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeGuard, TypeVar
 
 import torch
 from torch import nn
 from torch.utils import _pytree
+from torch.utils._device import DeviceContext as _DeviceContext
+from torch.utils._device import _device_constructors
 from torch.utils._python_dispatch import TorchDispatchMode as DispatchMode
 
 if TYPE_CHECKING:
@@ -35,6 +37,7 @@ __all__ = [
     "GRAD_SWITCH",
     "NN_INIT_FILLS",
     "NORM_MODULES",
+    "NOT_RUN",
     "ORIGINAL_KEEPING",
     "SUBCLASS_FUNCTION_DISABLED",
     "WEIGHT_NORM",
@@ -56,6 +59,7 @@ __all__ = [
     "kernels_only",
     "make_parameter",
     "make_subclass",
+    "past_device_mode",
     "positional_arguments",
     "python_key_excluded",
     "rewrap_fsdp2_classes",
@@ -257,6 +261,31 @@ class mode_popped:
 
     def __exit__(self, *exc: object) -> None:
         torch._C._push_on_torch_function_stack(self.mode)
+
+
+def past_device_mode(func: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    """``func(*args, **kwargs)`` run as the ``torch.device`` mode would run it, without
+    its Python call, when that mode is the only ``TorchFunctionMode`` on this thread's
+    stack (asked from a mode's ``__torch_function__``, which torch runs with that mode
+    popped) and ``func`` is none of the factories it gives a device (checked 2.15.0:
+    ``torch.utils._device``, whose mode then calls ``func`` as it is); else
+    :data:`NOT_RUN`, and nothing ran. One Python call: asked at most calls of a build."""
+    if torch._C._len_torch_function_stack() != 1 or func in _DEVICE_FACTORIES:
+        return NOT_RUN
+    mode = torch._C._pop_torch_function_stack()
+    try:
+        if type(mode) is not _DeviceContext:
+            return NOT_RUN
+        return func(*args, **(kwargs or {}))
+    finally:
+        torch._C._push_on_torch_function_stack(mode)
+
+
+#: :func:`past_device_mode`'s answer when it ran nothing.
+NOT_RUN: Final = object()
+
+#: The factories the ``torch.device`` mode gives its device (checked 2.15.0).
+_DEVICE_FACTORIES = frozenset(_device_constructors())
 
 
 def innermost_dispatch_mode() -> object | None:

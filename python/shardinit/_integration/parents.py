@@ -21,6 +21,8 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 from torch import nn
 from torch.nn.modules.module import (
@@ -35,26 +37,60 @@ from ..errors import ShardInitError
 __all__ = ["holder_of", "refuse_part_of_model", "shardinits_hooks"]
 
 _LOCK = threading.Lock()
-#: child -> [(parent, attribute name)], every link seen (checked when read).
-_PARENTS: weakref.WeakKeyDictionary[nn.Module, list[tuple[weakref.ref[nn.Module], str]]] = (
-    weakref.WeakKeyDictionary()
-)
-#: Modules whose links the registry knows: seen by the scan or by a hook.
-_SEEN: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+#: id(child) -> (child, weakly; [(parent, weakly; attribute name)]), every link seen
+#: (checked when read). Keyed by id with the object's weak reference beside it, not a
+#: WeakKeyDictionary: the hook runs at every registration of every build (each
+#: parameter, buffer and submodule), where a weak-keyed table's Python methods and
+#: the weak reference with a callback each one makes cost several microseconds; a
+#: plain ``weakref.ref`` is torch's one object per module, made once. An entry whose
+#: module died (its reference gives None or, its id reused, another module) is
+#: replaced when met, and all dead ones are dropped as the table doubles (:func:`_prune`).
+_PARENTS: dict[int, tuple[weakref.ref[nn.Module], list[tuple[weakref.ref[nn.Module], str]]]] = {}
+#: id(module) -> module, weakly: the modules whose links the registry knows (seen by
+#: the scan or by a hook), kept as :data:`_PARENTS` is.
+_SEEN: dict[int, weakref.ref[nn.Module]] = {}
+#: The size past which each table (_SEEN, _PARENTS) is next swept of dead modules:
+#: twice its live entries at the last sweep, and some (no bound on live ones: a sweep).
+_SWEEP_PAST = [64, 64]
 _INSTALLED: list[bool] = []
+
+
+def _known(module: nn.Module) -> bool:
+    ref = _SEEN.get(id(module))
+    return ref is not None and ref() is module
+
+
+def _see(module: nn.Module) -> None:
+    if not _known(module):
+        _SEEN[id(module)] = weakref.ref(module)
+        if len(_SEEN) > _SWEEP_PAST[0]:
+            _SWEEP_PAST[0] = 2 * _prune(_SEEN, lambda ref: ref) + 64
+
+
+def _prune(table: dict[int, Any], ref_of: Callable[[Any], weakref.ref[nn.Module]]) -> int:
+    """Drops the entries of ``table`` whose module died; returns how many are left."""
+    for key in [key for key, entry in table.items() if ref_of(entry)() is None]:
+        del table[key]
+    return len(table)
 
 
 def _link(parent: nn.Module, name: str, child: object) -> None:
     try:
-        _SEEN.add(parent)
+        _see(parent)
         if isinstance(child, nn.Module):
-            _SEEN.add(child)
-            links = _PARENTS.setdefault(child, [])
+            _see(child)
+            entry = _PARENTS.get(id(child))
+            if entry is None or entry[0]() is not child:
+                entry = _PARENTS[id(child)] = (weakref.ref(child), [])
+                if len(_PARENTS) > _SWEEP_PAST[1]:
+                    _SWEEP_PAST[1] = 2 * _prune(_PARENTS, lambda held: held[0]) + 64
+            links = entry[1]
             if not any(ref() is parent and attr == name for ref, attr in links):
                 links.append((weakref.ref(parent), name))
     except TypeError:
-        # A module class with __eq__ and no __hash__ cannot be a weak key: not tracked
-        # (a registration hook must never break building the user's model).
+        # A module class whose instances take no weak reference (__slots__ without
+        # __weakref__) cannot be tracked (a registration hook must never break building
+        # the user's model).
         pass
 
 
@@ -67,7 +103,10 @@ def _noted(module: nn.Module, name: str, value: object) -> None:
 def _scan() -> None:
     for obj in gc.get_objects():
         if issubclass(type(obj), nn.Module):  # type(), not isinstance: no __class__ lookups
-            _SEEN.add(obj)
+            try:
+                _see(obj)
+            except TypeError:  # (see _link)
+                continue
             for name, child in obj._modules.items():
                 _link(obj, name, child)
 
@@ -91,13 +130,11 @@ def holder_of(module: nn.Module) -> tuple[nn.Module, str] | None:
     """A live module that holds ``module`` as a submodule, and the attribute name, or None."""
     with _LOCK:
         _install()
-        try:
-            known = module in _SEEN
-        except TypeError:  # unhashable: not tracked (see _link)
-            return None
-        if not known:
+        if not _known(module):
             _scan()
-        for ref, name in _PARENTS.get(module, ()):
+        entry = _PARENTS.get(id(module))
+        links = entry[1] if entry is not None and entry[0]() is module else ()
+        for ref, name in links:
             parent = ref()
             if parent is not None and parent._modules.get(name) is module:
                 return parent, name

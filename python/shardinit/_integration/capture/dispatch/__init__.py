@@ -9,6 +9,11 @@ every write to a parameter no route followed, and :mod:`.metaruns` the meta runs
 keeps. Its face is the mode.
 """
 
-from .mode import CaptureMode
+from .mode import CaptureMode, _routing
 
-__all__ = ["CaptureMode"]
+__all__ = ["CaptureMode", "routing"]
+
+#: What the dispatch asks of a torch function at every call, found once per function:
+#: its name, its family and whether it runs as it is wherever it is called (the mode's
+#: own ``_routing``; the recording asks the last before the mode's routing).
+routing = _routing

@@ -40,15 +40,24 @@ from torch.nn.modules.module import (
     register_module_parameter_registration_hook,
 )
 
-from ...._program.actions import CapturedOp, ParamRecord, program_of
+from ...._program.actions import CapturedOp, Fill, ParamRecord, program_of
 from ...._program.cannot import Cannot
-from ...._program.nodes import Bad, Expr, Source, bad_reasons, contains
-from ...._torch_compat import deepcopy_memo, stored_strides, torch_function_disabled
+from ...._program.index import strided_coords
+from ...._program.nodes import Bad, Const, Coord, Expr, Source, bad_reasons, contains
+from ...._program.regions import whole
+from ...._program.rewrite import reindex
+from ...._torch_compat import (
+    NOT_RUN,
+    deepcopy_memo,
+    past_device_mode,
+    stored_strides,
+    torch_function_disabled,
+)
 from ....errors import ShardInitError
 from ...collector import collector_paused
 from ...exclusive import ThreadExclusive
 from ...meta_attributes import keep_attribute_tables
-from ..dispatch import CaptureMode
+from ..dispatch import CaptureMode, routing
 from ..ops import eager_values
 from ..trace import Track, drawn, user_frame
 from .knownmodules import install_known_constructors
@@ -140,6 +149,14 @@ class _ConstructorCapture(CaptureMode):
             memo = deepcopy_memo(sys._getframe(1))
             if memo is not None:
                 self.memos[id(memo)] = memo
+        elif self.store.in_signal is None and routing(func)[2]:
+            # A call the capture lets through as it is (a layout question, no_grad's
+            # switch: most calls of a build) goes straight to the kernel where the one
+            # mode below is the torch.device one, which would let it through too: two
+            # Python layers less (the device mode's and the capture's routing).
+            result = past_device_mode(func, args, kwargs)
+            if result is not NOT_RUN:
+                return result
         return super().__torch_function__(func, types, args, kwargs)
 
     def record_copies(self) -> None:
@@ -235,6 +252,12 @@ def record_constructors() -> Iterator[None]:
             undo_known = install_known_constructors(mode, (hook, buffer_hook, module_hook))
             try:
                 with mode, constructor_moves():
+                    # The frame of the ``with`` statement (this generator's, then
+                    # contextlib's ``__enter__``, then it): the build runs below it, so
+                    # the search of torch.nn.init frames at every call stops there, not
+                    # at the bottom of the stack (the mode's own frame, this generator,
+                    # is on no stack the build runs on).
+                    mode.outer = sys._getframe(2)
                     yield
             finally:
                 undo_known()
@@ -286,6 +309,9 @@ class _Values:
         """``tensor``'s value over its own coordinates (``track`` its followed tensor),
         as ``engine.value_of`` gives it (called with torch functions disabled: the
         layouts are read as they are)."""
+        drawn_whole = _drawn_whole(tensor, track)
+        if drawn_whole is not None:  # (most weights: never kept, see _key)
+            return drawn_whole
         key = self._key(tensor, track, op)
         if key is not None:
             known = self.kept.get(key)
@@ -334,6 +360,57 @@ class _Values:
             token = self.tokens.setdefault(action, len(self.tokens))
             self.token_of[id(action)] = token
         return token
+
+
+def _drawn_whole(tensor: torch.Tensor, track: Track) -> Expr | None:
+    """``tensor``'s value when the last write to its meta temporary ``track`` is a random
+    fill of all of it (a weight's last init call: ``normal_``, ``kaiming_uniform_``),
+    else None. It is what ``engine.value_of`` gives: the fold of a meta temporary starts
+    at its last write that sets all of it (:mod:`..trace.folds`), whose value a random
+    fill gives without reading the one before (``where`` over all of it is that value),
+    read through ``tensor``'s layout. Without the fold of the track and the questions
+    around it: a model has hundreds of such weights, each folded once, at the end."""
+    ops = track.ops
+    if track.kind != "temp" or not ops or track.emptied:
+        return None
+    last = ops[-1]
+    action = last.action
+    base = track.base
+    if not (isinstance(action, Fill) and drawn(action)) or not base.is_meta:
+        return None
+    shape = tuple(base.shape)
+    if tensor.dtype != base.dtype or not _covers(last.region, shape):
+        return None
+    offset = int(tensor.storage_offset() - base.storage_offset())
+    coords, repeats = strided_coords(tensor.shape, stored_strides(tensor), offset, shape)
+    if repeats is not None:
+        return None  # random values read twice: the engine's refusal says so
+    written = action.after(base.dtype, len(shape), id(last), _UNREAD)  # (engine.op_value's)
+    if isinstance(written, Source) and written.at == _own_coords(len(shape)):
+        # A source read at its own coordinates, reindexed: the source at ``coords`` (a
+        # Coord is the one node reindex replaces), without walking its nodes.
+        return written if coords == written.at else written.with_children(coords)
+    return reindex(written, coords, whole(tensor.shape))
+
+
+def _covers(region: tuple[tuple[int, int], ...], shape: tuple[int, ...]) -> bool:
+    """Whether ``region`` is all of a tensor of ``shape`` (``regions.whole(shape)``)."""
+    return len(region) == len(shape) and all(
+        start == 0 and stop == size for (start, stop), size in zip(region, shape, strict=True)
+    )
+
+
+#: The value before a random fill, which the fill does not read (``Fill.reads_prior``).
+_UNREAD = Const(0.0)
+#: ``(Coord(0), ..., Coord(n - 1))`` by ``n``.
+_OWN_COORDS: dict[int, tuple[Expr, ...]] = {}
+
+
+def _own_coords(ndim: int) -> tuple[Expr, ...]:
+    found = _OWN_COORDS.get(ndim)
+    if found is None:
+        found = _OWN_COORDS[ndim] = tuple(Coord(dim) for dim in range(ndim))
+    return found
 
 
 def _keep_attribute_tables(
