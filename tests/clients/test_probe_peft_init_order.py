@@ -8,7 +8,9 @@ then peft's constructors, which initialize the adapters over the base's init val
 * Adapters computed from the base weights' values (PiSSA's SVD, OLoRA's QR, which also
   rewrite the base weight to the residual) are refused by materialize, naming the base
   weight and peft's function. Before, init_fn ran transformers' init after peft had read
-  the constructor's values: an adapter of a weight the model never holds, silently."""
+  the constructor's values: an adapter of a weight the model never holds, silently.
+* Not yet: peft code that skips its init on the meta device (MiCA's ``mica_init``
+  returns early there) leaves the constructor's values, silently (a strict xfail)."""
 
 from __future__ import annotations
 
@@ -83,9 +85,7 @@ def test_self_initialized_adapters_match_eager(config_name: str, kwargs: dict[st
     assert abs(float(ours[base].std()) / 0.02 - 1) < 0.1
 
 
-@pytest.mark.parametrize(
-    ("init", "function"), [("pissa", "pissa_init"), ("olora", "olora_init")]
-)
+@pytest.mark.parametrize(("init", "function"), [("pissa", "pissa_init"), ("olora", "olora_init")])
 def test_adapters_computed_from_base_values_are_refused(init: str, function: str) -> None:
     with pytest.raises(shardinit.ShardInitError) as raised:
         _recipe("LoraConfig", r=4, init_lora_weights=init)
@@ -93,3 +93,21 @@ def test_adapters_computed_from_base_values_are_refused(init: str, function: str
     assert "self_attn.q_proj.base_layer.weight" in message
     assert "cannot be replayed" in message
     assert function in message
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="peft's mica_init returns early when the adapter is on the meta device (it "
+    "expects a checkpoint), so the adapters keep nn.Linear's constructor values, silently",
+)
+def test_adapters_peft_skips_on_meta_match_eager_or_are_refused() -> None:
+    try:
+        ours = dict(_recipe("LoraConfig", r=4, init_lora_weights="mica").named_parameters())
+    except shardinit.ShardInitError as error:
+        assert "lora_" in str(error)
+        return
+    theirs = dict(_eager("LoraConfig", r=4, init_lora_weights="mica").named_parameters())
+    for name, value in ours.items():
+        _zeros_agree(name, value.detach(), theirs[name].detach())
+        _like_library(name, value.detach(), theirs[name].detach())
