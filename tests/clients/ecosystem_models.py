@@ -298,9 +298,8 @@ def _diffusers(name: str) -> Setup:
 
 # --------------------------------------------------------------------------- peft
 
-#: name -> (peft config class name, its arguments), on an untied tiny Llama: LoRA, which
-#: its own recipe initializes in init_fn (``peft_lora``), then tuners whose constructors
-#: initialize the adapters (``peft_adapter``; beyond issue 29's list).
+#: name -> (peft config class name, its arguments), on an untied tiny Llama, each through
+#: ``peft_adapter``: LoRA, then other tuners (beyond issue 29's list).
 PEFT: dict[str, tuple[str, dict[str, Any]]] = {
     "lora": ("LoraConfig", {"r": 4, "target_modules": ["q_proj", "v_proj"]}),
     "lora_gaussian": ("LoraConfig", {"r": 4, "target_modules": ["q_proj", "v_proj"],
@@ -375,7 +374,6 @@ def _llama() -> tuple[Any, Any]:
 
 def _peft(name: str) -> Setup:
     class_name, kwargs = PEFT[name]
-    recipe = recipes.peft_lora if class_name == "LoraConfig" else recipes.peft_adapter
 
     def peft_config() -> Any:
         import peft
@@ -391,7 +389,9 @@ def _peft(name: str) -> Setup:
 
     return Setup(
         f"peft_{name}",
-        lambda parallelize, mesh, seed: recipe(*_llama(), peft_config(), parallelize, seed),
+        lambda parallelize, mesh, seed: recipes.peft_adapter(
+            *_llama(), peft_config(), parallelize, seed
+        ),
         reference,
     )
 

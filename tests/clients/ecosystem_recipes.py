@@ -81,31 +81,6 @@ def transformers_vision(model_class: Any, config: Any, parallelize: Parallelize,
     return model
 
 
-def peft_lora(model_class: Any, config: Any, lora_config: Any, parallelize: Parallelize,
-              seed: int) -> Any:  # fmt: skip
-    import torch
-    from peft import get_peft_model
-    from peft.tuners.lora import LoraLayer
-
-    import shardinit
-
-    with torch.device("meta"):
-        model = get_peft_model(model_class(config), lora_config)
-    parallelize(model)
-
-    def init_fn() -> None:
-        # transformers skips its init on the meta device: run it, then peft's LoRA init
-        # over it (transformers' _init_weights reaches the LoRA Linears too), as on the CPU.
-        model.get_base_model().init_weights()
-        for module in model.modules():
-            if isinstance(module, LoraLayer):
-                for adapter in module.active_adapters:
-                    module.reset_lora_parameters(adapter, lora_config.init_lora_weights)
-
-    shardinit.materialize(model, seed=seed, init_fn=init_fn)
-    return model
-
-
 def peft_adapter(model_class: Any, config: Any, peft_config: Any, parallelize: Parallelize,
                  seed: int) -> Any:  # fmt: skip
     import torch
@@ -113,13 +88,19 @@ def peft_adapter(model_class: Any, config: Any, peft_config: Any, parallelize: P
 
     import shardinit
 
-    # peft's other tuners (IA3, LoHa, LoKr, AdaLoRA, BOFT, LN tuning, ...) initialize
-    # their adapters in their constructors: record_constructors keeps that; transformers'
-    # own init (skipped on meta) is init_fn and reaches no adapter of theirs.
-    with torch.device("meta"), shardinit.record_constructors():
-        model = get_peft_model(model_class(config), peft_config)
+    # Eager's order, all recorded: the base model's constructors, then transformers' own
+    # init (post_init's on the CPU; it skips itself under torch.device("meta"), so it runs
+    # outside it, on the meta model), then peft's constructors, which initialize the
+    # adapters (LoRA, IA3, LoHa, ...) over the base's init values. An adapter computed
+    # from the base's values (PiSSA's SVD, OLoRA's QR) is refused by materialize, named.
+    with shardinit.record_constructors():
+        with torch.device("meta"):
+            base = model_class(config)
+        base.init_weights()
+        with torch.device("meta"):
+            model = get_peft_model(base, peft_config)
     parallelize(model)
-    shardinit.materialize(model, seed=seed, init_fn=model.get_base_model().init_weights)
+    shardinit.materialize(model, seed=seed)
     return model
 
 

@@ -1,0 +1,113 @@
+"""peft's recipe (``peft_adapter`` in tests/clients/ecosystem_recipes.py) keeps eager's
+order: the base model's constructors, transformers' own init (post_init's on the CPU),
+then peft's constructors, which initialize the adapters over the base's init values.
+
+* Adapters that only initialize themselves (LoRA's default, LoHa) give the library's own
+  CPU values: the base weights transformers' init draws (std 0.02, not nn.Linear's
+  kaiming bound), the adapters peft's constructors draw.
+* Adapters computed from the base weights' values (PiSSA's SVD, OLoRA's QR, which also
+  rewrite the base weight to the residual) are refused by materialize, naming the base
+  weight and peft's function. Before, init_fn ran transformers' init after peft had read
+  the constructor's values: an adapter of a weight the model never holds, silently.
+* Not yet: peft code that skips its init on the meta device (MiCA's ``mica_init``
+  returns early there) leaves the constructor's values, silently (a strict xfail)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import ecosystem_recipes as recipes
+import pytest
+import torch
+from test_clients import _like_library, _zeros_agree
+
+import shardinit
+
+pytestmark = pytest.mark.clients
+
+SEED = 1234
+
+
+def _llama() -> tuple[Any, Any]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False,
+    )  # fmt: skip
+    return LlamaForCausalLM, config
+
+
+def _peft_config(config_name: str, **kwargs: Any) -> Any:
+    import peft
+
+    return getattr(peft, config_name)(target_modules=["q_proj", "v_proj"], **kwargs)
+
+
+def _recipe(config_name: str, **kwargs: Any) -> torch.nn.Module:
+    with warnings.catch_warnings():
+        # peft 0.21.2 calls transformers' deprecated is_gradient_checkpointing.
+        warnings.simplefilter("ignore", FutureWarning)
+        model: torch.nn.Module = recipes.peft_adapter(
+            *_llama(), _peft_config(config_name, **kwargs), lambda module: None, SEED
+        )
+    return model
+
+
+def _eager(config_name: str, **kwargs: Any) -> torch.nn.Module:
+    from peft import get_peft_model
+
+    torch.manual_seed(0)
+    model_class, config = _llama()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        model: torch.nn.Module = get_peft_model(
+            model_class(config), _peft_config(config_name, **kwargs)
+        )
+    return model
+
+
+@pytest.mark.parametrize(
+    ("config_name", "kwargs"),
+    [("LoraConfig", {"r": 4}), ("LoHaConfig", {"r": 4})],
+    ids=["lora", "loha"],
+)
+def test_self_initialized_adapters_match_eager(config_name: str, kwargs: dict[str, Any]) -> None:
+    ours = dict(_recipe(config_name, **kwargs).named_parameters())
+    theirs = dict(_eager(config_name, **kwargs).named_parameters())
+    assert sorted(ours) == sorted(theirs)
+    for name, value in ours.items():
+        _zeros_agree(name, value.detach(), theirs[name].detach())
+        _like_library(name, value.detach(), theirs[name].detach())
+    # The distinction this file is about: transformers' std 0.02, not the constructor's.
+    base = "base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight"
+    assert abs(float(ours[base].std()) / 0.02 - 1) < 0.1
+
+
+@pytest.mark.parametrize(("init", "function"), [("pissa", "pissa_init"), ("olora", "olora_init")])
+def test_adapters_computed_from_base_values_are_refused(init: str, function: str) -> None:
+    with pytest.raises(shardinit.ShardInitError) as raised:
+        _recipe("LoraConfig", r=4, init_lora_weights=init)
+    message = str(raised.value)
+    assert "self_attn.q_proj.base_layer.weight" in message
+    assert "cannot be replayed" in message
+    assert function in message
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="peft's mica_init returns early when the adapter is on the meta device (it "
+    "expects a checkpoint), so the adapters keep nn.Linear's constructor values, silently",
+)
+def test_adapters_peft_skips_on_meta_match_eager_or_are_refused() -> None:
+    try:
+        ours = dict(_recipe("LoraConfig", r=4, init_lora_weights="mica").named_parameters())
+    except shardinit.ShardInitError as error:
+        assert "lora_" in str(error)
+        return
+    theirs = dict(_eager("LoraConfig", r=4, init_lora_weights="mica").named_parameters())
+    for name, value in ours.items():
+        _zeros_agree(name, value.detach(), theirs[name].detach())
+        _like_library(name, value.detach(), theirs[name].detach())
