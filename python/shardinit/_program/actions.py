@@ -21,7 +21,7 @@ from .._caches import cached
 from ..init import BaseInit, Constant, Initializer
 from .coverage import box_union_covers
 from .exact import bare_source, holds_exactly, stored
-from .nodes import Const, Coord, Expr, Prior, Round, Source
+from .nodes import Const, Coord, Expr, Prior, Round, Source, Where
 from .regions import Box, whole
 from .rewrite import combine, substitute_prior, where
 
@@ -227,6 +227,25 @@ class Selected(Action):
 
     def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
         return where(self.cond, self.inner.program(dtype, ndim, origin), Prior())
+
+    def after(self, dtype: torch.dtype, ndim: int, origin: int, prior: Expr) -> Expr:
+        # As :meth:`Action.after`, with a value before that a write through the same view
+        # left (``w[i::k].normal_(); w[i::k].mul_(s)``) read as its branch on each side
+        # of the condition: a loop of such steps nests each step once, not twice.
+        inner = self.inner.program(dtype, ndim, origin)
+        if self.inner.reads_prior:
+            inner = substitute_prior(inner, _branch(prior, self.cond, taken=True))
+        return stored(where(self.cond, inner, _branch(prior, self.cond, taken=False)), dtype)
+
+
+def _branch(value: Expr, cond: Expr, *, taken: bool) -> Expr:
+    """``value`` where ``cond`` is ``taken``: when ``value`` is a ``where`` of ``cond``
+    (stored: rounded, as an action's value is), that branch, stored; else ``value``."""
+    chosen = value.x if isinstance(value, Round) else value
+    if not isinstance(chosen, Where) or chosen.cond != cond:
+        return value
+    branch = chosen.a if taken else chosen.b
+    return stored(branch, value.dtype) if isinstance(value, Round) else branch
 
 
 def constant_fill(value: float) -> Action:
