@@ -519,7 +519,9 @@ def make_plan(
                 ParamRecord(target.name, target.global_shape, target.dtype, empty), seed
             )
         if values is None:
-            missing.append(f"{target.name} ({type(target.holders[0][0]).__name__})")
+            why = None if record is None else record.unwritten()
+            detail = "" if why is None else f", init_fn writes part of it: {why}"
+            missing.append(f"{target.name} ({type(target.holders[0][0]).__name__}{detail})")
             continue
         params.append(ParamPlan(target, values))
     unmatched: list[str] = []

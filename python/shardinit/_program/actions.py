@@ -19,11 +19,13 @@ import torch
 
 from .._caches import cached
 from ..init import BaseInit, Constant, Initializer
+from .cannot import Cannot
 from .coverage import box_union_covers
 from .exact import bare_source, holds_exactly, stored
 from .nodes import Const, Coord, Expr, Prior, Round, Source, Where
 from .regions import Box, whole
 from .rewrite import combine, substitute_prior, where
+from .selection import first_unwritten
 
 __all__ = [
     "Action",
@@ -42,6 +44,7 @@ __all__ = [
     "ops_digest",
     "program_of",
     "sets_values",
+    "unwritten",
 ]
 
 
@@ -333,10 +336,45 @@ class ParamRecord:
     @cached_property
     def _covers_all(self) -> bool:
         # Asked when planning and again when writing: the fields are frozen, so once.
-        regions = [op.region for op in self.ops if sets_values(op.action)]
-        if regions and regions[0] == whole(self.shape):  # a rule's or default's first fill
-            return True
-        return box_union_covers(regions, self.shape)
+        return unwritten(self.ops, self.shape) is None
+
+    def unwritten(self) -> str | None:
+        """Which elements no operation sets, in words, when some may be unset and the
+        record writes through strided views (then "no rule" alone would not say why);
+        else None."""
+        if self.covers_all() or not any(_selected_sets(op.action) for op in self.ops):
+            return None
+        return unwritten(self.ops, self.shape)
+
+
+def _selected_sets(action: TrackAction) -> bool:
+    """Whether ``action`` sets the values of a strided view's elements."""
+    return isinstance(action, Selected) and sets_values(action.inner)
+
+
+def unwritten(ops: Sequence[CapturedOp], shape: Sequence[int]) -> str | None:
+    """None when ``ops`` set every element of a tensor of ``shape``, else which may be
+    left unset, in words. An operation that sets values sets its box; one through a
+    strided view (:class:`Selected` of such an action) sets exactly the view's elements,
+    so a parameter written as ``w[::2]`` and ``w[1::2]`` is set all through."""
+    regions = [op.region for op in ops if sets_values(op.action)]
+    if regions and regions[0] == whole(shape):  # a rule's or default's first fill
+        return None
+    if box_union_covers(regions, shape):
+        return None
+    if not any(_selected_sets(op.action) for op in ops):
+        return "some elements are set by no operation"
+    writes: list[tuple[Box, Expr | None]] = [(region, None) for region in regions]
+    writes += [
+        (op.region, op.action.cond)
+        for op in ops
+        if isinstance(op.action, Selected) and _selected_sets(op.action)
+    ]
+    try:
+        element = first_unwritten(writes, shape)
+    except Cannot as why:
+        return f"whether its strided writes set every element is not known: {why}"
+    return None if element is None else f"element {element} is set by no write"
 
 
 def base_ops(

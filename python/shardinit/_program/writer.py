@@ -47,9 +47,9 @@ from .._validate import DeviceLike, resolve_device
 from ..errors import ShardInitError
 from ..init import Constant, Initializer
 from ..spec import ParamSpec
-from .actions import Action, CapturedOp, ParamRecord, program_of, sets_values
+from .actions import Action, CapturedOp, ParamRecord, program_of, sets_values, unwritten
 from .compile import Compiled, compile_program, is_elementwise
-from .coverage import Coverage, box_union_covers
+from .coverage import Coverage
 from .index import in_box
 from .nodes import Const, Expr
 from .regions import Box, contains, flat_range_boxes, intersect, whole
@@ -330,16 +330,13 @@ def _one_box(runs: Sequence[Sequence[Run]], shape: Sequence[int]) -> Box | None:
 
 def _check_ops(record: ParamRecord, extra: Sequence[CapturedOp]) -> list[CapturedOp]:
     ops = [*extra, *record.ops]
-    if extra:
-        fills = [op.region for op in ops if sets_values(op.action)]
-        covered = box_union_covers(fills, record.shape)
-    else:  # the record's own operations: what planning asked already
-        covered = record.covers_all()
-    if not covered:
+    # The record's own operations alone: what planning asked already.
+    why = unwritten(ops, record.shape) if extra or not record.covers_all() else None
+    if why is not None:
         raise ShardInitError(
-            f"parameter {record.name}: init_fn sets only part of it and nothing sets the "
-            "rest (no rule or torch.nn default to start from); give it a rule or make "
-            "init_fn fill all of it"
+            f"parameter {record.name}: init_fn sets only part of it ({why}) and nothing "
+            "sets the rest (no rule or torch.nn default to start from); give it a rule or "
+            "make init_fn fill all of it"
         )
     return ops
 
