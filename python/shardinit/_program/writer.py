@@ -47,7 +47,7 @@ from .._validate import DeviceLike, resolve_device
 from ..errors import ShardInitError
 from ..init import Constant, Initializer
 from ..spec import ParamSpec
-from .actions import Action, CapturedOp, ParamRecord, program_of, sets_values, unwritten
+from .actions import Action, CapturedOp, ParamRecord, program_of, unwritten
 from .compile import Compiled, compile_program, is_elementwise
 from .coverage import Coverage
 from .index import in_box
