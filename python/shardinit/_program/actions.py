@@ -40,11 +40,11 @@ __all__ = [
     "Selected",
     "TrackAction",
     "base_ops",
+    "check_all_set",
     "constant_fill",
     "ops_digest",
     "program_of",
     "sets_values",
-    "unwritten",
 ]
 
 
@@ -336,15 +336,21 @@ class ParamRecord:
     @cached_property
     def _covers_all(self) -> bool:
         # Asked when planning and again when writing: the fields are frozen, so once.
-        return unwritten(self.ops, self.shape) is None
+        try:
+            check_all_set(self.ops, self.shape)
+        except Cannot:
+            return False
+        return True
 
-    def unwritten(self) -> str | None:
-        """Which elements no operation sets, in words, when some may be unset and the
-        record writes through strided views (then "no rule" alone would not say why);
-        else None."""
-        if self.covers_all() or not any(_selected_sets(op.action) for op in self.ops):
-            return None
-        return unwritten(self.ops, self.shape)
+    def check_views_set_all(self) -> None:
+        """Nothing, unless the record writes through strided views and some element may
+        be left unset (then "no rule" alone would not say why).
+
+        Raises:
+            Cannot: naming an element no operation sets (or why that is not known).
+        """
+        if not self.covers_all() and any(_selected_sets(op.action) for op in self.ops):
+            check_all_set(self.ops, self.shape)
 
 
 def _selected_sets(action: TrackAction) -> bool:
@@ -352,29 +358,34 @@ def _selected_sets(action: TrackAction) -> bool:
     return isinstance(action, Selected) and sets_values(action.inner)
 
 
-def unwritten(ops: Sequence[CapturedOp], shape: Sequence[int]) -> str | None:
-    """None when ``ops`` set every element of a tensor of ``shape``, else which may be
-    left unset, in words. An operation that sets values sets its box; one through a
-    strided view (:class:`Selected` of such an action) sets exactly the view's elements,
-    so a parameter written as ``w[::2]`` and ``w[1::2]`` is set all through."""
+def check_all_set(ops: Sequence[CapturedOp], shape: Sequence[int]) -> None:
+    """Nothing when ``ops`` set every element of a tensor of ``shape``. An operation
+    that sets values sets its box; one through a strided view (:class:`Selected` of such
+    an action) sets exactly the view's elements, so a parameter written as ``w[::2]``
+    and ``w[1::2]`` is set all through.
+
+    Raises:
+        Cannot: some element may be left unset (which, where strided writes are met).
+    """
     regions = [op.region for op in ops if sets_values(op.action)]
     if regions and regions[0] == whole(shape):  # a rule's or default's first fill
-        return None
+        return
     if box_union_covers(regions, shape):
-        return None
-    if not any(_selected_sets(op.action) for op in ops):
-        return "some elements are set by no operation"
+        return
     writes: list[tuple[Box, Expr | None]] = [(region, None) for region in regions]
     writes += [
         (op.region, op.action.cond)
         for op in ops
         if isinstance(op.action, Selected) and _selected_sets(op.action)
     ]
+    if len(writes) == len(regions):
+        raise Cannot("some elements are set by no operation")
     try:
         element = first_unwritten(writes, shape)
     except Cannot as why:
-        return f"whether its strided writes set every element is not known: {why}"
-    return None if element is None else f"element {element} is set by no write"
+        raise Cannot(f"whether its strided writes set every element is not known: {why}") from None
+    if element is not None:
+        raise Cannot(f"element {element} is set by no write")
 
 
 def base_ops(

@@ -47,7 +47,8 @@ from .._validate import DeviceLike, resolve_device
 from ..errors import ShardInitError
 from ..init import Constant, Initializer
 from ..spec import ParamSpec
-from .actions import Action, CapturedOp, ParamRecord, program_of, unwritten
+from .actions import Action, CapturedOp, ParamRecord, check_all_set, program_of
+from .cannot import Cannot
 from .compile import Compiled, compile_program, is_elementwise
 from .coverage import Coverage
 from .index import in_box
@@ -330,14 +331,16 @@ def _one_box(runs: Sequence[Sequence[Run]], shape: Sequence[int]) -> Box | None:
 
 def _check_ops(record: ParamRecord, extra: Sequence[CapturedOp]) -> list[CapturedOp]:
     ops = [*extra, *record.ops]
-    # The record's own operations alone: what planning asked already.
-    why = unwritten(ops, record.shape) if extra or not record.covers_all() else None
-    if why is not None:
+    if not extra and record.covers_all():  # the record's own: what planning asked already
+        return ops
+    try:
+        check_all_set(ops, record.shape)
+    except Cannot as why:
         raise ShardInitError(
             f"parameter {record.name}: init_fn sets only part of it ({why}) and nothing "
             "sets the rest (no rule or torch.nn default to start from); give it a rule or "
             "make init_fn fill all of it"
-        )
+        ) from None
     return ops
 
 
