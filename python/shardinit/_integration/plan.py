@@ -27,6 +27,7 @@ from .._names import (
     refuse_lazy,
 )
 from .._program import CapturedOp, ParamRecord, base_ops
+from .._program.cannot import Cannot
 from .._torch_compat import apply_to_tensors, is_flat_param
 from .._validate import check_name
 from ..errors import ShardInitError
@@ -519,7 +520,13 @@ def make_plan(
                 ParamRecord(target.name, target.global_shape, target.dtype, empty), seed
             )
         if values is None:
-            missing.append(f"{target.name} ({type(target.holders[0][0]).__name__})")
+            detail = ""
+            try:
+                if record is not None:
+                    record.check_views_set_all()
+            except Cannot as why:
+                detail = f", init_fn writes part of it: {why}"
+            missing.append(f"{target.name} ({type(target.holders[0][0]).__name__}{detail})")
             continue
         params.append(ParamPlan(target, values))
     unmatched: list[str] = []

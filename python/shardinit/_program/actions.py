@@ -19,11 +19,13 @@ import torch
 
 from .._caches import cached
 from ..init import BaseInit, Constant, Initializer
+from .cannot import Cannot
 from .coverage import box_union_covers
 from .exact import bare_source, holds_exactly, stored
-from .nodes import Const, Coord, Expr, Prior, Round, Source
+from .nodes import Const, Coord, Expr, Prior, Round, Source, Where
 from .regions import Box, whole
 from .rewrite import combine, substitute_prior, where
+from .selection import first_unwritten
 
 __all__ = [
     "Action",
@@ -38,6 +40,7 @@ __all__ = [
     "Selected",
     "TrackAction",
     "base_ops",
+    "check_all_set",
     "constant_fill",
     "ops_digest",
     "program_of",
@@ -228,6 +231,25 @@ class Selected(Action):
     def program(self, dtype: torch.dtype, ndim: int, origin: int) -> Expr:
         return where(self.cond, self.inner.program(dtype, ndim, origin), Prior())
 
+    def after(self, dtype: torch.dtype, ndim: int, origin: int, prior: Expr) -> Expr:
+        # As :meth:`Action.after`, with a value before that a write through the same view
+        # left (``w[i::k].normal_(); w[i::k].mul_(s)``) read as its branch on each side
+        # of the condition: a loop of such steps nests each step once, not twice.
+        inner = self.inner.program(dtype, ndim, origin)
+        if self.inner.reads_prior:
+            inner = substitute_prior(inner, _branch(prior, self.cond, taken=True))
+        return stored(where(self.cond, inner, _branch(prior, self.cond, taken=False)), dtype)
+
+
+def _branch(value: Expr, cond: Expr, *, taken: bool) -> Expr:
+    """``value`` where ``cond`` is ``taken``: when ``value`` is a ``where`` of ``cond``
+    (stored: rounded, as an action's value is), that branch, stored; else ``value``."""
+    chosen = value.x if isinstance(value, Round) else value
+    if not isinstance(chosen, Where) or chosen.cond != cond:
+        return value
+    branch = chosen.a if taken else chosen.b
+    return stored(branch, value.dtype) if isinstance(value, Round) else branch
+
 
 def constant_fill(value: float) -> Action:
     """Every covered element set to ``value``: a :class:`Fill` by a
@@ -314,10 +336,56 @@ class ParamRecord:
     @cached_property
     def _covers_all(self) -> bool:
         # Asked when planning and again when writing: the fields are frozen, so once.
-        regions = [op.region for op in self.ops if sets_values(op.action)]
-        if regions and regions[0] == whole(self.shape):  # a rule's or default's first fill
-            return True
-        return box_union_covers(regions, self.shape)
+        try:
+            check_all_set(self.ops, self.shape)
+        except Cannot:
+            return False
+        return True
+
+    def check_views_set_all(self) -> None:
+        """Nothing, unless the record writes through strided views and some element may
+        be left unset (then "no rule" alone would not say why).
+
+        Raises:
+            Cannot: naming an element no operation sets (or why that is not known).
+        """
+        if not self.covers_all() and any(_selected_sets(op.action) for op in self.ops):
+            check_all_set(self.ops, self.shape)
+
+
+def _selected_sets(action: TrackAction) -> bool:
+    """Whether ``action`` sets the values of a strided view's elements."""
+    return isinstance(action, Selected) and sets_values(action.inner)
+
+
+def check_all_set(ops: Sequence[CapturedOp], shape: Sequence[int]) -> None:
+    """Nothing when ``ops`` set every element of a tensor of ``shape``. An operation
+    that sets values sets its box; one through a strided view (:class:`Selected` of such
+    an action) sets exactly the view's elements, so a parameter written as ``w[::2]``
+    and ``w[1::2]`` is set all through.
+
+    Raises:
+        Cannot: some element may be left unset (which, where strided writes are met).
+    """
+    regions = [op.region for op in ops if sets_values(op.action)]
+    if regions and regions[0] == whole(shape):  # a rule's or default's first fill
+        return
+    if box_union_covers(regions, shape):
+        return
+    writes: list[tuple[Box, Expr | None]] = [(region, None) for region in regions]
+    writes += [
+        (op.region, op.action.cond)
+        for op in ops
+        if isinstance(op.action, Selected) and _selected_sets(op.action)
+    ]
+    if len(writes) == len(regions):
+        raise Cannot("some elements are set by no operation")
+    try:
+        element = first_unwritten(writes, shape)
+    except Cannot as why:
+        raise Cannot(f"whether its strided writes set every element is not known: {why}") from None
+    if element is not None:
+        raise Cannot(f"element {element} is set by no write")
 
 
 def base_ops(

@@ -18,16 +18,20 @@ Any other (an expanded view, overlapping windows, a dim that steps across rows) 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import torch
 
 from .._torch_compat import stored_contiguous, stored_strides
 from .cannot import Cannot
 from .index import contiguous_index
 from .nodes import Const, Coord, Expr
-from .regions import Box, contiguous_strides, flat_range_boxes
+from .regions import Box, contiguous_strides, flat_range_boxes, intersect, whole
 from .rewrite import combine
+from .tables import index_values
 
-__all__ = ["positions"]
+__all__ = ["first_unwritten", "positions"]
 
 
 def positions(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, Expr]:
@@ -118,3 +122,43 @@ def _flat_positions(shape: tuple[int, ...], rel: int, size: int, stride: int) ->
     )  # fmt: skip
     on_step = combine("eq", combine("mod", delta, Const(float(stride)), box), Const(0.0), box)
     return box, combine("mul", inside, on_step, box)
+
+
+#: The most elements of one slab of rows :func:`first_unwritten` holds at once.
+_SLAB_ELEMENTS = 1 << 22
+
+
+def first_unwritten(
+    writes: Sequence[tuple[Box, Expr | None]], shape: Sequence[int]
+) -> tuple[int, ...] | None:
+    """The first element (row-major) of a tensor of ``shape`` that none of ``writes``
+    holds, or None when they hold every one: each write is a box and the condition over
+    it where its elements lie (:func:`positions`; None: all of the box). Exact: the
+    conditions are evaluated element by element, a slab of rows at a time.
+
+    Raises:
+        Cannot: a condition is no integer expression of the coordinates.
+    """
+    shape = tuple(int(n) for n in shape)
+    if not shape or 0 in shape:
+        return None  # a 0-dim tensor's one element is a box; an empty one has none
+    slab = max(_SLAB_ELEMENTS // max(math.prod(shape[1:]), 1), 1)
+    for first in range(0, shape[0], slab):
+        rows: Box = ((first, min(first + slab, shape[0])), *whole(shape)[1:])
+        held = torch.zeros([stop - start for start, stop in rows], dtype=torch.bool)
+        for box, cond in writes:
+            part = intersect(box, rows)
+            if part is None:
+                continue
+            index = tuple(slice(a - r, b - r) for (a, b), (r, _) in zip(part, rows, strict=True))
+            if cond is None:
+                held[index] = True
+                continue
+            values = index_values(cond, part)
+            if values is None:
+                raise Cannot(f"where a strided write lies ({cond}) is no integer condition")
+            held[index] |= (values != 0).expand([b - a for a, b in part])
+        missing = (~held).nonzero()
+        if len(missing):
+            return tuple(int(i) + r for i, (r, _) in zip(missing[0], rows, strict=True))
+    return None

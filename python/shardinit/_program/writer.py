@@ -47,9 +47,10 @@ from .._validate import DeviceLike, resolve_device
 from ..errors import ShardInitError
 from ..init import Constant, Initializer
 from ..spec import ParamSpec
-from .actions import Action, CapturedOp, ParamRecord, program_of, sets_values
+from .actions import Action, CapturedOp, ParamRecord, check_all_set, program_of
+from .cannot import Cannot
 from .compile import Compiled, compile_program, is_elementwise
-from .coverage import Coverage, box_union_covers
+from .coverage import Coverage
 from .index import in_box
 from .nodes import Const, Expr
 from .regions import Box, contains, flat_range_boxes, intersect, whole
@@ -330,17 +331,16 @@ def _one_box(runs: Sequence[Sequence[Run]], shape: Sequence[int]) -> Box | None:
 
 def _check_ops(record: ParamRecord, extra: Sequence[CapturedOp]) -> list[CapturedOp]:
     ops = [*extra, *record.ops]
-    if extra:
-        fills = [op.region for op in ops if sets_values(op.action)]
-        covered = box_union_covers(fills, record.shape)
-    else:  # the record's own operations: what planning asked already
-        covered = record.covers_all()
-    if not covered:
+    if not extra and record.covers_all():  # the record's own: what planning asked already
+        return ops
+    try:
+        check_all_set(ops, record.shape)
+    except Cannot as why:
         raise ShardInitError(
-            f"parameter {record.name}: init_fn sets only part of it and nothing sets the "
-            "rest (no rule or torch.nn default to start from); give it a rule or make "
-            "init_fn fill all of it"
-        )
+            f"parameter {record.name}: init_fn sets only part of it ({why}) and nothing "
+            "sets the rest (no rule or torch.nn default to start from); give it a rule or "
+            "make init_fn fill all of it"
+        ) from None
     return ops
 
 
@@ -479,21 +479,30 @@ def _prior_over(
 ) -> Expr:
     """The value of the elements of ``box`` after the operations whose programs are
     ``programs`` (the first of ``ops``), simplified over it, given the operations that
-    meet it, last first (:class:`_Reach`): from the last operation that set all of it
-    on, so a step on a row just written reads that row's write alone, not a fold of
-    every row before it."""
+    meet it, last first (:class:`_Reach`). Each element reads the program of the last
+    operation whose region holds it: that program is the value after it over all its
+    region (one that reads the values before it read them there already), so nothing
+    before it is read again there. A step on a row just written reads that row's write
+    alone, and a loop of steps through strided rows, whose boxes overlap, reads each
+    earlier step once, not nested in every later one (that was exponential)."""
     # Elements no operation set yet. A step may cover some (``w[:2].normal_();
     # w.mul_(2); w[2:].zero_()``), but :func:`_check_ops` has checked that operations
     # setting values cover every element, so a later one sets each of these again: this
     # value never reaches the result.
     value: Expr = Const(math.nan)
     reaching: list[int] = []
+    later = Coverage(len(box))
     for index in meeting:
-        region = ops[index].region
-        if sets_values(ops[index].action) and contains(region, box):
+        part = intersect(ops[index].region, box)
+        if part is None or later.covers(part):
+            continue  # every element of it reads a later program
+        if part == box:
             value = programs[index]
             break
         reaching.append(index)
+        later.add(part)
+        if later.covers(box):
+            break
     for index in reversed(reaching):
         value = where(in_box(ops[index].region, record.shape), programs[index], value)
     return simplify(value, box)
