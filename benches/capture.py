@@ -12,7 +12,8 @@ each. For each case this measures
   fill every parameter from the capture);
 * both: ``materialize(model, init_fn=init_code)``, what a user calls;
 
-interleaved, best of ``--repeats``, with the garbage collector as the process has it.
+the columns interleaved and the cases taking turns within each repeat, best of
+``--repeats``, with the garbage collector as the process has it.
 The ratio to torch's time is what to read (absolute times move with the machine's load);
 issue 28 asks for at most 10x per parameter for ``both``.
 
@@ -27,7 +28,8 @@ slice of each row (``w[i, ::2].mul_(s)``, no box): ``materialize(model, init_fn=
 quarter of the writes (equal per-write times mean linear). Issue 51 asks for 4096 row
 writes and 1024 per-expert calls in at most 2 s each.
 
-Usage: ``python benches/capture.py [--layers N] [--repeats R] [--rows N] [--experts N]``.
+Usage: ``python benches/capture.py [--layers N] [--repeats R] [--rows N] [--experts N]
+[--only init-code|piecewise]``.
 """
 
 from __future__ import annotations
@@ -216,27 +218,25 @@ def _piecewise(rows: int, experts: int, repeats: int) -> None:
         )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=2500, help="Linear(64, 64) modules")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--rows", type=int, default=4096, help="row writes to one weight")
-    parser.add_argument("--experts", type=int, default=1024, help="per-expert normal_ calls")
-    options = parser.parse_args()
-    params = 2 * options.layers
-    _measure(_normal_zeros, 8)  # warm up: imports, first-call caches
-    print(f"{params} parameters (Linear(64, 64) weight + bias), best of {options.repeats}")
+def _init_codes(cases: list[Case], layers: int, repeats: int) -> None:
+    """The per-parameter table. The cases take turns within each repeat: run one after
+    another, a later case measured slower (the process's heap grown by the earlier
+    ones: about 10 us per parameter in a 2-core run), which read as a cost of its
+    spelling. Taking turns gives each case the same conditions."""
+    params = 2 * layers
+    print(f"{params} parameters (Linear(64, 64) weight + bias), best of {repeats}, cases in turn")
     print("(issue 51's goal: both at most 10x torch's eager init per parameter)")
     print(
         f"{'case':24s} {'torch':>9s} {'capture':>16s} {'materialize':>16s} {'both':>16s}"
         f" {'goal':>5s}"
     )
-    for name, code in CASES:
-        best: dict[str, float] = {}
-        for _ in range(options.repeats):
-            for key, seconds in _measure(code, options.layers).items():
-                best[key] = min(best.get(key, seconds), seconds)
-        per = {key: seconds / params * 1e6 for key, seconds in best.items()}
+    best: dict[str, dict[str, float]] = {name: {} for name, _ in cases}
+    for _ in range(repeats):
+        for name, code in cases:
+            for key, seconds in _measure(code, layers).items():
+                best[name][key] = min(best[name].get(key, seconds), seconds)
+    for name, _ in cases:
+        per = {key: seconds / params * 1e6 for key, seconds in best[name].items()}
         cells = [
             f"{per[k]:6.1f} us {per[k] / per['torch']:5.1f}x"
             for k in ("capture", "materialize", "both")
@@ -247,7 +247,25 @@ def main() -> None:
             + " ".join(f"{c:>16s}" for c in cells)
             + f" {met:>5s}"
         )
-    _piecewise(options.rows, options.experts, min(options.repeats, 3))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=2500, help="Linear(64, 64) modules")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rows", type=int, default=4096, help="row writes to one weight")
+    parser.add_argument("--experts", type=int, default=1024, help="per-expert normal_ calls")
+    parser.add_argument(
+        "--only",
+        choices=("init-code", "piecewise"),
+        help="run one table: the init codes over Linears, or the piece-by-piece writes",
+    )
+    options = parser.parse_args()
+    _measure(_normal_zeros, 8)  # warm up: imports, first-call caches
+    if options.only != "piecewise":
+        _init_codes(CASES, options.layers, options.repeats)
+    if options.only != "init-code":
+        _piecewise(options.rows, options.experts, min(options.repeats, 3))
 
 
 if __name__ == "__main__":
