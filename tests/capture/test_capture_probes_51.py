@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import probe_states
 import pytest
 import torch
 from materialize_workers import Checks, check, gloo_scenario, scenario_tests
@@ -52,30 +53,15 @@ def _build(dtype: torch.dtype = torch.float32) -> _Model:
         return _Model(dtype)
 
 
-def _state(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {
-        name: (t.full_tensor() if isinstance(t, DTensor) else t).detach().clone()
-        for name, t in model.state_dict().items()
-    }
+_state = probe_states.state
 
 
 def _ours(init: Init, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
-    model = _build(dtype)
-
-    def init_fn() -> None:
-        with torch.no_grad():
-            init(model)
-
-    shardinit.materialize(model, seed=SEED, init_fn=init_fn)
-    return _state(model)
+    return probe_states.ours(_build(dtype), init, SEED)
 
 
 def _eager(init: Init, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
-    model = _build(dtype)
-    shardinit.materialize(model, seed=SEED)  # the values before init code: shardinit's
-    with torch.no_grad():
-        init(model)  # then the init code, eagerly, on the CPU
-    return _state(model)
+    return probe_states.eager(_build(dtype), init, SEED)
 
 
 def assert_equal_states(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
