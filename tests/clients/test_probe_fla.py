@@ -67,7 +67,6 @@ ORTHOGONAL = {"rwkv7": 16, "rwkv6": 2}
 
 
 def _quietly(build: Callable[[], nn.Module]) -> nn.Module:
-    pytest.importorskip("fla")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fla's notes on Triton and on Bo's reference
         return build()
