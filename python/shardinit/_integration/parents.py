@@ -21,7 +21,6 @@ from __future__ import annotations
 import gc
 import threading
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 from torch import nn
@@ -37,41 +36,48 @@ from ..errors import ShardInitError
 __all__ = ["holder_of", "refuse_part_of_model", "shardinits_hooks"]
 
 _LOCK = threading.Lock()
-#: id(child) -> (child, weakly; [(parent, weakly; attribute name)]), every link seen
-#: (checked when read). Keyed by id with the object's weak reference beside it, not a
-#: WeakKeyDictionary: the hook runs at every registration of every build (each
-#: parameter, buffer and submodule), where a weak-keyed table's Python methods and
-#: the weak reference with a callback each one makes cost several microseconds; a
-#: plain ``weakref.ref`` is torch's one object per module, made once. An entry whose
-#: module died (its reference gives None or, its id reused, another module) is
-#: replaced when met, and all dead ones are dropped as the table doubles (:func:`_prune`).
-_PARENTS: dict[int, tuple[weakref.ref[nn.Module], list[tuple[weakref.ref[nn.Module], str]]]] = {}
-#: id(module) -> module, weakly: the modules whose links the registry knows (seen by
-#: the scan or by a hook), kept as :data:`_PARENTS` is.
-_SEEN: dict[int, weakref.ref[nn.Module]] = {}
-#: The size past which each table (_SEEN, _PARENTS) is next swept of dead modules:
-#: twice its live entries at the last sweep, and some (no bound on live ones: a sweep).
-_SWEEP_PAST = [64, 64]
+
+
+class _ByModule:
+    """A table keyed by live modules: ``id(module)`` -> (the module, weakly; a value).
+    Not a WeakKeyDictionary: the registration hook runs at every registration of every
+    build (each parameter, buffer and submodule), where a weak-keyed table's Python
+    methods and the weak reference with a callback each one makes cost several
+    microseconds; a plain ``weakref.ref`` is torch's one object per module, made once.
+    An entry whose module died (its reference gives None or, its id reused, another
+    module) is replaced when met, and all dead ones are dropped as the table doubles."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, tuple[weakref.ref[nn.Module], Any]] = {}
+        #: The size past which the table is next swept: twice its live entries at the
+        #: last sweep, and some (no bound on live ones: a sweep).
+        self.sweep_past = 64
+
+    def get(self, module: nn.Module) -> Any:
+        """``module``'s value, or None where the table does not hold it."""
+        entry = self.entries.get(id(module))
+        return entry[1] if entry is not None and entry[0]() is module else None
+
+    def put(self, module: nn.Module, value: Any) -> None:
+        """Sets ``module``'s value (raises TypeError where it takes no weak reference)."""
+        self.entries[id(module)] = (weakref.ref(module), value)
+        if len(self.entries) > self.sweep_past:
+            dead = [key for key, (ref, _) in self.entries.items() if ref() is None]
+            for key in dead:
+                del self.entries[key]
+            self.sweep_past = 2 * len(self.entries) + 64
+
+
+#: child -> [(parent, weakly; attribute name)], every link seen (checked when read).
+_PARENTS = _ByModule()
+#: The modules whose links the registry knows (seen by the scan or by a hook) -> True.
+_SEEN = _ByModule()
 _INSTALLED: list[bool] = []
 
 
-def _known(module: nn.Module) -> bool:
-    ref = _SEEN.get(id(module))
-    return ref is not None and ref() is module
-
-
 def _see(module: nn.Module) -> None:
-    if not _known(module):
-        _SEEN[id(module)] = weakref.ref(module)
-        if len(_SEEN) > _SWEEP_PAST[0]:
-            _SWEEP_PAST[0] = 2 * _prune(_SEEN, lambda ref: ref) + 64
-
-
-def _prune(table: dict[int, Any], ref_of: Callable[[Any], weakref.ref[nn.Module]]) -> int:
-    """Drops the entries of ``table`` whose module died; returns how many are left."""
-    for key in [key for key, entry in table.items() if ref_of(entry)() is None]:
-        del table[key]
-    return len(table)
+    if _SEEN.get(module) is None:
+        _SEEN.put(module, True)
 
 
 def _link(parent: nn.Module, name: str, child: object) -> None:
@@ -79,12 +85,10 @@ def _link(parent: nn.Module, name: str, child: object) -> None:
         _see(parent)
         if isinstance(child, nn.Module):
             _see(child)
-            entry = _PARENTS.get(id(child))
-            if entry is None or entry[0]() is not child:
-                entry = _PARENTS[id(child)] = (weakref.ref(child), [])
-                if len(_PARENTS) > _SWEEP_PAST[1]:
-                    _SWEEP_PAST[1] = 2 * _prune(_PARENTS, lambda held: held[0]) + 64
-            links = entry[1]
+            links = _PARENTS.get(child)
+            if links is None:
+                links = []
+                _PARENTS.put(child, links)
             if not any(ref() is parent and attr == name for ref, attr in links):
                 links.append((weakref.ref(parent), name))
     except TypeError:
@@ -130,11 +134,9 @@ def holder_of(module: nn.Module) -> tuple[nn.Module, str] | None:
     """A live module that holds ``module`` as a submodule, and the attribute name, or None."""
     with _LOCK:
         _install()
-        if not _known(module):
+        if _SEEN.get(module) is None:
             _scan()
-        entry = _PARENTS.get(id(module))
-        links = entry[1] if entry is not None and entry[0]() is module else ()
-        for ref, name in links:
+        for ref, name in _PARENTS.get(module) or ():
             parent = ref()
             if parent is not None and parent._modules.get(name) is module:
                 return parent, name
