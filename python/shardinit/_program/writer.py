@@ -200,7 +200,7 @@ class Writer:
         """Writes ``program`` on each of ``parts``: per part when it is elementwise, else
         once over their hull, copied out."""
         shape = spec.shape
-        if is_elementwise(program) or len(parts) == 1:
+        if len(parts) == 1 or is_elementwise(program):  # (one part: no walk asked)
             for part, target in parts:
                 self.write_compiled(
                     spec, part, target, compile_program(simplify(program, part), shape)
