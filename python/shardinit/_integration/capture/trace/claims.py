@@ -19,6 +19,7 @@ from ...._program.nodes import (
     Source,
     Where,
     contains,
+    kept_per_key,
     random_key,
     walk_nodes,
 )
@@ -273,7 +274,7 @@ def _pinned_ats(
     key = random_key(expr)
     if (
         key is None
-        or contains(expr, Where)
+        or (contains(expr, Where) and not _branches_stay(expr))
         or any(contains(c, Source) for _, at in key for c in at)
     ):
         return _random_ats(_pinned(expr, box), root)
@@ -283,6 +284,21 @@ def _pinned_ats(
         pinned = tuple(_pin(c, coords, ranges) for c in at)
         found.setdefault(root(origin), set()).add(pinned)
     return found
+
+
+def _branches_stay(expr: Expr) -> bool:
+    """Whether every ``where`` under ``expr`` chooses by a random value (``clamp_``'s,
+    ``relu``'s): pinned coordinates decide no such condition (a random value folds to
+    no constant), so no branch, and none of its random values, is dropped. Kept on
+    each node (a step recorded piece by piece asks it of each piece's value)."""
+    return bool(kept_per_key(expr, "_claims", "branches_stay", _branches_stay_here))
+
+
+def _branches_stay_here(node: Expr) -> bool:
+    """:func:`_branches_stay` of ``node``, from its children's (kept)."""
+    if isinstance(node, Where) and not contains(node.cond, Source):
+        return False
+    return all(child.__dict__["_claims"]["branches_stay"] for child in node.children())
 
 
 def _pin(coordinate: Expr, coords: list[Expr], ranges: list[tuple[int, int]]) -> Expr:
