@@ -304,6 +304,11 @@ def test_the_pinned_places_from_the_kept_key_are_the_places_of_the_pinned_value(
         Unary("exp", second),
         Where(below, first, second),  # the row pins the condition: one branch is left
         Binary("add", Const(1.0), Const(2.0)),
+        # A condition by a random value (clamp_, relu): no pin decides it, both branches'
+        # places stay (read from the kept key); one of the coordinates under it is decided.
+        Where(Binary("gt", first, Const(0.5)), Const(0.5), first),
+        Where(Binary("mul", below, Binary("lt", second, Const(0.0))), first, Const(0.0)),
+        Where(Binary("gt", first, Const(0.0)), Where(below, first, Const(1.0)), first),
     ]
     boxes = [((3, 4), (0, 8)), ((0, 2), (5, 6)), ((1, 2), (2, 3)), ((0, 4), (0, 8))]
     for expr in cases:
