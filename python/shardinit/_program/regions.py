@@ -42,7 +42,12 @@ FlatRun = tuple[int, int]
 
 def whole(shape: Sequence[int]) -> Box:
     """The box of all of a tensor of ``shape``."""
-    return tuple(zip(itertools.repeat(0), map(int, shape)))  # (asked at most writes)
+    return _whole(tuple(shape))  # (asked at most writes, of a model's few shapes: kept)
+
+
+@cached
+def _whole(shape: tuple[int, ...]) -> Box:
+    return tuple(zip(itertools.repeat(0), map(int, shape)))
 
 
 def intersect(a: Box, b: Box) -> Box | None:
