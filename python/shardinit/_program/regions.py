@@ -127,7 +127,7 @@ def _view_region(
         tuple(view.shape),
         stored_strides(view),
     )
-    rel = view.storage_offset() - base.storage_offset()
+    rel = int(view.storage_offset() - base.storage_offset())
     rows, rest = row_shift(shape, base_strides, rel, _span(view_shape, view_strides))
     key = (view_shape, view_strides, rest, shape, base_strides)
     kept = _REGIONS.get(key)

@@ -652,7 +652,7 @@ def box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr,
     with torch_function_disabled():  # their own layouts (see torch_function_disabled)
         shape, strides = tuple(view.shape), stored_strides(view)
         base_shape, base_strides = tuple(base.shape), stored_strides(base)
-        offset = view.storage_offset() - base.storage_offset()
+        offset = int(view.storage_offset() - base.storage_offset())
     span = sum((size - 1) * stride for size, stride in zip(shape, strides, strict=True))
     rows, rest = row_shift(base_shape, base_strides, offset, span)
     key = (shape, strides, rest, base_shape, base_strides)
