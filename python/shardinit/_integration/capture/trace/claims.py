@@ -152,6 +152,8 @@ class RandomPlaces:
         """Raises :class:`Cannot` where values read at ``ats`` over ``box`` of a tensor of
         ``shape`` (``label``) are a whole-tensor draw out of place
         (:meth:`check_whole_draws`)."""
+        if not self.whole_draws:
+            return  # no whole-tensor draw yet (most captures): nothing to place
         own = _pinned_coords(box)
         for origin, places in ats.items():
             space = self.whole_draws.get(origin)

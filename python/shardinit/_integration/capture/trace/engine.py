@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ...._caches import BoundedMap
+from ...._caches import BoundedMap, cached
 from ...._program.actions import (
     CapturedOp,
     Computed,
@@ -509,11 +509,12 @@ def _kept_rounding(expr: Expr) -> Expr:
     return value
 
 
+@cached  # asked at each write of a value and copy: a few dtypes (finfo is made per call)
 def narrower(dtype: torch.dtype, than: torch.dtype) -> bool:
     """Whether the float ``dtype`` holds fewer values than the float ``than``."""
     if not (dtype.is_floating_point and than.is_floating_point):
         return False
-    return torch.finfo(dtype).eps > torch.finfo(than).eps
+    return bool(torch.finfo(dtype).eps > torch.finfo(than).eps)
 
 
 def _nonfinite_constant(expr: Expr) -> bool:
