@@ -310,6 +310,9 @@ def test_the_pinned_places_from_the_kept_key_are_the_places_of_the_pinned_value(
         Where(Binary("mul", below, Binary("lt", second, Const(0.0))), first, Const(0.0)),
         Where(Binary("gt", first, Const(0.0)), Where(below, first, Const(1.0)), first),
         Unary("exp", Where(below, first, second)),  # a condition of coordinates under it
+        # Branches of no random value that a pin makes one: the condition's value is
+        # dropped with them (the rebuild answers).
+        Where(Binary("gt", first, Const(0.0)), Binary("add", Coord(0), Const(0.0)), Const(3.0)),
     ]
     boxes = [((3, 4), (0, 8)), ((0, 2), (5, 6)), ((1, 2), (2, 3)), ((0, 4), (0, 8))]
     for expr in cases:

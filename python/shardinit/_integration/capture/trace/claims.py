@@ -289,16 +289,20 @@ def _pinned_ats(
 
 
 def _branches_stay(expr: Expr) -> bool:
-    """Whether every ``where`` under ``expr`` chooses by a random value (``clamp_``'s,
-    ``relu``'s): pinned coordinates decide no such condition (a random value folds to
-    no constant), so no branch, and none of its random values, is dropped. Kept on
-    each node (a step recorded piece by piece asks it of each piece's value)."""
+    """Whether every ``where`` under ``expr`` chooses by a random value and has one in
+    a branch (``clamp_``'s, ``relu``'s): pinned coordinates decide no such condition (a
+    random value folds to no constant), and its branches become one only where both
+    hold the condition's random value (its kept key says they read it at its place),
+    so none of its random values is dropped. Kept on each node (a step recorded piece
+    by piece asks it of each piece's value)."""
     return bool(kept_per_key(expr, "_claims", "branches_stay", _branches_stay_here))
 
 
 def _branches_stay_here(node: Expr) -> bool:
     """:func:`_branches_stay` of ``node``, from its children's (kept)."""
-    if isinstance(node, Where) and not contains(node.cond, Source):
+    if isinstance(node, Where) and not (
+        contains(node.cond, Source) and (contains(node.a, Source) or contains(node.b, Source))
+    ):
         return False
     return all(child.__dict__["_claims"]["branches_stay"] for child in node.children())
 
