@@ -18,6 +18,7 @@ from shardinit._integration.capture.dispatch.mode import CaptureMode
 from shardinit._integration.capture.ops import torchvalues
 from shardinit._integration.capture.session import constructors
 from shardinit._integration.capture.session.constructors import constructor_buffer
+from shardinit._integration.capture.trace import engine
 from shardinit._integration.capture.trace.engine import op_value
 from shardinit._integration.capture.trace.folds import Folds
 from shardinit._program import keys, rewrite
@@ -303,6 +304,15 @@ def test_the_pinned_places_from_the_kept_key_are_the_places_of_the_pinned_value(
         Unary("exp", second),
         Where(below, first, second),  # the row pins the condition: one branch is left
         Binary("add", Const(1.0), Const(2.0)),
+        # A condition by a random value (clamp_, relu): no pin decides it, both branches'
+        # places stay (read from the kept key); one of the coordinates under it is decided.
+        Where(Binary("gt", first, Const(0.5)), Const(0.5), first),
+        Where(Binary("mul", below, Binary("lt", second, Const(0.0))), first, Const(0.0)),
+        Where(Binary("gt", first, Const(0.0)), Where(below, first, Const(1.0)), first),
+        Unary("exp", Where(below, first, second)),  # a condition of coordinates under it
+        # Branches of no random value that a pin makes one: the condition's value is
+        # dropped with them (the rebuild answers).
+        Where(Binary("gt", first, Const(0.0)), Binary("add", Coord(0), Const(0.0)), Const(3.0)),
     ]
     boxes = [((3, 4), (0, 8)), ((0, 2), (5, 6)), ((1, 2), (2, 3)), ((0, 4), (0, 8))]
     for expr in cases:
@@ -350,3 +360,40 @@ def test_constructor_values_kept_by_what_made_them_are_the_values_afresh() -> No
     expected[[0, 1, 2], [1, 2, 0]] = 1.0
     for block in blocks:
         assert torch.equal(block.table, expected) and torch.equal(block.scale, torch.ones(3))
+
+
+def test_a_row_loops_view_coordinates_kept_once_are_each_rows_own() -> None:
+    """``engine.box_coords`` keeps a view's box and coordinates once for the same view
+    some rows further (a row loop's ``w[i]``, ``w[i, 2:5].t()``), the box moved; a view
+    whose coordinates read dim 0's start (a block of rows, ``w[i:i + 2]``) keeps each
+    start's own. Each row's answer is the one computed afresh."""
+    base = torch.zeros(6, 4, 5)
+    for row in range(4):
+        for view in (
+            base[row],
+            base[row, 1:3],
+            base[row, :, 2:5].t(),
+            base[row : row + 2],
+            base[row : row + 2, 1].t(),
+            base[row, ::2],  # no box: None, kept as such
+        ):
+            assert engine.box_coords(view, base) == engine._box_coords(view, base), (
+                row,
+                view.shape,
+            )
+
+
+def test_a_simplify_whose_index_arithmetic_folds_to_itself_is_the_expression() -> None:
+    """Over a box that decides nothing of it, ``c % 2 == 0`` folds to itself: the
+    expression simplified is the same object (what was kept on it stays), not a copy
+    built node by node (the writer simplifies each row's program before compiling it)."""
+    source = Source(Normal(0.0, 1.0), torch.float32, 7, (Coord(0), Coord(1)))
+    on_step = Binary("eq", Binary("mod", Coord(1), Const(2.0)), Const(0.0))
+    program = Round(Where(on_step, Binary("mul", source, Const(0.5)), source), torch.float32)
+    assert simplify(program, [(3, 4), (0, 63)]) is program
+    # A condition the box decides (rows below 5) folds: the scaled branch alone.
+    below = Binary("lt", Coord(0), Const(5.0))
+    decided = Round(Where(below, Binary("mul", source, Const(0.5)), source), torch.float32)
+    assert simplify(decided, [(3, 4), (0, 63)]) == Round(
+        Binary("mul", source, Const(0.5)), torch.float32
+    )

@@ -23,6 +23,8 @@ from shardinit._program.regions import (
     view_region,
     view_runs,
 )
+from shardinit._program.selection import positions as strided_positions
+from shardinit._program.tables import index_values
 
 shapes = st.lists(st.integers(1, 5), min_size=1, max_size=4).map(tuple)
 
@@ -179,3 +181,49 @@ def test_a_view_holding_a_box_in_another_order_covers_that_box() -> None:
         view_region(base.unfold(0, 2, 3), base)
     with pytest.raises(Cannot, match="more than once"):
         view_region(base[:, :1].expand(12, 3).t(), base)
+
+
+@st.composite
+def row_loops(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[object, ...], int, int]:
+    """A base shape, the index of a view into one row (or a block of rows, every
+    ``step``-th) by slices of the other dims (steps, which make no box, included), how
+    many rows it takes and its step along them."""
+    shape = draw(st.lists(st.integers(1, 5), min_size=1, max_size=4).map(tuple))
+    step = draw(st.integers(1, 2))
+    block = draw(st.integers(1, (shape[0] - 1) // step + 1))
+    index: list[object] = []
+    for size in shape[1:]:
+        start = draw(st.integers(0, size - 1))
+        index.append(slice(start, draw(st.integers(start + 1, size)), draw(st.integers(1, 3))))
+    return shape, tuple(index), block, step
+
+
+@settings(max_examples=150)  # cheap: indexing only
+@given(row_loops())
+def test_a_view_moved_along_rows_keeps_its_region_and_positions(
+    case: tuple[tuple[int, ...], tuple[object, ...], int, int],
+) -> None:
+    """A row loop's views (the same view some rows further, ``w[i, ::2]``) are kept once
+    per layout and start in the row (``regions.row_shift``): each row's answer is its
+    own elements, as torch's indexing says. A box holds exactly the view's elements; a
+    strided slice's condition, over its box, names exactly them (both asked of every
+    row in turn, so the later rows take the kept answer, moved)."""
+    shape, index, block, step = case
+    base = _indices(shape)
+    rows = (block - 1) * step + 1
+    for row in range(shape[0] - rows + 1):
+        view = base[(slice(row, row + rows, step), *index)]
+        elements = sorted(view.flatten().tolist())
+        try:
+            box, _ = view_region(view, base)
+        except Cannot:
+            box = None
+        if box is not None:
+            assert sorted(base[tuple(slice(a, b) for a, b in box)].flatten().tolist()) == elements
+            continue
+        around, cond = strided_positions(view, base)
+        values = index_values(cond, around)
+        assert values is not None
+        inside = base[tuple(slice(a, b) for a, b in around)]
+        held = inside[(values != 0).expand(inside.shape)]
+        assert sorted(held.tolist()) == elements, (row, around, cond)

@@ -242,16 +242,20 @@ def walk_nodes(expr: Expr, enter: Callable[[Expr], bool] | None = None) -> list[
     seen: set[int] = set()
     order: list[Expr] = []
     stack: list[tuple[Expr, bool]] = [(expr, False)]
+    push, pop = stack.append, stack.pop  # (asked of every program written: no lookups)
     while stack:
-        node, ready = stack.pop()
+        node, ready = pop()
         if ready:
             order.append(node)
             continue
-        if id(node) in seen or (enter is not None and not enter(node)):
+        key = id(node)
+        if key in seen or (enter is not None and not enter(node)):
             continue
-        seen.add(id(node))
-        stack.append((node, True))
-        stack.extend((child, False) for child in reversed(node.children()))
+        seen.add(key)
+        push((node, True))
+        for child in reversed(node.children()):
+            if id(child) not in seen:  # (a shared child walked already: not pushed)
+                push((child, False))
     return order
 
 

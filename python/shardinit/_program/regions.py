@@ -28,6 +28,8 @@ __all__ = [
     "intersect",
     "map_runs",
     "map_runs_from",
+    "moved_rows",
+    "row_shift",
     "view_region",
     "view_runs",
     "whole",
@@ -40,7 +42,12 @@ FlatRun = tuple[int, int]
 
 def whole(shape: Sequence[int]) -> Box:
     """The box of all of a tensor of ``shape``."""
-    return tuple(zip(itertools.repeat(0), map(int, shape)))  # (asked at most writes)
+    return _whole(tuple(shape))  # (asked at most writes, of a model's few shapes: kept)
+
+
+@cached
+def _whole(shape: tuple[int, ...]) -> Box:
+    return tuple(zip(itertools.repeat(0), map(int, shape)))
 
 
 def intersect(a: Box, b: Box) -> Box | None:
@@ -112,19 +119,75 @@ def _view_region(
     shape = tuple(base.shape)
     if view is base:  # the whole tensor (most init code writes): each dim along itself
         return whole_region(shape)
-    # The answer is a function of the two layouts alone (a model writes views of a few).
-    offset = view.storage_offset() - base.storage_offset()
-    key = (tuple(view.shape), stored_strides(view), offset, shape, stored_strides(base))
+    # The answer is a function of the two layouts alone (a model writes views of a few),
+    # and a view some rows further is the same view moved along dim 0 (a row loop's
+    # views, one layout: :func:`row_shift`).
+    base_strides, view_shape, view_strides = (
+        stored_strides(base),
+        tuple(view.shape),
+        stored_strides(view),
+    )
+    rel = int(view.storage_offset() - base.storage_offset())
+    rows, rest = row_shift(shape, base_strides, rel, _span(view_shape, view_strides))
+    key = (view_shape, view_strides, rest, shape, base_strides)
     kept = _REGIONS.get(key)
     if kept is None:
         try:
-            kept = (_region_of(view, base), "")
+            kept = (_moved_region(_region_of(view, base), -rows), "")
         except Cannot as cannot:
             kept = (None, cannot.reason)
         _REGIONS.put(key, kept)
     if kept[0] is None:
         raise Cannot(kept[1])
-    return kept[0]
+    return _moved_region(kept[0], rows)
+
+
+def row_shift(
+    shape: tuple[int, ...], strides: tuple[int, ...], rel: int, span: int
+) -> tuple[int, int]:
+    """``(rows, rest)`` with ``rel = rows * row + rest``, ``row`` the elements of one
+    index of dim 0 of the row-major (contiguous) tensor of ``shape`` and ``strides``,
+    and ``0 <= rest < row``: a view whose elements run from ``rel`` to ``rel + span``
+    inside that tensor holds the elements of the same view started at ``rest``, each
+    ``rows`` further along dim 0 and at the same coordinates of the other dims. So what
+    is asked of a view's layout (its box, where its elements lie) is asked once for a
+    loop over rows. ``(0, rel)`` (no move) for a tensor that is not row-major, a 0-d one,
+    or a view that does not lie inside it (a base that views part of its storage)."""
+    row = _row_elements(shape, strides)
+    if not row or rel < 0 or rel + span >= row * shape[0]:
+        return 0, rel
+    return divmod(rel, row)
+
+
+def _span(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """How far past its first element a view's last one lies (``-1``: no element;
+    a negative stride, which torch's views do not make: none either)."""
+    if any(stride < 0 for stride in strides):
+        return -1
+    return sum((size - 1) * stride for size, stride in zip(shape, strides, strict=True))
+
+
+@cached
+def _row_elements(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """The elements of one index of dim 0 of a tensor of ``shape`` and ``strides`` when
+    it is row-major (its dim-0 stride), else 0."""
+    if not shape or tuple(contiguous_strides(shape)) != tuple(strides):
+        return 0
+    return int(strides[0])
+
+
+def moved_rows(box: Box, rows: int) -> Box:
+    """``box`` moved ``rows`` along dim 0 (:func:`row_shift`)."""
+    if not rows:
+        return box
+    (start, stop), *rest = box
+    return ((start + rows, stop + rows), *rest)
+
+
+def _moved_region(
+    region: tuple[Box, tuple[int | None, ...]], rows: int
+) -> tuple[Box, tuple[int | None, ...]]:
+    return region if not rows else (moved_rows(region[0], rows), region[1])
 
 
 @cached

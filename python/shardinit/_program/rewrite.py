@@ -176,17 +176,26 @@ def _rebuild(
     if isinstance(node, Binary):
         if _unchanged_step(node, children):
             return node  # what combine would build again: keeps what was asked of it
-        return combine(node.op, children[0], children[1], ranges)
+        step = combine(node.op, children[0], children[1], ranges)
+        # Index arithmetic folded to itself (``c % 2`` over a range that decides nothing)
+        # is the node: the nodes above it are then kept too (simplify's identity).
+        return node if _own_children(node, children) and step == node else step
     if isinstance(node, Where) and guards:  # else nothing to excuse: no walk of branches
         cond, a, b = children
         made = {id(guard) for guard in guards}
         a, b = (_excused(x, cond, ranges, taken, made) for x, taken in ((a, True), (b, False)))
         return where(cond, a, b)
+    own = all(x is y for x, y in zip(children, node.children(), strict=True))
     if isinstance(node, Where):
-        return where(*children)
-    if all(x is y for x, y in zip(children, node.children(), strict=True)):
+        chosen = where(*children)
+        return node if own and chosen == node else chosen  # (as a step above)
+    if own:
         return node  # (a unary step, a rounding, a source, a table read where it was)
     return node.with_children(children)
+
+
+def _own_children(node: Binary, children: Sequence[Expr]) -> bool:
+    return children[0] is node.a and children[1] is node.b
 
 
 def _unchanged_step(node: Binary, children: Sequence[Expr]) -> bool:

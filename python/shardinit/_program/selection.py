@@ -23,11 +23,20 @@ from collections.abc import Sequence
 
 import torch
 
+from .._caches import BoundedMap
 from .._torch_compat import stored_contiguous, stored_strides
 from .cannot import Cannot
 from .index import contiguous_index
 from .nodes import Const, Coord, Expr
-from .regions import Box, contiguous_strides, flat_range_boxes, intersect, whole
+from .regions import (
+    Box,
+    contiguous_strides,
+    flat_range_boxes,
+    intersect,
+    moved_rows,
+    row_shift,
+    whole,
+)
 from .rewrite import combine
 from .tables import index_values
 
@@ -48,15 +57,31 @@ def positions(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, Expr]:
     rel = int(view.storage_offset() - base.storage_offset())
     dims = [(int(n), int(s)) for n, s in zip(view.shape, stored_strides(view), strict=True)]
     dims = [(n, s) for n, s in dims if n != 1]
+    # A strided slice some rows further is the same one moved along dim 0 (a row loop
+    # through ``w[i, ::2]``): its box moves, and its condition, of the other dims, stays.
+    span = sum((n - 1) * s for n, s in dims)
+    rows, rest = row_shift(shape, tuple(contiguous_strides(shape)), rel, span)
+    key = (shape, tuple(dims), rest)
+    kept = _POSITIONS.get(key)
+    if kept is not None:
+        return moved_rows(kept[0], rows), kept[1]
     stepped = _steps(shape, rel, dims)
     if stepped is not None:
-        return _grid_positions(shape, rel, stepped)
+        box, cond = _grid_positions(shape, rel, stepped)
+        if stepped[0][0] == 1:  # no condition of dim 0: the same a row further
+            _POSITIONS.put(key, (moved_rows(box, -rows), cond))
+        return box, cond
     if len(dims) == 1:
         return _flat_positions(shape, rel, *dims[0])
     raise Cannot(
         "its elements are no box and no strided slice of the tensor (a view dim "
         "steps across rows, or two view dims step along one dim)"
     )
+
+
+#: :func:`positions` of strided slices that step along no dim 0, by the base's shape,
+#: the view's dims and where it starts in its row (:func:`~.regions.row_shift`).
+_POSITIONS: BoundedMap[tuple[object, ...], tuple[Box, Expr]] = BoundedMap()
 
 
 def _starts(shape: tuple[int, ...], rel: int) -> list[int]:

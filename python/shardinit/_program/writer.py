@@ -154,7 +154,8 @@ class Writer:
         # The fills of several operations are written at once: their order matters.
         at_once = self.at_once()
         fills = self if sum(1 for parts in visible if parts) == 1 else at_once
-        spec: ParamSpec | None = None  # the parameter's, made (and checked) once
+        # The parameter's specs, per initializer (made and checked once each).
+        specs: dict[int, tuple[Initializer, ParamSpec]] = {}
         programs: list[Expr] | None = None
         # Materialize writes every parameter under one no_grad already: no switch per call.
         with torch.no_grad() if torch.is_grad_enabled() else contextlib.nullcontext():
@@ -164,11 +165,11 @@ class Writer:
                 assert isinstance(op.action, Action), op.action  # Opaque is never in a record
                 init = op.action.plain_init(record.dtype)
                 if init is not None and (init.elementwise or len(parts) == 1):
-                    spec = _spec(record, seed, init, spec)
+                    spec = _spec_of(record, seed, init, specs)
                     for part, target in parts:
                         fills.write_compiled(spec, part, target, init)
                     continue
-                spec = _spec(record, seed, Constant(0.0), spec)
+                spec = _spec_of(record, seed, _PROGRAMS_INIT, specs)
                 if programs is None:
                     programs = op_programs(record, ops)
                 fills._write_program(programs[index], spec, parts)
@@ -200,7 +201,7 @@ class Writer:
         """Writes ``program`` on each of ``parts``: per part when it is elementwise, else
         once over their hull, copied out."""
         shape = spec.shape
-        if is_elementwise(program) or len(parts) == 1:
+        if len(parts) == 1 or is_elementwise(program):  # (one part: no walk asked)
             for part, target in parts:
                 self.write_compiled(
                     spec, part, target, compile_program(simplify(program, part), shape)
@@ -361,6 +362,28 @@ def _spec(record: ParamRecord, seed: int, init: Initializer, made: ParamSpec | N
     _SPECS.put(key, spec)
     return spec
 
+
+def _spec_of(
+    record: ParamRecord,
+    seed: int,
+    init: Initializer,
+    specs: dict[int, tuple[Initializer, ParamSpec]],
+) -> ParamSpec:
+    """:func:`_spec` of one :meth:`Writer.write_pieces` call, which keeps ``specs`` by
+    the initializer object (held beside its spec, so its id is not reused): operations
+    that alternate a fill and a program (a loop of ``normal_`` and a strided step, each
+    row) check each initializer once, not once per operation."""
+    kept = specs.get(id(init))
+    if kept is None:
+        made = next(iter(specs.values()), (None, None))[1]
+        kept = specs[id(init)] = (init, _spec(record, seed, init, made))
+    return kept[1]
+
+
+#: The initializer of a spec that keys a program (its values are the program's: the
+#: fill reads only the spec's name, seed, shape and dtype): one object, so a record's
+#: programs share one spec.
+_PROGRAMS_INIT = Constant(0.0)
 
 #: A checked spec per shape, dtype, initializer object and seed, that :func:`_spec`
 #: renames.

@@ -19,6 +19,7 @@ from ...._program.nodes import (
     Source,
     Where,
     contains,
+    kept_per_key,
     random_key,
     walk_nodes,
 )
@@ -151,6 +152,8 @@ class RandomPlaces:
         """Raises :class:`Cannot` where values read at ``ats`` over ``box`` of a tensor of
         ``shape`` (``label``) are a whole-tensor draw out of place
         (:meth:`check_whole_draws`)."""
+        if not self.whole_draws:
+            return  # no whole-tensor draw yet (most captures): nothing to place
         own = _pinned_coords(box)
         for origin, places in ats.items():
             space = self.whole_draws.get(origin)
@@ -273,7 +276,7 @@ def _pinned_ats(
     key = random_key(expr)
     if (
         key is None
-        or contains(expr, Where)
+        or (contains(expr, Where) and not _branches_stay(expr))
         or any(contains(c, Source) for _, at in key for c in at)
     ):
         return _random_ats(_pinned(expr, box), root)
@@ -283,6 +286,25 @@ def _pinned_ats(
         pinned = tuple(_pin(c, coords, ranges) for c in at)
         found.setdefault(root(origin), set()).add(pinned)
     return found
+
+
+def _branches_stay(expr: Expr) -> bool:
+    """Whether every ``where`` under ``expr`` chooses by a random value and has one in
+    a branch (``clamp_``'s, ``relu``'s): pinned coordinates decide no such condition (a
+    random value folds to no constant), and its branches become one only where both
+    hold the condition's random value (its kept key says they read it at its place),
+    so none of its random values is dropped. Kept on each node (a step recorded piece
+    by piece asks it of each piece's value)."""
+    return bool(kept_per_key(expr, "_claims", "branches_stay", _branches_stay_here))
+
+
+def _branches_stay_here(node: Expr) -> bool:
+    """:func:`_branches_stay` of ``node``, from its children's (kept)."""
+    if isinstance(node, Where) and not (
+        contains(node.cond, Source) and (contains(node.a, Source) or contains(node.b, Source))
+    ):
+        return False
+    return all(child.__dict__["_claims"]["branches_stay"] for child in node.children())
 
 
 def _pin(coordinate: Expr, coords: list[Expr], ranges: list[tuple[int, int]]) -> Expr:

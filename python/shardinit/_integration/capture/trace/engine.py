@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ...._caches import BoundedMap
+from ...._caches import BoundedMap, cached
 from ...._program.actions import (
     CapturedOp,
     Computed,
@@ -73,6 +73,8 @@ from ...._program.regions import (
     flat_range_boxes,
     intersect,
     map_runs_from,
+    moved_rows,
+    row_shift,
     view_region,
     view_runs,
     whole,
@@ -507,11 +509,12 @@ def _kept_rounding(expr: Expr) -> Expr:
     return value
 
 
+@cached  # asked at each write of a value and copy: a few dtypes (finfo is made per call)
 def narrower(dtype: torch.dtype, than: torch.dtype) -> bool:
     """Whether the float ``dtype`` holds fewer values than the float ``than``."""
     if not (dtype.is_floating_point and than.is_floating_point):
         return False
-    return torch.finfo(dtype).eps > torch.finfo(than).eps
+    return bool(torch.finfo(dtype).eps > torch.finfo(than).eps)
 
 
 def _nonfinite_constant(expr: Expr) -> bool:
@@ -644,25 +647,47 @@ def _drop_branch(expr: Expr, never: Expr) -> Expr:
 def box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr, ...]] | None:
     """The box ``view`` covers and its coordinates as expressions of the base's, when
     each of its dims runs along one base dim; else None. Kept per layout (the answer is
-    a function of the two layouts alone: a model writes views of a few)."""
+    a function of the two layouts alone: a model writes views of a few), and for a view
+    some rows further (a row loop's, :func:`~shardinit._program.regions.row_shift`) as
+    the same box moved, where its coordinates do not read dim 0's start."""
     with torch_function_disabled():  # their own layouts (see torch_function_disabled)
-        offset = view.storage_offset() - base.storage_offset()
-        key = (
-            tuple(view.shape),
-            stored_strides(view),
-            offset,
-            tuple(base.shape),
-            stored_strides(base),
-        )
+        shape, strides = tuple(view.shape), stored_strides(view)
+        base_shape, base_strides = tuple(base.shape), stored_strides(base)
+        offset = int(view.storage_offset() - base.storage_offset())
+    span = sum((size - 1) * stride for size, stride in zip(shape, strides, strict=True))
+    rows, rest = row_shift(base_shape, base_strides, offset, span)
+    key = (shape, strides, rest, base_shape, base_strides)
     kept = _BOX_COORDS.get(key)
+    if kept is not None and kept[1]:
+        found = kept[0]
+        return None if found is None else (moved_rows(found[0], rows), found[1])
+    key_here = (shape, strides, offset, base_shape, base_strides)
+    kept = _BOX_COORDS.get(key_here)
     if kept is None:
-        kept = (_box_coords(view, base),)
-        _BOX_COORDS.put(key, kept)
+        found = _box_coords(view, base)
+        movable = found is None or _reads_no_row_start(found[1])
+        if movable:
+            moved = None if found is None else (moved_rows(found[0], -rows), found[1])
+            _BOX_COORDS.put(key, (moved, True))
+            return found
+        kept = (found, False)
+        _BOX_COORDS.put(key_here, kept)
     return kept[0]
 
 
-#: :func:`box_coords` by the layouts of the view and the base.
-_BOX_COORDS: BoundedMap[tuple[object, ...], tuple[tuple[Box, tuple[Expr, ...]] | None]] = (
+def _reads_no_row_start(coords: Sequence[Expr]) -> bool:
+    """Whether a view's coordinates (:func:`_box_coords`) are the same for the view
+    moved along dim 0: none reads base dim 0 (a constant, or another dim's coordinate)."""
+    return all(
+        isinstance(coord, Const) or (isinstance(coord, Coord) and coord.dim != 0)
+        for coord in coords
+    )
+
+
+#: :func:`box_coords` by the layouts of the view and the base: the answer and whether
+#: it holds for the view moved along dim 0 (kept by its start in its row, and the box
+#: kept as for a start in row 0), else by its own start.
+_BOX_COORDS: BoundedMap[tuple[object, ...], tuple[tuple[Box, tuple[Expr, ...]] | None, bool]] = (
     BoundedMap()
 )
 
