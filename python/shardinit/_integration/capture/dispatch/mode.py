@@ -64,7 +64,7 @@ from .backstop import WriteBackstop
 from .calls import NOT_MINE, Call
 from .families import Family, family_of
 from .handlers import VALUES_OUT, into_out, refuse_unknown_out, type_as_to, unrouted
-from .targets import META_AS_CPU
+from .targets import META, META_AS_CPU
 from .writes import Writes, quietly
 
 __all__ = ["CaptureMode"]
@@ -74,7 +74,6 @@ __all__ = ["CaptureMode"]
 #: The data of ``torch.tensor`` keeps a numpy scalar's dtype (``tensor(np.float64(1))``
 #: is float64): no Python numbers there (:attr:`.families.Family.numbers`).
 _DATA = frozenset({"tensor", "new_tensor"})
-_META = torch.device("meta")
 
 
 class CaptureMode(TorchFunctionMode):
@@ -168,7 +167,7 @@ class CaptureMode(TorchFunctionMode):
         if name in VALUES_OUT:
             refuse_unknown_out(self, name, args, kwargs)
         if kwargs.get("device") is META_AS_CPU and family.route != "cast":
-            kwargs["device"] = _META  # a meta temporary's answer, handed back: beside it
+            kwargs["device"] = META  # a meta temporary's answer, handed back: beside it
         if family.as_is:
             return func(*args, **kwargs)
         if family.numbers and name not in _DATA:

@@ -18,6 +18,7 @@ from .calls import NOT_MINE, Call, Mode
 
 __all__ = [
     "CPU",
+    "META",
     "META_AS_CPU",
     "answer_device",
     "register_grad_hook",
@@ -39,6 +40,7 @@ CPU = torch.device("cpu")
 #: the temporary (:meth:`.mode.CaptureMode.route`): a question sees eager's device, a
 #: value stays where the capture follows it.
 META_AS_CPU = torch.device("cpu")
+META = torch.device("meta")
 
 
 def stands_for_cpu(track: Track) -> bool:
