@@ -16,7 +16,9 @@ then peft's constructors, which initialize the adapters over the base's init val
   (tests/capture/test_constructor_device_questions.py). What that branch computes from
   the base weights' values is refused, naming the tensor and peft's function; what it
   draws or sets is eager's (before, the adapters kept the constructor's values, a weight
-  norm of ones and no sampler, silently)."""
+  norm of ones and no sampler, silently). So does transformers' own ``post_init``, which
+  skips its init where a fresh tensor lands on meta: inside ``record_constructors`` the
+  constructor runs it, as on the CPU (ShadowPEFT's own Llama backbone too)."""
 
 from __future__ import annotations
 
@@ -113,6 +115,20 @@ def _like_eager(ours_model: torch.nn.Module, theirs_model: torch.nn.Module) -> N
             _like_library(name, mine, eager)  # (rotary frequencies within rounding)
 
 
+def test_post_init_inside_record_constructors_is_a_cpu_builds() -> None:
+    # transformers' post_init skips its init where a fresh tensor lands on meta; inside
+    # record_constructors that tensor answers as the CPU one it stands for, so the
+    # constructor runs transformers' init, as on the CPU (before: torch.nn's defaults).
+    model_class, config = _llama()
+    with torch.device("meta"), shardinit.record_constructors():
+        model = model_class(config)
+    shardinit.materialize(model, seed=SEED)
+    torch.manual_seed(0)
+    _like_eager(model, model_class(config))
+    weight = model.get_parameter("model.layers.0.self_attn.q_proj.weight").detach()
+    assert abs(float(weight.std()) / 0.02 - 1) < 0.1  # transformers' std, not kaiming's
+
+
 def _sub_config(name: str) -> Any:
     import peft
 
@@ -124,8 +140,9 @@ def _sub_config(name: str) -> Any:
     [
         ("LoraConfig", {"r": 4, "monteclora_config": "MontecloraConfig"}, "lora_monteclora_sampler"),
         ("DeftConfig", {"init_weights": False}, "deft_R"),
+        ("ShadowConfig", {}, "shadow_backbone"),  # a Llama of its own: its post_init
     ],
-    ids=["monteclora", "deft-random"],
+    ids=["monteclora", "deft-random", "shadow"],
 )
 def test_adapters_peft_skips_on_meta_take_eagers_branch(
     config_name: str, kwargs: dict[str, Any], sampler: str
