@@ -1,11 +1,12 @@
 """Code that asks a tensor made on meta for the capture where it is (``w.is_meta``,
-``w.device.type == "meta"``, ``w.device == torch.device("meta")``, ``is_cpu``) gets the answer of the CPU tensor eager torch computes, so it takes
-eager's branch: a constructor that skips its init "on meta, where a checkpoint fills it"
-(peft's ``mica_init``, DeLoRA's weight norm, transformers' Mamba mixers) runs it inside
-``record_constructors``, recorded or refused as any other code, never skipped silently.
-The answer handed back to torch as a device (``torch.zeros(n, device=w.device)``,
-``t.to(w.device)``) is meta again, beside the tensor it came from. Known values are
-checked against the module built eagerly on the CPU, byte for byte."""
+``w.device.type == "meta"``, ``w.device == torch.device("meta")``, ``is_cpu``) gets the
+answer of the CPU tensor eager torch computes, so it takes eager's branch: a constructor
+that skips its init "on meta, where a checkpoint fills it" (peft's ``mica_init``,
+DeLoRA's weight norm, transformers' Mamba mixers) runs it inside ``record_constructors``,
+recorded or refused as any other code, never skipped silently. The answer handed back to
+torch as a device (``torch.zeros(n, device=w.device)``, ``t.to(w.device)``) is meta
+again, beside the tensor it came from. Known values are checked against the module
+built eagerly on the CPU, byte for byte."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ QUESTIONS: dict[str, Question] = {
 class SkipsOnMeta(nn.Module):
     """Initializes itself unless its (random) weight is on meta, as peft's adapters do
     where a checkpoint is expected to fill them."""
+
+    steps: torch.Tensor
 
     def __init__(self, on_meta: Question) -> None:
         super().__init__()
@@ -86,9 +89,9 @@ def test_tensors_made_on_the_answered_device_stay_on_meta_with_eagers_values() -
     assert all(_meta(t) for t in model.state_dict().values())
     shardinit.materialize(model, seed=0)
     eager = MadeOnItsDevice()
+    ours, theirs = model.state_dict(), eager.state_dict()
     for name in ("bias2", "pos", "gate", "norm.weight", "norm.bias"):
-        assert torch.equal(model.get_parameter(name) if name != "pos" else model.pos,
-                           eager.get_parameter(name) if name != "pos" else eager.pos), name  # fmt: skip
+        assert torch.equal(ours[name], theirs[name]), name
 
 
 class DecomposesOffMeta(nn.Module):

@@ -138,7 +138,11 @@ def _sub_config(name: str) -> Any:
 @pytest.mark.parametrize(
     ("config_name", "kwargs", "sampler"),
     [
-        ("LoraConfig", {"r": 4, "monteclora_config": "MontecloraConfig"}, "lora_monteclora_sampler"),
+        (
+            "LoraConfig",
+            {"r": 4, "monteclora_config": "MontecloraConfig"},
+            "lora_monteclora_sampler",
+        ),
         ("DeftConfig", {"init_weights": False}, "deft_R"),
         ("ShadowConfig", {}, "shadow_backbone"),  # a Llama of its own: its post_init
     ],
@@ -159,11 +163,19 @@ def test_adapters_peft_skips_on_meta_take_eagers_branch(
         ("LoraConfig", {"r": 4, "init_lora_weights": "mica"}, "lora_B.default.weight", "mica_init"),
         ("DeloraConfig", {"r": 4}, "delora_w_norm.default", "reset_delora_parameters"),
         ("DeftConfig", {}, "deft_R.default", "reset_deft_parameters"),
-        ("LoraConfig", {"r": 4, "kasa_config": "KasaConfig"}, "base_layer.weight",
-         "_truncate_base_weight"),
-        ("PsoftConfig", {"r": 4, "psoft_orth": False}, "_psoft_A_cache.default",
-         "_compute_svd_factors"),
-    ],  # fmt: skip
+        (
+            "LoraConfig",
+            {"r": 4, "kasa_config": "KasaConfig"},
+            "base_layer.weight",
+            "_truncate_base_weight",
+        ),
+        (
+            "PsoftConfig",
+            {"r": 4, "psoft_orth": False},
+            "_psoft_A_cache.default",
+            "_compute_svd_factors",
+        ),
+    ],
     ids=["mica", "delora", "deft", "kasa", "psoft"],
 )
 def test_adapters_peft_skips_on_meta_computed_from_base_values_are_refused(
