@@ -11,14 +11,16 @@ then peft's constructors, which initialize the adapters over the base's init val
   the constructor's values: an adapter of a weight the model never holds, silently.
 * peft code that skips its init on the meta device, where it expects a checkpoint (MiCA's
   ``mica_init``, DeLoRA's weight norm, DeFT's and PSOFT's ``reset_*``, KaSA's truncation,
-  MonteCLoRA's sampler), takes eager's branch: the capture answers ``is_meta`` / ``device``
-  of the tensors it builds on meta as the CPU tensors they stand for
-  (tests/capture/test_constructor_device_questions.py). What that branch computes from
-  the base weights' values is refused, naming the tensor and peft's function; what it
-  draws or sets is eager's (before, the adapters kept the constructor's values, a weight
-  norm of ones and no sampler, silently). So does transformers' own ``post_init``, which
-  skips its init where a fresh tensor lands on meta: inside ``record_constructors`` the
-  constructor runs it, as on the CPU (ShadowPEFT's own Llama backbone too)."""
+  MonteCLoRA's sampler, ShadowPEFT's backbone), takes eager's branch: the capture answers
+  ``is_meta`` / ``device`` of the tensors it builds on meta as the CPU tensors they
+  stand for (tests/capture/test_constructor_device_questions.py). What that branch
+  computes from the base weights' values is refused, naming the tensor and peft's
+  function (MonteCLoRA's sampler, drawn from torch's generator, naming its line); what
+  it draws or sets is eager's (before, the adapters kept the constructor's values, a
+  weight norm of ones and no sampler, silently). So does transformers' own
+  ``post_init``, which skips its init where a fresh tensor lands on meta: inside
+  ``record_constructors`` the constructor runs it, as on the CPU (ShadowPEFT's own
+  Llama backbone too)."""
 
 from __future__ import annotations
 
@@ -138,15 +140,10 @@ def _sub_config(name: str) -> Any:
 @pytest.mark.parametrize(
     ("config_name", "kwargs", "sampler"),
     [
-        (
-            "LoraConfig",
-            {"r": 4, "monteclora_config": "MontecloraConfig"},
-            "lora_monteclora_sampler",
-        ),
         ("DeftConfig", {"init_weights": False}, "deft_R"),
         ("ShadowConfig", {}, "shadow_backbone"),  # a Llama of its own: its post_init
     ],
-    ids=["monteclora", "deft-random", "shadow"],
+    ids=["deft-random", "shadow"],
 )
 def test_adapters_peft_skips_on_meta_take_eagers_branch(
     config_name: str, kwargs: dict[str, Any], sampler: str
@@ -187,3 +184,15 @@ def test_adapters_peft_skips_on_meta_computed_from_base_values_are_refused(
     message = str(raised.value)
     assert f"self_attn.q_proj.{tensor}" in message
     assert "cannot be" in message and function in message
+
+
+def test_a_sampler_peft_builds_off_meta_from_torchs_generator_is_refused() -> None:
+    # MonteCLoRA builds its sampler where lora_A is off meta (as on the CPU): the sampler
+    # draws a buffer from torch's generator on lora_B's device (zeros: a CPU table) and
+    # validates it in Python (Wishart's arguments), which no seed replays. Before, the
+    # sampler was skipped on meta and the model had none of its parameters, silently.
+    kwargs = {"r": 4, "monteclora_config": _sub_config("MontecloraConfig")}
+    with pytest.raises(shardinit.ShardInitError) as raised:
+        _recipe("LoraConfig", **kwargs)
+    message = str(raised.value)
+    assert "monteclora.py" in message and "torch's global generator" in message

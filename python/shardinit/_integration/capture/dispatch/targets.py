@@ -225,21 +225,30 @@ def write_at_coordinates(mode: Mode, call: Call) -> Any:
     return mode.coordinates.new_value(call.name, call.func, call.args, call.kwargs)
 
 
+def _values_known(mode: Mode, call: Call) -> bool:
+    """Whether the capture runs ``call``'s temporary on the CPU (its values known at
+    capture: :mod:`..trace.concrete`), where it answers as the CPU table it is, and a
+    tensor made on that device is a real CPU one (loops of element writes run there)."""
+    evaluated, _ = mode.concrete.attempt(call.name, call.func, call.args, call.kwargs)
+    return evaluated is not None
+
+
 def answer_device(mode: Mode, call: Call) -> Any:
     """A parameter's stand-in answers as the parameter will at run time (its device,
     ``is_cuda``, ...); a temporary on meta (a tensor the build or init code made there
-    for the capture: eager torch computes it on the CPU, where the capture runs a
-    temporary of known values too) answers as the CPU tensor it stands for, so that code
+    for the capture: eager torch computes it on the CPU) answers as the CPU tensor it
+    stands for: one of known values as the CPU run of it does, one of values unknown at
+    capture (random, a parameter's, never written) with :data:`META_AS_CPU`. So code
     which branches on it (``if w.is_meta: return``, peft's "skip on meta, a checkpoint
     fills it") takes eager's branch, recorded or refused as any other; other followed
     tensors answer as they are."""
     target = _target(call)
     if target.kind == "param":
         device = mode.devices.get(id(target), CPU)
-    elif stands_for_cpu(target):
+    elif stands_for_cpu(target) and not _values_known(mode, call):
         device = META_AS_CPU
     else:
-        return NOT_MINE
+        return NOT_MINE  # (of known values: the CPU run's answer, a real CPU device)
     if call.name == "device.__get__":
         return device
     if call.name == "get_device":
