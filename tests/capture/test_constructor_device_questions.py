@@ -132,3 +132,23 @@ def test_a_fresh_tensor_under_the_meta_context_answers_as_a_cpu_build() -> None:
     assert seen == {"fresh": torch.device("cpu"), "random": torch.device("cpu")}
     with torch.device("meta"):  # outside the capture, torch's own answer
         assert torch.tensor([]).device == torch.device("meta")
+
+
+class LoopsOnAKnownDevice(nn.Module):
+    """fla's RWKV7 init: tables written element by element on a parameter's device, where
+    that parameter's values are known (zeros): the CPU table the capture runs it as."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mix = nn.Parameter(torch.zeros(6))
+        zigzag = torch.zeros(6, device=self.mix.device)
+        for n in range(6):
+            zigzag[n] = (n % 3) - 1.0
+            zigzag[n] = zigzag[n] * abs(zigzag[n])
+        self.mix.data = zigzag + 0.5
+
+
+def test_a_table_made_on_a_known_tensors_device_is_a_cpu_table() -> None:
+    model = _build(LoopsOnAKnownDevice)
+    shardinit.materialize(model, seed=0)
+    assert torch.equal(model.mix.detach(), LoopsOnAKnownDevice().mix.detach())
