@@ -225,14 +225,6 @@ def write_at_coordinates(mode: Mode, call: Call) -> Any:
     return mode.coordinates.new_value(call.name, call.func, call.args, call.kwargs)
 
 
-def _values_known(mode: Mode, call: Call) -> bool:
-    """Whether the capture runs ``call``'s temporary on the CPU (its values known at
-    capture: :mod:`..trace.concrete`), where it answers as the CPU table it is, and a
-    tensor made on that device is a real CPU one (loops of element writes run there)."""
-    evaluated, _ = mode.concrete.attempt(call.name, call.func, call.args, call.kwargs)
-    return evaluated is not None
-
-
 def answer_device(mode: Mode, call: Call) -> Any:
     """A parameter's stand-in answers as the parameter will at run time (its device,
     ``is_cuda``, ...); a temporary on meta (a tensor the build or init code made there
@@ -245,10 +237,17 @@ def answer_device(mode: Mode, call: Call) -> Any:
     target = _target(call)
     if target.kind == "param":
         device = mode.devices.get(id(target), CPU)
-    elif stands_for_cpu(target) and not _values_known(mode, call):
+    elif stands_for_cpu(target):
+        # Values known at capture (:mod:`..trace.concrete`): the CPU table the capture
+        # runs it as answers, and a tensor made on its device is a real CPU one (loops
+        # of element writes run there); else META_AS_CPU.
+        name, func, args, kwargs = call.name, call.func, call.args, call.kwargs
+        evaluated, _ = mode.concrete.attempt(name, func, args, kwargs)
+        if evaluated is not None:
+            return mode.concrete.results(name, func, args, kwargs, evaluated)
         device = META_AS_CPU
     else:
-        return NOT_MINE  # (of known values: the CPU run's answer, a real CPU device)
+        return NOT_MINE
     if call.name == "device.__get__":
         return device
     if call.name == "get_device":
