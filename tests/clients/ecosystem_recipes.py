@@ -71,7 +71,8 @@ def transformers_vision(model_class: Any, config: Any, parallelize: Parallelize,
 
     import shardinit
 
-    # transformers skips its init on the meta device: init_weights runs it. The buffers
+    # Inside record_constructors, post_init runs transformers' init as on the CPU (on
+    # meta it skips it: init_weights runs it there, and finds it done here). The buffers
     # its constructors compute (Swin's relative_position_index) come from
     # record_constructors.
     with torch.device("meta"), shardinit.record_constructors():
@@ -89,10 +90,11 @@ def peft_adapter(model_class: Any, config: Any, peft_config: Any, parallelize: P
     import shardinit
 
     # Eager's order, all recorded: the base model's constructors, then transformers' own
-    # init (post_init's on the CPU; it skips itself under torch.device("meta"), so it runs
-    # outside it, on the meta model), then peft's constructors, which initialize the
-    # adapters (LoRA, IA3, LoHa, ...) over the base's init values. An adapter computed
-    # from the base's values (PiSSA's SVD, OLoRA's QR) is refused by materialize, named.
+    # init (post_init's, run as on the CPU inside record_constructors; init_weights finds
+    # it done, and runs it where post_init skips it on meta), then peft's constructors,
+    # which initialize the adapters (LoRA, IA3, LoHa, ...) over the base's init values.
+    # An adapter computed from the base's values (PiSSA's SVD, OLoRA's QR, MiCA's SVD) is
+    # refused by materialize, named.
     with shardinit.record_constructors():
         with torch.device("meta"):
             base = model_class(config)

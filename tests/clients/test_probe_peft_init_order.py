@@ -9,8 +9,18 @@ then peft's constructors, which initialize the adapters over the base's init val
   rewrite the base weight to the residual) are refused by materialize, naming the base
   weight and peft's function. Before, init_fn ran transformers' init after peft had read
   the constructor's values: an adapter of a weight the model never holds, silently.
-* Not yet: peft code that skips its init on the meta device (MiCA's ``mica_init``
-  returns early there) leaves the constructor's values, silently (a strict xfail)."""
+* peft code that skips its init on the meta device, where it expects a checkpoint (MiCA's
+  ``mica_init``, DeLoRA's weight norm, DeFT's and PSOFT's ``reset_*``, KaSA's truncation,
+  MonteCLoRA's sampler, ShadowPEFT's backbone), takes eager's branch: the capture answers
+  ``is_meta`` / ``device`` of the tensors it builds on meta as the CPU tensors they
+  stand for (tests/capture/test_constructor_device_questions.py). What that branch
+  computes from the base weights' values is refused, naming the tensor and peft's
+  function (MonteCLoRA's sampler, drawn from torch's generator, naming its line); what
+  it draws or sets is eager's (before, the adapters kept the constructor's values, a
+  weight norm of ones and no sampler, silently). So does transformers' own
+  ``post_init``, which skips its init where a fresh tensor lands on meta: inside
+  ``record_constructors`` the constructor runs it, as on the CPU (ShadowPEFT's own
+  Llama backbone too)."""
 
 from __future__ import annotations
 
@@ -95,19 +105,94 @@ def test_adapters_computed_from_base_values_are_refused(init: str, function: str
     assert function in message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="peft's mica_init returns early when the adapter is on the meta device (it "
-    "expects a checkpoint), so the adapters keep nn.Linear's constructor values, silently",
-)
-def test_adapters_peft_skips_on_meta_match_eager_or_are_refused() -> None:
-    try:
-        ours = dict(_recipe("LoraConfig", r=4, init_lora_weights="mica").named_parameters())
-    except shardinit.ShardInitError as error:
-        assert "lora_" in str(error)
-        return
-    theirs = dict(_eager("LoraConfig", r=4, init_lora_weights="mica").named_parameters())
+def _like_eager(ours_model: torch.nn.Module, theirs_model: torch.nn.Module) -> None:
+    """The same parameters and buffers as eager's, each with eager's values (constants
+    exactly, random ones as the library draws them)."""
+    ours = {**dict(ours_model.named_parameters()), **dict(ours_model.named_buffers())}
+    theirs = {**dict(theirs_model.named_parameters()), **dict(theirs_model.named_buffers())}
+    assert sorted(ours) == sorted(theirs)
     for name, value in ours.items():
-        _zeros_agree(name, value.detach(), theirs[name].detach())
-        _like_library(name, value.detach(), theirs[name].detach())
+        mine, eager = value.detach(), theirs[name].detach()
+        if mine.shape != eager.shape or not torch.allclose(mine, eager):  # tables: eager's
+            _like_library(name, mine, eager)  # (rotary frequencies within rounding)
+
+
+def test_post_init_inside_record_constructors_is_a_cpu_builds() -> None:
+    # transformers' post_init skips its init where a fresh tensor lands on meta; inside
+    # record_constructors that tensor answers as the CPU one it stands for, so the
+    # constructor runs transformers' init, as on the CPU (before: torch.nn's defaults).
+    model_class, config = _llama()
+    with torch.device("meta"), shardinit.record_constructors():
+        model = model_class(config)
+    shardinit.materialize(model, seed=SEED)
+    torch.manual_seed(0)
+    _like_eager(model, model_class(config))
+    weight = model.get_parameter("model.layers.0.self_attn.q_proj.weight").detach()
+    assert abs(float(weight.std()) / 0.02 - 1) < 0.1  # transformers' std, not kaiming's
+
+
+def _sub_config(name: str) -> Any:
+    import peft
+
+    return getattr(peft, name)()
+
+
+@pytest.mark.parametrize(
+    ("config_name", "kwargs", "sampler"),
+    [
+        ("DeftConfig", {"init_weights": False}, "deft_R"),
+        ("ShadowConfig", {}, "shadow_backbone"),  # a Llama of its own: its post_init
+    ],
+    ids=["deft-random", "shadow"],
+)
+def test_adapters_peft_skips_on_meta_take_eagers_branch(
+    config_name: str, kwargs: dict[str, Any], sampler: str
+) -> None:
+    kwargs = {k: _sub_config(v) if k.endswith("_config") else v for k, v in kwargs.items()}
+    ours = _recipe(config_name, **kwargs)
+    _like_eager(ours, _eager(config_name, **kwargs))
+    assert any(sampler in name for name, _ in ours.named_parameters())
+
+
+@pytest.mark.parametrize(
+    ("config_name", "kwargs", "tensor", "function"),
+    [
+        ("LoraConfig", {"r": 4, "init_lora_weights": "mica"}, "lora_B.default.weight", "mica_init"),
+        ("DeloraConfig", {"r": 4}, "delora_w_norm.default", "reset_delora_parameters"),
+        ("DeftConfig", {}, "deft_R.default", "reset_deft_parameters"),
+        (
+            "LoraConfig",
+            {"r": 4, "kasa_config": "KasaConfig"},
+            "base_layer.weight",
+            "_truncate_base_weight",
+        ),
+        (
+            "PsoftConfig",
+            {"r": 4, "psoft_orth": False},
+            "_psoft_A_cache.default",
+            "_compute_svd_factors",
+        ),
+    ],
+    ids=["mica", "delora", "deft", "kasa", "psoft"],
+)
+def test_adapters_peft_skips_on_meta_computed_from_base_values_are_refused(
+    config_name: str, kwargs: dict[str, Any], tensor: str, function: str
+) -> None:
+    kwargs = {k: _sub_config(v) if k.endswith("_config") else v for k, v in kwargs.items()}
+    with pytest.raises(shardinit.ShardInitError) as raised:
+        _recipe(config_name, **kwargs)
+    message = str(raised.value)
+    assert f"self_attn.q_proj.{tensor}" in message
+    assert "cannot be" in message and function in message
+
+
+def test_a_sampler_peft_builds_off_meta_from_torchs_generator_is_refused() -> None:
+    # MonteCLoRA builds its sampler where lora_A is off meta (as on the CPU): the sampler
+    # draws a buffer from torch's generator on lora_B's device (zeros: a CPU table) and
+    # validates it in Python (Wishart's arguments), which no seed replays. Before, the
+    # sampler was skipped on meta and the model had none of its parameters, silently.
+    kwargs = {"r": 4, "monteclora_config": _sub_config("MontecloraConfig")}
+    with pytest.raises(shardinit.ShardInitError) as raised:
+        _recipe("LoraConfig", **kwargs)
+    message = str(raised.value)
+    assert "monteclora.py" in message and "torch's global generator" in message

@@ -42,7 +42,7 @@ from ..ops import (
 from ..trace import Evaluated, Track, read_reason, run_op, storage_id, user_frame
 from .calls import NOT_MINE, Call, Mode
 from .scattered import PURE_WRITES, write_scattered
-from .targets import CPU
+from .targets import CPU, META, stands_for_cpu
 from .writes import tensors_in
 
 __all__ = [
@@ -504,7 +504,9 @@ def resize(mode: Mode, call: Call) -> Any:
 
 def cast(mode: Mode, call: Call) -> Any:
     """A cast or device move: of a parameter, :func:`_param_cast`; of a temporary, a
-    step of its values; a temporary's move runs on its CPU values where known.
+    step of its values; a temporary's move runs on its CPU values where known. A move
+    of a temporary on meta to the CPU, the device it answers
+    (:func:`.targets.stands_for_cpu`), copies nothing: the temporary, or its cast.
     ``torch.as_tensor(t, dtype, device)`` of a followed tensor is ``t.to(dtype=...,
     device=...)``, as torch computes it (``t`` itself where nothing changes)."""
     if call.name == "as_tensor":
@@ -515,6 +517,12 @@ def cast(mode: Mode, call: Call) -> Any:
         return relayout(mode, call)
     if call.target is not None and call.target.kind == "param":
         return _param_cast(mode, call, call.target)
+    if call.target is not None and stands_for_cpu(call.target):
+        device, _, _ = split_device(call.name, call.args, call.kwargs)
+        if device is not None and same_device(device, CPU):  # no copy: the cast alone
+            if call.name in MOVES:
+                return call.args[0]
+            call = _kept_on_meta(call)
     if call.target is None or call.target.kind != "temp" or call.name in MOVES:
         return NOT_MINE  # a temporary's move: run on its CPU values where known
     if _truncates(call):
@@ -522,6 +530,25 @@ def cast(mode: Mode, call: Call) -> Any:
         if result is not NOT_MINE:
             return result
     return mode.steps.cast_temp(call.name, call.func, call.args, call.kwargs)
+
+
+def _kept_on_meta(call: Call) -> Call:
+    """``t.to(...)`` of a temporary on meta with its CPU device (a name, a device, a CPU
+    tensor's) made meta, where the temporary is: what is left is the cast, in the
+    call's own positions (``Module.to`` passes ``(device, dtype, non_blocking)``)."""
+
+    def on_meta(value: Any) -> Any:
+        if isinstance(value, (str, torch.device)):
+            return META
+        if isinstance(value, torch.Tensor) and not value.is_meta:
+            return value.dtype  # to(other): other's dtype, here
+        return value
+
+    args = (call.args[0], *(on_meta(value) for value in call.args[1:]))
+    kwargs = dict(call.kwargs)
+    if kwargs.get("device") is not None:
+        kwargs["device"] = META
+    return replace(call, args=args, kwargs=kwargs)
 
 
 def _truncates(call: Call) -> bool:

@@ -64,6 +64,7 @@ from .backstop import WriteBackstop
 from .calls import NOT_MINE, Call
 from .families import Family, family_of
 from .handlers import VALUES_OUT, into_out, refuse_unknown_out, type_as_to, unrouted
+from .targets import META, META_AS_CPU
 from .writes import Writes, quietly
 
 __all__ = ["CaptureMode"]
@@ -165,6 +166,8 @@ class CaptureMode(TorchFunctionMode):
             family = family_of(name)
         if name in VALUES_OUT:
             refuse_unknown_out(self, name, args, kwargs)
+        if kwargs.get("device") is META_AS_CPU and family.route != "cast":
+            kwargs["device"] = META  # a meta temporary's answer, handed back: beside it
         if family.as_is:
             return func(*args, **kwargs)
         if family.numbers and name not in _DATA:

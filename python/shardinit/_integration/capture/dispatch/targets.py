@@ -18,9 +18,12 @@ from .calls import NOT_MINE, Call, Mode
 
 __all__ = [
     "CPU",
+    "META",
+    "META_AS_CPU",
     "answer_device",
     "register_grad_hook",
     "run_as_is",
+    "stands_for_cpu",
     "write_at_coordinates",
     "write_copy",
     "write_data",
@@ -31,6 +34,19 @@ __all__ = [
 ]
 
 CPU = torch.device("cpu")
+#: The device a temporary on meta answers (:func:`answer_device`): the CPU, as an object
+#: of its own, so that where code hands it back to torch as a new tensor's device
+#: (``torch.zeros(n, device=w.device)``) the capture makes that tensor on meta, beside
+#: the temporary (:meth:`.mode.CaptureMode.route`): a question sees eager's device, a
+#: value stays where the capture follows it.
+META_AS_CPU = torch.device("cpu")
+META = torch.device("meta")
+
+
+def stands_for_cpu(track: Track) -> bool:
+    """Whether ``track`` is a temporary on meta: meta only for the capture, it is the CPU
+    tensor eager torch computes (:func:`answer_device`, :func:`.handlers.cast`)."""
+    return track.kind == "temp" and bool(track.base.is_meta)
 
 
 def _target(call: Call) -> Track:
@@ -211,11 +227,27 @@ def write_at_coordinates(mode: Mode, call: Call) -> Any:
 
 def answer_device(mode: Mode, call: Call) -> Any:
     """A parameter's stand-in answers as the parameter will at run time (its device,
-    ``is_cuda``, ...); other followed tensors answer as they are."""
+    ``is_cuda``, ...); a temporary on meta (a tensor the build or init code made there
+    for the capture: eager torch computes it on the CPU) answers as the CPU tensor it
+    stands for: one of known values as the CPU run of it does, one of values unknown at
+    capture (random, a parameter's, never written) with :data:`META_AS_CPU`. So code
+    which branches on it (``if w.is_meta: return``, peft's "skip on meta, a checkpoint
+    fills it") takes eager's branch, recorded or refused as any other; other followed
+    tensors answer as they are."""
     target = _target(call)
-    if target.kind != "param":
+    if target.kind == "param":
+        device = mode.devices.get(id(target), CPU)
+    elif stands_for_cpu(target):
+        # Values known at capture (:mod:`..trace.concrete`): the CPU table the capture
+        # runs it as answers, and a tensor made on its device is a real CPU one (loops
+        # of element writes run there); else META_AS_CPU.
+        name, func, args, kwargs = call.name, call.func, call.args, call.kwargs
+        evaluated, _ = mode.concrete.attempt(name, func, args, kwargs)
+        if evaluated is not None:
+            return mode.concrete.results(name, func, args, kwargs, evaluated)
+        device = META_AS_CPU
+    else:
         return NOT_MINE
-    device = mode.devices.get(id(target), CPU)
     if call.name == "device.__get__":
         return device
     if call.name == "get_device":

@@ -204,8 +204,10 @@ class Steps:
         for leaf in leaves:
             if leaf.device.type == "cpu" and not random:
                 continue  # a CPU tensor of known values: a table if it is copied
-            if stored_contiguous(leaf):
-                temp = self.store.new_temp(name, leaf)
+            order = stored_order(leaf)  # dense in some order (LAPACK's column-major U too)
+            if order is not None:
+                stored = leaf if order == sorted(order) else leaf.permute(order)
+                temp = self.store.new_temp(name, stored)
                 temp.from_random = True
                 self.engine.carry_read(temp, (args, kwargs), name)
                 self.store.hold(temp, Opaque(why or unfollowed(name)), name)
