@@ -8,10 +8,12 @@ tensors the same way: ``weight`` of ones, ``bias``, ``running_mean`` and
 operation under :func:`.constructors.record_constructors`, those 13 torch calls and
 grad switches cost about 1.2 ms per layer, 40% of an EfficientNet's or a RegNet's
 recorded build. So for the span of a recording ``_NormBase.__init__`` holds an entry
-that runs torch's constructor with the capture's mode off the stack (the device mode
-still puts every tensor on meta) and then follows each tensor it left as the capture
-would have at the end: a temporary of the same label, its last write the constant
-torch wrote (its earlier writes are overwritten whole: the value is the same).
+that runs torch's constructor with no mode seeing its calls (its ``device`` argument
+puts every tensor on meta, as the device mode would: that mode's Python call at each
+of its calls costs as much again as the constructor's own) and then follows each tensor
+it left as the capture would have at the end: a temporary of the same label, its last
+write the constant torch wrote (its earlier writes are overwritten whole: the value is
+the same).
 
 Only where every fact holds, checked at each call: the recording thread, with the
 capture's mode innermost; a class that keeps torch's ``reset_parameters``,
@@ -107,10 +109,14 @@ def install_known_constructors(
         ):
             _TORCH_INIT(module, *args, **kwargs)
             return
-        # The device mode alone (torch's meta tensors), and no backstop: the constructor
-        # reads and writes no tensor but its own new ones.
+        # No mode at all, its tensors made on meta by its own ``device`` argument (what
+        # the device mode would give them, without its Python call at each of its 13
+        # torch calls), and no backstop: the constructor reads and writes no tensor but
+        # its own new ones. Then followed with the device mode alone, as before.
+        args, kwargs = _on_meta_device(args, kwargs)
         with mode_popped(recorder), dispatch_mode_popped(recorder.backstop):
-            _TORCH_INIT(module, *args, **kwargs)
+            with torch_function_disabled():
+                _TORCH_INIT(module, *args, **kwargs)
             _follow(recorder, module)
 
     _NormBase.__init__ = entry
@@ -148,10 +154,37 @@ def _on_meta(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
         return False  # torch raises its own error in the constructor, followed
 
 
+def _on_meta_device(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The constructor's arguments with ``device`` the meta device where it is None
+    (:func:`_on_meta` holds: the default device is meta), as the ``torch.device`` mode
+    would give it to each of its factories."""
+    if len(args) > _DEVICE_AT:
+        if args[_DEVICE_AT] is None:
+            args = (*args[:_DEVICE_AT], _META, *args[_DEVICE_AT + 1 :])
+    elif kwargs.get("device") is None:
+        kwargs = {**kwargs, "device": _META}
+    return args, kwargs
+
+
+_META = torch.device("meta")
+
+
 def _follow(recorder: CaptureMode, module: nn.Module) -> None:
     """Follows each tensor the constructor left in ``module`` as the capture would
     have: a temporary (labelled by the factory that made it) whose last write set all
     of it to the constructor's constant."""
+    store = recorder.store
+    outer_site = store.call_site
+    store.call_site = None  # one walk of the stack for the five labels (store.where)
+    try:
+        _follow_tensors(recorder, module)
+    finally:
+        store.call_site = outer_site
+
+
+def _follow_tensors(recorder: CaptureMode, module: nn.Module) -> None:
     for table, attr, factory, value, op in _FACTS:
         tensor = getattr(module, table).get(attr)
         if tensor is None:
