@@ -39,6 +39,7 @@ from torch.nn.modules.module import (
     register_module_module_registration_hook,
     register_module_parameter_registration_hook,
 )
+from torch.nn.parameter import is_lazy
 
 from ...._program.actions import CapturedOp, Fill, ParamRecord, program_of
 from ...._program.cannot import Cannot
@@ -280,8 +281,8 @@ def _keep_values(
     with torch_function_disabled():
         for ref, name, param in params:
             module = ref()
-            if module is None or module._parameters.get(name) is not param:
-                continue
+            if module is None or module._parameters.get(name) is not param or is_lazy(param):
+                continue  # (a lazy layer's parameter has no shape yet, nor values)
             value = _value(values, param)
             if value is not None:
                 _RECORDS.setdefault(module, {})[name] = value
@@ -434,7 +435,7 @@ def _keep_buffers(
     registered under a name wins, as the module holds it)."""
     for ref, name, buffer, where in buffers:
         module = ref()
-        if module is None or module._buffers.get(name) is not buffer:
+        if module is None or module._buffers.get(name) is not buffer or is_lazy(buffer):
             continue
         value = _buffer_value(values, buffer, where)
         records = _BUFFERS.setdefault(module, {})
