@@ -193,6 +193,13 @@ _PARAMETER_HOOKS: dict[Any, Any] = nn.modules.module._global_parameter_registrat
 #: torch.nn's normalization layers' base class (checked 2.15.0: BatchNorm, InstanceNorm
 #: and SyncBatchNorm build their tensors in its constructor).
 NORM_BASE: Any = nn.modules.batchnorm._NormBase
+#: torch.nn's convolutions' base class (checked 2.15.0: every ``ConvNd`` and
+#: ``ConvTransposeNd`` makes its parameters and calls ``reset_parameters`` in its
+#: constructor).
+CONV_BASE: Any = CONV_MODULES[0]
+#: ``torch.nn.init``'s fans of a tensor, ``(fan_in, fan_out)`` (checked 2.15.0), which
+#: torch.nn's ``reset_parameters`` methods read.
+FANS: Callable[[torch.Tensor], tuple[int, int]] = torch.nn.init._calculate_fan_in_and_fan_out
 
 
 def torchs_own_function(name: str) -> object:

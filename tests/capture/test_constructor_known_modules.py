@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from torch import nn
 from torch.nn.modules.module import register_module_buffer_registration_hook
 
 import shardinit
-from shardinit._integration.capture.session import constructors, knownmodules
+from shardinit._integration.capture.session import constructors, knownmodules, knownresets
 
 
 class _HalfReset(nn.BatchNorm2d):
@@ -216,3 +217,45 @@ def test_a_lazy_layer_or_a_cpu_device_is_followed_as_any_code(
         for attr in table.get(module, {})
     ]
     assert kept == [("num_batches_tracked", "Tensor")]  # the one tensor made already
+
+
+def _records(monkeypatch: pytest.MonkeyPatch, known: bool) -> list[tuple[str, list[str]]]:
+    """Every tensor a build of :class:`_Layers` followed, with each of its records'
+    operation and ``file:line``, read when the build ends."""
+    found: list[tuple[str, list[str]]] = []
+    keep_values = constructors._keep_values
+
+    def reading(values: Any, *args: Any) -> None:
+        for track in values.mode.store.by_storage.values():
+            found.append((track.label, [f"{op.op} at {op.where}" for op in track.ops]))
+        keep_values(values, *args)
+
+    monkeypatch.setattr(constructors, "_keep_values", reading)
+    _build_layers(known, monkeypatch)  # (undoes the patch)
+    return found
+
+
+def test_torchs_own_reset_is_recorded_as_followed_with_its_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each ``torch.nn.init`` call of torch's ``reset_parameters`` is recorded with the
+    operation and ``file:line`` the capture gives following the method."""
+    generic = _records(monkeypatch, known=False)
+    recorded = knownresets.record_torch_reset
+    direct: list[str] = []
+
+    def counting(recorder: Any, module: nn.Module, namespace: object) -> bool:
+        done = recorded(recorder, module, namespace)
+        direct.extend([type(module).__name__] if done else [])
+        return done
+
+    monkeypatch.setattr(knownmodules, "record_torch_reset", counting)
+    assert _records(monkeypatch, known=True) == generic
+    assert direct == [
+        "Linear", "Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "Conv2dSame",
+        "Linear",
+    ]  # fmt: skip  # not _OwnReset
+    label, ops = generic[0]
+    assert label.startswith("temporary empty(3, 4) at ") and len(generic) == 16
+    assert ops[0].startswith("torch.nn.init.kaiming_uniform_(a=2.236")
+    assert re.search(r"modules/linear.py:\d+ in reset_parameters$", ops[0]), ops[0]

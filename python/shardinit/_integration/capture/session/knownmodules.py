@@ -18,8 +18,8 @@ the same).
 ``Linear`` and every convolution (:class:`torch.nn.modules.conv._ConvNd`) make each
 parameter with ``torch.empty`` and call ``reset_parameters`` last: their entry runs
 torch's constructor the same way up to that call (each parameter followed as the
-``torch.empty`` temporary it is), then ``reset_parameters`` followed as any code (its
-``kaiming_uniform_``, or a subclass's own reset).
+``torch.empty`` temporary it is), then ``reset_parameters``: torch's own recorded
+without running it (:mod:`.knownresets`), a subclass's own followed as any code.
 
 Only where every fact holds, checked at each call: the recording thread, with the
 capture's mode innermost; a class that keeps torch's ``reset_parameters``,
@@ -45,6 +45,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 
 from ...._program.actions import constant_fill
 from ...._torch_compat import (
+    CONV_BASE,
     NORM_BASE,
     default_device_type,
     dispatch_mode_popped,
@@ -59,6 +60,7 @@ from ....errors import InternalError
 from ...parents import shardinits_hooks
 from ..dispatch import CaptureMode
 from ..ops import INIT_FUNCTIONS
+from .knownresets import record_torch_reset
 
 __all__ = ["install_known_constructors"]
 
@@ -96,7 +98,7 @@ _DEVICE_AT = 5
 #: ``reset_parameters`` last (checked 2.15.0), with ``device``'s position among their
 #: positional arguments (after ``self``) and the torch module whose names they call.
 _EMPTY_THEN_RESET = (
-    (conv._ConvNd, conv._ConvNd.__dict__["__init__"], 11, conv),
+    (CONV_BASE, CONV_BASE.__dict__["__init__"], 11, conv),
     (nn.Linear, nn.Linear.__dict__["__init__"], 3, linear),
 )
 #: The methods of ``nn.Module`` those constructors call on the module.
@@ -196,7 +198,8 @@ def _install_reset(
                 _follow(recorder, module, _follow_empties)
         finally:
             del module.__dict__["reset_parameters"]
-        cast(Callable[[], None], module.reset_parameters)()
+        if not record_torch_reset(recorder, module, namespace):
+            cast(Callable[[], None], module.reset_parameters)()  # followed as it runs
 
     cls.__init__ = entry  # type: ignore[method-assign,assignment]
     return _undo_of(cls, entry, torch_init)
