@@ -32,29 +32,29 @@ from ..ops import INIT_FUNCTIONS
 __all__ = ["record_torch_reset"]
 
 
-def _call_site(method: Callable[..., object], name: str) -> str | None:
-    """``file:line in function`` of the last call of ``init.<name>`` in ``method``'s code,
-    as :func:`..trace.frames.user_frame` names a frame stopped there; None where the code
-    holds no such call on one line (then the method is followed as it runs)."""
+def _call_sites(method: Callable[..., object], name: str) -> list[str]:
+    """``file:line in function`` of each call of ``init.<name>`` on one line in
+    ``method``'s code, in order, as :func:`..trace.frames.user_frame` names a frame
+    stopped there."""
     code = method.__code__
-    lines = [
-        instruction.positions.lineno
+    return [
+        f"{code.co_filename}:{instruction.positions.lineno} in {code.co_name}"
         for instruction in dis.get_instructions(code)
         if instruction.argval == name
         and instruction.opname in ("LOAD_METHOD", "LOAD_ATTR")
         and instruction.positions is not None
         and instruction.positions.lineno == instruction.positions.end_lineno
     ]
-    return f"{code.co_filename}:{lines[-1]} in {code.co_name}" if lines else None
 
 
 #: Per torch's own method: where it calls ``kaiming_uniform_`` (the last call: a conv's
-#: contiguous weight's) and ``uniform_``.
+#: contiguous weight's) and ``uniform_``. A method whose code holds neither (another
+#: torch) is followed as it runs.
 _SITES: dict[object, tuple[str, str]] = {}
 for _method in (CONV_BASE.reset_parameters, linear.Linear.reset_parameters):
-    _kaiming, _uniform = _call_site(_method, "kaiming_uniform_"), _call_site(_method, "uniform_")
-    if _kaiming is not None and _uniform is not None:
-        _SITES[_method] = (_kaiming, _uniform)
+    _kaiming, _uniform = _call_sites(_method, "kaiming_uniform_"), _call_sites(_method, "uniform_")
+    if _kaiming and _uniform:
+        _SITES[_method] = (_kaiming[-1], _uniform[-1])
 #: The init functions the methods call, as torch defines them.
 _INIT_FUNCTIONS = (
     ("kaiming_uniform_", INIT_FUNCTIONS["kaiming_uniform_"]),
