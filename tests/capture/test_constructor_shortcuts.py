@@ -58,8 +58,8 @@ def test_a_tensor_filled_whole_takes_the_engines_value(monkeypatch: pytest.Monke
         model = _Convs()
     # Every random weight and bias drawn whole, and the norm's five constants.
     assert sorted(taken) == [
-        (), (4,), (4, 16), (16,), (16,), (16,), (16,), (16,), (16, 1, 3, 3), (16, 8, 1, 1)
-    ]
+        (), (4,), (4, 16), (16,), (16,), (16,), (16,), (16,), (16, 1, 3, 3), (16, 8, 1, 1),
+    ]  # fmt: skip
     shardinit.materialize(model, seed=0)
     std = float(model.pointwise.weight.detach().std())
     assert std == pytest.approx(math.sqrt(2.0 / 16), rel=0.3)  # the init code's normal_
