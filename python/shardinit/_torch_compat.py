@@ -213,13 +213,11 @@ def default_device_type() -> str:
     ``torch.get_default_device`` reads it (checked 2.15.0: the innermost
     ``torch.device`` mode, else the global default's), without the tensor it makes to
     read an index (a torch call every mode above would see)."""
-    from torch.utils._device import DeviceContext
-
     # Innermost first, one mode at a time (torch.overrides' list of the stack is built
-    # in Python; asked at every normalization layer a recording builds).
+    # in Python; asked at every layer a recording builds through a known constructor).
     for depth in range(torch._C._len_torch_function_stack() - 1, -1, -1):
         mode = torch._C._get_function_stack_at(depth)
-        if isinstance(mode, DeviceContext):
+        if isinstance(mode, _DeviceContext):
             return _device_type(mode.device)
     context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
     return "cpu" if context is None else _device_type(context.device)
