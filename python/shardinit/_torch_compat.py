@@ -193,6 +193,13 @@ _PARAMETER_HOOKS: dict[Any, Any] = nn.modules.module._global_parameter_registrat
 #: torch.nn's normalization layers' base class (checked 2.15.0: BatchNorm, InstanceNorm
 #: and SyncBatchNorm build their tensors in its constructor).
 NORM_BASE: Any = nn.modules.batchnorm._NormBase
+#: torch.nn's convolutions' base class (checked 2.15.0: every ``ConvNd`` and
+#: ``ConvTransposeNd`` makes its parameters and calls ``reset_parameters`` in its
+#: constructor).
+CONV_BASE: Any = CONV_MODULES[0]
+#: ``torch.nn.init``'s fans of a tensor, ``(fan_in, fan_out)`` (checked 2.15.0), which
+#: torch.nn's ``reset_parameters`` methods read.
+FANS: Callable[[torch.Tensor], tuple[int, int]] = torch.nn.init._calculate_fan_in_and_fan_out
 
 
 def torchs_own_function(name: str) -> object:
@@ -206,13 +213,11 @@ def default_device_type() -> str:
     ``torch.get_default_device`` reads it (checked 2.15.0: the innermost
     ``torch.device`` mode, else the global default's), without the tensor it makes to
     read an index (a torch call every mode above would see)."""
-    from torch.utils._device import DeviceContext
-
     # Innermost first, one mode at a time (torch.overrides' list of the stack is built
-    # in Python; asked at every normalization layer a recording builds).
+    # in Python; asked at every layer a recording builds through a known constructor).
     for depth in range(torch._C._len_torch_function_stack() - 1, -1, -1):
         mode = torch._C._get_function_stack_at(depth)
-        if isinstance(mode, DeviceContext):
+        if isinstance(mode, _DeviceContext):
             return _device_type(mode.device)
     context = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
     return "cpu" if context is None else _device_type(context.device)

@@ -352,7 +352,8 @@ def test_constructor_values_kept_by_what_made_them_are_the_values_afresh() -> No
     assert table is not None and constructor_buffer(second, "table") is not None
     assert constructor_buffer(second, "table").expr is table.expr  # folded once
     records = constructors._RECORDS
-    assert records[second]["scale"].expr is records[first]["scale"].expr
+    # A constant filled whole: each its own expression, equal (no fold: _filled_whole).
+    assert records[second]["scale"].expr == records[first]["scale"].expr
     noise = (records[first]["noise"].expr, records[second]["noise"].expr)
     assert noise[0] != noise[1]  # each its own operation's source
     shardinit.materialize(blocks, seed=0)

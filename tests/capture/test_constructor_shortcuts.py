@@ -1,6 +1,6 @@
-"""The recorded build's shortcuts give what the long way gives: a weight whose last
-write is a random fill of all of it takes the engine's value without a fold
-(``constructors._drawn_whole``); a call let through as it is skips only a lone
+"""The recorded build's shortcuts give what the long way gives: a tensor whose last
+write is a fill of all of it, random or constant, takes the engine's value without a
+fold (``constructors._filled_whole``); a call let through as it is skips only a lone
 ``torch.device`` mode (another mode below still sees it); the parent registry knows
 the holder of a module whose class has no ``__hash__``."""
 
@@ -35,8 +35,8 @@ class _Convs(nn.Module):
         self.head.weight.data.uniform_(-0.1, 0.1)
 
 
-def test_a_weight_drawn_whole_takes_the_engines_value(monkeypatch: pytest.MonkeyPatch) -> None:
-    shortcut = constructors._drawn_whole
+def test_a_tensor_filled_whole_takes_the_engines_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    shortcut = constructors._filled_whole
     taken: list[tuple[int, ...]] = []
     kept: list[constructors._Values] = []
     values_init = constructors._Values.__init__
@@ -53,11 +53,13 @@ def test_a_weight_drawn_whole_takes_the_engines_value(monkeypatch: pytest.Monkey
         return fast
 
     monkeypatch.setattr(constructors._Values, "__init__", noting)
-    monkeypatch.setattr(constructors, "_drawn_whole", checked)
+    monkeypatch.setattr(constructors, "_filled_whole", checked)
     with torch.device("meta"), shardinit.record_constructors():
         model = _Convs()
-    # Every random weight and bias drawn whole, none of the norm's constants.
-    assert sorted(taken) == [(4,), (4, 16), (16,), (16, 1, 3, 3), (16, 8, 1, 1)]
+    # Every random weight and bias drawn whole, and the norm's five constants.
+    assert sorted(taken) == [
+        (), (4,), (4, 16), (16,), (16,), (16,), (16,), (16,), (16, 1, 3, 3), (16, 8, 1, 1),
+    ]  # fmt: skip
     shardinit.materialize(model, seed=0)
     std = float(model.pointwise.weight.detach().std())
     assert std == pytest.approx(math.sqrt(2.0 / 16), rel=0.3)  # the init code's normal_

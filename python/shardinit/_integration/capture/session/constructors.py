@@ -39,6 +39,7 @@ from torch.nn.modules.module import (
     register_module_module_registration_hook,
     register_module_parameter_registration_hook,
 )
+from torch.nn.parameter import is_lazy
 
 from ...._program.actions import CapturedOp, Fill, ParamRecord, program_of
 from ...._program.cannot import Cannot
@@ -280,8 +281,8 @@ def _keep_values(
     with torch_function_disabled():
         for ref, name, param in params:
             module = ref()
-            if module is None or module._parameters.get(name) is not param:
-                continue
+            if module is None or module._parameters.get(name) is not param or is_lazy(param):
+                continue  # (a lazy layer's parameter has no shape yet, nor values)
             value = _value(values, param)
             if value is not None:
                 _RECORDS.setdefault(module, {})[name] = value
@@ -309,9 +310,9 @@ class _Values:
         """``tensor``'s value over its own coordinates (``track`` its followed tensor),
         as ``engine.value_of`` gives it (called with torch functions disabled: the
         layouts are read as they are)."""
-        drawn_whole = _drawn_whole(tensor, track)
-        if drawn_whole is not None:  # (most weights: never kept, see _key)
-            return drawn_whole
+        filled = _filled_whole(tensor, track)
+        if filled is not None:  # (most weights and normalization layers' tensors)
+            return filled
         key = self._key(tensor, track, op)
         if key is not None:
             known = self.kept.get(key)
@@ -362,21 +363,23 @@ class _Values:
         return token
 
 
-def _drawn_whole(tensor: torch.Tensor, track: Track) -> Expr | None:
-    """``tensor``'s value when the last write to its meta temporary ``track`` is a random
-    fill of all of it (a weight's last init call: ``normal_``, ``kaiming_uniform_``),
-    else None. It is what ``engine.value_of`` gives: the fold of a meta temporary starts
-    at its last write that sets all of it (:mod:`..trace.folds`), whose value a random
-    fill gives without reading the one before (``where`` over all of it is that value),
-    read through ``tensor``'s layout. Without the fold of the track and the questions
-    around it: a model has hundreds of such weights, each folded once, at the end."""
+def _filled_whole(tensor: torch.Tensor, track: Track) -> Expr | None:
+    """``tensor``'s value when the last write to its meta temporary ``track`` is a fill
+    of all of it, random or constant (a weight's last init call: ``normal_``,
+    ``kaiming_uniform_``; a normalization layer's ``ones_``, ``zeros_``), else None. It
+    is what ``engine.value_of`` gives: the fold of a meta temporary starts at its last
+    write that sets all of it (:mod:`..trace.folds`), whose value a fill gives without
+    reading the one before (``where`` over all of it is that value), read through
+    ``tensor``'s layout. Without the fold of the track and the questions around it (nor
+    the key of :meth:`_Values._key`): a model has hundreds of such tensors, each folded
+    once, at the end."""
     ops = track.ops
     if track.kind != "temp" or not ops or track.emptied:
         return None
     last = ops[-1]
     action = last.action
     base = track.base
-    if not (isinstance(action, Fill) and drawn(action)) or not base.is_meta:
+    if not isinstance(action, Fill) or not base.is_meta:
         return None
     shape = tuple(base.shape)
     if tensor.dtype != base.dtype or not _covers(last.region, shape):
@@ -384,7 +387,7 @@ def _drawn_whole(tensor: torch.Tensor, track: Track) -> Expr | None:
     offset = int(tensor.storage_offset() - base.storage_offset())
     coords, repeats = strided_coords(tensor.shape, stored_strides(tensor), offset, shape)
     if repeats is not None:
-        return None  # random values read twice: the engine's refusal says so
+        return None  # values read twice (random ones: the engine's refusal says so)
     written = action.after(base.dtype, len(shape), id(last), _UNREAD)  # (engine.op_value's)
     if isinstance(written, Source) and written.at == _own_coords(len(shape)):
         # A source read at its own coordinates, reindexed: the source at ``coords`` (a
@@ -434,7 +437,7 @@ def _keep_buffers(
     registered under a name wins, as the module holds it)."""
     for ref, name, buffer, where in buffers:
         module = ref()
-        if module is None or module._buffers.get(name) is not buffer:
+        if module is None or module._buffers.get(name) is not buffer or is_lazy(buffer):
             continue
         value = _buffer_value(values, buffer, where)
         records = _BUFFERS.setdefault(module, {})
