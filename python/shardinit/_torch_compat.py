@@ -13,7 +13,11 @@ is how a parameter is replaced without ``__setattr__``'s checks (torch's own
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import inspect
 import sys
+import textwrap
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -63,6 +67,7 @@ __all__ = [
     "positional_arguments",
     "python_key_excluded",
     "rewrap_fsdp2_classes",
+    "source_as_checked",
     "split_factor",
     "stateless_philox_missing",
     "stateless_philox_uniform",
@@ -200,6 +205,35 @@ CONV_BASE: Any = CONV_MODULES[0]
 #: ``torch.nn.init``'s fans of a tensor, ``(fan_in, fan_out)`` (checked 2.15.0), which
 #: torch.nn's ``reset_parameters`` methods read.
 FANS: Callable[[torch.Tensor], tuple[int, int]] = torch.nn.init._calculate_fan_in_and_fan_out
+
+
+#: The source of each torch method whose effect shardinit states without running it all
+#: (the known constructors, :mod:`.._integration.capture.session.knownmodules`, and
+#: torch's resets recorded, ``knownresets``), as torch 2.15.0 has it: sha256 of its
+#: dedented text, first 16 hex digits. Another torch's method (changed arguments, a new
+#: call) does not match, and is followed as it runs: slower, never another value.
+_CHECKED_SOURCES: Final = {
+    "torch.nn.modules.batchnorm._NormBase.__init__": "5e2896ee3f3403a4",
+    "torch.nn.modules.batchnorm._NormBase.reset_running_stats": "2f0e4a010d1f4caa",
+    "torch.nn.modules.batchnorm._NormBase.reset_parameters": "adf66cc9f595e3ac",
+    "torch.nn.modules.conv._ConvNd.__init__": "8b386c1e883899ad",
+    "torch.nn.modules.conv._ConvNd.reset_parameters": "93fa40132e9e0627",
+    "torch.nn.modules.linear.Linear.__init__": "931dfa117b6496df",
+    "torch.nn.modules.linear.Linear.reset_parameters": "ce3708a1bf57c16f",
+}
+
+
+@functools.cache
+def source_as_checked(method: Callable[..., object]) -> bool:
+    """Whether ``method`` (one of torch's, :data:`_CHECKED_SOURCES`) has the source its
+    shortcut was checked against; False for any other, or where its source is not at
+    hand (read once per method)."""
+    expected = _CHECKED_SOURCES.get(f"{method.__module__}.{method.__qualname__}")
+    try:
+        text = textwrap.dedent(inspect.getsource(method))
+    except (OSError, TypeError):
+        return False
+    return expected == hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def torchs_own_function(name: str) -> object:

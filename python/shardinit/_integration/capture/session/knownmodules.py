@@ -53,6 +53,7 @@ from ...._torch_compat import (
     innermost_function_mode,
     mode_popped,
     registration_hooks,
+    source_as_checked,
     torch_function_disabled,
     torchs_own_function,
 )
@@ -74,6 +75,8 @@ _TORCH_METHODS = {
         "register_parameter", "__setattr__", "__getattr__",
     )
 }  # fmt: skip
+#: torch's methods of its own that the constructor calls (their effect stated: _FACTS).
+_TORCH_RESETS = (_TORCH_METHODS["reset_parameters"], _TORCH_METHODS["reset_running_stats"])
 #: torch's functions the constructor calls, as torch defines them.
 _TORCH_FUNCTIONS = (
     *((torch, name, torchs_own_function(name)) for name in ("empty", "zeros", "ones", "tensor")),
@@ -138,8 +141,10 @@ def install_known_constructors(
 
 def _install_norm(recorder: CaptureMode, recording: Callable[[], bool]) -> Callable[[], None]:
     """Puts the entry in front of ``_NormBase.__init__``; returns the undo."""
-    if _NormBase.__dict__.get("__init__") is not _TORCH_INIT:
-        return lambda: None
+    if _NormBase.__dict__.get("__init__") is not _TORCH_INIT or not all(
+        map(source_as_checked, (_TORCH_INIT, *_TORCH_RESETS))
+    ):
+        return lambda: None  # another's constructor, or torch's not as checked: followed
 
     @functools.wraps(_TORCH_INIT)
     def entry(module: nn.Module, *args: Any, **kwargs: Any) -> None:
@@ -174,8 +179,10 @@ def _install_reset(
 ) -> Callable[[], None]:
     """Puts the entry in front of ``cls.__init__``, a constructor of
     :data:`_EMPTY_THEN_RESET`; returns the undo."""
-    if cls.__dict__.get("__init__") is not torch_init:
-        return lambda: None
+    if cls.__dict__.get("__init__") is not torch_init or not (
+        source_as_checked(torch_init) and source_as_checked(cls.__dict__["reset_parameters"])
+    ):
+        return lambda: None  # another's constructor, or torch's not as checked: followed
 
     @functools.wraps(torch_init)
     def entry(module: nn.Module, *args: Any, **kwargs: Any) -> None:

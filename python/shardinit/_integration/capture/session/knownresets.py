@@ -25,7 +25,13 @@ import torch
 from torch import nn
 from torch.nn.modules import linear
 
-from ...._torch_compat import CONV_BASE, FANS, mode_popped, torch_function_disabled
+from ...._torch_compat import (
+    CONV_BASE,
+    FANS,
+    mode_popped,
+    source_as_checked,
+    torch_function_disabled,
+)
 from ..dispatch import CaptureMode
 from ..ops import INIT_FUNCTIONS
 
@@ -48,12 +54,12 @@ def _call_sites(method: Callable[..., object], name: str) -> list[str]:
 
 
 #: Per torch's own method: where it calls ``kaiming_uniform_`` (the last call: a conv's
-#: contiguous weight's) and ``uniform_``. A method whose code holds neither (another
-#: torch) is followed as it runs.
+#: contiguous weight's) and ``uniform_``. A method of another source than the one checked
+#: (:func:`~shardinit._torch_compat.source_as_checked`: another torch) is followed as it runs.
 _SITES: dict[object, tuple[str, str]] = {}
 for _method in (CONV_BASE.reset_parameters, linear.Linear.reset_parameters):
     _kaiming, _uniform = _call_sites(_method, "kaiming_uniform_"), _call_sites(_method, "uniform_")
-    if _kaiming and _uniform:
+    if _kaiming and _uniform and source_as_checked(_method):
         _SITES[_method] = (_kaiming[-1], _uniform[-1])
 #: The init functions the methods call, as torch defines them.
 _INIT_FUNCTIONS = (
