@@ -43,7 +43,7 @@ from torch.nn.modules.module import (
     register_module_parameter_registration_hook,
 )
 
-from ...._names import canonical_name, qualified
+from ...._names import ModuleWalk, canonical_name, qualified
 from ...._program.actions import ParamRecord
 from ...._program.nodes import bad_reasons
 from ...._torch_compat import make_parameter
@@ -101,6 +101,9 @@ class CreatedTensors:
         self.lines: dict[Slot, str] = {}
         self.outcome = _Outcome()
         self.settled = False
+        #: The walk of the module tree init code left (:meth:`settle`'s), for the phases
+        #: after the capture.
+        self.walk_after: ModuleWalk | None = None
 
     @contextlib.contextmanager
     def noted(self) -> Iterator[None]:
@@ -139,7 +142,8 @@ class CreatedTensors:
         Raises:
             UnsupportedInitOpError: a change that cannot be kept (module docstring).
         """
-        for path, module in self.root.named_modules():
+        self.walk_after = ModuleWalk(self.root)
+        for path, module in self.walk_after.distinct:
             self._settle_params(recorder, module, path)
             self._check_buffers(recorder, module, path)
             self._check_attributes(recorder, module, path)
