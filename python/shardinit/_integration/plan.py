@@ -314,8 +314,8 @@ class Plan:
                     buffer_init(module, attr, value)
                 for source in REGION_SOURCES:
                     source.buffers_set(module)
-        if self.captured is not None and self.write_computed:
-            write_buffers(root, self.captured)
+        if self.captured is not None and self.write_computed and self.captured.buffers:
+            write_buffers(root, self.captured)  # (a walk of the model: only when some are)
 
 
 def _dtensor_device(tensor: torch.Tensor, device: torch.device | None) -> torch.device:
