@@ -169,7 +169,7 @@ def plan_entries(
         module,
         targets,
         seed=seed,
-        chooser=RulesAndDefaults(rules, module, built),
+        chooser=RulesAndDefaults(rules, module, built, walk),
         captured=captured,
         write_computed=captured is not None and captured.captured_on(module),
         copies=copy_sources(targets),

@@ -203,7 +203,7 @@ def _plan_and_fill(
         module,
         chosen,
         seed=seed,
-        chooser=RulesAndDefaults(rule_list, module, built),
+        chooser=RulesAndDefaults(rule_list, module, built, walk),
         captured=captured,
         write_computed=write_computed,
         left_alone=frozenset(t.name for t in targets) - {t.name for t in chosen},

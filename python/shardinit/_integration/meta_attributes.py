@@ -141,8 +141,11 @@ def check_meta_attributes(
     stranded: list[str] = []
     for path, module in walk.distinct:
         for attr, value in vars(module).items():
-            if attr in _MODULE_TABLES or _holds_no_tensor(value):
+            kind = type(value)  # _holds_no_tensor, inline: every attribute of every module
+            if kind in _LEAVES or (kind in _EMPTY_WHEN_FALSE and not value):
                 continue
+            if attr in _MODULE_TABLES or (kind is tuple and _LEAVES.issuperset(map(type, value))):
+                continue  # (a tuple of sizes: a convolution's kernel_size, stride, ...)
             for steps, tensor in _tensors_in(value, ()):
                 owner = owners.get(id(tensor))
                 fixed = all(not isinstance(s, _Field) or s.settable for s in steps)

@@ -407,12 +407,20 @@ class Chooser(Protocol):
 class RulesAndDefaults:
     """``materialize``'s choice: the first matching rule, else the value the constructor
     computed (recorded by :func:`shardinit.record_constructors`), else a parent module's
-    override, else torch.nn's default for the owning module's type."""
+    override, else torch.nn's default for the owning module's type. ``walk``: ``root``'s,
+    where the caller has it."""
 
-    def __init__(self, rules: RuleList, root: nn.Module, targets: Sequence[Target]) -> None:
+    def __init__(
+        self,
+        rules: RuleList,
+        root: nn.Module,
+        targets: Sequence[Target],
+        walk: ModuleWalk | None = None,
+    ) -> None:
         self.rules = rules
         self.root = root
         self.targets = targets
+        self.walk = walk
 
     @cached_property
     def shapes(self) -> dict[int, dict[str, tuple[int, ...]]]:
@@ -429,7 +437,7 @@ class RulesAndDefaults:
     def overrides(self) -> Mapping[tuple[int, str], DefaultInit]:
         """The parent modules' overrides of the defaults (a walk of the model), made at
         the first default asked for, during planning: the model is as it was built."""
-        return parent_overrides(self.root)
+        return parent_overrides(self.root, None if self.walk is None else self.walk.modules)
 
     def rule_for(self, target: Target) -> RuleKey | None:
         owner, attr = target.holders[0]
