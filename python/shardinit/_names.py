@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import nn
@@ -20,6 +21,7 @@ from torch import nn
 __all__ = [
     "WRAPPER_SEGMENTS",
     "BufferHolder",
+    "ModuleWalk",
     "ParamSlot",
     "buffer_holders",
     "canonical_name",
@@ -92,12 +94,62 @@ class ParamSlot:
 SkipHolder = Callable[[nn.Module, str, nn.Parameter], bool]
 
 
-def param_slots(root: nn.Module, *, skip: SkipHolder | None = None) -> list[ParamSlot]:
+class ModuleWalk:
+    """One walk of ``root``'s modules, shared by the phases of one call instead of a
+    walk each (a model of thousands of modules: a walk costs about a microsecond per
+    module, and materialize with init_fn had some sixteen).
+
+    It holds the modules and their paths, not their tensors: parameters and buffers are
+    read from the modules when asked (allocation replaces them). It stays true while the
+    module tree is as it was walked, so a call walks again after running code that may
+    change the tree (init_fn: :meth:`~shardinit._integration.capture.session.created.
+    CreatedTensors.settle`); it is never kept across calls.
+
+    Attributes:
+        root: the model.
+        pairs: ``root.named_modules(remove_duplicate=False)``: a module held at two
+            paths comes twice, with its subtree.
+    """
+
+    def __init__(self, root: nn.Module) -> None:
+        self.root = root
+        self.pairs: list[tuple[str, nn.Module]] = list(root.named_modules(remove_duplicate=False))
+
+    @cached_property
+    def distinct(self) -> list[tuple[str, nn.Module]]:
+        """``root.named_modules()``: each module once, at its first path, in the same
+        order (a module met again is met with its subtree, all of which was met the
+        first time)."""
+        seen: set[int] = set()
+        found = []
+        for path, module in self.pairs:
+            if id(module) not in seen:
+                seen.add(id(module))
+                found.append((path, module))
+        return found
+
+    @cached_property
+    def modules(self) -> list[nn.Module]:
+        """``root.modules()``."""
+        return [module for _, module in self.distinct]
+
+    @cached_property
+    def slots(self) -> list[ParamSlot]:
+        """:func:`param_slots` of ``root``, as the modules held them when first asked
+        (each ``slot.param`` is the parameter then; :meth:`ParamSlot.current` reads the
+        holder now). Shared: read, never changed."""
+        return walk_slots(self.pairs)
+
+
+def param_slots(
+    root: nn.Module, *, skip: SkipHolder | None = None, walk: ModuleWalk | None = None
+) -> list[ParamSlot]:
     """Every distinct parameter under ``root``, in ``named_parameters()`` order.
 
     Args:
         root: the model.
         skip: holders to leave out (e.g. the ones an FSDP1 unit manages).
+        walk: ``root``'s walk, where the caller has it.
 
     Example:
         >>> from torch import nn
@@ -108,7 +160,8 @@ def param_slots(root: nn.Module, *, skip: SkipHolder | None = None) -> list[Para
     """
     # named_modules(remove_duplicate=False) visits parameters in named_parameters() order,
     # so the first path seen for a tied parameter is its canonical one (stream-format.md §5).
-    return walk_slots(root.named_modules(remove_duplicate=False), skip=skip)
+    pairs = root.named_modules(remove_duplicate=False) if walk is None else walk.pairs
+    return walk_slots(pairs, skip=skip)
 
 
 def walk_slots(
@@ -120,22 +173,43 @@ def walk_slots(
     (Megatron's global layer and expert numbers)."""
     slots: dict[int, ParamSlot] = {}
     for path, module in modules:
-        for attr, param in module._parameters.items():
+        params = module._parameters
+        if not params:
+            continue  # most modules of a deep model: containers, activations, norms
+        prefix = _canonical_prefix(path)
+        for attr, param in params.items():
             if param is None or (skip is not None and skip(module, attr, param)):
                 continue
             slot = slots.get(id(param))
             if slot is None:
-                name = canonical_name(qualified(path, attr))
+                name = _attr_name(prefix, attr)
                 slots[id(param)] = ParamSlot(name, param, [(module, attr)])
             elif not any(m is module and a == attr for m, a in slot.owners):
                 slot.owners.append((module, attr))
     return list(slots.values())
 
 
-def holder_names(root: nn.Module, *, skip: SkipHolder | None = None) -> dict[str, str]:
+def _canonical_prefix(path: str) -> str:
+    """``canonical_name(path) + "."`` (``""`` for the root, or a path of wrapper segments
+    only): ``prefix + attr`` is the canonical name of the module's attribute ``attr``,
+    found once per module instead of per attribute."""
+    canonical = canonical_name(path) if path else ""
+    return f"{canonical}." if canonical else ""
+
+
+def _attr_name(prefix: str, attr: str) -> str:
+    """``canonical_name(qualified(path, attr))`` from ``prefix``, the path's
+    :func:`_canonical_prefix` (an attribute named as a wrapper segment is dropped too)."""
+    return prefix + attr if attr not in WRAPPER_SEGMENTS else prefix[:-1]
+
+
+def holder_names(
+    root: nn.Module, *, skip: SkipHolder | None = None, walk: ModuleWalk | None = None
+) -> dict[str, str]:
     """Which parameter each name holds: ``{canonical name of every holder (every path,
     as named_parameters(remove_duplicate=False)): canonical name of its parameter}``.
     Two names map to the same value exactly when they hold one Parameter (tied).
+    ``walk``: ``root``'s, where the caller has it.
 
     Example:
         >>> from torch import nn
@@ -146,11 +220,16 @@ def holder_names(root: nn.Module, *, skip: SkipHolder | None = None) -> dict[str
     """
     first: dict[int, str] = {}
     names: dict[str, str] = {}
-    for path, module in root.named_modules(remove_duplicate=False):
-        for attr, param in module._parameters.items():
+    pairs = root.named_modules(remove_duplicate=False) if walk is None else walk.pairs
+    for path, module in pairs:
+        params = module._parameters
+        if not params:
+            continue
+        prefix = _canonical_prefix(path)
+        for attr, param in params.items():
             if param is None or (skip is not None and skip(module, attr, param)):
                 continue
-            name = canonical_name(qualified(path, attr))
+            name = _attr_name(prefix, attr)
             names[name] = first.setdefault(id(param), name)
     return names
 
@@ -166,13 +245,19 @@ class BufferHolder:
     tensor: torch.Tensor
 
 
-def buffer_holders(root: nn.Module) -> Iterator[BufferHolder]:
+def buffer_holders(root: nn.Module, walk: ModuleWalk | None = None) -> Iterator[BufferHolder]:
     """Every registered (not None) buffer under ``root``, in ``named_buffers()`` order;
-    each module once (a buffer object two modules hold comes once per module)."""
-    for path, module in root.named_modules():
-        for attr, buffer in module._buffers.items():
+    each module once (a buffer object two modules hold comes once per module).
+    ``walk``: ``root``'s, where the caller has it."""
+    for path, module in root.named_modules() if walk is None else walk.distinct:
+        buffers = module._buffers
+        if not buffers:
+            continue
+        prefix = _canonical_prefix(path)
+        for attr, buffer in buffers.items():
             if buffer is not None:
-                yield BufferHolder(canonical_name(qualified(path, attr)), module, attr, buffer)
+                name = _attr_name(prefix, attr)
+                yield BufferHolder(name, module, attr, buffer)
 
 
 def refuse_lazy(slots: Sequence[ParamSlot], caller: str) -> None:

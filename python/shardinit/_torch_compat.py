@@ -19,7 +19,7 @@ import inspect
 import sys
 import textwrap
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Final, TypeGuard, TypeVar
@@ -668,10 +668,13 @@ def _flat_entries(flat_param: Any) -> Iterator[FlatEntry]:
 # --------------------------------------------------------------------------- FSDP2
 
 
-def unwrap_fsdp2_classes(module: nn.Module) -> list[tuple[nn.Module, type]]:
+def unwrap_fsdp2_classes(
+    module: nn.Module, modules: Iterable[nn.Module] | None = None
+) -> list[tuple[nn.Module, type]]:
     """Gives modules ``fully_shard`` wrapped their own class back (checked 2.15.0:
     FSDP2 swaps the class for a dynamic subclass of ``FSDPModule`` and the original);
     returns ``(module, wrapper class)`` to put back with :func:`rewrap_fsdp2_classes`.
+    ``modules``: ``module.modules()``, where the caller has them.
 
     FSDP2 swaps a module's class for a subclass ``FSDP<Class>`` defined in torch. Init code
     may look at the class: transformers treats a model whose class lives outside its
@@ -684,7 +687,7 @@ def unwrap_fsdp2_classes(module: nn.Module) -> list[tuple[nn.Module, type]]:
     swapped: list[tuple[nn.Module, type]] = []
     if wrapper is None:
         return swapped
-    for sub in module.modules():
+    for sub in module.modules() if modules is None else modules:
         cls = type(sub)
         if isinstance(sub, wrapper):
             bases = [b for b in cls.__bases__ if not issubclass(b, wrapper)]

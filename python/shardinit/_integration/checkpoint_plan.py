@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from .._names import listing
+from .._names import ModuleWalk, listing
 from .._program import Writer
 from ..errors import ShardInitError
 from .fingerprint import digest_of_total, flat_range_term
@@ -148,8 +148,9 @@ def plan_entries(
     from .placements import is_dtensor
     from .plan import RulesAndDefaults, copy_sources, local_targets, make_plan, region_targets
 
-    flat, managed = region_targets(module)
-    targets = local_targets(module, managed)
+    walk = ModuleWalk(module)
+    flat, managed = region_targets(module, walk)
+    targets = local_targets(module, managed, walk)
     off_meta = [t.name for t in targets if not t.slot.param.is_meta or is_dtensor(t.slot.param)]
     if flat or off_meta:
         names = listing(off_meta or [t.name for t in flat])
@@ -158,18 +159,21 @@ def plan_entries(
             f"(its checkpoint is written from the plan, never from memory); these "
             f"parameters are not plain meta parameters: {names}"
         )
-    captured = _captured(module, init_fn, hides_params=False, device=None)
+    captured, walk = _captured(walk, init_fn, hides_params=False, device=None)
     built = targets  # the defaults' fans, as materialize reads them
     if captured is not None and captured.changed_params and captured.captured_on(module):
-        targets = local_targets(module, region_targets(module)[1])  # init code added some
+        targets = local_targets(
+            module, region_targets(module, walk)[1], walk
+        )  # init code added some
     plan = make_plan(
         module,
         targets,
         seed=seed,
-        chooser=RulesAndDefaults(rules, module, built),
+        chooser=RulesAndDefaults(rules, module, built, walk),
         captured=captured,
         write_computed=captured is not None and captured.captured_on(module),
         copies=copy_sources(targets),
+        walk=walk,
     )
     plan.check(overwrite=False, buffer_init=buffer_init)
     for buffer in plan.buffers:  # small: allocated whole, set as materialize sets them

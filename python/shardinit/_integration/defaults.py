@@ -10,7 +10,7 @@ torch computes them from the full tensor), and the same post-fixes (an Embedding
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -119,13 +119,16 @@ def default_init(module: nn.Module, attr: str, shapes: Shapes) -> DefaultInit | 
     return None
 
 
-def parent_overrides(root: nn.Module) -> dict[tuple[int, str], DefaultInit]:
+def parent_overrides(
+    root: nn.Module, modules: Iterable[nn.Module] | None = None
+) -> dict[tuple[int, str], DefaultInit]:
     """Defaults that a parent module imposes on a child's parameters, keyed by
     ``(id(child), attr)``: ``MultiheadAttention._reset_parameters`` zeroes
-    ``out_proj.bias`` after the ``out_proj`` Linear set its own default.
+    ``out_proj.bias`` after the ``out_proj`` Linear set its own default. ``modules``:
+    ``root.modules()``, where the caller has them.
     """
     overrides: dict[tuple[int, str], DefaultInit] = {}
-    for module in root.modules():
+    for module in root.modules() if modules is None else modules:
         if isinstance(module, nn.MultiheadAttention) and module.in_proj_bias is not None:
             overrides[(id(module.out_proj), "bias")] = DefaultInit(init.zeros())
         if parametrize.is_parametrized(module):

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import functools
 import weakref
+from collections.abc import Iterable
 
 import torch
 from torch import nn
 
-from .._names import canonical_name, listing, qualified
+from .._names import ModuleWalk, canonical_name, listing, qualified
 from .._torch_compat import FlatEntry, fsdp1_unit
 from .._validate import DeviceLike, resolve_device
 from ..errors import ShardInitError
@@ -59,9 +60,12 @@ def is_fsdp1(module: nn.Module) -> bool:
     return isinstance(module, _fsdp_class())
 
 
-def uses_fsdp1(module: nn.Module) -> bool:
-    """Whether ``module`` or any submodule is an FSDP1 wrapper."""
-    return any(is_fsdp1(child) for child in module.modules())
+def uses_fsdp1(module: nn.Module, modules: Iterable[nn.Module] | None = None) -> bool:
+    """Whether ``module`` or any submodule is an FSDP1 wrapper (``modules``:
+    ``module.modules()``, where the caller has them)."""
+    wrapper = _fsdp_class()
+    children = module.modules() if modules is None else modules
+    return any(isinstance(child, wrapper) for child in children)
 
 
 def _default_device() -> torch.device:
@@ -149,19 +153,23 @@ def mark_filled(module: nn.Module) -> None:
     _UNFILLED.discard(module)
 
 
-def fsdp1_targets(root: nn.Module) -> tuple[list[FlatTarget], set[tuple[int, str]]]:
+def fsdp1_targets(
+    root: nn.Module, walk: ModuleWalk | None = None
+) -> tuple[list[FlatTarget], set[tuple[int, str]]]:
     """FSDP1's region source for materialize: every original parameter of every FSDP1
     unit under ``root``, with the part of it this rank's flat shard holds, and the
     ``(id(module), attr)`` holders the units manage (the generic walk skips them).
+    ``walk``: ``root``'s, where the caller has it.
 
     Raises:
         ShardInitError: a unit that is not sharded right now (inside
             ``summon_full_params``), or tied parameters split across units.
     """
-    if not uses_fsdp1(root):
+    walk = ModuleWalk(root) if walk is None else walk
+    if not uses_fsdp1(root, walk.modules):
         return [], set()
     targets: list[FlatTarget] = []
-    for path, wrapper in root.named_modules():
+    for path, wrapper in walk.distinct:
         unit = fsdp1_unit(wrapper) if is_fsdp1(wrapper) else None
         if unit is None:
             continue  # not a unit, or a unit without parameters
@@ -184,7 +192,7 @@ def fsdp1_targets(root: nn.Module) -> tuple[list[FlatTarget], set[tuple[int, str
             "modules that share it in one unit (leave them out of auto_wrap_policy), or "
             "with FSDP2 pass them to one fully_shard call"
         )
-    return targets, managed_params(root)
+    return targets, managed_params(root, walk.modules)
 
 
 def _flat_target(path: str, entry: FlatEntry, shard: FlatShard) -> FlatTarget:
@@ -242,11 +250,14 @@ def ties_split_across_units(root: nn.Module) -> list[str]:
     return split
 
 
-def managed_params(root: nn.Module) -> set[tuple[int, str]]:
+def managed_params(
+    root: nn.Module, modules: Iterable[nn.Module] | None = None
+) -> set[tuple[int, str]]:
     """``(id(module), attr)`` of every original parameter that an FSDP1 unit under
-    ``root`` manages (including shared ones), so the generic path leaves them alone."""
+    ``root`` manages (including shared ones), so the generic path leaves them alone
+    (``modules``: ``root.modules()``, where the caller has them)."""
     managed: set[tuple[int, str]] = set()
-    for wrapper in root.modules():
+    for wrapper in root.modules() if modules is None else modules:
         unit = fsdp1_unit(wrapper) if is_fsdp1(wrapper) else None
         if unit is None:
             continue

@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from .._names import listing, param_slots
+from .._names import ModuleWalk, listing
 from .._validate import DeviceLike, check_seed, resolve_device
 from ..errors import ShardInitError
-from .capture import CapturedInit, capture_init
+from .capture import CapturedInit, capture_walked
 from .collector import collector_paused
 from .meta_attributes import check_meta_attributes
 from .only import Only, check_only, chosen_names
@@ -150,17 +150,19 @@ def materialize(
     target_device = None if device is None else resolve_device(device)
     rule_list = check_rules(rules)
     check_only(only)
-    refuse_prepared_on_meta(module)
-    refuse_part_of_model(module)
-
     with collector_paused():  # why: collector.py
+        # One walk of the modules for every phase up to init_fn (which may change the
+        # tree: then one more, after it), instead of a walk each.
+        walk = ModuleWalk(module)
+        refuse_prepared_on_meta(module, walk)
+        refuse_part_of_model(module)
         return _plan_and_fill(
-            module, seed, target_device, rule_list, buffer_init, overwrite, init_fn, only
+            walk, seed, target_device, rule_list, buffer_init, overwrite, init_fn, only
         )
 
 
 def _plan_and_fill(
-    module: nn.Module,
+    walk: ModuleWalk,
     seed: int,
     target_device: torch.device | None,
     rule_list: RuleList,
@@ -169,28 +171,29 @@ def _plan_and_fill(
     init_fn: Callable[[], object] | CapturedInit | None,
     only: Only | None,
 ) -> nn.Module:
-    """``materialize`` after its arguments are checked."""
+    """``materialize`` after its arguments are checked, over ``walk`` of the model."""
     # 1. Plan every name, region and initializer before touching any tensor, so an error
     #    leaves the model as it was.
-    flat, managed = region_targets(module)
-    targets = [*local_targets(module, managed), *flat]
+    module = walk.root
+    flat, managed = region_targets(module, walk)
+    targets = [*local_targets(module, managed, walk), *flat]
     if only is not None and flat:
         raise ShardInitError(
             "materialize: only fills plain and DTensor parameters (meta-device, FSDP2, "
             "TP); not FSDP1 flat shards (zeroed whole before they are filled) or DeepSpeed "
             "ZeRO-3 partitions. There, materialize the whole model, then load the checkpoint"
         )
-    chosen = targets if only is None else _chosen(module, targets, only)
+    chosen = targets if only is None else _chosen(walk, targets, only)
     copies = _copies(targets, chosen)
-    captured = _captured(module, init_fn, hides_params=bool(flat), device=target_device)
+    captured, walk = _captured(walk, init_fn, hides_params=bool(flat), device=target_device)
     # torch.nn's defaults read the fans of the parameters as the model was built (a bias
     # bound is the constructor's weight's), whatever init code did to them since.
     built = targets
     if captured is not None and captured.changed_params and captured.captured_on(module):
         # init code added or removed parameters, as eager init code leaves the model
-        flat, managed = region_targets(module)
-        targets = [*local_targets(module, managed), *flat]
-        chosen = targets if only is None else _chosen(module, targets, only)
+        flat, managed = region_targets(module, walk)
+        targets = [*local_targets(module, managed, walk), *flat]
+        chosen = targets if only is None else _chosen(walk, targets, only)
         copies = _copies(targets, chosen)
     # The buffer values init_fn computed are written if it computed them on this very
     # model and no wrapper flattened its parameters (flat parameters cannot be swapped
@@ -200,7 +203,7 @@ def _plan_and_fill(
         module,
         chosen,
         seed=seed,
-        chooser=RulesAndDefaults(rule_list, module, built),
+        chooser=RulesAndDefaults(rule_list, module, built, walk),
         captured=captured,
         write_computed=write_computed,
         left_alone=frozenset(t.name for t in targets) - {t.name for t in chosen},
@@ -208,22 +211,24 @@ def _plan_and_fill(
         # init_fn captured on module just now (not a CapturedInit passed in): the
         # capture's ties are module's own, read at its end.
         captured_here=captured is not None and captured is not init_fn,
+        walk=walk,
     )
-    flags = _checked_flags(module, captured, hides_params=bool(flat))
+    flags = _checked_flags(walk, captured, hides_params=bool(flat))
     flags = {name: flag for name, flag in flags.items() if any(t.name == name for t in chosen)}
-    rebind_aliases = check_meta_attributes(module, target_device)  # none stays on meta
+    rebind_aliases = check_meta_attributes(module, target_device, walk)  # none stays on meta
     # 2. Check, 3. allocate, 4. fill, 5. buffers.
-    plan.carry_out(module, overwrite=overwrite, buffer_init=buffer_init, device=target_device)
+    plan.carry_out(
+        module, overwrite=overwrite, buffer_init=buffer_init, device=target_device, walk=walk
+    )
     rebind_aliases()
-    if flags:  # a walk only when init_fn set some: it finds their new Parameters
-        for slot in param_slots(module):
-            if slot.name in flags:
-                slot.param.requires_grad_(flags[slot.name])
+    for slot in walk.slots if flags else ():  # their new Parameters, which the holders hold now
+        if slot.name in flags:
+            slot.current().requires_grad_(flags[slot.name])
     return module
 
 
 def _checked_flags(
-    module: nn.Module, captured: CapturedInit | None, *, hides_params: bool
+    walk: ModuleWalk, captured: CapturedInit | None, *, hides_params: bool
 ) -> dict[str, bool]:
     """The ``requires_grad`` flags init_fn set, per canonical name, checked before
     anything is allocated: each names a parameter materialize can set it on."""
@@ -236,7 +241,7 @@ def _checked_flags(
             "FSDP1's flat parameters and ZeRO-3's partitions cannot carry per original "
             "parameter; set it on the model before wrapping it"
         )
-    missing = sorted(set(flags) - {slot.name for slot in param_slots(module)})
+    missing = sorted(set(flags) - {slot.name for slot in walk.slots})
     if missing:
         raise ShardInitError(
             f"materialize: init_fn's capture sets requires_grad of {listing(missing)}, "
@@ -261,8 +266,8 @@ def _check_arguments(
     return seed
 
 
-def _chosen(module: nn.Module, targets: Sequence[Target], only: Only) -> list[Target]:
-    names = chosen_names(module, targets, only)
+def _chosen(walk: ModuleWalk, targets: Sequence[Target], only: Only) -> list[Target]:
+    names = chosen_names(walk.root, targets, only, walk)
     return [target for target in targets if target.name in names]
 
 
@@ -287,14 +292,16 @@ def _copies(targets: Sequence[Target], chosen: Sequence[Target]) -> dict[str, Ta
 
 
 def _captured(
-    module: nn.Module,
+    walk: ModuleWalk,
     init_fn: Callable[[], object] | CapturedInit | None,
     *,
     hides_params: bool,
-    device: DeviceLike,
-) -> CapturedInit | None:
+    device: torch.device | None,
+) -> tuple[CapturedInit | None, ModuleWalk]:
+    """init_fn's capture (None without init_fn), and the walk of the model after it: a
+    new one where init_fn ran here (it may have changed the module tree), else ``walk``."""
     if init_fn is None or isinstance(init_fn, CapturedInit):
-        return init_fn
+        return init_fn, walk
     if hides_params:
         raise ShardInitError(
             "materialize: FSDP1's flat parameters (and DeepSpeed ZeRO-3's partitions) "
@@ -303,4 +310,4 @@ def _captured(
             "result: captured = shardinit.capture_init(model, model.init_weights); "
             "materialize(fsdp_model, seed=..., init_fn=captured)"
         )
-    return capture_init(module, init_fn, device=device)
+    return capture_walked(walk, init_fn, device)

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._names import listing
+from .._names import ModuleWalk, listing
 from .._program.cannot import Cannot
 from .._torch_compat import torch_function_disabled
 from ..errors import ShardInitError
@@ -122,25 +122,30 @@ def _table_of(
 
 
 def check_meta_attributes(
-    root: nn.Module, device: torch.device | None = None
+    root: nn.Module, device: torch.device | None = None, walk: ModuleWalk | None = None
 ) -> Callable[[], None]:
     """Refuses meta tensors ``root``'s modules hold as plain attributes, but those whose
     constructor's values were recorded (:func:`keep_attribute_tables`); returns what
     points the aliases of parameters and buffers at their new tensors and sets the
     recorded tables, on ``device`` (default the CPU) (call it after the fill).
+    ``walk``: ``root``'s, where the caller has it.
 
     Raises:
         ShardInitError: a meta tensor that is neither a parameter nor a buffer and has
             no computed value, naming every such attribute.
     """
-    owners = _tensor_owners(root)
+    walk = ModuleWalk(root) if walk is None else walk
+    owners = _tensor_owners(walk.modules)
     aliases: list[Alias] = []
     tables: list[tuple[nn.Module, str, Steps, torch.Tensor]] = []
     stranded: list[str] = []
-    for path, module in root.named_modules(remove_duplicate=True):
+    for path, module in walk.distinct:
         for attr, value in vars(module).items():
-            if attr in _MODULE_TABLES or _holds_no_tensor(value):
+            kind = type(value)  # _holds_no_tensor, inline: every attribute of every module
+            if kind in _LEAVES or (kind in _EMPTY_WHEN_FALSE and not value):
                 continue
+            if attr in _MODULE_TABLES or (kind is tuple and _LEAVES.issuperset(map(type, value))):
+                continue  # (a tuple of sizes: a convolution's kernel_size, stride, ...)
             for steps, tensor in _tensors_in(value, ()):
                 owner = owners.get(id(tensor))
                 fixed = all(not isinstance(s, _Field) or s.settable for s in steps)
@@ -180,10 +185,10 @@ def check_meta_attributes(
     return rebind_aliases
 
 
-def _tensor_owners(root: nn.Module) -> dict[int, tuple[nn.Module, str]]:
-    """id of every parameter and buffer of ``root`` -> (module holding it, its name)."""
+def _tensor_owners(modules: Iterable[nn.Module]) -> dict[int, tuple[nn.Module, str]]:
+    """id of every parameter and buffer of ``modules`` -> (module holding it, its name)."""
     owners: dict[int, tuple[nn.Module, str]] = {}
-    for module in root.modules():
+    for module in modules:
         for table in (module._parameters, module._buffers):
             for name, tensor in table.items():
                 if tensor is not None:

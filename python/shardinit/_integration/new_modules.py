@@ -13,7 +13,7 @@ one) is what eager torch does with it, and is kept.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from torch import nn
@@ -29,8 +29,12 @@ class NewSubmodules:
     ``root``'s tree. ``error`` keeps the refusal: init code that catches it is still
     refused after it returns (:meth:`raise_if_refused`)."""
 
-    def __init__(self, root: nn.Module) -> None:
-        self._paths = {id(m): path for path, m in root.named_modules(remove_duplicate=False)}
+    def __init__(
+        self, root: nn.Module, walk: Iterable[tuple[str, nn.Module]] | None = None
+    ) -> None:
+        """``walk``: ``root.named_modules(remove_duplicate=False)``, where the caller has it."""
+        pairs = root.named_modules(remove_duplicate=False) if walk is None else walk
+        self._paths = {id(m): path for path, m in pairs}
         self.error: UnsupportedInitOpError | None = None
 
     @contextlib.contextmanager

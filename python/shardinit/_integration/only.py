@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from torch import nn
 
-from .._names import buffer_holders, canonical_name, holder_names, listing
+from .._names import ModuleWalk, buffer_holders, canonical_name, holder_names, listing
 from .._torch_compat import is_flat_param
 from ..errors import ShardInitError
 from .targets import Target
@@ -33,8 +33,11 @@ def check_only(only: object) -> None:
         )
 
 
-def chosen_names(root: nn.Module, targets: Sequence[Target], only: Only) -> set[str]:
-    """The canonical names of the targets ``only`` selects.
+def chosen_names(
+    root: nn.Module, targets: Sequence[Target], only: Only, walk: ModuleWalk | None = None
+) -> set[str]:
+    """The canonical names of the targets ``only`` selects (``walk``: ``root``'s, where
+    the caller has it).
 
     Raises:
         TypeError: a name that is not a str.
@@ -43,8 +46,8 @@ def chosen_names(root: nn.Module, targets: Sequence[Target], only: Only) -> set[
     names = {target.name for target in targets}
     if callable(only):
         return {name for name in names if only(name)}
-    holders = holder_names(root, skip=lambda module, attr, param: is_flat_param(param))
-    buffers = {holder.name for holder in buffer_holders(root)}
+    holders = holder_names(root, skip=lambda module, attr, param: is_flat_param(param), walk=walk)
+    buffers = {holder.name for holder in buffer_holders(root, walk)}
     chosen: set[str] = set()
     unknown: list[str] = []
     for given in list(only):

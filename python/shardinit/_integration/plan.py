@@ -19,12 +19,13 @@ from .._caches import BoundedMap
 from .._fill import DeferredFills
 from .._names import (
     BufferHolder,
+    ModuleWalk,
     buffer_holders,
     holder_names,
     listing,
-    param_slots,
     qualified,
     refuse_lazy,
+    walk_slots,
 )
 from .._program import CapturedOp, ParamRecord, base_ops
 from .._program.cannot import Cannot
@@ -70,13 +71,14 @@ class RegionSource:
 
     Attributes:
         targets: the targets of the parameters the wrapper holds in its own layout, and
-            the ``(id(module), attr)`` holders it manages (the generic walk skips them).
+            the ``(id(module), attr)`` holders it manages (the generic walk skips them),
+            from the model and its walk.
         unset_buffers: a module's buffers that the wrapper allocated off meta and left
             unset (planned like meta buffers).
         buffers_set: called once a module's planned buffers are set.
     """
 
-    targets: Callable[[nn.Module], tuple[Sequence[Target], set[tuple[int, str]]]]
+    targets: Callable[[nn.Module, ModuleWalk], tuple[Sequence[Target], set[tuple[int, str]]]]
     unset_buffers: Callable[[nn.Module], set[str]] = _no_buffers
     buffers_set: Callable[[nn.Module], None] = _nothing
 
@@ -207,13 +209,15 @@ class Plan:
         overwrite: bool,
         buffer_init: BufferInit | None,
         device: torch.device | None,
+        walk: ModuleWalk | None = None,
     ) -> None:
         """The phases after planning, for every region source: check (raises before
         anything is allocated), allocate, fill, buffers. Each target is allocated just
         before it is filled, so the core writes the first parameters while the next
         ones are allocated; the buffers are set while it writes the last ones, unless
-        ``buffer_init`` (the user's code, which may read parameters) sets some."""
-        _refuse_shared_storage(root)
+        ``buffer_init`` (the user's code, which may read parameters) sets some.
+        ``walk``: ``root``'s, where the caller has it."""
+        _refuse_shared_storage(ModuleWalk(root) if walk is None else walk)
         self.check(overwrite=overwrite, buffer_init=buffer_init)
         self.allocate_dtensors(root, device)
         plain_device = device if device is not None else torch.device("cpu")
@@ -310,8 +314,8 @@ class Plan:
                     buffer_init(module, attr, value)
                 for source in REGION_SOURCES:
                     source.buffers_set(module)
-        if self.captured is not None and self.write_computed:
-            write_buffers(root, self.captured)
+        if self.captured is not None and self.write_computed and self.captured.buffers:
+            write_buffers(root, self.captured)  # (a walk of the model: only when some are)
 
 
 def _dtensor_device(tensor: torch.Tensor, device: torch.device | None) -> torch.device:
@@ -327,20 +331,26 @@ def _dtensor_device(tensor: torch.Tensor, device: torch.device | None) -> torch.
 # --------------------------------------------------------------------------- planning
 
 
-def region_targets(root: nn.Module) -> tuple[list[Target], set[tuple[int, str]]]:
-    """The targets of every region source, and the holders they manage."""
+def region_targets(
+    root: nn.Module, walk: ModuleWalk | None = None
+) -> tuple[list[Target], set[tuple[int, str]]]:
+    """The targets of every region source, and the holders they manage. ``walk``:
+    ``root``'s, where the caller has it."""
+    walk = ModuleWalk(root) if walk is None else walk
     targets: list[Target] = []
     managed: set[tuple[int, str]] = set()
     for source in REGION_SOURCES:
-        found, held = source.targets(root)
+        found, held = source.targets(root, walk)
         targets += found
         managed |= held
     return targets, managed
 
 
-def local_targets(root: nn.Module, managed: set[tuple[int, str]]) -> list[LocalTarget]:
+def local_targets(
+    root: nn.Module, managed: set[tuple[int, str]], walk: ModuleWalk | None = None
+) -> list[LocalTarget]:
     """A target for every parameter no region source manages: DTensor shards and plain
-    parameters, tied ones once.
+    parameters, tied ones once. ``walk``: ``root``'s, where the caller has it.
 
     Raises:
         ShardInitError: a DTensor layout that is not supported; uninitialized lazy
@@ -351,7 +361,11 @@ def local_targets(root: nn.Module, managed: set[tuple[int, str]]) -> list[LocalT
         # A region source's flat parameter is filled through that source's targets.
         return (id(module), attr) in managed or is_flat_param(param)
 
-    slots = param_slots(root, skip=skip)
+    walk = ModuleWalk(root) if walk is None else walk
+    if managed:
+        slots = walk_slots(walk.pairs, skip=skip)
+    else:  # no holder skipped but flat parameters, whose holders all are: the walk's slots
+        slots = [slot for slot in walk.slots if not is_flat_param(slot.param)]
     refuse_lazy(slots, "materialize")
     return [
         LocalTarget(
@@ -393,12 +407,20 @@ class Chooser(Protocol):
 class RulesAndDefaults:
     """``materialize``'s choice: the first matching rule, else the value the constructor
     computed (recorded by :func:`shardinit.record_constructors`), else a parent module's
-    override, else torch.nn's default for the owning module's type."""
+    override, else torch.nn's default for the owning module's type. ``walk``: ``root``'s,
+    where the caller has it."""
 
-    def __init__(self, rules: RuleList, root: nn.Module, targets: Sequence[Target]) -> None:
+    def __init__(
+        self,
+        rules: RuleList,
+        root: nn.Module,
+        targets: Sequence[Target],
+        walk: ModuleWalk | None = None,
+    ) -> None:
         self.rules = rules
         self.root = root
         self.targets = targets
+        self.walk = walk
 
     @cached_property
     def shapes(self) -> dict[int, dict[str, tuple[int, ...]]]:
@@ -415,7 +437,7 @@ class RulesAndDefaults:
     def overrides(self) -> Mapping[tuple[int, str], DefaultInit]:
         """The parent modules' overrides of the defaults (a walk of the model), made at
         the first default asked for, during planning: the model is as it was built."""
-        return parent_overrides(self.root)
+        return parent_overrides(self.root, None if self.walk is None else self.walk.modules)
 
     def rule_for(self, target: Target) -> RuleKey | None:
         owner, attr = target.holders[0]
@@ -473,6 +495,7 @@ def make_plan(
     left_alone: frozenset[str] = frozenset(),
     copies: Mapping[str, Target] | None = None,
     captured_here: bool = False,
+    walk: ModuleWalk | None = None,
 ) -> Plan:
     """One plan per parameter of ``targets`` (init_fn's capture, then ``chooser``) and per
     meta buffer. Nothing is allocated or written. ``left_alone``: the names of the
@@ -483,7 +506,7 @@ def make_plan(
     other than the source's matches the copy. ``captured_here``: ``captured`` was taken
     on ``root`` by the caller just before, with nothing run since: its ties are
     ``root``'s (``holder_names`` of the same model, read at the capture's end), so they
-    are not walked again to compare.
+    are not walked again to compare. ``walk``: ``root``'s, where the caller has it.
 
     Raises:
         ShardInitError: a capture that does not fit its parameter, or an initializer
@@ -534,12 +557,13 @@ def make_plan(
         names = {target.name for target in targets} | left_alone
         unmatched = [name for name in records if name not in names]
     computed = set(captured.buffers) if captured is not None and write_computed else set()
+    walk = ModuleWalk(root) if walk is None else walk
     retied: list[str] = []
     if captured is not None and not captured_here:
-        retied = tie_differences(root, captured.aliases)
+        retied = tie_differences(root, captured.aliases, walk)
     return Plan(
         params,
-        _buffer_plans(root, computed),
+        _buffer_plans(walk, computed),
         missing,
         chooser.missing_error(missing) if missing else "",
         retied,
@@ -581,13 +605,15 @@ def copy_sources(targets: Sequence[Target]) -> dict[str, Target]:
     return sources
 
 
-def tie_differences(root: nn.Module, captured: Mapping[str, str]) -> list[str]:
+def tie_differences(
+    root: nn.Module, captured: Mapping[str, str], walk: ModuleWalk | None = None
+) -> list[str]:
     """Tie groups that differ between ``root`` and the module a capture was taken on
     (``captured``: its :func:`~shardinit._names.holder_names`), over the names both
     have, e.g. ``"transformer.wte.weight = lm_head.weight (tied in the capture, not in
     the model)"``. Holders of flat parameters (FSDP1) are not compared: their original
-    parameters are hidden."""
-    model = holder_names(root, skip=lambda module, attr, param: is_flat_param(param))
+    parameters are hidden. ``walk``: ``root``'s, where the caller has it."""
+    model = holder_names(root, skip=_holds_flat_param, walk=walk)
     common = [name for name in captured if name in model]
     found: list[str] = []
     directions = (
@@ -604,6 +630,11 @@ def tie_differences(root: nn.Module, captured: Mapping[str, str]) -> list[str]:
             if len({theirs[name] for name in names}) > 1:
                 found.append(f"{' = '.join(names)} ({how})")
     return found
+
+
+def _holds_flat_param(module: nn.Module, attr: str, param: nn.Parameter) -> bool:
+    """A holder of FSDP1's flat parameter (a :data:`~shardinit._names.SkipHolder`)."""
+    return is_flat_param(param)
 
 
 def _constructed(target: Target, record: ParamRecord | None, seed: int) -> Values | None:
@@ -674,10 +705,10 @@ def _check_record(record: ParamRecord, target: Target) -> None:
         )
 
 
-def _buffer_plans(root: nn.Module, computed: set[str]) -> list[BufferPlan]:
+def _buffer_plans(walk: ModuleWalk, computed: set[str]) -> list[BufferPlan]:
     plans: list[BufferPlan] = []
     seen: set[int] = set()
-    for holder in buffer_holders(root):
+    for holder in buffer_holders(walk.root, walk):
         if id(holder.tensor) in seen:
             continue
         if not holder.tensor.is_meta and not any(
@@ -700,7 +731,7 @@ def _raise_uncomputable(unknown: Sequence[BufferPlan]) -> None:
             buffer_tensor(buffer.made, buffer.holder.name, shape, dtype)  # raises
 
 
-def _refuse_shared_storage(root: nn.Module) -> None:
+def _refuse_shared_storage(walk: ModuleWalk) -> None:
     """Raises when two distinct meta parameters or buffers view one storage (built as
     views of one tensor, ``p = Parameter(base[:4]); q = Parameter(base[4:])``): in
     eager torch they share memory, a write to one shows in the other, where
@@ -708,11 +739,10 @@ def _refuse_shared_storage(root: nn.Module) -> None:
     fine."""
     seen: dict[int, tuple[str, str, torch.Tensor, object]] = {}
     visited: set[int] = set()
-    # named_parameters() then named_buffers(), each tensor once, from one walk of the
-    # modules (named_parameters' own costs several microseconds per parameter).
-    modules = list(root.named_modules())
+    # named_parameters() then named_buffers(), each tensor once, from the one walk of
+    # the modules (named_parameters' own costs several microseconds per parameter).
     for registry in ("_parameters", "_buffers"):
-        for path, module in modules:
+        for path, module in walk.distinct:
             for attr, tensor in getattr(module, registry).items():
                 if tensor is None or id(tensor) in visited:
                     continue

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from .._names import canonical_name, listing
+from .._names import ModuleWalk, canonical_name, listing
 from ..errors import ShardInitError
 from .fsdp1 import uses_fsdp1
 
@@ -26,16 +26,18 @@ __all__ = ["refuse_prepared_on_meta"]
 _ACCELERATE_PREPARED = "_is_accelerate_prepared"
 
 
-def refuse_prepared_on_meta(module: nn.Module) -> None:
+def refuse_prepared_on_meta(module: nn.Module, walk: ModuleWalk | None = None) -> None:
     """Raises if ``module`` (or a submodule) went through accelerate's ``prepare`` while
-    some of its parameters are still on the meta device.
+    some of its parameters are still on the meta device. ``walk``: ``module``'s, where
+    the caller has it.
 
     Raises:
         ShardInitError: naming the meta parameters and the order to use.
     """
-    if not any(_prepared(m) for m in module.modules()):
+    modules = module.modules() if walk is None else walk.modules
+    if not any(_prepared(m) for m in modules):
         return
-    if uses_fsdp1(module):
+    if uses_fsdp1(module, None if walk is None else walk.modules):
         return
     on_meta = [canonical_name(n) for n, p in module.named_parameters() if p.device.type == "meta"]
     if not on_meta:

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._names import ParamSlot, listing, param_slots
+from .._names import ModuleWalk, ParamSlot, listing
 from .._program import Writer
 from .._torch_compat import NN_INIT_FILLS
 from ..errors import ShardInitError
@@ -147,9 +147,12 @@ def _refusal(name: str, param: Any, owner: nn.Module) -> str | None:
     return None
 
 
-def zero3_targets(root: nn.Module) -> tuple[list[Target], set[tuple[int, str]]]:
+def zero3_targets(
+    root: nn.Module, walk: ModuleWalk | None = None
+) -> tuple[list[Target], set[tuple[int, str]]]:
     """The ZeRO-3 parameters under ``root`` as targets (tied ones once), and their
-    holders. A region source of :func:`shardinit.materialize`.
+    holders. A region source of :func:`shardinit.materialize`. ``walk``: ``root``'s,
+    where the caller has it.
 
     Raises:
         ShardInitError: ``root`` is a DeepSpeed engine or a parameter cannot be filled
@@ -160,7 +163,9 @@ def zero3_targets(root: nn.Module) -> tuple[list[Target], set[tuple[int, str]]]:
             "materialize: this is a DeepSpeedEngine: deepspeed.initialize already copied "
             "the unfilled partitions into the optimizer; fill the model before it"
         )
-    slots = param_slots(root, skip=lambda module, attr, param: not is_zero3_param(param))
+    walk = ModuleWalk(root) if walk is None else walk
+    # The walk's slots: whether a holder is skipped depends on its parameter only.
+    slots = [slot for slot in walk.slots if is_zero3_param(slot.param)]
     if not slots:
         return [], set()
     refused = [

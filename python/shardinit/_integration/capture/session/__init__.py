@@ -7,7 +7,7 @@ The top wing. :mod:`.api` (:func:`capture_init`), :mod:`.standins` and
 :mod:`.records` (what a capture returns).
 """
 
-from .api import capture_init
+from .api import capture_init, capture_walked
 from .constructors import (
     ConstructorValue,
     buffer_tensor,
@@ -24,6 +24,7 @@ __all__ = [
     "ConstructorValue",
     "buffer_tensor",
     "capture_init",
+    "capture_walked",
     "constructor_buffer",
     "constructor_record",
     "copied_any",

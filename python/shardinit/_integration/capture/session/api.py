@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ...._names import holder_names, listing
+from ...._names import ModuleWalk, holder_names, listing
 from ...._program.actions import ParamRecord
 from ...._program.cannot import Cannot
 from ...._torch_compat import (
@@ -33,7 +33,6 @@ from .signals import signal_handlers_watched
 from .standins import (
     ParamGroup,
     buffer_standins,
-    distinct_modules,
     give_buffer_attributes,
     give_memory_formats,
     give_parameter_attributes,
@@ -44,7 +43,7 @@ from .standins import (
 )
 from .threads import plain_tensor, watching_threads
 
-__all__ = ["capture_init"]
+__all__ = ["capture_init", "capture_walked"]
 
 #: One capture at a time: the stand-ins and the recorder are process-wide state.
 #: A capture started while one runs, in this thread or another, is refused at once.
@@ -127,12 +126,21 @@ def capture_init(
         raise TypeError(f"init_fn must be callable, got {type(init_fn).__name__}")
     # What materialize allocates on: never "meta", where guarded init code would be skipped.
     device = None if device is None else resolve_device(device)
+    with collector_paused():  # why: collector.py
+        return capture_walked(ModuleWalk(module), init_fn, device)[0]
+
+
+def capture_walked(
+    walk: ModuleWalk, init_fn: Callable[[], object], device: torch.device | None
+) -> tuple[CapturedInit, ModuleWalk]:
+    """:func:`capture_init` of ``walk.root`` (arguments checked, ``device`` resolved)
+    over its caller's walk of the model, and the walk after ``init_fn`` (which may have
+    changed the module tree), for the caller's phases after it."""
+    module = walk.root
     with _CAPTURE.hold(), collector_paused():  # why: collector.py
-        walk = list(module.named_modules(remove_duplicate=False))  # one walk for these
-        groups = param_groups(module, walk)
-        buffers = buffer_standins(module, constructor_seed, walk)  # eager's values before
-        modules = [m for _, m in distinct_modules(walk)]
-        created = CreatedTensors(module, groups, modules)  # before the stand-ins are installed
+        groups = param_groups(module, walk.pairs, walk.slots)
+        buffers = buffer_standins(module, constructor_seed, walk.pairs)  # eager's values before
+        created = CreatedTensors(module, groups, walk.modules)  # before stand-ins are installed
         aliases = {
             id(g.original.untyped_storage()): g.tracks[g.primary]
             for g in groups
@@ -151,14 +159,14 @@ def capture_init(
             if not _row_major(group.original):  # (a new stand-in notes no layout yet)
                 for track in group.distinct_tracks():
                     give_eager_layout(track.base, group.original)
-        classes = unwrap_fsdp2_classes(module)
+        classes = unwrap_fsdp2_classes(module, walk.modules)
         for group in groups:
             group.install()
         for standin in buffers:
             standin.module._buffers[standin.attr] = standin.track.base
-        undo_module_calls = install_module_calls(module, recorder)
+        undo_module_calls = install_module_calls(module, recorder, walk.modules)
         undo_init_calls = install_init_calls(recorder)
-        new_submodules = NewSubmodules(module)
+        new_submodules = NewSubmodules(module, walk.pairs)
         try:
             watch = watching_threads(recorder.store)  # why: threads.py
             signals = signal_handlers_watched(recorder.store)  # why: signals.py
@@ -189,11 +197,13 @@ def capture_init(
             give_buffer_attributes(buffers)  # and buffer.attr = ...
         _warn_dropped(groups, winners)
         # The records too are built with the collector paused (collector.py).
-        return _recorded(module, init_fn, groups, winners, created, values)
+        after = created.walk_after  # settle's, of the tree init_fn left
+        assert after is not None  # settle ran, or the capture raised
+        return _recorded(after, init_fn, groups, winners, created, values), after
 
 
 def _recorded(
-    module: nn.Module,
+    walk: ModuleWalk,
     init_fn: Callable[[], object],
     groups: list[ParamGroup],
     winners: list[Track],
@@ -220,9 +230,9 @@ def _recorded(
         for group, winner in kept
         if winner.base.requires_grad != group.original.requires_grad
     }
-    held = holder_names(module)  # which names are tied, for materialize to compare
+    held = holder_names(walk.root, walk=walk)  # which names are tied, for materialize to compare
     return CapturedInit(
-        params, tuple(sorted(values)), init_fn, values, weakref.ref(module), held, grads,
+        params, tuple(sorted(values)), init_fn, values, weakref.ref(walk.root), held, grads,
         created.changed,
     )  # fmt: skip
 

@@ -32,7 +32,8 @@ was.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Sequence
+import types
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +44,7 @@ from torch.nn.modules.module import (
     register_module_parameter_registration_hook,
 )
 
-from ...._names import canonical_name, qualified
+from ...._names import ModuleWalk, canonical_name, qualified
 from ...._program.actions import ParamRecord
 from ...._program.nodes import bad_reasons
 from ...._torch_compat import make_parameter
@@ -101,6 +102,9 @@ class CreatedTensors:
         self.lines: dict[Slot, str] = {}
         self.outcome = _Outcome()
         self.settled = False
+        #: The walk of the module tree init code left (:meth:`settle`'s), for the phases
+        #: after the capture.
+        self.walk_after: ModuleWalk | None = None
 
     @contextlib.contextmanager
     def noted(self) -> Iterator[None]:
@@ -139,7 +143,8 @@ class CreatedTensors:
         Raises:
             UnsupportedInitOpError: a change that cannot be kept (module docstring).
         """
-        for path, module in self.root.named_modules():
+        self.walk_after = ModuleWalk(self.root)
+        for path, module in self.walk_after.distinct:
             self._settle_params(recorder, module, path)
             self._check_buffers(recorder, module, path)
             self._check_attributes(recorder, module, path)
@@ -367,11 +372,13 @@ class CreatedTensors:
             module._buffers.clear()
             module._buffers.update(buffers)
 
-    def _before(self, module: nn.Module, table: str) -> dict[str, torch.Tensor | None]:
+    def _before(self, module: nn.Module, table: str) -> Mapping[str, torch.Tensor | None]:
+        """``module``'s parameters or buffers before init code ran (the saved table
+        itself, read only: :meth:`_revert` puts it back)."""
         saved = self.saved.get(id(module))
         if saved is None:
-            return {}  # a module init code added
-        return dict(saved[1] if table == "_parameters" else saved[2])
+            return _NO_TENSORS  # a module init code added
+        return saved[1] if table == "_parameters" else saved[2]
 
     def _where(self, module: nn.Module, path: str, attr: str, kind: str = "parameter") -> Place:
         line = self.lines.get((id(module), attr), "an unknown line (deleted by init code)")
@@ -379,6 +386,8 @@ class CreatedTensors:
         return who, f"at {line}"
 
 
+#: The tables of a module init code added, before it ran: empty.
+_NO_TENSORS: Mapping[str, torch.Tensor | None] = types.MappingProxyType({})
 #: A parameter slot init code deleted (``del m.bias``): gone from the module.
 _DELETED: Any = object()
 #: Why a tie init code makes is refused, and what to do.

@@ -29,7 +29,7 @@ import functools
 import math
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import CodeType, FrameType
 from typing import Any
 
@@ -56,10 +56,13 @@ _CALLERS: dict[CodeType, str] = {
 }
 
 
-def install_module_calls(root: nn.Module, recorder: CaptureMode) -> Callable[[], None]:
-    """Gives every module of ``root`` the capture's ``_apply``; returns the undo."""
+def install_module_calls(
+    root: nn.Module, recorder: CaptureMode, modules: Iterable[nn.Module] | None = None
+) -> Callable[[], None]:
+    """Gives every module of ``root`` (``modules``: ``root.modules()``, where the caller
+    has them) the capture's ``_apply``; returns the undo."""
     installed: list[tuple[nn.Module, Any]] = []
-    for module in root.modules():
+    for module in root.modules() if modules is None else modules:
         installed.append((module, module.__dict__.get("_apply")))
         module.__dict__["_apply"] = _bound_apply(module, recorder)
 

@@ -158,10 +158,13 @@ def _standin(param: torch.Tensor) -> nn.Parameter:
 _META = torch.device("meta")
 
 
-def param_groups(module: nn.Module, walk: Walk | None = None) -> list[ParamGroup]:
+def param_groups(
+    module: nn.Module, walk: Walk | None = None, slots: list[ParamSlot] | None = None
+) -> list[ParamGroup]:
     """One group per distinct parameter, with stand-ins made (not yet installed);
-    ``walk`` is ``module.named_modules(remove_duplicate=False)`` where the caller has
-    it already (a model of thousands of modules: one walk per capture).
+    ``walk`` is ``module.named_modules(remove_duplicate=False)`` and ``slots`` its
+    :func:`~shardinit._names.walk_slots`, where the caller has them already (a model of
+    thousands of modules: one walk per materialize).
 
     Raises:
         ShardInitError: FSDP1 flat parameters, or dtypes outside stream format v1.
@@ -172,7 +175,7 @@ def param_groups(module: nn.Module, walk: Walk | None = None) -> list[ParamGroup
     groups = []
     if walk is None:
         walk = list(module.named_modules(remove_duplicate=False))
-    slots = walk_slots(walk)
+    slots = walk_slots(walk) if slots is None else slots
     refuse_lazy(slots, "capture_init")
     for slot in slots:
         if is_flat_param(slot.param):
