@@ -13,7 +13,6 @@ is how a parameter is replaced without ``__setattr__``'s checks (torch's own
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import inspect
 import sys
@@ -30,6 +29,8 @@ from torch.utils import _pytree
 from torch.utils._device import DeviceContext as _DeviceContext
 from torch.utils._device import _device_constructors
 from torch.utils._python_dispatch import TorchDispatchMode as DispatchMode
+
+from ._caches import cached
 
 if TYPE_CHECKING:
     from torch.distributed.tensor.placement_types import Placement, _StridedShard
@@ -223,7 +224,7 @@ _CHECKED_SOURCES: Final = {
 }
 
 
-@functools.cache
+@cached
 def source_as_checked(method: Callable[..., object]) -> bool:
     """Whether ``method`` (one of torch's, :data:`_CHECKED_SOURCES`) has the source its
     shortcut was checked against; False for any other, or where its source is not at

@@ -125,7 +125,7 @@ def _materialize_only_flat() -> object:
     stood in for by a source that reports one."""
     from shardinit._integration import plan
 
-    def source(root: nn.Module) -> tuple[list[object], set[tuple[int, str]]]:
+    def source(root: nn.Module, walk: object) -> tuple[list[object], set[tuple[int, str]]]:
         return [object()], set()
 
     with mock.patch.object(plan, "REGION_SOURCES", (plan.RegionSource(source),)):
