@@ -9,7 +9,6 @@ import inspect
 import textwrap
 
 import pytest
-import torch
 from torch import nn
 
 from shardinit import _torch_compat
@@ -45,7 +44,10 @@ def test_the_shortcuts_stand_down_for_another_source(monkeypatch: pytest.MonkeyP
         undo = knownmodules.install_known_constructors(None, ())  # type: ignore[arg-type]
         assert (nn.Linear.__init__, knownmodules._NormBase.__init__) == before
         undo()
+        knownresets._sites.cache_clear()
+        assert [knownresets._sites(m) for m in knownresets._TORCHS] == [None, None]
     finally:
+        monkeypatch.undo()  # before the caches are read again: torch's sources as checked
         _torch_compat.source_as_checked.cache_clear()
-    assert knownresets._SITES  # taken at import, with torch's source as checked
-    assert torch.nn.init is nn.init
+        knownresets._sites.cache_clear()
+    assert all(knownresets._sites(m) for m in knownresets._TORCHS)  # torch's, as checked

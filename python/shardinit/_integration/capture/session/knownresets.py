@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from torch.nn.modules import linear
 
+from ...._caches import cached
 from ...._torch_compat import (
     CONV_BASE,
     FANS,
@@ -53,14 +54,23 @@ def _call_sites(method: Callable[..., object], name: str) -> list[str]:
     ]
 
 
-#: Per torch's own method: where it calls ``kaiming_uniform_`` (the last call: a conv's
-#: contiguous weight's) and ``uniform_``. A method of another source than the one checked
-#: (:func:`~shardinit._torch_compat.source_as_checked`: another torch) is followed as it runs.
-_SITES: dict[object, tuple[str, str]] = {}
-for _method in (CONV_BASE.reset_parameters, linear.Linear.reset_parameters):
-    _kaiming, _uniform = _call_sites(_method, "kaiming_uniform_"), _call_sites(_method, "uniform_")
-    if _kaiming and _uniform and source_as_checked(_method):
-        _SITES[_method] = (_kaiming[-1], _uniform[-1])
+#: torch's own methods this module records without running.
+_TORCHS = (CONV_BASE.reset_parameters, linear.Linear.reset_parameters)
+
+
+@cached  # (asked at every Linear and convolution a recording builds: read once each)
+def _sites(method: Callable[..., object]) -> tuple[str, str] | None:
+    """Where torch's own ``method`` (one of :data:`_TORCHS`) calls ``kaiming_uniform_``
+    (the last call: a conv's contiguous weight's) and ``uniform_``; None for a method of
+    another source than the one checked (:func:`~shardinit._torch_compat.
+    source_as_checked`: another torch), which is followed as it runs. Read at the first
+    recording, not at import."""
+    kaiming, uniform = _call_sites(method, "kaiming_uniform_"), _call_sites(method, "uniform_")
+    if kaiming and uniform and source_as_checked(method):
+        return kaiming[-1], uniform[-1]
+    return None
+
+
 #: The init functions the methods call, as torch defines them.
 _INIT_FUNCTIONS = (
     ("kaiming_uniform_", INIT_FUNCTIONS["kaiming_uniform_"]),
@@ -73,7 +83,8 @@ def record_torch_reset(recorder: CaptureMode, module: nn.Module, namespace: obje
     """Records ``module.reset_parameters()`` as the capture records it when followed,
     without running it, where it is torch's own (``namespace``: the torch module that
     defines it); answers whether it did (else nothing was recorded)."""
-    sites = _SITES.get(getattr(type(module), "reset_parameters", None))
+    method = getattr(type(module), "reset_parameters", None)
+    sites = _sites(method) if method in _TORCHS else None
     if sites is None or getattr(namespace, "init", None) is not torch.nn.init:
         return False
     if any(getattr(torch.nn.init, name, None) is not own for name, own in _INIT_FUNCTIONS):
