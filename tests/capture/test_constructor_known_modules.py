@@ -54,26 +54,39 @@ def _values(model: nn.Module) -> Iterator[tuple[str, str]]:
                 yield f"{path}.{attr}", re.sub(r"origin=\d+", "origin=.", repr(value.expr))
 
 
-def _build(known: bool, monkeypatch: pytest.MonkeyPatch, **kwargs: str) -> nn.Module:
+def _build_of(
+    cls: Callable[..., nn.Module], known: bool, monkeypatch: pytest.MonkeyPatch, **kwargs: str
+) -> nn.Module:
+    """``cls(**kwargs)`` built recorded on meta, with the known constructors or without
+    (``known``); undoes ``monkeypatch`` (a follower noted before stops noting)."""
     if not known:
         monkeypatch.setattr(constructors, "install_known_constructors", lambda *a: lambda: None)
     with torch.device("meta"), shardinit.record_constructors():
-        model = _Norms(**kwargs)
+        model = cls(**kwargs)
     monkeypatch.undo()
     return model
 
 
-def _followed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The classes whose constructors the entry follows from now on, in order."""
+def _noted(monkeypatch: pytest.MonkeyPatch, follower: str) -> list[str]:
+    """The classes whose tensors ``knownmodules.<follower>`` follows from now on, in order."""
     seen: list[str] = []
-    follow = knownmodules._follow_constants
+    follow = getattr(knownmodules, follower)
 
     def noting(recorder: object, module: nn.Module) -> None:
         seen.append(type(module).__name__)
-        follow(recorder, module)  # type: ignore[arg-type]
+        follow(recorder, module)
 
-    monkeypatch.setattr(knownmodules, "_follow_constants", noting)
+    monkeypatch.setattr(knownmodules, follower, noting)
     return seen
+
+
+def _build(known: bool, monkeypatch: pytest.MonkeyPatch, **kwargs: str) -> nn.Module:
+    return _build_of(_Norms, known, monkeypatch, **kwargs)
+
+
+def _followed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The normalization layers whose constructors the entry follows, in order."""
+    return _noted(monkeypatch, "_follow_constants")
 
 
 def test_known_constructors_give_the_values_followed_and_eagers(
@@ -157,24 +170,11 @@ class _Layers(nn.Module):
 
 def _layers_followed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The classes whose parameters the empty-then-reset entry follows, in order."""
-    seen: list[str] = []
-    follow = knownmodules._follow_empties
-
-    def noting(recorder: object, module: nn.Module) -> None:
-        seen.append(type(module).__name__)
-        follow(recorder, module)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(knownmodules, "_follow_empties", noting)
-    return seen
+    return _noted(monkeypatch, "_follow_empties")
 
 
 def _build_layers(known: bool, monkeypatch: pytest.MonkeyPatch, **kwargs: str) -> nn.Module:
-    if not known:
-        monkeypatch.setattr(constructors, "install_known_constructors", lambda *a: lambda: None)
-    with torch.device("meta"), shardinit.record_constructors():
-        model = _Layers(**kwargs)
-    monkeypatch.undo()
-    return model
+    return _build_of(_Layers, known, monkeypatch, **kwargs)
 
 
 def test_linear_and_convolutions_give_the_values_followed(
