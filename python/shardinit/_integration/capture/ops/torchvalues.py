@@ -77,8 +77,6 @@ def eager_values(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torc
 def _eager_values(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
     if math.prod(shape) == 0:
         return torch.empty(shape, dtype=dtype, device=_CPU)
-    if isinstance(expr, Const):  # most buffers (a normalization layer's statistics)
-        return _constant(float(expr.value), shape, dtype)
     key = tree_key(expr)
     if key is None:
         return exactly(torch_values(expr, shape), dtype)
@@ -95,16 +93,6 @@ def _eager_values(expr: Expr, shape: tuple[int, ...], dtype: torch.dtype) -> tor
 _KEPT_BYTES = 64 << 20
 #: :func:`eager_values` by the expression's tree key, shape and dtype.
 _EAGER: BoundedMap[tuple[object, ...], tuple[torch.Tensor | None]] = BoundedMap(_KEPT_BYTES)
-
-
-def _constant(value: float, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
-    """:func:`eager_values` of a constant: as :func:`exactly` converts it, checked on
-    the one value (no key to build, nothing kept: a few torch calls per buffer)."""
-    one = torch.tensor(value, dtype=_F64, device=_CPU).to(dtype)
-    back = float(one.item())
-    if back != value and not (math.isnan(back) and math.isnan(value)):
-        return None
-    return one.expand(shape).clone()
 
 
 def exactly(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
