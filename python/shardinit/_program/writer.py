@@ -369,7 +369,10 @@ def _spec(record: ParamRecord, seed: int, init: Initializer, made: ParamSpec | N
     like = _SPECS.get(key)
     if like is not None and like.init is init:
         return like._renamed(record.name, init)
-    spec = ParamSpec(record.name, record.shape, record.dtype, init, seed=seed)
+    try:
+        spec = ParamSpec(record.name, record.shape, record.dtype, init, seed=seed)
+    except ShardInitError as error:  # (a constructor's complex parameter, ...): name it
+        raise type(error)(f"parameter {record.name}: {error}") from None
     _SPECS.put(key, spec)
     return spec
 
