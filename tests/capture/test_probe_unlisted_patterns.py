@@ -10,10 +10,13 @@ by shardinit's capture and eagerly on the same model, compared by state
   the stream's fill it stands for.
 * ``REFUSED``: what the capture cannot compute, refused naming the operation.
 * Sinusoidal tables written to every other column (``pe[:, 0::2] = sin``) past a few
-  hundred elements are a known limit (strict xfail below)."""
+  hundred elements are a known limit (strict xfail below).
+
+Under FSDP2 at worlds 1 and 2 (gloo) a few give the unsharded bytes."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +24,7 @@ from typing import Any
 import probe_states
 import pytest
 import torch
+from materialize_workers import Checks, check, gloo_scenario, scenario_tests
 from torch import nn
 
 import shardinit
@@ -312,3 +316,39 @@ def test_a_complex_parameter_is_refused_naming_it() -> None:
         model = _Constructed(complex_parameter=True)
     with pytest.raises(shardinit.ShardInitError, match=r"^parameter rotation: dtype .*complex64"):
         shardinit.materialize(model, seed=SEED)
+
+
+# ------------------------------------------------------------------ FSDP2
+
+SHARDED = ("scatter_one_hot", "masked_scatter_diagonal", "conv_center_tap", "slices_drawn_apart")
+
+
+def _check_sharded(world: int, name: str) -> None:
+    """Sharded by row across ranks (each a part of every write), gathered: the
+    unsharded run's bytes."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+
+    init = DETERMINISTIC[name] if name in DETERMINISTIC else RANDOM[name][0]
+    want = probe_states.ours(_build(), init, SEED)
+    model = _build()
+    mesh = init_device_mesh("cpu", (world,))
+    for part in (model.a, model.conv):
+        fully_shard(part, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    got = probe_states.ours(model, init, SEED)
+    assert isinstance(model.a.weight, DTensor)
+    _same_bytes(got, want)
+
+
+@gloo_scenario(1, 2)
+def unlisted_patterns_scenario(rank: int, world: int) -> Checks:
+    del rank
+    checks: Checks = {}
+    for name in SHARDED:
+        check(checks, name, functools.partial(_check_sharded, world, name))
+    return checks
+
+
+test_patterns_under_fsdp2 = scenario_tests(unlisted_patterns_scenario, SHARDED, [1, 2])
