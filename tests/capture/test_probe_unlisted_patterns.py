@@ -210,6 +210,56 @@ def test_what_the_capture_cannot_compute_is_refused_by_name(name: str) -> None:
         probe_states.ours(_build(), init, SEED)
 
 
+# ------------------------------------------------------------- a parameter's own values
+
+
+def _draw(m: _Model) -> None:
+    _w(m).normal_()
+
+
+#: Steps on the values ``_draw`` put in ``a.weight``: the oracle is eager torch's step
+#: applied to shardinit's own draw (the same random values), bit for bit.
+OWN: dict[str, Init] = {
+    "clone_copied_back": lambda m: _w(m).copy_(_w(m).clone()),
+    "rows_cloned_back_in_place": lambda m: _w(m)[1:].copy_(_w(m)[1:].clone()),
+    "clone_scaled_back": lambda m: _w(m).copy_(_w(m).clone().mul_(2.0)),
+    "transposed_contiguous_back": lambda m: _w(m).copy_(_w(m).T.contiguous().T),
+    "clone_filled_then_copied": lambda m: _w(m).copy_(_w(m).clone().fill_(2.0)),
+    "where_positive": lambda m: _w(m).copy_(torch.where(_w(m) > 0, _w(m), 0.0)),
+    "masked_fill_of_negatives": lambda m: _w(m).masked_fill_(_w(m) < 0, 0.0),
+    "clamp_": lambda m: _w(m).clamp_(-0.5, 0.5),
+    "triu_": lambda m: _w(m).triu_(),
+    "bfloat16_round_trip": lambda m: _w(m).copy_(_w(m).bfloat16().float()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OWN))
+def test_steps_on_a_parameters_own_values_are_eagers(name: str) -> None:
+    got = probe_states.ours(_build(), lambda m: (_draw(m), OWN[name](m)), SEED)
+    model = _build()
+    probe_states.ours(model, _draw, SEED)
+    with torch.no_grad():
+        OWN[name](model)
+    _same_bytes(got, probe_states.state(model))
+
+
+_SECOND_PLACE = r"random values that normal_\(mean=0.0, std=1.0\) at .* would land in a second"
+
+
+@pytest.mark.parametrize("moved", [
+    lambda m: _w(m)[1:].copy_(_w(m)[:-1].clone()),
+    lambda m: _w(m)[:, 1:].copy_(_w(m)[:, :-1].clone()),
+    lambda m: _w(m)[1:].copy_(_w(m).clone()[:-1]),
+], ids=["rows", "columns", "slice_of_clone"])  # fmt: skip
+def test_a_clone_of_random_values_moved_to_other_places_is_refused(moved: Init) -> None:
+    """Eager's shift puts row 0's values in rows 0 and 1. A clone's values are the
+    parameter's at their places: landing elsewhere, they are refused as any copy of
+    them is (before: the clone was a fill, drawn again where it landed, so every row
+    kept its own values, silently unlike eager's)."""
+    with pytest.raises(shardinit.ShardInitError, match=_SECOND_PLACE):
+        probe_states.ours(_build(), lambda m: (_draw(m), moved(m)), SEED)
+
+
 # ------------------------------------------------------- tables in every other column
 
 
