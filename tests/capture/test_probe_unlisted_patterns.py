@@ -250,7 +250,12 @@ _SECOND_PLACE = r"random values that normal_\(mean=0.0, std=1.0\) at .* would la
     lambda m: _w(m)[1:].copy_(_w(m)[:-1].clone()),
     lambda m: _w(m)[:, 1:].copy_(_w(m)[:, :-1].clone()),
     lambda m: _w(m)[1:].copy_(_w(m).clone()[:-1]),
-], ids=["rows", "columns", "slice_of_clone"])  # fmt: skip
+    lambda m: _w(m)[1:].copy_(_w(m).data.clone()[:-1]),
+    lambda m: _w(m).__setitem__(slice(1, None), _w(m).detach().clone()[:-1]),
+    lambda m: _w(m)[1:].copy_(torch.empty_like(_w(m)).copy_(_w(m))[:-1]),
+    lambda m: _w(m)[1:].copy_(_w(m).new_empty((12, 16)).copy_(_w(m))[:-1]),
+], ids=["rows", "columns", "slice_of_clone", "data_clone", "detached_clone_assigned",
+        "empty_like_copied", "new_empty_copied"])  # fmt: skip
 def test_a_clone_of_random_values_moved_to_other_places_is_refused(moved: Init) -> None:
     """Eager's shift puts row 0's values in rows 0 and 1. A clone's values are the
     parameter's at their places: landing elsewhere, they are refused as any copy of
