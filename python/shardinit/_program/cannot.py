@@ -14,7 +14,9 @@ value that is never written refuses nothing (as eager torch computes it harmless
 
 from __future__ import annotations
 
-__all__ = ["Cannot"]
+import sys
+
+__all__ = ["Cannot", "too_deep"]
 
 
 class Cannot(Exception):  # a reason, kept or refused: not an error of the caller
@@ -23,3 +25,14 @@ class Cannot(Exception):  # a reason, kept or refused: not an error of the calle
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def too_deep() -> str:
+    """Why a value whose expression nests past Python's recursion limit is refused,
+    wherever it is folded or compiled (capture, a constructor's buffer, the fill)."""
+    return (
+        "the capture's expression of these values nests deeper than Python's recursion "
+        f"limit ({sys.getrecursionlimit()}), a limit of shardinit's capture, not of "
+        "torch or the init code (a tensor written in many separate pieces, such as "
+        "every other column of a table, reads every piece)"
+    )

@@ -44,11 +44,11 @@ from .._caches import BoundedMap
 from .._fill import DeferredFills, Region, Registers, fill
 from .._layout import Run, local_boxes
 from .._validate import DeviceLike, resolve_device
-from ..errors import ShardInitError
+from ..errors import ShardInitError, UnsupportedInitOpError
 from ..init import Constant, Initializer
 from ..spec import ParamSpec
 from .actions import Action, CapturedOp, ParamRecord, check_all_set, program_of
-from .cannot import Cannot
+from .cannot import Cannot, too_deep
 from .compile import Compiled, compile_program, is_elementwise
 from .coverage import Coverage
 from .index import in_box
@@ -158,7 +158,8 @@ class Writer:
         specs: dict[int, tuple[Initializer, ParamSpec]] = {}
         programs: list[Expr] | None = None
         # Materialize writes every parameter under one no_grad already: no switch per call.
-        with torch.no_grad() if torch.is_grad_enabled() else contextlib.nullcontext():
+        grad = torch.no_grad() if torch.is_grad_enabled() else contextlib.nullcontext()
+        with grad, _refused_if_too_deep(record):
             for index, (op, parts) in enumerate(zip(ops, visible, strict=True)):
                 if not parts:
                     continue
@@ -330,6 +331,16 @@ def _one_box(runs: Sequence[Sequence[Run]], shape: Sequence[int]) -> Box | None:
     return tuple(box)
 
 
+@contextlib.contextmanager
+def _refused_if_too_deep(record: ParamRecord) -> Iterator[None]:
+    """A program compiled here that nests past Python's recursion limit is refused,
+    naming the parameter: a limit of shardinit's, never a crash in torch's name."""
+    try:
+        yield
+    except RecursionError:
+        raise UnsupportedInitOpError(f"parameter {record.name!r}: {too_deep()}") from None
+
+
 def _check_ops(record: ParamRecord, extra: Sequence[CapturedOp]) -> list[CapturedOp]:
     ops = [*extra, *record.ops]
     if not extra and record.covers_all():  # the record's own: what planning asked already
@@ -358,7 +369,10 @@ def _spec(record: ParamRecord, seed: int, init: Initializer, made: ParamSpec | N
     like = _SPECS.get(key)
     if like is not None and like.init is init:
         return like._renamed(record.name, init)
-    spec = ParamSpec(record.name, record.shape, record.dtype, init, seed=seed)
+    try:
+        spec = ParamSpec(record.name, record.shape, record.dtype, init, seed=seed)
+    except ShardInitError as error:  # (a constructor's complex parameter, ...): name it
+        raise type(error)(f"parameter {record.name}: {error}") from None
     _SPECS.put(key, spec)
     return spec
 

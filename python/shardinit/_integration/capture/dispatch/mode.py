@@ -39,6 +39,7 @@ from torch.overrides import TorchFunctionMode
 
 from ...._caches import cached
 from ...._program.actions import Opaque
+from ...._program.cannot import too_deep
 from ...._torch_compat import (
     GRAD_SWITCH,
     enter_dispatch_mode,
@@ -220,13 +221,7 @@ class CaptureMode(TorchFunctionMode):
         """A RecursionError while routing ``call``: the capture's own limit (the values'
         expression nests past Python's recursion limit), refused as such."""
         followed = self.store.followed((call.args, call.kwargs))
-        return self.store.fail(
-            followed[0] if followed else "a temporary", call.name,
-            "the capture's expression of these values nests deeper than Python's recursion "
-            f"limit ({sys.getrecursionlimit()}), a limit of shardinit's capture, not of "
-            "torch or the init code (a step over a tensor written in many separate pieces "
-            "reads every piece)",
-        )  # fmt: skip
+        return self.store.fail(followed[0] if followed else "a temporary", call.name, too_deep())
 
     # ----------------------------------------------------------------- routes
 

@@ -42,7 +42,7 @@ from torch.nn.modules.module import (
 from torch.nn.parameter import is_lazy
 
 from ...._program.actions import CapturedOp, Fill, ParamRecord, program_of
-from ...._program.cannot import Cannot
+from ...._program.cannot import Cannot, too_deep
 from ...._program.index import strided_coords
 from ...._program.nodes import Bad, Const, Coord, Expr, Source, bad_reasons, contains
 from ...._program.regions import whole
@@ -456,7 +456,10 @@ def _buffer_value(values: _Values, buffer: torch.Tensor, where: str) -> Construc
     if track is None:
         why = "computed by operations shardinit does not follow"
         return ConstructorValue(Bad(why), where)
-    expr = values.of(buffer, track, "register_buffer")
+    try:
+        expr = values.of(buffer, track, "register_buffer")
+    except RecursionError:  # shardinit's own expression of it, not the constructor's code
+        return ConstructorValue(Bad(too_deep()), where)
     reasons = bad_reasons(expr)
     if reasons and all(_NEVER in why for why in reasons):
         return None  # never written (torch.empty): no constructor value

@@ -326,6 +326,10 @@ class Engine:
             return Opaque(reasons[0])
         if contains(expr, Prior):
             return ComputedOnPrior(expr)  # reads the values before init_fn: .before
+        if track.kind == "temp" and track.reads and contains(expr, Source):
+            # A parameter's random values (a clone of it) are those values at their
+            # places (Source.at), not a fill drawn where the temporary lands: kept so.
+            return Computed(expr)
         if _narrower(expr, track):
             return Computed(_kept_rounding(expr))
         if _nonfinite_constant(expr):  # a program's (stream v1 fills finite constants)
