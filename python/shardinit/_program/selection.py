@@ -40,7 +40,7 @@ from .regions import (
 from .rewrite import combine
 from .tables import index_values
 
-__all__ = ["first_unwritten", "positions"]
+__all__ = ["first_unwritten", "grid_coords", "positions"]
 
 
 def positions(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, Expr]:
@@ -95,22 +95,71 @@ def _steps(
     """Per base dim, the (step, count) of a strided slice at flat offset ``rel`` whose
     view dims are ``dims`` ((size, stride), sizes above 1); None when some view dim
     steps along no base dim of its own within it."""
+    along = _dims_along(shape, rel, dims)
+    return None if along is None else _steps_of(shape, along)
+
+
+def _steps_of(
+    shape: tuple[int, ...], along: list[tuple[int, int, int]]
+) -> dict[int, tuple[int, int]]:
+    steps = {dim: (step, size) for dim, step, size in along}
+    return {d: steps.get(d, (1, 1)) for d in range(len(shape))}
+
+
+def _dims_along(
+    shape: tuple[int, ...], rel: int, dims: list[tuple[int, int]]
+) -> list[tuple[int, int, int]] | None:
+    """For each of ``dims`` (a view's (size, stride), in its order), the base dim it
+    steps along, its step there and its size; None as :func:`_steps`."""
     cstride = contiguous_strides(shape)
     start = _starts(shape, rel)
-    steps: dict[int, tuple[int, int]] = {}
+    found: list[tuple[int, int, int]] = []
     for size, stride in dims:
         along = [
             d for d in range(len(shape))
             if cstride[d] <= stride < cstride[d] * shape[d] and stride % cstride[d] == 0
         ]  # fmt: skip
-        if not along or along[0] in steps:
+        if not along or any(along[0] == dim for dim, _, _ in found):
             return None
         dim = along[0]
         step = stride // cstride[dim]
         if start[dim] + step * (size - 1) >= shape[dim]:
             return None  # runs past its dim into the next: no grid of this dim
-        steps[dim] = (step, size)
-    return {d: steps.get(d, (1, 1)) for d in range(len(shape))}
+        found.append((dim, step, size))
+    return found
+
+
+def grid_coords(
+    view: torch.Tensor, base: torch.Tensor
+) -> tuple[Box, Expr, tuple[Expr, ...]] | None:
+    """For a strided slice ``view`` of the contiguous ``base`` (``t[:, ::2]``, ``t[1::3]``):
+    the box around its elements, the condition over the base's coordinates that names
+    them (:func:`positions`), and each view coordinate as an expression of the base's
+    (``(c - start) // step``, exact where the condition holds, and inside the view's
+    range all over the box). None for any other view (the caller writes it by runs).
+    A value written through the view is then one ``where`` on one box, not one write
+    per element (the sinusoidal table's ``pe[:, 0::2] = sin(...)``)."""
+    if not stored_contiguous(base) or any(s <= 0 for s in stored_strides(view)):
+        return None
+    shape = tuple(int(n) for n in base.shape)
+    rel = int(view.storage_offset() - base.storage_offset())
+    sized = [(int(n), int(s)) for n, s in zip(view.shape, stored_strides(view), strict=True)]
+    along = _dims_along(shape, rel, [(n, s) for n, s in sized if n != 1])
+    if along is None:
+        return None
+    box, cond = _grid_positions(shape, rel, _steps_of(shape, along))
+    coords: list[Expr] = []
+    stepping = iter(along)
+    for size, _ in sized:
+        if size == 1:
+            coords.append(Const(0.0))
+            continue
+        dim, step, _ = next(stepping)
+        coord: Expr = combine("sub", Coord(dim), Const(float(box[dim][0])), box)
+        if step > 1:
+            coord = combine("floordiv", coord, Const(float(step)), box)
+        coords.append(coord)
+    return box, cond, tuple(coords)
 
 
 def _grid_positions(

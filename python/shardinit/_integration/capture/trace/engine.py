@@ -81,6 +81,7 @@ from ...._program.regions import (
 )
 from ...._program.regions import contains as region_contains
 from ...._program.rewrite import combine, reindex, simplify, substitute_prior, where
+from ...._program.selection import grid_coords
 from ...._torch_compat import kernels_only, stored_strides, torch_function_disabled, tree_leaves
 from ....errors import ShardInitError
 from ....init import Constant
@@ -454,6 +455,8 @@ class Engine:
             box, coords = boxed  # any order: a transposed or unfolded view too)
             self.append(target, box, reindex(expr, coords, list(box)), op, self.store.where())
             return
+        if self.write_grid(target, view, expr, op):
+            return
         try:
             runs = view_runs(view, target.base)
         except Cannot as cannot:
@@ -466,6 +469,31 @@ class Engine:
         pieces = map_runs_from([(0, view.numel())], (0, view.numel()), runs)
         for box, value in self.spread(expr, tuple(view.shape), pieces, target):
             self.append(target, box, value, op, where_)
+
+    def write_grid(self, target: Track, view: torch.Tensor, expr: Expr, op: str) -> bool:
+        """Writes ``expr`` through ``view``, a strided slice of ``target`` (``t[:, 0::2] =
+        sin(...)``, a sinusoidal table), as one ``where`` on the box around it; returns
+        False, writing nothing, for any other view, or for values holding random
+        sources or values before init_fn: the grid's coordinates are exact only where
+        its condition holds, so a value drawn at an element's own index, read through
+        them, is claimed at positions the claims cannot see as its own; written by runs
+        instead, each element at its exact position. A parameter records the values'
+        action where the slice lies (:class:`~shardinit._program.actions.Selected`, as
+        any write through such a view: its coverage is exact); a temporary the ``where``
+        as a program (a temporary's Selected ops would be copied op by op, by runs)."""
+        if contains(expr, (Source, Before)):
+            return False
+        with torch_function_disabled():  # their own layouts
+            grid = grid_coords(view, target.base)
+        if grid is None:
+            return False
+        box, cond, coords = grid
+        values = reindex(expr, coords, list(box))
+        if target.kind == "param":
+            self.record(target, view, self.action_of(target, values, op), op)
+        else:
+            self.append(target, box, where(cond, values, Prior()), op, self.store.where())
+        return True
 
 
 class _PerBox:

@@ -1,0 +1,184 @@
+"""Values written through a strided slice (``t[:, 0::2] = sin(...)``): one write on the
+box around the slice, its elements named by a condition, not one write per element.
+
+The sinusoidal position table of "Attention Is All You Need" (PyTorch's tutorial,
+``pe[:, 0::2] = sin(position * div_term)``, ``pe[:, 1::2] = cos(...)``) was refused for
+any table past a few hundred elements: each element of the slice was its own write, and
+the buffer's fold nested one ``where`` per element, past Python's recursion limit. It is
+computed now, bit for bit torch's table, at the tutorial's own size (5000 x 512 takes
+seconds: a constructor's table is computed whole on the CPU). A parameter written through
+such a slice is checked against eager torch and, gathered, at worlds 1 to 3."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+from materialize_workers import Checks, check, gloo_scenario, scenario_tests
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+
+import shardinit
+from shardinit.errors import UnsupportedInitOpError
+
+SEED = 51
+
+
+def _sinusoids(rows: int, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    position = torch.arange(rows).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, dim, 2) * (-math.log(10000.0) / dim))
+    return torch.sin(position * div_term), torch.cos(position * div_term)
+
+
+class _TutorialTable(nn.Module):
+    """PyTorch's tutorial PositionalEncoding: a (rows, 1, dim) buffer."""
+
+    def __init__(self, rows: int, dim: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(dim, dim)
+        sin, cos = _sinusoids(rows, dim)
+        pe = torch.zeros(rows, 1, dim)
+        pe[:, 0, 0::2] = sin
+        pe[:, 0, 1::2] = cos
+        self.register_buffer("pe", pe)
+
+
+class _FlatTable(nn.Module):
+    """The same table as (rows, dim), the usual spelling elsewhere."""
+
+    def __init__(self, rows: int, dim: int) -> None:
+        super().__init__()
+        sin, cos = _sinusoids(rows, dim)
+        pe = torch.zeros(rows, dim)
+        pe[:, 0::2] = sin
+        pe[:, 1::2] = cos
+        self.register_buffer("pe", pe, persistent=False)
+
+
+@pytest.mark.parametrize(
+    ("table", "rows", "dim"),
+    [(_TutorialTable, 512, 64), (_FlatTable, 512, 64), (_FlatTable, 4096, 128)],
+)
+def test_a_sinusoidal_table_is_torchs(table: type[nn.Module], rows: int, dim: int) -> None:
+    eager = table(rows, dim)
+    with torch.device("meta"), shardinit.record_constructors():
+        model = table(rows, dim)
+    shardinit.materialize(model, seed=SEED)
+    assert torch.equal(model.pe, eager.pe)
+    assert model.pe.abs().sum() > rows  # (a table, not the zeros it starts as)
+
+
+Init = Callable[[torch.Tensor], object]
+
+
+def _grid_of_counts(w: torch.Tensor) -> None:
+    w.fill_(1.5)
+    part = w[1::3, ::2]
+    part.copy_(torch.arange(part.numel(), dtype=w.dtype).view(part.shape))
+
+
+def _transposed_steps(w: torch.Tensor) -> None:
+    w.fill_(3.0)
+    part = w.t()[::2]
+    part.copy_(torch.arange(part.numel(), dtype=w.dtype).view(part.shape) / 7)
+
+
+def _sinusoid_columns(w: torch.Tensor) -> None:
+    sin, cos = _sinusoids(*w.shape)
+    w[:, 0::2] = sin
+    w[:, 1::2] = cos
+
+
+def _random_then_columns(w: torch.Tensor) -> None:
+    nn.init.normal_(w, std=0.02)
+    rows = torch.arange(w.shape[0], dtype=w.dtype).unsqueeze(1)
+    w[:, 1::4] = rows.expand(-1, w[:, 1::4].shape[1])
+
+
+#: Init code of one (24, 16) parameter, deterministic where it writes through a slice.
+INITS: dict[str, Init] = {
+    "grid_of_counts": _grid_of_counts,
+    "transposed_steps": _transposed_steps,
+    "sinusoid_columns": _sinusoid_columns,
+    "random_then_columns": _random_then_columns,
+}
+
+
+class _One(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(24, 16))
+
+
+def _materialized(init: Init, model: _One | None = None) -> _One:
+    if model is None:
+        with torch.device("meta"):
+            model = _One()
+    shardinit.materialize(model, seed=SEED, init_fn=lambda: init(model.w))
+    return model
+
+
+@pytest.mark.parametrize("name", ["grid_of_counts", "transposed_steps"])
+def test_values_through_a_slice_are_eagers(name: str) -> None:
+    eager = _One()
+    with torch.no_grad():
+        INITS[name](eager.w)
+    assert torch.equal(_materialized(INITS[name]).w, eager.w)
+
+
+def test_a_sinusoid_parameter_is_torchs_up_to_its_last_bits() -> None:
+    # A parameter's program is evaluated by shardinit on each rank (its sin and cos,
+    # not torch's: a few float32 ulps apart), so it is bit-identical across worlds
+    # (below), and within float32 rounding of eager's.
+    eager = _One()
+    with torch.no_grad():
+        _sinusoid_columns(eager.w)
+    torch.testing.assert_close(_materialized(_sinusoid_columns).w, eager.w, rtol=0, atol=1e-5)
+
+
+def test_a_slice_left_random_keeps_its_draws() -> None:
+    w = _materialized(_random_then_columns).w.detach()
+    rows = torch.arange(24, dtype=w.dtype).unsqueeze(1)
+    assert torch.equal(w[:, 1::4], rows.expand(-1, 4))
+    kept = torch.cat([w[:, 0::4], w[:, 2::4], w[:, 3::4]], dim=1)
+    assert abs(float(kept.std()) - 0.02) < 0.004 and kept.unique().numel() == kept.numel()
+
+
+def test_a_random_value_moved_through_a_slice_is_still_refused() -> None:
+    # One draw read at two positions (torch's values would be two draws): refused, as
+    # any move of random values a parameter holds.
+    def moved(w: torch.Tensor) -> None:
+        nn.init.normal_(w, std=0.02)
+        w[:, 1::2] = w[:, 0::2] * 2
+
+    with pytest.raises(UnsupportedInitOpError, match="would land"):
+        _materialized(moved)
+
+
+def _check_gathered(world: int, name: str) -> None:
+    plain = _materialized(INITS[name])
+    with torch.device("meta"):
+        sharded = _One()
+    fully_shard(sharded, mesh=init_device_mesh("cpu", (world,)))
+    _materialized(INITS[name], sharded)
+    got = sharded.w.full_tensor() if isinstance(sharded.w, DTensor) else sharded.w
+    assert torch.equal(got, plain.w), name
+
+
+@gloo_scenario(1, 2, 3)
+def strided_values_scenario(rank: int, world: int) -> Checks:
+    del rank
+    checks: Checks = {}
+    for name in INITS:
+        check(checks, name, functools.partial(_check_gathered, world, name))
+    return checks
+
+
+test_values_through_a_slice_are_layout_invariant = scenario_tests(
+    strided_values_scenario, sorted(INITS), [1, 2, 3]
+)
