@@ -100,12 +100,23 @@ def _random_then_columns(w: torch.Tensor) -> None:
     w[:, 1::4] = rows.expand(-1, w[:, 1::4].shape[1])
 
 
+def _table_in_empty_copied(w: torch.Tensor) -> None:
+    # DistilBERT's: a table written into ``empty_like`` through its two slices (every
+    # element written, none by a box), then copied in.
+    table = torch.empty_like(w)
+    sin, cos = _sinusoids(*w.shape)
+    table[:, 0::2] = sin
+    table[:, 1::2] = cos
+    w.copy_(table)
+
+
 #: Init code of one (24, 16) parameter, deterministic where it writes through a slice.
 INITS: dict[str, Init] = {
     "grid_of_counts": _grid_of_counts,
     "transposed_steps": _transposed_steps,
     "sinusoid_columns": _sinusoid_columns,
     "random_then_columns": _random_then_columns,
+    "table_in_empty_copied": _table_in_empty_copied,
 }
 
 
@@ -131,14 +142,27 @@ def test_values_through_a_slice_are_eagers(name: str) -> None:
     assert torch.equal(_materialized(INITS[name]).w, eager.w)
 
 
-def test_a_sinusoid_parameter_is_torchs_up_to_its_last_bits() -> None:
+@pytest.mark.parametrize("name", ["sinusoid_columns", "table_in_empty_copied"])
+def test_a_sinusoid_parameter_is_torchs_up_to_its_last_bits(name: str) -> None:
     # A parameter's program is evaluated by shardinit on each rank (its sin and cos,
     # not torch's: a few float32 ulps apart), so it is bit-identical across worlds
     # (below), and within float32 rounding of eager's.
     eager = _One()
     with torch.no_grad():
-        _sinusoid_columns(eager.w)
-    torch.testing.assert_close(_materialized(_sinusoid_columns).w, eager.w, rtol=0, atol=1e-5)
+        INITS[name](eager.w)
+    torch.testing.assert_close(_materialized(INITS[name]).w, eager.w, rtol=0, atol=1e-5)
+
+
+def test_a_table_half_written_through_a_slice_is_refused() -> None:
+    # Its odd columns never written: copying them is refused (eager would copy
+    # whatever empty memory held), the coverage of a slice counted exactly.
+    def half(w: torch.Tensor) -> None:
+        table = torch.empty_like(w)
+        table[:, 0::2] = _sinusoids(*w.shape)[0]
+        w.copy_(table)
+
+    with pytest.raises(UnsupportedInitOpError, match="never written"):
+        _materialized(half)
 
 
 def test_a_slice_left_random_keeps_its_draws() -> None:

@@ -9,8 +9,10 @@ by shardinit's capture and eagerly on the same model, compared by state
   xavier with a gain, slices drawn apart, ``copy_`` of a scaled draw), each bit for bit
   the stream's fill it stands for.
 * ``REFUSED``: what the capture cannot compute, refused naming the operation.
-* Sinusoidal tables written to every other column (``pe[:, 0::2] = sin``) past a few
-  hundred elements are a known limit (strict xfail below).
+* Sinusoidal tables written to every other column (``pe[:, 0::2] = sin``), a few
+  hundred elements and more: torch's values (each slice one write, not one per element);
+  a value that still nests past Python's recursion limit (a flat step written element
+  by element) is refused naming the tensor.
 
 Under FSDP2 at worlds 1 and 2 (gloo) a few give the unsharded bytes."""
 
@@ -304,33 +306,52 @@ def test_a_small_table_in_every_other_column_is_eagers() -> None:
     _within_ulps(model.weight.detach(), reference.weight.detach(), 2)
 
 
-@pytest.mark.parametrize(
-    "rows, dim, copied, refused",
-    [(16, 16, True, r"parameter 'weight': the capture's expression .* recursion limit"),
-     (256, 32, False, r"buffer pe: .*cannot be computed \(the capture's expression .* recursion")],
-)  # fmt: skip
-def test_a_table_too_deep_for_the_capture_is_refused_naming_it(
-    rows: int, dim: int, copied: bool, refused: str
-) -> None:
-    """Each element of ``t[:, 0::2]`` is a piece of its own, and a read of the table
-    folds every piece into one nested value: past a few hundred pieces it nests deeper
-    than Python's recursion limit, refused naming the tensor (before: a bare
-    RecursionError from materialize's fill or from record_constructors' exit)."""
-    with pytest.raises(shardinit.ShardInitError, match=refused):
-        _sinusoids(rows, dim, copied)
-
-
-_PER_ELEMENT = (
-    "a write to every other column is recorded per element and folded into one nested "
-    "value: it needs a stepped region (or pieces kept as a box map), not a where per piece"
-)
-
-
-@pytest.mark.xfail(strict=True, raises=shardinit.ShardInitError, reason=_PER_ELEMENT)
 def test_the_tutorials_positional_table_is_eagers() -> None:
-    model, reference = _sinusoids(64, 32), _Sinusoids(64, 32)
+    # Past the recursion limit before (one write per element of each slice, one nested
+    # ``where`` per write in the fold): refused, naming the tensor (and a RecursionError
+    # before that). The buffer is torch's table; the parameter copied from it too.
+    model, reference = _sinusoids(256, 32), _Sinusoids(256, 32)
     assert torch.equal(model.pe, reference.pe)
     _within_ulps(model.weight.detach(), reference.weight.detach(), 2)
+
+
+class _FlatSteps(nn.Module):
+    """Every third element of a table's flat view written (``t.view(-1)[::3]``): a flat
+    step across rows, written element by element, held as a buffer and copied into a
+    parameter (or not)."""
+
+    def __init__(self, size: int, copied: bool) -> None:
+        super().__init__()
+        table = torch.zeros(size, size)
+        steps = table.view(-1)[::3]
+        steps.copy_(torch.arange(steps.numel(), dtype=torch.float32))
+        self.register_buffer("pe", table)
+        self.weight = nn.Parameter(torch.empty(size, size) if copied else torch.zeros(1))
+        if copied:
+            with torch.no_grad():
+                self.weight.copy_(table)
+
+
+@pytest.mark.parametrize(
+    "size, copied, refused",
+    [(64, True, r"temporary empty\(64, 64\) .*: the capture's expression .* recursion limit"),
+     (64, False, r"buffer pe: .*cannot be computed \(the capture's expression .* recursion")],
+)  # fmt: skip
+def test_a_table_too_deep_for_the_capture_is_refused_naming_it(
+    size: int, copied: bool, refused: str
+) -> None:
+    """Each element of a flat step across rows is a piece of its own, and a read of the
+    table folds every piece into one nested value: past a thousand pieces it nests
+    deeper than Python's recursion limit, refused naming the tensor (before: a bare
+    RecursionError from record_constructors' exit). A small one is torch's table."""
+    with torch.device("meta"), shardinit.record_constructors():
+        small = _FlatSteps(8, copied)
+    shardinit.materialize(small, seed=SEED)
+    assert torch.equal(small.pe, _FlatSteps(8, copied).pe)
+    with pytest.raises(shardinit.ShardInitError, match=refused):
+        with torch.device("meta"), shardinit.record_constructors():
+            model = _FlatSteps(size, copied)
+        shardinit.materialize(model, seed=SEED)
 
 
 # ------------------------------------------------------------- constructors' tensors

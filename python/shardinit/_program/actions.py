@@ -44,6 +44,8 @@ __all__ = [
     "constant_fill",
     "ops_digest",
     "program_of",
+    "selects_values",
+    "sets_all_of",
     "sets_values",
 ]
 
@@ -349,11 +351,11 @@ class ParamRecord:
         Raises:
             Cannot: naming an element no operation sets (or why that is not known).
         """
-        if not self.covers_all() and any(_selected_sets(op.action) for op in self.ops):
+        if not self.covers_all() and any(selects_values(op.action) for op in self.ops):
             check_all_set(self.ops, self.shape)
 
 
-def _selected_sets(action: TrackAction) -> bool:
+def selects_values(action: TrackAction) -> bool:
     """Whether ``action`` sets the values of a strided view's elements."""
     return isinstance(action, Selected) and sets_values(action.inner)
 
@@ -372,12 +374,7 @@ def check_all_set(ops: Sequence[CapturedOp], shape: Sequence[int]) -> None:
         return
     if box_union_covers(regions, shape):
         return
-    writes: list[tuple[Box, Expr | None]] = [(region, None) for region in regions]
-    writes += [
-        (op.region, op.action.cond)
-        for op in ops
-        if isinstance(op.action, Selected) and _selected_sets(op.action)
-    ]
+    writes = _set_writes(ops)
     if len(writes) == len(regions):
         raise Cannot("some elements are set by no operation")
     try:
@@ -386,6 +383,31 @@ def check_all_set(ops: Sequence[CapturedOp], shape: Sequence[int]) -> None:
         raise Cannot(f"whether its strided writes set every element is not known: {why}") from None
     if element is not None:
         raise Cannot(f"element {element} is set by no write")
+
+
+def sets_all_of(ops: Sequence[CapturedOp], shape: Sequence[int], region: Box) -> bool:
+    """Whether ``ops`` set every element of ``region`` of a tensor of ``shape``, those
+    set through strided views counted exactly (as :func:`check_all_set`): a temporary
+    written as ``t[:, 0::2]`` and ``t[:, 1::2]`` is all written, as the boxes' union
+    would say of two halves."""
+    try:
+        return first_unwritten(_set_writes(ops), shape, region) is None
+    except Cannot:  # a condition no integer expression: not known to be set
+        return False
+
+
+def _set_writes(ops: Sequence[CapturedOp]) -> list[tuple[Box, Expr | None]]:
+    """The writes of ``ops`` that set values: each box, and the condition over it where a
+    strided view's elements lie (None: all of the box)."""
+    writes: list[tuple[Box, Expr | None]] = [
+        (op.region, None) for op in ops if sets_values(op.action)
+    ]
+    writes += [
+        (op.region, op.action.cond)
+        for op in ops
+        if isinstance(op.action, Selected) and selects_values(op.action)
+    ]
+    return writes
 
 
 def base_ops(

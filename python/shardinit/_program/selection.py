@@ -203,10 +203,11 @@ _SLAB_ELEMENTS = 1 << 22
 
 
 def first_unwritten(
-    writes: Sequence[tuple[Box, Expr | None]], shape: Sequence[int]
+    writes: Sequence[tuple[Box, Expr | None]], shape: Sequence[int], within: Box | None = None
 ) -> tuple[int, ...] | None:
-    """The first element (row-major) of a tensor of ``shape`` that none of ``writes``
-    holds, or None when they hold every one: each write is a box and the condition over
+    """The first element (row-major) of a tensor of ``shape`` (of its box ``within``,
+    when given) that none of ``writes`` holds, or None when they hold every one: each
+    write is a box and the condition over
     it where its elements lie (:func:`positions`; None: all of the box). Exact: the
     conditions are evaluated element by element, a slab of rows at a time.
 
@@ -216,9 +217,10 @@ def first_unwritten(
     shape = tuple(int(n) for n in shape)
     if not shape or 0 in shape:
         return None  # a 0-dim tensor's one element is a box; an empty one has none
-    slab = max(_SLAB_ELEMENTS // max(math.prod(shape[1:]), 1), 1)
-    for first in range(0, shape[0], slab):
-        rows: Box = ((first, min(first + slab, shape[0])), *whole(shape)[1:])
+    area = whole(shape) if within is None else within
+    slab = max(_SLAB_ELEMENTS // max(math.prod(b - a for a, b in area[1:]), 1), 1)
+    for first in range(area[0][0], area[0][1], slab):
+        rows: Box = ((first, min(first + slab, area[0][1])), *area[1:])
         held = torch.zeros([stop - start for start, stop in rows], dtype=torch.bool)
         for box, cond in writes:
             part = intersect(box, rows)

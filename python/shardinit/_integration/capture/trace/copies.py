@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ...._caches import cached
-from ...._program.actions import CapturedOp, Computed, Fill, Opaque
+from ...._program.actions import CapturedOp, Computed, Fill, Opaque, Selected
 from ...._program.cannot import Cannot
 from ...._program.regions import (
     Box,
@@ -59,7 +59,7 @@ class Copies:
             source is not None
             and source.kind == "temp"
             and value.shape == dst.shape
-            and not any(isinstance(o.action, Computed) for o in source.ops)
+            and not any(isinstance(o.action, (Computed, Selected)) for o in source.ops)
             and not narrower(source.base.dtype, target.base.dtype)  # keeps its rounding
         )
         if by_ops and self.translate(source, value, target, dst, op):  # type: ignore[arg-type]

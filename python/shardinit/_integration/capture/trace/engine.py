@@ -30,11 +30,13 @@ import torch
 
 from ...._caches import BoundedMap, cached
 from ...._program.actions import (
+    Action,
     CapturedOp,
     Computed,
     ComputedOnPrior,
     Fill,
     Opaque,
+    Selected,
     TrackAction,
     program_of,
     sets_values,
@@ -479,8 +481,9 @@ class Engine:
         them, is claimed at positions the claims cannot see as its own; written by runs
         instead, each element at its exact position. A parameter records the values'
         action where the slice lies (:class:`~shardinit._program.actions.Selected`, as
-        any write through such a view: its coverage is exact); a temporary the ``where``
-        as a program (a temporary's Selected ops would be copied op by op, by runs)."""
+        any write through such a view: its coverage is exact), and so does a temporary
+        (the store makes a temporary's write through such a view of a fill opaque: a
+        fill's draws are the temporary's, copied op by op; these are values)."""
         if contains(expr, (Source, Before)):
             return False
         with torch_function_disabled():  # their own layouts
@@ -488,11 +491,13 @@ class Engine:
         if grid is None:
             return False
         box, cond, coords = grid
-        values = reindex(expr, coords, list(box))
-        if target.kind == "param":
-            self.record(target, view, self.action_of(target, values, op), op)
+        action = self.action_of(target, reindex(expr, coords, list(box)), op)
+        if target.kind == "param" or not isinstance(action, Action):
+            self.record(target, view, action, op)  # (the store selects a parameter's)
         else:
-            self.append(target, box, where(cond, values, Prior()), op, self.store.where())
+            selected = CapturedOp(box, Selected(cond, action), op, self.store.where())
+            self.store.add(target, selected)
+            self.places.recorded(target, selected, op)
         return True
 
 
@@ -668,12 +673,63 @@ def _reaching(track: Track, box: Box) -> list[CapturedOp]:
 
 
 def _drop_branch(expr: Expr, never: Expr) -> Expr:
-    """``expr`` with each ``where(c, a, never)`` replaced by ``a``."""
+    """``expr``, the fold of a tensor every element of which was written, with the
+    branches that select ``never`` (its unwritten elements' value) dropped: along the
+    chain of writes' ``where(c, a, never)``; and for a temporary's refusal (a
+    :class:`Bad`), anywhere (strided writes' boxes and conditions nest it inside other
+    branches, :func:`_drop_never`)."""
+    dropped = _drop_chain(expr, never)
+    if isinstance(never, Bad) and contains(dropped, Bad):
+        return _drop_never(dropped, never)
+    return dropped
+
+
+def _drop_chain(expr: Expr, never: Expr) -> Expr:
+    """``expr`` with each ``where(c, a, never)`` along its chain of ``b`` branches (the
+    fold's one ``where`` per write) replaced by ``a``, through the rounding of a strided
+    write's stored value (:class:`~shardinit._program.actions.Selected`)."""
+    if isinstance(expr, Round):
+        inner = _drop_chain(expr.x, never)
+        return expr if inner is expr.x else Round(inner, expr.dtype)
     if isinstance(expr, Where):
         if expr.b is never:
-            return _drop_branch(expr.a, never)
-        return Where(expr.cond, expr.a, _drop_branch(expr.b, never))
+            return _drop_chain(expr.a, never)
+        return Where(expr.cond, expr.a, _drop_chain(expr.b, never))
     return expr
+
+
+def _drop_never(expr: Expr, never: Expr) -> Expr:
+    """``expr`` with each ``where`` branch that reaches ``never`` dropped, wherever it
+    lies. Sound only where no element's value is ``never`` (every element written): a
+    node computed from ``never`` is never selected, and neither is a branch holding it;
+    what is left is the branch each element takes."""
+    kept: dict[int, Expr | None] = {}
+
+    def walk(node: Expr) -> Expr | None:  # None: this node is never selected
+        if node is never:
+            return None
+        if id(node) in kept:
+            return kept[id(node)]
+        children = node.children()
+        if isinstance(node, Where):
+            a, b = walk(node.a), walk(node.b)
+            result = b if a is None else a if b is None else _rebuilt(node, (node.cond, a, b))
+        elif children:
+            new = [walk(child) for child in children]
+            result = None if any(n is None for n in new) else _rebuilt(node, new)  # type: ignore[arg-type]
+        else:
+            result = node
+        kept[id(node)] = result
+        return result
+
+    return walk(expr) or expr
+
+
+def _rebuilt(node: Expr, children: Sequence[Expr]) -> Expr:
+    """``node`` with ``children``; ``node`` itself where none changed."""
+    if all(new is old for new, old in zip(children, node.children(), strict=True)):
+        return node
+    return node.with_children(children)
 
 
 def box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr, ...]] | None:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import torch
 
-from ...._program.actions import CapturedOp, sets_values
+from ...._program.actions import CapturedOp, selects_values, sets_all_of, sets_values
 from ...._program.cannot import Cannot
 from ...._program.coverage import BoxMap, Coverage
 from ...._program.regions import Box, whole_region
@@ -164,7 +164,10 @@ class Track:
             and region_contains(last.region, region)
         ):
             return True
-        return self._unions().written.covers(region)
+        unions = self._unions()
+        if unions.written.covers(region):
+            return True  # (strided writes, counted exactly, only where some were made)
+        return unions.selecting and sets_all_of(self.ops, self.shape, region)
 
     def touched(self, region: Box) -> bool:
         """Whether some recorded operation (a scale too) covers an element of ``region``."""
@@ -207,7 +210,9 @@ class Track:
             kept = _Unions.empty(ndim)
         elif kept.count == len(ops):
             return kept  # nothing appended since
+        selecting = kept.selecting
         for op in ops[kept.count :]:
+            selecting = selecting or selects_values(op.action)
             same = kept.written.same_as(kept.touched)  # (all ops so far set values)
             kept.touched.add(op.region)
             if sets_values(op.action):
@@ -218,8 +223,9 @@ class Track:
             else:
                 kept.stepped.add(op.region)
         self._kept_unions = _Unions(
-            len(ops), ops[-1] if ops else None, kept.written, kept.touched, kept.stepped
-        )
+            len(ops), ops[-1] if ops else None, kept.written, kept.touched, kept.stepped,
+            selecting,
+        )  # fmt: skip
         return self._kept_unions
 
 
@@ -235,13 +241,16 @@ class _Unions:
     """The unions of the boxes the first ``count`` operations of a track cover: those
     that set values (``written``), all (``touched``) and those that read the values
     before them (``stepped``); ``last`` the final operation (the list holds it alive,
-    so its identity witnesses the prefix)."""
+    so its identity witnesses the prefix); ``selecting``: whether one of them sets the
+    elements of a strided view (:class:`~shardinit._program.actions.Selected`), whose
+    box the unions hold but not which of its elements it set."""
 
     count: int
     last: CapturedOp | None
     written: Coverage
     touched: Coverage
     stepped: Coverage
+    selecting: bool = False
 
     def prefix_of(self, ops: list[CapturedOp], ndim: int) -> bool:
         """Whether these are the unions of a prefix of ``ops``, of a tensor of ``ndim``."""
