@@ -272,13 +272,12 @@ def _simplified(
 ) -> Expr:
     """:func:`simplify`'s rebuild of ``node``. A part of coordinates and constants alone
     (no source, no table: a strided view's condition, index arithmetic) folds by the
-    ranges of the coordinates it reads alone, so its result is kept on the node per those
-    ranges: a loop of writes through strided rows shares one condition, simplified over
-    each row's box, that would be folded again per row (the rest of each program is the
-    row's own)."""
+    ranges of the coordinates it reads alone, so its result is kept on the part's top
+    node per those ranges: a loop of writes through strided rows shares one condition,
+    simplified over each row's box, that would be folded again per row (the rest of
+    each program is the row's own)."""
     if not node.children() or isinstance(node, Coord) or contains(node, _NOT_COORDINATES):
         return _rebuild(node, walk, coords, ranges, None, guards)
-    # (no table under it: no guard of this walk is its business, so none is passed)
     at = tuple(ranges[dim] for dim in _dims_read(node))
     done: dict[tuple[tuple[int, int], ...], Expr] | None = node.__dict__.get("_simplified")
     if done is None:
@@ -286,7 +285,9 @@ def _simplified(
         object.__setattr__(node, "_simplified", done)  # not a field (see nodes.kept)
     found = done.get(at)
     if found is None:
-        found = _rebuild(node, walk, coords, ranges, None, [])
+        # The part as reindex rebuilds it (no table under it: no guard of this walk is
+        # its business), its own nodes not kept one by one.
+        found = _reindexed(node, coords, ranges, None)
         if len(done) < _KEPT_RANGES:
             done[at] = found
     return found
@@ -300,7 +301,7 @@ _KEPT_RANGES = 64
 
 
 def _dims_read(node: Expr) -> tuple[int, ...]:
-    """The coordinates ``node`` reads, kept on the node."""
+    """The coordinates ``node`` reads, kept on the node (asked of a part's top node)."""
     found = kept(
         node, "_dims_read",
         lambda n: tuple(sorted({x.dim for x in walk_nodes(n) if isinstance(x, Coord)})),
