@@ -19,7 +19,7 @@ from shardinit._program.index import (
     unravel,
 )
 from shardinit._program.nodes import Bad, Binary, Const, Coord, Expr, Source, Table, TableData
-from shardinit._program.rewrite import combine, reindex, simplify
+from shardinit._program.rewrite import combine, reindex, simplify, where
 from shardinit._program.writer import evaluate_whole
 from shardinit.init import Uniform
 
@@ -117,6 +117,25 @@ def test_the_identity_is_the_expression_itself_unless_asked_to_rebuild() -> None
     assert simplify(cond, ((0, 2), (0, 6))) == Const(1.0)
     assert simplify(cond, ((2, 4), (0, 6))) == Const(0.0)
     assert simplify(cond, ((1, 3), (0, 6))) == cond
+
+
+def test_a_condition_shared_by_programs_folds_over_each_box_as_a_fresh_one() -> None:
+    # A strided row loop's programs share one condition object (kept folded per box
+    # on it): over each box it folds as the same condition built afresh does.
+    def cond() -> Expr:
+        return Binary("eq", Binary("mod", Coord(1), Const(2.0)), Const(0.0))
+
+    def program(condition: Expr) -> Expr:
+        source = Source(Uniform(-1.0, 1.0), torch.float32, 7, (Coord(0), Coord(1)))
+        return where(condition, source, Const(5.0))
+
+    shared = cond()
+    boxes = [((0, 1), (0, 1)), ((0, 1), (1, 2)), ((2, 3), (0, 4)), ((2, 3), (1, 2))]
+    for box in boxes + boxes[::-1]:
+        assert simplify(program(shared), box) == simplify(program(cond()), box)
+    source = Source(Uniform(-1.0, 1.0), torch.float32, 7, (Coord(0), Coord(1)))
+    assert simplify(program(shared), ((3, 4), (0, 1))) == source  # decided: taken
+    assert simplify(program(shared), ((3, 4), (1, 2))) == Const(5.0)  # decided: not
 
 
 @pytest.mark.parametrize(

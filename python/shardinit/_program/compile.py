@@ -50,6 +50,9 @@ class _Emitter:
         self.program = _core.RegisterProgram()
         self.shape = tuple(int(size) for size in shape)
         self.registers: dict[int, int] = {}
+        #: Whether every source emitted is elementwise (:func:`is_elementwise`, read off
+        #: the one walk that emits the nodes).
+        self.elementwise = True
 
     def emit(self, expr: Expr) -> int:
         for node in walk_nodes(expr):
@@ -63,6 +66,7 @@ class _Emitter:
         if isinstance(node, Coord):
             return program.coord(node.dim)
         if isinstance(node, Source):
+            self.elementwise = self.elementwise and node.init.elementwise
             return program.source(core_init(node.init), SUPPORTED_DTYPES[node.dtype])
         if isinstance(node, Table):
             return self.table(node)
@@ -133,4 +137,4 @@ def compile_program(expr: Expr, shape: Sequence[int]) -> Compiled:
         return init
     emitter = _Emitter(shape)
     emitter.emit(expr)
-    return Registers(emitter.program, is_elementwise(expr))
+    return Registers(emitter.program, emitter.elementwise)

@@ -78,6 +78,17 @@ def reindex(
     key = _rewrite_key(expr, coords, ranges, repeats)
     if key is None:
         return _reindexed(expr, coords, ranges, repeats)
+    return _kept_rewrite(expr, coords, ranges, repeats, key)
+
+
+def _kept_rewrite(
+    expr: Expr,
+    coords: Sequence[Expr],
+    ranges: Sequence[tuple[int, int]],
+    repeats: str | None,
+    key: tuple[object, ...],
+) -> Expr:
+    """:func:`reindex`'s rewrite kept under ``key`` (:func:`_rewrite_key`)."""
     kept = _REWRITES.get(key)
     if kept is None:
         result = _reindexed(expr, coords, ranges, repeats)
@@ -244,7 +255,58 @@ def _excused(
 def simplify(expr: Expr, box: Sequence[tuple[int, int]]) -> Expr:
     """``expr`` with what is decided over the coordinates of ``box`` folded away."""
     coords = [Coord(d) for d in range(len(box))]
-    return reindex(expr, coords, [(int(a), int(b)) for a, b in box], repeats=None, keep=False)
+    ranges = [(int(a), int(b)) for a, b in box]
+    key = _rewrite_key(expr, coords, ranges, None)
+    if key is not None:  # no source, no table: kept whole by structure, as reindex keeps it
+        return _kept_rewrite(expr, coords, ranges, None, key)
+    guards: list[Expr] = []
+    return _Memoized(lambda node, walk: _simplified(node, walk, coords, ranges, guards))(expr)
+
+
+def _simplified(
+    node: Expr,
+    walk: Callable[[Expr], Expr],
+    coords: Sequence[Expr],
+    ranges: Sequence[tuple[int, int]],
+    guards: list[Expr],
+) -> Expr:
+    """:func:`simplify`'s rebuild of ``node``. A part of coordinates and constants alone
+    (no source, no table: a strided view's condition, index arithmetic) folds by the
+    ranges of the coordinates it reads alone, so its result is kept on the part's top
+    node per those ranges: a loop of writes through strided rows shares one condition,
+    simplified over each row's box, that would be folded again per row (the rest of
+    each program is the row's own)."""
+    if not node.children() or isinstance(node, Coord) or contains(node, _NOT_COORDINATES):
+        return _rebuild(node, walk, coords, ranges, None, guards)
+    at = tuple(ranges[dim] for dim in _dims_read(node))
+    done: dict[tuple[tuple[int, int], ...], Expr] | None = node.__dict__.get("_simplified")
+    if done is None:
+        done = {}
+        object.__setattr__(node, "_simplified", done)  # not a field (see nodes.kept)
+    found = done.get(at)
+    if found is None:
+        # The part as reindex rebuilds it (no table under it: no guard of this walk is
+        # its business), its own nodes not kept one by one.
+        found = _reindexed(node, coords, ranges, None)
+        if len(done) < _KEPT_RANGES:
+            done[at] = found
+    return found
+
+
+#: What makes a node's simplification depend on more than its coordinates' ranges (a
+#: table is gathered over the whole box), or what is each program's own (a source).
+_NOT_COORDINATES = (Source, Table)
+#: The most ranges a node keeps its simplification for (one per row of a loop at worst).
+_KEPT_RANGES = 64
+
+
+def _dims_read(node: Expr) -> tuple[int, ...]:
+    """The coordinates ``node`` reads, kept on the node (asked of a part's top node)."""
+    found = kept(
+        node, "_dims_read",
+        lambda n: tuple(sorted({x.dim for x in walk_nodes(n) if isinstance(x, Coord)})),
+    )  # fmt: skip
+    return cast("tuple[int, ...]", found)
 
 
 def substitute_prior(expr: Expr, prior: Expr) -> Expr:

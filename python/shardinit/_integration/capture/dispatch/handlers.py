@@ -227,7 +227,7 @@ def view(mode: Mode, call: Call) -> Any:
         result, why = _on_cpu(mode, call)
         if result is not NOT_MINE:
             return result
-    result = call.func(*call.args, **call.kwargs)
+    result = _viewed(mode, call, bool(params))
     if params:  # every result a view the stand-in follows: nothing for taint to make
         for leaf in tensors_in(result):
             if mode.store.lookup(leaf) is None:
@@ -235,6 +235,19 @@ def view(mode: Mode, call: Call) -> Any:
         return result
     mode.steps.taint(call.name, *operands, result, why)  # advanced indexing copies
     return result
+
+
+def _viewed(mode: Mode, call: Call, of_param: bool) -> Any:
+    """A view's result. A view of a parameter's stand-in runs below the backstop (as
+    :func:`_made` runs a factory): no view operation writes its operands (none of the
+    family's names is in place), and its results are meta, which the backstop marks
+    never, so the backstop would pass it untouched, at a Python dispatch per aten view
+    (a row loop's ``w[i, ::2]`` makes two)."""
+    backstop = mode.backstop
+    if of_param and innermost_dispatch_mode() is backstop:
+        with dispatch_mode_popped(backstop):
+            return call.func(*call.args, **call.kwargs)
+    return call.func(*call.args, **call.kwargs)
 
 
 def factory(mode: Mode, call: Call) -> Any:
