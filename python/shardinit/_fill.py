@@ -209,9 +209,15 @@ class DeferredFills:
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         if kind is not None:  # an error on its way out: finish what runs, start nothing
             self.fills, self.outs = [], []
-        elif self.fills:
-            self._start(self.threads)  # the caller waits for it: every thread
-        self._wait_all(raising=kind is None)
+            self._wait_all(raising=False)
+            return
+        try:
+            if self.fills:
+                self._start(self.threads)  # the caller waits for it: every thread
+        except BaseException:  # a batch the core refused to start: none runs on
+            self._wait_all(raising=False)
+            raise
+        self._wait_all(raising=True)
 
 
 def fill(

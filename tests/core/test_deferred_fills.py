@@ -109,3 +109,24 @@ def test_leaving_on_the_callers_error_waits_for_every_batch_and_keeps_that_error
         _batches_with_errors(deferred, 2, bad={1})
         raise RuntimeError("init code failed")
     assert not deferred._running
+
+
+def test_a_last_batch_the_core_refuses_to_start_is_raised_once_every_batch_has_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The batch the block's end starts holds two fills of overlapping memory (never
+    made by the writer): the core refuses it at its start, raised once the batch under
+    way before it has ended (its values written)."""
+    monkeypatch.setattr(DeferredFills, "BATCH", 3)
+    specs = [_spec(f"p{i}", 4) for i in range(3)]
+    outs = [torch.zeros(4) for _ in specs]
+    shared = torch.zeros(64)
+    with pytest.raises(ShardInitError, match="out overlaps"), DeferredFills() as deferred:
+        for spec, out in zip(specs, outs, strict=True):
+            deferred.add(spec, ((0, 4),), out)
+        assert len(deferred._running) == 1  # the first batch, under way
+        deferred.add(_spec("w", 64), ((0, 40),), shared[:40])
+        deferred.add(_spec("w", 64), ((30, 64),), shared[30:])
+    assert not deferred._running
+    assert all(torch.equal(out, full(spec)) for spec, out in zip(specs, outs, strict=True))
+    assert not shared.any()
