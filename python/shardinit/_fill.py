@@ -95,29 +95,40 @@ class DeferredFills:
     * a model of many computed parameters (timm's ``trunc_normal_`` on every weight)
       keeps every thread busy: the programs of a batch run side by side.
 
-    At most one batch runs at a time: it keeps every thread busy, so the caller, once
-    the next batch is taken, waits for it (the work never stops while some is left).
-    A batch closed by its count of fills (many small ones, whose Python is the slower
-    side) runs on one thread fewer, leaving the caller's Python a core.
+    A batch starts as soon as it holds :data:`BATCH` fills or :data:`ELEMENTS`
+    elements, whether or not the ones before it have ended: the core's pool takes the
+    work of every batch under way as it comes, so the core writes from a model's first
+    parameters on and never idles while the caller plans (the caller cannot see a batch
+    end before it waits for it; a batch that waited for the one before it started only
+    when the caller next handed one over, and the first only after hundreds of small
+    parameters). At most :data:`RUNNING` run at once: the caller waits for the oldest
+    before it starts one more. A batch closed by its count of fills (many small ones,
+    whose Python is the slower side) runs on one thread fewer, leaving the caller's
+    Python a core.
 
     The values are there when the ``with`` block ends (:meth:`__exit__` writes the last
     batch, waits for every one and bumps the tensors' versions as :func:`fill` does), so
     only a writer that reads none of the tensors meanwhile passes one
     (:meth:`shardinit._integration.plan.Plan.allocate_and_fill`, which writes a whole
-    model). The first error of a batch is raised there; leaving on an error, the batch under way is
-    waited for and nothing more is started.
+    model). The first error of a batch, in the order they were started, is raised there;
+    leaving on an error, the batches under way are waited for and nothing more is
+    started.
     """
 
-    #: Fills per batch: enough that a batch's thread costs nothing per fill, few enough
-    #: that the core's check that no two buffers overlap (pairwise) stays cheap.
-    BATCH = 256
+    #: Fills per batch: few, so that the core starts on a model's first small
+    #: parameters at once (a batch's thread costs ~15 us, against ~20 us of the caller's
+    #: Python per fill), and the core's check that no two buffers overlap (pairwise)
+    #: stays cheap.
+    BATCH = 32
     #: Elements per batch (a program's count :data:`PROGRAM_COST` times): a few
-    #: milliseconds of work, so the first batch starts early, the caller's Python for the
-    #: next parameters overlaps the core's, and the last batch is short.
+    #: milliseconds of work, so the caller's Python for the next parameters overlaps the
+    #: core's, and the last batch is short.
     ELEMENTS = 1 << 20
     #: What an element of a program costs against one of a stream: timm's
     #: ``trunc_normal_`` (uniform, erfinv, scale, clamp) takes about four times a normal's.
     PROGRAM_COST = 4
+    #: Batches under way at most (each a thread of the core's, holding its buffers).
+    RUNNING = 4
 
     def __init__(self) -> None:
         self.fills: list[HostFill | HostProgramFill] = []
@@ -125,7 +136,8 @@ class DeferredFills:
         #: The most threads a fill taken asks for, and the elements taken (weighted).
         self.threads = 1
         self.elements = 0
-        self._running: tuple[_core.StartedFills, list[torch.Tensor]] | None = None
+        #: The batches under way, oldest first, with their tensors.
+        self._running: list[tuple[_core.StartedFills, list[torch.Tensor]]] = []
 
     def takes(self, elementwise: bool, out: torch.Tensor) -> bool:
         """Whether this fill of ``out`` may be left here: elementwise values (a matrix
@@ -160,19 +172,36 @@ class DeferredFills:
             self._start(max(1, self.threads - 1))
 
     def _start(self, threads: int) -> None:
-        """Waits for the batch under way, then starts the one taken on ``threads``."""
-        self._wait()
+        """Starts the batch taken on ``threads``, once fewer than :data:`RUNNING` run."""
+        while len(self._running) >= self.RUNNING:
+            self._wait_oldest()
         fills, outs = self.fills, self.outs
         self.fills, self.outs = [], []
         self.threads, self.elements = 1, 0
-        self._running = (start_fills_cpu(fills, threads), outs)
+        self._running.append((start_fills_cpu(fills, threads), outs))
 
-    def _wait(self) -> None:
-        if self._running is not None:
-            started, outs = self._running
-            self._running = None
-            started.wait()
-            torch.autograd.graph.increment_version(outs)
+    def _wait_oldest(self) -> None:
+        """Waits for the oldest batch under way (raising its error) and bumps the
+        versions of its tensors."""
+        started, outs = self._running.pop(0)
+        started.wait()
+        torch.autograd.graph.increment_version(outs)
+
+    def _wait_all(self, *, raising: bool) -> None:
+        """Waits for every batch under way, then raises the first error among them
+        (``raising``; else the caller's error on its way out stands: one the caller met
+        waiting for a batch came from the oldest, so it is the first)."""
+        running, self._running = self._running, []
+        errors: list[Exception] = []
+        for started, outs in running:
+            try:
+                started.wait()
+            except Exception as error:  # raised once none runs on
+                errors.append(error)
+            else:
+                torch.autograd.graph.increment_version(outs)
+        if errors and raising:
+            raise errors[0]
 
     def __enter__(self) -> DeferredFills:
         return self
@@ -180,12 +209,15 @@ class DeferredFills:
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         if kind is not None:  # an error on its way out: finish what runs, start nothing
             self.fills, self.outs = [], []
-            if self._running is not None:
-                self._running[0].wait()  # its own error, if any, is raised from this one
+            self._wait_all(raising=False)
             return
-        if self.fills:
-            self._start(self.threads)  # the caller waits for it: every thread
-        self._wait()
+        try:
+            if self.fills:
+                self._start(self.threads)  # the caller waits for it: every thread
+        except BaseException:  # a batch the core refused to start: none runs on
+            self._wait_all(raising=False)
+            raise
+        self._wait_all(raising=True)
 
 
 def fill(
