@@ -36,7 +36,7 @@ from ...._program.nodes import (
 from ...._program.regions import whole
 from ...._program.rewrite import combine, reindex, where
 from ...._program.writer import evaluate_whole
-from .engine import Engine, box_coords
+from .engine import Engine, box_coords, repeat_reason
 from .store import RecordStore
 from .tracks import Track, run_op
 
@@ -223,7 +223,7 @@ class Coordinates:
         if tuple(mask.shape) != shape[first : first + mask.dim()]:
             return None
         stretched = any(size > 1 for d, size in enumerate(shape) if d not in dims)
-        repeats = self.engine.repeat_reason(op) if stretched else None
+        repeats = repeat_reason(op) if stretched else None
         ranges = whole(shape)
         value = reindex(self.engine.value_of(mask, op), [Coord(d) for d in dims], ranges, repeats)
         return combine("ne", value, Const(0.0), ranges)
@@ -236,7 +236,7 @@ class Coordinates:
         ranges = whole(shape)
         parts = []
         for dim, (vector, other) in enumerate(((a, b), (b, a))):
-            repeats = self.engine.repeat_reason(name) if other.numel() > 1 else None
+            repeats = repeat_reason(name) if other.numel() > 1 else None
             value = self.engine.value_of(vector, name)
             parts.append(reindex(value, [Coord(dim)], ranges, repeats))
         temp = self.store.new_temp(name, result)

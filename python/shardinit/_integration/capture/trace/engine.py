@@ -97,7 +97,7 @@ from .store import RecordStore
 from .structured import fill_action
 from .tracks import Track, Written
 
-__all__ = ["Engine", "narrower", "read_reason"]
+__all__ = ["Engine", "narrower", "read_reason", "repeat_reason"]
 
 #: The pieces of a parameter past which a step over them is recorded piece by piece
 #: (:meth:`Engine.on_prior`): below, one value with a ``where`` per write reaching it.
@@ -234,7 +234,7 @@ class Engine:
             offset = int(value.storage_offset() - track.base.storage_offset())
             shape, stride = value.shape, stored_strides(value)
         coords, repeats = strided_coords(shape, stride, offset, track.shape)
-        repeat = None if repeats is None else self.repeat_reason(op)
+        repeat = None if repeats is None else repeat_reason(op)
         read = reindex(self.folded(track), coords, whole(shape), repeat)
         if track.kind == "param" and (
             bad_reasons(read) or (not _box_read(coords) and _reads_before(read))
@@ -294,12 +294,6 @@ class Engine:
             return False
         return track.from_random or contains(self.folded(track), Source)
 
-    def repeat_reason(self, op: str) -> str:
-        return (
-            f"a broadcast or expand ({op} at {user_frame()}) repeats random values, which "
-            "are drawn at each destination element's own index and cannot repeat"
-        )
-
     def operand(self, value: Any, shape: Sequence[int], op: str) -> Expr:
         """An operand's value broadcast to ``shape``."""
         if isinstance(value, torch.Tensor) and not _broadcasts_to(tuple(value.shape), shape):
@@ -314,7 +308,7 @@ class Engine:
         if not isinstance(value, torch.Tensor) or (value.dim() == 0 and not random_key(expr)):
             return expr  # a number, or a 0-d value with nothing random: the same everywhere
         coords, stretched = broadcast_coords(tuple(value.shape), tuple(shape))
-        why = self.repeat_reason(op) if stretched else None
+        why = repeat_reason(op) if stretched else None
         return reindex(expr, coords, whole(shape), why)
 
     # ----------------------------------------------------------------- writes
@@ -429,23 +423,6 @@ class Engine:
         parts = [(part, substitute_prior(expr, folded(track, part))) for part in cuts]
         return [(box, value)] if any(bad_reasons(v) for _, v in parts) else parts
 
-    def spread(
-        self,
-        expr: Expr,
-        source_shape: Sequence[int],
-        pieces: Iterator[tuple[int, FlatRun]],
-        target: Track,
-    ) -> Iterator[tuple[Box, Expr]]:
-        """``expr`` (over a row-major tensor of ``source_shape``) on the boxes of
-        ``target`` that ``pieces`` (source flat start, target flat run) cover, each read
-        at the box's own coordinates."""
-        for source_start, (start, stop) in pieces:
-            for _, box in flat_range_boxes(target.shape, start, stop):
-                ranges = [(a, b) for a, b in box]
-                flat = flat_of_box(target.shape, source_start - start)
-                coords = unravel(flat, tuple(source_shape), ranges)
-                yield box, reindex(expr, coords, ranges)
-
     def write_expr(self, target: Track, view: torch.Tensor, expr: Expr, op: str) -> None:
         """Writes ``expr`` (over ``view``'s coordinates) into ``view`` of ``target``."""
         self.places.new_write()
@@ -469,29 +446,22 @@ class Engine:
             return
         where_ = self.store.where()
         pieces = map_runs_from([(0, view.numel())], (0, view.numel()), runs)
-        for box, value in self.spread(expr, tuple(view.shape), pieces, target):
+        for box, value in spread(expr, tuple(view.shape), pieces, target.shape):
             self.append(target, box, value, op, where_)
 
     def write_grid(self, target: Track, view: torch.Tensor, expr: Expr, op: str) -> bool:
-        """Writes ``expr`` through ``view``, a strided slice of ``target`` (``t[:, 0::2] =
-        sin(...)``, a sinusoidal table), as one ``where`` on the box around it; returns
-        False, writing nothing, for any other view, or for values holding random
-        sources or values before init_fn: the grid's coordinates are exact only where
-        its condition holds, so a value drawn at an element's own index, read through
-        them, is claimed at positions the claims cannot see as its own; written by runs
-        instead, each element at its exact position. A parameter records the values'
-        action where the slice lies (:class:`~shardinit._program.actions.Selected`, as
-        any write through such a view: its coverage is exact), and so does a temporary
-        (the store makes a temporary's write through such a view of a fill opaque: a
-        fill's draws are the temporary's, copied op by op; these are values)."""
-        if contains(expr, (Source, Before)):
-            return False
-        with torch_function_disabled():  # their own layouts
-            grid = grid_coords(view, target.base)
+        """Writes ``expr`` through ``view`` where it is a strided slice of ``target``
+        (:func:`grid_values`), as one write on the box around it; returns False, writing
+        nothing, otherwise. A parameter records the values' action where the slice lies
+        (:class:`~shardinit._program.actions.Selected`, as any write through such a view:
+        its coverage is exact), and so does a temporary (the store makes a temporary's
+        write through such a view of a fill opaque: a fill's draws are the temporary's,
+        copied op by op; these are values)."""
+        grid = grid_values(view, target.base, expr)
         if grid is None:
             return False
-        box, cond, coords = grid
-        action = self.action_of(target, reindex(expr, coords, list(box)), op)
+        box, cond, values = grid
+        action = self.action_of(target, values, op)
         if target.kind == "param" or not isinstance(action, Action):
             self.record(target, view, action, op)  # (the store selects a parameter's)
         else:
@@ -499,6 +469,53 @@ class Engine:
             self.store.add(target, selected)
             self.places.recorded(target, selected, op)
         return True
+
+
+def grid_values(
+    view: torch.Tensor, base: torch.Tensor, expr: Expr
+) -> tuple[Box, Expr, Expr] | None:
+    """``expr`` (over ``view``'s coordinates) written through ``view``, a strided slice
+    of ``base`` (``t[:, 0::2] = sin(...)``, a sinusoidal table): the box around the
+    slice, the condition naming its elements and the values read at the base's
+    coordinates (:func:`~shardinit._program.selection.grid_coords`). None for any other
+    view, or for values holding random sources or values before init_fn: the grid's
+    coordinates are exact only where its condition holds, so a value drawn at an
+    element's own index, read through them, would be claimed at positions the claims
+    cannot see as its own; written by runs instead, each element at its exact position."""
+    if contains(expr, (Source, Before)):
+        return None
+    with torch_function_disabled():  # their own layouts
+        grid = grid_coords(view, base)
+    if grid is None:
+        return None
+    box, cond, coords = grid
+    return box, cond, reindex(expr, coords, list(box))
+
+
+def spread(
+    expr: Expr,
+    source_shape: Sequence[int],
+    pieces: Iterator[tuple[int, FlatRun]],
+    target_shape: tuple[int, ...],
+) -> Iterator[tuple[Box, Expr]]:
+    """``expr`` (over a row-major tensor of ``source_shape``) on the boxes of a tensor of
+    ``target_shape`` that ``pieces`` (source flat start, target flat run) cover, each
+    read at the box's own coordinates: a write through a view that is no box and no
+    strided slice, run by run (a function of the layouts alone, no engine state)."""
+    for source_start, (start, stop) in pieces:
+        for _, box in flat_range_boxes(target_shape, start, stop):
+            ranges = [(a, b) for a, b in box]
+            flat = flat_of_box(target_shape, source_start - start)
+            coords = unravel(flat, tuple(source_shape), ranges)
+            yield box, reindex(expr, coords, ranges)
+
+
+def repeat_reason(op: str) -> str:
+    """Why random values read through a broadcast or an expand are refused."""
+    return (
+        f"a broadcast or expand ({op} at {user_frame()}) repeats random values, which "
+        "are drawn at each destination element's own index and cannot repeat"
+    )
 
 
 class _PerBox:
