@@ -8,7 +8,8 @@ the buffer's fold nested one ``where`` per element, past Python's recursion limi
 computed now, bit for bit torch's table (4096 x 128 here; the tutorial's own 5000 x 512
 takes about a second, a constructor's table being computed whole on the CPU). A parameter
 written through such a slice is checked against eager torch and, gathered, at worlds 1
-to 3; seeded random slice programs against eager are the oracle for what no list names."""
+to 3 (FSDP2, and column- and row-wise tensor parallelism); seeded random slice programs
+against eager are the oracle for what no list names."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 import shardinit
 from shardinit.errors import UnsupportedInitOpError
@@ -196,17 +198,42 @@ def _check_gathered(world: int, name: str) -> None:
     assert torch.equal(got, plain.w), name
 
 
+def _tensor_parallel_pair() -> nn.Sequential:
+    with torch.device("meta"):
+        return nn.Sequential(nn.Linear(16, 24), nn.Linear(24, 16))
+
+
+def _slices_of_both(pair: nn.Sequential) -> None:
+    with torch.no_grad():
+        for layer in pair:
+            _sinusoid_columns(layer.weight)
+            layer.weight[1::3, ::2] = layer.weight[1::3, ::2] * 2 + 1
+
+
+def _check_tensor_parallel(world: int) -> None:
+    # Column- and row-wise TP: the weights sharded on dim 0 and on dim 1 (uneven at 3).
+    plain, sharded = _tensor_parallel_pair(), _tensor_parallel_pair()
+    shardinit.materialize(plain, seed=SEED, init_fn=lambda: _slices_of_both(plain))
+    mesh = init_device_mesh("cpu", (world,))
+    parallelize_module(sharded, mesh, {"0": ColwiseParallel(), "1": RowwiseParallel()})
+    shardinit.materialize(sharded, seed=SEED, init_fn=lambda: _slices_of_both(sharded))
+    for name, want in plain.named_parameters():
+        got = sharded.get_parameter(name)
+        assert torch.equal(got.full_tensor() if isinstance(got, DTensor) else got, want), name
+
+
 @gloo_scenario(1, 2, 3)
 def strided_values_scenario(rank: int, world: int) -> Checks:
     del rank
     checks: Checks = {}
     for name in INITS:
         check(checks, name, functools.partial(_check_gathered, world, name))
+    check(checks, "tensor_parallel", functools.partial(_check_tensor_parallel, world))
     return checks
 
 
 test_values_through_a_slice_are_layout_invariant = scenario_tests(
-    strided_values_scenario, sorted(INITS), [1, 2, 3]
+    strided_values_scenario, [*sorted(INITS), "tensor_parallel"], [1, 2, 3]
 )
 
 
