@@ -23,6 +23,7 @@ from shardinit._program.regions import (
     view_region,
     view_runs,
 )
+from shardinit._program.selection import first_unwritten
 from shardinit._program.selection import positions as strided_positions
 from shardinit._program.tables import index_values
 
@@ -227,3 +228,38 @@ def test_a_view_moved_along_rows_keeps_its_region_and_positions(
         inside = base[tuple(slice(a, b) for a, b in around)]
         held = inside[(values != 0).expand(inside.shape)]
         assert sorted(held.tolist()) == elements, (row, around, cond)
+
+
+@given(st.data())
+@settings(max_examples=60, deadline=None)
+def test_first_unwritten_is_the_first_element_no_write_holds_in_a_box(data: st.DataObject) -> None:
+    """``first_unwritten``, over the whole tensor or a box of it (``within``, asked of a
+    temporary's coverage), against a mask of what boxes and strided slices hold."""
+    shape = (data.draw(st.integers(1, 6)), data.draw(st.integers(1, 7)))
+    base = torch.zeros(shape)
+    held = torch.zeros(shape, dtype=torch.bool)
+    writes: list[tuple[Box, object]] = []
+    for _ in range(data.draw(st.integers(0, 3))):
+        rows = sorted(data.draw(st.lists(st.integers(0, shape[0]), min_size=2, max_size=2)))
+        cols = sorted(data.draw(st.lists(st.integers(0, shape[1]), min_size=2, max_size=2)))
+        step = data.draw(st.integers(1, 3))
+        view = base[rows[0] : rows[1], cols[0] : cols[1] : step]
+        if view.numel() == 0:
+            continue
+        held[rows[0] : rows[1], cols[0] : cols[1] : step] = True
+        if step == 1:
+            writes.append((((rows[0], rows[1]), (cols[0], cols[1])), None))
+        else:
+            writes.append(strided_positions(view, base))
+    r0 = data.draw(st.integers(0, shape[0] - 1))
+    c0 = data.draw(st.integers(0, shape[1] - 1))
+    within = ((r0, data.draw(st.integers(r0 + 1, shape[0]))), (c0, shape[1]))
+    for area in (None, within):
+        box = area or ((0, shape[0]), (0, shape[1]))
+        missing = (~held[box[0][0] : box[0][1], box[1][0] : box[1][1]]).nonzero()
+        want = (
+            None
+            if not len(missing)
+            else (int(missing[0][0]) + box[0][0], int(missing[0][1]) + box[1][0])
+        )
+        assert first_unwritten(writes, shape, area) == want  # type: ignore[arg-type]
