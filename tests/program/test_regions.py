@@ -263,3 +263,23 @@ def test_first_unwritten_is_the_first_element_no_write_holds_in_a_box(data: st.D
             else (int(missing[0][0]) + box[0][0], int(missing[0][1]) + box[1][0])
         )
         assert first_unwritten(writes, shape, area) == want  # type: ignore[arg-type]
+
+
+@settings(max_examples=150)  # cheap: indexing only
+@given(st.data())
+def test_a_flat_step_across_rows_names_exactly_its_elements(data: st.DataObject) -> None:
+    """A 1-D view of flat step ``k`` (``t.view(-1)[a:b:k]``, across rows): its box and
+    condition (``selection.positions``) name exactly its elements, none after the last
+    even where the box around them holds more (each asked at every start in turn)."""
+    shape = (data.draw(st.integers(2, 6)), data.draw(st.integers(2, 7)))
+    base = _indices(shape)
+    step = data.draw(st.integers(2, 9))
+    count = data.draw(st.integers(2, 5))
+    for start in range(base.numel() - step * (count - 1)):
+        view = base.view(-1)[start : start + step * (count - 1) + 1 : step]
+        around, cond = strided_positions(view, base)
+        values = index_values(cond, around)
+        assert values is not None
+        inside = base[tuple(slice(a, b) for a, b in around)]
+        held = inside[(values != 0).expand(inside.shape)]
+        assert sorted(held.tolist()) == sorted(view.tolist()), (start, around)
