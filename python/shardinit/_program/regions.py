@@ -32,6 +32,7 @@ __all__ = [
     "row_shift",
     "view_region",
     "view_runs",
+    "view_span",
     "whole",
     "whole_region",
 ]
@@ -128,7 +129,7 @@ def _view_region(
         stored_strides(view),
     )
     rel = int(view.storage_offset() - base.storage_offset())
-    rows, rest = row_shift(shape, base_strides, rel, _span(view_shape, view_strides))
+    rows, rest = row_shift(shape, base_strides, rel, view_span(view_shape, view_strides))
     key = (view_shape, view_strides, rest, shape, base_strides)
     kept = _REGIONS.get(key)
     if kept is None:
@@ -159,7 +160,7 @@ def row_shift(
     return divmod(rel, row)
 
 
-def _span(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+def view_span(shape: Sequence[int], strides: Sequence[int]) -> int:
     """How far past its first element a view's last one lies (``-1``: no element;
     a negative stride, which torch's views do not make: none either)."""
     if any(stride < 0 for stride in strides):

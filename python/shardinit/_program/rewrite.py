@@ -29,7 +29,7 @@ from .nodes import (
 )
 from .tables import gathered, index_values, unread
 
-__all__ = ["combine", "reindex", "simplify", "substitute_prior", "where"]
+__all__ = ["combine", "reindex", "simplify", "substitute_prior", "where", "without_branch"]
 
 
 def combine(op: str, a: Expr, b: Expr, ranges: Sequence[tuple[int, int]] | None = None) -> Expr:
@@ -307,6 +307,30 @@ def _dims_read(node: Expr) -> tuple[int, ...]:
         lambda n: tuple(sorted({x.dim for x in walk_nodes(n) if isinstance(x, Coord)})),
     )  # fmt: skip
     return cast("tuple[int, ...]", found)
+
+
+def without_branch(expr: Expr, never: Expr) -> Expr:
+    """``expr`` with each ``where`` branch that reaches the node ``never`` dropped,
+    wherever it lies. Sound only where no element's value is ``never`` (the fold of a
+    tensor every element of which was written, ``never`` the value of unwritten ones): a
+    node computed from ``never`` is never selected, and neither is a branch holding it;
+    what is left is the branch each element takes."""
+    return _Memoized(lambda node, walk: _without(node, walk, never))(expr)
+
+
+def _without(node: Expr, walk: Callable[[Expr], Expr], never: Expr) -> Expr:
+    if node is never or not node.children():
+        return node
+    children = [walk(child) for child in node.children()]
+    if isinstance(node, Where) and children[0] is not never:
+        _, a, b = children
+        if a is never or b is never:
+            return b if a is never else a
+    elif any(child is never for child in children):
+        return never  # computed from it: never selected either
+    if all(x is y for x, y in zip(children, node.children(), strict=True)):
+        return node
+    return node.with_children(children)
 
 
 def substitute_prior(expr: Expr, prior: Expr) -> Expr:

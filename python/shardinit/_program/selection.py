@@ -35,6 +35,7 @@ from .regions import (
     intersect,
     moved_rows,
     row_shift,
+    view_span,
     whole,
 )
 from .rewrite import combine
@@ -59,7 +60,7 @@ def positions(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, Expr]:
     dims = [(n, s) for n, s in dims if n != 1]
     # A strided slice some rows further is the same one moved along dim 0 (a row loop
     # through ``w[i, ::2]``): its box moves, and its condition, of the other dims, stays.
-    span = sum((n - 1) * s for n, s in dims)
+    span = view_span(tuple(view.shape), stored_strides(view))
     rows, rest = row_shift(shape, tuple(contiguous_strides(shape)), rel, span)
     key = (shape, tuple(dims), rest)
     kept = _POSITIONS.get(key)

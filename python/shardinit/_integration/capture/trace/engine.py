@@ -79,10 +79,18 @@ from ...._program.regions import (
     row_shift,
     view_region,
     view_runs,
+    view_span,
     whole,
 )
 from ...._program.regions import contains as region_contains
-from ...._program.rewrite import combine, reindex, simplify, substitute_prior, where
+from ...._program.rewrite import (
+    combine,
+    reindex,
+    simplify,
+    substitute_prior,
+    where,
+    without_branch,
+)
 from ...._program.selection import grid_coords
 from ...._torch_compat import kernels_only, stored_strides, torch_function_disabled, tree_leaves
 from ....errors import ShardInitError
@@ -694,10 +702,10 @@ def _drop_branch(expr: Expr, never: Expr) -> Expr:
     branches that select ``never`` (its unwritten elements' value) dropped: along the
     chain of writes' ``where(c, a, never)``; and for a temporary's refusal (a
     :class:`Bad`), anywhere (strided writes' boxes and conditions nest it inside other
-    branches, :func:`_drop_never`)."""
+    branches, :func:`~shardinit._program.rewrite.without_branch`)."""
     dropped = _drop_chain(expr, never)
     if isinstance(never, Bad) and contains(dropped, Bad):
-        return _drop_never(dropped, never)
+        return without_branch(dropped, never)
     return dropped
 
 
@@ -715,40 +723,6 @@ def _drop_chain(expr: Expr, never: Expr) -> Expr:
     return expr
 
 
-def _drop_never(expr: Expr, never: Expr) -> Expr:
-    """``expr`` with each ``where`` branch that reaches ``never`` dropped, wherever it
-    lies. Sound only where no element's value is ``never`` (every element written): a
-    node computed from ``never`` is never selected, and neither is a branch holding it;
-    what is left is the branch each element takes."""
-    kept: dict[int, Expr | None] = {}
-
-    def walk(node: Expr) -> Expr | None:  # None: this node is never selected
-        if node is never:
-            return None
-        if id(node) in kept:
-            return kept[id(node)]
-        children = node.children()
-        if isinstance(node, Where):
-            a, b = walk(node.a), walk(node.b)
-            result = b if a is None else a if b is None else _rebuilt(node, (node.cond, a, b))
-        elif children:
-            new = [walk(child) for child in children]
-            result = None if any(n is None for n in new) else _rebuilt(node, new)  # type: ignore[arg-type]
-        else:
-            result = node
-        kept[id(node)] = result
-        return result
-
-    return walk(expr) or expr
-
-
-def _rebuilt(node: Expr, children: Sequence[Expr]) -> Expr:
-    """``node`` with ``children``; ``node`` itself where none changed."""
-    if all(new is old for new, old in zip(children, node.children(), strict=True)):
-        return node
-    return node.with_children(children)
-
-
 def box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr, ...]] | None:
     """The box ``view`` covers and its coordinates as expressions of the base's, when
     each of its dims runs along one base dim; else None. Kept per layout (the answer is
@@ -759,8 +733,7 @@ def box_coords(view: torch.Tensor, base: torch.Tensor) -> tuple[Box, tuple[Expr,
         shape, strides = tuple(view.shape), stored_strides(view)
         base_shape, base_strides = tuple(base.shape), stored_strides(base)
         offset = int(view.storage_offset() - base.storage_offset())
-    span = sum((size - 1) * stride for size, stride in zip(shape, strides, strict=True))
-    rows, rest = row_shift(base_shape, base_strides, offset, span)
+    rows, rest = row_shift(base_shape, base_strides, offset, view_span(shape, strides))
     key = (shape, strides, rest, base_shape, base_strides)
     kept = _BOX_COORDS.get(key)
     if kept is not None and kept[1]:
