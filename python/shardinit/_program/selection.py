@@ -138,8 +138,8 @@ def grid_coords(
     them (:func:`positions`), and each view coordinate as an expression of the base's
     (``(c - start) // step``, exact where the condition holds, and inside the view's
     range all over the box). None for any other view (the caller writes it by runs).
-    A value written through the view is then one ``where`` on one box, not one write
-    per element (the sinusoidal table's ``pe[:, 0::2] = sin(...)``)."""
+    A value written through the view is then one write on one box, not one write per
+    element (the sinusoidal table's ``pe[:, 0::2] = sin(...)``)."""
     if not stored_contiguous(base) or any(s <= 0 for s in stored_strides(view)):
         return None
     shape = tuple(int(n) for n in base.shape)
@@ -148,7 +148,7 @@ def grid_coords(
     along = _dims_along(shape, rel, [(n, s) for n, s in sized if n != 1])
     if along is None:
         return None
-    box, cond = _grid_positions(shape, rel, _steps_of(shape, along))
+    box, cond = positions(view, base)  # a grid's: kept, and moved a row further
     coords: list[Expr] = []
     stepping = iter(along)
     for size, _ in sized:
@@ -208,9 +208,9 @@ def first_unwritten(
 ) -> tuple[int, ...] | None:
     """The first element (row-major) of a tensor of ``shape`` (of its box ``within``,
     when given) that none of ``writes`` holds, or None when they hold every one: each
-    write is a box and the condition over
-    it where its elements lie (:func:`positions`; None: all of the box). Exact: the
-    conditions are evaluated element by element, a slab of rows at a time.
+    write is a box and the condition over it where its elements lie
+    (:func:`positions`; None: all of the box). Exact: the conditions are evaluated
+    element by element, a slab of rows at a time.
 
     Raises:
         Cannot: a condition is no integer expression of the coordinates.
